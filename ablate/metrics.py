@@ -1,0 +1,39 @@
+"""Quality metrics: token loss / perplexity, sacreBLEU BLEU and chrF, exact match."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import sacrebleu
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), capped so that a diverged run logs a large finite number rather than inf."""
+    return math.exp(min(loss, 50.0))
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus BLEU (sacreBLEU defaults: 13a tokenisation, detokenised input)."""
+    _check_lengths(hypotheses, references)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    _check_lengths(hypotheses, references)
+    return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)
+
+
+def exact_match(hypotheses: Sequence[Sequence[int]] | Sequence[str],
+                references: Sequence[Sequence[int]] | Sequence[str]) -> float:
+    """Fraction of sentences reproduced exactly (synthetic tasks have one right answer)."""
+    _check_lengths(hypotheses, references)
+    if not references:
+        return 0.0
+    hits = sum(1 for h, r in zip(hypotheses, references, strict=True) if list(h) == list(r))
+    return hits / len(references)
+
+
+def _check_lengths(hypotheses: Sequence[object], references: Sequence[object]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
