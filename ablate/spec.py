@@ -150,7 +150,7 @@ class DataSpec(Strict):
 def parse_mask_fill(value: Any) -> float:
     """`-inf`, `-1e9` or any other negative number; YAML hands `-1e9` over as a string."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a negative number or -inf, found {value!r}")
+        raise ValueError(f"found {value!r}; expected a negative number or -inf (e.g. -1e9)")
     if isinstance(value, str):
         text = value.strip().lower()
         if text in ("-inf", "-.inf", "-infinity"):
@@ -158,13 +158,13 @@ def parse_mask_fill(value: Any) -> float:
         try:
             number = float(text)
         except ValueError:
-            raise ValueError(f"expected a negative number or -inf (e.g. -1e9), found {value!r}") from None
+            raise ValueError(f"found {value!r}; expected a negative number or -inf (e.g. -1e9)") from None
     elif isinstance(value, int | float):
         number = float(value)
     else:
-        raise ValueError(f"expected a negative number or -inf, found {value!r}")
+        raise ValueError(f"found {value!r}; expected a negative number or -inf (e.g. -1e9)")
     if math.isnan(number) or number >= 0:
-        raise ValueError(f"the mask fill must be negative (-inf, -1e9, -1e6 ...), found {value!r}")
+        raise ValueError(f"found {value!r}; the mask fill must be negative (-inf, -1e9, -1e6 ...)")
     return number
 
 

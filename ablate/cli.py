@@ -1,0 +1,250 @@
+"""The `ablate` command: parses arguments and calls the module that does the work (imported lazily).
+
+Spec commands (validate, list, show, schema) live here; the others hand their arguments to
+`ablate.runner`, `ablate.study`, `ablate.tune`, `ablate.tracking`, `ablate.report` and `ablate.bench`.
+A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ablate import __version__
+from ablate.errors import AblateError
+
+EPILOG = """\
+examples:
+  ablate validate experiments/*.yaml            check specs (file:line for every problem)
+  ablate run experiments/quickstart.yaml        train one model, tracked in ./mlflow.db
+  ablate ablate experiments/ablations/x.yaml    train every variant x seed of a study
+  ablate report STUDY                           compare the variants of a study
+  ablate ui                                     browse the runs in MLflow (127.0.0.1:5000)
+"""
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field, e.g. --set model.d_model=256 (value read as YAML; repeatable)",
+    )
+
+
+def _add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna/study storage shared by workers: a journal file path (default: a local "
+        "file next to the runs) or a postgresql:// URL for several machines",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ablate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+        description="Controlled ablation studies of encoder-decoder Transformer design choices.",
+    )
+    parser.add_argument("--version", action="version", version=f"ablate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text)
+
+    p = command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="YAML spec file(s)")
+    _add_set(p)
+
+    p = command("list", "list the registered components (with their one-line docs), grouped by kind")
+    p.add_argument(
+        "kind", nargs="?", help="a kind (residual, positions, ffn, norm, mask, attention) or a name pattern"
+    )
+    p.add_argument("pattern", nargs="?", default="*", help="shell-style name pattern, e.g. 'c*'")
+
+    p = command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash")
+    p.add_argument("spec", metavar="SPEC")
+    _add_set(p)
+
+    p = command("schema", "print the spec's JSON Schema (for editor completion and checking)")
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead of stdout")
+
+    p = command("run", "train and evaluate one model from a spec, tracked in MLflow")
+    p.add_argument("spec", metavar="SPEC")
+    _add_set(p)
+
+    p = command("translate", "translate TEXT with the best checkpoint of an MLflow run")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("text", metavar="TEXT")
+    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
+
+    p = command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+
+    p = command("runs", "list tracked runs with their status and main metrics")
+    p.add_argument("--experiment", metavar="NAME", help="only this MLflow experiment (study)")
+
+    p = command("ablate", "run an ablation study: every variant x seed of the spec's ablation section")
+    p.add_argument("spec", metavar="SPEC")
+    _add_set(p)
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
+    )
+    _add_storage(p)
+    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
+    p.add_argument("--retry-failed", action="store_true", help="run failed/diverged cells again on resume")
+
+    p = command("status", "show which cells of a study are done, running, failed or pending")
+    p.add_argument("spec", metavar="SPEC")
+    _add_set(p)
+    _add_storage(p)
+
+    p = command("tune", "hyper-parameter search (Optuna) over the spec's search space")
+    p.add_argument("spec", metavar="SPEC")
+    _add_set(p)
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
+    )
+    _add_storage(p)
+    p.add_argument(
+        "--trials", type=int, default=None, metavar="N", help="number of trials (default: the spec's)"
+    )
+
+    p = command("report", "write a comparison report (tables, figures, significance) for a study")
+    p.add_argument("study", metavar="STUDY", help="study name (the MLflow experiment)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
+
+    p = command("bench", "throughput benchmark of the model against torch.nn.Transformer")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="spec to benchmark (default: a built-in config)")
+    _add_set(p)
+    p.add_argument("--json", dest="as_json", action="store_true", help="print results as JSON")
+    p.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
+    return parser
+
+
+# ---------------------------------------------------------------- spec commands
+def cmd_validate(args: argparse.Namespace) -> int:
+    from ablate.specload import SpecError, load_spec
+
+    failed: list[str] = []
+    for path in args.specs:
+        try:
+            spec = load_spec(path, args.overrides)
+        except SpecError as exc:
+            failed.extend(str(p) for p in exc.problems)
+            continue
+        print(f"ok {path} ({spec.spec_hash})")
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import registry
+
+    registry.load_plugins()
+    kinds = [k for k in registry.KINDS if k in registry.REGISTRY.kinds()]
+    kinds += [k for k in registry.REGISTRY.kinds() if k not in kinds]  # kinds added by plugins
+    kind, pattern = args.kind, args.pattern
+    if kind is not None and kind not in kinds:
+        if any(c in kind for c in "*?[") and args.pattern == "*":
+            kind, pattern = None, kind  # `ablate list 'c*'`: a pattern over every kind
+        else:
+            close = difflib.get_close_matches(kind, kinds, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AblateError(f"unknown component kind {kind!r}; known: {', '.join(kinds)}{hint}")
+    entries = registry.REGISTRY.entries(kind, pattern)
+    if not entries:
+        raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else ""))
+    width = max(len(e.name) for e in entries)
+    for group in [k for k in kinds if kind in (None, k)]:
+        rows = [e for e in entries if e.kind == group]
+        if not rows:
+            continue
+        print(group)
+        for e in rows:
+            print(f"  {e.name:<{width}}  {e.summary}".rstrip())
+        if group == "mask":
+            print(f"  {'':<{width}}  (any other negative number is accepted too, e.g. -1e6, -1e10)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ablate.specload import dump_spec_yaml, load_spec
+
+    spec = load_spec(args.spec, args.overrides)
+    print(f"# resolved from {args.spec}" + "".join(f" --set {o}" for o in args.overrides))
+    print(f"# spec_hash: {spec.spec_hash}")
+    sys.stdout.write(dump_spec_yaml(spec))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from ablate.specload import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------- commands implemented elsewhere
+def _call(module: str, function: str, *args: Any) -> int:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("ablate."):
+            raise  # a missing third-party dependency: the traceback says which
+        raise AblateError(f"this command needs {exc.name}, which is missing from this build") from None
+    result = getattr(mod, function)(*args)
+    return int(result or 0)
+
+
+HANDLERS = {
+    "validate": cmd_validate,
+    "list": cmd_list,
+    "show": cmd_show,
+    "schema": cmd_schema,
+    "run": lambda a: _call("ablate.runner", "main_run", a.spec, a.overrides),
+    "translate": lambda a: _call("ablate.runner", "main_translate", a.run_id, a.text, a.beam),
+    "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
+    "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
+    "ablate": lambda a: _call(
+        "ablate.study", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run, a.retry_failed
+    ),
+    "status": lambda a: _call("ablate.study", "main_status", a.spec, a.overrides, a.storage),
+    "tune": lambda a: _call("ablate.tune", "main_tune", a.spec, a.overrides, a.workers, a.storage, a.trials),
+    "report": lambda a: _call("ablate.report", "main_report", a.study, a.out),
+    "bench": lambda a: _call("ablate.bench", "main_bench", a.spec, a.overrides, a.as_json, a.quick),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `ablate` console script and of `python -m ablate`; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return HANDLERS[args.command](args)
+    except AblateError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `ablate list | head`
+        sys.stderr.close()
+        return 0

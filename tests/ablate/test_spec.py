@@ -1,0 +1,352 @@
+"""Spec loading in-process: extends, --set, hashing, round trips, schema, and every file in experiments/."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+import registry
+from ablate.spec import ExperimentSpec
+from ablate.specload import (
+    SpecError,
+    apply_overrides,
+    dump_spec_yaml,
+    json_schema,
+    load_spec,
+    load_spec_data,
+    set_dotted,
+    validate_data,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENTS = sorted((REPO / "experiments").rglob("*.yaml"))
+MINIMAL = "name: t\ntrain: {max_steps: 10}\n"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path, overrides: tuple[str, ...] = ()) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_spec(path, overrides)
+    return [str(p) for p in info.value.problems]
+
+
+# ---------------------------------------------------------------- every problem, once, with its line
+def test_all_problems_of_a_file_in_one_pass(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "x.yaml",
+        "name: a/b\nmodel:\n  residual: postnorm\n  d_modl: 64\n"
+        "  mask: abc\ntrain:\n  precision: fp31\n  clip_norm: 1e400\n  max_steps: 5\n  max_steps: 6\n",
+    )
+    lines = problems(path)
+    assert [line.split(": ")[0] for line in lines] == [f"{path}:{n}" for n in (1, 3, 4, 5, 7, 8, 10)]
+    assert [line.split(": ")[1] for line in lines] == [
+        "name",
+        "model.residual",
+        "model.d_modl",
+        "model.mask",
+        "train.precision",
+        "train.clip_norm",
+        "train.max_steps",
+    ]
+    assert str(SpecError(load_problems(path))).count("\n") == len(lines) - 1
+
+
+def load_problems(path: Path) -> list[object]:
+    try:
+        load_spec(path)
+    except SpecError as exc:
+        return list(exc.problems)
+    raise AssertionError("expected a SpecError")
+
+
+def test_problem_inherited_from_a_parent_points_at_the_parent(tmp_path: Path) -> None:
+    write(tmp_path, "base.yaml", MINIMAL + "model:\n  ffn: conv1\n")
+    child = write(tmp_path, "sub/child.yaml", "extends: ../base.yaml\nname: c\n")
+    assert problems(child) == [
+        f"{tmp_path / 'base.yaml'}:4: model.ffn: unknown ffn 'conv1'; accepted: "
+        f"{', '.join(registry.names('ffn'))}; did you mean 'conv1d'?"
+    ]
+
+
+def test_validate_data_names_its_origin_when_no_line_is_known() -> None:
+    with pytest.raises(SpecError) as info:
+        validate_data({"name": "t", "model": {"heads": 0}}, None, "cell model.heads=0")
+    assert str(info.value) == "cell model.heads=0: model.heads: found 0; expected a value > 0"
+
+
+# ---------------------------------------------------------------- extends
+def test_extends_deep_merges_and_the_child_wins(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "base.yaml",
+        "name: base\nseed: 3\nmodel: {d_model: 128, heads: 8, norm: custom}\n"
+        "train: {max_steps: 50, optimizer: {lr: 1e-3, betas: [0.9, 0.98]}}\n",
+    )
+    write(tmp_path, "mid.yaml", "extends: base.yaml\nmodel: {heads: 4}\n")
+    child = write(
+        tmp_path,
+        "deep/child.yaml",
+        "extends: [../mid.yaml]\nname: child\ntrain: {optimizer: {betas: [0.8, 0.9]}}\n",
+    )
+    spec = load_spec(child)
+    assert (spec.name, spec.seed) == ("child", 3)
+    assert (spec.model.d_model, spec.model.heads, spec.model.norm) == (128, 4, "custom")
+    assert spec.train.optimizer.lr == 1e-3 and spec.train.optimizer.betas == (0.8, 0.9)
+    data, smap = load_spec_data(child)
+    assert "extends" not in data
+    assert smap.where("model.heads") == f"{tmp_path / 'mid.yaml'}:2"
+    assert smap.where("model.d_model") == f"{tmp_path / 'base.yaml'}:3"
+    assert smap.where("train.optimizer.betas.1") == f"{tmp_path / 'deep/child.yaml'}:3"
+
+
+def test_extends_list_later_parent_wins_and_null_removes_a_section(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "a.yaml",
+        MINIMAL + "model: {d_model: 32}\nablation: {axes: {model.ffn: [linear, conv1d]}}\n",
+    )
+    write(tmp_path, "b.yaml", "model: {d_model: 48, heads: 4}\n")
+    spec = load_spec(write(tmp_path, "c.yaml", "extends: [a.yaml, b.yaml]\nablation: null\n"))
+    assert spec.model.d_model == 48 and spec.ablation is None
+
+
+# ---------------------------------------------------------------- --set
+@pytest.mark.parametrize(
+    ("override", "field", "expected"),
+    [
+        ("model.d_model=256", ("model", "d_model"), 256),
+        ("train.optimizer.lr=3e-4", ("train", "optimizer", "lr"), 3e-4),
+        ("train.optimizer.lr=0.5", ("train", "optimizer", "lr"), 0.5),
+        ("tracking.enabled=false", ("tracking", "enabled"), False),
+        (
+            "model.shared_layer_norm=yes",
+            ("model", "shared_layer_norm"),
+            False,
+        ),  # residual is pre_norm: checked
+        ("model.mask=-inf", ("model", "mask"), "-inf"),
+        ("model.mask=-1e9", ("model", "mask"), "-1e9"),
+        ("train.optimizer.betas=[0.8, 0.99]", ("train", "optimizer", "betas"), (0.8, 0.99)),
+        ("train.clip_norm=null", ("train", "clip_norm"), None),
+        ("data.synthetic={task: sort, vocab_size: 30}", ("data", "synthetic", "task"), "sort"),
+        ("description=a b = c", ("description",), "a b = c"),
+    ],
+)
+def test_set_coerces_values_as_yaml(
+    tmp_path: Path, override: str, field: tuple[str, ...], expected: object
+) -> None:
+    path = write(tmp_path, "x.yaml", MINIMAL)
+    if override.startswith("model.shared_layer_norm"):
+        assert "shared_layer_norm applies to residual: post_norm only" in "\n".join(
+            problems(path, (override,))
+        )
+        return
+    value: object = load_spec(path, [override])
+    for part in field:
+        value = getattr(value, part)
+    assert value == expected and type(value) is type(expected)
+
+
+def test_set_list_item_and_later_override_wins(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.yaml", MINIMAL + "ablation: {axes: {model.ffn: [linear]}, seeds: [1, 2]}\n")
+    spec = load_spec(path, ["ablation.seeds.1=7", "model.heads=2", "model.heads=8"])
+    assert spec.ablation is not None and spec.ablation.seeds == [1, 7] and spec.model.heads == 8
+
+
+def test_apply_overrides_copies_and_reports_bad_forms() -> None:
+    data = {"model": {"d_model": 64}}
+    out = apply_overrides(data, ["model.d_model=32", "train.max_steps=5"])
+    assert out == {"model": {"d_model": 32}, "train": {"max_steps": 5}} and data == {"model": {"d_model": 64}}
+    with pytest.raises(SpecError) as info:
+        apply_overrides(data, ["model.d_model", "model..x=1", "model.d_model.x=2"])
+    assert [p.where for p in info.value.problems] == [
+        "--set model.d_model",
+        "--set model..x=1",
+        "--set model.d_model.x=2",
+    ]
+    target: dict[str, object] = {}
+    set_dotted(target, "a.b.c", 1)
+    assert target == {"a": {"b": {"c": 1}}}
+
+
+def test_env_var_in_files_root_stays_unexpanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ablate.corpus expands it when reading: the spec and its hash do not depend on the machine
+    text = (
+        "name: f\ntrain: {max_steps: 5}\ndata:\n  source: files\n  files:\n"
+        "    root: ${ABLATE_T_DIR:-fallback}/x\n"
+        "    train: {src: a, tgt: b}\n    val: {src: c, tgt: d}\n"
+    )
+    path = write(tmp_path, "f.yaml", text)
+    monkeypatch.delenv("ABLATE_T_DIR", raising=False)
+    spec = load_spec(path)
+    assert spec.data.files is not None and spec.data.files.root == "${ABLATE_T_DIR:-fallback}/x"
+    monkeypatch.setenv("ABLATE_T_DIR", "/data")
+    assert load_spec(path).spec_hash == spec.spec_hash
+
+
+# ---------------------------------------------------------------- YAML details
+def test_yaml_merge_keys_floats_and_timestamps(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.yaml", "name: t\ndescription: 2024-01-31\nsmall: &s {d_model: 32, heads: 2}\n")
+    assert "unknown key 'small'" in problems(path)[0]
+    path = write(
+        tmp_path,
+        "y.yaml",
+        "name: t\ndescription: 2024-01-31\ntrain: {max_steps: 5, optimizer: "
+        "{lr: 5e-4, eps: 1E-8}}\nmodel:\n  <<: {d_model: 32, heads: 2}\n  heads: 4\n",
+    )
+    spec = load_spec(path)
+    assert spec.description == "2024-01-31"
+    assert spec.train.optimizer.lr == 5e-4 and spec.train.optimizer.eps == 1e-8
+    assert (spec.model.d_model, spec.model.heads) == (32, 4)  # merge key, then the explicit key wins
+
+
+def test_alias_bomb_is_a_clean_error(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
+    path = write(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    assert "alias bomb" in problems(path)[0]
+
+
+@pytest.mark.parametrize(
+    ("written", "canonical", "fill"),
+    [
+        ("-inf", "-inf", -math.inf),
+        ("-.inf", "-inf", -math.inf),
+        ("-1e9", "-1e9", -1e9),
+        ("-1e6", "-1e6", -1e6),
+        ("-1e10", "-1e10", -1e10),
+        ("'-1e9'", "-1e9", -1e9),
+        ("-1000000000.0", "-1e9", -1e9),
+        ("-1.5e4", "-1.5e4", -15000.0),
+    ],
+)
+def test_mask_spellings_accepted_and_round_trip(
+    tmp_path: Path, written: str, canonical: str, fill: float
+) -> None:
+    spec = load_spec(write(tmp_path, "m.yaml", MINIMAL + f"model: {{mask: {written}}}\n"))
+    assert spec.model.mask == canonical and spec.model.mask_fill == fill
+    text = dump_spec_yaml(spec)
+    assert f"\n  mask: {canonical}\n" in text  # written plain, as users write it
+    again = load_spec(write(tmp_path, "again.yaml", text))
+    assert again == spec and again.spec_hash == spec.spec_hash
+
+
+# ---------------------------------------------------------------- identity
+def test_hash_ignores_key_order_and_tracking_but_not_fields(tmp_path: Path) -> None:
+    a = load_spec(
+        write(
+            tmp_path, "a.yaml", "name: t\nseed: 1\nmodel: {d_model: 64, heads: 4}\ntrain: {max_steps: 10}\n"
+        )
+    )
+    b = load_spec(
+        write(
+            tmp_path,
+            "b.yaml",
+            "train: {max_steps: 10}\nmodel: {heads: 4, d_model: 64}\n"
+            "seed: 1\nname: t\ntracking: {experiment: elsewhere, enabled: false}\n"
+            "description: other words\n",
+        )
+    )
+    assert a.spec_hash == b.spec_hash and len(a.spec_hash) == 12
+    c = load_spec(
+        write(
+            tmp_path, "c.yaml", "name: t\nseed: 1\nmodel: {d_model: 64, heads: 8}\ntrain: {max_steps: 10}\n"
+        )
+    )
+    assert c.spec_hash != a.spec_hash
+    assert load_spec(tmp_path / "a.yaml", ["model.d_model=64"]).spec_hash == a.spec_hash
+    assert load_spec(tmp_path / "a.yaml", ["seed=2"]).spec_hash != a.spec_hash
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[str(p.relative_to(REPO)) for p in EXPERIMENTS])
+def test_every_experiment_validates_and_round_trips(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)
+    spec = load_spec(path)
+    assert isinstance(spec, ExperimentSpec)
+    first_line = path.read_text().splitlines()[0]
+    assert first_line.startswith("# yaml-language-server: $schema=")
+    schema_file = (path.parent / first_line.split("$schema=", 1)[1]).resolve()
+    assert schema_file == REPO / "experiments" / "ablate.schema.json"
+    again = load_spec(write(tmp_path, "resolved.yaml", dump_spec_yaml(spec)))
+    assert again == spec and again.spec_hash == spec.spec_hash
+
+
+def test_experiments_exist() -> None:
+    names = {str(p.relative_to(REPO / "experiments")) for p in EXPERIMENTS}
+    assert {"quickstart.yaml", "multi30k-de-en.yaml", "multi30k-de-en-local.yaml"} <= names
+    assert len([n for n in names if n.startswith("presets/")]) == 5
+
+
+def test_presets_reproduce_the_tutorial_designs() -> None:
+    presets = {p.name.split("-")[0]: load_spec(p) for p in EXPERIMENTS if p.parent.name == "presets"}
+    a, b, c, d, e = (presets[k] for k in "abcde")
+    assert (a.model.residual, a.model.norm, a.model.mask, a.train.precision, a.train.accumulation) == (
+        "pre_norm",
+        "custom",
+        "-inf",
+        "fp16",
+        4,
+    )
+    assert (b.model.mask, b.model.position_dropout) == ("-1e6", False)
+    assert (c.model.norm, c.model.mask, c.model.attention_dropout) == ("builtin", "-1e9", 0.0)
+    assert (d.model.residual, d.model.shared_layer_norm, d.model.ffn, d.model.mask) == (
+        "post_norm",
+        True,
+        "conv1d",
+        "-1e10",
+    )
+    assert (d.data.reverse_source, d.data.lowercase, d.data.tokenizer.min_freq, d.train.epochs) == (
+        True,
+        True,
+        2,
+        10,
+    )
+    assert (e.model.norm, e.model.norm_affine, e.model.mask, e.train.label_smoothing) == (
+        "custom",
+        "scalar",
+        "-1e9",
+        0.1,
+    )
+
+
+def test_local_multi30k_reads_the_shared_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)
+    spec = load_spec(REPO / "experiments" / "multi30k-de-en-local.yaml")
+    files = spec.data.files
+    assert spec.data.source == "files" and spec.data.hub is None and files is not None
+    assert files.root == "${ABLATE_DATA_DIR:-../shared/data/multi30k}"
+    assert (files.train.src, files.val.tgt) == ("train.de.gz", "val.en.gz")
+    assert files.test is not None and files.test.src == "test_2016_flickr.de.gz"
+
+
+# ---------------------------------------------------------------- schema
+def test_json_schema_is_json_and_enumerates_components() -> None:
+    schema = json.loads(json.dumps(json_schema()))
+    model = schema["$defs"]["ModelSpec"]["properties"]
+    for kind in ("residual", "positions", "ffn", "norm", "attention"):
+        assert model[kind]["enum"] == registry.names(kind) and registry.names(kind)
+    assert set(registry.names("mask")) <= set(model["mask"]["examples"])
+    assert "extends" in schema["properties"] and schema["required"] == ["name"]
+
+
+def test_committed_schema_is_up_to_date() -> None:
+    committed = json.loads((REPO / "experiments" / "ablate.schema.json").read_text())
+    assert committed == json_schema(), "regenerate: ablate schema --out experiments/ablate.schema.json"
+
+
+def test_dump_is_plain_yaml() -> None:
+    spec = load_spec(REPO / "experiments" / "quickstart.yaml")
+    data = yaml.safe_load(dump_spec_yaml(spec))
+    assert data["name"] == "quickstart" and data["model"]["mask"] == "-inf"
