@@ -1,0 +1,185 @@
+"""Run an `mlflow server` over ablate's store, and print tables of runs.
+
+The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
+reading runs goes through `ablate.tracking`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
+GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
+never submits jobs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ablate.errors import AblateError
+from ablate.mlflow_store import RunRow, artifact_root, is_server_uri, list_runs, resolve_tracking_uri
+
+
+class ServerError(AblateError):
+    """The MLflow server did not come up (port taken, bad store URI); the message ends with its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # Like uvicorn: SO_REUSEADDR, so a port in TIME_WAIT after a stopped server counts as free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _url(host: str, port: int) -> str:
+    # A server bound to every interface is still reached through the loopback.
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no server log)"
+
+
+def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | None = None,
+                 artifacts_dir: str | Path | None = None, *, workers: int = 1, timeout: float = 60.0,
+                 log_path: str | Path | None = None,
+                 jobs: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``mlflow server`` and return (process, url) once ``/health`` answers.
+
+    ``backend_uri`` defaults to `resolve_tracking_uri` (this folder's ``mlflow.db``); artifacts are served
+    through the server (``mlflow-artifacts:/``) from ``artifacts_dir``, by default the ``mlartifacts``
+    folder beside the database. ``port=0`` picks a free port. The server's output goes to ``log_path``
+    (a temporary file if None). Raises `ServerError` with the log's end if it exits or does not answer
+    within ``timeout`` seconds. Stop it with `stop_server`.
+    """
+    backend = backend_uri or resolve_tracking_uri(None)
+    if is_server_uri(backend):
+        raise AblateError(f"{backend} is already an MLflow server: open it in a browser or log to it")
+    root = Path(artifacts_dir) if artifacts_dir is not None else artifact_root(backend)
+    assert root is not None  # a database store always has one
+    port = port or free_port(host)
+    if not _port_free(host, port):
+        raise ServerError(f"port {port} on {host} is in use (another server?); pick another port")
+    log = Path(log_path) if log_path is not None else Path(
+        tempfile.mkstemp(prefix="ablate-mlflow-server-", suffix=".log")[1])
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+           "--artifacts-destination", str(root.resolve()), "--host", host, "--port", str(port),
+           "--workers", str(workers)]
+    env = dict(os.environ)
+    if not jobs:
+        env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    with open(log, "ab") as out:
+        # Its own session: Ctrl-C in the terminal reaches only us, and stop_server ends the whole group.
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   env=env, start_new_session=True)
+    url = _url(host, port)
+    deadline = time.monotonic() + timeout
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise ServerError(f"mlflow server on {url} exited with code {code}; "
+                              f"its log ({log}):\n{_log_tail(log)}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return process, url
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            stop_server(process)
+            raise ServerError(f"mlflow server on {url} did not answer within {timeout:.0f} s; "
+                              f"its log ({log}):\n{_log_tail(log)}")
+        time.sleep(0.25)
+
+
+def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:
+    """End the server and the workers it started (SIGTERM to its process group, SIGKILL after
+    ``timeout`` s); returns its exit code."""
+    if process.poll() is not None:
+        return process.returncode
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)  # the group start_server created: the server and its workers only
+        except ProcessLookupError:
+            break
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            continue
+    return process.wait()
+
+
+def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> int:
+    """`ablate ui`: serve the MLflow UI over the tracking store until Ctrl-C."""
+    uri = resolve_tracking_uri(None)
+    if is_server_uri(uri):
+        print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
+        return 0
+    log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
+    process, url = start_server(host, port, uri, workers=workers, log_path=log)
+    print(f"MLflow UI: {url}  (store {uri}, artifacts {artifact_root(uri)}, log {log}); Ctrl-C stops it",
+          flush=True)
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        stop_server(process)
+        print("stopped", flush=True)
+        return 0
+    print(f"mlflow server exited with code {code}; its log ({log}):\n{_log_tail(log)}", file=sys.stderr)
+    return 1
+
+
+METRIC_COLUMNS = ("val/loss", "val/bleu", "val/exact_match", "test/bleu")
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def format_runs(rows: list[RunRow], experiment: str) -> str:
+    """One experiment's runs as an aligned text table; metric columns only where some run has them."""
+    metrics = [m for m in METRIC_COLUMNS if any(m in r.metrics for r in rows)] or ["val/loss"]
+    header = ["run", "name", "variant", "seed", "status", *metrics]
+    body = [[r.run_id[:8], r.name, r.tags.get("ablate.variant", "-"), r.tags.get("ablate.seed", "-"),
+             r.status, *(_cell(r.metrics.get(m)) for m in metrics)] for r in rows]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    lines = [f"experiment {experiment} ({len(rows)} runs)"]
+    for line in [header, *body]:
+        lines.append("  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def main_runs(experiment: str | None = None) -> int:
+    """`ablate runs`: the runs of one experiment (or of every experiment that has some) as tables."""
+    rows = list_runs(experiment)
+    by_experiment: dict[str, list[RunRow]] = {}
+    for row in rows:
+        by_experiment.setdefault(row.experiment, []).append(row)
+    if experiment is not None:
+        by_experiment.setdefault(experiment, [])
+    if not by_experiment:
+        print(f"no runs in {resolve_tracking_uri(None)}")
+        return 0
+    print("\n\n".join(format_runs(group, name) for name, group in by_experiment.items()))
+    return 0

@@ -1,0 +1,362 @@
+"""ablate.tracking against a real MLflow store (sqlite in a temporary folder; no mocks).
+
+Creating a sqlite store runs MLflow's migrations (~2 s), so only the test of the default store gets a
+fresh one; the others share one store per module and use their own experiment names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from ablate.errors import AblateError
+from ablate.spec import ExperimentSpec, flatten
+from ablate.tracking import (
+    MAX_PARAM_VALUE,
+    NullTracker,
+    Tracker,
+    artifact_root,
+    download_artifacts,
+    list_runs,
+    load_model,
+    main_runs,
+    resolve_tracking_uri,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_env_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite store shared by the tests of this module (a tracking.uri, not the cwd default)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+def make_spec(name: str, uri: str | None = None, **tracking: object) -> ExperimentSpec:
+    model = {"d_model": 16, "heads": 2, "d_ff": 32}
+    return ExperimentSpec.model_validate({"name": name, "seed": 3, "model": model,
+                                          "tracking": {"uri": uri, **tracking}})
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def expected_params(spec: ExperimentSpec) -> dict[str, str]:
+    return {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for k, v in flatten(spec.resolved()).items()}
+
+
+# ---------------------------------------------------------------- stores
+def test_uri_precedence_env_then_spec_then_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_tracking_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u@db/mlflow")
+    assert resolve_tracking_uri("http://127.0.0.1:5000") == "postgresql://u@db/mlflow"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    for file_store in ("./mlruns", "mlruns", f"file://{tmp_path}/mlruns"):
+        with pytest.raises(AblateError, match="file store"):
+            resolve_tracking_uri(file_store)
+
+
+def test_artifacts_sit_beside_the_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert artifact_root(f"sqlite:///{tmp_path / 'a' / 'x.db'}") == tmp_path / "a" / "mlartifacts"
+    assert artifact_root("sqlite:///mlflow.db") == tmp_path / "mlartifacts"
+    assert artifact_root("postgresql://u@db/mlflow") == tmp_path / "mlartifacts"
+    assert artifact_root("http://127.0.0.1:5000") is None
+
+
+def test_default_store_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(a) cwd default store: params, metrics with steps, tags, artifacts and dataset read back."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ckpt.txt").write_text("weights")
+    corpus = tmp_path / "train.de"
+    corpus.write_text("ein satz\n")
+    spec = make_spec("default-store")
+    tracker = Tracker.start(spec, run_name="base", tags={"ablate.variant": "pre_norm"})
+    assert isinstance(tracker, Tracker)
+    steps = [0, 10, 20, 30]
+    for step in steps:
+        tracker.log_metrics({"train/loss": 5.0 - step / 10, "train/lr": 1e-3 * (step + 1)}, step=step)
+    tracker.log_metrics({"val/loss": 1.25, "val/bleu": 12.5}, step=30)
+    tracker.set_tags({"custom": "yes"})
+    tracker.log_text("a -> b\n", "samples/step30.txt")
+    tracker.log_dict({"bleu": 12.5}, "results.json")
+    tracker.log_artifact(tmp_path / "ckpt.txt", "checkpoints")
+    tracker.log_dataset("synthetic-reverse", "0123456789abcdef", "synthetic:reverse/v1")
+    tracker.log_dataset("multi30k", "feedbeef", str(corpus), context="eval")
+    tracker.end("finished")
+
+    assert (tmp_path / "mlflow.db").is_file()
+    assert not (tmp_path / "mlruns").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("default-store")
+    assert exp is not None
+    assert [r.info.run_id for r in client.search_runs([exp.experiment_id])] == [tracker.run_id]
+    run = client.get_run(tracker.run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "base"
+    assert run.data.params == expected_params(spec)
+    assert run.data.params["train.optimizer.betas"] == "[0.9,0.98]"
+    assert history(client, tracker.run_id, "train/loss") == [(s, 5.0 - s / 10) for s in steps]
+    assert history(client, tracker.run_id, "val/bleu") == [(30, 12.5)]
+    tags = run.data.tags
+    assert {k: tags[k] for k in ("ablate.study", "ablate.variant", "ablate.seed", "ablate.spec_hash",
+                                  "ablate.status", "custom")} == {
+        "ablate.study": "default-store", "ablate.variant": "pre_norm", "ablate.seed": "3",
+        "ablate.spec_hash": spec.spec_hash, "ablate.status": "finished", "custom": "yes"}
+    assert tags["ablate.host"] == socket.gethostname()
+    assert tags["ablate.version.torch"] == torch.__version__
+    assert tags["ablate.version.mlflow"] == mlflow.__version__
+    ablate_dir = Path(__file__).resolve().parents[2] / "ablate"
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ablate_dir, capture_output=True, text=True)
+    if git.returncode == 0:
+        assert tags["mlflow.source.git.commit"] == git.stdout.strip()
+    # Artifacts: under ./mlartifacts/<experiment>/, where `mlflow ui` in this folder finds them.
+    assert run.info.artifact_uri == (tmp_path / "mlartifacts" / "default-store" / tracker.run_id
+                                     / "artifacts").as_uri()
+    listed = {a.path for a in client.list_artifacts(tracker.run_id)}
+    assert listed == {"spec.yaml", "environment.json", "samples", "results.json", "checkpoints"}
+    assert [a.path for a in client.list_artifacts(tracker.run_id, "checkpoints")] == ["checkpoints/ckpt.txt"]
+    env = json.loads(download_artifacts(tracker.run_id, "environment.json", tmp_path / "dl").read_text())
+    assert env["torch"] == torch.__version__
+    assert (download_artifacts(tracker.run_id, "samples/step30.txt", tmp_path / "dl").read_text()
+            == "a -> b\n")
+    assert run.inputs is not None
+    inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
+    assert inputs["synthetic-reverse"].dataset.digest == "0123456789abcdef"
+    assert "synthetic:reverse/v1" in inputs["synthetic-reverse"].dataset.source
+    assert inputs["multi30k"].dataset.source_type == "local"
+    assert str(corpus) in inputs["multi30k"].dataset.source
+    assert {(t.key, t.value) for t in inputs["multi30k"].tags} == {("mlflow.data.context", "eval")}
+
+
+def test_disabled_tracking_is_a_null_tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Tracker.start(make_spec("off", enabled=False)) as tracker:
+        assert type(tracker) is NullTracker and tracker.run_id is None
+        tracker.log_metrics({"train/loss": 1.0}, step=1)
+        tracker.log_text("x", "x.txt")
+        assert tracker.log_model(torch.nn.Linear(2, 2)) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- layout
+def test_long_and_many_params(store: str) -> None:
+    tracker = Tracker.start(make_spec("params", store))
+    assert isinstance(tracker, Tracker)
+    many = {f"extra.p{i}": i for i in range(250)}  # more than one log_batch of params
+    tracker.log_params({**many, "extra.long": "x" * (MAX_PARAM_VALUE + 500)})
+    tracker.end()
+    params = MlflowClient(store).get_run(tracker.run_id).data.params
+    assert len(params["extra.long"]) == MAX_PARAM_VALUE and params["extra.long"].endswith("...")
+    assert all(params[k] == str(v) for k, v in many.items())
+
+
+def test_parent_and_child_runs(store: str) -> None:
+    """(b) a study parent with child cells open at once; children point at it with mlflow.parentRunId."""
+    spec = make_spec("study-b", store)
+    parent = Tracker.start(spec, run_name="study")
+    assert isinstance(parent, Tracker)
+    children = [Tracker.start(spec, run_name=f"cell-{v}", parent_run_id=parent.run_id,
+                              tags={"ablate.variant": v}) for v in ("pre_norm", "post_norm")]
+    for child in children:
+        child.log_metrics({"val/loss": 1.0}, step=5)
+        child.end("finished")
+    parent.end("finished")
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("study-b")
+    assert exp is not None
+    found = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.run_id}'")
+    assert {r.info.run_id for r in found} == {c.run_id for c in children}
+    assert {r.data.tags["ablate.variant"] for r in found} == {"pre_norm", "post_norm"}
+    assert "mlflow.parentRunId" not in client.get_run(parent.run_id).data.tags
+
+
+def test_resume_reopens_the_same_run_and_logs_each_step_once(store: str) -> None:
+    """(c) killed at step 40, resumed from the checkpoint at step 20: steps 30, 40 replayed are dropped."""
+    spec = make_spec("resume", store)
+    client = MlflowClient(store)
+    first = Tracker.start(spec, run_name="cell")
+    assert isinstance(first, Tracker)
+    for step in range(0, 50, 10):
+        first.log_metrics({"train/loss": float(step)}, step=step)
+    first.end("killed")
+    assert client.get_run(first.run_id).info.status == "KILLED"
+
+    again = Tracker.start(spec, resume_run_id=first.run_id)
+    assert isinstance(again, Tracker) and again.run_id == first.run_id
+    assert client.get_run(first.run_id).info.status == "RUNNING"
+    assert client.get_run(first.run_id).data.tags["ablate.status"] == "running"
+    assert again.last_step("train/loss") == 40
+    for step in range(30, 80, 10):
+        again.log_metrics({"train/loss": step + 0.5}, step=step)
+    again.end("finished")
+
+    exp = client.get_experiment_by_name("resume")
+    assert exp is not None
+    assert len(client.search_runs([exp.experiment_id])) == 1
+    run = client.get_run(first.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
+    assert history(client, first.run_id, "train/loss") == [
+        (0, 0.0), (10, 10.0), (20, 20.0), (30, 30.0), (40, 40.0), (50, 50.5), (60, 60.5), (70, 70.5)]
+
+
+def test_resume_keeps_identity_tags_and_survives_a_changed_param(store: str) -> None:
+    """A resume may come with other tracking options (not part of the run's identity): MLflow refuses to
+    change a param, so the old value stays and the key is listed; the creation tags stay too."""
+    first = Tracker.start(make_spec("resume-params", store), run_name="cell-a", tags={"ablate.variant": "a"})
+    first.end("killed")
+    again = Tracker.start(make_spec("resume-params", store, async_logging=True), resume_run_id=first.run_id)
+    again.log_params({"extra.new": 1})
+    again.end("finished")
+    run = MlflowClient(store).get_run(first.run_id)  # type: ignore[arg-type]
+    assert run.data.params["tracking.async_logging"] == "false" and run.data.params["extra.new"] == "1"
+    assert run.data.tags["ablate.params_changed"] == "tracking.async_logging"
+    assert (run.data.tags["ablate.variant"], run.info.run_name) == ("a", "cell-a")
+
+
+def test_resume_of_an_unknown_run_is_a_user_error(store: str) -> None:
+    with pytest.raises(AblateError, match="cannot resume"):
+        Tracker.start(make_spec("resume-bad", store), resume_run_id="0" * 32)
+
+
+@pytest.mark.parametrize(("status", "mlflow_status"), [
+    ("finished", "FINISHED"), ("diverged", "FINISHED"), ("pruned", "FINISHED"),
+    ("failed", "FAILED"), ("killed", "KILLED")])
+def test_end_status(store: str, status: str, mlflow_status: str) -> None:
+    """(d) every ablate status ends the run (never RUNNING) with the documented MLflow status."""
+    tracker = Tracker.start(make_spec("statuses", store), run_name=status)
+    assert isinstance(tracker, Tracker)
+    tracker.log_metrics({"train/loss": float("nan")}, step=3)  # a diverged run keeps its last metrics
+    tracker.end(status)  # type: ignore[arg-type]
+    tracker.end("finished")  # a second end changes nothing
+    run = MlflowClient(store).get_run(tracker.run_id)
+    assert (run.info.status, run.data.tags["ablate.status"]) == (mlflow_status, status)
+    assert run.info.end_time is not None
+
+
+def test_unknown_status_is_rejected(store: str) -> None:
+    tracker = Tracker.start(make_spec("statuses", store))
+    with pytest.raises(ValueError, match="unknown run status"):
+        tracker.end("done")  # type: ignore[arg-type]
+    tracker.end("finished")
+
+
+def test_context_manager_statuses(store: str) -> None:
+    spec = make_spec("context", store)
+    client = MlflowClient(store)
+    with pytest.raises(ZeroDivisionError):
+        with Tracker.start(spec, run_name="crash") as crashed:
+            1 / 0  # noqa: B018
+    with pytest.raises(KeyboardInterrupt):
+        with Tracker.start(spec, run_name="ctrl-c") as interrupted:
+            raise KeyboardInterrupt
+    with Tracker.start(spec, run_name="ok") as ok:
+        ok.log_metrics({"val/loss": 0.5}, step=1)
+    crash = client.get_run(crashed.run_id)  # type: ignore[arg-type]
+    assert (crash.info.status, crash.data.tags["ablate.status"]) == ("FAILED", "failed")
+    assert crash.data.tags["ablate.error"] == "ZeroDivisionError: division by zero"
+    assert client.get_run(interrupted.run_id).info.status == "KILLED"  # type: ignore[arg-type]
+    assert client.get_run(ok.run_id).info.status == "FINISHED"  # type: ignore[arg-type]
+
+
+def test_detach_leaves_the_run_open_for_others(store: str) -> None:
+    """A study's parent handed over to other processes: RUNNING, and the exit hook leaves it alone."""
+    from ablate import tracking
+
+    parent = Tracker.start(make_spec("detached", store), run_name="study")
+    parent.detach()
+    parent.end("killed")  # after detach, this process no longer owns the run
+    assert parent not in tracking._OPEN
+    run = MlflowClient(store).get_run(parent.run_id)  # type: ignore[arg-type]
+    assert (run.info.status, run.data.tags["ablate.status"]) == ("RUNNING", "running")
+    again = Tracker.start(make_spec("detached", store), resume_run_id=parent.run_id)
+    again.end("finished")
+    assert MlflowClient(store).get_run(parent.run_id).info.status == "FINISHED"  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- models, async, system metrics
+def test_log_model_and_load_model_round_trip(store: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """(g) the loaded module computes exactly what the logged one did; nothing is written to ./mlruns."""
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    tracker = Tracker.start(make_spec("models", store))
+    assert isinstance(tracker, Tracker)
+    uri = tracker.log_model(model)
+    tracker.end()
+    loaded = load_model(tracker.run_id, tracking_uri=store)
+    x = torch.randn(5, 4)
+    assert torch.equal(loaded(x), model(x))
+    assert uri is not None and uri.startswith("models:/")
+    logged = MlflowClient(store).get_logged_model(uri.removeprefix("models:/"))
+    assert logged.experiment_id == tracker.experiment_id and logged.source_run_id == tracker.run_id
+    assert not (tmp_path / "mlruns").exists()
+    assert not (Path(store[len("sqlite:///"):]).parent / "mlruns").exists()
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; left set, it would outrank the next spec's uri.
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    without = Tracker.start(make_spec("models", store))
+    without.end()
+    with pytest.raises(AblateError, match="no logged model"):
+        load_model(without.run_id, tracking_uri=store)  # type: ignore[arg-type]
+
+
+def test_async_logging_is_flushed_by_end(store: str) -> None:
+    """(h) asynchronous batches are all in the store once end() returns."""
+    tracker = Tracker.start(make_spec("async", store, async_logging=True))
+    assert isinstance(tracker, Tracker)
+    for step in range(60):
+        tracker.log_metrics({"train/loss": 1.0 / (step + 1), "train/lr": step * 1e-4}, step=step)
+    assert tracker._pending  # really asynchronous: futures waiting to be flushed
+    tracker.end()
+    client = MlflowClient(store)
+    assert [s for s, _ in history(client, tracker.run_id, "train/loss")] == list(range(60))
+    assert history(client, tracker.run_id, "train/lr")[-1] == (59, pytest.approx(59e-4))
+
+
+def test_system_metrics(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    tracker = Tracker.start(make_spec("system", store, system_metrics=True))
+    time.sleep(1.0)
+    tracker.end()
+    metrics = MlflowClient(store).get_run(tracker.run_id).data.metrics  # type: ignore[arg-type]
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(metrics)
+
+
+# ---------------------------------------------------------------- listing
+def test_list_runs_and_main_runs_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    spec = make_spec("table")
+    for variant, status, loss in (("pre_norm", "finished", 1.5), ("post_norm", "diverged", 9.25)):
+        tracker = Tracker.start(spec, run_name=f"cell-{variant}", tags={"ablate.variant": variant})
+        tracker.log_metrics({"val/loss": loss, "val/bleu": 20.0, "test/bleu": 19.0}, step=1)
+        tracker.end(status)  # type: ignore[arg-type]
+    rows = list_runs("table")
+    assert [(r.name, r.status, r.metrics["val/loss"]) for r in rows] == [
+        ("cell-pre_norm", "finished", 1.5), ("cell-post_norm", "diverged", 9.25)]
+    assert main_runs("table") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "experiment table (2 runs)"
+    assert out[1].split() == ["run", "name", "variant", "seed", "status", "val/loss", "val/bleu", "test/bleu"]
+    assert out[3].split() == [rows[1].run_id[:8], "cell-post_norm", "post_norm", "3", "diverged",
+                              "9.25", "20", "19"]
+    assert main_runs() == 0 and "experiment table (2 runs)" in capsys.readouterr().out
+    with pytest.raises(AblateError, match="no MLflow experiment 'missing'"):
+        main_runs("missing")
