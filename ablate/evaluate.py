@@ -1,0 +1,102 @@
+"""Evaluation of a model on one split: teacher-forced loss, decoding and quality metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate import metrics as M
+from ablate.data import PreparedData, TokenBatcher
+from ablate.decode import decode_batch
+from ablate.spec import ExperimentSpec
+
+
+@dataclass
+class Translations:
+    sources: list[str]
+    references: list[str]
+    hypotheses: list[str]
+    hypothesis_ids: list[list[int]]
+    reference_ids: list[list[int]]
+
+
+def teacher_forced_loss(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
+                        device: torch.device, autocast: object) -> float:
+    """Mean token cross-entropy without label smoothing (comparable across variants)."""
+    batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False)
+    pad = data.tokenizers.pad_id
+    total, tokens = 0.0, 0
+    for indices in batcher.epoch_batches(0):
+        batch = batcher.collate(indices)
+        with autocast:  # type: ignore[attr-defined]
+            logits = model(batch.src.to(device), batch.tgt_in.to(device))  # (B, T, V)
+        total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.to(device).flatten(),
+                                       ignore_index=pad, reduction="sum"))
+        tokens += batch.n_tgt_tokens
+    return total / max(1, tokens)
+
+
+def translate_split(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
+                    device: torch.device, limit: int | None = None, batch_size: int = 64) -> Translations:
+    """Decode the first `limit` sentences of a split with the spec's decoding settings."""
+    part = data.splits[split]
+    n = len(part.src_ids) if limit is None else min(limit, len(part.src_ids))
+    tok = data.tokenizers
+    # Sort by length so that batches carry little padding; restore the order afterwards.
+    order = sorted(range(n), key=lambda i: len(part.src_ids[i]))
+    hyps: list[list[int]] = [[] for _ in range(n)]
+    for start in range(0, n, batch_size):
+        chunk = order[start:start + batch_size]
+        width = max(len(part.src_ids[i]) for i in chunk)
+        src = torch.full((len(chunk), width), tok.pad_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            ids = part.src_ids[i]
+            src[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        outputs = decode_batch(model, src.to(device), spec.eval.decode, tok.bos_id, tok.eos_id)
+        for i, out in zip(chunk, outputs, strict=True):
+            hyps[i] = list(out)
+    return Translations(
+        sources=list(part.src_text[:n]),
+        references=list(part.tgt_text[:n]),
+        hypotheses=[tok.decode_tgt(h) for h in hyps],
+        hypothesis_ids=hyps,
+        reference_ids=[list(t) for t in part.tgt_ids[:n]],
+    )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec, device: torch.device,
+             precision: str, decode: bool = True, limit: int | None = None) -> dict[str, float]:
+    """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`."""
+    from ablate.train import autocast_context  # the trainer owns precision handling
+
+    was_training = model.training
+    model.eval()
+    try:
+        loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device))
+        out = {f"{split}/loss": loss, f"{split}/ppl": M.perplexity(loss)}
+        if decode:
+            cap = limit if limit is not None else spec.eval.max_sentences
+            with autocast_context(precision, device):
+                tr = translate_split(model, data, split, spec, device, limit=cap)
+            out.update(quality(tr, data.is_text, split))
+        return out
+    finally:
+        model.train(was_training)
+
+
+def quality(tr: Translations, is_text: bool, split: str) -> dict[str, float]:
+    if is_text:
+        return {f"{split}/bleu": M.bleu(tr.hypotheses, tr.references),
+                f"{split}/chrf": M.chrf(tr.hypotheses, tr.references)}
+    return {f"{split}/exact_match": M.exact_match(tr.hypothesis_ids, tr.reference_ids)}
+
+
+def format_samples(tr: Translations, count: int) -> str:
+    lines = []
+    for i in range(min(count, len(tr.sources))):
+        lines += [f"SRC: {tr.sources[i]}", f"REF: {tr.references[i]}", f"HYP: {tr.hypotheses[i]}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,294 @@
+"""`ablate run`: one spec from data to a tracked, evaluated, resumable run.
+
+Order of work: validate (done by the caller) -> data -> model -> train ->
+best weights -> val/test evaluation -> summary. A run directory keyed by the
+spec hash and seed holds the checkpoints; starting the same spec again resumes
+from it (the MLflow run id rides in the checkpoint), and a finished run is
+reported, not retrained.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ablate.data import PreparedData, prepare_data
+from ablate.evaluate import evaluate, format_samples, translate_split
+from ablate.model import build_model
+from ablate.spec import ExperimentSpec
+from ablate.train import EvalHook, Trainer, load_checkpoint, resolve_precision
+
+TERMINAL = ("finished", "diverged", "pruned")
+
+
+@dataclass
+class RunResult:
+    status: str
+    metrics: dict[str, float]
+    spec_hash: str
+    run_dir: str
+    run_id: str | None = None
+    checkpoint: str | None = None
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    reason: str = ""
+
+
+def run_dir_for(spec: ExperimentSpec) -> Path:
+    return Path(spec.train.out_dir) / spec.name / f"{spec.spec_hash}-s{spec.seed}"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------- distributed
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed() -> DistInfo:
+    """Join the process group when started by torchrun (gloo on CPU, nccl on GPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def pick_device(info: DistInfo) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------- the run
+def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_dir: Path | None = None,
+                   tags: dict[str, str] | None = None, parent_run_id: str | None = None,
+                   experiment: str | None = None, run_name: str | None = None,
+                   data: PreparedData | None = None, quiet: bool = False) -> RunResult:
+    """Train and evaluate one spec; resume from its run directory when a checkpoint is there."""
+    from ablate.tracking import NullTracker, Tracker
+
+    dist_info = init_distributed()
+    device = pick_device(dist_info)
+    if spec.train.threads:
+        torch.set_num_threads(spec.train.threads)
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_for(spec)
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        done = RunResult(**json.loads(summary_path.read_text()))
+        if done.status in TERMINAL:
+            return done
+
+    seed_everything(spec.seed)
+    data = data if data is not None else prepare_data(spec)
+    tok = data.tokenizers
+    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
+                        seed=spec.seed).to(device)
+    resume = load_checkpoint(run_dir / "last.pt") if (run_dir / "last.pt").exists() else None
+    resume_id = resume["state"].get("run_id") if resume else None
+
+    use_tracker = spec.tracking.enabled and dist_info.rank == 0
+    tracker: Any = NullTracker()
+    if use_tracker:
+        tracker = Tracker.start(spec, experiment=experiment, tags=tags,
+                                run_name=run_name or f"{spec.name}-s{spec.seed}",
+                                parent_run_id=parent_run_id, resume_run_id=resume_id)
+    started = time.time()
+    try:
+        train_model: torch.nn.Module = model
+        if spec.train.compile:
+            train_model = torch.compile(model)  # type: ignore[assignment]
+        if dist_info.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train_model = DistributedDataParallel(
+                train_model, device_ids=[device.index] if device.type == "cuda" else None)
+        trainer = Trainer(spec, data, model, run_dir, device, sink=tracker, hook=hook,
+                          rank=dist_info.rank, world_size=dist_info.world_size, train_model=train_model)
+        if resume is not None:
+            trainer.restore(resume)
+            # Metrics flushed before the kill are already in MLflow; the tracker drops repeated steps.
+            trainer.flush()
+        else:
+            trainer.state.run_id = tracker.run_id
+            # Tracker.start already logged the flattened spec, spec.yaml and the environment.
+            tracker.log_dataset(data.name, data.fingerprint, source=data.source)
+            tracker.set_tags({"ablate.device": describe_device(device)})
+            tracker.log_metrics({"model/params": float(_count(model))}, step=0)
+            trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
+        outcome = trainer.fit()
+        status = outcome.status
+        metrics = dict(outcome.state.history[-1][1]) if outcome.state.history else {}
+        metrics["model/params"] = float(_count(model))
+        metrics["train/tokens_per_s"] = outcome.state.target_tokens / max(outcome.state.train_seconds, 1e-9)
+        if status in ("finished", "pruned") and dist_info.rank == 0:
+            metrics.update(final_evaluation(spec, data, model, trainer, tracker, run_dir, device))
+        metrics["wall_time_s"] = time.time() - started
+        metrics.update(_memory(device))
+        if status != "killed" and dist_info.rank == 0:
+            # The final figures (best checkpoint on val/test, whole-run throughput) go one step after the
+            # last training step: the last value of each metric is then the run's result.
+            final = {k: v for k, v in metrics.items() if "/" in k or k == "peak_memory_mb"}
+            final["train/wall_time_s"] = metrics["wall_time_s"]
+            tracker.log_metrics(final, step=outcome.state.step + 1)
+            if outcome.reason:
+                tracker.set_tags({"ablate.reason": outcome.reason})
+            log_loss_curve(tracker, outcome.state)
+        result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
+                           run_id=tracker.run_id, checkpoint=str(trainer.best_path),
+                           history=outcome.state.history, reason=outcome.reason)
+        if dist_info.rank == 0 and status != "killed":
+            write_summary(summary_path, result)
+            tracker.log_artifact(summary_path)
+        tracker.end(status)
+        if status == "killed":
+            raise KeyboardInterrupt
+        return result
+    except KeyboardInterrupt:
+        tracker.end("killed")
+        raise
+    except BaseException:
+        tracker.end("failed")
+        raise
+
+
+def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: torch.nn.Module, trainer: Trainer,
+                     tracker: Any, run_dir: Path, device: torch.device) -> dict[str, float]:
+    """Evaluate the best checkpoint (by the validation metric) on val and test; log samples and artifacts."""
+    if trainer.best_path.exists():
+        model.load_state_dict(load_checkpoint(trainer.best_path)["model"])
+    precision = resolve_precision(spec.train.precision, device)
+    out: dict[str, float] = {}
+    for split in ("val", "test"):
+        if split in data.splits and data.splits[split].src_ids:
+            out.update(evaluate(model, data, split, spec, device, precision, decode=True))
+    if spec.eval.samples:
+        samples = translate_split(model, data, "test" if "test" in data.splits else "val", spec, device,
+                                  limit=spec.eval.samples)
+        tracker.log_text(format_samples(samples, spec.eval.samples), "samples.txt")
+    if spec.tracking.log_checkpoint and trainer.best_path.exists():
+        tracker.log_artifact(trainer.best_path, "checkpoints")
+    if spec.tracking.log_model:
+        tracker.log_model(model)
+    return out
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def log_loss_curve(tracker: Any, state: Any) -> None:
+    """loss_curve.png: mean train loss per logging window and validation loss per evaluation."""
+    if not state.train_curve and not state.history:
+        return
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5), dpi=100)
+    ax = fig.add_subplot()
+    if state.train_curve:
+        ax.plot(*zip(*state.train_curve, strict=True), label="train/loss")
+    val = [(s, m["val/loss"]) for s, m in state.history if "val/loss" in m]
+    if val:
+        ax.plot(*zip(*val, strict=True), marker="o", label="val/loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy")
+    ax.legend()
+    fig.tight_layout()
+    tracker.log_figure(fig, "loss_curve.png")
+
+
+def write_summary(path: Path, result: RunResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(result), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _memory(device: torch.device) -> dict[str, float]:
+    if device.type == "cuda":
+        return {"peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    try:
+        import resource
+
+        # ru_maxrss is in KiB on Linux: the process's peak resident set.
+        return {"peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    except (ImportError, OSError):
+        return {}
+
+
+def _spec_yaml(spec: ExperimentSpec) -> str:
+    from ablate.specload import dump_spec_yaml
+
+    return dump_spec_yaml(spec)
+
+
+# ---------------------------------------------------------------- CLI entry points
+def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
+    keys = ["val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",
+            "test/chrf", "test/exact_match", "model/params", "train/tokens_per_s", "wall_time_s",
+            "peak_memory_mb"]
+    lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
+             + (f" ({result.reason})" if result.reason else "")]
+    for key in keys:
+        if key in result.metrics:
+            value = result.metrics[key]
+            lines.append(f"  {key:<22} {value:,.0f}" if abs(value) >= 1000 else f"  {key:<22} {value:.4g}")
+    lines.append(f"  run dir                {result.run_dir}")
+    if result.checkpoint:
+        lines.append(f"  best checkpoint        {result.checkpoint}")
+    if result.run_id:
+        lines.append(f"  MLflow run             {result.run_id} (open with `ablate ui`)")
+    return "\n".join(lines)
+
+
+def main_run(spec_path: str, overrides: list[str]) -> int:
+    from ablate.specload import load_spec
+
+    spec = load_spec(spec_path, overrides)
+    try:
+        result = run_experiment(spec)
+    except KeyboardInterrupt:
+        print("interrupted: checkpoint saved; run the same command again to resume", file=sys.stderr)
+        return 130
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(format_summary(spec, result))
+    return 0 if result.status in TERMINAL else 1
+
+
+def main_translate(run_id: str, text: str, beam: int | None = None) -> int:
+    from ablate.translate import translate_with_run
+
+    for line in translate_with_run(run_id, [text], beam=beam):
+        print(line)
+    return 0
