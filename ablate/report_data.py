@@ -1,0 +1,225 @@
+"""A study read back from MLflow, as plain data: runs, variants, the baseline, summaries and effects.
+
+Rules for turning MLflow runs into a comparison: one run per (variant, seed) cell (a retried cell keeps its
+best, latest run); statistics over finished runs only; every non-baseline variant compared with the
+baseline on the primary quality metric and on val/loss (see ``ablate.report_stats`` for the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ablate import report_stats as st
+
+# Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
+IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search")
+IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads")
+STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "running": 5}
+QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
+    "bleu": ("BLEU", 2, True), "chrf": ("chrF", 2, True), "exact_match": ("exact match", 3, True),
+    "loss": ("loss", 3, False),
+}
+# Main-table columns: (metric key, header, decimals); '{q}' is the study's quality metric.
+COLUMNS = [
+    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), ("val/chrf", "val chrF", 2),
+    ("test/chrf", "test chrF", 2), ("val/loss", "val loss", 3), ("val/ppl", "val ppl", 2),
+    ("model/params", "params", 0), ("train/tokens_per_s", "tokens/s", 0), ("peak_memory_mb", "peak MB", 1),
+    ("train/wall_time_s", "wall s", 1),
+]
+
+
+
+@dataclass
+class Run:
+    run_id: str
+    variant: str
+    seed: int
+    status: str
+    spec_hash: str
+    start_time: float
+    params: dict[str, str]
+    metrics: dict[str, float]
+    tags: dict[str, str]
+
+
+@dataclass
+class Study:
+    name: str
+    kind: str  # 'ablation' | 'search'
+    parent: dict[str, Any]
+    runs: list[Run]  # deduplicated, sorted by (variant order, seed)
+    variants: list[str]  # baseline first
+    baseline: str | None
+    quality: str  # 'bleu' | 'exact_match' | 'loss'
+    primary: str  # the metric effects are computed on, e.g. 'test/bleu'
+    dropped: int = 0  # superseded duplicates of a (variant, seed) cell
+    notes: list[str] = field(default_factory=list)
+
+    def finished(self, variant: str) -> list[Run]:
+        return [r for r in self.runs if r.variant == variant and r.status == "finished"]
+
+    def of(self, variant: str) -> list[Run]:
+        return [r for r in self.runs if r.variant == variant]
+
+
+# ---------------------------------------------------------------- loading
+def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
+    out = []
+    for rec in frame.to_dict("records"):
+        tags = {k[5:]: str(v) for k, v in rec.items() if k.startswith("tags.") and isinstance(v, str)}
+        params = {k[7:]: str(v) for k, v in rec.items() if k.startswith("params.") and isinstance(v, str)}
+        metrics = {k[8:]: float(v) for k, v in rec.items() if k.startswith("metrics.") and pd.notna(v)}
+        status = tags.get("ablate.status") or str(rec.get("status", "")).lower()
+        seed_text = tags.get("ablate.seed", params.get("seed", "0"))
+        start = rec.get("start_time")
+        out.append(Run(
+            run_id=str(rec["run_id"]), variant=tags.get("ablate.variant") or tags.get("mlflow.runName", "?"),
+            seed=int(seed_text) if seed_text.lstrip("-").isdigit() else 0, status=status,
+            spec_hash=tags.get("ablate.spec_hash", ""), params=params, metrics=metrics, tags=tags,
+            start_time=start.timestamp() if hasattr(start, "timestamp") else 0.0))
+    return out
+
+
+def _dedupe(runs: list[Run]) -> tuple[list[Run], int]:
+    """One run per (variant, seed): the best status, then the latest (a retried cell beats its failure)."""
+    best: dict[tuple[str, int], Run] = {}
+    for r in runs:
+        key = (r.variant, r.seed)
+        cur = best.get(key)
+        if cur is None or (STATUS_RANK.get(r.status, 9), -r.start_time, r.run_id) < \
+                (STATUS_RANK.get(cur.status, 9), -cur.start_time, cur.run_id):
+            best[key] = r
+    return list(best.values()), len(runs) - len(best)
+
+
+def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
+    name = requested.split("/")[-1] if requested and requested != "auto" else ""
+    if name in QUALITY:
+        return name
+    keys = {k for r in runs for k in r.metrics}
+    for q in ("bleu", "exact_match"):
+        if f"val/{q}" in keys or f"test/{q}" in keys:
+            return q
+    return "loss"
+
+
+def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
+    runs, dropped = _dedupe(_runs_from_frame(frame))
+    tags, params = parent["tags"], parent["params"]
+    name = tags.get("ablate.study") or parent["run_name"] or parent["run_id"]
+    is_search = tags.get("ablate.kind") == "search" or any(r.tags.get("ablate.kind") == "trial" for r in runs)
+    labels = sorted({r.variant for r in runs})
+    baseline = "baseline" if "baseline" in labels else None
+    notes = []
+    if baseline is None and labels and not is_search:
+        baseline = labels[0]
+        notes.append(f"no variant is labelled 'baseline': effects are measured against {baseline!r}")
+    variants = ([baseline] if baseline else []) + [v for v in labels if v != baseline]
+    order = {v: i for i, v in enumerate(variants)}
+    runs.sort(key=lambda r: (order[r.variant], r.seed, r.run_id))
+    requested = params.get("ablation.metric", "auto")
+    quality = detect_quality(runs, requested)
+    if requested != "auto" and "/" in requested:
+        primary = requested  # the study asked for this metric explicitly
+    else:
+        # 'auto': the held-out test score when the runs have it (val picked the checkpoint), else val.
+        has_test = any(f"test/{quality}" in r.metrics for r in runs if r.status == "finished")
+        primary = f"{'test' if has_test else 'val'}/{quality}"
+    return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
+                 primary, dropped, notes)
+
+
+def load_study(study: str) -> Study:
+    from ablate.tracking_read import find_study_runs
+
+    parent, frame = find_study_runs(study)
+    return build_study(parent, frame)
+
+
+# ---------------------------------------------------------------- analysis
+def design_params(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if k not in IGNORED_PARAMS and not k.startswith(IGNORED_PREFIXES)}
+
+
+def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(key, baseline value, variant value) for every design param that differs, sorted by key."""
+    a, b = design_params(base), design_params(other)
+    return [(k, a.get(k, "—"), b.get(k, "—")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def quality_meta(key: str) -> tuple[str, int, bool]:
+    """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'."""
+    suffix = key.split("/")[-1]
+    unit, dec, higher = QUALITY.get(suffix, (suffix, 3, False))
+    return unit, dec, higher
+
+
+def main_table_columns(study: Study) -> list[tuple[str, str, int]]:
+    q = study.quality
+    unit, dec, _ = QUALITY[q]
+    cols: list[tuple[str, str, int]] = []
+    for key, header, decimals in COLUMNS:
+        key = key.format(q=q)
+        if key in [c[0] for c in cols] or not any(key in r.metrics for r in study.runs):
+            continue
+        cols.append((key, header.format(Q=unit), dec if decimals is None else decimals))
+    return cols
+
+
+def summarise(study: Study) -> dict[str, dict[str, Any]]:
+    """Per variant: counts and a `Summary` per main-table metric (finished runs only)."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in study.variants:
+        runs, done = study.of(v), study.finished(v)
+        counts = {s: sum(1 for r in runs if r.status == s)
+                  for s in ("finished", "diverged", "failed", "pruned")}
+        out[v] = {"runs": len(runs), **counts, "seeds": sorted(r.seed for r in runs),
+                  "metrics": {key: st.mean_ci([r.metrics[key] for r in done if key in r.metrics])
+                              for key, _, _ in main_table_columns(study)}}
+    return out
+
+
+@dataclass
+class EffectRow:
+    variant: str
+    axis: str
+    metric: str
+    effect: st.Effect
+    p_holm: float
+    verdict: str
+
+
+def effects(study: Study) -> list[EffectRow]:
+    """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
+    if study.baseline is None:
+        return []
+    base_params = study.of(study.baseline)[0].params
+    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    rows: list[EffectRow] = []
+    for metric in metrics:
+        family: list[tuple[str, str, st.Effect]] = []
+        base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline) if metric in r.metrics}
+        for v in study.variants[1:]:
+            diff = spec_diff(base_params, study.of(v)[0].params)
+            axis = ", ".join(k for k, _, _ in diff) or "(no spec difference)"
+            other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
+            family.append((v, axis, st.compare(base, other)))
+        adjusted = st.holm([e.p for _, _, e in family])
+        unit, dec, higher = quality_meta(metric)
+        unit = unit if metric == study.primary else metric
+        for (v, axis, e), ph in zip(family, adjusted, strict=True):
+            text = st.verdict(v, e, unit, higher, dec)
+            bad = [r.status for r in study.of(v) if r.status != "finished"]
+            if bad:
+                total = len(study.of(v))
+                if len(set(bad)) == 1:
+                    text += f" ({len(bad)} of {total} runs {bad[0]})"
+                else:
+                    counts = ", ".join(f"{bad.count(s)} {s}" for s in sorted(set(bad)))
+                    text += f" ({len(bad)} of {total} runs did not finish: {counts})"
+            rows.append(EffectRow(v, axis, metric, e, ph, text))
+    return rows

@@ -1,0 +1,201 @@
+"""Report figures, drawn with matplotlib's object API on the Agg renderer (no pyplot, no global backend).
+
+Every figure is deterministic: matplotlib's default style (a user's matplotlibrc cannot change it),
+fixed size and DPI, and PNG metadata without the 'Software' entry, so the same data give the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import matplotlib.style
+import numpy as np
+from matplotlib.figure import Figure
+
+DPI = 110
+PNG_METADATA: dict[str, str | None] = {"Software": None}  # no version string, no creation time
+
+Curve = list[tuple[int, float]]
+
+
+def _style() -> contextlib.AbstractContextManager[None]:
+    return matplotlib.style.context("default")
+
+
+def _color(i: int) -> str:
+    cycle = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+             "#bcbd22", "#17becf"]
+    return cycle[i % len(cycle)]
+
+
+def save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, format="png", metadata=PNG_METADATA)
+    return path
+
+
+def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics: Sequence[str],
+                    path: Path) -> Path:
+    """One panel per metric; per variant the mean over seeds with a min-max band.
+
+    ``curves[variant][metric]`` holds one (step, value) list per seed.
+    """
+    with _style():
+        fig = Figure(figsize=(4.2 * len(metrics), 3.6), layout="constrained")
+        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+        for ax, metric in zip(axes, metrics, strict=True):
+            for i, (variant, per_metric) in enumerate(curves.items()):
+                runs = [r for r in per_metric.get(metric, []) if r]
+                if not runs:
+                    continue
+                steps = sorted({s for run in runs for s, _ in run})
+                table = [dict(run) for run in runs]
+                mean, low, high = [], [], []
+                for s in steps:
+                    vals = [t[s] for t in table if s in t and math.isfinite(t[s])]
+                    mean.append(np.mean(vals) if vals else np.nan)
+                    low.append(min(vals) if vals else np.nan)
+                    high.append(max(vals) if vals else np.nan)
+                ax.plot(steps, mean, color=_color(i), label=f"{variant} (n={len(runs)})", marker=".")
+                if len(runs) > 1:
+                    ax.fill_between(steps, low, high, color=_color(i), alpha=0.2, linewidth=0)
+            ax.set_xlabel("step")
+            ax.set_title(metric)
+            ax.grid(alpha=0.3)
+        handles, labels = axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(labels)), fontsize=8)
+        return save(fig, path)
+
+
+def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, path: Path) -> Path:
+    """Effects against the baseline: point = difference of means, bar = 95% interval (NaN: no bar)."""
+    with _style():
+        fig = Figure(figsize=(7.0, 1.2 + 0.45 * max(1, len(rows))), layout="constrained")
+        ax = fig.subplots()
+        ys = np.arange(len(rows))[::-1]
+        for y, (_, diff, lo, hi) in zip(ys, rows, strict=True):
+            if math.isfinite(lo) and math.isfinite(hi):
+                ax.plot([lo, hi], [y, y], color="#1f77b4", linewidth=2)
+            ax.plot([diff], [y], "o", color="#1f77b4" if math.isfinite(lo) else "#7f7f7f")
+        ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
+        ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+        return save(fig, path)
+
+
+def quality_vs_cost(points: Sequence[tuple[str, float, float, float, float, bool]], xlabel: str,
+                    ylabel: str, path: Path) -> Path:
+    """Variants as (label, cost, cost_hw, quality, quality_hw, on_front); the Pareto front is joined."""
+    with _style():
+        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        ax = fig.subplots()
+        for i, (label, x, xe, y, ye, front) in enumerate(points):
+            if not (math.isfinite(x) and math.isfinite(y)):
+                continue
+            ax.errorbar([x], [y], xerr=[xe] if math.isfinite(xe) else None,
+                        yerr=[ye] if math.isfinite(ye) else None, fmt="o", color=_color(i), capsize=3,
+                        markeredgecolor="black" if front else _color(i), markersize=8 if front else 6)
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        line = sorted((x, y) for _, x, _, y, _, f in points if f and math.isfinite(x) and math.isfinite(y))
+        if len(line) > 1:
+            ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="black",
+                    linewidth=1, linestyle=":", label="Pareto front")
+            ax.legend(fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        return save(fig, path)
+
+
+def optimisation_history(trials: Sequence[tuple[int, float]], objective: str, maximize: bool,
+                         path: Path) -> Path:
+    """Objective per completed trial and the best value so far."""
+    with _style():
+        fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+        ax = fig.subplots()
+        pts = sorted((n, v) for n, v in trials if math.isfinite(v))
+        if pts:
+            ax.plot([n for n, _ in pts], [v for _, v in pts], "o", color="#1f77b4", label="trial")
+            best = list(np.maximum.accumulate([v for _, v in pts]) if maximize
+                        else np.minimum.accumulate([v for _, v in pts]))
+            ax.step([n for n, _ in pts], best, where="post", color="#d62728", label="best so far")
+            ax.legend(fontsize=8)
+        ax.set_xlabel("trial")
+        ax.set_ylabel(objective)
+        ax.grid(alpha=0.3)
+        return save(fig, path)
+
+
+def importances_bar(importances: Sequence[tuple[str, float]], path: Path) -> Path:
+    with _style():
+        fig = Figure(figsize=(6.4, 1.2 + 0.4 * max(1, len(importances))), layout="constrained")
+        ax = fig.subplots()
+        names = [n for n, _ in importances][::-1]
+        ax.barh(names, [v for _, v in importances][::-1], color="#1f77b4")
+        ax.set_xlabel("importance")
+        ax.tick_params(axis="y", labelsize=8)
+        return save(fig, path)
+
+
+def parallel_coordinates(params: Sequence[str], rows: Sequence[Sequence[float | str]],
+                         values: Sequence[float], objective: str, path: Path) -> Path:
+    """One line per trial across the searched parameters (each axis scaled to [0, 1], its range written
+    beside it; categories spread evenly), the objective last; lines coloured by the objective."""
+    with _style():
+        fig = Figure(figsize=(max(5.0, 1.8 * (len(params) + 1)), 4.0), layout="constrained")
+        ax = fig.subplots()
+        cols: list[np.ndarray] = []
+        ticks: list[list[tuple[float, str]]] = []
+        v = np.asarray(values, dtype=float)
+        for col in [[r[j] for r in rows] for j in range(len(params))] + [list(v)]:
+            if all(isinstance(x, int | float) and not isinstance(x, bool) for x in col):
+                x = np.asarray(col, dtype=float)
+                lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+                cols.append((x - lo) / (hi - lo) if hi > lo else np.full_like(x, 0.5))
+                ticks.append([(0.0, f"{lo:.3g}"), (1.0, f"{hi:.3g}")] if hi > lo else [(0.5, f"{lo:.3g}")])
+            else:
+                cats = sorted({str(x) for x in col})
+                pos = {c: (k / (len(cats) - 1) if len(cats) > 1 else 0.5) for k, c in enumerate(cats)}
+                cols.append(np.asarray([pos[str(x)] for x in col]))
+                ticks.append([(p, c) for c, p in pos.items()])
+        finite = v[np.isfinite(v)]
+        vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        span = vmax - vmin if vmax > vmin else 1.0
+        cmap = matplotlib.colormaps["viridis"]
+        for i in range(len(rows)):
+            colour = cmap((v[i] - vmin) / span) if np.isfinite(v[i]) else "#bbbbbb"
+            ax.plot(range(len(cols)), [c[i] for c in cols], color=colour, alpha=0.8, linewidth=1.2)
+        for j, labels in enumerate(ticks):
+            ax.axvline(j, color="#444444", linewidth=0.8)
+            for y, text in labels:
+                ax.annotate(text[:24], (j, y), xytext=(4, 0), textcoords="offset points", fontsize=7,
+                            va="center", ha="left")
+        ax.set_xticks(range(len(cols)), [*params, objective], fontsize=8)
+        ax.set_xlim(-0.1, len(cols) - 0.6)
+        ax.set_yticks([])
+        ax.set_ylim(-0.05, 1.05)
+        return save(fig, path)
+
+
+def attention_heatmaps(maps: Mapping[str, np.ndarray], labels: Mapping[str, tuple[list[str], list[str]]],
+                       path: Path) -> Path:
+    """Head-averaged last-layer maps: ``maps[name]`` is (Tq, Tk); ``labels[name]`` = (query, key) tokens."""
+    with _style():
+        fig = Figure(figsize=(4.2 * len(maps), 4.4), layout="constrained")
+        axes = fig.subplots(1, len(maps), squeeze=False)[0]
+        for ax, (name, weights) in zip(axes, maps.items(), strict=True):
+            ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            q, k = labels[name]
+            ax.set_xticks(range(len(k)), k, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(q)), q, fontsize=7)
+            ax.set_title(name.replace("_", " "), fontsize=10)
+            ax.set_xlabel("key")
+            ax.set_ylabel("query")
+        return save(fig, path)

@@ -1,0 +1,154 @@
+"""Reading studies back from MLflow for the report (to be folded into ``ablate/tracking.py``).
+
+Kept apart only while the tracking module is being written: every function here is a thin wrapper over
+the MLflow client, so the rule "only tracking.py imports mlflow" holds once they move there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from ablate.errors import AblateError
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+STUDY_KINDS = ("ablation", "search")
+
+
+def _uri() -> str:
+    from ablate.tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(None)
+
+
+def client() -> MlflowClient:
+    uri = _uri()
+    from ablate.mlflow_store import use_uri
+
+    use_uri(uri)  # search_runs (pandas) is fluent-only; use_uri does not leak MLFLOW_TRACKING_URI
+    return _client_for(uri)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=uri)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No tqdm bars from MLflow's artifact transfers while the report runs (a user setting wins)."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    old = os.environ.get(key)
+    os.environ[key] = old if old is not None else "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+
+
+def _run_dict(run: Any) -> dict[str, Any]:
+    return {
+        "run_id": run.info.run_id,
+        "experiment_id": run.info.experiment_id,
+        "run_name": run.info.run_name or "",
+        "status": run.info.status,
+        "tags": dict(run.data.tags),
+        "params": dict(run.data.params),
+        "metrics": dict(run.data.metrics),
+    }
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The study's parent run (as a dict) and its child runs (``mlflow.search_runs`` frame).
+
+    ``study`` is a study name (tag ``ablate.study`` on a run without a parent; a run tagged ``ablate.kind``
+    ablation or search is preferred over a plain single run of the same experiment) or the parent's run id.
+    Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError.
+    """
+    c = client()
+    parent = None
+    if RUN_ID.match(study):
+        try:
+            parent = c.get_run(study)
+        except MlflowException:
+            parent = None
+    if parent is None:
+        found = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                   filter_string=f"tags.`ablate.study` = {_quote(study)}",
+                                   order_by=["attributes.start_time DESC", "attributes.run_id ASC"])
+        roots = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
+        studies = [r for r in roots if r.data.tags.get("ablate.kind") in STUDY_KINDS]
+        if not roots:
+            raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
+                              f"in {_uri()}")
+        parent = (studies or roots)[0]
+    children = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")
+    if not isinstance(children, pd.DataFrame) or children.empty:
+        raise AblateError(f"study {study!r}: run {parent.info.run_id} has no child runs (not an ablation or "
+                          "search study, or none of its cells has started)")
+    return _run_dict(parent), children
+
+
+def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) sorted by step; a step logged twice (a resumed run) keeps its latest value."""
+    by_step: dict[int, tuple[int, float]] = {}
+    for m in client().get_metric_history(run_id, key):
+        if m.step not in by_step or m.timestamp >= by_step[m.step][0]:
+            by_step[m.step] = (m.timestamp, m.value)
+    return [(step, by_step[step][1]) for step in sorted(by_step)]
+
+
+def dataset_inputs(run_id: str) -> list[tuple[str, str, str]]:
+    """(name, digest, source) of every dataset logged as the run's input, sorted."""
+    run = client().get_run(run_id)
+    inputs = run.inputs.dataset_inputs if run.inputs else []
+    return sorted((d.dataset.name, d.dataset.digest, d.dataset.source) for d in inputs)
+
+
+def list_artifacts(run_id: str, path: str | None = None) -> list[str]:
+    return sorted(f.path for f in client().list_artifacts(run_id, path))
+
+
+def download_artifact(run_id: str, path: str, dst_dir: str | Path) -> Path | None:
+    """Copy one artifact (file or folder) into ``dst_dir``; None when the run does not have it."""
+    parent = str(Path(path).parent) if "/" in path else None
+    if Path(path).name not in {Path(p).name for p in list_artifacts(run_id, parent)}:
+        return None
+    Path(dst_dir).mkdir(parents=True, exist_ok=True)
+    with _quiet():
+        return Path(client().download_artifacts(run_id, path, str(dst_dir)))
+
+
+def read_text_artifact(run_id: str, path: str) -> str | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        local = download_artifact(run_id, path, tmp)
+        return local.read_text() if local is not None and local.is_file() else None
+
+
+def log_report_artifacts(parent_run_id: str, folder: str | Path, artifact_path: str = "report") -> None:
+    """Attach a written report folder to the study's parent run (replacing an earlier report)."""
+    c = client()
+    with tempfile.TemporaryDirectory() as tmp:
+        # Copy first: the artifact store must not see files being rewritten mid-upload.
+        staged = Path(tmp) / "report"
+        shutil.copytree(folder, staged)
+        with _quiet():
+            c.log_artifacts(parent_run_id, str(staged), artifact_path)

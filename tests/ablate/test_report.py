@@ -1,0 +1,339 @@
+"""`ablate report` on real tiny studies: an ablation (2 variants x 3 seeds + a variant that diverges), a
+one-seed ablation with explicit attention, and a 3-trial search, all trained by the project's own
+`main_ablate` / `main_tune` into a sqlite MLflow store in a temporary folder.
+
+Every number in the main table is recomputed here from the runs with scipy; the HTML must be
+self-contained; two renderings of the same runs must agree byte for byte apart from the timestamp line.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image
+import mlflow
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from scipy import stats
+
+from ablate import report_stats as st
+from ablate.errors import AblateError
+from ablate.report import main_report
+from ablate.report_render import STAMP_PREFIX
+
+pytestmark = pytest.mark.slow
+
+COMMON = """
+data:
+  source: synthetic
+  synthetic: {task: copy, vocab_size: 8, min_len: 1, max_len: 3, train_size: 200, val_size: 16, test_size: 16}
+  max_len: 5
+  batch_tokens: 256
+model: {d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0, ATTN}
+train:
+  max_steps: 30
+  eval_every: 10
+  checkpoint_every: 10
+  threads: 1
+  optimizer: {lr: 0.01}
+  schedule: {name: constant, warmup_steps: 0}
+eval: {samples: 2}
+"""
+ABLATION = "name: rep-abl\nseed: 0\n" + COMMON.replace(", ATTN", "") + """
+ablation:
+  design: variants
+  variants:
+    - {model: {residual: post_norm}}
+    - {label: lr=50, train: {optimizer: {lr: 50}}}
+  seeds: [0, 1, 2]
+"""
+ONE_SEED = "name: rep-one\nseed: 0\n" + COMMON.replace("ATTN", "attention: explicit") + """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm]}
+  seeds: [0]
+"""
+SHORT = COMMON.replace(", ATTN", "").replace("max_steps: 30", "max_steps: 20")
+SEARCH = "name: rep-search\nseed: 0\n" + SHORT + """
+search:
+  trials: 3
+  sampler: random
+  pruner: {name: none}
+  space:
+    train.optimizer.lr: {low: 0.001, high: 0.05, log: true}
+    model.residual: {choice: [pre_norm, post_norm]}
+"""
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A working folder holding the MLflow store of the three studies and their reports."""
+    import torch
+
+    from ablate.study import main_ablate
+    from ablate.tune import main_tune
+
+    root = tmp_path_factory.mktemp("report")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        for name, text in (("abl.yaml", ABLATION), ("one.yaml", ONE_SEED), ("search.yaml", SEARCH)):
+            (root / name).write_text(text)
+        assert main_ablate("abl.yaml") == 0
+        assert main_ablate("one.yaml") == 0
+        assert main_tune("search.yaml") == 0
+        assert main_report("rep-abl", "out/abl") == 0
+        assert main_report("rep-abl", "out/abl-again") == 0
+        assert main_report("rep-search", "out/search") == 0
+        one = _parent("rep-one")
+        assert main_report(one.info.run_id, None) == 0  # by parent run id; default folder reports/<study>
+        torch.set_num_threads(threads)
+        yield root
+
+
+def _parent(study: str) -> mlflow.entities.Run:
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.`ablate.study` = '{study}'")
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parent
+
+
+def _children(study: str) -> list[mlflow.entities.Run]:
+    parent = _parent(study)
+    return mlflow.search_runs(experiment_ids=[parent.info.experiment_id], output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+
+
+def _md_table(md: str, first_header: str, having: str = "") -> list[dict[str, str]]:
+    """The first markdown table whose header row starts with ``| first_header |`` (and names ``having``)."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith(f"| {first_header} |") and f"| {having}" in line)
+    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in line.strip("|").split(" | ")], strict=True)))
+    return rows
+
+
+def _recompute(values: list[float], decimals: int) -> tuple[float, float, str]:
+    x = np.asarray(values, dtype=float)
+    mean = float(np.mean(x))
+    if len(x) < 2:
+        return mean, math.nan, st.fmt(mean, decimals)
+    half = float(stats.t.ppf(0.975, len(x) - 1) * stats.sem(x))
+    return mean, half, f"{st.fmt(mean, decimals)} ± {st.fmt(half, decimals)}"
+
+
+# ---------------------------------------------------------------- ablation
+def test_main_table_equals_a_recomputation_from_the_runs(ws: Path) -> None:
+    md = (ws / "out/abl/report.md").read_text()
+    data = json.loads((ws / "out/abl/report.json").read_text())
+    table = {row["variant"]: row for row in _md_table(md, "variant", "val loss")}
+    runs = _children("rep-abl")
+    columns = {"val exact match": ("val/exact_match", 3), "test exact match": ("test/exact_match", 3),
+               "val loss": ("val/loss", 3), "val ppl": ("val/ppl", 2), "params": ("model/params", 0),
+               "tokens/s": ("train/tokens_per_s", 0), "peak MB": ("peak_memory_mb", 1),
+               "wall s": ("train/wall_time_s", 1)}
+    assert set(table) == {"baseline", "residual=post_norm", "lr=50"}
+    checked = 0
+    for variant, row in table.items():
+        mine = [r for r in runs if r.data.tags["ablate.variant"] == variant]
+        done = [r for r in mine if r.data.tags["ablate.status"] == "finished"]
+        assert row["runs"] == str(len(mine)) and row["finished"] == str(len(done))
+        assert row["diverged"] == str(sum(r.data.tags["ablate.status"] == "diverged" for r in mine))
+        for header, (key, decimals) in columns.items():
+            values = [r.data.metrics[key] for r in done]
+            if not values:
+                assert row[header] == "—"
+                continue
+            mean, half, text = _recompute(values, decimals)
+            assert row[header] == text, (variant, header)
+            stored = data["variants"][variant]["metrics"][key]
+            assert stored["mean"] == pytest.approx(mean, rel=1e-12, abs=1e-12)
+            assert stored["n"] == len(values)
+            if not math.isnan(half):
+                assert stored["half_width"] == pytest.approx(half, rel=1e-9, abs=1e-12)
+            checked += 1
+    assert checked == 2 * len(columns)
+
+
+def test_effects_are_paired_t_tests_by_seed(ws: Path) -> None:
+    data = json.loads((ws / "out/abl/report.json").read_text())
+    md = (ws / "out/abl/report.md").read_text()
+    runs = _children("rep-abl")
+
+    def by_seed(variant: str, key: str) -> dict[int, float]:
+        return {int(r.data.tags["ablate.seed"]): r.data.metrics[key] for r in runs
+                if r.data.tags["ablate.variant"] == variant and r.data.tags["ablate.status"] == "finished"}
+
+    effects = {(e["variant"], e["metric"]): e for e in data["effects"]}
+    assert data["primary_metric"] == "test/exact_match"
+    for key in ("test/exact_match", "val/loss"):
+        base, post = by_seed("baseline", key), by_seed("residual=post_norm", key)
+        assert sorted(base) == sorted(post) == [0, 1, 2]
+        a, b = [base[s] for s in sorted(base)], [post[s] for s in sorted(post)]
+        e = effects[("residual=post_norm", key)]
+        assert e["test"] == "paired t-test" and e["diff"] == pytest.approx(np.mean(b) - np.mean(a), abs=1e-12)
+        d = np.subtract(b, a)
+        if np.std(d) > 0:
+            ref = stats.ttest_rel(b, a)
+            lo, hi = ref.confidence_interval(0.95)
+            assert e["p"] == pytest.approx(ref.pvalue, rel=1e-9)
+            assert (e["lo"], e["hi"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+        assert any(line.startswith("- residual=post_norm: ") for line in md.splitlines())
+    # The diverged variant has no finished run: nothing to test, and the report says why.
+    lr = effects[("lr=50", "test/exact_match")]
+    assert lr["diff"] is None and lr["p"] is None and "3 of 3 runs diverged" in lr["verdict"]
+
+
+def test_a_diverged_cell_appears_in_the_report(ws: Path) -> None:
+    md = (ws / "out/abl/report.md").read_text()
+    main = _md_table(md, "variant", "diverged")
+    (row,) = [r for r in main if r["variant"] == "lr=50"]
+    assert row["diverged"] == "3" and row["finished"] == "0" and row["test exact match"] == "—"
+    section = md[md.index("## Divergence and failures"):]
+    rows = _md_table(section, "variant", "status")
+    assert [(r["variant"], r["seed"], r["status"]) for r in rows] == [("lr=50", s, "diverged") for s in "012"]
+    assert "no finished run for lr=50" in md
+
+
+def test_html_is_self_contained_and_embeds_every_figure(ws: Path) -> None:
+    for folder in ("out/abl", "out/search", "reports/rep-one"):
+        page = (ws / folder / "report.html").read_text()
+
+        class Collect(HTMLParser):
+            links: list[tuple[str, str, str]] = []
+
+            def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+                self.links += [(tag, k, v or "") for k, v in attrs if k in ("src", "href")]
+
+        parser = Collect()
+        parser.links = []
+        parser.feed(page)
+        parser.close()
+        assert not [v for _, _, v in parser.links if v.startswith(("http://", "https://", "//"))]
+        images = [v for tag, k, v in parser.links if tag == "img"]
+        pngs = sorted((ws / folder / "figures").glob("*.png"))
+        assert images and len(images) == len(pngs)
+        embedded = {base64.b64decode(v.split(",", 1)[1]) for v in images}
+        assert all(v.startswith("data:image/png;base64,") for v in images)
+        assert embedded == {p.read_bytes() for p in pngs}
+        assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+        assert "overflow-x: auto" in page and "<link" not in page and "<script" not in page
+
+
+def test_every_figure_is_a_real_png(ws: Path) -> None:
+    names = {p.name for p in (ws / "out/abl/figures").glob("*.png")}
+    assert names == {"forest.png", "learning_curves.png", "quality_vs_cost.png"}
+    for path in [*(ws / "out").glob("*/figures/*.png"), *(ws / "reports").glob("*/figures/*.png")]:
+        raw = path.read_bytes()
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) > 1000
+        image = matplotlib.image.imread(path)
+        assert image.shape[0] > 100 and image.shape[1] > 100
+        assert float(np.std(image)) > 0.01  # something is drawn, not a blank canvas
+
+
+def test_rerun_gives_identical_files_apart_from_the_timestamp(ws: Path) -> None:
+    a, b = ws / "out/abl", ws / "out/abl-again"
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert {str(f) for f in files} >= {"report.md", "report.html", "runs.csv", "report.json"}
+    for rel in files:
+        x, y = (a / rel).read_bytes(), (b / rel).read_bytes()
+        if rel.suffix in (".md", ".html"):
+            strip = [line for line in x.decode().splitlines() if STAMP_PREFIX in line]
+            assert len(strip) == 1
+            x = "\n".join(line for line in x.decode().splitlines() if STAMP_PREFIX not in line).encode()
+            y = "\n".join(line for line in y.decode().splitlines() if STAMP_PREFIX not in line).encode()
+        assert x == y, rel
+
+
+def test_runs_csv_lists_every_run_in_order(ws: Path) -> None:
+    lines = (ws / "out/abl/runs.csv").read_text().splitlines()
+    assert lines[0].startswith("variant,seed,status,spec_hash,run_id,")
+    cells = [tuple(line.split(",")[:3]) for line in lines[1:]]
+    order = ["baseline", "lr=50", "residual=post_norm"]
+    assert cells == [(v, str(s), "diverged" if v == "lr=50" else "finished") for v in order for s in range(3)]
+    assert "model.residual" in lines[0] and "train.optimizer.lr" in lines[0]
+
+
+def test_setup_names_baseline_axes_seeds_and_environment(ws: Path) -> None:
+    md = (ws / "out/abl/report.md").read_text()
+    runs = _children("rep-abl")
+    total = sum(r.data.metrics.get("train/wall_time_s", 0.0) for r in runs)
+    assert "Seeds: 0, 1, 2" in md and f"({total:,.1f} s)" in md
+    assert "| `model.residual` | pre_norm, post_norm |" in md
+    assert "| `train.optimizer.lr` | 0.01, 50.0 |" in md
+    assert "| residual=post_norm | `model.residual`: pre_norm → post_norm | -64 |" in md
+    assert "| torch version |" in md and "| host |" in md and "| dataset | synthetic-copy" in md
+
+
+def test_report_is_logged_in_the_parent_run(ws: Path) -> None:
+    parent = _parent("rep-abl")
+    client = MlflowClient()
+    logged = {f.path for f in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.md", "report/report.html", "report/runs.csv", "report/figures"} <= logged
+    figures = {f.path for f in client.list_artifacts(parent.info.run_id, "report/figures")}
+    assert "report/figures/forest.png" in figures
+    local = client.download_artifacts(parent.info.run_id, "report/report.json", str(ws / "dl"))
+    assert Path(local).read_text() == (ws / "out/abl-again/report.json").read_text()
+
+
+# ---------------------------------------------------------------- one seed, attention
+def test_one_seed_study_warns_and_tests_nothing(ws: Path) -> None:
+    md = (ws / "reports/rep-one/report.md").read_text()
+    assert "**Warning:** too few seeds" in md
+    verdict = next(line for line in md.splitlines() if line.startswith("- residual=post_norm: "))
+    assert "too few seeds" in verdict and "p=" not in verdict
+    effects = json.loads((ws / "reports/rep-one/report.json").read_text())["effects"]
+    assert effects and all(e["p"] is None and e["test"] == "none" for e in effects)
+
+
+def test_explicit_attention_gets_heat_maps(ws: Path) -> None:
+    md = (ws / "reports/rep-one/report.md").read_text()
+    assert "## Attention" in md and "![" in md.split("## Attention")[1]
+    image = matplotlib.image.imread(ws / "reports/rep-one/figures/attention.png")
+    assert image.shape[1] > image.shape[0]  # three panels side by side
+
+
+# ---------------------------------------------------------------- search
+def test_search_report_shows_the_tuner_importances_and_best_trials(ws: Path) -> None:
+    md = (ws / "out/search/report.md").read_text()
+    parent = _parent("rep-search")
+    client = MlflowClient()
+    logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "importance.json",
+                                                       str(ws / "dl-imp"))).read_text())
+    expected = logged["importances"]["val/loss"]
+    rows = _md_table(md, "param", "importance")
+    shown = {r["param"].strip("`"): float(r["importance"]) for r in rows}
+    assert shown == {k: pytest.approx(v, abs=5e-5) for k, v in expected.items()}
+    trials = [r for r in _children("rep-search") if r.data.tags["ablate.status"] == "finished"]
+    best = min(trials, key=lambda r: r.data.metrics["val/loss"])
+    ranked = _md_table(md, "rank")
+    assert ranked[0]["trial"] == best.data.tags["ablate.trial"] and len(ranked) == len(trials)
+    assert {p.name for p in (ws / "out/search/figures").glob("*.png")} == {
+        "importances.png", "optimisation_history.png", "parallel_coords.png"}
+
+
+# ---------------------------------------------------------------- errors
+def test_unknown_study_is_a_one_line_error(ws: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ws)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{ws / 'mlflow.db'}")
+    with pytest.raises(AblateError, match="unknown study 'no-such-study'"):
+        main_report("no-such-study", None)
+    from ablate.cli import main
+
+    assert main(["report", "no-such-study"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-study" in err[0] and "Traceback" not in err[0]
