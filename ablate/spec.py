@@ -434,7 +434,8 @@ class ExperimentSpec(Strict):
                 f"model.embeddings {self.model.embeddings!r} needs one vocabulary: "
                 "set data.tokenizer.joint: true",
             )
-        if self.data.max_len > self.model.max_positions and self.model.positions == "learned":
+        # Both position tables (learned embedding, sinusoidal buffer) stop at max_positions.
+        if self.data.max_len > self.model.max_positions:
             raise SpecFieldError(
                 "data.max_len",
                 f"data.max_len {self.data.max_len} exceeds model.max_positions {self.model.max_positions}"

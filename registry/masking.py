@@ -1,0 +1,139 @@
+"""Mask fill values: what a blocked attention score is replaced with.
+
+Component contract (kind ``mask``): ``cls(fill: float | None = None)`` -> an ``nn.Module`` without
+parameters; ``forward(scores, blocked) -> scores`` with blocked scores replaced by the fill (the
+tutorials' ``scores.masked_fill(mask == 0, fill)``), ``fill_for(dtype)`` the value actually written
+in that dtype, and ``build(blocked, dtype, is_causal)`` -> :class:`AttnMask`, everything an attention
+core needs, built once per forward by the model (never per layer). ``-inf`` and ``-1e9`` are
+registered; any other negative number (``-1e6`` tutorial B, ``-1e10`` tutorial D) is a
+:class:`FiniteFill` made by :func:`make_mask`.
+
+The variants only differ where a query row is *fully* masked (an all-padding source sentence, e.g.
+an empty line) and in half precision; on partially masked rows every fill gives exactly zero weight
+to blocked keys (exp underflows to 0 in the fp32 softmax), so the outputs are identical. Measured
+with torch 2.13 on CPU (tests/registry/test_hazards.py):
+
+=============  ============================  ====================================  =======================
+fill           explicit, fully masked row    sdpa, fully masked row                fp16 / bf16
+=============  ============================  ====================================  =======================
+``-inf``       NaN (softmax of all -inf);    zeros (the attention output of that   representable: no
+               the NaN spreads to the whole  row is 0; no NaN), with a bool or an  overflow, same rows
+               sentence and to the loss      additive -inf mask
+``-1e9``       uniform over all keys, pads   uniform in fp32/bf16 too: score+fill  -1e9 overflows fp16
+``-1e10``      included (mean of V)          rounds to exactly the fill (the fp32  (``masked_fill``
+                                             step at 1e9 is 64) while |score| < 32 raises): clamped
+``-1e6``       uniform                       NOT uniform: the fp32 step at 1e6 is  as -1e9
+                                             0.0625, the score differences stay,
+                                             the row attends as if unmasked
+=============  ============================  ====================================  =======================
+
+Half precision: ``torch.zeros(1, dtype=torch.float16).masked_fill(m, -1e9)`` raises "value cannot be
+converted to type c10::Half without overflow". :meth:`MaskFill.fill_for` therefore clamps a finite
+fill to ``finfo(dtype).min / 2`` (-32752 in fp16; bf16 and fp32 hold -1e9 and keep it). Half of the
+minimum, not the minimum, so that adding a score to the additive mask cannot round to -inf. Under
+fp16 the clamped fill still zeroes blocked keys on partially masked rows (the softmax runs in fp32)
+and explicit attention still gives a uniform row when fully masked; sdpa's fp32 accumulation keeps
+the score differences next to -32752, so there a fully masked row gets ``softmax(scores)`` over all
+keys instead of a uniform one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from registry import REGISTRY, register
+
+
+@dataclass(frozen=True)
+class AttnMask:
+    """A mask as attention cores consume it.
+
+    ``blocked``: bool, True where a query may NOT attend, broadcastable to (B, heads, Tq, Tk), e.g.
+    (B, 1, 1, S) for key padding or (T, T) for causal. ``bias``: the same mask as an additive float
+    tensor in the compute dtype (0 / fill), for ``F.scaled_dot_product_attention``; None with
+    ``is_causal`` (sdpa then uses its own causal kernel). ``fill``: the raw fill value.
+    """
+
+    blocked: Tensor | None
+    bias: Tensor | None
+    fill: float
+    is_causal: bool = False
+
+
+def clamp_fill(fill: float, dtype: torch.dtype) -> float:
+    """The fill as written into ``dtype``: -inf stays, a finite fill is kept above finfo.min / 2."""
+    if math.isinf(fill) or not dtype.is_floating_point:
+        return fill
+    return max(fill, torch.finfo(dtype).min / 2)
+
+
+class MaskFill(nn.Module):
+    """Replace blocked attention scores with ``fill`` (``scores.masked_fill(blocked, fill)``)."""
+
+    default_fill: float = -1e9
+
+    def __init__(self, fill: float | None = None) -> None:
+        super().__init__()
+        self.fill = float(self.default_fill if fill is None else fill)
+        if not self.fill < 0:
+            raise ValueError(f"a mask fill must be negative, found {self.fill}")
+
+    def fill_for(self, dtype: torch.dtype) -> float:
+        return clamp_fill(self.fill, dtype)
+
+    def forward(self, scores: Tensor, blocked: Tensor) -> Tensor:
+        return scores.masked_fill(blocked, self.fill_for(scores.dtype))
+
+    def build(self, blocked: Tensor | None, dtype: torch.dtype, is_causal: bool = False) -> AttnMask:
+        if blocked is None or is_causal:
+            return AttnMask(blocked, None, self.fill, is_causal)
+        bias = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+        return AttnMask(blocked, bias.masked_fill_(blocked, self.fill_for(dtype)), self.fill, False)
+
+    def extra_repr(self) -> str:
+        return f"fill={self.fill}"
+
+
+@register("mask", "-inf")
+class NegInfFill(MaskFill):
+    """Fill blocked scores with -inf (tutorial A; what sdpa itself does with a bool mask).
+
+    Exact zero weight on blocked keys in every dtype, but a fully masked query row (an all-padding
+    source) gives NaN in explicit attention, which spreads to the loss; sdpa returns zeros there.
+    """
+
+    default_fill = float("-inf")
+
+    def __init__(self, fill: float | None = None) -> None:
+        super().__init__(fill)
+        if not math.isinf(self.fill):
+            raise ValueError(f"the -inf mask takes no finite fill, found {self.fill}")
+
+
+@register("mask", "-1e9")
+class FiniteFill(MaskFill):
+    """Fill blocked scores with a large finite number, -1e9 by default (tutorials C, E; B: -1e6, D: -1e10).
+
+    A fully masked query row gets a uniform distribution over all keys instead of NaN. -1e9 does not
+    fit in fp16: the value written is clamped to finfo(fp16).min / 2 = -32752 (see ``fill_for``).
+    """
+
+    def __init__(self, fill: float | None = None) -> None:
+        super().__init__(fill)
+        if math.isinf(self.fill):
+            raise ValueError("use the '-inf' mask for an infinite fill")
+
+
+def make_mask(name: str, fill: float) -> MaskFill:
+    """The mask component for a spec's ``mask`` (canonical name) and ``mask_fill`` (its float).
+
+    A registered name gets its component (with that fill); any other negative number gets a
+    :class:`FiniteFill` (or :class:`NegInfFill` for -inf), so the model accepts every fill the spec does.
+    """
+    if ("mask", name) in REGISTRY:
+        return REGISTRY.get("mask", name)(fill)
+    return NegInfFill() if math.isinf(fill) else FiniteFill(fill)

@@ -1,0 +1,188 @@
+"""Decoding: the KV cache is exact, beam search agrees with greedy and with the tutorials' beam."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ablate.decode import (
+    beam_search,
+    beam_search_reference,
+    decode_batch,
+    greedy_decode,
+    sequence_logprob,
+)
+from ablate.model import Seq2SeqTransformer, build_model
+from ablate.spec import DecodeSpec, ModelSpec
+
+torch.set_num_threads(1)
+
+PAD, BOS, EOS, V = 0, 1, 2, 14
+
+
+def tiny(attention: str = "sdpa", seed: int = 0, **overrides: object) -> Seq2SeqTransformer:
+    spec = ModelSpec(d_model=32, heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                     attention=attention, **overrides)  # type: ignore[arg-type]
+    return build_model(spec, V, V, pad_id=PAD, seed=seed).eval()
+
+
+def sources() -> torch.Tensor:
+    rows = [[5, 9, 3, 12, 7, 4], [4, 8, 13], [6, 11, 10, 13, 3, 7, 9, 5], [3, 3], [10, 12, 5, 6, 7]]
+    out = torch.zeros(len(rows), 8, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_incremental_decoding_equals_full_decoding(attention: str) -> None:
+    model = tiny(attention)
+    src = sources()
+    tgt = torch.randint(3, V, (src.size(0), 7), generator=torch.Generator().manual_seed(0))
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        enc = model.encode(src)
+        full = model.decode(tgt, enc)  # (B, 7, V)
+        cache = model.init_cache(enc)
+        chunks = [(0, 1), (1, 3), (3, 4), (4, 5), (5, 7)]  # one token, then two at once (the masked path) ...
+        steps = [model.decode(tgt[:, a:b], enc, cache, start_pos=a) for a, b in chunks]
+    assert cache.length == 7
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="start_pos"):
+        model.decode(tgt[:, :1], enc, cache, start_pos=3)
+
+
+def test_cache_reorder_moves_hypotheses() -> None:
+    model = tiny()
+    src = sources()[:3]
+    tgt = torch.randint(3, V, (3, 5), generator=torch.Generator().manual_seed(1))
+    index = torch.tensor([2, 0, 0, 1])  # reorder, duplicate and grow the batch
+    with torch.no_grad():
+        enc = model.encode(src)
+        cache = model.init_cache(enc)
+        model.decode(tgt[:, :4], enc, cache, start_pos=0)
+        cache.reorder(index)
+        last = model.decode(tgt[index, 4:5], enc, cache, start_pos=4)
+        expected = model(src[index], tgt[index])[:, 4:5]
+    torch.testing.assert_close(last, expected, atol=1e-5, rtol=1e-5)
+
+
+def _eos_prone(model: Seq2SeqTransformer, boost: float) -> Seq2SeqTransformer:
+    """A random model that ends some hypotheses early: raise the eos logit."""
+    with torch.no_grad():
+        model.generator.bias[EOS] += boost
+    return model
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_beam_one_is_greedy(alpha: float) -> None:
+    model = _eos_prone(tiny(seed=2), 0.5)
+    src = sources()
+    limits = torch.tensor([9, 4, 12, 3, 7])
+    greedy = greedy_decode(model, src, BOS, EOS, limits)
+    assert greedy == beam_search(model, src, BOS, EOS, 1, alpha, limits)
+    assert any(len(h) < int(n) for h, n in zip(greedy, limits, strict=True))  # some stop at eos ...
+    assert any(len(h) == int(n) for h, n in zip(greedy, limits, strict=True))  # ... some at max_len
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+@pytest.mark.parametrize("beam,alpha", [(3, 0.6), (4, 0.0), (4, 1.0)])
+def test_batched_beam_equals_the_reference_beam(attention: str, beam: int, alpha: float) -> None:
+    model = _eos_prone(tiny(attention, seed=3), 0.5)
+    src = sources()
+    limits = torch.tensor([10, 5, 12, 4, 8])
+    batched = beam_search(model, src, BOS, EOS, beam, alpha, limits)
+    reference = beam_search_reference(model, src, BOS, EOS, beam, alpha, limits)
+    assert batched == reference
+    assert len({len(h) for h in batched}) > 1  # sentences finish at different steps
+    assert all(len(h) <= int(n) for h, n in zip(batched, limits, strict=True))
+
+
+def _copy_batch(g: torch.Generator, n: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lengths = torch.randint(3, 7, (n,), generator=g)
+    src = torch.zeros(n, 6, dtype=torch.long)
+    tgt_in = torch.zeros(n, 7, dtype=torch.long)
+    tgt_out = torch.zeros(n, 7, dtype=torch.long)
+    for i, length in enumerate(lengths.tolist()):
+        row = torch.randint(3, V, (length,), generator=g)
+        src[i, :length] = row
+        tgt_in[i, 0], tgt_in[i, 1 : length + 1] = BOS, row
+        tgt_out[i, :length], tgt_out[i, length] = row, EOS
+    return src, tgt_in, tgt_out
+
+
+@pytest.fixture(scope="module")
+def copy_model() -> tuple[Seq2SeqTransformer, list[float]]:
+    """A tiny model trained for 100 steps on the copy task (about 2 s on one core)."""
+    torch.manual_seed(0)
+    spec = ModelSpec(d_model=32, heads=2, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0)
+    model = build_model(spec, V, V, pad_id=PAD, seed=0).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(100):
+        src, tgt_in, tgt_out = _copy_batch(g)
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return model.eval(), losses
+
+
+def test_beam_log_probability_is_never_below_greedy_on_a_trained_copy_model(
+    copy_model: tuple[Seq2SeqTransformer, list[float]],
+) -> None:
+    model, losses = copy_model
+    assert sum(losses[-10:]) < 0.5 * sum(losses[:10])  # it did learn something
+    model.train()
+    src = _copy_batch(torch.Generator().manual_seed(99), n=12)[0]
+    greedy = greedy_decode(model, src, BOS, EOS, 10)
+    beam = beam_search(model, src, BOS, EOS, 4, 0.0, 10)
+    assert model.training  # decoding ran in eval mode and gave the caller's mode back
+    model.eval()
+    gaps = []
+    for i in range(src.size(0)):
+        one = src[i : i + 1]
+        beam_lp = sequence_logprob(model, one, beam[i], BOS, EOS)
+        gaps.append(beam_lp - sequence_logprob(model, one, greedy[i], BOS, EOS))
+    assert min(gaps) >= -1e-4, gaps
+    assert max(gaps) > -1e-4 and greedy != [[]] * len(greedy)
+
+
+@pytest.mark.parametrize("beam,alpha", [(2, 0.6), (4, 1.0)])
+def test_batched_beam_equals_the_reference_beam_on_the_trained_model(
+    copy_model: tuple[Seq2SeqTransformer, list[float]], beam: int, alpha: float
+) -> None:
+    model = copy_model[0]
+    src = _copy_batch(torch.Generator().manual_seed(7), n=10)[0]
+    limits = (src != PAD).sum(1) + 2
+    batched = beam_search(model, src, BOS, EOS, beam, alpha, limits)
+    assert batched == beam_search_reference(model, src, BOS, EOS, beam, alpha, limits)
+    assert len({len(h) for h in batched}) > 1
+
+
+def test_decode_batch_follows_the_decode_spec() -> None:
+    model = _eos_prone(tiny(seed=4), 1.0)
+    src = sources()
+    src_len = (src != PAD).sum(1)
+    spec = DecodeSpec(strategy="greedy", max_len_a=0.5, max_len_b=1)
+    limits = (0.5 * src_len).floor().long() + 1
+    out = decode_batch(model, src, spec, BOS, EOS)
+    assert out == greedy_decode(model, src, BOS, EOS, limits)
+    assert all(len(h) <= int(n) for h, n in zip(out, limits, strict=True))
+    beam_spec = DecodeSpec(strategy="beam", beam=3, length_penalty=0.6, max_len_a=1.0, max_len_b=2)
+    expected = beam_search(model, src, BOS, EOS, 3, 0.6, src_len + 2)
+    assert decode_batch(model, src, beam_spec, BOS, EOS) == expected
+
+
+def test_max_len_edge_cases() -> None:
+    model = tiny(positions="learned", max_positions=8)
+    src = sources()  # up to 8 tokens
+    assert greedy_decode(model, src, BOS, EOS, 0) == [[]] * 5
+    assert beam_search(model, src, BOS, EOS, 2, 0.6, 0) == [[]] * 5
+    capped = greedy_decode(model, src, BOS, EOS, 50)  # capped at max_positions, not an error
+    assert all(len(h) <= 8 for h in capped) and any(len(h) == 8 for h in capped)
+    beam = beam_search(model, src, BOS, EOS, 3, 0.6, 50)
+    assert beam == beam_search_reference(model, src, BOS, EOS, 3, 0.6, 50)

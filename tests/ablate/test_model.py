@@ -1,0 +1,190 @@
+"""The assembled encoder-decoder: masks, controlled init, reference values, embeddings, attention maps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import registry
+from ablate.model import Seq2SeqTransformer, build_model
+from ablate.spec import ModelSpec
+
+torch.set_num_threads(1)
+
+V = 16
+SMALL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0}
+# Every registered component of every kind that has parameters or wiring (mask included).
+AXES = [(kind, name) for kind in registry.KINDS for name in registry.names(kind)]
+
+
+def tiny(**overrides: object) -> Seq2SeqTransformer:
+    seed = int(overrides.pop("seed", 0))  # type: ignore[call-overload]
+    return build_model(ModelSpec(**{**SMALL, **overrides}), V, V, seed=seed).eval()
+
+
+def _sentences() -> tuple[list[list[int]], list[list[int]]]:
+    srcs = [[5, 9, 3, 12, 7], [4, 8, 15], [6, 11, 10, 13, 14, 7, 9], [3]]
+    tgts = [[1, 6, 9, 14], [1, 3, 7, 7, 12, 5], [1, 8], [1, 4, 4]]
+    return srcs, tgts
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def test_forward_shapes() -> None:
+    model = tiny()
+    src, tgt = _pad(_sentences()[0]), _pad(_sentences()[1])
+    assert model(src, tgt).shape == (4, tgt.size(1), V)
+    enc = model.encode(src)
+    assert enc.memory.shape == (4, src.size(1), 16) and enc.src_pad.dtype == torch.bool
+    assert enc.src_pad.sum().item() == (src == 0).sum().item()
+    wide = build_model(ModelSpec(**SMALL), 11, 23)
+    assert wide(src.clamp(max=10), tgt).shape == (4, tgt.size(1), 23)
+
+
+@pytest.mark.parametrize("mask", ["-inf", "-1e9"])
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_padding_does_not_change_real_positions(attention: str, mask: str) -> None:
+    model = tiny(attention=attention, mask=mask)
+    srcs, tgts = _sentences()
+    with torch.no_grad():
+        batched = model(_pad(srcs), _pad(tgts))
+        for i, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
+            alone = model(torch.tensor([s]), torch.tensor([t]))[0]
+            torch.testing.assert_close(batched[i, : len(t)], alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_future_target_tokens_do_not_change_earlier_logits(attention: str) -> None:
+    model = tiny(attention=attention)
+    src = _pad(_sentences()[0])
+    tgt = torch.randint(3, V, (4, 6), generator=torch.Generator().manual_seed(0))
+    changed = tgt.clone()
+    changed[:, 3:] = torch.randint(3, V, (4, 3), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :3], b[:, :3], atol=1e-6, rtol=1e-6)
+    assert (a[:, 3:] - b[:, 3:]).abs().max() > 1e-3  # later positions do see the change
+
+
+def _params(model: nn.Module) -> dict[tuple[str, tuple[int, ...]], torch.Tensor]:
+    return {(n, tuple(p.shape)): p.detach() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind,name", AXES, ids=[f"{k}:{n}" for k, n in AXES])
+def test_controlled_init_shares_values_across_variants(kind: str, name: str) -> None:
+    """Same seed: identical values in every parameter a variant shares with the default model."""
+    base, variant = _params(tiny(seed=3)), _params(tiny(seed=3, **{kind: name}))
+    shared = base.keys() & variant.keys()
+    assert len(shared) >= 0.7 * len(base)  # most of the model is shared whatever the axis
+    for key in shared:
+        assert torch.equal(base[key], variant[key]), key
+    other_seed = _params(tiny(seed=4, **{kind: name}))
+    for key in shared:
+        if ".norm." not in f".{key[0]}":  # norms start at ones / zeros whatever the seed
+            assert not torch.equal(variant[key], other_seed[key]), key
+
+
+@pytest.mark.parametrize("option", [{"embeddings": "tied"}, {"init": "default"}, {"shared_layer_norm": True,
+                                                                                 "residual": "post_norm"}])
+def test_controlled_init_for_options(option: dict[str, object]) -> None:
+    base, variant = _params(tiny(seed=5)), _params(tiny(seed=5, **option))
+    same = [k for k in base.keys() & variant.keys() if torch.equal(base[k], variant[k])]
+    if option.get("init") == "default":  # another scheme: only norms and biases (module defaults) agree
+        assert all(k[0].endswith("bias") or "norm" in k[0] for k in same)
+        assert any(k[0].endswith("bias") and "norm" not in k[0] for k in same)
+    else:
+        assert set(same) == base.keys() & variant.keys()
+
+
+def test_xavier_bound_of_fused_projections_is_per_chunk() -> None:
+    """A fused (3d, d) QKV weight is drawn like three (d, d) Xavier matrices, as separate Linears would be."""
+    w = tiny().encoder.layers[0].self_attn.qkv.weight
+    bound = (6 / (16 + 16)) ** 0.5
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+
+
+# Logits of the default ModelSpec() (d 128, 4 heads, 2+2 layers) with seed 0, computed once.
+REF_SRC = [[5, 9, 3, 12, 7, 0, 0], [4, 4, 8, 15, 6, 11, 10]]
+REF_TGT = [[1, 6, 9, 14, 0], [1, 3, 7, 7, 12]]
+REF_LOGITS_0 = [[0.92288, 0.33923, -1.38644, 2.53590], [-0.45428, -0.01444, 1.43899, 0.53614]]
+REF_LOGITS_1 = [-0.14382, 1.58011, 1.70957, -1.19925]
+# Per variant (default spec with one axis changed): sum of logits[0, 1], logits[1, -1, 3], mean |logits|.
+REF_VARIANTS = {
+    ("residual", "post_norm"): [7.68539, -1.20303, 1.13004],
+    ("residual", "pre_norm"): [7.47105, -1.19925, 1.06454],
+    ("positions", "learned"): [6.0693, -1.67026, 1.01955],
+    ("positions", "sinusoidal"): [7.47105, -1.19925, 1.06454],
+    ("ffn", "conv1d"): [6.26448, 0.53998, 1.08594],
+    ("ffn", "linear"): [7.47105, -1.19925, 1.06454],
+    ("norm", "builtin"): [7.47105, -1.19925, 1.06454],
+    ("norm", "custom"): [7.43633, -1.19197, 1.06018],
+    ("mask", "-1e9"): [7.47105, -1.19925, 1.06454],
+    ("mask", "-inf"): [7.47105, -1.19925, 1.06454],
+    ("attention", "explicit"): [7.47105, -1.19925, 1.06454],
+    ("attention", "sdpa"): [7.47105, -1.19925, 1.06454],
+}
+
+
+def test_reference_logits_of_the_default_model() -> None:
+    model = build_model(ModelSpec(), V, V, seed=0).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(REF_SRC), torch.tensor(REF_TGT))
+    torch.testing.assert_close(logits[0, :2, :4], torch.tensor(REF_LOGITS_0), atol=2e-4, rtol=0)
+    torch.testing.assert_close(logits[1, -1, :4], torch.tensor(REF_LOGITS_1), atol=2e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind,name", sorted(REF_VARIANTS), ids=[f"{k}:{n}" for k, n in sorted(REF_VARIANTS)])
+def test_reference_values_per_variant(kind: str, name: str) -> None:
+    model = build_model(ModelSpec(**{kind: name}), V, V, seed=0).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(REF_SRC), torch.tensor(REF_TGT))
+    got = [logits[0, 1].sum().item(), logits[1, -1, 3].item(), logits.abs().mean().item()]
+    assert got == pytest.approx(REF_VARIANTS[(kind, name)], abs=5e-4)
+
+
+def test_shared_and_tied_embeddings_share_storage() -> None:
+    separate, shared, tied = tiny(), tiny(embeddings="shared"), tiny(embeddings="tied")
+    assert separate.src_embed.weight.data_ptr() != separate.tgt_embed.weight.data_ptr()
+    assert shared.src_embed.weight is shared.tgt_embed.weight
+    assert shared.generator.weight.data_ptr() != shared.tgt_embed.weight.data_ptr()
+    assert tied.generator.weight is tied.tgt_embed.weight is tied.src_embed.weight
+    assert separate.num_parameters() - shared.num_parameters() == V * 16
+    assert shared.num_parameters() - tied.num_parameters() == V * 16
+    # Still one tensor after a training step.
+    tied.train()
+    opt = torch.optim.SGD(tied.parameters(), lr=0.1)
+    tied(_pad(_sentences()[0]), _pad(_sentences()[1])).sum().backward()
+    opt.step()
+    assert tied.generator.weight.data_ptr() == tied.src_embed.weight.data_ptr()
+    with pytest.raises(ValueError, match="one vocabulary"):
+        build_model(ModelSpec(**SMALL, embeddings="shared"), 11, 12)
+
+
+def test_attention_maps() -> None:
+    model = tiny(attention="explicit")
+    src, tgt = torch.tensor([[5, 9, 3, 0, 0]]), torch.tensor([[1, 6, 9, 14]])
+    maps = model.attention_maps(src, tgt)
+    assert set(maps) == {"encoder_self", "decoder_self", "cross"}
+    expected = {"encoder_self": (2, 5, 5), "decoder_self": (2, 4, 4), "cross": (2, 4, 5)}
+    for key, shape in expected.items():
+        assert len(maps[key]) == 2  # one per layer
+        for w in maps[key]:
+            assert w.shape == shape
+            torch.testing.assert_close(w.sum(-1), torch.ones(shape[:2]))
+    assert maps["cross"][0][..., 3:].abs().max() == 0  # source padding gets no attention
+    assert maps["decoder_self"][1].triu(1).abs().max() == 0  # causal
+    assert model.encoder.layers[0].self_attn.last_weights is None  # nothing kept afterwards
+    with pytest.raises(ValueError, match="explicit"):
+        tiny(attention="sdpa").attention_maps(src, tgt)
+
+
+def test_positions_beyond_max_positions_are_an_error() -> None:
+    model = tiny(max_positions=8, positions="learned")
+    with pytest.raises(ValueError, match="max_positions"):
+        model(torch.ones(1, 9, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))

@@ -1,0 +1,160 @@
+"""What each mask fill does where it can go wrong: fully masked rows and half precision.
+
+The expectations here are the table in registry/masking.py's docstring; if torch changes one of
+them this file fails and the table must be updated with it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import registry
+from ablate.model import build_model
+from ablate.spec import ModelSpec
+from registry.masking import clamp_fill, make_mask
+
+torch.set_num_threads(1)
+
+# (fill, attention) -> what a fully masked query row becomes, fp32 (and bf16).
+FULLY_MASKED = {
+    ("-inf", "explicit"): "nan",
+    ("-inf", "sdpa"): "zeros",
+    ("-1e9", "explicit"): "uniform",
+    ("-1e9", "sdpa"): "uniform",
+    ("-1e10", "explicit"): "uniform",
+    ("-1e10", "sdpa"): "uniform",
+    ("-1e6", "explicit"): "uniform",
+    ("-1e6", "sdpa"): "unmasked",  # -1e6 + score keeps the score differences in fp32
+}
+FILLS = sorted({fill for fill, _ in FULLY_MASKED})
+
+
+def _qkv(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    q = 3 * torch.randn(2, 2, 3, 8, generator=g)  # (B, heads, Tq, d_head), scores well below 32
+    k = 3 * torch.randn(2, 2, 4, 8, generator=g)
+    v = torch.randn(2, 2, 4, 8, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _blocked() -> torch.Tensor:
+    blocked = torch.zeros(2, 1, 3, 4, dtype=torch.bool)
+    blocked[0, 0, 1] = True  # query row 1 of sentence 0 sees nothing
+    blocked[:, 0, 2, 2:] = True  # a partially masked row
+    return blocked
+
+
+def _classify(row: torch.Tensor, v: torch.Tensor, unmasked: torch.Tensor) -> str:
+    if torch.isnan(row).any():
+        return "nan"
+    if torch.equal(row, torch.zeros_like(row)):
+        return "zeros"
+    if torch.allclose(row, v.mean(dim=1), atol=1e-2):  # (heads, d_head): uniform weights over the keys
+        return "uniform"
+    if torch.allclose(row, unmasked, atol=3e-2):  # up to the rounding of score + fill
+        return "unmasked"
+    return "other"
+
+
+def test_every_registered_mask_has_documented_hazards() -> None:
+    for name in registry.names("mask"):
+        assert name in FILLS, f"add the fully-masked-row behaviour of mask {name!r} to this file and its docs"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("fill", FILLS)
+def test_fully_masked_row(fill: str, attention: str, dtype: torch.dtype) -> None:
+    attn = registry.get("attention", attention)(16, 2)
+    mask = make_mask(fill, float(fill)).build(_blocked(), dtype)
+    q, k, v = _qkv(dtype)
+    out = attn.attend(q, k, v, mask).float()  # (B, heads, Tq, d_head)
+    reference = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1)
+    unmasked = reference @ v.float()
+    assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == FULLY_MASKED[(fill, attention)]
+    # Every other row is finite and the same for every fill: blocked keys get exactly zero weight.
+    partial = reference.masked_fill(_blocked(), 0.0)
+    partial = partial / partial.sum(-1, keepdim=True) @ v.float()
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out[0, :, [0, 2]], partial[0, :, [0, 2]], atol=tol, rtol=tol)
+    torch.testing.assert_close(out[1], partial[1], atol=tol, rtol=tol)
+
+
+def test_explicit_fully_masked_weights_are_uniform_with_a_finite_fill() -> None:
+    attn = registry.get("attention", "explicit")(16, 2)
+    attn.keep_weights = True
+    q, k, v = _qkv(torch.float32)
+    attn.attend(q, k, v, make_mask("-1e9", -1e9).build(_blocked(), torch.float32))
+    assert attn.last_weights is not None
+    torch.testing.assert_close(attn.last_weights[0, :, 1], torch.full((2, 4), 0.25))
+
+
+# ---------------------------------------------------------------- half precision
+def test_minus_1e9_overflows_fp16_and_the_fill_is_clamped() -> None:
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.zeros(2, dtype=torch.float16).masked_fill(torch.tensor([True, False]), -1e9)
+    finite = make_mask("-1e9", -1e9)
+    assert finite.fill_for(torch.float16) == torch.finfo(torch.float16).min / 2 == -32752.0
+    assert finite.fill_for(torch.bfloat16) == -1e9 and finite.fill_for(torch.float32) == -1e9
+    assert clamp_fill(float("-inf"), torch.float16) == float("-inf")
+    scores = torch.zeros(3, dtype=torch.float16)
+    assert finite(scores, torch.tensor([True, False, True])).tolist() == [-32752.0, 0.0, -32752.0]
+
+
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+def test_fp16_fully_masked_row(attention: str) -> None:
+    """fp16: explicit keeps the uniform row with the clamped fill; sdpa's fp32 accumulation does not."""
+    attn = registry.get("attention", attention)(16, 2)
+    q, k, v = _qkv(torch.float16)
+    out = attn.attend(q, k, v, make_mask("-1e9", -1e9).build(_blocked(), torch.float16)).float()
+    unmasked = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1) @ v.float()
+    expected = {"explicit": "uniform", "sdpa": "unmasked"}[attention]
+    assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == expected
+    assert torch.isfinite(out).all()
+
+
+def _tiny(mask: str, attention: str) -> torch.nn.Module:
+    spec = ModelSpec(d_model=16, heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                     mask=mask, attention=attention)
+    return build_model(spec, 13, 13, seed=0).eval()
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(3, 13, (3, 7), generator=g)
+    src[1, 4:] = 0
+    src[2, 2:] = 0
+    tgt = torch.randint(3, 13, (3, 5), generator=g)
+    tgt[2, 3:] = 0
+    return src, tgt
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("mask", ["-1e9", "-1e6", "-inf"])
+def test_half_precision_autocast_forward(mask: str, attention: str, dtype: torch.dtype) -> None:
+    model = _tiny(mask, attention)
+    src, tgt = _batch()
+    with torch.no_grad():
+        full = model(src, tgt)
+        with torch.autocast("cpu", dtype=dtype):
+            half = model(src, tgt)  # -1e9 in fp16 would raise without the clamp
+    assert half.dtype == dtype
+    assert torch.isfinite(half).all()
+    torch.testing.assert_close(half.float(), full, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("mask", ["-inf", "-1e9"])
+def test_empty_source_sentence(mask: str, attention: str) -> None:
+    """An all-padding source: the real-world fully-masked row. Only -inf with explicit attention gives
+    NaN, and only for that sentence (the loss of the whole batch would still be NaN)."""
+    model = _tiny(mask, attention)
+    src, tgt = _batch()
+    src[1] = 0
+    with torch.no_grad():
+        logits = model(src, tgt)
+    broken = torch.isnan(logits).any(dim=(1, 2)).tolist()
+    assert broken == [False, mask == "-inf" and attention == "explicit", False]
+    assert torch.isfinite(logits[[0, 2]]).all()
