@@ -291,7 +291,16 @@ class Tracker(NullTracker):
         dataset = MetaDataset(_dataset_source(source), name=name, digest=digest[:36])  # type: ignore[abstract]
         entity = DatasetEntity(**dataset.to_dict())  # name, digest, source_type, source
         tag = InputTag("mlflow.data.context", context)
-        self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
+        try:
+            self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
+        except MlflowException as e:
+            # Two workers logging the same dataset at once (ablate ablate/tune --workers N): the store's
+            # check-then-insert fails for one of them on the unique (experiment, name, digest) key. The
+            # row exists now, so a second try links it to this run.
+            if "unique constraint" not in str(e).lower() and "integrityerror" not in str(e).lower():
+                raise
+            time.sleep(0.2)
+            self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
 
     def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0) -> str | None:
         """Log ``model`` with ``mlflow.pytorch`` (a pickled module: load it only from a store you trust);

@@ -183,3 +183,39 @@ def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, k
         assert len(steps) == len(set(steps)), key
         ref_steps = [m.step for m in ref_client.get_metric_history(ref_run.info.run_id, key)]
         assert sorted(steps) == sorted(ref_steps), key
+
+
+def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: Path) -> None:
+    text = (TINY.replace("max_steps: 40", "max_steps: 100000").replace("eval_every: 20", "eval_every: 100000")
+            .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+    spec_path = write_spec(tmp_path, text)
+    run_root = tmp_path / "runs" / "tiny"
+    proc = _run_cli(spec_path, tmp_path)
+    deadline = time.time() + 120
+    # wait for a periodic checkpoint after step 0, so the run is really training
+    while time.time() < deadline and proc.poll() is None:
+        ckpts = list(run_root.glob("*/last.pt"))
+        if ckpts and load_checkpoint(ckpts[0])["state"]["step"] >= 5:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out.decode()
+    assert b"Traceback" not in out
+    (ckpt,) = run_root.glob("*/last.pt")
+    assert load_checkpoint(ckpt)["state"]["step"] >= 5
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.status == "KILLED"
+    assert run.data.tags["ablate.status"] == "killed"
+
+
+def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded default really learns: a shortened fixed-seed quickstart passes an exact-match bar."""
+    monkeypatch.chdir(tmp_path)
+    quickstart = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
+    spec = load_spec(quickstart, ["tracking.enabled=false", "train.max_steps=600", "train.eval_every=600",
+                                  "data.synthetic.val_size=100", "data.synthetic.test_size=100"])
+    result = run_experiment(spec)
+    assert result.status == "finished"
+    assert result.metrics["test/exact_match"] >= 0.8, result.metrics

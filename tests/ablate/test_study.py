@@ -1,0 +1,331 @@
+"""Ablation studies: cell expansion, controlled cells, resumable and parallel runs on real stores.
+
+Real Optuna stores (journal file, PostgreSQL), a real MLflow sqlite store in a temporary folder, tiny
+synthetic specs (d_model 16, 1+1 layers, a few dozen steps).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from ablate.cli import main as cli_main
+from ablate.specload import SpecError
+from ablate.study import main_ablate, main_status, plan_study
+
+TINY = """\
+name: {name}
+seed: 0
+data:
+  source: synthetic
+  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 200, val_size: 16,
+              test_size: 16}}
+  max_len: 8
+  batch_tokens: 256
+model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
+train:
+  max_steps: {steps}
+  eval_every: {eval_every}
+  checkpoint_every: 5
+  divergence_factor: 1.5
+  schedule: {{name: inverse_sqrt, warmup_steps: 10}}
+eval: {{metric: exact_match, samples: 0}}
+tracking: {{log_checkpoint: false}}
+"""
+
+
+def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_every: int = 10) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(TINY.format(name=name, steps=steps, eval_every=eval_every) + ablation)
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a temporary folder with its own MLflow sqlite store (inherited by subprocesses)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
+def study_runs(name: str) -> tuple[list, list]:
+    """(parent runs, child runs) of the study's MLflow experiment."""
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(name)
+    assert exp is not None, f"no MLflow experiment {name}"
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def assert_each_cell_once(path: Path, statuses: dict[str, str] | None = None) -> list:
+    plan = plan_study(str(path))
+    parents, children = study_runs(plan.name)
+    assert len(parents) == 1 and parents[0].data.tags["ablate.kind"] == "ablation"
+    per_cell = Counter(r.data.tags["ablate.cell"] for r in children)
+    assert per_cell == Counter({c.key: 1 for c in plan.cells})  # every cell exactly one run
+    for r in children:
+        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        cell = next(c for c in plan.cells if c.key == r.data.tags["ablate.cell"])
+        assert r.data.tags["ablate.variant"] == cell.label
+        assert r.data.tags["ablate.seed"] == str(cell.seed)
+        assert r.data.tags["ablate.spec_hash"] == cell.spec.spec_hash
+        expected = (statuses or {}).get(cell.label, "finished")
+        assert r.data.tags["ablate.status"] == expected, (cell.label, r.data.tags["ablate.status"])
+    return children
+
+
+# ---------------------------------------------------------------- expansion (nothing trains)
+def test_one_at_a_time_counts_labels_and_diffs(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "oat", """
+ablation:
+  design: one_at_a_time
+  axes:
+    model.residual: [pre_norm, post_norm]
+    model.positions: [sinusoidal, learned]
+    model.mask: ["-inf", -1e9, -1e6]
+    train.schedule.warmup_steps: [10, 0]
+  repeats: 2
+""")
+    plan = plan_study(str(path), ["seed=7"])
+    # 1 + sum(len(values) - 1): a value equal to the baseline's is the baseline itself.
+    assert plan.variants == ["baseline", "residual=post_norm", "positions=learned", "mask=-1e9", "mask=-1e6",
+                             "train.schedule.warmup_steps=0"]
+    assert plan.seeds == [7, 8] and len(plan.cells) == 12
+    assert len({c.key for c in plan.cells}) == 12
+    for cell in plan.cells:
+        assert cell.spec.seed == cell.seed and cell.key == f"{cell.spec.spec_hash}-s{cell.seed}"
+        assert cell.spec.ablation is None and cell.spec.search is None
+    by = {(c.label, c.seed): c for c in plan.cells}
+    assert by[("baseline", 7)].diff == []
+    assert by[("residual=post_norm", 7)].diff == [("model.residual", "pre_norm", "post_norm")]
+    assert by[("mask=-1e9", 8)].diff == [("model.mask", "-inf", "-1e9")]
+    assert by[("train.schedule.warmup_steps=0", 7)].spec.train.schedule.warmup_steps == 0
+    assert by[("baseline", 7)].spec.spec_hash != by[("baseline", 8)].spec.spec_hash  # the seed is identity
+    assert plan.metric == "val/exact_match" and plan.direction == "maximize"
+
+
+def test_full_factorial_and_explicit_variants(tmp_path: Path) -> None:
+    factorial = plan_study(str(write_spec(tmp_path, "ff", """
+ablation:
+  design: full_factorial
+  axes:
+    model.residual: [pre_norm, post_norm]
+    train.schedule.warmup_steps: [10, 0]
+""")))
+    assert factorial.variants == ["baseline", "train.schedule.warmup_steps=0", "residual=post_norm",
+                                  "residual=post_norm, train.schedule.warmup_steps=0"]
+    last = factorial.cells[-1]
+    assert last.diff == [("model.residual", "pre_norm", "post_norm"), ("train.schedule.warmup_steps", 10, 0)]
+
+    variants = plan_study(str(write_spec(tmp_path, "var", """
+ablation:
+  design: variants
+  variants:
+    - {label: tutorial-E layer norm, model: {norm: custom, norm_affine: scalar}}
+    - {train.optimizer.lr: 0.01}
+    - {model.residual: pre_norm}
+  seeds: [3]
+""")))
+    # The third variant equals the baseline, which every design includes first.
+    assert variants.variants == ["baseline", "tutorial-E layer norm", "train.optimizer.lr=0.01"]
+    assert variants.cells[1].diff == [("model.norm", "builtin", "custom"),
+                                      ("model.norm_affine", "per_feature", "scalar")]
+    assert {c.seed for c in variants.cells} == {3}
+
+
+def test_invalid_variant_is_a_spec_error_naming_the_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    path = write_spec(tmp_path, "bad", """
+ablation:
+  design: variants
+  variants:
+    - {model.d_model: 15}
+""")
+    with pytest.raises(SpecError) as err:
+        plan_study(str(path))
+    text = str(err.value)
+    assert text.startswith(f"{path}:")
+    assert "ablation.variants.0: model.d_model=15 gives an invalid spec" in text
+    assert "not divisible by heads 2" in text
+    assert cli_main(["ablate", str(path), "--dry-run"]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_dry_run_prints_cells_and_diffs_and_writes_nothing(workdir: Path, capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    path = write_spec(workdir, "dry", """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
+  seeds: [0, 1]
+""")
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "3 variants x 2 seeds = 6 cells" in out
+    assert "model.residual: pre_norm -> post_norm" in out and "model.ffn: linear -> conv1d" in out
+    assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
+
+
+def test_cells_of_one_seed_are_controlled(tmp_path: Path) -> None:
+    """Same seed: same first batch and identical initial weights in every shared parameter."""
+    from ablate.data import TokenBatcher, prepare_data
+    from ablate.model import build_model
+
+    plan = plan_study(str(write_spec(tmp_path, "ctl", """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm], model.positions: [sinusoidal, learned]}
+  seeds: [0, 1]
+""")))
+    cells = {(c.label, c.seed): c for c in plan.cells}
+
+    def first_batch_and_model(label: str, seed: int) -> tuple[object, dict[str, torch.Tensor]]:
+        spec = cells[(label, seed)].spec
+        data = prepare_data(spec)
+        batcher = TokenBatcher(data.splits["train"], spec.data.batch_tokens, spec.seed, shuffle=True)
+        batch = batcher.collate(batcher.epoch_batches(0)[0])
+        tok = data.tokenizers
+        model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
+                            seed=spec.seed)
+        return batch, dict(model.state_dict())
+
+    base, base_w = first_batch_and_model("baseline", 0)
+    for label in ("residual=post_norm", "positions=learned"):
+        other, other_w = first_batch_and_model(label, 0)
+        assert torch.equal(base.src, other.src) and torch.equal(base.tgt_in, other.tgt_in)  # type: ignore[attr-defined]
+        shared = [k for k in base_w if k in other_w and base_w[k].shape == other_w[k].shape]
+        assert len(shared) >= 0.8 * len(base_w)
+        assert all(torch.equal(base_w[k], other_w[k]) for k in shared), label
+    seed1, seed1_w = first_batch_and_model("baseline", 1)
+    assert not torch.equal(base.src, seed1.src)  # type: ignore[attr-defined]
+    assert not all(torch.equal(base_w[k], seed1_w[k]) for k in base_w if base_w[k].numel() > 1)
+
+
+def test_experiment_ablations_expand() -> None:
+    root = Path(__file__).resolve().parents[2] / "experiments" / "ablations"
+    plans = {p.name: plan_study(str(p)) for p in sorted(root.glob("*.yaml"))}
+    assert {k: len(v.cells) for k, v in plans.items()} == {
+        "quick-axes.yaml": 6, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8}
+    axes = ["baseline", "residual=post_norm", "positions=learned", "ffn=conv1d", "norm=custom", "mask=-1e9"]
+    assert plans["quick-axes.yaml"].variants == axes and plans["tutorial-axes.yaml"].variants == axes
+    assert plans["tutorial-axes.yaml"].seeds == [0, 1, 2] and plans["tutorial-axes.yaml"].metric == "val/bleu"
+    assert plans["warmup-vs-norm.yaml"].variants[-1] == "residual=post_norm, train.schedule.warmup_steps=0"
+
+
+# ---------------------------------------------------------------- running
+def test_killed_study_resumes_without_rerunning_finished_cells(workdir: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_spec(workdir, "kill", """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
+""", steps=80, eval_every=20)
+    plan = plan_study(str(path))
+    dirs = [workdir / "runs" / "kill" / c.key for c in plan.cells]
+    log = open(workdir / "first.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", "ablate", str(path)], cwd=workdir,
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (dirs[0] / "summary.json").exists() and (dirs[1] / "last.pt").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up: the store must cope
+    proc.wait()
+    assert (dirs[0] / "summary.json").exists(), (workdir / "first.log").read_text()[-3000:]
+    assert (dirs[1] / "last.pt").exists() and not (dirs[1] / "summary.json").exists()
+    finished_at = (dirs[0] / "summary.json").stat().st_mtime_ns
+
+    assert main_status(str(path)) == 0
+    grid = capsys.readouterr().out
+    assert "1 finished" in grid and "1 interrupted" in grid and "1 pending" in grid
+
+    assert main_ablate(str(path)) == 0
+    assert (dirs[0] / "summary.json").stat().st_mtime_ns == finished_at  # not retrained
+    children = assert_each_cell_once(path)
+    resumed = next(r for r in children if r.data.tags["ablate.cell"] == plan.cells[1].key)
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    history = client.get_metric_history(resumed.info.run_id, "val/loss")
+    steps = sorted(m.step for m in history)  # one run, resumed: every evaluation step exactly once
+    assert steps == sorted(set(steps)) and {20, 40, 60, 80} <= set(steps)
+    parents, _ = study_runs(plan.name)
+    assert parents[0].info.status == "FINISHED"
+
+
+def test_two_local_workers_finish_the_grid_once_with_a_diverging_cell(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_spec(workdir, "par", """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm], train.optimizer.lr: [0.001, 100.0]}
+  seeds: [0, 1]
+""")
+    assert main_ablate(str(path), workers=2) == 0
+    children = assert_each_cell_once(path, {"train.optimizer.lr=100": "diverged"})
+    assert len(children) == 6
+    capsys.readouterr()
+    assert main_status(str(path)) == 0
+    grid = capsys.readouterr().out
+    assert "4 finished, 2 diverged" in grid
+    # Rerunning finds nothing to do: diverged cells are results, not failures.
+    assert main_ablate(str(path), workers=2) == 0
+    assert "0 cells queued" in capsys.readouterr().out
+    assert len(study_runs("par")[1]) == 6
+
+
+def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import optuna
+
+    from ablate.tune.store import Store
+
+    path = write_spec(workdir, "fail", f"""
+ablation:
+  axes: {{model.ffn: [linear, {crashing_ffn}]}}
+""", steps=10, eval_every=5)
+    plan = plan_study(str(path))
+    crashed_key = plan.cells[1].key
+
+    def attempts() -> int:
+        study = optuna.load_study(study_name=plan.store_name, storage=Store().storage)
+        return sum(t.user_attrs.get("ablate.cell") == crashed_key for t in study.get_trials())
+
+    assert main_ablate(str(path)) == 1  # the study completes; the exit code says a cell failed
+    assert "1 finished, 1 failed" in capsys.readouterr().out
+    runs = [r for r in study_runs("fail")[1] if r.data.tags["ablate.cell"] == crashed_key]
+    assert len(runs) == 1 and runs[0].data.tags["ablate.status"] == "failed"
+    assert attempts() == 1
+    assert main_ablate(str(path)) == 1
+    assert attempts() == 1  # skipped without --retry-failed
+    assert main_ablate(str(path), retry_failed=True) == 1
+    assert attempts() == 2  # tried again (resuming its checkpoint and MLflow run), failed again
+    assert_each_cell_once(path, {f"ffn={crashing_ffn}": "failed"})
+
+
+@pytest.mark.postgres
+def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Two `ablate ablate --storage postgresql://...` (two machines) split the cells: each runs once."""
+    name = f"pg-{os.getpid()}-{int(time.time())}"
+    path = write_spec(workdir, name, """
+ablation:
+  axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
+  seeds: [0, 1]
+""")
+    cmd = [sys.executable, "-m", "ablate", "ablate", str(path), "--storage", postgres_url]
+    logs = [open(workdir / f"worker{i}.log", "w") for i in range(2)]
+    procs = [subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+    codes = [p.wait(timeout=600) for p in procs]
+    assert codes == [0, 0], [(workdir / f"worker{i}.log").read_text()[-3000:] for i in range(2)]
+    assert_each_cell_once(path)
+    started = [(workdir / f"worker{i}.log").read_text().count(": started") for i in range(2)]
+    assert sum(started) == 6, started  # no cell was started twice
+    assert main_status(str(path), storage=postgres_url) == 0
+    assert "6 finished" in capsys.readouterr().out

@@ -1,0 +1,99 @@
+"""Shared fixtures: a real PostgreSQL server for the multi-machine study/search tests.
+
+`postgres_url` uses ``ABLATE_TEST_POSTGRES_URL`` when set (a server CI provides); otherwise it starts a
+throwaway cluster from Debian's ``postgresql`` package (initdb into a temporary folder, ``pg_ctl start`` on
+127.0.0.1 and a free port, as the ``postgres`` OS user when the tests run as root) and stops it at the end.
+Without PostgreSQL binaries the tests that need it are skipped, unless ``CI=true``: there they fail.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+
+def _pg_bin() -> str | None:
+    """The newest /usr/lib/postgresql/<ver>/bin holding initdb and pg_ctl (Debian's layout), or PATH."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    if found:
+        return os.path.dirname(found[-1])
+    initdb = shutil.which("initdb")
+    return os.path.dirname(initdb) if initdb and shutil.which("pg_ctl") else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root: hand the server to the `postgres` account Debian creates.
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    env_url = os.environ.get("ABLATE_TEST_POSTGRES_URL")
+    if env_url:
+        yield env_url
+        return
+    bindir = _pg_bin()
+    if bindir is None:
+        reason = ("PostgreSQL is not installed (apt-get install postgresql) and ABLATE_TEST_POSTGRES_URL "
+                  "is not set")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    root = tempfile.mkdtemp(prefix="ablate-pg-")
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    data, log, port = os.path.join(root, "data"), os.path.join(root, "server.log"), _free_port()
+    run = dict(check=True, capture_output=True, text=True, timeout=120)
+    try:
+        subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust",
+                                     "--no-sync", "-E", "UTF8"]), **run)  # type: ignore[call-overload]
+        options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=200"
+        subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", data, "-l", log, "-o", options, "-w",
+                                     "start"]), **run)  # type: ignore[call-overload]
+    except subprocess.CalledProcessError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"could not start a throwaway PostgreSQL: {exc.stderr or exc.stdout}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"]),
+                       capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def crashing_ffn() -> Iterator[str]:
+    """A real registered FFN component whose forward raises: a cell or trial that crashes mid-training."""
+    from torch import nn
+
+    import registry
+
+    class CrashingFFN(nn.Module):
+        """Raises in forward (tests: a crashing run must not stop a study)."""
+
+        def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+            super().__init__()
+            self.w1 = nn.Linear(d_model, d_ff)
+
+        def forward(self, x: object) -> object:
+            raise RuntimeError("boom: this component always crashes")
+
+    registry.REGISTRY.add("ffn", "crash", CrashingFFN)
+    try:
+        yield "crash"
+    finally:
+        registry.REGISTRY._entries["ffn"].pop("crash", None)
