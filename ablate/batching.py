@@ -34,8 +34,11 @@ from ablate.tokenize import BOS_ID, EOS_ID, PAD_ID
 
 
 class _Split(Protocol):
-    src_ids: Sequence[Sequence[int]]
-    tgt_ids: Sequence[Sequence[int]]
+    # read-only: a Split's list[list[int]] then matches the covariant Sequence types
+    @property
+    def src_ids(self) -> Sequence[Sequence[int]]: ...
+    @property
+    def tgt_ids(self) -> Sequence[Sequence[int]]: ...
 
 
 @dataclass

@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_storage(p)
     p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
-    p.add_argument("--retry-failed", action="store_true", help="run failed/diverged cells again on resume")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run failed cells again (diverged cells are results and stay)")
 
     p = command("status", "show which cells of a study are done, running, failed or pending")
     p.add_argument("spec", metavar="SPEC")

@@ -11,6 +11,7 @@ from torch import nn
 from ablate import metrics as M
 from ablate.data import PreparedData, TokenBatcher
 from ablate.decode import decode_batch
+from ablate.model import Seq2SeqTransformer
 from ablate.spec import ExperimentSpec
 
 
@@ -39,7 +40,7 @@ def teacher_forced_loss(model: nn.Module, data: PreparedData, split: str, spec: 
     return total / max(1, tokens)
 
 
-def translate_split(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
+def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, spec: ExperimentSpec,
                     device: torch.device, limit: int | None = None, batch_size: int = 64) -> Translations:
     """Decode the first `limit` sentences of a split with the spec's decoding settings."""
     part = data.splits[split]
@@ -68,8 +69,9 @@ def translate_split(model: nn.Module, data: PreparedData, split: str, spec: Expe
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec, device: torch.device,
-             precision: str, decode: bool = True, limit: int | None = None) -> dict[str, float]:
+def evaluate(model: Seq2SeqTransformer, data: PreparedData, split: str, spec: ExperimentSpec,
+             device: torch.device, precision: str, decode: bool = True,
+             limit: int | None = None) -> dict[str, float]:
     """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`."""
     from ablate.train import autocast_context  # the trainer owns precision handling
 

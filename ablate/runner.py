@@ -23,7 +23,7 @@ import torch
 
 from ablate.data import PreparedData, prepare_data
 from ablate.evaluate import evaluate, format_samples, translate_split
-from ablate.model import build_model
+from ablate.model import Seq2SeqTransformer, build_model
 from ablate.spec import ExperimentSpec
 from ablate.train import EvalHook, Trainer, load_checkpoint, resolve_precision
 
@@ -175,7 +175,7 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
         raise
 
 
-def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: torch.nn.Module, trainer: Trainer,
+def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTransformer, trainer: Trainer,
                      tracker: Any, run_dir: Path, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on val and test; log samples and artifacts."""
     if trainer.best_path.exists():

@@ -15,18 +15,20 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.data import PreparedData, TokenBatcher
+from ablate.data import Batch, PreparedData, TokenBatcher
 from ablate.evaluate import evaluate
+from ablate.model import Seq2SeqTransformer
 from ablate.spec import ExperimentSpec, TrainSpec
 
 EvalHook = Callable[[int, dict[str, float]], bool]  # (step, metrics) -> True to stop the run (pruned)
@@ -186,7 +188,7 @@ def state_from_dict(data: dict[str, Any]) -> TrainState:
 class Trainer:
     spec: ExperimentSpec
     data: PreparedData
-    model: nn.Module  # the plain module (evaluation, checkpoints)
+    model: Seq2SeqTransformer  # the plain module (evaluation, checkpoints)
     run_dir: Path
     device: torch.device
     sink: MetricSink | None = None
@@ -263,7 +265,7 @@ class Trainer:
                                label_smoothing=smoothing)
 
     def next_batches(self, count: int) -> list[Any]:
-        batches = []
+        batches: list[Batch] = []
         while len(batches) < count:
             order = self.batcher.epoch_batches(self.state.epoch)
             if self.state.batch_in_epoch >= len(order):
@@ -301,7 +303,7 @@ class Trainer:
             weight = batch.n_tgt_tokens * self.world_size / max(1, total_tokens)
             sync = nullcontext()
             if self.world_size > 1 and i < len(batches) - 1 and hasattr(model, "no_sync"):
-                sync = model.no_sync()  # all-reduce once per optimizer step, not per micro-batch
+                sync = model.no_sync()  # type: ignore[operator]  # all-reduce once per step, not per micro-batch
             with sync:
                 loss = self.loss_on(batch, model, tspec.label_smoothing)
                 self.scaler.scale(loss * weight).backward()
@@ -424,8 +426,10 @@ class Progress:
             eta = ""
             if self.total:
                 rate = step / max(1e-9, time.time() - self.started)
-                eta = f" eta {max(0.0, (self.total - step) / max(rate, 1e-9)):.0f}s"
-            print(f"step {step}: loss {loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s{eta}", file=sys.stderr, flush=True)
+                remaining = max(0.0, (self.total - step) / max(rate, 1e-9))
+                eta = f" eta {remaining:.0f}s"
+            line = f"step {step}: loss {loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s{eta}"
+            print(line, file=sys.stderr, flush=True)
 
     def note(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:

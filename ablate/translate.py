@@ -24,7 +24,8 @@ def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -
         spec_file = Path(download_artifacts(run_id, "spec.yaml"))
         ckpt_file = Path(download_artifacts(run_id, "checkpoints/best.pt"))
     except Exception as exc:  # MLflow raises several types for a missing run or artifact
-        raise AblateError(f"run {run_id}: cannot fetch its spec.yaml and checkpoints/best.pt ({exc})") from None
+        raise AblateError(
+            f"run {run_id}: cannot fetch its spec.yaml and checkpoints/best.pt ({exc})") from None
     spec = load_spec(spec_file)
     data = prepare_data(spec)  # tokenizers come from the on-disk cache when the data is unchanged
     tok = data.tokenizers
@@ -33,7 +34,8 @@ def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -
     model.eval()
     decode_spec = spec.eval.decode
     if beam is not None:
-        decode_spec = decode_spec.model_copy(update={"strategy": "beam" if beam > 1 else "greedy", "beam": beam})
+        strategy = "beam" if beam > 1 else "greedy"
+        decode_spec = decode_spec.model_copy(update={"strategy": strategy, "beam": beam})
     out = []
     with torch.no_grad():
         for text in texts:

@@ -24,7 +24,8 @@ name: tiny
 seed: 3
 data:
   source: synthetic
-  synthetic: {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 400, val_size: 24, test_size: 24}
+  synthetic:
+    {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 400, val_size: 24, test_size: 24}
   max_len: 10
   batch_tokens: 256
 model: {d_model: 32, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 64, dropout: 0.1}
@@ -89,7 +90,8 @@ def test_every_precision_path_trains_with_finite_loss(tmp_path: Path, monkeypatc
     assert math.isfinite(result.metrics["test/loss"])
 
 
-def test_divergent_spec_ends_as_diverged_not_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_divergent_spec_ends_as_diverged_not_an_exception(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = load_spec(write_spec(tmp_path), [
         "model.residual=post_norm", "train.optimizer.lr=50.0", "train.schedule.name=constant",
@@ -138,13 +140,15 @@ def _kill_when(proc: subprocess.Popen[bytes], ready: callable, timeout: float = 
 
 @pytest.mark.parametrize("kill_point", ["mid_training", "during_checkpoint_write"])
 def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, kill_point: str) -> None:
-    text = (TINY.replace("max_steps: 40", "max_steps: 60").replace("checkpoint_every: 5", "checkpoint_every: 7")
+    text = (TINY.replace("max_steps: 40", "max_steps: 60")
+            .replace("checkpoint_every: 5", "checkpoint_every: 7")
             .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
     reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
     reference_dir.mkdir()
     resumed_dir.mkdir()
     ref = subprocess.run([sys.executable, "-m", "ablate", "run", str(write_spec(reference_dir, text))],
-                         cwd=reference_dir, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         cwd=reference_dir, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert ref.returncode == 0, ref.stderr
     spec_path = write_spec(resumed_dir, text)
     run_root = resumed_dir / "runs" / "tiny"
