@@ -151,7 +151,9 @@ def beam_search(
                 break
             keep_t = torch.tensor(keep, device=device)
             # Beam origins of the kept sentences; finished sentences leave the batch.
-            cache.reorder(rows.view(n, k).index_select(0, keep_t).view(-1))
+            # rows only move beams within their sentence: the source side is unchanged unless one left
+            cache.reorder(rows.view(n, k).index_select(0, keep_t).view(-1),
+                          source_rows_unchanged=len(keep) == n)
             seqs = seqs.view(n, k, -1).index_select(0, keep_t).view(len(keep) * k, -1)
             scores = scores.index_select(0, keep_t)
             tokens = new_tok.index_select(0, keep_t).view(-1, 1)

@@ -52,9 +52,18 @@ class DecoderCache:
         """Target positions already decoded (the ``start_pos`` of the next call)."""
         return self.self_kv[0].length if self.self_kv else 0
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep/reorder/duplicate batch rows (hypotheses) in place: row i becomes old row index[i]."""
-        for c in (*self.self_kv, *self.cross_kv):
+    def reorder(self, index: Tensor, source_rows_unchanged: bool = False) -> None:
+        """Keep/reorder/duplicate batch rows (hypotheses) in place: row i becomes old row index[i].
+
+        ``source_rows_unchanged``: the caller guarantees that row i's source sentence stays the same
+        (beams moved within their sentences, none left), so the source side (cross K/V, padding mask),
+        identical for the beams of a sentence, need not be copied: a beam search's common step.
+        """
+        for c in self.self_kv:
+            c.index_select(index)
+        if source_rows_unchanged:
+            return
+        for c in self.cross_kv:
             c.index_select(index)
         self.src_pad = self.src_pad.index_select(0, index)
         m = self.cross_mask
