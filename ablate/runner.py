@@ -247,12 +247,6 @@ def _memory(device: torch.device) -> dict[str, float]:
         return {}
 
 
-def _spec_yaml(spec: ExperimentSpec) -> str:
-    from ablate.specload import dump_spec_yaml
-
-    return dump_spec_yaml(spec)
-
-
 # ---------------------------------------------------------------- CLI entry points
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
     keys = ["val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",

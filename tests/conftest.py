@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,11 @@ def crashing_ffn() -> Iterator[str]:
         yield "crash"
     finally:
         registry.REGISTRY._entries["ffn"].pop("crash", None)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a temporary folder with its own MLflow sqlite store (inherited by subprocesses)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path

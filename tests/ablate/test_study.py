@@ -49,14 +49,6 @@ def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_eve
     return path
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in a temporary folder with its own MLflow sqlite store (inherited by subprocesses)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
-
-
 def study_runs(name: str) -> tuple[list, list]:
     """(parent runs, child runs) of the study's MLflow experiment."""
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])

@@ -53,13 +53,6 @@ def write_spec(folder: Path, name: str, search: str, steps: int = 30) -> Path:
     return path
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
-
-
 def load(path: Path, storage: str | None = None) -> optuna.Study:
     plan = plan_search(str(path))
     return optuna.load_study(study_name=search_name(plan), storage=Store(storage).storage)
