@@ -92,6 +92,16 @@ def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | N
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                    env=env, start_new_session=True)
     url = _url(host, port)
+    try:
+        _wait_for_health(process, url, log, timeout)
+    except BaseException:
+        # Ctrl-C (or any error) while it starts: leave no server behind.
+        stop_server(process)
+        raise
+    return process, url
+
+
+def _wait_for_health(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         code = process.poll()
@@ -101,11 +111,10 @@ def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | N
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                 if response.status == 200:
-                    return process, url
+                    return
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            stop_server(process)
             raise ServerError(f"mlflow server on {url} did not answer within {timeout:.0f} s; "
                               f"its log ({log}):\n{_log_tail(log)}")
         time.sleep(0.25)
@@ -135,7 +144,11 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> i
         print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
         return 0
     log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
-    process, url = start_server(host, port, uri, workers=workers, log_path=log)
+    try:
+        process, url = start_server(host, port, uri, workers=workers, log_path=log)
+    except KeyboardInterrupt:  # Ctrl-C before it answered: start_server already stopped it
+        print("stopped", flush=True)
+        return 0
     print(f"MLflow UI: {url}  (store {uri}, artifacts {artifact_root(uri)}, log {log}); Ctrl-C stops it",
           flush=True)
     try:

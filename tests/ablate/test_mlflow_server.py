@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mlflow import MlflowClient
 
@@ -53,6 +54,14 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
         except (urllib.error.URLError, OSError):
             time.sleep(0.25)
     pytest.fail(f"no answer from {url} in {STARTUP} s:\n{log.read_text(errors='replace')}")
+
+
+def wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, f"exited early:\n{log.read_text(errors='replace')}"
+        assert time.monotonic() < deadline, f"{text!r} not printed in {STARTUP} s"
+        time.sleep(0.05)
 
 
 def child_env() -> dict[str, str]:
@@ -186,6 +195,7 @@ def test_main_ui_serves_the_folder_store_until_ctrl_c(site: tuple[Path, str]) ->
                               cwd=folder, env=child_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until_up(url, ui, log)
+        wait_for_line(log, "MLflow UI: ", ui)  # what the user waits for before pressing Ctrl-C
         assert run_id in [r["info"]["run_id"] for r in search_runs(url, "seeded")]
         files = get_json(f"{url}/api/2.0/mlflow/artifacts/list?run_id={run_id}")["files"]
         assert {"spec.yaml", "environment.json"} <= {f["path"] for f in files}
@@ -212,3 +222,28 @@ def test_main_ui_with_a_server_uri_just_points_at_it(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     assert main_ui("127.0.0.1", 5000) == 0
     assert "open http://127.0.0.1:5999" in capsys.readouterr().out
+
+
+def test_ctrl_c_while_the_ui_starts_stops_its_server(site: tuple[Path, str]) -> None:
+    """Ctrl-C before the server answers: exit 0, no traceback, and no mlflow server left running."""
+    folder, _ = site
+    port = free_port()
+    log = folder / f"ui-early-{port}.out"
+    with open(log, "wb") as out:
+        ui = subprocess.Popen([sys.executable, "-c", f"from ablate.tracking import main_ui; "
+                               f"raise SystemExit(main_ui('127.0.0.1', {port}))"],
+                              cwd=folder, env=child_env(), stdout=out, stderr=subprocess.STDOUT)
+    parent = psutil.Process(ui.pid)
+    servers: list[psutil.Process] = []
+    deadline = time.monotonic() + STARTUP
+    while not servers:  # the mlflow server has been spawned but needs seconds before it answers
+        assert ui.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+        servers = [c for c in parent.children() if "server" in c.cmdline()]
+        time.sleep(0.02)
+    ui.send_signal(signal.SIGINT)
+    code = ui.wait(timeout=60)
+    output = log.read_text(errors="replace")
+    assert code == 0, output
+    assert "stopped" in output and "Traceback" not in output and "MLflow UI:" not in output
+    gone, alive = psutil.wait_procs(servers, timeout=20)
+    assert not alive, [p.cmdline() for p in alive]
