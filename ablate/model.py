@@ -39,30 +39,45 @@ class DecoderCache:
     """Per decoder layer: self-attention K/V (grown each step) and cross-attention K/V (set once).
 
     With a cache, :meth:`Seq2SeqTransformer.decode` reads the source side through it (cross K/V,
-    padding mask), so reordering the cache is all a beam search needs.
+    padding mask), so reordering the cache is all a beam search needs. The source side has one row
+    per source row given to ``init_cache``; after :meth:`select_beams` each such row serves ``beams``
+    consecutive query rows (the hypotheses of one sentence) and is never copied per beam.
     """
 
     self_kv: list[KVCache]
     cross_kv: list[KVCache]
-    src_pad: Tensor  # (B, S) bool
+    src_pad: Tensor  # (n, S) bool, one row per source row
     cross_mask: AttnMask  # built once from src_pad
+    beams: int = 1  # consecutive query rows per source row
 
     @property
     def length(self) -> int:
         """Target positions already decoded (the ``start_pos`` of the next call)."""
         return self.self_kv[0].length if self.self_kv else 0
 
-    def reorder(self, index: Tensor, source_rows_unchanged: bool = False) -> None:
-        """Keep/reorder/duplicate batch rows (hypotheses) in place: row i becomes old row index[i].
-
-        ``source_rows_unchanged``: the caller guarantees that row i's source sentence stays the same
-        (beams moved within their sentences, none left), so the source side (cross K/V, padding mask),
-        identical for the beams of a sentence, need not be copied: a beam search's common step.
-        """
+    def reorder(self, index: Tensor) -> None:
+        """Keep/reorder/duplicate query rows in place: row i becomes old row index[i] (any index)."""
         for c in self.self_kv:
             c.index_select(index)
-        if source_rows_unchanged:
-            return
+        self._select_sources(index // self.beams if self.beams > 1 else index)
+        self._set_beams(1)
+
+    def select_beams(self, rows: Tensor, sentences: Tensor | None, beams: int) -> None:
+        """A beam search step: query row i becomes old query row ``rows[i]``; the source side keeps
+        the source rows ``sentences`` (None: all of them, in place, not copied), each of which then
+        serves ``beams`` consecutive query rows, so ``rows`` holds ``beams`` per kept sentence."""
+        for c in self.self_kv:
+            c.index_select(rows)
+        if sentences is not None:
+            self._select_sources(sentences)
+        self._set_beams(beams)
+
+    def _set_beams(self, beams: int) -> None:
+        self.beams = beams
+        for c in self.cross_kv:
+            c.group = beams
+
+    def _select_sources(self, index: Tensor) -> None:
         for c in self.cross_kv:
             c.index_select(index)
         self.src_pad = self.src_pad.index_select(0, index)
@@ -176,14 +191,18 @@ class Seq2SeqTransformer(nn.Module):
         cross = []
         for attn in self.attention_modules()["cross"]:
             k, v = attn.project_kv(enc.memory)  # 2 x (B, heads, S, d_head), once per source
-            cross.append(KVCache(k, v))
+            # contiguous once here: as views of the fused projection, every step's matmul would copy them
+            cross.append(KVCache(k.contiguous(), v.contiguous()))
         mask = self._key_mask(enc.src_pad, self._compute_dtype(enc.memory.device.type))
         return DecoderCache([KVCache() for _ in self.decoder.layers], cross, enc.src_pad, mask)
 
     def decode(
-        self, tgt_in: Tensor, enc: EncoderState, cache: DecoderCache | None = None, start_pos: int = 0
+        self, tgt_in: Tensor, enc: EncoderState, cache: DecoderCache | None = None, start_pos: int = 0,
+        project: bool = True,
     ) -> Tensor:
         """Logits (B, T, V). Without a cache ``tgt_in`` is the whole prefix; with one, only the new tokens.
+        ``project=False``: the final hidden states (B, T, d) instead, for a caller that applies
+        ``generator`` itself (beam search does, a chunk of rows at a time).
 
         The self-attention mask is causal only: targets are right-padded, so a real position never
         sees a pad and pad positions are ignored by the loss.
@@ -213,7 +232,8 @@ class Seq2SeqTransformer(nn.Module):
                 None if cache is None else cache.self_kv[i],
                 None if cache is None else cache.cross_kv[i],
             )
-        return self.generator(self.decoder.norm(x))
+        hidden = self.decoder.norm(x)
+        return self.generator(hidden) if project else hidden
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.decode(tgt_in, self.encode(src))

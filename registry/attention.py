@@ -23,33 +23,67 @@ from registry.masking import AttnMask, clamp_fill
 
 
 class KVCache:
-    """Keys and values of one attention layer, each (B, heads, T, d_head).
+    """Keys and values of one attention layer, each (B, heads, T, d_head) as seen by attention.
 
-    Self-attention caches grow by :meth:`append` each step; cross-attention caches are created
-    holding the encoder output's K/V and never grow.
+    Self-attention caches grow by :meth:`append` each step, into buffers with spare positions
+    (doubled when full): a step writes one position instead of copying the whole history, and a beam
+    reorder copies only the filled part. Cross-attention caches are created holding the encoder
+    output's K/V and never grow; their rows may be shared by ``group`` consecutive query rows (the
+    beams of one sentence), so the source side is stored and read once per sentence, not per beam.
     """
 
-    def __init__(self, k: Tensor | None = None, v: Tensor | None = None) -> None:
-        self.k = k
-        self.v = v
+    def __init__(self, k: Tensor | None = None, v: Tensor | None = None, group: int = 1) -> None:
+        self._k: Tensor | None = None  # (B, heads, capacity, d_head); positions [0, length) hold data
+        self._v: Tensor | None = None
+        self._length = 0
+        self.group = group
+        if k is not None and v is not None:
+            self.fill(k, v)
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, : self._length]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, : self._length]
 
     @property
     def length(self) -> int:
-        return 0 if self.k is None else self.k.size(2)
+        return self._length
+
+    def fill(self, k: Tensor, v: Tensor) -> None:
+        """Hold ``k``, ``v`` as they are (a cross-attention cache: the source side, set once)."""
+        self._k, self._v, self._length = k, v, k.size(2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is None or self.v is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat((self.k, k), dim=2)
-            self.v = torch.cat((self.v, v), dim=2)
-        return self.k, self.v
+        end = self._length + k.size(2)
+        if self._k is None or self._v is None or end > self._k.size(2):
+            capacity = max(16, 2 * end)
+            self._k, self._v = self._resized(self._k, k, capacity), self._resized(self._v, v, capacity)
+        self._k[:, :, self._length : end] = k
+        self._v[:, :, self._length : end] = v
+        self._length = end
+        return self._k[:, :, :end], self._v[:, :, :end]
+
+    def _resized(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        B, heads, _, d_head = like.shape
+        buf = like.new_empty(B, heads, capacity, d_head)
+        if old is not None and self._length:
+            buf[:, :, : self._length] = old[:, :, : self._length]
+        return buf
 
     def index_select(self, index: Tensor) -> None:
         """Keep/reorder rows (hypotheses) of the batch dimension in place."""
-        if self.k is not None and self.v is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self._k is None or self._v is None:
+            return
+        self._k, self._v = self._selected(self._k, index), self._selected(self._v, index)
+
+    def _selected(self, old: Tensor, index: Tensor) -> Tensor:
+        buf = old.new_empty(index.numel(), *old.shape[1:])
+        # straight into the filled part of the new buffer: one copy, spare positions kept
+        torch.index_select(old[:, :, : self._length], 0, index, out=buf[:, :, : self._length])
+        return buf
 
 
 class MultiHeadAttention(nn.Module):
@@ -98,13 +132,15 @@ class MultiHeadAttention(nn.Module):
         if self.cross:
             (q,) = self._heads(self.q(x), 1)
             if cache is not None and cache.k is not None and cache.v is not None:
+                if cache.group > 1:
+                    return self._attend_grouped(q, cache.k, cache.v, mask, cache.group)
                 k, v = cache.k, cache.v
             else:
                 if memory is None:
                     raise ValueError("cross-attention needs memory (or a cache holding its keys/values)")
                 k, v = self.project_kv(memory)
                 if cache is not None:
-                    cache.k, cache.v = k, v
+                    cache.fill(k, v)
         else:
             q, k, v = self._heads(self.qkv(x), 3)
             if cache is not None:
@@ -112,8 +148,21 @@ class MultiHeadAttention(nn.Module):
         out = self.attend(q, k, v, mask)  # (B, heads, T, d_head)
         return self.out(out.transpose(1, 2).reshape(B, T, self.d_model))
 
+    def _attend_grouped(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, group: int) -> Tensor:
+        """Cross-attention where each K/V row (a sentence) serves ``group`` consecutive query rows (its
+        beams): the beams' queries are attended together, as ``group * T`` queries of one row."""
+        B, heads, T, d_head = q.shape
+        n = B // group
+        grouped = q.view(n, group, heads, T, d_head).transpose(1, 2).reshape(n, heads, group * T, d_head)
+        out = self.attend(grouped, k, v, mask)  # (n, heads, group*T, d_head); the mask is per sentence
+        out = out.view(n, heads, group, T, d_head).transpose(1, 2)  # (n, group, heads, T, d_head)
+        return self.out(out.permute(0, 1, 3, 2, 4).reshape(B, T, self.d_model))
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         raise NotImplementedError
+
+
+SMALL_QUERY = 8  # queries per row up to which CPU inference takes the matmul path (a beam's 4 per sentence)
 
 
 @register("attention", "sdpa")
@@ -129,8 +178,11 @@ class SDPAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         p = self.dropout if self.training else 0.0
-        if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
-            return self._attend_bf16_cpu(q, k, v, mask, p)
+        if q.device.type == "cpu":
+            if q.dtype == torch.bfloat16 and torch.is_grad_enabled():
+                return self._attend_matmul(q, k, v, mask, p)
+            if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
+                return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         if mask.is_causal:
@@ -140,12 +192,14 @@ class SDPAttention(MultiHeadAttention):
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
 
-    def _attend_bf16_cpu(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, p: float) -> Tensor:
-        """The same math as sdpa's math path, for training in bf16 on a CPU.
+    def _attend_matmul(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, p: float) -> Tensor:
+        """The same math as sdpa's math path, where torch 2.13's fused CPU kernels are slow.
 
-        torch 2.13's fused CPU attention backward is 5-8x slower in bf16 than two (AMX) matmuls plus an
-        fp32 softmax at translation lengths (T <= 64), which made bf16 barely faster than fp32. Fully
-        masked rows give zeros, as sdpa's fused kernel does (nan_to_num on the -inf rows).
+        Training in bf16: the fused backward is 5-8x slower than two (AMX) matmuls plus an fp32
+        softmax at translation lengths (T <= 64), which made bf16 barely faster than fp32.
+        Decoding (<= SMALL_QUERY queries per row, no grad): the fused kernel's per-call set-up costs
+        1.7x two batched matmuls at one query against 20 cached keys (512 rows, 8 heads of 32).
+        Fully masked rows give zeros, as sdpa's fused kernel does (nan_to_num on the -inf rows).
         """
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, Tq, Tk)
         if mask is not None and mask.is_causal:

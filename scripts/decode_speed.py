@@ -1,6 +1,6 @@
 """Batched KV-cache beam search against the tutorials' per-sentence beam, on a trained model.
 
-    python scripts/decode_speed.py SPEC CHECKPOINT [--sentences N] [--beam 4] [--set k=v ...]
+    python scripts/decode_speed.py SPEC CHECKPOINT [--sentences N] [--beam 4] [--batch 128] [--set k=v ...]
 
 Decodes the first N validation sentences of SPEC's data with both beams (same beam size, length
 penalty and step budget), prints sentences/s of each, the speed-up, and whether every hypothesis is
@@ -27,9 +27,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec")
     ap.add_argument("checkpoint")
-    ap.add_argument("--sentences", type=int, default=200)
+    ap.add_argument("--sentences", type=int, default=None, help="default: the whole validation set")
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=128)  # as the evaluator
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
     spec = load_spec(args.spec, args.overrides)
@@ -39,7 +39,7 @@ def main() -> None:
     model.load_state_dict(load_checkpoint(args.checkpoint)["model"])
     model.eval()
     dec = spec.eval.decode
-    sources = data.splits["val"].src_ids[: args.sentences]
+    sources = data.splits["val"].src_ids[: args.sentences]  # None: all
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batches = []
     for start in range(0, len(order), args.batch):

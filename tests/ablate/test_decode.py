@@ -68,6 +68,63 @@ def test_cache_reorder_moves_hypotheses() -> None:
     torch.testing.assert_close(last, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_cache_grows_past_its_first_buffer() -> None:
+    """Self-attention K/V live in buffers with spare positions (16 first, doubled when full): decoding
+    40 positions one at a time, with a reorder half-way, still equals decoding the whole prefix."""
+    model = tiny(max_positions=64)
+    src = sources()[:3]
+    tgt = torch.randint(3, V, (3, 40), generator=torch.Generator().manual_seed(4))
+    index = torch.tensor([1, 2, 0])
+    with torch.no_grad():
+        enc = model.encode(src)
+        cache = model.init_cache(enc)
+        steps = [model.decode(tgt[:, t : t + 1], enc, cache, start_pos=t) for t in range(20)]
+        cache.reorder(index)
+        steps = [s[index] for s in steps]
+        steps += [model.decode(tgt[index, t : t + 1], enc, cache, start_pos=t) for t in range(20, 40)]
+        full = model(src[index], tgt[index])
+    assert cache.length == 40
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_beams_share_their_sentence_source_side(attention: str) -> None:
+    """select_beams: one cross-attention row per sentence serves its beams, sentences can leave, and
+    a general reorder afterwards still works: every step equals decoding the beams' prefixes whole."""
+    model = tiny(attention)
+    src = sources()[:3]
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        enc = model.encode(src)
+        cache = model.init_cache(enc)  # 3 rows, one per sentence
+        model.decode(torch.full((3, 1), BOS), enc, cache, start_pos=0)
+        # two beams per sentence, both from the sentence's single row
+        cache.select_beams(torch.tensor([0, 0, 1, 1, 2, 2]), None, beams=2)
+        prefix = torch.full((6, 1), BOS)
+        nxt = torch.randint(3, V, (6, 1), generator=g)
+        got = model.decode(nxt, enc, cache, start_pos=1)
+        want = model(src.repeat_interleave(2, 0), torch.cat((prefix, nxt), 1))[:, 1:2]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        prefix = torch.cat((prefix, nxt), 1)
+        # sentence 1 finishes; the beams of sentences 0 and 2 swap and duplicate
+        rows = torch.tensor([1, 1, 5, 4])
+        cache.select_beams(rows, torch.tensor([0, 2]), beams=2)
+        prefix, kept_src = prefix[rows], src[torch.tensor([0, 0, 2, 2])]
+        nxt = torch.randint(3, V, (4, 2), generator=g)  # two positions at once: (beam, position) order
+        got = model.decode(nxt, enc, cache, start_pos=2)
+        want = model(kept_src, torch.cat((prefix, nxt), 1))[:, 2:4]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        prefix = torch.cat((prefix, nxt), 1)
+        # a general reorder of a shared cache gives each row its own source row
+        index = torch.tensor([3, 0, 2])
+        cache.reorder(index)
+        assert cache.beams == 1 and cache.src_pad.size(0) == 3
+        nxt = torch.randint(3, V, (3, 1), generator=g)
+        got = model.decode(nxt, enc, cache, start_pos=4)
+        want = model(kept_src[index], torch.cat((prefix[index], nxt), 1))[:, 4:5]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def _eos_prone(model: Seq2SeqTransformer, boost: float) -> Seq2SeqTransformer:
     """A random model that ends some hypotheses early: raise the eos logit."""
     with torch.no_grad():

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import registry
-from registry.attention import ExplicitAttention, SDPAttention
+from registry.attention import SMALL_QUERY, ExplicitAttention, KVCache, SDPAttention
 from registry.ffn import Conv1dFFN, LinearFFN
 from registry.masking import make_mask
 from registry.norm import BuiltinLayerNorm, CustomLayerNorm
@@ -74,6 +74,29 @@ def test_sdpa_equals_explicit_on_padding_and_causal_masks(mask_name: str) -> Non
 
     sdpa, explicit = _attention_pair(cross=True)
     close(sdpa(x, memory, mask=key_mask), explicit(x, memory, mask=key_mask))
+
+
+@pytest.mark.parametrize("mask_name", MASKS)
+def test_sdpa_decoding_path_equals_its_fused_kernel(mask_name: str) -> None:
+    """Inference with few queries per row (decoding) takes two matmuls instead of the fused kernel:
+    the same outputs, with padding masks, for self- and cross-attention, and with a source cache."""
+    mask = make_mask(mask_name, float(mask_name))
+    x = torch.randn(3, SMALL_QUERY, 32, generator=_gen(4))  # as many queries as still take the matmuls
+    memory = torch.randn(3, 9, 32, generator=_gen(5))
+    self_mask = mask.build(_padding([SMALL_QUERY, 5, 2], SMALL_QUERY)[:, None, None, :], torch.float32)
+    cross_mask = mask.build(_padding([9, 5, 2], 9)[:, None, None, :], torch.float32)
+    sdpa, _ = _attention_pair(cross=False)
+    fused = sdpa(x, mask=self_mask)  # grad enabled: the fused kernel
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(x, mask=self_mask), fused, atol=1e-5, rtol=1e-5)
+    sdpa, _ = _attention_pair(cross=True)
+    fused = sdpa(x, memory, mask=cross_mask)
+    with torch.no_grad():
+        cache = KVCache()
+        decoded = sdpa(x, memory, mask=cross_mask, cache=cache)  # fills the cache ...
+        assert cache.length == 9
+        torch.testing.assert_close(sdpa(x, None, mask=cross_mask, cache=cache), decoded)  # ... then reads it
+    torch.testing.assert_close(decoded, fused, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("attention", registry.names("attention"))
