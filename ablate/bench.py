@@ -229,13 +229,13 @@ def machine_info(device: torch.device, peaks: dict[str, float]) -> dict[str, Any
 
 
 def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
+    from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16
     from ablate.model import build_model
-    from ablate.train import cpu_has_fast_bf16
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
-    bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_fast_bf16()
+    bf16 = cuda_has_native_bf16() if device.type == "cuda" else cpu_has_fast_bf16()
     precisions = ["fp32", "bf16"] if bf16 else ["fp32"]
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     log(f"matmul peak ({cfg.matmul_n}^3) on {device}")

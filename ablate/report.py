@@ -116,7 +116,7 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
     data = sorted((k, v) for k, v in design_params(ref).items() if k.startswith("data.") and v != "null")
     data_rows = [[f"`{k}`", v] for k, v in data]
     if ref:
-        from ablate.tracking_read import dataset_inputs
+        from ablate.tracking.read import dataset_inputs
 
         first = study.of(study.baseline)[0] if study.baseline else runs[0]
         data_rows += [["dataset", f"{name} (digest `{digest}`)"]
@@ -230,7 +230,7 @@ def cost_section(study: Study, summary: dict[str, dict[str, Any]], fig_dir: Path
 
 
 def curves_section(study: Study, fig_dir: Path) -> Section | None:
-    from ablate.tracking_read import metric_history
+    from ablate.tracking.read import metric_history
 
     metrics = ["train/loss", "val/loss"] + ([f"val/{study.quality}"] if study.quality != "loss" else [])
     curves: dict[str, dict[str, list[list[tuple[int, float]]]]] = {}
@@ -250,7 +250,7 @@ def failures_section(study: Study) -> Section:
     bad = [r for r in study.runs if r.status != "finished"]
     if not bad:
         return Section("Divergence and failures", [Para(f"All {len(study.runs)} runs finished.")])
-    from ablate.tracking_read import metric_history
+    from ablate.tracking.read import metric_history
 
     rows = []
     for r in bad:
@@ -315,7 +315,7 @@ def build_report(study: Study, out_dir: Path) -> Path:
 
 def main_report(study: str, out: str | None = None) -> int:
     """`ablate report STUDY [--out DIR]`: STUDY is a study name or the parent run id."""
-    from ablate.tracking_read import log_report_artifacts
+    from ablate.tracking.read import log_report_artifacts
 
     loaded = load_study(study)
     out_dir = Path(out) if out else Path("reports") / loaded.name

@@ -134,7 +134,7 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
 
 
 def load_study(study: str) -> Study:
-    from ablate.tracking_read import find_study_runs
+    from ablate.tracking.read import find_study_runs
 
     parent, frame = find_study_runs(study)
     return build_study(parent, frame)

@@ -31,7 +31,7 @@ TOP_TRIALS = 10
 # ---------------------------------------------------------------- environment
 def environment(study: Study) -> dict[str, list[str]]:
     """Distinct values across the runs of every environment tag, plus the platform of the first run."""
-    from ablate.tracking_read import read_text_artifact
+    from ablate.tracking.read import read_text_artifact
 
     keys = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes",
             "ablate.host": "host", "ablate.device": "device"}
@@ -85,7 +85,7 @@ def importances(study: Study, objective: str) -> tuple[str, list[tuple[str, floa
     tune.py logs ``{"evaluator": name, "importances": {objective: {field: value}}}``; a plain
     ``{field: value}`` is accepted too.
     """
-    from ablate.tracking_read import read_text_artifact
+    from ablate.tracking.read import read_text_artifact
 
     text = None
     for name in IMPORTANCES:
@@ -222,7 +222,7 @@ def draw_attention(run_id: str, path: Path) -> str:
     from ablate.data import prepare_data
     from ablate.model import build_model
     from ablate.specload import load_spec
-    from ablate.tracking_read import download_artifact
+    from ablate.tracking.read import download_artifact
     from ablate.train import load_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,10 @@ import torch
 
 from ablate.data import PreparedData, prepare_data
 from ablate.evaluate import evaluate, format_samples, translate_split
+from ablate.hardware import resolve_precision
 from ablate.model import Seq2SeqTransformer, build_model
 from ablate.spec import ExperimentSpec
-from ablate.train import EvalHook, Trainer, load_checkpoint, resolve_precision
+from ablate.train import EvalHook, Trainer, load_checkpoint
 
 TERMINAL = ("finished", "diverged", "pruned")
 
@@ -87,8 +89,13 @@ def pick_device(info: DistInfo) -> torch.device:
 def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_dir: Path | None = None,
                    tags: dict[str, str] | None = None, parent_run_id: str | None = None,
                    experiment: str | None = None, run_name: str | None = None,
-                   data: PreparedData | None = None, quiet: bool = False) -> RunResult:
-    """Train and evaluate one spec; resume from its run directory when a checkpoint is there."""
+                   data: PreparedData | None = None, quiet: bool = False,
+                   on_start: Callable[[str | None], None] | None = None) -> RunResult:
+    """Train and evaluate one spec; resume from its run directory when a checkpoint is there.
+
+    ``on_start`` receives the MLflow run id (None when tracking is off) as soon as the run is open, so a
+    study's cell or a tuner's trial knows its run even when training later crashes.
+    """
     from ablate.tracking import NullTracker, Tracker
 
     dist_info = init_distributed()
@@ -116,6 +123,8 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
         tracker = Tracker.start(spec, experiment=experiment, tags=tags,
                                 run_name=run_name or f"{spec.name}-s{spec.seed}",
                                 parent_run_id=parent_run_id, resume_run_id=resume_id)
+    if on_start is not None:
+        on_start(tracker.run_id)
     started = time.time()
     try:
         train_model: torch.nn.Module = model

@@ -28,6 +28,7 @@ from torch import nn
 
 from ablate.data import Batch, PreparedData, TokenBatcher
 from ablate.evaluate import evaluate
+from ablate.hardware import resolve_precision
 from ablate.model import Seq2SeqTransformer
 from ablate.spec import ExperimentSpec, TrainSpec
 
@@ -40,23 +41,6 @@ class MetricSink(Protocol):
 
 
 # ---------------------------------------------------------------- precision
-def cpu_has_fast_bf16() -> bool:
-    """AMX or AVX512-BF16 units make bf16 matmuls faster than fp32 on a CPU."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
-
-
 def autocast_context(precision: str, device: torch.device) -> ContextManager[Any]:
     if precision == "fp32":
         return nullcontext()

@@ -24,9 +24,9 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from ablate.mlflow_server import ServerError, free_port, main_ui, start_server, stop_server
 from ablate.spec import ExperimentSpec
 from ablate.tracking import Tracker
+from ablate.tracking.server import ServerError, free_port, main_ui, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 STARTUP = 60.0

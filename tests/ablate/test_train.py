@@ -14,10 +14,11 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from ablate.hardware import cpu_has_fast_bf16, resolve_precision
 from ablate.runner import run_experiment
 from ablate.spec import TrainSpec
 from ablate.specload import load_spec
-from ablate.train import cpu_has_fast_bf16, load_checkpoint, lr_factor, resolve_precision, save_checkpoint
+from ablate.train import load_checkpoint, lr_factor, save_checkpoint
 
 TINY = """
 name: tiny

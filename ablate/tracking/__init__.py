@@ -1,14 +1,16 @@
-"""One `Tracker` is one MLflow run: every MLflow call of ablate is here or in `ablate.mlflow_store`.
+"""One `Tracker` is one MLflow run. The `ablate.tracking` package is the only place that imports mlflow:
+this module writes runs, `store` picks the store and records the environment, `read` reads studies back
+for reports, `server` runs `mlflow server` / `ablate ui` and prints run tables.
 
 Layout (DESIGN.md, "MLflow layout"): one experiment per study; a study is a parent run and every cell or
 trial a child run with ``mlflow.parentRunId`` set explicitly; params are the resolved spec flattened to
 dotted keys; tags ``ablate.study``, ``ablate.variant``, ``ablate.seed``, ``ablate.spec_hash``,
 ``ablate.status``, the git commit, host and package versions; artifacts ``spec.yaml`` and
-``environment.json``. Which store and where artifacts go: `ablate.mlflow_store`.
+``environment.json``. Which store and where artifacts go: `ablate.tracking.store`.
 
 Everything goes through an ``MlflowClient`` bound to the run's store (a parent and its child runs can be
 open in one process at once), except ``mlflow.pytorch``, which reads the process-wide URI: `log_model` and
-`load_model` set it (see `mlflow_store.use_uri`).
+`load_model` set it (see `store.use_uri`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from ablate.errors import AblateError
-from ablate.mlflow_store import (
+from ablate.tracking.store import (
     RunRow,
     artifact_root,
     download_artifacts,
@@ -394,14 +396,14 @@ def _spec_yaml(spec: ExperimentSpec) -> str:
 
 
 def main_ui(host: str = "127.0.0.1", port: int = 5000) -> int:
-    """`ablate ui`: serve the MLflow UI over this folder's store until Ctrl-C (see ablate.mlflow_server)."""
-    from ablate.mlflow_server import main_ui as run_ui
+    """`ablate ui`: serve the MLflow UI over this folder's store until Ctrl-C (see ablate.tracking.server)."""
+    from ablate.tracking.server import main_ui as run_ui
 
     return run_ui(host, port)
 
 
 def main_runs(experiment: str | None = None) -> int:
-    """`ablate runs`: print a table of runs (see ablate.mlflow_server)."""
-    from ablate.mlflow_server import main_runs as print_runs
+    """`ablate runs`: print a table of runs (see ablate.tracking.server)."""
+    from ablate.tracking.server import main_runs as print_runs
 
     return print_runs(experiment)

@@ -1,7 +1,5 @@
-"""Reading studies back from MLflow for the report (to be folded into ``ablate/tracking.py``).
-
-Kept apart only while the tracking module is being written: every function here is a thin wrapper over
-the MLflow client, so the rule "only tracking.py imports mlflow" holds once they move there.
+"""Reading studies back from MLflow for the report: the runs of a study (by name or parent run id) as
+pandas rows, metric histories, text artifacts, and logging the finished report on the parent run.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ def _uri() -> str:
 
 def client() -> MlflowClient:
     uri = _uri()
-    from ablate.mlflow_store import use_uri
+    from ablate.tracking.store import use_uri
 
     use_uri(uri)  # search_runs (pandas) is fluent-only; use_uri does not leak MLFLOW_TRACKING_URI
     return _client_for(uri)

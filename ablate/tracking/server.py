@@ -1,7 +1,7 @@
 """Run an `mlflow server` over ablate's store, and print tables of runs.
 
 The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
-reading runs goes through `ablate.tracking`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
+reading runs goes through `ablate.tracking.store`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
 GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
 never submits jobs.
 """
@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from ablate.errors import AblateError
-from ablate.mlflow_store import RunRow, artifact_root, is_server_uri, list_runs, resolve_tracking_uri
+from ablate.tracking.store import RunRow, artifact_root, is_server_uri, list_runs, resolve_tracking_uri
 
 
 class ServerError(AblateError):

@@ -4,8 +4,7 @@ the environment recorded on every run, and reading runs and models back.
 ``MLFLOW_TRACKING_URI`` > ``tracking.uri`` > ``sqlite:///mlflow.db`` in the working directory, with
 artifacts in ``./mlartifacts`` beside the database, where a plain ``mlflow ui`` (or ``ablate ui``) started
 in that folder finds them. MLflow's own client-side default for a sqlite store would put artifacts in
-``./mlruns``; ablate never writes there, and refuses ``file:`` stores. With `ablate.tracking` (the runs
-themselves), this is the only module that imports mlflow.
+``./mlruns``; ablate never writes there, and refuses ``file:`` stores.
 """
 
 from __future__ import annotations

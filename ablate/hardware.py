@@ -1,0 +1,74 @@
+"""What this machine can run: the training device, fast bf16, and which precisions autocast supports.
+
+Kept apart from the trainer (and free of heavy imports beyond torch) so that spec validation can reject a
+precision the machine cannot run without importing the data pipeline.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def default_device_type() -> str:
+    """Where `ablate run` trains: the GPU when there is one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """AMX or AVX512-BF16 units make bf16 matmuls faster than fp32 on a CPU."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cuda_has_native_bf16() -> bool:
+    """bf16 in hardware (Ampere and later); older GPUs only emulate it, slower than fp16."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """`auto` -> bf16 where the hardware runs it fast, fp16 on older GPUs, fp32 on CPUs without bf16 units."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if cuda_has_native_bf16() else "fp16"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+@functools.cache
+def _autocast_runs(device_type: str, precision: str) -> bool:
+    """Whether a Linear layer actually runs under autocast to `precision` on `device_type` (a tiny probe)."""
+    try:
+        layer = torch.nn.Linear(4, 4).to(device_type)
+        with torch.autocast(device_type=device_type, dtype=_DTYPES[precision]):
+            out = layer(torch.ones(2, 4, device=device_type))
+        return bool(out.dtype == _DTYPES[precision])
+    except (RuntimeError, AssertionError, ValueError):
+        return False
+
+
+def precision_problem(precision: str, device_type: str | None = None) -> str | None:
+    """Why `precision` cannot run on this machine's training device, or None when it can."""
+    device_type = device_type or default_device_type()
+    if precision in ("auto", "fp32"):
+        return None
+    if device_type == "cuda" and precision == "bf16" and not cuda_has_native_bf16():
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "this GPU"
+        return f"{name} has no bf16 units (use fp16 or auto)"
+    if not _autocast_runs(device_type, precision):
+        return f"torch {torch.__version__} cannot autocast to {precision} on {device_type}"
+    return None
+
+
+def runnable_precisions(device_type: str | None = None) -> list[str]:
+    """The precisions `precision_problem` accepts here, for the "accepted:" part of an error."""
+    return [p for p in PRECISIONS if precision_problem(p, device_type) is None]
