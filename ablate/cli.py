@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "kind", nargs="?", help="a kind (residual, positions, ffn, norm, mask, attention) or a name pattern"
     )
-    p.add_argument("pattern", nargs="?", default="*", help="shell-style name pattern, e.g. 'c*'")
+    p.add_argument("pattern", nargs="?", default="*",
+                   help="shell-style name pattern, e.g. 'c*' or -inf (names may start with '-')")
 
     p = command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash")
     p.add_argument("spec", metavar="SPEC")
@@ -123,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("report", "write a comparison report (tables, figures, significance) for a study")
-    p.add_argument("study", metavar="STUDY", help="study name (the MLflow experiment)")
+    p.add_argument("study", metavar="STUDY",
+                   help="study name or parent run id (the study's MLflow experiment or its parent run)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
 
     p = command("bench", "throughput benchmark of the model against torch.nn.Transformer")
@@ -159,8 +161,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     kinds += [k for k in registry.REGISTRY.kinds() if k not in kinds]  # kinds added by plugins
     kind, pattern = args.kind, args.pattern
     if kind is not None and kind not in kinds:
-        if any(c in kind for c in "*?[") and args.pattern == "*":
-            kind, pattern = None, kind  # `ablate list 'c*'`: a pattern over every kind
+        if args.pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
+            kind, pattern = None, kind  # `ablate list 'c*'` or `ablate list -inf`: a name over every kind
         else:
             close = difflib.get_close_matches(kind, kinds, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -234,12 +236,34 @@ HANDLERS = {
 }
 
 
+def _list_names_may_start_with_dash(argv: list[str]) -> list[str]:
+    """`ablate list mask -inf`: mask names look like options to argparse; mark them as positionals."""
+    if argv[:1] != ["list"] or "--" in argv:
+        return argv
+    rest = argv[1:]
+    for i, arg in enumerate(rest):
+        if arg.startswith("-") and arg not in ("-h", "--help"):
+            return ["list", *rest[:i], "--", *rest[i:]]
+    return argv
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """AblateError, or the registry's RegistryError (registry/ cannot import ablate, so it has its own)."""
+    if isinstance(exc, AblateError):
+        return True
+    registry = sys.modules.get("registry")  # imported by whatever raised it; never imported here for this
+    return registry is not None and isinstance(exc, registry.RegistryError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ablate` console script and of `python -m ablate`; returns the exit code."""
+    argv = _list_names_may_start_with_dash(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
         return HANDLERS[args.command](args)
-    except AblateError as exc:
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)

@@ -184,14 +184,75 @@ def _message(err: ErrorDetails, parts: list[str]) -> str:
     return f"found {found}; {expected[:1].lower() + expected[1:]}"
 
 
+def explain(err: ErrorDetails, smap: SourceMap, origin: str) -> list[tuple[Problem, tuple[str, ...]]]:
+    """One pydantic error -> its problems, each at the line of the offending value (or its parent), with
+    the dotted paths of every field the problem depends on (a cross-field check reads several)."""
+    parts = [str(p) for p in err["loc"]]
+    at = ".".join(parts)
+    error = (err.get("ctx") or {}).get("error")
+    if isinstance(error, SpecFieldError):  # cross-field checks, each blaming one field
+        out = []
+        for issue in error.issues:
+            path = ".".join(parts + issue.field.split("."))
+            involves = tuple(".".join(parts + field.split(".")) for field in issue.involves)
+            out.append((Problem(smap.where(path, origin), path, issue.message), involves))
+        return out
+    return [(Problem(smap.where(at, origin), at, _message(err, parts)), (at,))]
+
+
 def format_error(err: ErrorDetails, smap: SourceMap, origin: str) -> Problem:
     """One pydantic error -> a Problem at the line where the offending value (or its parent) was written."""
-    parts = [str(p) for p in err["loc"]]
+    return explain(err, smap, origin)[0][0]
+
+
+# ---------------------------------------------------------------- every problem in one pass
+# Pydantic skips a model's cross-field checks once any of its fields failed. The loader therefore
+# validates again with each failed value removed (its default takes its place): the cross checks then
+# run, and a problem that depends on a removed value is dropped (it would be judged on a default).
+def touches(involves: tuple[str, ...], removed: set[str]) -> bool:
+    """Whether a problem depending on `involves` depends on a removed value (equal, inside or around it)."""
+    return any(p == r or p.startswith(r + ".") or r.startswith(p + ".") for p in involves for r in removed)
+
+
+def remove_failed(data: dict[str, Any], err: ErrorDetails) -> set[str]:
+    """Remove from `data` (in place) what `err` blames; returns the dotted paths now unreliable."""
+    loc = [str(p) for p in err["loc"]]
     error = (err.get("ctx") or {}).get("error")
-    if isinstance(error, SpecFieldError):  # a cross-field check that blames one field
-        parts += error.field.split(".")
-    path = ".".join(parts)
-    return Problem(smap.where(path, origin), path, _message(err, parts))
+    if isinstance(error, SpecFieldError):  # a cross check: the blamed fields go, else the others it read
+        blamed = [loc + issue.field.split(".") for issue in error.issues]
+        removed = {p for p in (_delete(data, path, exact=True) for path in blamed) if p is not None}
+        if removed:
+            return removed | {".".join(path) for path in blamed}
+        read = [loc + field.split(".") for issue in error.issues for field in issue.involves]
+        removed = {p for p in (_delete(data, path, exact=True) for path in read) if p is not None}
+        if not removed and loc:
+            removed = {p for p in [_delete(data, loc, exact=False)] if p is not None}
+        return removed | {".".join(path) for path in read}
+    if loc == ["name"] and "name" not in data:  # required at the top: a stand-in lets the rest be checked
+        data["name"] = "unnamed"
+        return {"name"}
+    deleted = _delete(data, loc, exact=False)
+    return {".".join(loc)} | ({deleted} if deleted else set())
+
+
+def _delete(data: dict[str, Any], parts: list[str], exact: bool) -> str | None:
+    """Delete the value at `parts` (not `exact`: the deepest mapping key on the way that is present, a list
+    whole); returns its dotted path, None when nothing was deleted."""
+    node: Any = data
+    walked: list[str] = []
+    deepest: tuple[dict[str, Any], str, int] | None = None
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            deepest = (node, part, len(walked) + 1)
+        elif not (isinstance(node, list) and part.isdigit() and int(part) < len(node)):
+            break
+        walked.append(part)
+        node = node[part] if isinstance(node, dict) else node[int(part)]
+    if deepest is None or (exact and (len(walked) < len(parts) or deepest[2] != len(parts))):
+        return None
+    parent, key, depth = deepest
+    del parent[key]
+    return ".".join(walked[:depth])
 
 
 # ---------------------------------------------------------------- JSON Schema
@@ -215,6 +276,14 @@ def json_schema() -> dict[str, Any]:
             {"type": "string", "pattern": r"^\s*-\s*(\.?inf|infinity|[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?)\s*$"},
         ],
     }
+    # `name` is required of a resolved spec, but a child file may inherit it through `extends:`; JSON Schema
+    # cannot follow `extends`, so the schema leaves `name` optional and `ablate validate` requires it.
+    schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    if not schema["required"]:
+        del schema["required"]
+    schema["properties"]["name"]["description"] = (
+        "the experiment (a folder and MLflow name); required, here or in a file this one extends"
+    )
     schema["properties"] = {
         "extends": {
             "description": "spec file(s) this one builds on (relative to it); deep merge, this file wins",

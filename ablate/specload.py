@@ -17,19 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
+import registry
 from ablate.spec import ExperimentSpec, SpecFieldError
-from ablate.specerrors import check_field_path, format_error, show
+from ablate.specerrors import check_field_path, explain, remove_failed, show, touches
 from ablate.yamlsrc import (
     Loc,
+    MaskText,
     Parsed,
     Problem,
     SourceMap,
-    SpecDumper,
     SpecError,
     YamlFatal,
+    dump_yaml,
     is_invalid,
     join,
     parse_value,
@@ -37,16 +39,8 @@ from ablate.yamlsrc import (
 )
 
 __all__ = [
-    "Problem",
-    "SourceMap",
-    "SpecError",
-    "apply_overrides",
-    "dump_spec_yaml",
-    "json_schema",
-    "load_spec",
-    "load_spec_data",
-    "set_dotted",
-    "validate_data",
+    "Problem", "SourceMap", "SpecError", "apply_overrides", "dump_spec_yaml", "json_schema",
+    "load_spec", "load_spec_data", "set_dotted", "validate_data",
 ]
 
 
@@ -249,34 +243,77 @@ def load_spec_data(path: str | Path, overrides: Sequence[str] = ()) -> tuple[dic
     return data, smap
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec:
-    """Load, merge, override and validate a spec file; raises SpecError listing every problem."""
+def load_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, check_hardware: bool = True
+) -> ExperimentSpec:
+    """Load, merge, override and validate a spec file; raises SpecError listing every problem.
+
+    `check_hardware`: also reject a train.precision this machine cannot run (off to read a finished run's
+    spec on another machine); it is never part of the spec or its hash.
+    """
     out = _Collector()
     data, smap = _gather(path, overrides, out)
-    return _validate(data, smap, _display(str(path)), out)
+    return _validate(data, smap, _display(str(path)), out, check_hardware)
 
 
 # ---------------------------------------------------------------- validation
-def validate_data(data: dict[str, Any], source_map: SourceMap | None, origin: str) -> ExperimentSpec:
+MAX_ROUNDS = 8  # validations per spec: each one removes at least one failed value
+
+
+def validate_data(
+    data: dict[str, Any], source_map: SourceMap | None, origin: str, *, check_hardware: bool = True
+) -> ExperimentSpec:
     """Validate already-merged data (e.g. an ablation cell); `origin` names it where no line is known."""
-    return _validate(data, source_map or SourceMap(), origin, _Collector())
+    return _validate(data, source_map or SourceMap(), origin, _Collector(), check_hardware)
 
 
-def _validate(data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector) -> ExperimentSpec:
+def _validate(
+    data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector, check_hardware: bool
+) -> ExperimentSpec:
+    """Every problem in one pass: after a failed validation the failed values are removed and the data is
+    validated again, so that cross-field checks run too (ablate/specerrors.py ``remove_failed``)."""
+    registry.load_plugins()  # a broken plugin is an error here too, even for a spec naming only defaults
     spec: ExperimentSpec | None = None
-    try:
-        spec = ExperimentSpec.model_validate(data)
-    except ValidationError as exc:
-        for err in exc.errors():
-            problem = format_error(err, smap, origin)
-            if not any(problem.path == bad or problem.path.startswith(bad + ".") for bad in out.bad_paths):
-                out.add(problem)
+    current, removed = data, set(out.bad_paths)
+    first: list[ErrorDetails] = []
+    for _ in range(MAX_ROUNDS):
+        try:
+            spec = ExperimentSpec.model_validate(current)
+            break
+        except ValidationError as exc:
+            errors = exc.errors()
+        first = first or errors
+        for err in errors:
+            found = explain(err, smap, origin)
+            out.problems.extend(problem for problem, involves in found if not touches(involves, removed))
+        current = copy.deepcopy(current) if current is data else current
+        before = len(removed)
+        for err in errors:
+            removed |= remove_failed(current, err)
+        if len(removed) == before:
+            break
     bad_axes = _check_paths(data, smap, origin, out)
     if spec is not None and spec.ablation is not None:
-        _check_axis_values(spec, data, smap, origin, out, skip=bad_axes)
-    if out.problems or spec is None:
+        _check_axis_values(spec, current, smap, origin, out, bad_axes, removed, check_hardware)
+    if spec is not None and check_hardware and not touches(("train.precision",), removed):
+        out.problems.extend(_precision(spec, smap, origin))
+    if out.problems or spec is None or current is not data:
+        if not out.problems:  # never an empty error: say what pydantic said
+            out.problems.extend(problem for err in first for problem, _ in explain(err, smap, origin))
         raise SpecError(_ordered(out.problems))
     return spec
+
+
+def _precision(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Problem]:
+    """train.precision against what this machine runs (ablate/hardware.py), reported like any field."""
+    from ablate import hardware
+
+    at, precision = "train.precision", spec.train.precision
+    reason = hardware.precision_problem(precision)
+    if reason is None:
+        return []
+    accepted = ", ".join(hardware.runnable_precisions())
+    return [Problem(smap.where(at, origin), at, f"found {show(precision)}; {reason}; accepted: {accepted}")]
 
 
 def _ordered(problems: list[Problem]) -> list[Problem]:
@@ -315,24 +352,30 @@ def _check_paths(data: dict[str, Any], smap: SourceMap, origin: str, out: _Colle
 
 
 def _check_axis_values(
-    spec: ExperimentSpec, data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector, skip: set[str]
+    spec: ExperimentSpec, data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector, skip: set[str],
+    removed: set[str], check_hardware: bool,
 ) -> None:
     """Each axis value, set alone on the base spec, must give a valid spec (caught before any run starts).
 
     In a full factorial a cross-field error (d_model vs heads) may be fixed by another axis in the same
-    cell, so only errors of the value itself are reported there.
+    cell, so only errors of the value itself are reported there. Errors that depend on a value removed
+    from an invalid base spec are left out (the base's own problem is reported already).
     """
     assert spec.ablation is not None
     base = {k: v for k, v in data.items() if k not in ("ablation", "search")}
     for key, values in spec.ablation.axes.items():
         if key in skip:
             continue
+        unreliable = {r for r in removed if r != key and not r.startswith(key + ".")}  # the axis sets key
         for i, value in enumerate(values):
             path = join(f"ablation.axes.{key}", i)
             cell = copy.deepcopy(base)
+            subs: list[Problem] = []
             try:
                 set_dotted(cell, key, value)
-                ExperimentSpec.model_validate(cell)
+                cell_spec = ExperimentSpec.model_validate(cell)
+                if check_hardware and key == "train.precision":
+                    subs = _precision(cell_spec, SourceMap(), "")
             except KeyError as exc:
                 out.add(Problem(smap.where(path, origin), path, f"cannot set {key}: {exc.args[0]}"))
             except ValidationError as exc:
@@ -340,43 +383,19 @@ def _check_axis_values(
                     cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
                     if spec.ablation.design == "full_factorial" and cross:
                         continue
-                    sub = format_error(err, SourceMap(), "")
-                    out.add(
-                        Problem(
-                            smap.where(path, origin),
-                            path,
-                            f"{key}: {show(value)} gives an invalid spec: {sub.path}: {sub.message}",
-                        )
-                    )
+                    subs += [p for p, involves in explain(err, SourceMap(), "")
+                             if not touches(involves, unreliable)]
+            for sub in subs:
+                message = f"{key}: {show(value)} gives an invalid spec: {sub.path}: {sub.message}"
+                out.add(Problem(smap.where(path, origin), path, message))
 
 
 # ---------------------------------------------------------------- output
-class _Mask(str):
-    """model.mask in dumps: `-inf` / `-1e9` written plain, as users write them (not quoted)."""
-
-
-def _represent_mask(dumper: yaml.SafeDumper, value: _Mask) -> yaml.ScalarNode:
-    tag = "tag:yaml.org,2002:str" if value == "-inf" else "tag:yaml.org,2002:float"
-    return dumper.represent_scalar(tag, str(value))
-
-
-def _represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.SequenceNode:
-    # [0.9, 0.98] on one line; lists of mappings (variants, objectives) as blocks
-    flow = all(not isinstance(v, dict | list) for v in value)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
-
-
-SpecDumper.add_representer(_Mask, _represent_mask)
-SpecDumper.add_representer(list, _represent_list)
-
-
 def dump_spec_yaml(spec: ExperimentSpec) -> str:
     """The resolved spec (defaults filled in) as YAML that loads back to the same spec and hash."""
     data = spec.resolved()
-    data["model"]["mask"] = _Mask(data["model"]["mask"])
-    return yaml.dump(
-        data, Dumper=SpecDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
-    )
+    data["model"]["mask"] = MaskText(data["model"]["mask"])
+    return dump_yaml(data)
 
 
 def json_schema() -> dict[str, Any]:

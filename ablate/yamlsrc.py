@@ -305,3 +305,30 @@ def is_invalid(value: object) -> bool:
 
 def format_problems(problems: Sequence[Problem]) -> list[str]:
     return [str(p) for p in problems]
+
+
+# ---------------------------------------------------------------- output
+class MaskText(str):
+    """model.mask in dumps: `-inf` / `-1e9` written plain, as users write them (not quoted)."""
+
+
+def _represent_mask(dumper: yaml.SafeDumper, value: MaskText) -> yaml.ScalarNode:
+    tag = f"{CORE}str" if value == "-inf" else f"{CORE}float"
+    return dumper.represent_scalar(tag, str(value))
+
+
+def _represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.SequenceNode:
+    # [0.9, 0.98] on one line; lists of mappings (variants, objectives) as blocks
+    flow = all(not isinstance(v, dict | list) for v in value)
+    return dumper.represent_sequence(f"{CORE}seq", value, flow_style=flow)
+
+
+SpecDumper.add_representer(MaskText, _represent_mask)
+SpecDumper.add_representer(list, _represent_list)
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """Plain data as block YAML in key order, readable by `parse_yaml` (and `yaml.safe_load`)."""
+    return yaml.dump(
+        data, Dumper=SpecDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
+    )

@@ -4,11 +4,15 @@ A component is registered under a *kind* (an axis such as ``residual``) and a
 *name* (a variant such as ``pre_norm``). Specs name components by these keys,
 never by import path. Third-party packages add components through the
 entry-point group ``ablate.components``: each entry point names a module whose
-import runs its ``@register`` decorators.
+import runs its ``@register`` decorators. Plugins are imported on the first
+lookup (``get``, ``names``, ``entries``, ``in``), so spec validation, the model
+builder and ``ablate list`` all see them; a plugin that fails to import or
+registers a taken name raises :class:`RegistryError` naming the plugin.
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import importlib
 from collections.abc import Callable
@@ -26,7 +30,9 @@ KINDS: tuple[str, ...] = ("residual", "positions", "ffn", "norm", "mask", "atten
 
 
 class RegistryError(LookupError):
-    """A component name is unknown or registered twice."""
+    """A component name is unknown or registered twice, or a plugin failed to load (a user error)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,39 @@ class Entry:
 
 
 class Registry:
-    """Maps (kind, name) to a component factory; a duplicate name is an error."""
+    """Maps (kind, name) to a component factory; a duplicate name is an error.
 
-    def __init__(self) -> None:
+    With a ``plugin_group``, the modules its entry points name are imported before the first lookup.
+    """
+
+    def __init__(self, plugin_group: str | None = None) -> None:
         self._entries: dict[str, dict[str, Entry]] = {}
+        self._plugin_group: str | None = None
+        self._plugins_loaded = True
+        self._plugin_errors: list[str] = []
+        if plugin_group is not None:
+            self.use_plugins(plugin_group)
+
+    def use_plugins(self, group: str) -> None:
+        """Load the entry points of `group` before the next lookup."""
+        self._plugin_group, self._plugins_loaded = group, False
+
+    def load_plugins(self) -> None:
+        """Import every entry point of the plugin group (once); raise RegistryError if one failed."""
+        if not self._plugins_loaded and self._plugin_group is not None:
+            self._plugins_loaded = True  # before importing: a plugin may look names up while it registers
+            for ep in sorted(entry_points(group=self._plugin_group), key=lambda e: e.name):
+                try:
+                    ep.load()
+                except Exception as exc:  # noqa: BLE001 - any import failure is the plugin's, said in one line
+                    dist = f" from {ep.dist.name}" if ep.dist is not None else ""
+                    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    what = detail if isinstance(exc, RegistryError) else f"{type(exc).__name__}: {detail}"
+                    self._plugin_errors.append(
+                        f"plugin {ep.name!r} ({ep.value}{dist}, entry point group {ep.group}) failed: {what}"
+                    )
+        if self._plugin_errors:  # every later lookup too: a half-loaded registry must not pass silently
+            raise RegistryError("\n".join(self._plugin_errors))
 
     def register(self, kind: str, name: str) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
@@ -72,17 +107,23 @@ class Registry:
         return self.entry(kind, name).obj
 
     def entry(self, kind: str, name: str) -> Entry:
+        self.load_plugins()
         bucket = self._entries.get(kind)
         if bucket is None:
             raise RegistryError(f"unknown component kind {kind!r}; known: {', '.join(self.kinds())}")
         if name not in bucket:
-            raise RegistryError(f"unknown {kind} {name!r}; known: {', '.join(sorted(bucket))}")
+            close = difflib.get_close_matches(name, list(bucket), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise RegistryError(f"unknown {kind} {name!r}; known: {', '.join(sorted(bucket))}{hint}")
         return bucket[name]
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
+        """Names of `kind` matching the shell-style `pattern` ('c*', '-1e?'), sorted."""
+        self.load_plugins()
         return sorted(n for n in self._entries.get(kind, {}) if fnmatch.fnmatchcase(n, pattern))
 
     def kinds(self) -> list[str]:
+        self.load_plugins()
         return sorted(self._entries)
 
     def entries(self, kind: str | None = None, pattern: str = "*") -> list[Entry]:
@@ -91,6 +132,7 @@ class Registry:
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         kind, name = key
+        self.load_plugins()
         return name in self._entries.get(kind, {})
 
 
@@ -98,20 +140,10 @@ REGISTRY = Registry()
 register = REGISTRY.register
 get = REGISTRY.get
 names = REGISTRY.names
+load_plugins = REGISTRY.load_plugins  # lookups call it; explicit calls (tests, `ablate list`) are harmless
 
 _BUILTIN_MODULES = ("residual", "positions", "ffn", "norm", "masking", "attention")
-_plugins_loaded = False
-
-
-def load_plugins() -> None:
-    """Import third-party component modules named by the ``ablate.components`` entry points (once)."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
-
 
 for _module in _BUILTIN_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
+REGISTRY.use_plugins(ENTRY_POINT_GROUP)  # after the built-ins: a plugin cannot take their names first

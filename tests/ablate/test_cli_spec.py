@@ -8,6 +8,7 @@ case from its output.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import registry
+from ablate.cli import HANDLERS, build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -249,6 +251,56 @@ CASES = [
         "search.space.model.dmodel",
         "did you mean 'model.d_model'?",
     ),
+    Bad("bool-as-int", BASE + "model:\n  heads: true\n", 4, "model.heads", "found true; expected an integer"),
+    Bad(
+        "yes-as-int",
+        BASE + "model:\n  encoder_layers: yes\n",
+        4,
+        "model.encoder_layers",
+        "found true; expected an integer",
+    ),
+    Bad(
+        "string-as-bool",
+        BASE + "model:\n  position_dropout: 'yes'\n",
+        4,
+        "model.position_dropout",
+        "found 'yes'; expected true or false",
+    ),
+    Bad("int-as-bool", BASE + "model:\n  embed_scale: 1\n", 4, "model.embed_scale", "expected true or false"),
+    Bad("string-as-seed", BASE + "seed: '7'\n", 3, "seed", "found '7'; expected an integer"),
+    Bad(
+        "experiment-path",
+        BASE + "tracking:\n  experiment: a/../../b\n",
+        4,
+        "tracking.experiment",
+        "found 'a/../../b'; expected 1-100 letters",
+    ),
+    Bad(
+        "early-stopping-metric-typo",
+        BASE + "train:\n  max_steps: 10\n  early_stopping: {metric: val/exact_macth}\n",
+        5,
+        "train.early_stopping.metric",
+        "found 'val/exact_macth'; accepted: val/loss, val/ppl, val/exact_match; "
+        "did you mean 'val/exact_match'?",
+    ),
+    Bad(
+        "ablation-metric-typo",
+        BASE + "ablation:\n  axes: {model.ffn: [conv1d]}\n  metric: val/los\n",
+        5,
+        "ablation.metric",
+        "did you mean 'val/loss'?",
+    ),
+    Bad("mask-typo", BASE + "model:\n  mask: -inff\n", 4, "model.mask", "did you mean '-inf'?"),
+    Bad("mask-number-typo", BASE + "model:\n  mask: -1e9x\n", 4, "model.mask", "did you mean '-1e9'?"),
+    # Every problem in one pass: the cross-field check runs although another field failed.
+    Bad("two-problems-key", BASE + "model:\n  d_modle: 64\n  heads: 3\n", 4, "model.d_modle", "d_model"),
+    Bad(
+        "two-problems-heads",
+        BASE + "model:\n  d_modle: 64\n  heads: 3\n",
+        5,
+        "model.heads",
+        "d_model 128 is not divisible by heads 3",
+    ),
     Bad("list-as-key", BASE + "[a, b]: 1\n", 3, "", "keys must be plain names"),
     Bad("recursive-alias", BASE + "description: &x [*x]\n", 3, "description.0", "recursive alias"),
     Bad(
@@ -327,6 +379,10 @@ SET_CASES = {
     "model.d_modl=64": "--set model.d_modl=64: model.d_modl: unknown key 'd_modl'; did you mean 'd_model'?",
     "model.d_model.x=1": "--set model.d_model.x=1: model.d_model.x: cannot set it: model.d_model is 64",
     "model.heads=abc": "--set model.heads=abc: model.heads: found 'abc'; expected an integer",
+    "model.encoder_layers=true": "--set model.encoder_layers=true: model.encoder_layers: found true; "
+    "expected an integer",
+    "tracking.experiment=a/../../b": "--set tracking.experiment=a/../../b: tracking.experiment: "
+    "found 'a/../../b'",
     "model.heads=[1": "--set model.heads=[1: model.heads: invalid YAML",
     "seed=!!python/name:os.system": "--set seed=!!python/name:os.system: seed: tag '!!python/name:os.system'",
     "model.mask=1e9": "--set model.mask=1e9: model.mask: found 1000000000.0; the mask fill must be negative",
@@ -358,7 +414,8 @@ def test_set_fixes_a_file_and_changes_the_hash(tmp_path: Path) -> None:
 def test_list_prints_every_component_with_its_doc(tmp_path: Path) -> None:
     result = ablate("list", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    for kind in registry.KINDS:
+    registry.load_plugins()  # an installed plugin's components are listed too
+    for kind in registry.REGISTRY.kinds():
         assert f"\n{kind}\n" in "\n" + result.stdout
         for entry in registry.REGISTRY.entries(kind):
             assert f"  {entry.name}" in result.stdout
@@ -375,6 +432,33 @@ def test_list_filters_by_kind_and_pattern(tmp_path: Path) -> None:
     assert (
         wrong.returncode == 2 and "did you mean 'norm'?" in wrong.stderr and "Traceback" not in wrong.stderr
     )
+
+
+@pytest.mark.parametrize("args", [["mask", "-inf"], ["mask", "-1e9"], ["-inf"], ["mask", "-1e*"]])
+def test_list_takes_mask_names_that_look_like_options(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["list", *args]) == 0
+    out = capsys.readouterr().out.splitlines()
+    shown = [line.split()[0] for line in out if line.startswith("  ") and line.split()[0].startswith("-")]
+    expected = registry.names("mask", args[-1])
+    assert out[0] == "mask" and shown == expected and expected
+
+
+def test_every_command_has_help_saying_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) == set(HANDLERS)
+    for name, sub in commands.choices.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+        assert sub.description and " ".join(sub.description.split()) in text, name
+        assert text.startswith(f"usage: ablate {name}")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "study name or parent run id" in " ".join(capsys.readouterr().out.split())
 
 
 def test_help_and_version() -> None:

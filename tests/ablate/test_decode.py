@@ -16,7 +16,8 @@ from ablate.decode import (
 from ablate.model import Seq2SeqTransformer, build_model
 from ablate.spec import DecodeSpec, ModelSpec
 
-torch.set_num_threads(1)
+# Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 PAD, BOS, EOS, V = 0, 1, 2, 14
 
@@ -154,6 +155,28 @@ def test_batched_beam_equals_the_reference_beam(attention: str, beam: int, alpha
     assert batched == reference
     assert len({len(h) for h in batched}) > 1  # sentences finish at different steps
     assert all(len(h) <= int(n) for h, n in zip(batched, limits, strict=True))
+
+
+def test_beam_scores_the_vocabulary_a_chunk_of_sentences_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VOCAB_CHUNK sentences are projected and scored at a time and the chunks' top-k joined: with
+    chunks of 2 (3 chunks for 5 sentences, fewer as sentences finish) the result is unchanged."""
+    import ablate.decode
+
+    model = _eos_prone(tiny(seed=3), 0.5)
+    src = sources()
+    limits = torch.tensor([10, 5, 12, 4, 8])
+    whole = beam_search(model, src, BOS, EOS, 3, 0.6, limits)
+    rows: list[int] = []  # rows projected by each generator call
+    hook = model.generator.register_forward_hook(lambda _m, args, _out: rows.append(args[0].size(0)))
+    monkeypatch.setattr(ablate.decode, "VOCAB_CHUNK", 2)
+    try:
+        chunked = beam_search(model, src, BOS, EOS, 3, 0.6, limits)
+    finally:
+        hook.remove()
+    assert rows[:3] == [2, 2, 1]  # first step: one row per sentence, in chunks of 2 sentences
+    assert max(rows) == 2 * 3 and len(rows) > int(limits.max())  # later steps: 2 sentences x 3 beams
+    assert chunked == whole == beam_search_reference(model, src, BOS, EOS, 3, 0.6, limits)
+    assert len({len(h) for h in chunked}) > 1  # sentences leave the batch at different steps
 
 
 def _copy_batch(g: torch.Generator, n: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

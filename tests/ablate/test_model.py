@@ -10,7 +10,8 @@ import registry
 from ablate.model import Seq2SeqTransformer, build_model
 from ablate.spec import ModelSpec
 
-torch.set_num_threads(1)
+# Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 V = 16
 SMALL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0}
@@ -45,6 +46,26 @@ def test_forward_shapes() -> None:
     assert enc.src_pad.sum().item() == (src == 0).sum().item()
     wide = build_model(ModelSpec(**SMALL), 11, 23)
     assert wide(src.clamp(max=10), tgt).shape == (4, tgt.size(1), 23)
+
+
+def test_the_source_mask_is_built_once_by_encode() -> None:
+    """encode's key-padding mask is the one the decoder's cross-attention reads (no rebuild per decode
+    call or per cache); a decode in another compute dtype (autocast on) builds its own in that dtype."""
+    model = tiny(mask="-1e9")
+    src, tgt = _pad(_sentences()[0]), _pad(_sentences()[1])
+    enc = model.encode(src)
+    assert enc.key_mask is not None and enc.key_mask.bias is not None
+    assert enc.key_mask.bias.shape == (4, 1, 1, src.size(1)) and enc.key_mask.bias.dtype == torch.float32
+    assert torch.equal(enc.key_mask.blocked[:, 0, 0], enc.src_pad)  # type: ignore[index]
+    assert model.init_cache(enc).cross_mask is enc.key_mask
+    picked = enc.index_select(torch.tensor([2, 0]))
+    assert torch.equal(picked.key_mask.bias, enc.key_mask.bias[[2, 0]])  # type: ignore[union-attr,index]
+    with torch.no_grad():
+        torch.testing.assert_close(model.decode(tgt, enc), model(src, tgt))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            cache = model.init_cache(enc)  # fp32 encoder state, bf16 decoding
+            assert cache.cross_mask.bias is not None and cache.cross_mask.bias.dtype == torch.bfloat16
+            assert torch.isfinite(model.decode(tgt, enc)).all()
 
 
 @pytest.mark.parametrize("mask", ["-inf", "-1e9"])
@@ -102,6 +123,25 @@ def test_controlled_init_for_options(option: dict[str, object]) -> None:
         assert set(same) == base.keys() & variant.keys()
 
 
+@pytest.mark.parametrize("init", ["xavier", "default"])
+def test_conv1d_ffn_starts_from_the_linear_ffn_weights(init: str) -> None:
+    """DESIGN.md: the two FFNs are the same function given the same weights; controlled init gives them
+    the same weights (a (d_ff, d, 1) kernel seeded like the (d_ff, d) matrix), so the models agree at init."""
+    linear, conv = tiny(seed=7, init=init), tiny(seed=7, init=init, ffn="conv1d")
+    layers = lambda m: [*m.encoder.layers, *m.decoder.layers]  # noqa: E731
+    pairs = [(a.ffn, b.ffn) for a, b in zip(layers(linear), layers(conv), strict=True)]
+    for lin_ffn, conv_ffn in pairs:
+        for name in ("w1", "w2"):
+            assert getattr(conv_ffn, name).weight.shape[-1] == 1
+            assert torch.equal(getattr(conv_ffn, name).weight[:, :, 0], getattr(lin_ffn, name).weight), name
+            assert torch.equal(getattr(conv_ffn, name).bias, getattr(lin_ffn, name).bias), name
+    src, tgt = _pad(_sentences()[0]), _pad(_sentences()[1])
+    with torch.no_grad():
+        torch.testing.assert_close(conv(src, tgt), linear(src, tgt), atol=1e-5, rtol=1e-5)
+        other_seed = tiny(seed=8, init=init, ffn="conv1d")(src, tgt)
+    assert (other_seed - linear(src, tgt)).abs().max() > 1e-3  # the seed matters: the check is not vacuous
+
+
 def test_xavier_bound_of_fused_projections_is_per_chunk() -> None:
     """A fused (3d, d) QKV weight is drawn like three (d, d) Xavier matrices, as separate Linears would be."""
     w = tiny().encoder.layers[0].self_attn.qkv.weight
@@ -120,7 +160,7 @@ REF_VARIANTS = {
     ("residual", "pre_norm"): [7.47105, -1.19925, 1.06454],
     ("positions", "learned"): [6.0693, -1.67026, 1.01955],
     ("positions", "sinusoidal"): [7.47105, -1.19925, 1.06454],
-    ("ffn", "conv1d"): [6.26448, 0.53998, 1.08594],
+    ("ffn", "conv1d"): [7.47105, -1.19925, 1.06454],  # = linear: the same weights (kernel-1 seeding)
     ("ffn", "linear"): [7.47105, -1.19925, 1.06454],
     ("norm", "builtin"): [7.47105, -1.19925, 1.06454],
     ("norm", "custom"): [7.43633, -1.19197, 1.06018],

@@ -14,7 +14,8 @@ from ablate.model import build_model
 from ablate.spec import ModelSpec
 from registry.masking import clamp_fill, make_mask
 
-torch.set_num_threads(1)
+# Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 # (fill, attention) -> what a fully masked query row becomes, fp32 (and bf16).
 FULLY_MASKED = {
@@ -102,16 +103,35 @@ def test_minus_1e9_overflows_fp16_and_the_fill_is_clamped() -> None:
     assert finite(scores, torch.tensor([True, False, True])).tolist() == [-32752.0, 0.0, -32752.0]
 
 
+# fp16: a finite fill is clamped to -32752 (fill_for), -inf is written as is.
+FULLY_MASKED_FP16 = {
+    ("-inf", "explicit"): "nan",
+    ("-inf", "sdpa"): "zeros",
+    ("-1e9", "explicit"): "uniform",  # the clamped fill still dwarfs every score
+    ("-1e9", "sdpa"): "unmasked",  # sdpa's fp32 accumulation keeps the score differences next to -32752
+    ("-1e10", "explicit"): "uniform",
+    ("-1e10", "sdpa"): "unmasked",
+    ("-1e6", "explicit"): "uniform",
+    ("-1e6", "sdpa"): "unmasked",
+}
+
+
 @pytest.mark.parametrize("attention", ["explicit", "sdpa"])
-def test_fp16_fully_masked_row(attention: str) -> None:
-    """fp16: explicit keeps the uniform row with the clamped fill; sdpa's fp32 accumulation does not."""
+@pytest.mark.parametrize("fill", FILLS)
+def test_fp16_fully_masked_row(fill: str, attention: str) -> None:
+    """fp16, every fill: no overflow error; the fully masked row as the table says; every other row finite
+    and equal to the fp32 masked softmax (blocked keys get zero weight with the clamped fill too)."""
+    assert {f for f, _ in FULLY_MASKED_FP16} == set(FILLS)
     attn = registry.get("attention", attention)(16, 2)
     q, k, v = _qkv(torch.float16)
-    out = attn.attend(q, k, v, make_mask("-1e9", -1e9).build(_blocked(), torch.float16)).float()
-    unmasked = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1) @ v.float()
-    expected = {"explicit": "uniform", "sdpa": "unmasked"}[attention]
-    assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == expected
-    assert torch.isfinite(out).all()
+    out = attn.attend(q, k, v, make_mask(fill, float(fill)).build(_blocked(), torch.float16)).float()
+    reference = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1)
+    unmasked = reference @ v.float()
+    assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == FULLY_MASKED_FP16[(fill, attention)]
+    partial = reference.masked_fill(_blocked(), 0.0)
+    partial = partial / partial.sum(-1, keepdim=True) @ v.float()
+    torch.testing.assert_close(out[0, :, [0, 2]], partial[0, :, [0, 2]], atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(out[1], partial[1], atol=3e-2, rtol=3e-2)
 
 
 def _tiny(mask: str, attention: str) -> torch.nn.Module:

@@ -1,0 +1,155 @@
+"""The Registry itself: duplicates, globs, unknown names, and plugins found through entry points.
+
+The plugin tests install a package the way pip would leave it (a ``*.dist-info`` folder with METADATA
+and entry_points.txt next to the module) on a temporary ``sys.path`` entry, and run in a subprocess so
+that this process's global registry never sees the plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+import registry
+from registry import ENTRY_POINT_GROUP, Registry, RegistryError
+
+
+class _Comp(nn.Module):
+    """A stand-in component."""
+
+
+def test_a_duplicate_name_is_an_error_naming_the_first_owner() -> None:
+    reg = Registry()
+    reg.register("ffn", "mine")(_Comp)
+    taken = r"ffn component 'mine' is already registered \(by .*test_registry\)"
+    with pytest.raises(RegistryError, match=taken):
+        reg.register("ffn", "mine")(nn.Identity)
+    assert reg.get("ffn", "mine") is _Comp  # the first registration stands
+    reg.register("norm", "mine")(nn.Identity)  # the same name under another kind is fine
+    assert reg.get("norm", "mine") is nn.Identity
+
+
+def test_names_filters_with_a_shell_glob() -> None:
+    reg = Registry()
+    for name in ("conv1d", "custom", "linear", "-1e9", "-inf"):
+        reg.add("x", name, _Comp)
+    assert reg.names("x") == ["-1e9", "-inf", "conv1d", "custom", "linear"]
+    assert reg.names("x", "c*") == ["conv1d", "custom"]
+    assert reg.names("x", "-1e?") == ["-1e9"]
+    assert reg.names("x", "[lc]*n*") == ["conv1d", "linear"]
+    assert reg.names("x", "zz*") == [] and reg.names("no-such-kind") == []
+    assert [e.name for e in reg.entries("x", "*i*")] == ["-inf", "linear"]
+    assert registry.names("norm", "c*") == ["custom"]  # the global registry's built-ins
+
+
+def test_get_of_an_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(RegistryError) as info:
+        registry.get("ffn", "lineer")
+    assert str(info.value) == (
+        f"unknown ffn 'lineer'; known: {', '.join(registry.names('ffn'))}; did you mean 'linear'?"
+    )
+    with pytest.raises(RegistryError, match=r"unknown component kind 'fnn'; known: .*ffn"):
+        registry.get("fnn", "linear")
+    assert ("ffn", "linear") in registry.REGISTRY and ("ffn", "lineer") not in registry.REGISTRY
+
+
+def test_a_registry_without_a_plugin_group_loads_nothing() -> None:
+    reg = Registry()
+    reg.load_plugins()
+    assert reg.kinds() == []
+
+
+# ---------------------------------------------------------------- entry-point plugins
+PLUGIN = '''
+"""A third-party component package: registers an FFN through the ablate.components entry point."""
+import torch.nn.functional as F
+from torch import nn
+
+from registry import register
+
+
+@register("ffn", "demo_gelu")
+class DemoGeluFFN(nn.Module):
+    """Linear -> GELU -> Linear, from a plugin package (tests/registry/test_registry.py)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.w2(F.gelu(self.w1(x)))
+'''
+
+CHECK = '''
+import torch
+
+import ablate
+from ablate.cli import main
+
+print("list rc", main(["list", "ffn"]), flush=True)
+print("validate rc", main(["validate", "spec.yaml"]), flush=True)
+spec = ablate.load_spec("spec.yaml", overrides=["model.d_ff=24"])
+model = ablate.build_model(spec.model, 11, 13, pad_id=0)
+logits = model(torch.randint(1, 11, (2, 5)), torch.randint(1, 13, (2, 4)))
+kinds = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Demo")})
+print("model", spec.model.ffn, kinds, tuple(logits.shape), flush=True)
+'''
+
+
+def _install(site: Path, name: str, module_text: str) -> None:
+    """What `pip install` leaves for a package whose module registers components: module + dist-info."""
+    (site / f"{name}.py").write_text(textwrap.dedent(module_text))
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.1\n")
+    entry = f"{name.removeprefix('ablate_')} = {name}"
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{entry}\n")
+
+
+def _run(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run([sys.executable, *args], cwd=site, env=env, capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_an_entry_point_plugin_is_listed_validated_and_built(tmp_path: Path) -> None:
+    _install(tmp_path, "ablate_demo", PLUGIN)
+    (tmp_path / "spec.yaml").write_text("name: p\nmodel: {ffn: demo_gelu, d_model: 16, heads: 2}\n")
+    (tmp_path / "check.py").write_text(CHECK)
+    result = _run(tmp_path, "check.py")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0] == "ffn"
+    assert any(line.split()[:1] == ["demo_gelu"] and "from a plugin package" in line for line in out), out
+    assert "list rc 0" in out and "validate rc 0" in out
+    assert any(line.startswith("ok spec.yaml (") for line in out)
+    assert "model demo_gelu ['DemoGeluFFN'] (2, 4, 13)" in out
+    assert "demo_gelu" not in registry.names("ffn")  # this process never loaded it
+
+
+@pytest.mark.parametrize(
+    ("module_text", "command", "says"),
+    [
+        ("import ablate_missing_dependency\n", ["list"],
+         "failed: ModuleNotFoundError: No module named 'ablate_missing_dependency'"),
+        ("from registry import register\nfrom torch import nn\nregister('ffn', 'linear')(nn.Identity)\n",
+         ["validate", "spec.yaml"], "failed: ffn component 'linear' is already registered (by registry.ffn)"),
+    ],
+    ids=["import-error", "duplicate-name"],
+)
+def test_a_broken_plugin_is_a_one_line_error(tmp_path: Path, module_text: str, command: list[str],
+                                             says: str) -> None:
+    _install(tmp_path, "ablate_broken", module_text)
+    (tmp_path / "spec.yaml").write_text("name: p\n")
+    result = _run(tmp_path, "-m", "ablate", *command)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    plugin = f"plugin 'broken' (ablate_broken from ablate-broken, entry point group {ENTRY_POINT_GROUP})"
+    assert result.stderr.splitlines() == [f"error: {plugin} {says}"]
+    assert result.stdout == ""
