@@ -1,12 +1,18 @@
 """One `Tracker` is one MLflow run. The `ablate.tracking` package is the only place that imports mlflow:
-this module writes runs, `store` picks the store and records the environment, `read` reads studies back
-for reports, `server` runs `mlflow server` / `ablate ui` and prints run tables.
+
+* this module writes runs (`Tracker`, `NullTracker` when tracking is off) and re-exports the public API;
+* `ablate.tracking.store` picks the store (URI precedence, artifact folder, experiment), checks that a
+  network store answers, records the environment, and lists runs and downloads artifacts;
+* `ablate.tracking.models` logs a run's model with ``mlflow.pytorch`` and loads it back safely;
+* `ablate.tracking.read` reads studies back for reports (parent and child runs, metric histories);
+* `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables.
 
 Layout (DESIGN.md, "MLflow layout"): one experiment per study; a study is a parent run and every cell or
 trial a child run with ``mlflow.parentRunId`` set explicitly; params are the resolved spec flattened to
-dotted keys; tags ``ablate.study``, ``ablate.variant``, ``ablate.seed``, ``ablate.spec_hash``,
-``ablate.status``, the git commit, host and package versions; artifacts ``spec.yaml`` and
-``environment.json``. Which store and where artifacts go: `ablate.tracking.store`.
+dotted keys (short JSON values); tags ``ablate.study``, ``ablate.variant``, ``ablate.seed``,
+``ablate.spec_hash``, ``ablate.status``, the git commit, host, CPU (and GPU) and one
+``ablate.version.<package>`` per package that decides results; artifacts ``spec.yaml`` and
+``environment.json``. A run ends FINISHED (finished, diverged, pruned), FAILED or KILLED: `MLFLOW_STATUS`.
 
 Everything goes through an ``MlflowClient`` bound to the run's store (a parent and its child runs can be
 open in one process at once), except ``mlflow.pytorch``, which reads the process-wide URI: `log_model` and
@@ -18,15 +24,13 @@ from __future__ import annotations
 import atexit
 import getpass
 import json
-import os
 import sys
+import tempfile
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset as DatasetEntity
@@ -37,24 +41,27 @@ from ablate.errors import AblateError
 from ablate.tracking.store import (
     RunRow,
     artifact_root,
+    check_reachable,
+    dataset_source,
     download_artifacts,
     environment,
+    environment_tags,
     experiment_id,
     is_server_uri,
     list_runs,
     load_model,
     resolve_tracking_uri,
-    use_uri,
 )
 
 if TYPE_CHECKING:
     import torch
 
-    from ablate.spec import ExperimentSpec
+    from ablate.spec import ExperimentSpec, ModelSpec
 
 __all__ = [
-    "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "download_artifacts",
-    "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui", "resolve_tracking_uri",
+    "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "check_reachable",
+    "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
+    "resolve_tracking_uri",
 ]
 
 Status = Literal["finished", "diverged", "failed", "pruned", "killed"]
@@ -101,7 +108,8 @@ class NullTracker:
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None: ...
     def log_figure(self, figure: Any, artifact_file: str) -> None: ...
     def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None: ...
-    def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0) -> str | None:
+    def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0,
+                  model_spec: ModelSpec | None = None) -> str | None:
         return None
     def last_step(self, key: str) -> int | None:
         return None
@@ -155,6 +163,7 @@ class Tracker(NullTracker):
         self._params: dict[str, str] = {}  # what the run holds already (MLflow params cannot change)
         self._changed: set[str] = set()
         self._monitor: Any = None
+        self._model_spec: ModelSpec | None = None  # what the run's model is built from (log_model)
         self._ended = False
         _OPEN.add(self)
 
@@ -169,19 +178,17 @@ class Tracker(NullTracker):
         if not cfg.enabled:
             return NullTracker()
         uri = resolve_tracking_uri(cfg.uri)
+        check_reachable(uri)  # a one-line error now, not minutes of MLflow's retries and a traceback
         client = MlflowClient(uri)
         env = environment()
         exp_name = experiment or cfg.experiment or spec.name
         all_tags: dict[str, Any] = {
             "ablate.study": exp_name, "ablate.variant": run_name or spec.name, "ablate.seed": spec.seed,
-            "ablate.spec_hash": spec.spec_hash, "ablate.host": env["host"],
-            "mlflow.user": getpass.getuser(), "mlflow.source.type": "LOCAL",
+            "ablate.spec_hash": spec.spec_hash, "mlflow.user": getpass.getuser(),
+            "mlflow.source.type": "LOCAL",
             "mlflow.source.name": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
-            **{f"ablate.version.{k}": env[k] for k in ("python", "torch", "mlflow", "ablate")},
+            **environment_tags(),
         }
-        if "git_commit" in env:
-            all_tags["mlflow.source.git.commit"] = env["git_commit"]
-            all_tags["ablate.git_dirty"] = env["git_dirty"]
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         all_tags.update(tags or {})
@@ -201,20 +208,39 @@ class Tracker(NullTracker):
                                         tags={k: _tag_value(v) for k, v in all_tags.items()})
             run_id = created.info.run_id
         tracker = cls(client, run_id, exp_id, uri, async_logging=cfg.async_logging)
+        tracker._model_spec = spec.model
         try:
             if resume_run_id:
                 tracker.set_tags(all_tags)
                 tracker._load_last_steps()
                 tracker._params = dict(run.data.params)
             tracker.log_params_from_spec(spec)
-            tracker.log_dict(env, "environment.json")
-            tracker.log_text(_spec_yaml(spec), "spec.yaml")
+            tracker._log_spec_and_environment(spec, env, resumed=resume_run_id is not None)
             if cfg.system_metrics:
                 tracker._start_system_metrics(resumed=resume_run_id is not None)
         except BaseException:
             tracker.end("failed")  # the run exists now: never leave it RUNNING
             raise
         return tracker
+
+    def _log_spec_and_environment(self, spec: ExperimentSpec, env: Mapping[str, str], resumed: bool) -> None:
+        """spec.yaml and environment.json as the run was created. A resume that brings another spec (its
+        changed params listed in ``ablate.params_changed``) or environment leaves them as they are, beside
+        the params they explain, and adds ``spec.resumed.yaml`` / ``environment.resumed.json``."""
+        if not resumed:
+            self.log_dict(env, "environment.json")
+            self.log_text(_spec_yaml(spec), "spec.yaml")
+            return
+        if self._changed:
+            self.log_text(_spec_yaml(spec), "spec.resumed.yaml")
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                before = json.loads(download_artifacts(self.run_id, "environment.json", tmp,
+                                                       tracking_uri=self.tracking_uri).read_text())
+            except (MlflowException, OSError, ValueError):  # not there (a run ablate did not create)
+                before = None
+        if before != dict(env):
+            self.log_dict(env, "environment.resumed.json" if before is not None else "environment.json")
 
     # -- logging
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
@@ -290,7 +316,7 @@ class Tracker(NullTracker):
         36 characters for MLflow) and where it came from (URL, file path, hub name or a description)."""
         from mlflow.data.meta_dataset import MetaDataset
 
-        dataset = MetaDataset(_dataset_source(source), name=name, digest=digest[:36])  # type: ignore[abstract]
+        dataset = MetaDataset(dataset_source(source), name=name, digest=digest[:36])  # type: ignore[abstract]
         entity = DatasetEntity(**dataset.to_dict())  # name, digest, source_type, source
         tag = InputTag("mlflow.data.context", context)
         try:
@@ -304,24 +330,18 @@ class Tracker(NullTracker):
             time.sleep(0.2)
             self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
 
-    def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0) -> str | None:
-        """Log ``model`` with ``mlflow.pytorch`` (a pickled module: load it only from a store you trust);
-        returns its ``models:/`` URI, also kept in the ``ablate.model_uri`` tag. See `load_model`."""
-        import mlflow.pytorch
+    def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0,
+                  model_spec: ModelSpec | None = None) -> str | None:
+        """Log ``model`` with ``mlflow.pytorch``; an ablate model (built from ``model_spec``, by default the
+        run's spec) also gets its weights, so that `load_model` rebuilds it without unpickling
+        (`ablate.tracking.models`). Returns its ``models:/`` URI, also kept in the ``ablate.model_uri``
+        tag."""
+        from ablate.tracking.models import log_model
 
-        # Explicit requirements skip MLflow's inference, which re-imports the model in a subprocess.
-        reqs = [f"{p}=={environment()[p]}" for p in ("torch", "mlflow") if environment()[p] != "unknown"]
-        # The LoggedModel is created here so that it lands in this run's experiment: MLflow would pick the
-        # fluent active experiment (Default, whose artifacts live in ./mlruns) since no fluent run is active.
-        logged = self.client.create_logged_model(self.experiment_id, name=name, source_run_id=self.run_id)
-        use_uri(self.tracking_uri)
-        # pickle, not MLflow's newer default 'pt2' (an exported graph): pt2 needs an example input and a
-        # traceable forward, which the decoder's data-dependent masking and KV cache are not.
-        info = mlflow.pytorch.log_model(model, name=name, run_id=self.run_id, step=step,
-                                        model_id=logged.model_id, pip_requirements=reqs,
-                                        serialization_format="pickle")
-        self.set_tags({"ablate.model_uri": info.model_uri})
-        return str(info.model_uri)
+        uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
+                        step=step, model_spec=model_spec or self._model_spec)
+        self.set_tags({"ablate.model_uri": uri})
+        return uri
 
     # -- ending
     def flush(self) -> None:
@@ -366,23 +386,6 @@ class Tracker(NullTracker):
         self._monitor = SystemMetricsMonitor(self.run_id, resume_logging=resumed,
                                              tracking_uri=self.tracking_uri)
         self._monitor.start()
-
-
-def _dataset_source(source: str) -> Any:
-    """An MLflow DatasetSource for a URL, an existing local path, or anything else (hub name, synthetic)."""
-    if urlparse(source).scheme in ("http", "https"):
-        from mlflow.data.http_dataset_source import HTTPDatasetSource
-
-        return HTTPDatasetSource(source)
-    if os.path.exists(source):
-        from mlflow.data.dataset_source_registry import resolve_dataset_source
-
-        with warnings.catch_warnings():  # "can be interpreted in multiple ways": all of them are 'local'
-            warnings.simplefilter("ignore", UserWarning)
-            return resolve_dataset_source(str(Path(source).resolve()))
-    from mlflow.data.code_dataset_source import CodeDatasetSource
-
-    return CodeDatasetSource({"source": source})
 
 
 def _spec_yaml(spec: ExperimentSpec) -> str:

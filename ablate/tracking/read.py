@@ -1,16 +1,15 @@
-"""Reading studies back from MLflow for the report: the runs of a study (by name or parent run id) as
-pandas rows, metric histories, text artifacts, and logging the finished report on the parent run.
+"""Reading studies back from MLflow for `ablate report`: the runs of a study (by name or parent run id) as
+pandas rows, metric histories, dataset inputs, text artifacts, and logging the finished report on the
+parent run. The store is the one `ablate.tracking.store.resolve_tracking_uri` picks (MLFLOW_TRACKING_URI,
+else ./mlflow.db).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ablate.errors import AblateError
+from ablate.tracking.store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 STUDY_KINDS = ("ablation", "search")
@@ -41,20 +41,10 @@ def client() -> MlflowClient:
 
 @functools.lru_cache(maxsize=4)
 def _client_for(uri: str) -> MlflowClient:
+    from ablate.tracking.store import check_reachable
+
+    check_reachable(uri)  # once per store (a failure is not cached): a one-line error, not minutes of retries
     return MlflowClient(tracking_uri=uri)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """No tqdm bars from MLflow's artifact transfers while the report runs (a user setting wins)."""
-    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    old = os.environ.get(key)
-    os.environ[key] = old if old is not None else "false"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
 
 
 def _run_dict(run: Any) -> dict[str, Any]:

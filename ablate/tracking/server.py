@@ -1,4 +1,5 @@
-"""Run an `mlflow server` over ablate's store, and print tables of runs.
+"""Run an `mlflow server` over ablate's store (`start_server`, and `ablate ui` on 127.0.0.1 printing its URL)
+and print tables of runs (`ablate runs [--experiment NAME]`).
 
 The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
 reading runs goes through `ablate.tracking.store`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's

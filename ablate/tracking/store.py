@@ -1,5 +1,6 @@
-"""MLflow stores for ablate: which one (URI precedence), where artifacts go, the experiment of a study,
-the environment recorded on every run, and reading runs and models back.
+"""MLflow stores for ablate: which one (URI precedence), whether a network store answers, where artifacts
+go, the experiment of a study, the environment recorded on every run (environment.json and its tags), and
+reading runs, artifacts and models back (`list_runs`, `download_artifacts`, `load_model`).
 
 ``MLFLOW_TRACKING_URI`` > ``tracking.uri`` > ``sqlite:///mlflow.db`` in the working directory, with
 artifacts in ``./mlartifacts`` beside the database, where a plain ``mlflow ui`` (or ``ablate ui``) started
@@ -9,16 +10,20 @@ in that folder finds them. MLflow's own client-side default for a sqlite store w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
 import re
 import socket
 import subprocess
+import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import mlflow
@@ -51,6 +56,46 @@ def resolve_tracking_uri(spec_uri: str | None = None) -> str:
 def is_server_uri(uri: str) -> bool:
     """True when the store is an `mlflow server` reached over HTTP, which then decides where artifacts go."""
     return urlparse(uri).scheme in ("http", "https", "databricks")
+
+
+# Ports of the schemes a tracking URI may name a network store with, when the URI gives none.
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def check_reachable(uri: str, *, attempts: int = 3, timeout: float = 5.0) -> None:
+    """Fail fast, as a one-line `AblateError`, when the host of a network store does not accept a TCP
+    connection: MLflow itself would retry for minutes (about 4 for a server, 2 for PostgreSQL) and end in
+    a traceback. Local sqlite stores and Databricks are not probed; nor is anything past the connection
+    (the store's own errors say what is wrong there)."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
+    if scheme not in DEFAULT_PORTS or not parsed.hostname:
+        return
+    try:
+        port = parsed.port or DEFAULT_PORTS[scheme]
+    except ValueError:
+        raise AblateError(f"tracking URI {uri!r}: the port is not a number") from None
+    error: OSError | None = None
+    for attempt in range(attempts):
+        try:
+            with socket.create_connection((parsed.hostname, port), timeout=timeout):
+                return
+        except OSError as e:
+            error = e
+            if attempt + 1 < attempts:
+                time.sleep(0.5 * (attempt + 1))  # a server still starting gets a moment
+    what = "MLflow server" if scheme in ("http", "https") else f"{scheme} database"
+    reason = getattr(error, "strerror", None) or str(error)
+    raise AblateError(f"cannot reach the {what} of tracking URI {_redacted(uri)} ({parsed.hostname}:{port}: "
+                      f"{reason}); start it, or set tracking.uri / MLFLOW_TRACKING_URI to a running store")
+
+
+def _redacted(uri: str) -> str:
+    """The URI without a password (postgresql://user:secret@host/db -> postgresql://user:***@host/db)."""
+    parsed = urlparse(uri)
+    if parsed.password is None:
+        return uri
+    return uri.replace(f":{parsed.password}@", ":***@", 1)
 
 
 def artifact_root(uri: str) -> Path | None:
@@ -86,6 +131,23 @@ def experiment_id(client: MlflowClient, name: str, uri: str) -> str:
     return str(exp.experiment_id)
 
 
+def dataset_source(source: str) -> Any:
+    """An MLflow DatasetSource for a URL, an existing local path, or anything else (hub name, synthetic)."""
+    if urlparse(source).scheme in ("http", "https"):
+        from mlflow.data.http_dataset_source import HTTPDatasetSource
+
+        return HTTPDatasetSource(source)
+    if os.path.exists(source):
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": all of them are 'local'
+            warnings.simplefilter("ignore", UserWarning)
+            return resolve_dataset_source(str(Path(source).resolve()))
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+
+    return CodeDatasetSource({"source": source})
+
+
 # ---------------------------------------------------------------- environment
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
@@ -95,15 +157,53 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip()
 
 
+# The packages whose versions decide results (kernels, tokenisation, metrics, data, search, parsing); each
+# is recorded in environment.json and as an ``ablate.version.<package>`` tag.
+RESULT_PACKAGES = ("ablate", "torch", "mlflow", "sacrebleu", "tokenizers", "datasets", "optuna", "numpy",
+                   "pydantic")
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name (the "model name" line of /proc/cpuinfo on Linux), else `platform.processor`,
+    else the machine type: so that runs on different hardware are told apart."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _gpu() -> dict[str, str]:
+    """Name and count of the CUDA devices, and the CUDA version torch was built with; {} without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    try:
+        count = torch.cuda.device_count()
+        names = sorted({torch.cuda.get_device_name(i) for i in range(count)})
+    except RuntimeError:  # a driver that answers is_available but not more: record no GPU, do not fail
+        return {}
+    return {"gpu": ", ".join(names), "gpu_count": str(count), "cuda": str(torch.version.cuda)}
+
+
 @functools.cache
 def environment() -> dict[str, str]:
-    """Versions, host and the git commit of the code that ran (ablate's source tree, else the cwd)."""
+    """Versions (python and `RESULT_PACKAGES`), host, platform, CPU model and logical core count, the GPU
+    when CUDA is available, and the git commit of the code that ran (ablate's source tree, else the cwd)."""
     env = {"python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform()}
-    for package in ("ablate", "torch", "mlflow"):
+    for package in RESULT_PACKAGES:
         try:
             env[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             env[package] = "unknown"
+    env["cpu"] = cpu_model()
+    env["cpu_count"] = str(os.cpu_count() or 0)
+    env.update(_gpu())
     for where in (Path(__file__).resolve().parent, Path.cwd()):
         commit = _git(["rev-parse", "HEAD"], where)
         if commit:
@@ -112,6 +212,19 @@ def environment() -> dict[str, str]:
             env["git_dirty"] = "true" if changes else "false"
             break
     return env
+
+
+def environment_tags() -> dict[str, str]:
+    """The run tags of `environment`: host, CPU (and GPU), a version tag per package, the git commit."""
+    env = environment()
+    tags = {"ablate.host": env["host"], "ablate.cpu": env["cpu"],
+            **{f"ablate.version.{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
+    if "gpu" in env:
+        tags["ablate.gpu"] = env["gpu"]
+    if "git_commit" in env:
+        tags["mlflow.source.git.commit"] = env["git_commit"]
+        tags["ablate.git_dirty"] = env["git_dirty"]
+    return tags
 
 
 # ---------------------------------------------------------------- reading back
@@ -128,29 +241,42 @@ def use_uri(uri: str) -> None:
 
 
 def _client(tracking_uri: str | None) -> MlflowClient:
-    return MlflowClient(tracking_uri or resolve_tracking_uri(None))
+    uri = tracking_uri or resolve_tracking_uri(None)
+    check_reachable(uri)
+    return MlflowClient(uri)
 
 
-def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: str = "cpu") -> torch.nn.Module:
-    """The last model `Tracker.log_model` logged in ``run_id`` (a pickle: trusted stores only)."""
-    import mlflow.pytorch
+def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: str = "cpu",
+               allow_pickle: bool = False) -> torch.nn.Module:
+    """The last model `Tracker.log_model` logged in ``run_id``; see `ablate.tracking.models.load_model`
+    (an ablate model comes back through ``weights_only=True``, a pickle only with ``allow_pickle``)."""
+    from ablate.tracking.models import load_model as load
 
-    client = _client(tracking_uri)
-    run = client.get_run(run_id)
-    outputs = run.outputs.model_outputs if run.outputs else []
-    if not outputs:
-        raise AblateError(f"MLflow run {run_id} has no logged model (set tracking.log_model: true)")
-    model_id = max(outputs, key=lambda o: o.step).model_id
-    use_uri(client.tracking_uri)
-    return mlflow.pytorch.load_model(f"models:/{model_id}", map_location=map_location)
+    return load(run_id, tracking_uri=tracking_uri, map_location=map_location, allow_pickle=allow_pickle)
+
+
+@contextlib.contextmanager
+def quiet_transfers() -> Iterator[None]:
+    """No tqdm bars from MLflow's artifact transfers (reports, model loads); a user setting wins."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    old = os.environ.get(key)
+    os.environ[key] = old if old is not None else "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
 
 
 def download_artifacts(run_id: str, path: str = "", dst: str | Path | None = None, *,
                        tracking_uri: str | None = None) -> Path:
     """Copy a run's artifact (file or folder; "" for all) to ``dst`` (a temporary folder if None)."""
     uri = tracking_uri or resolve_tracking_uri(None)
-    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path or None,
-                                                dst_path=None if dst is None else str(dst), tracking_uri=uri)
+    check_reachable(uri)
+    with quiet_transfers():
+        local = mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=path or None, dst_path=None if dst is None else str(dst),
+            tracking_uri=uri)
     return Path(local)
 
 

@@ -22,10 +22,12 @@ from typing import Any
 
 import psutil
 import pytest
+import torch
 from mlflow import MlflowClient
 
+from ablate.model import build_model
 from ablate.spec import ExperimentSpec
-from ablate.tracking import Tracker
+from ablate.tracking import Tracker, load_model
 from ablate.tracking.server import ServerError, free_port, main_ui, start_server, stop_server
 
 pytestmark = pytest.mark.slow
@@ -134,6 +136,24 @@ def test_run_logged_over_http(server: str, site: tuple[Path, str]) -> None:
     assert exp.artifact_location.startswith("mlflow-artifacts:")
     stored = folder / "mlartifacts" / tracker.experiment_id / tracker.run_id / "artifacts"
     assert (stored / "notes" / "hello.txt").read_text() == "hello"
+
+
+def test_model_logged_over_http_loads_back_from_the_server(server: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """tracking.log_model through a server: the weights travel through its artifact proxy and come back
+    without unpickling (MLflow's pickle loading switched off), giving the same logits."""
+    model_spec = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 1}
+    run_spec = ExperimentSpec.model_validate({"name": "model-over-http", "model": model_spec,
+                                              "tracking": {"uri": server, "log_model": True}})
+    model = build_model(run_spec.model, 19, 21, pad_id=0, seed=1).eval()
+    tracker = Tracker.start(run_spec)
+    tracker.log_model(model)
+    tracker.end()
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "false")
+    loaded = load_model(tracker.run_id, tracking_uri=server)  # type: ignore[arg-type]
+    src, tgt_in = torch.tensor([[4, 7, 9, 2]]), torch.tensor([[1, 5, 6]])
+    with torch.no_grad():
+        assert torch.equal(loaded(src, tgt_in), model(src, tgt_in))
 
 
 WORKER = textwrap.dedent("""

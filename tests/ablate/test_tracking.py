@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import time
+from importlib import metadata
 from pathlib import Path
 
 import mlflow
@@ -18,7 +20,10 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from ablate import cli
+from ablate.decode import greedy_decode
 from ablate.errors import AblateError
+from ablate.model import build_model
 from ablate.spec import ExperimentSpec, flatten
 from ablate.tracking import (
     MAX_PARAM_VALUE,
@@ -31,6 +36,8 @@ from ablate.tracking import (
     main_runs,
     resolve_tracking_uri,
 )
+from ablate.tracking import store as tracking_store
+from ablate.tracking.server import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -144,6 +151,47 @@ def test_default_store_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert {(t.key, t.value) for t in inputs["multi30k"].tags} == {("mlflow.data.context", "eval")}
 
 
+RESULT_PACKAGES = ("sacrebleu", "tokenizers", "datasets", "optuna", "numpy", "pydantic", "torch", "mlflow",
+                   "ablate")
+
+
+def cpu_model_name() -> str:
+    """What the CPU is called, read here independently of ablate.tracking.store."""
+    if Path("/proc/cpuinfo").is_file():
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.split(":")[0].strip() == "model name":
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def test_environment_is_recorded_as_tags_and_artifact(store: str, tmp_path: Path) -> None:
+    """The versions that decide results, the CPU (and GPU) are read back from the store, not from ablate."""
+    tracker = Tracker.start(make_spec("environment", store))
+    tracker.end()
+    client = MlflowClient(store)
+    tags = client.get_run(tracker.run_id).data.tags  # type: ignore[arg-type]
+    for package in RESULT_PACKAGES:
+        assert tags[f"ablate.version.{package}"] == metadata.version(package), package
+    assert tags["ablate.version.python"] == platform.python_version()
+    assert tags["ablate.cpu"] == cpu_model_name() != ""
+    env = json.loads(download_artifacts(tracker.run_id, "environment.json", tmp_path,  # type: ignore[arg-type]
+                                        tracking_uri=store).read_text())
+    assert {p: env[p] for p in RESULT_PACKAGES} == {p: metadata.version(p) for p in RESULT_PACKAGES}
+    assert (env["cpu"], env["cpu_count"]) == (cpu_model_name(), str(os.cpu_count()))
+    if torch.cuda.is_available():
+        assert env["gpu"] == tags["ablate.gpu"] == torch.cuda.get_device_name(0)
+        assert env["gpu_count"] == str(torch.cuda.device_count())
+    else:
+        assert "gpu" not in env and "ablate.gpu" not in tags
+
+
+def test_cpu_model_without_cpuinfo(tmp_path: Path) -> None:
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Example CPU @ 3.00GHz\n")
+    assert tracking_store.cpu_model(tmp_path / "cpuinfo") == "Example CPU @ 3.00GHz"
+    expected = platform.processor() or platform.machine()
+    assert tracking_store.cpu_model(tmp_path / "missing") == expected
+
+
 def test_disabled_tracking_is_a_null_tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with Tracker.start(make_spec("off", enabled=False)) as tracker:
@@ -213,9 +261,11 @@ def test_resume_reopens_the_same_run_and_logs_each_step_once(store: str) -> None
     assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
     assert history(client, first.run_id, "train/loss") == [
         (0, 0.0), (10, 10.0), (20, 20.0), (30, 30.0), (40, 40.0), (50, 50.5), (60, 60.5), (70, 70.5)]
+    # Same spec, same machine: nothing to add beside what the run was created with.
+    assert {a.path for a in client.list_artifacts(first.run_id)} == {"spec.yaml", "environment.json"}
 
 
-def test_resume_keeps_identity_tags_and_survives_a_changed_param(store: str) -> None:
+def test_resume_keeps_identity_tags_and_survives_a_changed_param(store: str, tmp_path: Path) -> None:
     """A resume may come with other tracking options (not part of the run's identity): MLflow refuses to
     change a param, so the old value stays and the key is listed; the creation tags stay too."""
     first = Tracker.start(make_spec("resume-params", store), run_name="cell-a", tags={"ablate.variant": "a"})
@@ -223,10 +273,43 @@ def test_resume_keeps_identity_tags_and_survives_a_changed_param(store: str) -> 
     again = Tracker.start(make_spec("resume-params", store, async_logging=True), resume_run_id=first.run_id)
     again.log_params({"extra.new": 1})
     again.end("finished")
-    run = MlflowClient(store).get_run(first.run_id)  # type: ignore[arg-type]
+    client = MlflowClient(store)
+    run = client.get_run(first.run_id)  # type: ignore[arg-type]
     assert run.data.params["tracking.async_logging"] == "false" and run.data.params["extra.new"] == "1"
     assert run.data.tags["ablate.params_changed"] == "tracking.async_logging"
     assert (run.data.tags["ablate.variant"], run.info.run_name) == ("a", "cell-a")
+    assert (run.info.status, run.data.tags["ablate.status"]) == ("FINISHED", "finished")
+    # spec.yaml stays the one the params describe; the spec the run was resumed with is kept beside it.
+    assert {a.path for a in client.list_artifacts(first.run_id)} == {  # type: ignore[arg-type]
+        "spec.yaml", "spec.resumed.yaml", "environment.json"}
+    spec_yaml = client.download_artifacts(first.run_id, "spec.yaml", str(tmp_path))  # type: ignore[arg-type]
+    resumed_yaml = client.download_artifacts(first.run_id, "spec.resumed.yaml",  # type: ignore[arg-type]
+                                             str(tmp_path))
+    assert "async_logging: false" in Path(spec_yaml).read_text()
+    assert "async_logging: true" in Path(resumed_yaml).read_text()
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql+psycopg2"])
+def test_an_unreachable_store_is_a_one_line_error(scheme: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens there: an AblateError naming the store, instead of MLflow's minutes of retries and
+    a traceback; the password is not shown and nothing is written locally."""
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    uri = f"{scheme}://user:secret@127.0.0.1:{port}/mlflow"
+    what = "MLflow server" if scheme == "http" else "postgresql database"
+    with pytest.raises(AblateError, match=f"cannot reach the {what} .*127.0.0.1:{port}") as raised:
+        Tracker.start(make_spec("unreachable", uri))
+    assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ablate_runs_with_an_unreachable_server_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    assert cli.main(["runs"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot reach the MLflow server")
 
 
 def test_resume_of_an_unknown_run_is_a_user_error(store: str) -> None:
@@ -290,9 +373,10 @@ def test_detach_leaves_the_run_open_for_others(store: str) -> None:
 
 
 # ---------------------------------------------------------------- models, async, system metrics
-def test_log_model_and_load_model_round_trip(store: str, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """(g) the loaded module computes exactly what the logged one did; nothing is written to ./mlruns."""
+def test_log_model_of_any_module_needs_allow_pickle(store: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """(g) a plain module comes back only through mlflow.pytorch's pickle, which must be asked for; nothing
+    is written to ./mlruns."""
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
@@ -300,12 +384,16 @@ def test_log_model_and_load_model_round_trip(store: str, tmp_path: Path,
     assert isinstance(tracker, Tracker)
     uri = tracker.log_model(model)
     tracker.end()
-    loaded = load_model(tracker.run_id, tracking_uri=store)
+    with pytest.raises(AblateError, match="pickled module.*allow_pickle=True"):
+        load_model(tracker.run_id, tracking_uri=store)
+    loaded = load_model(tracker.run_id, tracking_uri=store, allow_pickle=True)
     x = torch.randn(5, 4)
     assert torch.equal(loaded(x), model(x))
     assert uri is not None and uri.startswith("models:/")
-    logged = MlflowClient(store).get_logged_model(uri.removeprefix("models:/"))
+    client = MlflowClient(store)
+    logged = client.get_logged_model(uri.removeprefix("models:/"))
     assert logged.experiment_id == tracker.experiment_id and logged.source_run_id == tracker.run_id
+    assert client.get_run(tracker.run_id).data.tags["ablate.model_uri"] == uri
     assert not (tmp_path / "mlruns").exists()
     assert not (Path(store[len("sqlite:///"):]).parent / "mlruns").exists()
     # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; left set, it would outrank the next spec's uri.
@@ -314,6 +402,44 @@ def test_log_model_and_load_model_round_trip(store: str, tmp_path: Path,
     without.end()
     with pytest.raises(AblateError, match="no logged model"):
         load_model(without.run_id, tracking_uri=store)  # type: ignore[arg-type]
+    with pytest.raises(AblateError, match="no MLflow run"):
+        load_model("0" * 32, tracking_uri=store)
+
+
+def test_an_ablate_model_comes_back_without_unpickling(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(g) a real ablate model, logged and loaded back: same weights, logits and greedy translations. It is
+    rebuilt from its spec and a weights_only state dict: with MLflow's pickle loading switched off it still
+    loads, and both entry points (ablate.tracking.load_model, store.load_model) give the same model."""
+    spec = ExperimentSpec.model_validate({
+        "name": "ablate-model", "seed": 3, "tracking": {"uri": store, "log_model": True},
+        "model": {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 2,
+                  "embeddings": "tied", "positions": "learned", "norm": "custom", "max_positions": 128}})
+    model = build_model(spec.model, 23, 23, pad_id=0, seed=5).eval()
+    tracker = Tracker.start(spec)
+    uri = tracker.log_model(model, step=7)
+    tracker.end()
+    assert uri is not None
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "false")
+    loaded = load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
+    again = tracking_store.load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
+    assert type(loaded) is type(model) and not loaded.training
+    assert loaded.generator.weight is loaded.tgt_embed.weight  # tied stays tied
+    reference = model.state_dict()
+    for other in (loaded, again):
+        assert other.state_dict().keys() == reference.keys()
+        assert all(torch.equal(other.state_dict()[k], v) for k, v in reference.items())
+    src = torch.tensor([[5, 9, 3, 17, 2, 0], [4, 8, 15, 16, 2, 2]])  # the first row padded (pad_id 0)
+    tgt_in = torch.tensor([[1, 6, 7], [1, 11, 12]])
+    with torch.no_grad():
+        assert torch.equal(loaded(src, tgt_in), model(src, tgt_in))
+    assert greedy_decode(loaded, src, 1, 2, 12) == greedy_decode(model, src, 1, 2, 12)  # type: ignore[arg-type]
+    # Still a genuine mlflow.pytorch model: MLflow's own loader (pickle, trusted here) reads it too.
+    import mlflow.pytorch
+
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "true")
+    tracking_store.use_uri(store)  # not mlflow.set_tracking_uri: it would export MLFLOW_TRACKING_URI
+    with torch.no_grad():
+        assert torch.equal(mlflow.pytorch.load_model(uri)(src, tgt_in), model(src, tgt_in))
 
 
 def test_async_logging_is_flushed_by_end(store: str) -> None:
