@@ -76,7 +76,12 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
 def evaluate(model: Seq2SeqTransformer, data: PreparedData, split: str, spec: ExperimentSpec,
              device: torch.device, precision: str, decode: bool = True,
              limit: int | None = None) -> dict[str, float]:
-    """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`."""
+    """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`.
+
+    Decodes the first `limit` sentences, the whole split when None: the trainer passes
+    ``eval.max_sentences`` (a cap that keeps evaluations during training cheap); the final val/test
+    figures of a run decode every sentence.
+    """
     from ablate.train import autocast_context  # the trainer owns precision handling
 
     was_training = model.training
@@ -85,9 +90,8 @@ def evaluate(model: Seq2SeqTransformer, data: PreparedData, split: str, spec: Ex
         loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device))
         out = {f"{split}/loss": loss, f"{split}/ppl": M.perplexity(loss)}
         if decode:
-            cap = limit if limit is not None else spec.eval.max_sentences
             with autocast_context(precision, device):
-                tr = translate_split(model, data, split, spec, device, limit=cap)
+                tr = translate_split(model, data, split, spec, device, limit=limit)
             out.update(quality(tr, data.is_text, split))
         return out
     finally:

@@ -24,6 +24,15 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)
 
 
+def signatures() -> dict[str, str]:
+    """sacreBLEU's signatures of `bleu` and `chrf` (one reference, their default settings), e.g.
+    ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``: with them a score can be recomputed
+    (and compared across papers) exactly."""
+    one = [["x"]]  # the signature names the reference count, known only from references
+    return {"bleu": str(sacrebleu.BLEU(references=one).get_signature()),
+            "chrf": str(sacrebleu.CHRF(references=one).get_signature())}
+
+
 def exact_match(hypotheses: Sequence[Sequence[int]] | Sequence[str],
                 references: Sequence[Sequence[int]] | Sequence[str]) -> float:
     """Fraction of sentences reproduced exactly (synthetic tasks have one right answer)."""

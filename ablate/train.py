@@ -3,16 +3,14 @@
 Reads like nanoGPT's train.py: autocast in plain sight, a GradScaler only for
 fp16, ``unscale_`` before clipping, no callback framework. Everything a resume
 needs (model, optimizer, scheduler, scaler, RNG states, data position, step,
-pending metrics) goes into one checkpoint written atomically, so a run killed
-at any moment and restarted ends exactly where an uninterrupted run ends.
+pending metrics, and a stop once decided) goes into one checkpoint written
+atomically (ablate/checkpoint.py), so a run killed at any moment and restarted
+ends exactly where an uninterrupted run ends.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import random
-import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
@@ -21,19 +19,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.checkpoint import (
+    CHECKPOINT_VERSION,
+    TrainState,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    state_from_dict,
+    state_to_dict,
+)
 from ablate.data import Batch, PreparedData, TokenBatcher
+from ablate.errors import AblateError
 from ablate.evaluate import evaluate
 from ablate.hardware import resolve_precision
+from ablate.metricnames import evaluation_metrics
 from ablate.model import Seq2SeqTransformer
+from ablate.progress import PeakMemory, Progress
 from ablate.spec import ExperimentSpec, TrainSpec
 
+__all__ = ["CHECKPOINT_VERSION", "EvalHook", "TrainOutcome", "TrainState", "Trainer", "autocast_context",
+           "build_optimizer", "check_selection_metric", "load_checkpoint", "lr_factor", "planned_steps",
+           "save_checkpoint"]
+
 EvalHook = Callable[[int, dict[str, float]], bool]  # (step, metrics) -> True to stop the run (pruned)
-CHECKPOINT_VERSION = 1
 
 
 class MetricSink(Protocol):
@@ -55,11 +68,13 @@ def build_optimizer(model: nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
     return cls(model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
 
 
-def lr_factor(step: int, spec: TrainSpec) -> float:
+def lr_factor(step: int, spec: TrainSpec, total_steps: int | None = None) -> float:
     """Multiplier of the base lr at optimizer step `step` (0-based).
 
     inverse_sqrt is Noam's schedule normalised to peak at 1.0 after warmup:
     min((s+1)/w, sqrt(w/(s+1))), so `optimizer.lr` is the peak learning rate.
+    cosine decays to ``min_lr_ratio`` at ``total_steps`` (the trainer passes `planned_steps`, which
+    knows the batches of an epoch; ``max_steps`` when not given) and stays at the floor beyond it.
     """
     sched = spec.schedule
     warmup = sched.warmup_steps
@@ -70,37 +85,43 @@ def lr_factor(step: int, spec: TrainSpec) -> float:
         if warmup == 0:
             return 1.0 / math.sqrt(s)
         return min(s / warmup, math.sqrt(warmup / s))
-    # cosine decays to min_lr_ratio at max_steps (or stays at the floor beyond it)
     if warmup and s <= warmup:
         return s / warmup
-    total = max(spec.max_steps or s, warmup + 1)
+    total = total_steps if total_steps is not None else spec.max_steps
+    if total is None:
+        raise ValueError("cosine with an epochs-only budget needs total_steps (see planned_steps)")
+    total = max(total, warmup + 1)
     progress = min(1.0, (s - warmup) / max(1, total - warmup))
     floor = sched.min_lr_ratio
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-# ---------------------------------------------------------------- state
-@dataclass
-class TrainState:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # next batch index (in this rank's list) to consume
-    first_loss: float | None = None
-    best_value: float | None = None
-    bad_evals: int = 0
-    train_seconds: float = 0.0
-    target_tokens: int = 0
-    # The logging window lives in the state so that a resumed run logs the same averages.
-    window_steps: int = 0
-    window_loss: float = 0.0
-    window_tokens: int = 0
-    window_seconds: float = 0.0
-    pending: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # metrics not yet flushed
-    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # every evaluation
-    train_curve: list[tuple[int, float]] = field(default_factory=list)  # (step, mean train loss) per window
-    run_id: str | None = None
+def planned_steps(spec: TrainSpec, batches_per_epoch: int) -> int:
+    """Optimizer steps the budget allows: ``max_steps``, ``epochs`` x steps per epoch, or the smaller.
+
+    An epoch's batch count comes from epoch 0: bucketing reshuffles every epoch, which can move the count
+    by a batch or so, and a step of ``accumulation`` micro-batches may straddle two epochs.
+    """
+    budgets = [spec.max_steps] if spec.max_steps is not None else []
+    if spec.epochs is not None:
+        budgets.append(math.ceil(spec.epochs * batches_per_epoch / spec.accumulation))
+    return max(1, min(budgets))
 
 
+def check_selection_metric(spec: ExperimentSpec, is_text: bool) -> str:
+    """The metric that picks the best checkpoint and drives early stopping (``val/loss`` without early
+    stopping); an AblateError when an evaluation of this run does not measure it, never a silent switch."""
+    es = spec.train.early_stopping
+    key = es.metric if es is not None else "val/loss"
+    measured = evaluation_metrics(is_text, decode=spec.eval.bleu_during_training)
+    if key not in measured:
+        raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations of this "
+                          f"run (they measure {', '.join(measured)}; decoding metrics need "
+                          f"eval.bleu_during_training: true)")
+    return key
+
+
+# ---------------------------------------------------------------- the loop
 @dataclass
 class TrainOutcome:
     status: str  # finished | diverged | pruned | killed
@@ -108,66 +129,6 @@ class TrainOutcome:
     reason: str = ""
 
 
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        # as plain types: weights_only loading refuses numpy arrays
-        "numpy": _numpy_state_plain(),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _numpy_state_plain() -> tuple[str, list[int], int, int, float]:
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
-    return str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write
-        stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    # Fault injection for the kill-during-write test: widen the window between write and rename.
-    delay = float(os.environ.get("ABLATE_FAULT_CHECKPOINT_DELAY_S", "0") or 0)
-    if delay:
-        time.sleep(delay)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    # weights_only=True refuses pickled code; RNG states and plain containers are allowed.
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def state_to_dict(state: TrainState) -> dict[str, Any]:
-    return dict(state.__dict__)
-
-
-def state_from_dict(data: dict[str, Any]) -> TrainState:
-    state = TrainState(**{k: v for k, v in data.items() if k in TrainState.__dataclass_fields__})
-    state.pending = [(int(s), dict(m)) for s, m in state.pending]
-    state.history = [(int(s), dict(m)) for s, m in state.history]
-    state.train_curve = [(int(s), float(v)) for s, v in state.train_curve]
-    return state
-
-
-# ---------------------------------------------------------------- the loop
 @dataclass
 class Trainer:
     spec: ExperimentSpec
@@ -181,15 +142,22 @@ class Trainer:
     world_size: int = 1
     train_model: nn.Module | None = None  # DDP- or compile-wrapped view of `model` used for steps
     state: TrainState = field(default_factory=TrainState)
+    memory: PeakMemory | None = None  # logs peak_memory_mb at each evaluation when given
+    show_progress: bool = True
 
     def __post_init__(self) -> None:
         tspec = self.spec.train
+        self.select_metric = check_selection_metric(self.spec, self.data.is_text)
+        es = tspec.early_stopping
+        self.select_mode = es.mode if es is not None else "min"
         self.precision = resolve_precision(tspec.precision, self.device)
         self.optimizer = build_optimizer(self.model, tspec)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, tspec))
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.batcher = TokenBatcher(self.data.splits["train"], self.spec.data.batch_tokens, self.spec.seed,
                                     shuffle=True, rank=self.rank, world_size=self.world_size)
+        self.total_steps = planned_steps(tspec, self.batcher.num_batches(0))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.pad_id = self.data.tokenizers.pad_id
         self.is_main = self.rank == 0
 
@@ -248,16 +216,22 @@ class Trainer:
         return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=self.pad_id,
                                label_smoothing=smoothing)
 
-    def next_batches(self, count: int) -> list[Any]:
+    def next_batches(self, count: int) -> list[Batch]:
+        """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
+        as an epoch's last batch is taken, so the `epochs` budget ends exactly at an epoch's end."""
+        st = self.state
         batches: list[Batch] = []
         while len(batches) < count:
-            order = self.batcher.epoch_batches(self.state.epoch)
-            if self.state.batch_in_epoch >= len(order):
-                self.state.epoch += 1
-                self.state.batch_in_epoch = 0
+            n = self.batcher.num_batches(st.epoch)
+            if st.batch_in_epoch >= n:  # a checkpoint written before the roll-over moved here
+                st.epoch, st.batch_in_epoch = st.epoch + 1, 0
                 continue
-            batches.append(self.batcher.collate(order[self.state.batch_in_epoch]))
-            self.state.batch_in_epoch += 1
+            # rank r takes batches r, r + world_size, ... of the epoch's plan
+            indices = self.batcher.all_batches(st.epoch)[self.rank + st.batch_in_epoch * self.world_size]
+            batches.append(self.batcher.collate(indices.tolist()))
+            st.batch_in_epoch += 1
+            if st.batch_in_epoch >= n:
+                st.epoch, st.batch_in_epoch = st.epoch + 1, 0
         return batches
 
     def global_sum(self, value: float) -> float:
@@ -309,34 +283,50 @@ class Trainer:
         return tspec.epochs is not None and self.state.epoch >= tspec.epochs
 
     def is_better(self, value: float) -> bool:
-        es = self.spec.train.early_stopping
-        mode = es.mode if es else "min"
         best = self.state.best_value
-        return best is None or (value < best if mode == "min" else value > best)
+        return best is None or (value < best if self.select_mode == "min" else value > best)
 
     def run_evaluation(self) -> dict[str, float]:
+        """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
+        metric, count evaluations without improvement, and log peak memory so far."""
         metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
-                           decode=self.spec.eval.bleu_during_training)
-        self.state.history.append((self.state.step, metrics))
-        self.record(metrics, self.state.step)
-        es = self.spec.train.early_stopping
-        key = es.metric if es else "val/loss"
-        value = metrics.get(key, metrics["val/loss"])
+                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+        step = self.state.step
+        self.state.history.append((step, metrics))
+        self.record(metrics, step)
+        if self.memory is not None:
+            self.record(self.memory.metrics(), step)
+        key = self.select_metric
+        if key not in metrics:  # check_selection_metric rules this out; never fall back to another metric
+            raise AblateError(f"train.early_stopping.metric: the evaluation at step {step} has no {key!r}")
+        value = metrics[key]
         if self.is_better(value):
             self.state.best_value = value
             self.state.bad_evals = 0
             if self.is_main:
-                save_checkpoint(self.best_path, {"model": self.model.state_dict(), "step": self.state.step,
+                save_checkpoint(self.best_path, {"model": self.model.state_dict(), "step": step,
                                                  "spec_hash": self.spec.spec_hash, key: value})
         else:
             self.state.bad_evals += 1
         return metrics
 
+    def decide_stop(self, step: int, metrics: dict[str, float]) -> None:
+        """After an evaluation: the tuner's prune or early stopping, kept in the state (saved next)."""
+        es = self.spec.train.early_stopping
+        if self.hook is not None and self.hook(step, metrics):
+            self.state.stop_status, self.state.stop_reason = "pruned", f"stopped by the tuner at step {step}"
+        elif es is not None and self.state.bad_evals >= es.patience:
+            self.state.stop_status = "finished"
+            self.state.stop_reason = (f"early stop at step {step}: {es.metric} did not improve on "
+                                      f"{self.state.best_value:.4g} in {es.patience} evaluations")
+
     def fit(self) -> TrainOutcome:
         tspec = self.spec.train
-        progress = Progress(tspec.max_steps, enabled=self.is_main)
-        log_every = max(1, min(50, tspec.eval_every // 4 or 1))
         st = self.state
+        if st.stop_status is not None:  # decided and saved before a restart: end where the first run ended
+            return TrainOutcome(st.stop_status, st, st.stop_reason)
+        progress = Progress(self.total_steps, start_step=st.step, enabled=self.is_main and self.show_progress)
+        log_every = max(1, min(50, tspec.eval_every // 4 or 1))
         try:
             while not self.finished_budget():
                 started = time.perf_counter()
@@ -353,9 +343,12 @@ class Trainer:
                 if st.first_loss is None:
                     st.first_loss = loss
                 if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
-                    self.record({"train/loss": loss if math.isfinite(loss) else 1e9}, step)
-                    self.flush()
-                    return TrainOutcome("diverged", st, f"loss {loss:.4g} at step {step}")
+                    # the real value (nan/inf included): MLflow stores it, and it says how the run failed
+                    st.stop_metrics = {"train/loss": loss, "train/lr": self.optimizer.param_groups[0]["lr"]}
+                    self.record(dict(st.stop_metrics), step)
+                    st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
+                    self.save()
+                    return TrainOutcome("diverged", st, st.stop_reason)
                 if st.window_steps >= log_every:
                     mean_loss = st.window_loss / st.window_steps
                     lr = self.optimizer.param_groups[0]["lr"]
@@ -367,13 +360,10 @@ class Trainer:
                 if step % tspec.eval_every == 0 or self.finished_budget():
                     metrics = self.run_evaluation()
                     progress.note(step, metrics)
-                    stop = self.hook(step, metrics) if self.hook is not None else False
+                    self.decide_stop(step, metrics)
                     self.save()
-                    if stop:
-                        return TrainOutcome("pruned", self.state, f"stopped by the tuner at step {step}")
-                    es = tspec.early_stopping
-                    if es is not None and self.state.bad_evals >= es.patience:
-                        return TrainOutcome("finished", self.state, f"early stop at step {step}")
+                    if st.stop_status is not None:
+                        return TrainOutcome(st.stop_status, st, st.stop_reason)
                 elif step % tspec.checkpoint_every == 0:
                     self.save()
         except KeyboardInterrupt:
@@ -382,48 +372,3 @@ class Trainer:
         finally:
             progress.close()
         return TrainOutcome("finished", self.state)
-
-
-class Progress:
-    """A tqdm bar on a terminal; plain periodic lines when stderr is not a TTY (CI, logs)."""
-
-    def __init__(self, total: int | None, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
-        self.started = time.time()
-        self.total = total
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
-        self.last_line = 0.0
-
-    def update(self, step: int, loss: float, lr: float, tps: float) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.n = step
-            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
-            self.bar.refresh()
-        elif time.time() - self.last_line > 10:
-            self.last_line = time.time()
-            eta = ""
-            if self.total:
-                rate = step / max(1e-9, time.time() - self.started)
-                remaining = max(0.0, (self.total - step) / max(rate, 1e-9))
-                eta = f" eta {remaining:.0f}s"
-            line = f"step {step}: loss {loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s{eta}"
-            print(line, file=sys.stderr, flush=True)
-
-    def note(self, step: int, metrics: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        text = "  ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()))
-        if self.bar is not None:
-            self.bar.write(f"step {step}: {text}")
-        else:
-            print(f"step {step}: {text}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

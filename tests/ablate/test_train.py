@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,14 +121,18 @@ def _final_state(run_dir: Path) -> tuple[float, dict[str, torch.Tensor]]:
     return history[-1][1]["val/loss"], ckpt["model"]
 
 
+def _env(folder: Path, checkpoint_delay: float = 0.0) -> dict[str, str]:
+    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+                MLFLOW_TRACKING_URI=f"sqlite:///{folder / 'mlflow.db'}",
+                ABLATE_FAULT_CHECKPOINT_DELAY_S=str(checkpoint_delay))
+
+
 def _run_cli(spec_path: Path, cwd: Path, checkpoint_delay: float = 0.0) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-               ABLATE_FAULT_CHECKPOINT_DELAY_S=str(checkpoint_delay))
-    return subprocess.Popen([sys.executable, "-m", "ablate", "run", str(spec_path)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-m", "ablate", "run", str(spec_path)], cwd=cwd,
+                            env=_env(cwd, checkpoint_delay), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def _kill_when(proc: subprocess.Popen[bytes], ready: callable, timeout: float = 120) -> None:  # type: ignore[valid-type]
+def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         if ready():
@@ -139,55 +144,83 @@ def _kill_when(proc: subprocess.Popen[bytes], ready: callable, timeout: float = 
     pytest.fail(f"run ended before it could be killed (rc={proc.poll()}):\n{out}")
 
 
-@pytest.mark.parametrize("kill_point", ["mid_training", "during_checkpoint_write"])
-def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, kill_point: str) -> None:
-    text = (TINY.replace("max_steps: 40", "max_steps: 60")
-            .replace("checkpoint_every: 5", "checkpoint_every: 7")
-            .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
-    reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
-    reference_dir.mkdir()
-    resumed_dir.mkdir()
-    ref = subprocess.run([sys.executable, "-m", "ablate", "run", str(write_spec(reference_dir, text))],
-                         cwd=reference_dir, capture_output=True, text=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+def _checkpoint_step(run_root: Path) -> int | None:
+    """The step of the run's last.pt, None while there is none (os.replace: never a half-written file)."""
+    found = list(run_root.glob("*/last.pt"))
+    try:
+        return int(load_checkpoint(found[0])["state"]["step"]) if found else None
+    except (FileNotFoundError, EOFError, RuntimeError):  # replaced between glob and open
+        return None
+
+
+KILL_SPEC = (TINY.replace("max_steps: 40", "max_steps: 60")
+             .replace("checkpoint_every: 5", "checkpoint_every: 7")
+             .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: the kill-test spec run once without interruption (folder with runs/ and mlflow.db)."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    ref = subprocess.run([sys.executable, "-m", "ablate", "run", str(write_spec(folder, KILL_SPEC))],
+                         cwd=folder, capture_output=True, text=True, env=_env(folder))
     assert ref.returncode == 0, ref.stderr
-    spec_path = write_spec(resumed_dir, text)
-    run_root = resumed_dir / "runs" / "tiny"
+    return folder
 
-    def checkpoint_exists() -> bool:
-        return any(run_root.glob("*/last.pt"))
 
-    def checkpoint_being_written() -> bool:
-        # a later checkpoint mid-write while an earlier one is in place
-        return checkpoint_exists() and any(run_root.glob("*/.last.pt.*.tmp"))
+@pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_training", "during_checkpoint_write"])
+def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, uninterrupted: Path,
+                                                               kill_point: str) -> None:
+    """SIGKILL (1) after the MLflow run opened but while its step-0 checkpoint is written, (2) after a
+    checkpoint at step >= 21 of 60, (3) while a later checkpoint is being written; the same command then
+    ends with the uninterrupted run's final loss, weights and MLflow metrics, in the same MLflow run."""
+    spec_path = write_spec(tmp_path, KILL_SPEC)
+    run_root = tmp_path / "runs" / "tiny"
 
-    if kill_point == "mid_training":
-        _kill_when(_run_cli(spec_path, resumed_dir), checkpoint_exists)
+    def writing() -> bool:
+        return any(run_root.glob("*/.last.pt.*.tmp"))
+
+    if kill_point == "before_first_checkpoint":
+        _kill_when(_run_cli(spec_path, tmp_path, checkpoint_delay=60), writing)
+        assert _checkpoint_step(run_root) is None
+        (run_dir,) = run_root.iterdir()
+        opened = (run_dir / "run_id").read_text().strip()  # recorded as soon as the MLflow run opened
+    elif kill_point == "mid_training":
+        _kill_when(_run_cli(spec_path, tmp_path), lambda: (_checkpoint_step(run_root) or 0) >= 21)
     else:
-        _kill_when(_run_cli(spec_path, resumed_dir, checkpoint_delay=0.5), checkpoint_being_written)
-        assert any(run_root.glob("*/.last.pt.*.tmp"))  # really killed between write and rename
-    again = subprocess.run([sys.executable, "-m", "ablate", "run", str(spec_path)], cwd=resumed_dir,
-                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        _kill_when(_run_cli(spec_path, tmp_path, checkpoint_delay=0.5),
+                   lambda: writing() and (_checkpoint_step(run_root) or 0) >= 7)
+        assert writing()  # really killed between write and rename
+    killed_at = _checkpoint_step(run_root)
+    if kill_point != "before_first_checkpoint":
+        assert killed_at is not None and 7 <= killed_at < 60  # a real mid-training checkpoint to resume
+    assert not any(run_root.glob("*/summary.json"))
+    again = subprocess.run([sys.executable, "-m", "ablate", "run", str(spec_path)], cwd=tmp_path,
+                           capture_output=True, text=True, env=_env(tmp_path))
     assert again.returncode == 0, again.stderr
-    (ref_dir,) = (reference_dir / "runs" / "tiny").iterdir()
+    (ref_dir,) = (uninterrupted / "runs" / "tiny").iterdir()
     (res_dir,) = run_root.iterdir()
     ref_loss, ref_weights = _final_state(ref_dir)
     res_loss, res_weights = _final_state(res_dir)
     assert res_loss == ref_loss
     for name, tensor in ref_weights.items():
         assert torch.equal(tensor, res_weights[name]), name
-    # MLflow: the resumed run continued the same run; every metric step appears exactly once.
-    client = MlflowClient(tracking_uri=f"sqlite:///{resumed_dir / 'mlflow.db'}")
+    # MLflow: the resumed run continued the same run; every metric step appears exactly once, with the
+    # uninterrupted run's values.
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["ablate.status"] == "finished"
-    ref_client = MlflowClient(tracking_uri=f"sqlite:///{reference_dir / 'mlflow.db'}")
+    if kill_point == "before_first_checkpoint":
+        assert runs[0].info.run_id == opened
+    ref_client = MlflowClient(tracking_uri=f"sqlite:///{uninterrupted / 'mlflow.db'}")
     (ref_run,) = ref_client.search_runs([ref_client.get_experiment_by_name("tiny").experiment_id])
-    for key in ("train/loss", "val/loss", "val/exact_match"):
-        steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, key)]
+    for key in ("train/loss", "val/loss", "val/exact_match", "model/params", "data/padding_fraction"):
+        points = client.get_metric_history(runs[0].info.run_id, key)
+        steps = [m.step for m in points]
         assert len(steps) == len(set(steps)), key
-        ref_steps = [m.step for m in ref_client.get_metric_history(ref_run.info.run_id, key)]
-        assert sorted(steps) == sorted(ref_steps), key
+        ref_points = ref_client.get_metric_history(ref_run.info.run_id, key)
+        assert sorted((m.step, m.value) for m in points) == sorted((m.step, m.value) for m in ref_points), key
 
 
 def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: Path) -> None:
@@ -216,11 +249,15 @@ def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: P
 
 
 def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The embedded default really learns: a shortened fixed-seed quickstart passes an exact-match bar."""
+    """The embedded default really learns: the quickstart's own data and model, 800 of its 1000 steps and
+    one evaluation at the end, pass 0.9 test exact match (measured here: 0.97 on one thread, 0.975 on two;
+    the full quickstart reaches 0.975). About 45 s on 2 CPU cores. The thread count is pinned: several test
+    modules set torch's to 1 when they are imported, which would make this run slower and different."""
     monkeypatch.chdir(tmp_path)
     quickstart = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
-    spec = load_spec(quickstart, ["tracking.enabled=false", "train.max_steps=600", "train.eval_every=600",
-                                  "data.synthetic.val_size=100", "data.synthetic.test_size=100"])
-    result = run_experiment(spec)
+    threads = min(2, os.cpu_count() or 1)
+    spec = load_spec(quickstart, ["tracking.enabled=false", "train.max_steps=800", "train.eval_every=800",
+                                  f"train.threads={threads}"])
+    result = run_experiment(spec, quiet=True)
     assert result.status == "finished"
-    assert result.metrics["test/exact_match"] >= 0.8, result.metrics
+    assert result.metrics["test/exact_match"] >= 0.9, result.metrics

@@ -1,0 +1,124 @@
+"""What a run shows while it trains and what it costs: the progress display and the peak memory meter."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class Progress:
+    """A tqdm bar on a terminal; plain periodic lines (no carriage returns) when stderr is not a TTY.
+
+    ``total`` is the planned number of optimizer steps (max_steps, epochs x steps per epoch, or the smaller
+    of both); ``start_step`` the step a resumed run starts from, so the rate and ETA count only the steps of
+    this process, not the ones done before a restart.
+    """
+
+    def __init__(self, total: int | None, start_step: int = 0, enabled: bool = True,
+                 every_s: float = 10.0) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.start_step = start_step
+        self.every_s = every_s
+        self.started = time.monotonic()
+        self.last_line: float | None = None
+        self.bar: Any = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True)
+
+    def eta_s(self, step: int) -> float | None:
+        """Seconds left at this process's rate; None before a step is done or without a planned total."""
+        done = step - self.start_step
+        if not self.total or done <= 0:
+            return None
+        rate = done / max(time.monotonic() - self.started, 1e-9)
+        return max(0.0, (self.total - step) / rate)
+
+    def update(self, step: int, loss: float, lr: float, tps: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=True)
+            return
+        now = time.monotonic()
+        if self.last_line is not None and now - self.last_line < self.every_s:
+            return
+        self.last_line = now
+        eta = self.eta_s(step)
+        total = f"/{self.total}" if self.total else ""
+        line = (f"step {step}{total}: loss {loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
+                + (f" eta {eta:.0f}s" if eta is not None else ""))
+        print(line, file=sys.stderr, flush=True)
+
+    def note(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        text = "  ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()))
+        if self.bar is not None:
+            self.bar.write(f"step {step}: {text}")
+        else:
+            print(f"step {step}: {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class PeakMemory:
+    """Peak memory of one run, not of the whole process (a study worker trains several cells in one).
+
+    CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``. CPU on Linux: writing "5" to
+    ``/proc/self/clear_refs`` resets the process's high-water mark (``VmHWM`` in ``/proc/self/status``) to
+    its current resident set, so the reading covers this run only. Elsewhere: ``ru_maxrss``, the process's
+    lifetime peak (an upper bound), and ``per_run`` is False.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.per_run = False
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.per_run = True
+            return
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.per_run = _vm_hwm_kib() is not None
+        except OSError:
+            self.per_run = False
+
+    def peak_mb(self) -> float | None:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        if self.per_run:
+            hwm = _vm_hwm_kib()
+            if hwm is not None:
+                return hwm / 1024
+        try:
+            import resource
+
+            # ru_maxrss is in KiB on Linux: the process's peak resident set since it started.
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        except (ImportError, OSError):
+            return None
+
+    def metrics(self) -> dict[str, float]:
+        peak = self.peak_mb()
+        return {} if peak is None else {"peak_memory_mb": peak}
+
+
+def _vm_hwm_kib() -> int | None:
+    try:
+        found = re.search(r"^VmHWM:\s+(\d+)\s+kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None

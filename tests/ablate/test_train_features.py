@@ -1,0 +1,310 @@
+"""Trainer features one at a time, on a Trainer built directly: GradScaler and clipping, AdamW's decay,
+label smoothing, the budget and cosine schedule with epochs only, early stopping, stops that survive a
+restart, evaluation caps, progress output and per-run peak memory."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate import evaluate as evaluate_module
+from ablate import progress as progress_module
+from ablate.data import prepare_data
+from ablate.errors import AblateError
+from ablate.model import build_model
+from ablate.progress import PeakMemory, Progress
+from ablate.runner import run_experiment
+from ablate.spec import EarlyStopping, TrainSpec
+from ablate.specload import load_spec
+from ablate.train import (
+    Trainer,
+    build_optimizer,
+    check_selection_metric,
+    load_checkpoint,
+    lr_factor,
+    planned_steps,
+)
+
+TINY = """
+name: tiny
+seed: 3
+data:
+  source: synthetic
+  synthetic:
+    {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 200, val_size: 24, test_size: 24}
+  max_len: 10
+  batch_tokens: 128
+model: {d_model: 32, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 64, dropout: 0.0}
+train:
+  max_steps: 20
+  eval_every: 10
+  checkpoint_every: 10
+  schedule: {name: constant, warmup_steps: 0}
+  optimizer: {lr: 0.003}
+  threads: 1
+eval: {samples: 0, decode: {strategy: greedy}}
+tracking: {enabled: false}
+"""
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Trainers built here run on one thread (as the spec's train.threads does for a run); restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.logged: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.logged.append((step, dict(metrics)))
+
+    def series(self, key: str) -> dict[int, float]:
+        return {step: m[key] for step, m in self.logged if key in m}
+
+
+def tiny_spec(folder: Path, overrides: list[str] | None = None) -> Any:
+    path = folder / "tiny.yaml"
+    path.write_text(TINY)
+    return load_spec(path, overrides or [])
+
+
+def make_trainer(folder: Path, overrides: list[str] | None = None, sink: ListSink | None = None) -> Trainer:
+    spec = tiny_spec(folder, overrides)
+    data = prepare_data(spec)
+    tok = data.tokenizers
+    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
+    return Trainer(spec, data, model, folder / "run", torch.device("cpu"), sink=sink, show_progress=False)
+
+
+def grad_norm(model: nn.Module) -> float:
+    return math.sqrt(sum(float(p.grad.float().norm()) ** 2 for p in model.parameters() if p.grad is not None))
+
+
+# ---------------------------------------------------------------- precision, clipping, optimizer, loss
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_grad_scaler_is_enabled_only_for_fp16(tmp_path: Path, precision: str) -> None:
+    trainer = make_trainer(tmp_path, [f"train.precision={precision}"])
+    assert trainer.scaler.is_enabled() == (precision == "fp16")
+
+
+def test_fp16_gradients_are_unscaled_before_clipping(tmp_path: Path) -> None:
+    """Clipping scaled gradients (x65536) to clip_norm and unscaling after would leave a norm of
+    clip_norm / scale; unscale_ first leaves exactly clip_norm."""
+    clip = 1e-3
+    trainer = make_trainer(tmp_path, ["train.precision=fp16", f"train.clip_norm={clip}"])
+    for _ in range(5):
+        scale = trainer.scaler.get_scale()
+        trainer.train_step()
+        if trainer.scaler.get_scale() >= scale:  # not a skipped (inf/nan) step
+            break
+    else:
+        pytest.fail("every fp16 step overflowed")
+    assert scale > 1.0  # the loss really was scaled
+    assert grad_norm(trainer.model) == pytest.approx(clip, rel=1e-3)
+
+
+def test_adamw_weight_decay_shrinks_weights_where_adam_does_not() -> None:
+    """With zero gradients Adam's update is zero; AdamW still decays every weight by lr x weight_decay."""
+    def one_step(name: str, weight_decay: float) -> torch.Tensor:
+        layer = nn.Linear(3, 2, bias=False)
+        nn.init.constant_(layer.weight, 4.0)
+        spec = TrainSpec.model_validate({"optimizer": {"name": name, "lr": 0.1,
+                                                       "weight_decay": weight_decay}})
+        optimizer = build_optimizer(layer, spec)
+        layer.weight.grad = torch.zeros_like(layer.weight)
+        optimizer.step()
+        return layer.weight.detach()
+
+    assert torch.allclose(one_step("adamw", 0.5), torch.full((2, 3), 4.0 * (1 - 0.1 * 0.5)))  # 3.8
+    assert torch.equal(one_step("adamw", 0.0), torch.full((2, 3), 4.0))
+    assert torch.equal(one_step("adam", 0.0), torch.full((2, 3), 4.0))
+    # Adam's L2 term goes through the adaptive scaling: a first step of lr whatever the weight (3.9)
+    assert torch.allclose(one_step("adam", 0.5), torch.full((2, 3), 4.0 - 0.1))
+
+
+def test_label_smoothing_reaches_the_training_loss(tmp_path: Path) -> None:
+    eps = 0.1
+    trainer = make_trainer(tmp_path, [f"train.label_smoothing={eps}"])
+    batch = trainer.batcher.collate(trainer.batcher.all_batches(0)[0].tolist())
+    with torch.no_grad():
+        logp = F.log_softmax(trainer.model(batch.src, batch.tgt_in).float(), dim=-1)  # (B, T, V)
+    real = batch.tgt_out != trainer.pad_id
+    nll = -logp.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    uniform = -logp.mean(-1)  # cross-entropy against the uniform distribution, (B, T)
+    smoothed = ((1 - eps) * nll + eps * uniform)[real].mean()
+    loss, _ = trainer.train_step()
+    assert loss == pytest.approx(float(smoothed), rel=1e-5)
+    assert abs(loss - float(nll[real].mean())) > 1e-3
+
+
+# ---------------------------------------------------------------- budget and schedule
+def test_planned_steps_from_epochs_max_steps_or_both() -> None:
+    def spec(**fields: Any) -> TrainSpec:
+        return TrainSpec.model_validate(fields)
+
+    assert planned_steps(spec(max_steps=None, epochs=3), batches_per_epoch=10) == 30
+    assert planned_steps(spec(max_steps=None, epochs=3, accumulation=4), batches_per_epoch=10) == 8
+    assert planned_steps(spec(max_steps=12, epochs=3), batches_per_epoch=10) == 12
+    assert planned_steps(spec(max_steps=500, epochs=3), batches_per_epoch=10) == 30
+
+
+def test_cosine_with_epochs_only_decays_over_the_whole_run(tmp_path: Path) -> None:
+    sink = ListSink()
+    trainer = make_trainer(tmp_path, ["train.max_steps=null", "train.epochs=3", "train.eval_every=8",
+                                      "eval.bleu_during_training=false",
+                                      "train.schedule.name=cosine", "train.schedule.warmup_steps=2",
+                                      "train.schedule.min_lr_ratio=0.1", "train.optimizer.lr=0.01"], sink)
+    batches = [trainer.batcher.num_batches(e) for e in range(3)]
+    outcome = trainer.fit()
+    assert outcome.status == "finished"
+    assert outcome.state.step == sum(batches)  # exactly three epochs, not a step into the fourth
+    assert trainer.total_steps == 3 * batches[0]
+    lrs = sink.series("train/lr")
+    middle = min(lrs, key=lambda s: abs(s - trainer.total_steps / 2))
+    assert 0.3 * 0.01 < lrs[middle] < 0.8 * 0.01  # half-way down the cosine, not at the floor
+    assert lrs[max(lrs)] == pytest.approx(0.01 * lr_factor(outcome.state.step - 1, trainer.spec.train,
+                                                           trainer.total_steps))
+    assert lrs[max(lrs)] < 0.15 * 0.01  # near the floor at the end
+
+
+# ---------------------------------------------------------------- early stopping and stops that survive
+@pytest.mark.parametrize(("metric", "mode", "patience", "data"), [
+    ("val/loss", "min", 2, []),
+    # sequences of 1-3 tokens: exact match climbs within a few dozen steps, then wobbles
+    ("val/exact_match", "max", 3, ["data.synthetic.min_len=1", "data.synthetic.max_len=3"])])
+def test_early_stopping_stops_and_keeps_the_best_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            metric: str, mode: str, patience: int,
+                                                            data: list[str]) -> None:
+    """Stops `patience` evaluations after the last improvement, before max_steps; best.pt is the best
+    evaluation by that metric in that direction."""
+    monkeypatch.chdir(tmp_path)
+    stopping = f"{{metric: {metric}, mode: {mode}, patience: {patience}}}"
+    spec = tiny_spec(tmp_path, ["train.max_steps=400", "train.eval_every=4", "train.optimizer.lr=0.02",
+                                f"train.early_stopping={stopping}", *data])
+    result = run_experiment(spec, quiet=True)
+    assert result.status == "finished" and result.reason.startswith("early stop")
+    steps = [s for s, _ in result.history]
+    values = [m[metric] for _, m in result.history]
+    assert steps[-1] < 400
+    better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+    best_i = 0
+    misses = 0
+    for i in range(1, len(values)):
+        if better(values[i], values[best_i]):
+            best_i, misses = i, 0
+        else:
+            misses += 1
+        assert misses < patience or i == len(values) - 1  # it stops at the first run of `patience` misses
+    assert misses == patience
+    assert best_i > 0  # it did improve after the first evaluation: the choice of best.pt is not trivial
+    best = load_checkpoint(Path(result.run_dir) / "best.pt")
+    assert best["step"] == steps[best_i] and best[metric] == values[best_i]
+
+    # Killed after its last checkpoint but before summary.json: the restart ends there, it does not train on.
+    last = Path(result.run_dir) / "last.pt"
+    mtime = last.stat().st_mtime_ns
+    (Path(result.run_dir) / "summary.json").unlink()
+    again = run_experiment(spec, quiet=True)
+    assert (again.status, again.reason, again.history) == (result.status, result.reason, result.history)
+    assert last.stat().st_mtime_ns == mtime
+
+
+def test_a_tuner_prune_survives_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = tiny_spec(tmp_path, ["train.max_steps=40", "train.eval_every=5"])
+    seen: list[int] = []
+    first = run_experiment(spec, quiet=True, hook=lambda step, _m: seen.append(step) or step >= 10)
+    assert first.status == "pruned" and seen == [5, 10]
+    (Path(first.run_dir) / "summary.json").unlink()
+
+    def must_not_train(step: int, metrics: dict[str, float]) -> bool:
+        raise AssertionError(f"trained on to an evaluation at step {step}")
+
+    again = run_experiment(spec, quiet=True, hook=must_not_train)
+    assert again.status == "pruned" and again.history == first.history
+
+
+def test_an_unmeasured_early_stopping_metric_is_an_error_not_a_switch(tmp_path: Path) -> None:
+    valid = tiny_spec(tmp_path, ["eval.bleu_during_training=false"])
+    # past spec validation (model_copy does not validate), as a spec from an older version could be
+    stopping = EarlyStopping.model_construct(metric="val/exact_match", mode="max", patience=2)
+    spec = valid.model_copy(update={"train": valid.train.model_copy(update={"early_stopping": stopping})})
+    with pytest.raises(AblateError, match=r"early_stopping\.metric: 'val/exact_match' is not measured"):
+        check_selection_metric(spec, is_text=False)
+    data = prepare_data(spec)
+    model = build_model(spec.model, data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size, 0, 3)
+    with pytest.raises(AblateError, match="val/exact_match"):
+        Trainer(spec, data, model, tmp_path / "run", torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- evaluation cap
+def test_max_sentences_caps_evaluations_during_training_but_not_the_final_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    decoded: list[int] = []
+    real = evaluate_module.translate_split
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        decoded.append(len(out.hypotheses))
+        return out
+
+    monkeypatch.setattr(evaluate_module, "translate_split", counting)
+    spec = tiny_spec(tmp_path, ["eval.max_sentences=5"])
+    result = run_experiment(spec, quiet=True)
+    assert decoded == [5, 5, 24, 24]  # val at steps 10 and 20 (capped), then the whole val and test splits
+    hits = result.metrics["test/exact_match"] * 24  # a share of all 24 test sentences
+    assert hits == pytest.approx(round(hits))
+
+
+# ---------------------------------------------------------------- progress and memory
+def test_progress_without_a_terminal_prints_plain_lines_with_an_eta(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = tiny_spec(tmp_path, ["train.max_steps=null", "train.epochs=2"])
+    result = run_experiment(spec)
+    out = capsys.readouterr()
+    assert result.status == "finished"
+    assert "\r" not in out.err and "\r" not in out.out  # no progress bar redrawing a line
+    lines = [line for line in out.err.splitlines() if re.match(r"step \d+/\d+: loss ", line)]
+    assert lines, out.err
+    assert all(re.search(r" tok/s eta \d+s$", line) for line in lines), lines
+
+
+def test_eta_counts_only_the_steps_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    resumed = Progress(total=100, start_step=50, enabled=False)
+    clock[0] += 10.0  # 10 steps (50 -> 60) in 10 s: 1 step/s, 40 steps left
+    assert resumed.eta_s(60) == pytest.approx(40.0)
+    assert resumed.eta_s(50) is None
+    assert Progress(total=None, enabled=False).eta_s(60) is None
+
+
+def test_peak_memory_is_measured_per_run_not_per_process() -> None:
+    meter = PeakMemory(torch.device("cpu"))
+    meter.reset()
+    if not meter.per_run:
+        pytest.skip("no /proc/self/clear_refs here: peak memory falls back to the process's ru_maxrss")
+    before = meter.peak_mb()
+    block = torch.ones(50_000_000)  # 200 MB, touched
+    during = meter.peak_mb()
+    del block
+    meter.reset()  # the next run
+    after = meter.peak_mb()
+    assert before is not None and during is not None and after is not None
+    assert during > before + 150
+    assert after < during - 150
