@@ -27,11 +27,14 @@ from registry.masking import AttnMask, MaskFill, make_mask
 # ---------------------------------------------------------------- states passed between calls
 @dataclass
 class EncoderState:
+    """What the decoder needs of the source: built once by ``encode``, read by every ``decode`` call."""
     memory: Tensor  # (B, S, d): encoder output
     src_pad: Tensor  # (B, S) bool, True where the source is padding
+    key_mask: AttnMask | None = None  # the (B, 1, 1, S) key-padding mask encode built (bias in its dtype)
 
     def index_select(self, index: Tensor) -> EncoderState:
-        return EncoderState(self.memory.index_select(0, index), self.src_pad.index_select(0, index))
+        mask = None if self.key_mask is None else self.key_mask.index_select(index)
+        return EncoderState(self.memory.index_select(0, index), self.src_pad.index_select(0, index), mask)
 
 
 @dataclass
@@ -81,13 +84,7 @@ class DecoderCache:
         for c in self.cross_kv:
             c.index_select(index)
         self.src_pad = self.src_pad.index_select(0, index)
-        m = self.cross_mask
-        self.cross_mask = AttnMask(
-            None if m.blocked is None else m.blocked.index_select(0, index),
-            None if m.bias is None else m.bias.index_select(0, index),
-            m.fill,
-            m.is_causal,
-        )
+        self.cross_mask = self.cross_mask.index_select(index)
 
 
 # ---------------------------------------------------------------- blocks
@@ -178,6 +175,12 @@ class Seq2SeqTransformer(nn.Module):
     def _key_mask(self, pad: Tensor, dtype: torch.dtype) -> AttnMask:
         return self.mask.build(pad[:, None, None, :], dtype)  # (B, 1, 1, S) broadcasts over heads, queries
 
+    def _source_mask(self, enc: EncoderState, dtype: torch.dtype) -> AttnMask:
+        """encode's key-padding mask; rebuilt only for another compute dtype (autocast in one call)."""
+        if enc.key_mask is not None and enc.key_mask.bias is not None and enc.key_mask.bias.dtype == dtype:
+            return enc.key_mask
+        return self._key_mask(enc.src_pad, dtype)
+
     # ------------------------------------------------------------ public API
     def encode(self, src: Tensor) -> EncoderState:
         src_pad = src.eq(self.pad_id)  # (B, S)
@@ -185,7 +188,7 @@ class Seq2SeqTransformer(nn.Module):
         mask = self._key_mask(src_pad, self._compute_dtype(x.device.type))
         for layer in self.encoder.layers:
             x = layer(x, mask)
-        return EncoderState(self.encoder.norm(x), src_pad)
+        return EncoderState(self.encoder.norm(x), src_pad, mask)
 
     def init_cache(self, enc: EncoderState) -> DecoderCache:
         cross = []
@@ -193,7 +196,7 @@ class Seq2SeqTransformer(nn.Module):
             k, v = attn.project_kv(enc.memory)  # 2 x (B, heads, S, d_head), once per source
             # contiguous once here: as views of the fused projection, every step's matmul would copy them
             cross.append(KVCache(k.contiguous(), v.contiguous()))
-        mask = self._key_mask(enc.src_pad, self._compute_dtype(enc.memory.device.type))
+        mask = self._source_mask(enc, self._compute_dtype(enc.memory.device.type))
         return DecoderCache([KVCache() for _ in self.decoder.layers], cross, enc.src_pad, mask)
 
     def decode(
@@ -214,7 +217,7 @@ class Seq2SeqTransformer(nn.Module):
         if cache is None:
             causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)  # (T, T) True above diagonal
             self_mask: AttnMask | None = self.mask.build(causal, dtype, is_causal=True)
-            cross_mask = self._key_mask(enc.src_pad, dtype)
+            cross_mask = self._source_mask(enc, dtype)
             memory: Tensor | None = enc.memory
         else:
             past = cache.length
@@ -274,8 +277,13 @@ class Seq2SeqTransformer(nn.Module):
 
 # ---------------------------------------------------------------- controlled init
 def stable_seed(seed: int, name: str, shape: tuple[int, ...]) -> int:
-    """A 63-bit seed from (seed, parameter name, shape) that is the same in every process and version."""
-    digest = hashlib.sha256(f"{seed}|{name}|{tuple(shape)}".encode()).digest()
+    """A 63-bit seed from (seed, parameter name, shape) that is the same in every process and version.
+    Size-1 kernel dims are dropped: a Conv1d(kernel_size=1) weight (out, in, 1) is seeded (and, same
+    count and fans, drawn) like the Linear (out, in) it equals: ``ffn: conv1d`` starts as ``linear``."""
+    shape = tuple(shape)
+    while len(shape) > 2 and shape[-1] == 1:
+        shape = shape[:-1]
+    digest = hashlib.sha256(f"{seed}|{name}|{shape}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 

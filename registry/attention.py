@@ -204,7 +204,9 @@ class SDPAttention(MultiHeadAttention):
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, Tq, Tk)
         if mask is not None and mask.is_causal:
             tq, tk = scores.shape[-2:]
-            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
+            future = mask.blocked  # the model's (T, T) causal mask, built once per forward for all layers
+            if future is None or tuple(future.shape[-2:]) != (tq, tk):
+                future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
             scores = scores.masked_fill(future, float("-inf"))
         elif mask is not None and mask.bias is not None:
             # added in fp32 like the fused kernel, so a -1e6 fill keeps the score differences it keeps

@@ -1,8 +1,9 @@
 """Position-wise feed-forward networks.
 
 Component contract (kind ``ffn``): ``cls(d_model: int, d_ff: int, dropout: float)``;
-``forward(x (B, T, d)) -> (B, T, d)``. Both variants name their layers ``w1`` and ``w2`` so the
-biases (same shape) start from the same values under controlled init; the weights differ in shape.
+``forward(x (B, T, d)) -> (B, T, d)``. Both variants name their layers ``w1`` and ``w2``, so under
+controlled init (ablate/model.py seeds a kernel-1 Conv1d weight (out, in, 1) like the Linear weight
+(out, in)) they start from the same weights and biases and compute the same function.
 """
 
 from __future__ import annotations

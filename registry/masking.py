@@ -55,13 +55,20 @@ class AttnMask:
     ``blocked``: bool, True where a query may NOT attend, broadcastable to (B, heads, Tq, Tk), e.g.
     (B, 1, 1, S) for key padding or (T, T) for causal. ``bias``: the same mask as an additive float
     tensor in the compute dtype (0 / fill), for ``F.scaled_dot_product_attention``; None with
-    ``is_causal`` (sdpa then uses its own causal kernel). ``fill``: the raw fill value.
+    ``is_causal`` (sdpa then uses its own causal kernel; explicit attention and sdpa's matmul path read
+    the (T, T) ``blocked``, built once per forward). ``fill``: the raw fill value.
     """
 
     blocked: Tensor | None
     bias: Tensor | None
     fill: float
     is_causal: bool = False
+
+    def index_select(self, index: Tensor) -> AttnMask:
+        """Rows ``index`` of a mask with one row per batch row (a key-padding mask)."""
+        blocked = None if self.blocked is None else self.blocked.index_select(0, index)
+        bias = None if self.bias is None else self.bias.index_select(0, index)
+        return AttnMask(blocked, bias, self.fill, self.is_causal)
 
 
 def clamp_fill(fill: float, dtype: torch.dtype) -> float:

@@ -1,73 +1,136 @@
 """Batched KV-cache beam search against the tutorials' per-sentence beam, on a trained model.
 
-    python scripts/decode_speed.py SPEC CHECKPOINT [--sentences N] [--beam 4] [--batch 128] [--set k=v ...]
+    python scripts/decode_speed.py SPEC [CHECKPOINT | RUN_DIR] [--limit N] [--beam K] [--batch 128]
+                                   [--threads T] [--json] [--set key=value ...]
 
-Decodes the first N validation sentences of SPEC's data with both beams (same beam size, length
-penalty and step budget), prints sentences/s of each, the speed-up, and whether every hypothesis is
-identical. `ablate bench` measures the same on an untrained model at bench dimensions; this script is
-for the issue's figure: a trained Multi30k model on its validation set.
+Loads the model `ablate run SPEC` trained: CHECKPOINT (a ``best.pt`` / ``last.pt``), a run folder (its
+``best.pt``, else ``last.pt``), or, given neither, the run folder `ablate run SPEC` writes
+(``train.out_dir/<name>/<spec hash>-s<seed>``). Decodes the validation set (the first N sentences with
+``--limit N``) with both beams at the spec's beam settings (beam size, length penalty, max_len rule;
+``--beam`` overrides the size), length-sorted batches as the evaluator builds them, and prints sentences/s
+of each, the speed-up and how many hypotheses are identical. E.g. after
+``ablate run experiments/multi30k-de-en-local.yaml`` (from the repository root, where the run wrote its
+data cache and run folder)::
+
+    python scripts/decode_speed.py experiments/multi30k-de-en-local.yaml --limit 200
+
+`ablate bench` measures the same on an untrained model at bench dimensions; this script gives the issue's
+figure: a trained Multi30k model on its validation set.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from ablate.data import prepare_data
 from ablate.decode import beam_search, beam_search_reference
-from ablate.model import build_model
+from ablate.model import Seq2SeqTransformer, build_model
+from ablate.runner import run_dir_for
+from ablate.spec import ExperimentSpec
 from ablate.specload import load_spec
 from ablate.train import load_checkpoint
 
+Batches = list[tuple[torch.Tensor, torch.Tensor]]  # (src (B, S), max_len (B,)) per batch
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("spec")
-    ap.add_argument("checkpoint")
-    ap.add_argument("--sentences", type=int, default=None, help="default: the whole validation set")
-    ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=128)  # as the evaluator
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
-    args = ap.parse_args()
-    spec = load_spec(args.spec, args.overrides)
+
+def find_checkpoint(spec: ExperimentSpec, given: str | None) -> Path:
+    """The checkpoint file: as given, in the given run folder, or in the run folder of `ablate run SPEC`."""
+    where = Path(given) if given else run_dir_for(spec)
+    if where.is_file():
+        return where
+    for name in ("best.pt", "last.pt"):
+        if (where / name).is_file():
+            return where / name
+    hint = "" if given else f" (where `ablate run {spec.name}` writes; give CHECKPOINT or RUN_DIR)"
+    raise SystemExit(f"error: no best.pt or last.pt in {where}{hint}")
+
+
+def source_batches(sources: list[list[int]], pad_id: int, batch: int, max_len_a: float,
+                   max_len_b: int) -> Batches:
+    """Length-sorted, right-padded batches (as ablate.evaluate builds them), with each sentence's step
+    budget floor(max_len_a * source length) + max_len_b (as ablate.decode.decode_batch computes it)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out = []
+    for start in range(0, len(order), batch):
+        rows = [sources[i] for i in order[start:start + batch]]
+        src = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
+        for r, ids in enumerate(rows):
+            src[r, : len(ids)] = torch.tensor(ids)
+        lengths = torch.tensor([len(ids) for ids in rows], dtype=torch.double)
+        out.append((src, (max_len_a * lengths).floor().long() + max_len_b))
+    return out
+
+
+def timed(fn: Callable[..., list[list[int]]], model: Seq2SeqTransformer, batches: Batches,
+          **kwargs: Any) -> tuple[float, list[list[int]]]:
+    """(sentences/s, hypotheses in batch order) of one beam implementation over the batches."""
+    hyps: list[list[int]] = []
+    started = time.perf_counter()
+    for src, max_len in batches:
+        hyps += fn(model, src, max_len=max_len, **kwargs)
+    return len(hyps) / (time.perf_counter() - started), hyps
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join((__doc__ or "").splitlines()[1:]))
+    ap.add_argument("spec", help="the spec the model was trained with")
+    ap.add_argument("checkpoint", nargs="?",
+                    help="a .pt file or a run folder (default: the run folder of `ablate run SPEC`)")
+    ap.add_argument("--limit", "--sentences", type=int, default=None, metavar="N",
+                    help="decode the first N validation sentences (default: all)")
+    ap.add_argument("--beam", type=int, default=None, help="beam size (default: the spec's eval.decode.beam)")
+    ap.add_argument("--batch", type=int, default=128, help="sentences per batch (the evaluator's 128)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the lines")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    spec = load_spec(args.spec, args.overrides, check_hardware=False)
+    path = find_checkpoint(spec, args.checkpoint)
+    payload = load_checkpoint(path)
+    if payload.get("spec_hash") not in (None, spec.spec_hash):
+        print(f"warning: {path} was trained with spec hash {payload['spec_hash']}, {args.spec} has "
+              f"{spec.spec_hash}", file=sys.stderr)
     data = prepare_data(spec)
     tok = data.tokenizers
     model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
-    model.load_state_dict(load_checkpoint(args.checkpoint)["model"])
+    model.load_state_dict(payload["model"])
     model.eval()
     dec = spec.eval.decode
-    sources = data.splits["val"].src_ids[: args.sentences]  # None: all
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    batches = []
-    for start in range(0, len(order), args.batch):
-        rows = [sources[i] for i in order[start:start + args.batch]]
-        src = torch.full((len(rows), max(map(len, rows))), tok.pad_id, dtype=torch.long)
-        for r, ids in enumerate(rows):
-            src[r, : len(ids)] = torch.tensor(ids)
-        lens = torch.tensor([len(ids) for ids in rows])
-        batches.append((src, (dec.max_len_a * lens).long() + dec.max_len_b))
-
-    def run(fn):  # type: ignore[no-untyped-def]
-        hyps: list[list[int]] = []
-        started = time.perf_counter()
-        with torch.no_grad():
-            for src, max_len in batches:
-                hyps += fn(model, src, tok.bos_id, tok.eos_id, beam=args.beam,
-                           length_penalty=dec.length_penalty, max_len=max_len)
-        return len(hyps) / (time.perf_counter() - started), hyps
-
-    run_fast = run(beam_search)  # warm-up and result
-    fast, fast_hyps = run(beam_search)
-    slow, slow_hyps = run(beam_search_reference)
+    beam = args.beam or dec.beam
+    sources = data.splits["val"].src_ids[: args.limit]  # None: all
+    batches = source_batches(sources, tok.pad_id, args.batch, dec.max_len_a, dec.max_len_b)
+    settings = {"bos_id": tok.bos_id, "eos_id": tok.eos_id, "beam": beam,
+                "length_penalty": dec.length_penalty}
+    timed(beam_search, model, batches[:1], **settings)  # warm-up: first-call allocations, thread pools
+    fast, fast_hyps = timed(beam_search, model, batches, **settings)
+    slow, slow_hyps = timed(beam_search_reference, model, batches, **settings)
     same = sum(a == b for a, b in zip(fast_hyps, slow_hyps, strict=True))
-    print(json.dumps({"sentences": len(sources), "beam": args.beam, "threads": torch.get_num_threads(),
-                      "batched_sent_per_s": round(fast, 2), "reference_sent_per_s": round(slow, 2),
-                      "speedup": round(fast / slow, 2), "identical": same, "of": len(fast_hyps),
-                      "warmup_sent_per_s": round(run_fast[0], 2)}, indent=1))
+    result = {"checkpoint": str(path), "sentences": len(sources), "beam": beam,
+              "length_penalty": dec.length_penalty, "threads": torch.get_num_threads(),
+              "batched_sent_per_s": round(fast, 2), "reference_sent_per_s": round(slow, 2),
+              "speedup": round(fast / slow, 2), "identical": same, "of": len(fast_hyps)}
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"{path}: beam {beam}, {len(sources)} validation sentences, {result['threads']} threads\n"
+              f"  batched beam (KV cache):           {fast:10.2f} sentences/s\n"
+              f"  per-sentence beam (re-decoding):   {slow:10.2f} sentences/s\n"
+              f"  speed-up:                          {fast / slow:10.2f}x\n"
+              f"  identical hypotheses:              {same} of {len(fast_hyps)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,22 +12,47 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import registry
-from ablate.bench import targets
-from ablate.bench_train import QUICK, TorchTransformer, axis_variants, synthetic_batches, train_flops
+from ablate.bench import resolve_config, targets
+from ablate.bench_overhead import saves_per_step, temporary_tracking_store
+from ablate.bench_train import (
+    QUICK,
+    QUICK_MODEL,
+    TorchTransformer,
+    axis_variants,
+    synthetic_batches,
+    train_flops,
+)
 from ablate.spec import ModelSpec
+
+# A spec file whose variant differs from the default in two components and sets its own train cadence: the
+# bench must measure this variant (the "default" row) and project the overhead to this cadence.
+SPEC = """\
+name: bench-spec
+model: {d_model: 48, heads: 4, encoder_layers: 2, decoder_layers: 2, d_ff: 96, ffn: conv1d, mask: -1e9}
+train: {max_steps: 400, eval_every: 50, checkpoint_every: 25}
+"""
 
 
 @pytest.fixture(scope="module")
-def doc() -> dict:
-    """One `python -m ablate bench --json --quick` run, shared by the schema tests."""
+def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bench")
+    (folder / "bench-spec.yaml").write_text(SPEC)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def doc(bench_dir: Path) -> dict:
+    """One `python -m ablate bench SPEC --json --quick` run, shared by the schema tests."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "ablate", "bench", "--json", "--quick"], capture_output=True,
-                          text=True, timeout=900, env=env)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.run([sys.executable, "-m", "ablate", "bench", "bench-spec.yaml", "--json", "--quick"],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=bench_dir)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)  # stdout is exactly one JSON document; progress goes to stderr
 
@@ -62,8 +87,10 @@ def test_bench_json_has_the_documented_schema(doc: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_bench_covers_every_registered_variant_in_every_precision(doc: dict) -> None:
+    spec = ModelSpec(ffn="conv1d", mask="-1e9")  # SPEC's components: its variant is the "default" row
     expected = {"default"} | {f"{kind}={name}" for kind in registry.KINDS for name in registry.names(kind)
-                              if name != getattr(ModelSpec(), kind)}
+                              if name != getattr(spec, kind)}
+    assert "ffn=linear" in expected and "ffn=conv1d" not in expected
     rows = {(r["variant"], r["precision"]) for r in doc["train"]}
     precisions = {r["precision"] for r in doc["torch_nn_transformer"]}
     assert rows == {(v, p) for v in expected for p in precisions}
@@ -80,16 +107,85 @@ def test_bench_decode_and_overhead_sections(doc: dict) -> None:
     # KV-cache beam == re-decoding beam on the tiny model the bench trains (which learned the copy task)
     assert decode["identical"] is True and decode["mismatches"] == 0 and decode["agreement_sentences"] > 0
     assert decode["agreement_exact_match"] > 0  # trained: eos and real tokens, not a flat distribution
-    overhead = doc["framework_overhead"]
-    assert overhead["method"] and overhead["steps"] > 0
-    assert positive_finite(overhead["raw_seconds"]) and positive_finite(overhead["trainer_seconds"])
-    ratio = overhead["trainer_seconds"] / overhead["raw_seconds"]
-    assert overhead["total_time_overhead"] == pytest.approx(ratio - 1)
-    combined = (1 + overhead["step_overhead"]) * (1 + overhead["loop_overhead"]) - 1
-    assert overhead["overhead_fraction"] == pytest.approx(combined)
-    assert all(math.isfinite(overhead[k]) and overhead[k] > -1 for k in ("step_overhead", "loop_overhead"))
     assert all(isinstance(t["met"], bool) and math.isfinite(t["value"]) for t in doc["targets"])
     assert "6 *" in doc["config"]["flops_formula"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_bench_of_a_spec_file_measures_its_variant(doc: dict) -> None:
+    """`ablate bench SPEC --quick`: the spec's components at the quick dims, its name in the config."""
+    config = doc["config"]
+    assert config["spec"] == "bench-spec"
+    assert config["model"]["ffn"] == "conv1d" and config["model"]["mask"] == "-1e9"
+    assert {k: config["model"][k] for k in QUICK_MODEL} == QUICK_MODEL  # --quick: tiny dims, same components
+    assert config["vocab"] == QUICK.vocab and config["bench"]["quick"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_bench_framework_overhead_section(doc: dict, bench_dir: Path) -> None:
+    """ablate run's training with MLflow on and the spec's checkpointing, against the bare step: every
+    figure finite, the parts adding up, the spec's cadence, MLflow really written (in a temporary store)."""
+    o = doc["framework_overhead"]
+    assert o["method"] and o["steps"] > 0
+    for key in ("raw_seconds", "trainer_seconds", "untracked_seconds", "raw_step_s", "checkpoint_seconds",
+                "best_checkpoint_seconds", "evaluation_seconds"):
+        assert positive_finite(o[key]), key
+    for key in ("overhead_fraction", "step_overhead", "loop_overhead", "measured_overhead_at_bench_cadence"):
+        assert math.isfinite(o[key]) and o[key] > -1, key
+    assert o["overhead_fraction"] == pytest.approx(sum(o["components"].values()))
+    assert o["components"]["step"] == pytest.approx((1 + o["step_overhead"]) * (1 + o["loop_overhead"]) - 1)
+    assert o["components"]["checkpoints"] > 0 and o["components"]["tracking"] > 0
+    assert o["cadence"] == {"eval_every": 50, "checkpoint_every": 25, "run_steps": 400,
+                            "saves_per_step": pytest.approx(1 / 25), "bench_steps_per_save": o["steps"] // 4}
+    assert o["evaluations"] == 8  # a chunk ends with one evaluation, in each of the two trainer arms
+    t = o["tracking"]
+    for key in ("flush_seconds_per_save", "start_seconds", "end_seconds", "store_creation_seconds"):
+        assert positive_finite(t[key]), key
+    c = o["components"]  # tracking's share of the untracked time (step and checkpoints, no MLflow)
+    assert t["overhead_fraction"] == pytest.approx(c["tracking"] / (1 + c["step"] + c["checkpoints"]))
+    assert math.isfinite(t["measured_on_vs_off_at_bench_cadence"])
+    assert t["logged_values"] >= 8  # the evaluations' val/loss and val/ppl at least reached MLflow
+    names = {x["name"]: x for x in doc["targets"]}
+    assert names["framework overhead in ablate run (fraction, at most)"]["value"] == o["overhead_fraction"]
+    assert names["MLflow tracking on vs off (fraction, at most)"]["value"] == t["overhead_fraction"]
+    assert sorted(os.listdir(bench_dir)) == ["bench-spec.yaml"]  # store, runs and data in a temporary folder
+
+
+def test_saves_per_step_counts_coinciding_saves_once() -> None:
+    assert saves_per_step(200, 200) == pytest.approx(1 / 200)
+    assert saves_per_step(50, 25) == pytest.approx(1 / 25)
+    assert saves_per_step(1000, 300) == pytest.approx(1 / 1000 + 1 / 300 - 1 / 3000)
+
+
+@pytest.mark.parametrize("before", [None, "sqlite:///elsewhere.db"])
+def test_temporary_tracking_store_puts_the_environment_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            before: str | None) -> None:
+    if before is None:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", before)
+    with pytest.raises(RuntimeError), temporary_tracking_store(tmp_path) as uri:
+        assert uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+        assert os.environ["MLFLOW_TRACKING_URI"] == uri
+        raise RuntimeError("the store is put back on errors too")
+    assert os.environ.get("MLFLOW_TRACKING_URI") == before
+
+
+def test_resolve_config_reads_the_spec_file(tmp_path: Path) -> None:
+    """A spec file gives its model (dims too), batch size and vocabulary; --quick keeps its components at
+    tiny dims; without a file, the built-in bench model."""
+    path = tmp_path / "bench-spec.yaml"
+    path.write_text(SPEC + "data: {batch_tokens: 1024, synthetic: {vocab_size: 300}}\n")
+    spec, cfg = resolve_config(str(path), [], quick=False)
+    assert (spec.model.d_model, spec.model.heads, spec.model.ffn) == (48, 4, "conv1d")
+    assert (cfg.batch_tokens, cfg.vocab, cfg.quick) == (1024, 300, False)
+    quick, qcfg = resolve_config(str(path), ["model.positions=learned"], quick=True)
+    assert quick.model.d_model == QUICK_MODEL["d_model"] and quick.model.positions == "learned"
+    assert quick.model.ffn == "conv1d" and qcfg.quick and quick.train.eval_every == 50
+    builtin, _ = resolve_config(None, [], quick=True)
+    assert builtin.model.d_model == QUICK_MODEL["d_model"] and builtin.model.ffn == "linear"
 
 
 def test_train_flops_is_six_times_the_multiply_accumulates() -> None:
@@ -155,11 +251,14 @@ def test_targets_flag_the_issue_thresholds() -> None:
 
     rows = [row("default", "fp32", 100.0, 1.2, 1.0), row("default", "bf16", 120.0, 1.0, 1.0),
             row("ffn=conv1d", "fp32", 80.0, 1.0, 0.8), row("attention=explicit", "fp32", 10.0, 0.1, 0.1)]
+    overhead = {"overhead_fraction": 0.02, "tracking": {"overhead_fraction": 0.04}}
     checks = {t["name"].split(" (")[0] if "slowest" in t["name"] else t["name"]: t
-              for t in targets({"train": rows, "framework_overhead": {"overhead_fraction": 0.02}})}
+              for t in targets({"train": rows, "framework_overhead": overhead})}
     assert checks["default vs torch.nn.Transformer, fp32"]["met"] is True
     slowest = checks["slowest variant vs default, fp32"]
     assert slowest["value"] == 0.8 and slowest["met"] is False  # explicit attention is exempt, conv1d not
     assert checks["bf16 vs fp32, default"]["value"] == pytest.approx(1.2)
     assert checks["bf16 vs fp32, default"]["met"] is False
-    assert checks["framework overhead (fraction, at most)"]["met"] is True
+    assert checks["framework overhead in ablate run (fraction, at most)"]["met"] is True
+    tracking = checks["MLflow tracking on vs off (fraction, at most)"]
+    assert tracking["value"] == 0.04 and tracking["target"] == 0.03 and tracking["met"] is False
