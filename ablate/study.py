@@ -13,7 +13,7 @@ which is also its run directory: within a seed every variant sees the same batch
 starts from the same weights in every parameter it shares with the baseline (the batcher and
 ``build_model(seed=...)`` derive both from the seed alone).
 
-Cells are coordinated through the Optuna store (ablate/tune/store.py): one Optuna study per ablation study,
+Cells are coordinated through the Optuna store (ablate/tune/cells.py): one Optuna study per ablation study,
 each cell a trial enqueued once; workers pop waiting cells, so rerunning the command skips finished (and
 diverged) cells, resumes interrupted ones from their checkpoints, and re-runs failed ones only with
 ``--retry-failed``; ``--workers N`` and several machines sharing ``--storage postgresql://...`` split them.
@@ -239,8 +239,8 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
     try:
         with queue.store.beat(trial):
             result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
-                                    run_name=cell.label,
-                                    data=cached_data(cell.spec), quiet=quiet)
+                                    run_name=cell.label, data=cached_data(cell.spec), quiet=quiet,
+                                    on_start=lambda run_id: queue.started(trial, run_id))
     except KeyboardInterrupt:
         queue.release(trial)  # resumes from its checkpoint next time
         raise
@@ -259,7 +259,8 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
 
 def _worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
     """Pop and run cells until none is waiting or running anywhere."""
-    from ablate.tune.store import CellQueue, Store
+    from ablate.tune.cells import CellQueue
+    from ablate.tune.store import Store
 
     plan = plan_study(spec_path, overrides)
     queue = CellQueue(Store(storage), plan.store_name, plan.direction)
@@ -285,7 +286,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     if dry_run:
         print(format_plan(plan))
         return 0
-    from ablate.tune.store import CellQueue, Store
+    from ablate.tune.cells import CellQueue
+    from ablate.tune.store import Store
     from ablate.tune.workers import leave_open, open_parent, run_workers
 
     store = Store(storage)
@@ -334,7 +336,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
     """`ablate status SPEC`: the grid of cells with status and metric so far; reads, never writes."""
-    from ablate.tune.store import CellQueue, Store
+    from ablate.tune.cells import CellQueue
+    from ablate.tune.store import Store
 
     plan = plan_study(spec_path, overrides)
     records: dict[str, Any] = {}

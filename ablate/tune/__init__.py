@@ -1,7 +1,8 @@
 """Optuna in ablate: the only package importing optuna.
 
-* `ablate.tune.store`: the trial store every study coordinates through (journal file or PostgreSQL),
-  including `CellQueue`, which ablation studies (ablate/study.py) use to run each cell exactly once.
+* `ablate.tune.store`: the trial store every study coordinates through (journal file or PostgreSQL): exact
+  pops under a store-wide lock, owners and heartbeats, dead workers' trials re-queued.
+* `ablate.tune.cells`: `CellQueue`, which ablation studies (ablate/study.py) use to run each cell once.
 * `ablate.tune.search`: ``ablate tune``, the spec's search section as an Optuna study (`main_tune`).
 * `ablate.tune.space`: the search space over spec fields (no Optuna: order, conditions, derived specs).
 * `ablate.tune.results`: best trial / Pareto front, best.yaml, importances, figures.

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.tune.store import Store, open_study
+from ablate.tune.store import Store, open_study, reclaim
 
 FIGURE_DPI = 120
 
@@ -100,20 +100,29 @@ def _lead(best: list[FrozenTrial], plan: Any) -> FrozenTrial:
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def finish_search(plan: Any, store: Store, name: str, tracker: Any) -> bool:
-    """Print and log the results when no trial is left; False (nothing logged) while some still are."""
+def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: bool = False) -> bool:
+    """Print and log the results when no trial is left to run (`timed_out`: none is running; the slots
+    still waiting are for the next run); False (nothing logged) while some still run or wait."""
     from ablate.specload import dump_spec_yaml
 
     study = open_study(store, name, plan.directions, create=False)
     if study is None:
         return False
+    with store.lock(name):
+        reclaim(study, store)  # a trial of a dead worker would otherwise count as running forever
     trials = study.get_trials(deepcopy=False)
     counts = Counter(t.state.name.lower() for t in trials)
     print("trials: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    unfinished = counts.get("waiting", 0) + counts.get("running", 0)
-    if unfinished:
-        print(f"{unfinished} trials are still waiting or running: run the same command again to continue")
+    waiting, running = counts.get("waiting", 0), counts.get("running", 0)
+    if running or (waiting and not timed_out):
+        print(f"{waiting + running} trials are still waiting or running: run the same command again to "
+              "continue")
         return False
+    if waiting:
+        print(f"search.timeout ({plan.spec.search.timeout:g} s) reached: {waiting} trials not started; the "
+              "results below cover the trials that ran; run the same command again to continue")
+    if tracker is not None:
+        tracker.set_tags({"ablate.trials_left": waiting})
     if not any(t.state == TrialState.COMPLETE for t in trials):
         print("no trial completed: there is no best trial")
         return True
@@ -140,7 +149,7 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any) -> bool:
         print(f"importance of {metric} ({evaluator}): {ranked}")
     pictures = figures(study, plan, folder / "figures")
     if tracker is not None:
-        _log(tracker, plan, lead, best, text, evaluator, found, pictures, len(trials))
+        _log(tracker, plan, lead, best, text, evaluator, found, pictures, len(trials) - waiting)
     return True
 
 

@@ -3,7 +3,9 @@
 Each trial samples the dotted fields of ``search.space`` (conditional ones only when their `when` holds),
 trains the derived spec with the shared trainer, reports the first objective at every evaluation and stops
 when the pruner says so. The baseline spec runs as the first trial. Trials are budget slots enqueued in the
-store (see `_fill`), so N workers on one machine or many finish exactly ``--trials`` trials.
+store (see `_fill`), so N workers on one machine or many finish exactly ``--trials`` trials; with
+``search.timeout`` they start no trial after the deadline (each worker runs at least one), the results
+cover the trials that ran, and the slots left over wait for the next run of the same command.
 
 Outcomes: finished -> COMPLETE; pruned -> PRUNED; **diverged -> PRUNED** (it stopped early on its own:
 samplers rank it below every complete trial, and the study goes on; user attr ``status`` says diverged);
@@ -17,6 +19,7 @@ import math
 import socket
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.tune.results import finish_search
+from ablate.tune.space import point_key
 from ablate.tune.store import Store, claim, open_study, requeue
 from ablate.tune.workers import cached_data, leave_open, open_parent, run_workers
 
@@ -48,8 +52,8 @@ def _sampler(plan: Any, worker: int, store: Store, budget: int) -> Any:
     seed = plan.spec.seed + worker + (zlib_crc(socket.gethostname()) if store.kind == "rdb" else 0)
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if s.sampler == "grid":  # one seed for all: grid ids index a list each worker shuffles with it
-        return optuna.samplers.GridSampler({n: plan.grid(n) for n in plan.order}, seed=plan.spec.seed)
+    if s.sampler == "grid":  # `_fill` enqueues every grid point with its values: nothing is ever sampled
+        return optuna.samplers.RandomSampler(seed=seed)
     conditional = any(p.when for p in s.space.values())
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=conditional, constant_liar=True,
                                       n_startup_trials=max(2, min(10, budget // 3)))
@@ -77,25 +81,39 @@ def _retried(trials: Sequence[FrozenTrial]) -> set[int]:
 
 
 def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
-    """Enqueue the baseline (first trial) and empty slots up to `budget` trials; a re-queued retry of a
-    dead or interrupted trial takes its slot, so the study ends with exactly `budget` counted trials."""
+    """Enqueue the baseline (first trial) and slots up to `budget` trials: empty ones the sampler fills,
+    or with the grid sampler each grid point's values (the baseline's point once, first). A re-queued
+    retry of a dead or interrupted trial takes its slot, so the study ends with exactly `budget` trials."""
+    grid = plan.spec.search.sampler == "grid"
     with store.lock(study.study_name):
         trials = study.get_trials(deepcopy=False)
-        queued = 0
-        if not trials:
-            base = plan.baseline_params()
-            decoded = {k: plan.decode(k, v) for k, v in base.items()}
-            needed = [n for n in plan.order if plan.active(n, decoded)]
-            if base and (plan.spec.search.sampler != "grid" or set(needed) <= set(base)):
-                study.enqueue_trial(base, user_attrs={"ablate.baseline": True})
-                trials, queued = study.get_trials(deepcopy=False), 1
-        if plan.spec.search.sampler == "grid":
-            budget = min(budget, math.prod(len(plan.grid(n)) for n in plan.order) + len(trials[:1]))
         failed = {t.number for t in trials if t.state == TrialState.FAIL}
         counted = len(trials) - len(_retried(trials) & failed)
-        for _ in range(budget - counted):
+        todo: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (params, user attrs) to enqueue
+        base, notes = plan.baseline_point()
+        if not trials:
+            for note in notes:
+                print(f"note: {note}", flush=True)
+            if base is not None:
+                todo.append((base, {"ablate.baseline": True}))
+        if grid:
+            points = plan.grid_points()
+            extra = base is not None and point_key(base) not in {point_key(p) for p in points}
+            budget = min(budget, len(points) + extra)  # the grid caps --trials (the baseline may add one)
+            seen = {point_key(_params(t)) for t in trials} | {point_key(p) for p, _ in todo}
+            todo += [(p, {}) for p in points if point_key(p) not in seen]
+        todo = todo[:max(0, budget - counted)]
+        for params, attrs in todo:
+            study.enqueue_trial(params, user_attrs=attrs)
+        empty = 0 if grid else max(0, budget - counted - len(todo))  # a grid slot always has its point
+        for _ in range(empty):
             study.add_trial(optuna.create_trial(state=TrialState.WAITING))
-        return queued + max(0, budget - counted)
+        return len(todo) + empty
+
+
+def _params(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's point: its values once sampled, the enqueued ones while it waits."""
+    return dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
 
 
 def _suggest(trial: optuna.Trial, name: str, p: Any, encoded: bool) -> Any:
@@ -121,17 +139,18 @@ def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[fl
         print(f"trial {trial.number}: already failed as stale and re-queued; this result is dropped",
               file=sys.stderr, flush=True)
         return False
-    except RuntimeError:  # GridSampler calls study.stop() after the last grid point: only legal in optimize()
-        pass
     return True
 
 
 def sample(trial: optuna.Trial, plan: Any) -> dict[str, Any]:
     """The trial's values of the active dimensions, in dependency order (`when` sees earlier choices)."""
     values: dict[str, Any] = {}
-    for name in plan.order:
-        if plan.active(name, {k: plan.decode(k, v) for k, v in values.items()}):
-            values[name] = _suggest(trial, name, plan.space[name], plan.encoded(name))
+    with warnings.catch_warnings():
+        # A baseline outside its range runs as enqueued: `_fill` printed a note already.
+        warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
+        for name in plan.order:
+            if plan.active(name, {k: plan.decode(k, v) for k, v in values.items()}):
+                values[name] = _suggest(trial, name, plan.space[name], plan.encoded(name))
     return values
 
 
@@ -161,11 +180,19 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
         except optuna.exceptions.UpdateFinishedTrialError:
             return True  # failed as stale and re-queued elsewhere: stop, the retry resumes the checkpoint
 
+    def opened(run_id: str | None) -> None:  # the trial knows its run even if training then crashes
+        if run_id:
+            try:
+                trial.set_user_attr("mlflow_run_id", run_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed as stale meanwhile: the hook stops the run
+
     tags = {"ablate.trial": str(n), "ablate.kind": "trial", "ablate.optuna_study": study.study_name}
     try:
         with store.beat(trial):
             result = run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags, parent_run_id=parent,
-                                    run_name=f"trial-{n}", data=cached_data(spec), quiet=True)
+                                    run_name=f"trial-{n}", data=cached_data(spec), quiet=True,
+                                    on_start=opened)
     except KeyboardInterrupt:
         if _tell(study, trial, "killed"):
             requeue(study, study.get_trials(deepcopy=False)[n])  # the next run resumes it
@@ -201,13 +228,16 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
                        sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
     assert study is not None
     parent = study.user_attrs.get(PARENT)
-    while deadline is None or time.time() < deadline:
+    started = 0
+    # Like Optuna's optimize(timeout=...): no trial starts after the deadline, but each worker runs one.
+    while deadline is None or not started or time.time() < deadline:
         trial, busy = claim(study, store)
         if trial is None:
             if not busy:
                 break
             time.sleep(min(5.0, float(store.heartbeat or 2)))  # others still run trials: one may die
             continue
+        started += 1
         run_trial(plan, study, store, trial, parent)
     return 0
 
@@ -244,7 +274,8 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         print("interrupted: the running trial went back to the queue; run the same command to continue",
               file=sys.stderr)
     finally:
-        done = code != 130 and finish_search(plan, store, name, tracker)
+        timed_out = deadline is not None and time.time() >= deadline
+        done = code != 130 and finish_search(plan, store, name, tracker, timed_out=timed_out)
         if tracker is not None:
             if done:
                 tracker.end("finished")

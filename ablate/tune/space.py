@@ -14,6 +14,7 @@ error before anything trains), and turns sampled values back into a validated `E
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,6 @@ from ablate.spec import ExperimentSpec, SearchParam, flatten
 from ablate.specerrors import check_field_path
 from ablate.specload import SpecError, load_spec, load_spec_data, set_dotted, validate_data
 from ablate.yamlsrc import Loc, Problem, SourceMap
-
-TEXT_ONLY = ("bleu", "chrf")  # metrics a synthetic task does not produce (it reports exact_match)
 
 
 def derive(data: Mapping[str, Any], smap: SourceMap, overrides: Mapping[str, Any], origin: str,
@@ -124,22 +123,58 @@ class SearchPlan:
     def spec_for(self, values: Mapping[str, Any], origin: str) -> ExperimentSpec:
         return derive(self.data, self.smap, {k: self.decode(k, v) for k, v in values.items()}, origin)
 
-    def baseline_params(self) -> dict[str, Any]:
-        """The baseline's own values of the active dimensions, where the space contains them."""
+    def baseline_point(self) -> tuple[dict[str, Any] | None, list[str]]:
+        """(params, notes): the baseline's own values of the active dimensions as the sampler stores them,
+        the first trial. A value outside its range (or off its step) is kept: Optuna runs an enqueued value
+        it would not sample (with a warning), and a note says so. Params are None when a dimension cannot
+        hold the baseline's value at all (a choice list without it, a log range and a value <= 0): the
+        notes then name the dimension, and the search has no baseline trial."""
         out: dict[str, Any] = {}
+        notes: list[str] = []
         for name in self.order:
-            if not self.active(name, out):
+            if not self.active(name, {k: self.decode(k, v) for k, v in out.items()}):
                 continue
             value, p = self.baseline_value(name), self.space[name]
+            at = f"search.space.{name}"
             if p.choice is not None:
                 matches = [c for c in p.choice if c == value or show(c) == show(value)]
                 if not matches:
-                    continue
-                value = json.dumps(matches[0], sort_keys=True) if self.encoded(name) else matches[0]
-            elif not isinstance(value, int | float) or not (p.low <= value <= p.high):  # type: ignore[operator]
+                    return None, [f"{at} has no choice {show(value)} (the baseline's): the first trial is "
+                                  "not the baseline; add the value to the choices to compare against it"]
+                out[name] = json.dumps(matches[0], sort_keys=True) if self.encoded(name) else matches[0]
                 continue
+            assert p.low is not None and p.high is not None
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or (p.int and value != int(value)) or (p.log and value <= 0):
+                why = "is not a positive number (a log range)" if p.log and number else "does not fit it"
+                return None, [f"{at}: the baseline's {show(value)} {why}: the first trial is not the "
+                              "baseline"]
+            value = int(value) if p.int else float(value)
+            on_step = p.step is None or abs((value - p.low) / p.step - round((value - p.low) / p.step)) < 1e-9
+            if not (p.low <= value <= p.high) or not on_step:
+                notes.append(f"{at}: the baseline's {show(value)} is outside "
+                             f"[{show(p.low)}, {show(p.high)}{f', step {show(p.step)}' if p.step else ''}]: "
+                             "the first trial runs it all the same")
             out[name] = value
-        return out
+        return out, notes
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every distinct point of the grid over the dimensions active at it, in product order: a conditional
+        dimension that is off there adds no copies of the point."""
+        points: dict[str, dict[str, Any]] = {}
+        for combo in itertools.product(*(self.grid(n) for n in self.order)):
+            full = dict(zip(self.order, combo, strict=True))
+            point: dict[str, Any] = {}
+            for name in self.order:
+                if self.active(name, {k: self.decode(k, v) for k, v in point.items()}):
+                    point[name] = full[name]
+            points.setdefault(point_key(point), point)
+        return list(points.values())
+
+
+def point_key(params: Mapping[str, Any]) -> str:
+    """A search point's identity: the sampler-side values of its dimensions."""
+    return json.dumps(dict(params), sort_keys=True)
 
 
 def plan_search(spec_path: str, overrides: Sequence[str] = ()) -> SearchPlan:
@@ -169,13 +204,6 @@ def plan_search(spec_path: str, overrides: Sequence[str] = ()) -> SearchPlan:
                                     f"{name} is an integer field: add `int: true` to sample integers"))
         if p.log and p.step is not None:
             problems.append(Problem(where(name), f"search.space.{name}", "log and step exclude each other"))
-    if spec.data.source == "synthetic":
-        for i, obj in enumerate(spec.search.objectives):
-            if any(t in obj.metric for t in TEXT_ONLY):
-                at = f"search.objectives.{i}"
-                problems.append(Problem(smap.where(at, origin), at,
-                                        f"{obj.metric} needs text data; a synthetic task reports "
-                                        "val/exact_match and val/loss"))
     order = _order(space, where, problems)
     plan = SearchPlan(spec, data, smap, origin, order)
     if not problems:

@@ -1,19 +1,21 @@
 """The trial store every study coordinates through: Optuna storages, a cross-process lock, owners.
 
 Stores: a JournalFileBackend file (``.ablate/optuna-journal.log``, default; safe for processes of one
-machine) or ``--storage postgresql://...`` (RDBStorage with heartbeats, for several machines). Workers pop
-WAITING trials under a store-wide lock, so no cell or trial slot runs twice however many processes share
-the store. A trial whose worker died is failed and re-queued: by its heartbeat going stale (RDB, Optuna's
-RetryHeartbeatStaleTrialCallback) or, since Optuna's journal store has no heartbeat, because its owner
-process (host, pid and start time, kept in the trial's user attrs) is gone.
+machine, and for several machines when the file is on a shared disk such as NFS) or ``--storage
+postgresql://...`` (RDBStorage with heartbeats, for several machines). Workers pop WAITING trials under a
+store-wide lock, so no cell or trial slot runs twice however many processes share the store. A trial whose
+worker died is failed and re-queued: by its heartbeat going stale (RDB: Optuna's own heartbeat and
+RetryHeartbeatStaleTrialCallback), or on a journal store, which has no heartbeat of its own, because its
+owner process (host, pid and start time, kept in the trial's user attrs) is gone; an owner on another host
+cannot be asked, so there the worker refreshes a timestamp (system attr ``ablate.heartbeat``) every
+interval and a timestamp older than the grace period means the worker is gone. Hosts sharing a journal
+need clocks that agree to well within the grace period (NTP does).
 
-Ablation studies (ablate/study.py) use `CellQueue`: one Optuna study per ablation study, each cell
-(variant x seed) one enqueued trial, the trial's state the cell's outcome.
+Ablation studies queue their cells on top of it (ablate/tune/cells.py).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import sys
@@ -21,7 +23,6 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,14 @@ from ablate.errors import AblateError
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
 OWNER = "ablate.owner"  # user attr: the process running a trial
+HEARTBEAT = "ablate.heartbeat"  # system attr (journal stores): time.time() of the owner's last beat
 MAX_RETRY = 3  # re-queues of a trial whose worker died (an interrupted one is re-queued without limit)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def heartbeat_settings() -> tuple[int, int]:
-    """(interval, grace) seconds for RDB stores; ABLATE_HEARTBEAT_INTERVAL / _GRACE override (tests)."""
+    """(interval, grace) seconds of trial heartbeats; ABLATE_HEARTBEAT_INTERVAL / _GRACE override (tests)."""
     interval = int(os.environ.get("ABLATE_HEARTBEAT_INTERVAL", "30"))
     return interval, int(os.environ.get("ABLATE_HEARTBEAT_GRACE", str(3 * interval)))
 
@@ -74,6 +76,7 @@ class Store:
             lock_type = JournalFileOpenLock if os.name == "nt" else JournalFileSymlinkLock
             lock = lock_type(str(self.path))
             self.storage = optuna.storages.JournalStorage(JournalFileBackend(str(self.path), lock_obj=lock))
+            self.journal_interval, self.journal_grace = heartbeat_settings()
 
     @staticmethod
     def exists(url: str | None) -> bool:
@@ -88,7 +91,13 @@ class Store:
 
     @property
     def heartbeat(self) -> int | None:
+        """Optuna's own heartbeat interval (RDB stores); None for a journal (see `beat`)."""
         return self.storage.get_heartbeat_interval() if self.kind == "rdb" else None
+
+    @property
+    def grace(self) -> float | None:
+        """Seconds without a beat after which a journal trial's owner on another host counts as dead."""
+        return float(self.journal_grace) if self.kind == "journal" else None
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
@@ -116,8 +125,21 @@ class Store:
             yield
 
     def beat(self, trial: Any) -> Any:
-        """A context manager recording the trial's heartbeat every interval (RDB stores only)."""
-        return _Heartbeat(self, trial) if self.heartbeat else _nothing()
+        """A context manager recording the trial's heartbeat every interval from a daemon thread: Optuna's
+        RDB heartbeat, or on a journal the ``ablate.heartbeat`` timestamp (other hosts read it)."""
+        if self.kind == "rdb":
+            return _Heartbeat(self, trial, self.storage.record_heartbeat, self.heartbeat) if self.heartbeat \
+                else _nothing()
+        return _Heartbeat(self, trial, self.touch, self.journal_interval)
+
+    def trial_id(self, study_name: str, number: int) -> int:
+        """The storage's id of trial `number` (what its per-trial methods take)."""
+        return int(self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(study_name), number))
+
+    def touch(self, trial_id: int) -> None:
+        """Record now as the journal trial's last sign of life."""
+        self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
 
 
 def _rdb(url: str, interval: int, grace: int, create: bool) -> RDBStorage:
@@ -166,25 +188,27 @@ def _file_lock(path: str) -> Iterator[None]:
 
 
 class _Heartbeat:
-    def __init__(self, store: Store, trial: Any) -> None:
+    """Calls ``beat(trial_id)`` on entry and then every ``interval`` seconds until the block ends."""
+
+    def __init__(self, store: Store, trial: Any, beat: Any, interval: float) -> None:
         import threading
 
-        storage = store.storage
-        self._id = storage.get_trial_id_from_study_id_trial_number(
-            storage.get_study_id_from_name(trial.study.study_name), trial.number)
-        self._storage, self._stop = storage, threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(store.heartbeat,), daemon=True)
+        self._id = store.trial_id(trial.study.study_name, trial.number)
+        self._beat, self._stop = beat, threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
-    def _run(self, interval: int) -> None:
-        while True:
-            try:
-                self._storage.record_heartbeat(self._id)
-            except Exception:  # noqa: BLE001 - a lost connection must not kill training; the next beat retries
-                pass
-            if self._stop.wait(interval):
-                return
+    def _once(self) -> None:
+        try:
+            self._beat(self._id)
+        except Exception:  # noqa: BLE001 - a lost connection must not kill training; the next beat retries
+            pass
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._once()
 
     def __enter__(self) -> None:
+        self._once()  # the first beat before training starts, then the thread keeps it fresh
         self._thread.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -205,12 +229,15 @@ def owner() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
 
 
-def owner_alive(who: Mapping[str, Any] | None, started: Any = None) -> bool:
-    """Whether a trial's owner process still runs; unknowable for another host (True)."""
+def owner_alive(who: Mapping[str, Any] | None, started: Any = None, beat: float | None = None,
+                grace: float | None = None) -> bool:
+    """Whether a trial's owner process still runs. Same host: its pid (and start time) is there. Another
+    host: its last heartbeat ``beat`` (journal stores) is younger than ``grace`` seconds; without one
+    (an RDB store, whose own heartbeat decides, or an older ablate) it cannot be known: True."""
     if not who:  # popped but killed before the owner was written: stale after a minute
         return started is None or (time.time() - started.timestamp()) < 60
     if who.get("host") != socket.gethostname():
-        return True
+        return beat is None or grace is None or time.time() - float(beat) < grace
     pid = int(who["pid"])
     try:
         os.kill(pid, 0)
@@ -222,6 +249,11 @@ def owner_alive(who: Mapping[str, Any] | None, started: Any = None) -> bool:
     if sys.platform.startswith("linux"):
         return start is not None and (who.get("start") is None or start == who["start"])
     return True
+
+
+def trial_alive(t: FrozenTrial, store: Store) -> bool:
+    """Whether the worker running trial `t` (RUNNING) is still there (see `owner_alive`)."""
+    return owner_alive(t.user_attrs.get(OWNER), t.datetime_start, t.system_attrs.get(HEARTBEAT), store.grace)
 
 
 def requeue(study: optuna.Study, trial: FrozenTrial, max_retry: int | None = None) -> None:
@@ -237,14 +269,12 @@ def reclaim(study: optuna.Study, store: Store) -> list[int]:
     if store.heartbeat:
         optuna.storages.fail_stale_trials(study)  # stale heartbeats -> FAIL -> the retry callback
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if owner_alive(t.user_attrs.get(OWNER), t.datetime_start):
+        if trial_alive(t, store):
             continue
         try:
             study.tell(t.number, state=TrialState.FAIL)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
             continue  # finished meanwhile
-        except RuntimeError:
-            pass  # GridSampler's study.stop() outside optimize(): the trial is failed all the same
         requeue(study, study.get_trials(deepcopy=False)[t.number], MAX_RETRY)
         done.append(t.number)
     return done
@@ -264,6 +294,8 @@ def claim(study: optuna.Study, store: Store) -> tuple[optuna.Trial | None, bool]
             warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize": we beat
             trial = study.ask()
         trial.set_user_attr(OWNER, owner())
+        if store.kind == "journal":
+            store.touch(store.trial_id(study.study_name, trial.number))  # alive before `beat` starts
         return trial, True
 
 
@@ -276,117 +308,3 @@ def open_study(store: Store, name: str, directions: Sequence[str], *, create: bo
             return None
     return optuna.create_study(study_name=name, storage=store.storage, directions=list(directions),  # type: ignore[arg-type]
                                sampler=sampler, pruner=pruner, load_if_exists=True)
-
-
-# ---------------------------------------------------------------- ablation cells as trials
-CELL = "ablate.cell"
-
-
-@dataclass
-class CellRecord:
-    """The latest trial of one cell, as `ablate status` shows it."""
-
-    status: str  # pending | running | finished | diverged | failed
-    metric: float | None = None
-    step: int | None = None
-    run_id: str | None = None
-    trial: int | None = None
-    error: str | None = None
-
-
-class CellQueue:
-    """One ablation study in the store: cells enqueued once, popped by workers, outcomes as trial states."""
-
-    def __init__(self, store: Store, name: str, direction: str, *, create: bool = True) -> None:
-        self.store, self.name = store, name
-        self.study = open_study(store, name, [direction], create=create,
-                                sampler=optuna.samplers.RandomSampler(seed=0))
-
-    def latest(self) -> dict[str, FrozenTrial]:
-        out: dict[str, FrozenTrial] = {}
-        for t in self.study.get_trials(deepcopy=False) if self.study else []:
-            if CELL in t.user_attrs:
-                out[t.user_attrs[CELL]] = t  # trials come in number order: the last one wins
-        return out
-
-    def enqueue(self, cells: Sequence[Mapping[str, Any]], retry_failed: bool = False) -> tuple[int, int]:
-        """Enqueue cells the store has not seen (and failed ones with retry_failed): (new, retried)."""
-        assert self.study is not None
-        new = retried = 0
-        with self.store.lock(self.name):
-            latest = self.latest()
-            for cell in cells:
-                t = latest.get(cell[CELL])
-                if t is None:
-                    self.study.enqueue_trial({}, user_attrs=dict(cell))
-                    new += 1
-                elif t.state == TrialState.FAIL and retry_failed:
-                    requeue(self.study, t)
-                    retried += 1
-        return new, retried
-
-    def get(self, key: str) -> Any:
-        return self.study.user_attrs.get(key) if self.study else None
-
-    def set(self, key: str, value: Any) -> None:
-        assert self.study is not None
-        self.study.set_user_attr(key, value)
-
-    def claim(self) -> tuple[optuna.Trial | None, bool]:
-        assert self.study is not None
-        return claim(self.study, self.store)
-
-    def report(self, trial: optuna.Trial, step: int, value: float | None) -> None:
-        if value is not None and math.isfinite(value):
-            try:
-                trial.report(value, step)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # failed as stale meanwhile; finish() says so
-
-    def finish(self, trial: optuna.Trial, status: str, value: float | None, run_id: str | None = None,
-               error: str | None = None) -> None:
-        """finished/diverged -> COMPLETE (user attr status; no value counts as the worst), else FAIL."""
-        assert self.study is not None
-        try:
-            trial.set_user_attr("status", status)
-            if run_id:
-                trial.set_user_attr("mlflow_run_id", run_id)
-            if error:
-                trial.set_user_attr("error", error[-2000:])
-            if status in ("finished", "diverged"):
-                if value is None or not math.isfinite(value):
-                    value = math.inf if self.study.direction.name == "MINIMIZE" else -math.inf
-                self.study.tell(trial, value)
-            else:
-                self.study.tell(trial, state=TrialState.FAIL)
-        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
-            # Its heartbeat went stale and another worker re-queued it: that copy resumes the checkpoint.
-            print(f"cell trial {trial.number} was failed as stale meanwhile; its re-queued copy counts",
-                  file=sys.stderr, flush=True)
-
-    def release(self, trial: optuna.Trial) -> None:
-        """An interrupted cell: FAIL this trial and queue the cell again (it resumes from its checkpoint)."""
-        assert self.study is not None
-        try:
-            trial.set_user_attr("status", "killed")
-            self.study.tell(trial, state=TrialState.FAIL)
-        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
-            return
-        requeue(self.study, self.study.get_trials(deepcopy=False)[trial.number])
-
-    def records(self) -> dict[str, CellRecord]:
-        out: dict[str, CellRecord] = {}
-        for key, t in self.latest().items():
-            last = max(t.intermediate_values) if t.intermediate_values else None
-            metric = t.value if t.state == TrialState.COMPLETE else (
-                t.intermediate_values[last] if last is not None else None)
-            status = {TrialState.WAITING: "pending", TrialState.RUNNING: "running",
-                      TrialState.FAIL: "failed"}.get(t.state, t.user_attrs.get("status", "finished"))
-            if t.state == TrialState.RUNNING and not owner_alive(t.user_attrs.get(OWNER), t.datetime_start):
-                status = "interrupted"
-            if metric is not None and not math.isfinite(metric):
-                metric = None
-            out[key] = CellRecord(status, metric, last, t.user_attrs.get("mlflow_run_id"), t.number,
-                                  t.user_attrs.get("error"))
-        return out
-

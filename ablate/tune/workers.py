@@ -45,14 +45,22 @@ def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int,
             pass
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores // workers))  # N workers share the cores instead of oversubscribing
+    torch.set_num_threads(threads_per_worker(workers))  # N workers share the cores, not oversubscribe them
     try:
         code = target(*args, index, workers)
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
 
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: taskset, cgroups), else all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Torch threads for each of `workers` local processes: an equal share of the cores, at least one."""
+    return max(1, (usable_cores() if cores is None else cores) // max(1, workers))
 
 
 def cached_data(spec: Any) -> Any:

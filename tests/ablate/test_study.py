@@ -13,12 +13,14 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
+from ablate.data import TokenBatcher, prepare_data
 from ablate.specload import SpecError
 from ablate.study import main_ablate, main_status, plan_study
 
@@ -168,37 +170,57 @@ ablation:
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
 
 
-def test_cells_of_one_seed_are_controlled(tmp_path: Path) -> None:
-    """Same seed: same first batch and identical initial weights in every shared parameter."""
-    from ablate.data import TokenBatcher, prepare_data
-    from ablate.model import build_model
+def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
+    trains on the same batches in the same order at every step (past an epoch boundary) and starts from
+    identical values in every parameter it shares with the baseline; another seed differs in both."""
+    import ablate.runner
 
-    plan = plan_study(str(write_spec(tmp_path, "ctl", """
+    seen: dict[tuple[str, int], tuple[dict[str, torch.Tensor], list[tuple[torch.Tensor, ...]]]] = {}
+    build = ablate.runner.build_model
+
+    def recording_build(model_spec: Any, *args: Any, seed: int, **kwargs: Any) -> torch.nn.Module:
+        model = build(model_spec, *args, seed=seed, **kwargs)
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        batches: list[tuple[torch.Tensor, ...]] = []
+
+        def record(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+            if module.training:  # training steps only, not the evaluations
+                batches.append(tuple(x.detach().clone() for x in inputs))
+
+        model.register_forward_pre_hook(record)
+        seen[(model_spec.model_dump_json(), seed)] = (weights, batches)
+        return model
+
+    monkeypatch.setattr(ablate.runner, "build_model", recording_build)
+    path = write_spec(workdir, "ctl", """
 ablation:
   axes: {model.residual: [pre_norm, post_norm], model.positions: [sinusoidal, learned]}
   seeds: [0, 1]
-""")))
-    cells = {(c.label, c.seed): c for c in plan.cells}
+""", steps=12, eval_every=12)
+    assert main_ablate(str(path), ["tracking.enabled=false"]) == 0
+    plan = plan_study(str(path), ["tracking.enabled=false"])
+    runs = {(c.label, c.seed): seen[(c.spec.model.model_dump_json(), c.seed)] for c in plan.cells}
+    assert len(seen) == len(runs) == 6  # every cell trained once, in this process
 
-    def first_batch_and_model(label: str, seed: int) -> tuple[object, dict[str, torch.Tensor]]:
-        spec = cells[(label, seed)].spec
-        data = prepare_data(spec)
-        batcher = TokenBatcher(data.splits["train"], spec.data.batch_tokens, spec.seed, shuffle=True)
-        batch = batcher.collate(batcher.epoch_batches(0)[0])
-        tok = data.tokenizers
-        model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
-                            seed=spec.seed)
-        return batch, dict(model.state_dict())
-
-    base, base_w = first_batch_and_model("baseline", 0)
+    base_w, base_batches = runs[("baseline", 0)]
+    assert len(base_batches) == 12  # one batch a step (no accumulation)
+    assert len({b[0].shape for b in base_batches}) > 1  # varied buckets: the order is really compared
+    spec = plan.cells[0].spec
+    epoch = len(TokenBatcher(prepare_data(spec).splits["train"], spec.data.batch_tokens, spec.seed,
+                             shuffle=True).epoch_batches(0))
+    assert epoch < 12  # the steps cross an epoch boundary (a new shuffle)
     for label in ("residual=post_norm", "positions=learned"):
-        other, other_w = first_batch_and_model(label, 0)
-        assert torch.equal(base.src, other.src) and torch.equal(base.tgt_in, other.tgt_in)  # type: ignore[attr-defined]
-        shared = [k for k in base_w if k in other_w and base_w[k].shape == other_w[k].shape]
+        weights, batches = runs[(label, 0)]
+        assert len(batches) == len(base_batches)
+        for step, (ours, theirs) in enumerate(zip(base_batches, batches, strict=True)):
+            assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True)), (label, step)
+        shared = [k for k in base_w if k in weights and base_w[k].shape == weights[k].shape]
         assert len(shared) >= 0.8 * len(base_w)
-        assert all(torch.equal(base_w[k], other_w[k]) for k in shared), label
-    seed1, seed1_w = first_batch_and_model("baseline", 1)
-    assert not torch.equal(base.src, seed1.src)  # type: ignore[attr-defined]
+        assert all(torch.equal(base_w[k], weights[k]) for k in shared), label
+    assert runs[("positions=learned", 0)][0].keys() - base_w.keys()  # its learned table: not shared
+    seed1_w, seed1_batches = runs[("baseline", 1)]
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(base_batches, seed1_batches, strict=True))
     assert not all(torch.equal(base_w[k], seed1_w[k]) for k in base_w if base_w[k].numel() > 1)
 
 
@@ -294,6 +316,9 @@ ablation:
     runs = [r for r in study_runs("fail")[1] if r.data.tags["ablate.cell"] == crashed_key]
     assert len(runs) == 1 and runs[0].data.tags["ablate.status"] == "failed"
     assert attempts() == 1
+    assert main_status(str(path)) == 0  # the crashed cell's row names its run (known since it opened)
+    row = next(line for line in capsys.readouterr().out.splitlines() if f"ffn={crashing_ffn}" in line)
+    assert "failed" in row and row.endswith(runs[0].info.run_id)
     assert main_ablate(str(path)) == 1
     assert attempts() == 1  # skipped without --retry-failed
     assert main_ablate(str(path), retry_failed=True) == 1

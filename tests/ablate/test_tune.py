@@ -17,13 +17,14 @@ import optuna
 import pytest
 import yaml
 from mlflow import MlflowClient
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate.specload import SpecError, load_spec
 from ablate.tune import main_tune
-from ablate.tune.search import sample, search_name
-from ablate.tune.space import plan_search
-from ablate.tune.store import OWNER, Store
+from ablate.tune.search import _fill, sample, search_name
+from ablate.tune.space import derive, plan_search
+from ablate.tune.store import HEARTBEAT, OWNER, Store, claim, open_study, reclaim
+from ablate.tune.workers import threads_per_worker, usable_cores
 
 BASE = """\
 name: {name}
@@ -67,17 +68,23 @@ def mlflow_runs(experiment: str) -> tuple[list, list]:
             [r for r in runs if "mlflow.parentRunId" in r.data.tags])
 
 
-def assert_trials_match_runs(study: optuna.Study, experiment: str) -> None:
-    """One parent; each counted trial's run is a child of it tagged with that trial's number."""
+def assert_trials_match_runs(study: optuna.Study, experiment: str, runs: int) -> list[FrozenTrial]:
+    """One parent with exactly `runs` children; every trial its worker told (finished, pruned, diverged,
+    failed: all but a killed attempt, whose retry resumes its run) knows its own child run, tagged with
+    that trial's number and outcome. Returns those trials."""
     parents, children = mlflow_runs(experiment)
     assert len(parents) == 1 and parents[0].data.tags["ablate.kind"] == "search"
     assert study.user_attrs["ablate.parent_run_id"] == parents[0].info.run_id
+    assert len(children) == runs, sorted(r.data.tags.get("ablate.trial", "?") for r in children)
     by_id = {r.info.run_id: r for r in children}
-    for t in study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    told = [t for t in study.get_trials() if t.user_attrs.get("status", "killed") != "killed"]
+    for t in told:
         run = by_id[t.user_attrs["mlflow_run_id"]]
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert run.data.tags["ablate.trial"] == str(t.number)
         assert run.data.tags["ablate.status"] == t.user_attrs["status"]
+    assert len({t.user_attrs["mlflow_run_id"] for t in told}) == len(told)  # no two trials share a run
+    return told
 
 
 # ---------------------------------------------------------------- the space (nothing trains)
@@ -88,19 +95,22 @@ search:
     model.d_model: {choice: [16, 15]}
     train.schedule.warmup_steps: {low: 0, high: 100}
     train.optimizer.lr: {low: 1e-4, high: 1e-2, log: true, when: {train.schedul.name: inverse_sqrt}}
-  objectives: [{metric: val/bleu, direction: maximize}]
+  objectives: [{metric: val/loss, direction: minimize}]
 """)
     with pytest.raises(SpecError) as err:
         plan_search(str(path))
     text = str(err.value)
     assert "search.space.train.schedule.warmup_steps: train.schedule.warmup_steps is an integer field" in text
     assert "search.space.train.optimizer.lr.when: 'train.schedul.name' is not a spec field" in text
-    assert "val/bleu needs text data" in text
     assert f"{path}:" in text
     fixed = path.read_text().replace("{low: 0, high: 100}", "{low: 0, high: 100, int: true}").replace(
-        "schedul.name", "schedule.name").replace("val/bleu, direction: maximize", "val/loss")
+        "schedul.name", "schedule.name")
     path.write_text(fixed)
     with pytest.raises(SpecError, match=r"search.space.model.d_model: model.d_model=15 gives an invalid"):
+        plan_search(str(path))
+    path.write_text(fixed.replace("16, 15", "16, 32").replace("val/loss, direction: minimize",
+                                                              "val/bleu, direction: maximize"))
+    with pytest.raises(SpecError, match=r"search.objectives.0.metric: val/bleu needs text data"):
         plan_search(str(path))
 
 
@@ -115,9 +125,9 @@ search:
 """)
     plan = plan_search(str(path))
     assert plan.order.index("train.schedule.name") < plan.order.index("train.schedule.warmup_steps")
-    assert plan.baseline_params() == {
+    assert plan.baseline_point() == ({
         "model.residual": "pre_norm", "train.optimizer.betas": "[0.9, 0.98]",
-        "train.schedule.name": "inverse_sqrt", "train.schedule.warmup_steps": 10}
+        "train.schedule.name": "inverse_sqrt", "train.schedule.warmup_steps": 10}, [])
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     seen = set()
     for _ in range(24):
@@ -132,6 +142,56 @@ search:
     assert len(seen) == 4
 
 
+def test_first_trial_is_the_whole_baseline_even_outside_the_ranges(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """lr 0.01 is above its range and warm-up 10 off its step: the first trial still runs exactly the
+    baseline spec (Optuna takes enqueued values it would not sample), and a note says so."""
+    path = write_spec(tmp_path, "outside", """
+search:
+  trials: 3
+  space:
+    train.optimizer.lr: {low: 1.0e-4, high: 1.0e-3, log: true}
+    train.schedule.warmup_steps: {low: 0, high: 40, step: 20, int: true}
+    model.residual: {choice: [pre_norm, post_norm]}
+""")
+    plan = plan_search(str(path))
+    store = Store(str(tmp_path / "journal.log"))
+    study = open_study(store, search_name(plan), plan.directions)
+    assert study is not None
+    assert _fill(study, store, plan, 3) == 3
+    out = capsys.readouterr().out
+    assert "search.space.train.optimizer.lr: the baseline's 0.01 is outside [0.0001, 0.001]" in out
+    assert "search.space.train.schedule.warmup_steps: the baseline's 10 is outside [0, 40, step 20]" in out
+    trial, _ = claim(study, store)
+    assert trial is not None and trial.number == 0 and trial.user_attrs["ablate.baseline"] is True
+    values = sample(trial, plan)
+    assert values == {"train.optimizer.lr": 0.01, "train.schedule.warmup_steps": 10,
+                      "model.residual": "pre_norm"}
+    assert plan.spec_for(values, "test").spec_hash == derive(plan.data, plan.smap, {}, "test").spec_hash
+    assert not any(t.user_attrs.get("ablate.baseline") for t in study.get_trials()[1:])
+
+
+def test_baseline_no_choice_holds_is_no_trial_and_a_note(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_spec(tmp_path, "nochoice", """
+search:
+  trials: 2
+  space:
+    train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
+    model.residual: {choice: [post_norm]}
+""")
+    plan = plan_search(str(path))
+    params, notes = plan.baseline_point()
+    assert params is None and len(notes) == 1
+    assert notes[0].startswith("search.space.model.residual has no choice pre_norm (the baseline's)")
+    store = Store(str(tmp_path / "journal.log"))
+    study = open_study(store, search_name(plan), plan.directions)
+    assert study is not None and _fill(study, store, plan, 2) == 2
+    assert f"note: {notes[0]}" in capsys.readouterr().out
+    trials = study.get_trials()  # two plain slots: nothing enqueued half-baseline, nothing tagged baseline
+    assert len(trials) == 2 and not any(t.user_attrs or t.system_attrs.get("fixed_params") for t in trials)
+
+
 def test_experiment_searches_plan() -> None:
     root = Path(__file__).resolve().parents[2] / "experiments" / "search"
     quick, multi = plan_search(str(root / "quick.yaml")), plan_search(str(root / "multi30k.yaml"))
@@ -140,6 +200,10 @@ def test_experiment_searches_plan() -> None:
     assert quick.spec.data.source == "synthetic" and quick.metrics == ["val/loss"]
     assert multi.metrics == ["val/bleu", "train/tokens_per_s"]
     assert multi.directions == ["maximize", "maximize"]
+    for plan in (quick, multi):  # the baseline is a point of the space: trial 0 runs it, no note
+        params, notes = plan.baseline_point()
+        assert params is not None and set(params) == {n for n in plan.order if plan.active(n, {})} - {
+            n for n in plan.order if not plan.active(n, params)} and notes == []
 
 
 @pytest.mark.parametrize("name", ["ped_anova", "fanova"])
@@ -166,8 +230,9 @@ search:
 # ---------------------------------------------------------------- searching
 def test_search_prunes_survives_crashes_and_divergence_and_reproduces_its_best(
         workdir: Path, crashing_ffn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Grid over lr {0.01, 1e-6, 100} x ffn {linear, crash}: the baseline (lr 0.01, linear) runs first;
-    1e-6 is pruned against it, 100 diverges (counted as pruned), the crashing FFN fails; the study ends."""
+    """Grid over lr {0.01, 1e-6, 100} x ffn {linear, crash}: the baseline (lr 0.01, linear), a grid point,
+    runs first and only once; 1e-6 is pruned against it, 100 diverges (counted as pruned), the crashing FFN
+    fails (its trials keep their MLflow runs); the study ends."""
     path = write_spec(workdir, "grid", f"""
 search:
   trials: 20
@@ -182,9 +247,11 @@ search:
     out = capsys.readouterr().out
     study = load(path)
     trials = study.get_trials()
-    assert len(trials) == 7  # the baseline + the 6 grid points (the grid caps --trials)
+    assert len(trials) == 6  # the 6 grid points, the baseline's first (the grid caps --trials)
     assert trials[0].params == {"train.optimizer.lr": 0.01, "model.ffn": "linear"}
     assert trials[0].user_attrs["ablate.baseline"] is True
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 6  # no point twice
+    assert not any(t.user_attrs.get("ablate.baseline") for t in trials[1:])
     by_status: dict[str, list] = {}
     for t in trials:
         by_status.setdefault(t.user_attrs["status"], []).append(t)
@@ -195,7 +262,7 @@ search:
     pruned = by_status["pruned"]
     assert [t.params["train.optimizer.lr"] for t in pruned] == [1e-6] and pruned[0].state == TrialState.PRUNED
     finished = by_status["finished"]
-    assert len(finished) == 2 and all(t.state == TrialState.COMPLETE for t in finished)
+    assert len(finished) == 1 and finished[0].state == TrialState.COMPLETE
     # A pruned trial stops at its first evaluation: fewer logged steps than a finished one.
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     steps = {t.number: sorted(m.step for m in client.get_metric_history(t.user_attrs["mlflow_run_id"],
@@ -204,7 +271,7 @@ search:
     assert max(steps[pruned[0].number]) <= 10 < max(steps[finished[0].number])
     assert len(steps[pruned[0].number]) < len(steps[finished[0].number])
     assert sorted(pruned[0].intermediate_values) == [10]
-    assert_trials_match_runs(study, "grid")
+    assert_trials_match_runs(study, "grid", runs=6)  # the 3 crashed trials too
 
     # Results: the best trial printed, logged on the parent, best.yaml runnable, importances named.
     best = study.best_trial
@@ -245,8 +312,11 @@ search:
     trials = study.get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3, 4]
     assert {t.state for t in trials} == {TrialState.COMPLETE}
-    assert len({t.user_attrs["mlflow_run_id"] for t in trials}) == 5
-    assert_trials_match_runs(study, "two")
+    assert len(assert_trials_match_runs(study, "two", runs=5)) == 5  # one child run per trial, none extra
+    # Each of the 2 workers trained on its share of the cores (the run tags torch's thread count).
+    _, children = mlflow_runs("two")
+    assert {r.data.tags["ablate.device"].rsplit(", ", 1)[1] for r in children} == {
+        f"{threads_per_worker(2)} threads)"}
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     parent = mlflow_runs("two")[0][0]
     assert "pareto.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -254,6 +324,182 @@ search:
     assert "pareto_front.png" in figures
     assert main_tune(str(path), workers=2) == 0  # rerun: the study is complete, nothing new runs
     assert len(load(path).get_trials()) == 5
+    assert len(mlflow_runs("two")[1]) == 5
+
+
+def test_workers_split_the_cores() -> None:
+    assert threads_per_worker(1, cores=8) == 8
+    assert threads_per_worker(3, cores=8) == 2  # 3 x 2 threads: never more threads than cores
+    assert threads_per_worker(4, cores=2) == 1  # more workers than cores: one thread each
+    assert threads_per_worker(2) == max(1, usable_cores() // 2)
+
+
+def test_timeout_ends_the_search_with_the_trials_that_ran(workdir: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A timeout shorter than one trial: the worker runs one trial (the baseline) and starts no other; the
+    results cover it, the parent run ends, and the next run of the command continues the study."""
+    path = write_spec(workdir, "late", """
+search:
+  trials: 3
+  timeout: 0.001
+  sampler: random
+  pruner: {name: none}
+  space:
+    train.optimizer.lr: {low: 1e-3, high: 3e-2, log: true}
+""", steps=10)
+    assert main_tune(str(path)) == 0
+    out = capsys.readouterr().out
+    study = load(path)
+    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE, TrialState.WAITING,
+                                                     TrialState.WAITING]
+    best = study.best_trial
+    assert best.number == 0 and best.user_attrs["ablate.baseline"] is True
+    assert "search.timeout (0.001 s) reached: 2 trials not started" in out
+    assert f"trial 0: val/loss {best.value:.4g}" in out
+    assert (workdir / "runs" / "late" / study.study_name / "best.yaml").exists()
+    parent = mlflow_runs("late")[0][0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["ablate.trials_left"] == "2"
+    assert parent.data.metrics["best/val/loss"] == pytest.approx(best.value)
+
+    assert main_tune(str(path), ["search.timeout=null"]) == 0  # the same study, without the deadline
+    study = load(path)
+    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE] * 3
+    assert_trials_match_runs(study, "late", runs=3)
+    parent = mlflow_runs("late")[0][0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["ablate.trials_left"] == "0"
+
+
+KILL_SPACE = """
+search:
+  trials: {trials}
+  sampler: random
+  pruner: {{name: none}}
+  space:
+    train.optimizer.lr: {{low: 1e-3, high: 3e-2, log: true}}
+"""
+
+
+def start_tune(workdir: Path, path: Path, log: str, storage: str | None = None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "ablate", "tune", str(path)] + (["--storage", storage] if storage else [])
+    return subprocess.Popen(cmd, cwd=workdir, stdout=open(workdir / log, "w"), stderr=subprocess.STDOUT)
+
+
+def running_trial(worker: subprocess.Popen[bytes], path: Path, storage: str | None = None,
+                  after_one: bool = False) -> int | None:
+    """The trial `worker` is running and has checkpointed (after completing one, with `after_one`)."""
+    try:
+        trials = load(path, storage).get_trials()
+    except KeyError:  # the study is not there yet
+        return None
+    mine = [t for t in trials if t.user_attrs.get(OWNER, {}).get("pid") == worker.pid]
+    running = [t.number for t in mine if t.state == TrialState.RUNNING
+               and Path(t.user_attrs.get("ablate.run_dir", "/nonexistent"), "last.pt").exists()]
+    if not running or (after_one and not any(t.state == TrialState.COMPLETE for t in mine)):
+        return None
+    return running[0]
+
+
+def kill_mid_trial(victim: subprocess.Popen[bytes], path: Path, storage: str | None = None,
+                   after_one: bool = True) -> int:
+    """SIGKILL `victim` in the middle of a trial (see `running_trial`); that trial's number."""
+    deadline = time.time() + 400
+    while time.time() < deadline and victim.poll() is None:
+        number = running_trial(victim, path, storage, after_one)
+        if number is not None:
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            return number
+        time.sleep(0.2)
+    victim.wait()
+    raise AssertionError("the worker ended before it could be killed mid-trial")
+
+
+def assert_retried_once(study: optuna.Study, killed: int, budget: int, experiment: str) -> list[FrozenTrial]:
+    """The killed trial failed, one retry resumed its run directory and MLflow run, `budget` trials
+    completed, none twice; one child run per counted trial."""
+    trials = study.get_trials()
+    assert trials[killed].state == TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].user_attrs["ablate.run_dir"] == trials[killed].user_attrs["ablate.run_dir"]  # resumed
+    # The dead attempt knew its run from the start (on_start), and the retry continued that run.
+    assert trials[killed].user_attrs["mlflow_run_id"] == retries[0].user_attrs["mlflow_run_id"]
+    counted = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(counted) == budget and len(trials) == budget + 1  # none lost, none duplicated
+    assert assert_trials_match_runs(study, experiment, runs=budget) == counted
+    parent = mlflow_runs(experiment)[0][0]
+    assert parent.info.status == "FINISHED"
+    return counted
+
+
+def test_killed_worker_on_the_journal_store_is_retried(workdir: Path) -> None:
+    """Two `ablate tune` processes on the default journal store; one is SIGKILLed mid-trial. The other sees
+    its owner process gone, fails and re-queues the trial, resumes it and completes the study."""
+    path = write_spec(workdir, "jkill", KILL_SPACE.format(trials=3), steps=40)
+    victim = start_tune(workdir, path, "w0.log")
+    deadline = time.time() + 300
+    while running_trial(victim, path) is None and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.2)  # the victim holds a trial: the survivor cannot finish the study without it
+    survivor = start_tune(workdir, path, "w1.log")
+    killed = kill_mid_trial(victim, path, after_one=False)
+    assert survivor.wait(timeout=600) == 0, (workdir / "w1.log").read_text()[-3000:]
+    counted = assert_retried_once(load(path), killed, 3, "jkill")
+    assert {t.user_attrs[OWNER]["pid"] for t in counted} == {survivor.pid}
+
+
+def test_rerunning_an_interrupted_search_continues_it(workdir: Path) -> None:
+    """The only worker is SIGKILLed mid-trial; running the command again fails and retries that trial
+    (resuming its checkpoint) and runs the remaining slots: no trial lost, none run twice."""
+    path = write_spec(workdir, "again", KILL_SPACE.format(trials=3), steps=40)
+    killed = kill_mid_trial(start_tune(workdir, path, "first.log"), path)
+    before = load(path).get_trials()
+    assert before[killed].state == TrialState.RUNNING  # its owner is dead; nothing else knows yet
+    assert main_tune(str(path)) == 0
+    study = load(path)
+    assert_retried_once(study, killed, 3, "again")
+    done_before = [t.number for t in before if t.state == TrialState.COMPLETE]
+    assert all(study.get_trials()[n].datetime_complete == before[n].datetime_complete for n in done_before)
+
+
+def test_journal_owner_on_another_host_is_judged_by_its_heartbeat(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared journal (NFS): a trial whose owner is on another host is alive while its heartbeat is fresh
+    and is failed and re-queued once the heartbeat is older than the grace period."""
+    monkeypatch.setenv("ABLATE_HEARTBEAT_INTERVAL", "1")
+    monkeypatch.setenv("ABLATE_HEARTBEAT_GRACE", "30")
+    journal = str(tmp_path / "shared.log")
+    here = Store(journal)
+    study = open_study(here, "nfs", ["minimize"])
+    assert study is not None
+    for _ in range(2):
+        study.add_trial(optuna.create_trial(state=TrialState.WAITING))
+    trial, _ = claim(study, here)
+    assert trial is not None and trial.number == 0
+    # Make trial 0 look as if a worker on another host ran it: its pid means nothing here.
+    trial.set_user_attr(OWNER, {"host": "elsewhere.example", "pid": 1, "start": "1"})
+    trial_id = here.trial_id("nfs", 0)
+
+    def beat_age(seconds: float) -> None:
+        here.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time() - seconds)
+
+    other = Store(journal)  # another worker, reading the same file
+    theirs = optuna.load_study(study_name="nfs", storage=other.storage)
+    beat_age(5)
+    assert reclaim(theirs, other) == []  # a recent beat: alive
+    beat_age(3600)
+    with here.beat(trial):  # the owner's beat refreshes it (first beat on entry, then every interval)
+        assert reclaim(theirs, other) == []
+        beat_age(3600)
+        deadline = time.time() + 60
+        while time.time() < deadline and theirs.get_trials()[0].system_attrs[HEARTBEAT] < time.time() - 600:
+            time.sleep(0.1)
+        assert reclaim(theirs, other) == []  # the daemon thread beat again
+    beat_age(3600)  # the owner died an hour ago
+    assert reclaim(theirs, other) == [0]
+    trials = theirs.get_trials()
+    assert trials[0].state == TrialState.FAIL
+    assert [t.system_attrs.get("failed_trial") for t in trials if t.state == TrialState.WAITING] == [None, 0]
+    assert reclaim(theirs, other) == []  # failed once, re-queued once
 
 
 @pytest.mark.postgres
@@ -264,44 +510,10 @@ def test_postgres_workers_survive_a_killed_worker(workdir: Path, postgres_url: s
     monkeypatch.setenv("ABLATE_HEARTBEAT_INTERVAL", "1")
     monkeypatch.setenv("ABLATE_HEARTBEAT_GRACE", "5")
     name = f"pgtune-{os.getpid()}-{int(time.time())}"
-    path = write_spec(workdir, name, """
-search:
-  trials: 6
-  sampler: random
-  pruner: {name: none}
-  space:
-    train.optimizer.lr: {low: 1e-3, high: 3e-2, log: true}
-""", steps=60)
-    cmd = [sys.executable, "-m", "ablate", "tune", str(path), "--storage", postgres_url]
-    logs = [open(workdir / f"w{i}.log", "w") for i in range(2)]
-    victim = subprocess.Popen(cmd, cwd=workdir, stdout=logs[0], stderr=subprocess.STDOUT)
-    survivor = subprocess.Popen(cmd, cwd=workdir, stdout=logs[1], stderr=subprocess.STDOUT)
-    killed = None
-    deadline = time.time() + 400
-    while killed is None and time.time() < deadline and victim.poll() is None:
-        time.sleep(0.2)
-        try:
-            trials = load(path, postgres_url).get_trials()
-        except KeyError:
-            continue
-        mine = [t for t in trials if t.user_attrs.get(OWNER, {}).get("pid") == victim.pid]
-        running = [t for t in mine if t.state == TrialState.RUNNING
-                   and Path(t.user_attrs.get("ablate.run_dir", "/nonexistent"), "last.pt").exists()]
-        if running and any(t.state == TrialState.COMPLETE for t in mine):  # it did work and is mid-trial
-            victim.send_signal(signal.SIGKILL)
-            killed = running[0].number
-    victim.wait()
-    assert killed is not None, (workdir / "w0.log").read_text()[-3000:]
+    path = write_spec(workdir, name, KILL_SPACE.format(trials=6), steps=60)
+    victim = start_tune(workdir, path, "w0.log", postgres_url)
+    survivor = start_tune(workdir, path, "w1.log", postgres_url)
+    killed = kill_mid_trial(victim, path, postgres_url)
     assert survivor.wait(timeout=600) == 0, (workdir / "w1.log").read_text()[-3000:]
-
-    study = load(path, postgres_url)
-    trials = study.get_trials()
-    assert trials[killed].state == TrialState.FAIL
-    retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
-    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
-    assert retries[0].user_attrs["ablate.run_dir"] == trials[killed].user_attrs["ablate.run_dir"]  # resumed
-    counted = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert len(counted) == 6 and len(trials) == 7  # none lost, none duplicated: 6 slots + the dead attempt
-    owners = {t.user_attrs[OWNER]["pid"] for t in counted}
-    assert owners == {victim.pid, survivor.pid}  # both processes completed trials
-    assert len({t.user_attrs["mlflow_run_id"] for t in counted}) == 6
+    counted = assert_retried_once(load(path, postgres_url), killed, 6, name)
+    assert {t.user_attrs[OWNER]["pid"] for t in counted} == {victim.pid, survivor.pid}  # both did work
