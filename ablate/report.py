@@ -29,8 +29,10 @@ from ablate.report_data import (
     Study,
     design_params,
     effects,
+    factorial_effects,
     load_study,
     main_table_columns,
+    padding_text,
     quality_meta,
     spec_diff,
     summarise,
@@ -121,6 +123,9 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
         first = study.of(study.baseline)[0] if study.baseline else runs[0]
         data_rows += [["dataset", f"{name} (digest `{digest}`)"]
                       for name, digest, _ in dataset_inputs(first.run_id)]
+    padding = padding_text(study)
+    if padding:
+        data_rows.append(["padding (`data/padding_fraction`)", padding])
     if data_rows:
         blocks.append(Table(["data", "value"], data_rows, "ll", "Data"))
     blocks.append(Table(["environment", "value"], hardware_rows(env), "ll", "Hardware, versions and code"))
@@ -129,6 +134,12 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
         title = f"Baseline spec ({study.baseline or 'first run'}): every resolved param"
         blocks.append(Table(["param", "value"], spec_rows, "ll", title, collapsed=True))
     return Section("Setup", blocks)
+
+
+def _params_of(study: Study, variant: str) -> float:
+    """The variant's parameter count, from any of its runs that logged it (a failed run may not have)."""
+    counts = [r.metrics["model/params"] for r in study.of(variant) if "model/params" in r.metrics]
+    return counts[0] if counts else math.nan
 
 
 def axes_section(study: Study) -> Section | None:
@@ -142,7 +153,7 @@ def axes_section(study: Study) -> Section | None:
         diff = spec_diff(base.params, other.params)
         for k, a, b in diff:
             axes.setdefault(k, {a}).add(b)
-        dp = other.metrics.get("model/params", math.nan) - base.metrics.get("model/params", math.nan)
+        dp = _params_of(study, v) - _params_of(study, study.baseline)
         text = "; ".join(f"`{k}`: {a} → {b}" for k, a, b in diff) or "no spec difference"
         rows.append([v, text, st.fmt(dp, 0, signed=True)])
     blocks: list[Block] = [Table(["axis", "values (baseline first)"],
@@ -170,7 +181,7 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
     blocks: list[Block] = []
     none = [v for v in study.variants if summary[v]["finished"] == 0]
     few = [v for v in study.variants if summary[v]["finished"] == 1]
-    two = [v for v in study.variants if summary[v]["finished"] == 2]
+    tiny = [(v, summary[v]["finished"]) for v in study.variants if 2 <= summary[v]["finished"] <= st.TINY]
     if none:
         blocks.append(Note("no finished run for " + ", ".join(none) + ": every run diverged or failed, so "
                            "there is no quality to compare (see Divergence and failures)."))
@@ -178,11 +189,15 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
         blocks.append(Note("too few seeds: " + ", ".join(few) + " ha" + ("s" if len(few) == 1 else "ve")
                            + " a single finished run, so differences involving "
                            + ("it" if len(few) == 1 else "them") + " are reported without interval or "
-                           "test. Re-run with 3 or more seeds (ablation.seeds) before drawing conclusions."))
-    if two:
-        blocks.append(Note("only 2 finished seeds for " + ", ".join(two) + ": t-intervals with 1 degree of "
-                           "freedom are wide and tests have little power; verdicts involving them are "
-                           "indicative only. Use 3 or more seeds."))
+                           f"test. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) before drawing "
+                           "conclusions."))
+    if tiny:
+        blocks.append(Note(
+            f"too few seeds to conclude: {', '.join(f'{v} ({n})' for v, n in tiny)} ha"
+            + ("s" if len(tiny) == 1 else "ve") + " only 2–3 finished seeds. Their effects get a bootstrap "
+            "interval and an exact permutation p-value, and with 2–3 seeds on each side such a test cannot "
+            "reach p < 0.05 (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25), so those effects are never called "
+            f"significant. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) to test them."))
     blocks.append(main_table(study, summary))
     out = [Section("Results", blocks)]
     if rows:
@@ -193,6 +208,7 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
             _, dec, _ = quality_meta(r.metric)
             e = r.effect
             ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
+            ci += " bootstrap" if e.tested and e.interval == "bootstrap" else ""
             table_rows.append([r.variant, f"`{r.axis}`", r.metric, st.fmt(e.diff, dec, True), ci,
                                e.test if e.tested else "—",
                                f"{e.n_base}/{e.n_variant}", st.fmt_p(e.p), st.fmt_p(r.p_holm)])
@@ -285,12 +301,18 @@ def build_report(study: Study, out_dir: Path) -> Path:
     else:
         summary = summarise(study)
         rows = effects(study)
+        factorial = factorial_effects(study)
         verdicts = [r.verdict for r in rows if r.metric == study.primary]
         if verdicts:
             doc.intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                                "(details, tests and caveats below):"), Bullets(verdicts)]
+        if factorial:
+            doc.intro += [Para("**Main effects and interactions** (full factorial, cells matched by seed and "
+                               "the other axes):"),
+                          Bullets([r.verdict for r in factorial if r.metric == study.primary])]
         doc.sections += [s for s in [axes_section(study)] if s]
         doc.sections += results_section(study, summary, rows, fig_dir)
+        doc.sections += [s for s in [extra.factorial_section(study, factorial, fig_dir)] if s]
         extras = (curves_section(study, fig_dir), cost_section(study, summary, fig_dir))
         doc.sections += [s for s in extras if s]
         data |= {"baseline": study.baseline, "primary_metric": study.primary,
@@ -301,7 +323,12 @@ def build_report(study: Study, out_dir: Path) -> Path:
                  "effects": [{"variant": r.variant, "axis": r.axis, "metric": r.metric, "diff": r.effect.diff,
                               "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
                               "test": r.effect.test, "n_base": r.effect.n_base,
-                              "n_variant": r.effect.n_variant, "verdict": r.verdict} for r in rows]}
+                              "n_variant": r.effect.n_variant, "interval": r.effect.interval,
+                              "verdict": r.verdict} for r in rows],
+                 "factorial": [{"kind": r.kind, "label": r.label, "metric": r.metric, "diff": r.effect.diff,
+                                "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
+                                "test": r.effect.test, "interval": r.effect.interval, "n": r.effect.n_min,
+                                "incomplete": r.incomplete, "verdict": r.verdict} for r in factorial]}
     doc.sections.append(failures_section(study))
     att = extra.attention_section(study, fig_dir)
     if att is not None:

@@ -1,4 +1,5 @@
-"""Report sections beyond the ablation tables: environment, search studies, attention heat maps.
+"""Report sections beyond the ablation tables: environment, full-factorial effects, search studies,
+attention heat maps.
 
 Search studies are read from what ``ablate/tune`` logged (this module never imports optuna): child runs
 tagged ``ablate.trial`` (trial number) and ``ablate.kind: trial``, the objectives in the parent's
@@ -21,7 +22,7 @@ from ablate import report_stats as st
 from ablate.report_render import Block, Figure, Note, Para, Section, Table
 
 if TYPE_CHECKING:
-    from ablate.report_data import Run, Study
+    from ablate.report_data import FactorialRow, Run, Study
 
 TRIAL_TAGS = ("ablate.trial", "optuna.trial_number")
 IMPORTANCES = ("importance.json", "importances.json")  # tune.py writes the first
@@ -29,33 +30,93 @@ TOP_TRIALS = 10
 
 
 # ---------------------------------------------------------------- environment
+# Tags every run carries -> the label shown; hardware first, then the software, then the code.
+ENV_TAGS = {"ablate.device": "device", "ablate.cpu": "CPU", "ablate.host": "host"}
+CODE_TAGS = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes"}
+# environment.json keys (the first run's) shown when no tag says the same.
+ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
+ORDER = ["device", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
+
+
 def environment(study: Study) -> dict[str, list[str]]:
-    """Distinct values across the runs of every environment tag, plus the platform of the first run."""
+    """Distinct values across the runs of every environment tag, plus what the first run's
+    environment.json adds (CPU model, core count, platform). Absent entries are simply not shown."""
     from ablate.tracking.read import read_text_artifact
 
-    keys = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes",
-            "ablate.host": "host", "ablate.device": "device"}
     env: dict[str, set[str]] = {}
     for r in study.runs:
         for tag, value in r.tags.items():
-            label = keys.get(tag) or (tag.removeprefix("ablate.version.") + " version"
-                                      if tag.startswith("ablate.version.") else None)
-            if label:
+            version = tag.startswith("ablate.version.")
+            label = ENV_TAGS.get(tag) or CODE_TAGS.get(tag) or (
+                tag.removeprefix("ablate.version.") + " version" if version else None)
+            if label and value:
                 env.setdefault(label, set()).add(value)
     if study.runs:
         text = read_text_artifact(study.runs[0].run_id, "environment.json")
         try:
-            platform = json.loads(text).get("platform") if text else None
+            found = json.loads(text) if text else {}
         except ValueError:
-            platform = None
-        if platform:
-            env.setdefault("platform", set()).add(str(platform))
+            found = {}
+        for key, shown in ENV_JSON.items():
+            recorded = found.get(key) if isinstance(found, dict) else None
+            if recorded not in (None, "") and shown not in env:
+                env[shown] = {str(recorded)}
     return {k: sorted(v) for k, v in env.items()}
 
 
 def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
-    rows = [[k, "; ".join(v)] for k, v in sorted(env.items())]
+    """Hardware rows first (device, CPU, cores, host), then versions, then the code's commit."""
+    code = list(CODE_TAGS.values())
+
+    def rank(k: str) -> tuple[int, int, str]:
+        return (0, ORDER.index(k), k) if k in ORDER else (2, code.index(k), k) if k in code else (1, 0, k)
+
+    rows = [[k, "; ".join(env[k])] for k in sorted(env, key=rank)]
     return rows or [["(none recorded)", "—"]]
+
+
+# ---------------------------------------------------------------- full-factorial designs
+def factorial_section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section | None:
+    """Main effects and interactions of a full-factorial study, with a cell-means grid for two axes."""
+    from ablate.report_data import cell_means, quality_meta
+
+    if not rows:
+        return None
+    blocks: list[Block] = [Para(
+        "A main effect compares each axis value with the baseline's value of that axis over cells matched "
+        "on every other axis and on the seed (one difference per matched pair, so it averages over the "
+        "other axes). An interaction `A=a × B=b` is the effect of A=a (against the baseline's A) when B=b "
+        "minus its effect when B has the baseline's value: zero when the axes act independently.")]
+    grid = cell_means(study, study.primary)
+    if grid is not None:
+        _, dec, _ = quality_meta(study.primary)
+
+        def cell(va: str, vb: str) -> str:
+            bad = grid.unfinished[(va, vb)]
+            return st.fmt_summary(grid.means[(va, vb)], dec) + (f" ({bad} unfinished)" if bad else "")
+
+        (a, b) = grid.axes
+        blocks.append(Table(["", *[f"{b}={vb}" for vb in grid.cols]],
+                            [[f"{a}={va}", *[cell(va, vb) for vb in grid.cols]] for va in grid.rows],
+                            caption=f"{study.primary} per cell: mean ± 95% t-interval half-width over "
+                                    "finished seeds (the baseline's values first)"))
+    table_rows = []
+    for r in rows:
+        _, dec, _ = quality_meta(r.metric)
+        e = r.effect
+        ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
+        if e.tested and e.interval == "bootstrap":
+            ci += " bootstrap"
+        table_rows.append([r.label, r.metric, st.fmt(e.diff, dec, True), ci, e.test if e.tested else "—",
+                           str(e.n_min), str(r.incomplete), st.fmt_p(e.p), st.fmt_p(r.p_holm)])
+    blocks.append(Table(["comparison", "metric", "Δ", "95% CI", "test", "n", "incomplete", "p", "p (Holm)"],
+                        table_rows, "llrrlrrrr", "Main effects and interactions"))
+    prim = [r for r in rows if r.metric == study.primary]
+    figs.forest_plot([(r.label, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
+                     f"Δ {study.primary} (95% CI)", fig_dir / "factorial.png")
+    blocks.append(Figure("figures/factorial.png", f"Main effects and interactions on {study.primary} "
+                         "(dot: mean matched difference; bar: 95% CI)"))
+    return Section("Factorial effects", blocks)
 
 
 # ---------------------------------------------------------------- search studies
@@ -146,10 +207,12 @@ def search_sections(study: Study, fig_dir: Path, data: dict[str, Any]) -> list[S
                              "left out of the ranking (their last values are not comparable).", "info"))
     ranked = sorted(done, key=lambda t: ((-1 if maximize else 1) * t[1].metrics[metric], t[0]))
     obj_cols = [m for m, _ in objs]
-    extra = [k for k in (f"test/{study.quality}", "train/wall_time_s")
+    # model/params: a sampled component can change the parameter count, so the ranking shows it.
+    extra = [k for k in (f"test/{study.quality}", "train/wall_time_s", "model/params")
              if k not in obj_cols and any(k in r.metrics for _, r in done)]
     shown_metrics = obj_cols + extra
-    rows = [[str(i + 1), str(n), r.variant, *[st.fmt(r.metrics.get(m, math.nan), 4) for m in shown_metrics],
+    rows = [[str(i + 1), str(n), r.variant,
+             *[st.fmt(r.metrics.get(m, math.nan), 0 if m == "model/params" else 4) for m in shown_metrics],
              *[_shown(r.params.get(k, "—")) for k in varied]]
             for i, (n, r) in enumerate(ranked[:TOP_TRIALS])]
     best = Table(["rank", "trial", "run", *obj_cols, *extra, *[f"`{k}`" for k in varied]], rows,

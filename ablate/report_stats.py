@@ -6,13 +6,20 @@ Rules (repeated in every report's method note, see ``METHOD_NOTE``):
   ``mean +- t(0.975, n-1) * s / sqrt(n)`` (``scipy.stats.t``); one seed gives the mean only.
 * An effect is ``mean(variant) - mean(baseline)``. When both groups hold exactly the same seeds, the
   comparison is paired by seed (a shared seed means the same data order and the same initial weights in
-  every shared parameter, so pairing removes that noise); otherwise the groups are independent.
-* With >= 2 observations (pairs, or per group): paired t-test (``scipy.stats.ttest_rel``, t-interval on
-  the per-seed differences) or Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``,
-  Welch-Satterthwaite interval). Two seeds leave 1 degree of freedom (t = 12.7): wide, honest intervals,
-  and verdicts from 2 seeds say they are indicative only.
-* No bootstrap for small groups: resampling 2 values yields at most 3 distinct means, understates the
-  spread and calls noise significant (measured on real 2-seed runs: p < 0.001 for a 0.03 loss wobble).
+  every shared parameter, so pairing removes that noise); otherwise the groups are independent. A
+  full-factorial main effect or interaction is a mean of per-pair differences (``compare_differences``).
+* With >= 4 observations (pairs, or in the smaller group): paired t-test (``scipy.stats.ttest_1samp`` on
+  the per-seed differences, t-interval) or Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``,
+  Welch-Satterthwaite interval).
+* With 2 or 3 observations (tiny samples), or when every observation is the same so that t is undefined:
+  a bootstrap percentile interval (``scipy.stats.bootstrap(method='percentile')``, 9,999 resamples from a
+  fixed seed, so reports stay deterministic; paired: the per-seed differences are resampled, independent:
+  each group is resampled) and a permutation p-value (``scipy.stats.permutation_test``: sign flips of the
+  differences when paired, relabelings of the pooled values otherwise), exact because 2-3 seeds give few
+  permutations. With 2-3 seeds on each side such a test cannot reach p < 0.05 (2 paired seeds have 4 sign
+  patterns, so p >= 0.5; 3 have 8, p >= 0.25; 3 + 3 independent runs, 20 relabelings, p >= 0.1): the
+  verdict says so, and a constant difference from 2 seeds is never "significant" (a t-test would give
+  p = 0 there, its standard error being 0).
 * With 1 observation in either group: the difference only, no interval, no p-value, "too few seeds".
 * A verdict calls an effect significant at p < 0.05 (unadjusted); the Holm-adjusted p over all
   comparisons in the report is shown next to it for readers who test every axis at once.
@@ -29,16 +36,25 @@ from scipy import stats
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
+TINY = 3  # at most this many observations: bootstrap interval and permutation test instead of a t-test
+RESAMPLES = 9999  # bootstrap resamples; a permutation test is exact up to this many permutations
+RESAMPLE_SEED = 0  # fixed: the same runs give the same intervals
 
 METHOD_NOTE = (
     "Each cell is the mean over seeds of finished runs with a 95% Student-t interval "
     "(mean ± t(0.975, n−1)·s/√n); diverged, failed and pruned runs are counted, not averaged. "
     "An effect is mean(variant) − mean(baseline). When both hold the same seeds the comparison is paired "
     "by seed (same data order, same initial weights in shared parameters): paired t-test on the per-seed "
-    "differences. Otherwise Welch's t-test with the Welch–Satterthwaite interval. Two seeds leave 1 degree "
-    "of freedom: the intervals are wide and such verdicts are indicative only (no bootstrap: resampling 2 "
-    "values understates the spread). With 1 run: the difference alone, no interval and no p-value (too few "
-    "seeds). "
+    "differences. Otherwise Welch's t-test with the Welch–Satterthwaite interval. The t-tests need at "
+    f"least {TINY + 1} observations (pairs, or runs in the smaller group). With 2 or 3 (or when every "
+    "difference is the same, which leaves t undefined) the interval is a bootstrap percentile interval "
+    f"({RESAMPLES:,} resamples, fixed seed; paired: per-seed differences resampled) and the p-value an "
+    "exact permutation test (sign flips of the per-seed differences, or relabelings of independent "
+    "groups). Such a test cannot reach p < 0.05 with 2–3 seeds a side (2 paired seeds: p ≥ 0.5; "
+    "3: p ≥ 0.25), so those verdicts say “no detectable effect” and why. With 1 run: the difference "
+    "alone, no interval and no p-value (too few seeds). A full-factorial main effect pairs cells that "
+    "differ only in that axis (same other-axis values, same seed); an interaction is the difference of "
+    "two such differences; both are tested on their matched sets with the same rules. "
     "Significant means p < 0.05 unadjusted; the Holm-adjusted p over all comparisons is listed too."
 )
 
@@ -69,10 +85,12 @@ class Effect:
     lo: float
     hi: float
     p: float  # NaN when no test was possible
-    test: str  # 'paired t-test' | "Welch's t-test" | 'none'
+    test: str  # 'paired t-test' | "Welch's t-test" | 'exact permutation (sign flips)' | ... | 'none'
     n_base: int
     n_variant: int
     paired: bool
+    interval: str = "t"  # 't' (Student / Welch) | 'bootstrap' (percentile) | 'none'
+    p_min: float = 0.0  # the smallest p the test can give at these sample sizes (permutation tests)
 
     @property
     def n_min(self) -> int:
@@ -101,6 +119,65 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
     return Summary(n, mean, half, std)
 
 
+# ---------------------------------------------------------------- resampling (tiny samples)
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def bootstrap_interval(samples: tuple[np.ndarray, ...], confidence: float = CONFIDENCE
+                       ) -> tuple[float, float]:
+    """Percentile interval of the mean (one sample) or of the difference of means (two, resampled apart)."""
+    statistic = _mean if len(samples) == 1 else _mean_diff
+    res = stats.bootstrap(samples, statistic, n_resamples=RESAMPLES, vectorized=True, method="percentile",
+                          confidence_level=confidence, rng=RESAMPLE_SEED)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def permutation_p(samples: tuple[np.ndarray, ...]) -> tuple[float, float, bool]:
+    """(two-sided p, smallest attainable p, exact) of a permutation test of a zero mean (one sample: sign
+    flips of the differences) or of equal means (two independent samples: relabelings)."""
+    one = len(samples) == 1
+    # sign patterns of the differences, or ways to relabel the pooled values into the two groups
+    count = 2 ** len(samples[0]) if one else math.comb(len(samples[0]) + len(samples[1]), len(samples[0]))
+    res = stats.permutation_test(samples, _mean if one else _mean_diff, vectorized=True,
+                                 permutation_type="samples" if one else "independent",
+                                 n_resamples=RESAMPLES, alternative="two-sided", rng=RESAMPLE_SEED)
+    exact = count <= RESAMPLES  # scipy enumerates every permutation then
+    p_min = min(1.0, 2.0 / count) if exact else 2.0 / (RESAMPLES + 1)
+    return float(res.pvalue), p_min, exact
+
+
+def _resampled(diff: float, samples: tuple[np.ndarray, ...], n_base: int, n_variant: int, paired: bool,
+               confidence: float) -> Effect:
+    lo, hi = bootstrap_interval(samples, confidence)
+    p, p_min, exact = permutation_p(samples)
+    how = "sign flips" if paired else "relabelings"
+    test = f"{'exact ' if exact else ''}permutation ({how})"
+    return Effect(diff, lo, hi, p, test, n_base, n_variant, paired, "bootstrap", p_min)
+
+
+# ---------------------------------------------------------------- effects
+def compare_differences(differences: Sequence[float], confidence: float = CONFIDENCE) -> Effect:
+    """The mean of paired differences (variant - baseline per seed or per matched cell) and its test."""
+    d = _finite(differences)
+    n = len(d)
+    if n == 0:
+        return Effect(math.nan, math.nan, math.nan, math.nan, "none", 0, 0, True, "none")
+    diff = float(np.mean(d))
+    if n == 1:
+        return Effect(diff, math.nan, math.nan, math.nan, "none", 1, 1, True, "none")
+    sd = float(np.std(d, ddof=1))
+    if n <= TINY or sd == 0.0:  # tiny, or identical differences (t undefined): resample
+        return _resampled(diff, (d,), n, n, True, confidence)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+    p = float(stats.ttest_1samp(d, 0.0).pvalue)
+    return Effect(diff, diff - half, diff + half, p, "paired t-test", n, n, True)
+
+
 def compare(base: Mapping[int, float], variant: Mapping[int, float],
             confidence: float = CONFIDENCE) -> Effect:
     """Effect of ``variant`` against ``base``; both map seed -> value (non-finite values are dropped)."""
@@ -108,29 +185,23 @@ def compare(base: Mapping[int, float], variant: Mapping[int, float],
     v = {s: float(x) for s, x in variant.items() if math.isfinite(float(x))}
     nb, nv = len(b), len(v)
     if nb == 0 or nv == 0:
-        return Effect(math.nan, math.nan, math.nan, math.nan, "none", nb, nv, False)
+        return Effect(math.nan, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")
     paired = set(b) == set(v)
     xb = np.array([b[s] for s in sorted(b)])
     xv = np.array([v[s] for s in sorted(v)])
-    diff = float(xv.mean() - xb.mean())
-    n = min(nb, nv)
-    if n == 1:
-        return Effect(diff, math.nan, math.nan, math.nan, "none", nb, nv, paired)
-    q = 0.5 + confidence / 2
     if paired:
-        d = xv - xb  # per seed: both arrays are in seed order over the same seeds
-        sd = float(np.std(d, ddof=1))
-        if sd == 0.0:  # identical differences: scipy would warn and return NaN
-            return Effect(diff, diff, diff, 1.0 if diff == 0 else 0.0, "paired t-test", nb, nv, True)
-        half = float(stats.t.ppf(q, n - 1) * sd / math.sqrt(n))
-        p = float(stats.ttest_rel(xv, xb).pvalue)
-        return Effect(diff, diff - half, diff + half, p, "paired t-test", nb, nv, True)
+        e = compare_differences(xv - xb, confidence)  # both arrays are in seed order over the same seeds
+        return Effect(float(xv.mean() - xb.mean()), e.lo, e.hi, e.p, e.test, nb, nv, True, e.interval,
+                      e.p_min)
+    diff = float(xv.mean() - xb.mean())
+    if min(nb, nv) == 1:
+        return Effect(diff, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")
     vb, vv = float(np.var(xb, ddof=1)) / nb, float(np.var(xv, ddof=1)) / nv
     se = math.sqrt(vb + vv)
-    if se == 0.0:
-        return Effect(diff, diff, diff, 1.0 if diff == 0 else 0.0, "Welch's t-test", nb, nv, False)
+    if min(nb, nv) <= TINY or se == 0.0:
+        return _resampled(diff, (xv, xb), nb, nv, False, confidence)
     df = (vb + vv) ** 2 / (vb**2 / (nb - 1) + vv**2 / (nv - 1))
-    half = float(stats.t.ppf(q, df) * se)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df) * se)
     p = float(stats.ttest_ind(xv, xb, equal_var=False).pvalue)
     return Effect(diff, diff - half, diff + half, p, "Welch's t-test", nb, nv, False)
 
@@ -149,23 +220,43 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decimals: int = 2,
-            alpha: float = ALPHA) -> str:
-    """One plain-language line, e.g. 'post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (...)'."""
+            alpha: float = ALPHA, noun: str = "seed", reference: str | None = "the baseline") -> str:
+    """One plain-language line, e.g. 'post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (...)'.
+
+    ``noun`` names an observation ('seed', or 'pair' for matched factorial cells); ``reference`` is what a
+    significant effect is better or worse than (None: no direction, e.g. an interaction).
+    """
     if math.isnan(effect.diff):
         return f"{label}: no finished runs to compare"
     d = fmt(effect.diff, decimals, signed=True)
     if not effect.tested:
         return (f"{label}: {d} {unit}; too few seeds to test (one run on a side), "
-                "repeat with >= 3 seeds to conclude")
+                f"repeat with >= {TINY + 1} seeds to conclude")
     ci = f"[{fmt(effect.lo, decimals, signed=True)}, {fmt(effect.hi, decimals, signed=True)}]"
-    seeds = f"{effect.n_min} seed{'s' if effect.n_min != 1 else ''}"
+    boot = effect.interval == "bootstrap"
+    shown = f"{d} {unit} {ci}" + (" (bootstrap interval)" if boot else "")
+    n = effect.n_min
+    many = f"{n} {noun}{'s' if n != 1 else ''}"
     if effect.p < alpha:
         better = (effect.diff > 0) == higher_is_better
-        direction = "better" if better else "worse"
-        caveat = "; 2 seeds: indicative only" if effect.n_min < 3 else ""
-        return (f"{label}: {d} {unit} {ci}, significant at 5% ({effect.test}, p={fmt_p(effect.p)}{caveat}): "
-                f"{direction} than the baseline")
-    return f"{label}: {d} {unit} {ci}, no detectable effect with {seeds} ({effect.test}, p={fmt_p(effect.p)})"
+        direction = f": {'better' if better else 'worse'} than {reference}" if reference else ""
+        return f"{label}: {shown}, significant at 5% ({effect.test}, p={fmt_p(effect.p)}){direction}"
+    if effect.p_min >= alpha:  # the test could not have said anything else
+        need = needed_for_significance(effect, alpha)
+        return (f"{label}: {d} {unit}, no detectable effect with {many} ({'bootstrap interval ' * boot}{ci}, "
+                f"{effect.test} p={fmt_p(effect.p)}; p < 0.05 is out of reach with {many}, the smallest "
+                f"possible p is {fmt_p(effect.p_min)}: use >= {need} {noun}s)")
+    return f"{label}: {shown}, no detectable effect with {many} ({effect.test}, p={fmt_p(effect.p)})"
+
+
+def needed_for_significance(effect: Effect, alpha: float = ALPHA) -> int:
+    """How many observations the report's tests need before p < alpha is possible at all."""
+    if effect.n_min <= TINY:
+        return TINY + 1  # from there on a t-test
+    n = effect.n_min  # identical paired differences (t undefined): sign flips, smallest p = 2 / 2**n
+    while 2.0 / 2**n >= alpha:
+        n += 1
+    return n
 
 
 def pareto_front(cost: Sequence[float], quality: Sequence[float], higher_quality_is_better: bool = True

@@ -1,6 +1,6 @@
 """`ablate report` on real tiny studies: an ablation (2 variants x 3 seeds + a variant that diverges), a
-one-seed ablation with explicit attention, and a 3-trial search, all trained by the project's own
-`main_ablate` / `main_tune` into a sqlite MLflow store in a temporary folder.
+2 x 2 full factorial with 2 seeds, a one-seed ablation with explicit attention, and a 3-trial search, all
+trained by the project's own `main_ablate` / `main_tune` into a sqlite MLflow store in a temporary folder.
 
 Every number in the main table is recomputed here from the runs with scipy; the HTML must be
 self-contained; two renderings of the same runs must agree byte for byte apart from the timestamp line.
@@ -59,6 +59,14 @@ ablation:
   seeds: [0]
 """
 SHORT = COMMON.replace(", ATTN", "").replace("max_steps: 30", "max_steps: 20")
+FACTORIAL = "name: rep-fac\nseed: 0\n" + SHORT.replace("max_steps: 20", "max_steps: 10") + """
+ablation:
+  design: full_factorial
+  axes:
+    model.residual: [pre_norm, post_norm]
+    train.schedule.warmup_steps: [0, 5]
+  seeds: [0, 1]
+"""
 SEARCH = "name: rep-search\nseed: 0\n" + SHORT + """
 search:
   trials: 3
@@ -84,14 +92,17 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        for name, text in (("abl.yaml", ABLATION), ("one.yaml", ONE_SEED), ("search.yaml", SEARCH)):
+        for name, text in (("abl.yaml", ABLATION), ("one.yaml", ONE_SEED), ("search.yaml", SEARCH),
+                           ("fac.yaml", FACTORIAL)):
             (root / name).write_text(text)
         assert main_ablate("abl.yaml") == 0
+        assert main_ablate("fac.yaml") == 0
         assert main_ablate("one.yaml") == 0
         assert main_tune("search.yaml") == 0
         assert main_report("rep-abl", "out/abl") == 0
         assert main_report("rep-abl", "out/abl-again") == 0
         assert main_report("rep-search", "out/search") == 0
+        assert main_report("rep-fac", "out/fac") == 0
         one = _parent("rep-one")
         assert main_report(one.info.run_id, None) == 0  # by parent run id; default folder reports/<study>
         torch.set_num_threads(threads)
@@ -125,6 +136,19 @@ def _md_table(md: str, first_header: str, having: str = "") -> list[dict[str, st
     return rows
 
 
+def _last(run: mlflow.entities.Run, key: str) -> float:
+    """The value logged at the highest step (peak memory is logged at every evaluation, then at the end)."""
+    history = MlflowClient().get_metric_history(run.info.run_id, key)
+    return max(history, key=lambda m: (m.step, m.timestamp)).value
+
+
+def _resampled(d: np.ndarray) -> tuple[float, float, float]:
+    """scipy's bootstrap percentile interval and exact sign-flip p of 2-3 paired differences."""
+    boot = stats.bootstrap((d,), np.mean, n_resamples=st.RESAMPLES, method="percentile", rng=st.RESAMPLE_SEED)
+    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=st.RESAMPLE_SEED)
+    return float(boot.confidence_interval.low), float(boot.confidence_interval.high), float(perm.pvalue)
+
+
 def _recompute(values: list[float], decimals: int) -> tuple[float, float, str]:
     x = np.asarray(values, dtype=float)
     mean = float(np.mean(x))
@@ -152,7 +176,7 @@ def test_main_table_equals_a_recomputation_from_the_runs(ws: Path) -> None:
         assert row["runs"] == str(len(mine)) and row["finished"] == str(len(done))
         assert row["diverged"] == str(sum(r.data.tags["ablate.status"] == "diverged" for r in mine))
         for header, (key, decimals) in columns.items():
-            values = [r.data.metrics[key] for r in done]
+            values = [_last(r, key) if key == "peak_memory_mb" else r.data.metrics[key] for r in done]
             if not values:
                 assert row[header] == "—"
                 continue
@@ -167,7 +191,7 @@ def test_main_table_equals_a_recomputation_from_the_runs(ws: Path) -> None:
     assert checked == 2 * len(columns)
 
 
-def test_effects_are_paired_t_tests_by_seed(ws: Path) -> None:
+def test_effects_of_three_shared_seeds_are_bootstrapped_and_permutation_tested(ws: Path) -> None:
     data = json.loads((ws / "out/abl/report.json").read_text())
     md = (ws / "out/abl/report.md").read_text()
     runs = _children("rep-abl")
@@ -183,17 +207,53 @@ def test_effects_are_paired_t_tests_by_seed(ws: Path) -> None:
         assert sorted(base) == sorted(post) == [0, 1, 2]
         a, b = [base[s] for s in sorted(base)], [post[s] for s in sorted(post)]
         e = effects[("residual=post_norm", key)]
-        assert e["test"] == "paired t-test" and e["diff"] == pytest.approx(np.mean(b) - np.mean(a), abs=1e-12)
-        d = np.subtract(b, a)
-        if np.std(d) > 0:
-            ref = stats.ttest_rel(b, a)
-            lo, hi = ref.confidence_interval(0.95)
-            assert e["p"] == pytest.approx(ref.pvalue, rel=1e-9)
-            assert (e["lo"], e["hi"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
-        assert any(line.startswith("- residual=post_norm: ") for line in md.splitlines())
+        assert e["diff"] == pytest.approx(np.mean(b) - np.mean(a), abs=1e-12)
+        # 3 pairs are too few for a t-test: bootstrap interval and exact sign-flip test, as scipy has them.
+        assert e["test"] == "exact permutation (sign flips)" and e["interval"] == "bootstrap"
+        lo, hi, p = _resampled(np.subtract(b, a))
+        assert (e["lo"], e["hi"], e["p"]) == (pytest.approx(lo, rel=1e-9, abs=1e-12),
+                                              pytest.approx(hi, rel=1e-9, abs=1e-12), pytest.approx(p))
+        assert e["p"] >= 0.25  # 8 sign patterns: nothing smaller exists
+        assert "significant" not in e["verdict"] and "out of reach with 3 seeds" in e["verdict"]
+    assert any(line.startswith("- residual=post_norm: ") for line in md.splitlines())
+    assert "**Warning:** too few seeds to conclude" in md
     # The diverged variant has no finished run: nothing to test, and the report says why.
     lr = effects[("lr=50", "test/exact_match")]
     assert lr["diff"] is None and lr["p"] is None and "3 of 3 runs diverged" in lr["verdict"]
+
+
+def test_full_factorial_gets_main_effects_and_an_interaction(ws: Path) -> None:
+    data = json.loads((ws / "out/fac/report.json").read_text())
+    md = (ws / "out/fac/report.md").read_text()
+    runs = _children("rep-fac")
+    assert len(runs) == 8 and all(r.data.tags["ablate.status"] == "finished" for r in runs)
+    rows = {(f["label"], f["metric"]): f for f in data["factorial"]}
+    for key in (data["primary_metric"], "val/loss"):
+        y = {(r.data.params["model.residual"], r.data.params["train.schedule.warmup_steps"],
+              int(r.data.tags["ablate.seed"])): r.data.metrics[key] for r in runs}
+        # Main effect: cells that differ only in the residual, matched on warm-up and seed (4 pairs).
+        d = [y[("post_norm", w, s)] - y[("pre_norm", w, s)] for w in ("0", "5") for s in (0, 1)]
+        main = rows[("residual=post_norm vs pre_norm (main effect)", key)]
+        assert main["n"] == 4 and main["incomplete"] == 0 and main["diff"] == pytest.approx(np.mean(d))
+        if np.std(d) > 0:
+            ref = stats.ttest_1samp(d, 0.0)
+            assert main["test"] == "paired t-test" and main["p"] == pytest.approx(ref.pvalue, rel=1e-9)
+            lo, hi = ref.confidence_interval(0.95)
+            assert (main["lo"], main["hi"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+        # Interaction: the residual's effect with warm-up minus without, per seed (2 seeds: resampled).
+        dd = np.array([(y[("post_norm", "5", s)] - y[("pre_norm", "5", s)])
+                       - (y[("post_norm", "0", s)] - y[("pre_norm", "0", s)]) for s in (0, 1)])
+        inter = rows[("residual=post_norm × train.schedule.warmup_steps=5 (interaction)", key)]
+        lo, hi, p = _resampled(dd)
+        assert inter["kind"] == "interaction" and inter["n"] == 2
+        assert inter["diff"] == pytest.approx(dd.mean())
+        assert (inter["lo"], inter["hi"], inter["p"]) == (
+            pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12), pytest.approx(p))
+        assert "no detectable effect with 2 seeds" in inter["verdict"]
+    assert "## Factorial effects" in md and "**Main effects and interactions**" in md
+    assert "|  | train.schedule.warmup_steps=0 | train.schedule.warmup_steps=5 |" in md
+    assert "- train.schedule.warmup_steps=5 vs 0 (main effect): " in md
+    assert (ws / "out/fac/figures/factorial.png").is_file()
 
 
 def test_a_diverged_cell_appears_in_the_report(ws: Path) -> None:
@@ -208,7 +268,7 @@ def test_a_diverged_cell_appears_in_the_report(ws: Path) -> None:
 
 
 def test_html_is_self_contained_and_embeds_every_figure(ws: Path) -> None:
-    for folder in ("out/abl", "out/search", "reports/rep-one"):
+    for folder in ("out/abl", "out/search", "out/fac", "reports/rep-one"):
         page = (ws / folder / "report.html").read_text()
 
         class Collect(HTMLParser):
@@ -276,6 +336,19 @@ def test_setup_names_baseline_axes_seeds_and_environment(ws: Path) -> None:
     assert "| `train.optimizer.lr` | 0.01, 50.0 |" in md
     assert "| residual=post_norm | `model.residual`: pre_norm → post_norm | -64 |" in md
     assert "| torch version |" in md and "| host |" in md and "| dataset | synthetic-copy" in md
+    # Hardware: the device tag of every run (CPU threads or the GPU's name) and the CPU model when logged.
+    devices = sorted({r.data.tags["ablate.device"] for r in runs})
+    assert f"| device | {'; '.join(devices)} |" in md
+    cpus = sorted({r.data.tags["ablate.cpu"] for r in runs if r.data.tags.get("ablate.cpu")})
+    if not cpus:  # an older run: the first run's environment.json may still name it
+        (first,) = [r for r in runs
+                    if r.data.tags["ablate.variant"] == "baseline" and r.data.tags["ablate.seed"] == "0"]
+        env = json.loads(Path(MlflowClient().download_artifacts(first.info.run_id, "environment.json",
+                                                                str(ws / "dl-env"))).read_text())
+        cpus = [str(env["cpu"])] if env.get("cpu") else []
+    assert (f"| CPU | {'; '.join(cpus)} |" in md) if cpus else ("| CPU |" not in md)
+    pads = [r for r in runs if "data/padding_fraction" in r.data.metrics]
+    assert ("| padding (`data/padding_fraction`) |" in md) == bool(pads)
 
 
 def test_report_is_logged_in_the_parent_run(ws: Path) -> None:

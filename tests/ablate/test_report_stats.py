@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from html.parser import HTMLParser
@@ -14,7 +15,17 @@ from scipy import stats
 
 from ablate import report_figures as figs
 from ablate import report_stats as st
-from ablate.report_data import build_study, detect_quality, spec_diff
+from ablate.report_data import (
+    Study,
+    build_study,
+    cell_means,
+    detect_quality,
+    factorial_axes,
+    factorial_effects,
+    padding_text,
+    spec_diff,
+)
+from ablate.report_extra import hardware_rows
 from ablate.report_render import (
     STAMP_PREFIX,
     Bullets,
@@ -52,28 +63,85 @@ def test_same_seeds_give_a_paired_t_test() -> None:
     e = st.compare(BASE, POST)
     ref = stats.ttest_rel(list(POST.values()), list(BASE.values()))
     lo, hi = ref.confidence_interval(0.95)
-    assert e.test == "paired t-test" and e.paired
+    assert e.test == "paired t-test" and e.paired and e.interval == "t" and e.p_min == 0.0
     assert e.p == pytest.approx(ref.pvalue, rel=1e-12)
     assert (e.lo, e.hi) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
     assert e.diff == pytest.approx(np.mean(list(POST.values())) - np.mean(list(BASE.values())))
 
 
 def test_different_seeds_give_welch() -> None:
-    other = {10: 22.7, 11: 24.0, 12: 22.9}
+    other = {10: 22.7, 11: 24.0, 12: 22.9, 13: 23.6}
     e = st.compare(BASE, other)
     ref = stats.ttest_ind(list(other.values()), list(BASE.values()), equal_var=False)
     lo, hi = ref.confidence_interval(0.95)
-    assert e.test == "Welch's t-test" and not e.paired
+    assert e.test == "Welch's t-test" and not e.paired and e.interval == "t"
     assert e.p == pytest.approx(ref.pvalue, rel=1e-12)
     assert (e.lo, e.hi) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
 
 
-def test_two_seeds_are_tested_with_one_degree_of_freedom_not_a_bootstrap() -> None:
-    # A bootstrap of two pairs calls this wobble significant; the t-test with df=1 does not.
-    e = st.compare({0: 1.076, 1: 1.100}, {0: 1.050, 1: 1.067})
-    ref = stats.ttest_rel([1.050, 1.067], [1.076, 1.100])
-    assert e.p == pytest.approx(ref.pvalue) and e.p > 0.05
-    assert "no detectable effect with 2 seeds" in st.verdict("x", e, "loss", higher_is_better=False)
+def _sign_flip_p(d: list[float]) -> float:
+    """Two-sided exact sign-flip p-value, enumerated by hand (no scipy)."""
+    obs = abs(float(np.mean(d)))
+    means = [float(np.mean([s * x for s, x in zip(signs, d, strict=True)]))
+             for signs in itertools.product((1, -1), repeat=len(d))]
+    upper = sum(m >= obs - 1e-12 for m in means) / len(means)
+    lower = sum(m <= -obs + 1e-12 for m in means) / len(means)
+    return min(1.0, 2 * min(upper, lower))
+
+
+def test_two_or_three_shared_seeds_get_a_bootstrap_interval_and_an_exact_sign_flip_test() -> None:
+    base, var = {0: 1.076, 1: 1.100, 2: 1.090}, {0: 1.050, 1: 1.067, 2: 1.071}
+    e = st.compare(base, var)
+    d = np.subtract([var[s] for s in range(3)], [base[s] for s in range(3)])
+    boot = stats.bootstrap((d,), np.mean, n_resamples=st.RESAMPLES, method="percentile", rng=st.RESAMPLE_SEED)
+    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=st.RESAMPLE_SEED)
+    assert e.test == "exact permutation (sign flips)" and e.paired and e.interval == "bootstrap"
+    assert (e.lo, e.hi) == (pytest.approx(boot.confidence_interval.low, rel=1e-12),
+                            pytest.approx(boot.confidence_interval.high, rel=1e-12))
+    assert e.lo <= e.diff <= e.hi and e.diff == pytest.approx(float(np.mean(d)))
+    # Every difference is negative: the most extreme of 8 sign patterns, p = 2/8, and no smaller p exists.
+    assert e.p == pytest.approx(perm.pvalue) == pytest.approx(_sign_flip_p(list(d))) == 0.25
+    assert e.p_min == 0.25
+    text = st.verdict("x", e, "loss", higher_is_better=False, decimals=3)
+    assert "no detectable effect with 3 seeds (bootstrap interval [" in text
+    assert "exact permutation (sign flips) p=0.250" in text
+    assert "p < 0.05 is out of reach with 3 seeds" in text
+    assert "significant" not in text
+
+
+def test_a_constant_two_seed_difference_is_never_significant() -> None:
+    # The audit's case: both seeds moved by exactly -0.030. A t-test has s = 0 (p would read 0).
+    e = st.compare({0: 0.600, 1: 0.500}, {0: 0.570, 1: 0.470})
+    assert e.p == 0.5 == _sign_flip_p([-0.03, -0.03]) and e.p_min == 0.5
+    assert e.lo == pytest.approx(-0.03) and e.hi == pytest.approx(-0.03)
+    text = st.verdict("ffn=conv1d", e, "exact match", True, 3)
+    assert text.startswith("ffn=conv1d: -0.030 exact match, no detectable effect with 2 seeds (bootstrap "
+                           "interval [-0.030, -0.030], exact permutation (sign flips) p=0.500; p < 0.05 is "
+                           "out of reach with 2 seeds")
+    assert f"use >= {st.TINY + 1} seeds" in text and "significant" not in text
+
+
+def test_tiny_independent_groups_are_resampled_apart_and_relabelled() -> None:
+    base, var = {0: 1.0, 1: 2.0, 2: 3.0}, {5: 2.0, 6: 3.5}
+    e = st.compare(base, var)
+    xv, xb = np.array([2.0, 3.5]), np.array([1.0, 2.0, 3.0])
+
+    def diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+    boot = stats.bootstrap((xv, xb), diff, vectorized=True, n_resamples=st.RESAMPLES, method="percentile",
+                           rng=st.RESAMPLE_SEED)
+    assert not e.paired and e.test == "exact permutation (relabelings)" and e.interval == "bootstrap"
+    assert (e.lo, e.hi) == (pytest.approx(boot.confidence_interval.low, rel=1e-12),
+                            pytest.approx(boot.confidence_interval.high, rel=1e-12))
+    # By hand: the 10 ways to pick which 2 of the 5 pooled values are 'variant'.
+    pooled = [1.0, 2.0, 3.0, 2.0, 3.5]
+    obs = 2.75 - 2.0
+    stats_all = [np.mean([pooled[i] for i in pick]) - np.mean([pooled[i] for i in range(5) if i not in pick])
+                 for pick in itertools.combinations(range(5), 2)]
+    upper = sum(t >= obs - 1e-12 for t in stats_all) / 10
+    lower = sum(t <= obs + 1e-12 for t in stats_all) / 10
+    assert e.p == pytest.approx(min(1.0, 2 * min(upper, lower))) and e.p_min == pytest.approx(0.2)
 
 
 def test_one_seed_is_not_tested() -> None:
@@ -84,22 +152,41 @@ def test_one_seed_is_not_tested() -> None:
     assert "p=" not in text
 
 
-def test_identical_runs_are_no_effect_and_a_constant_shift_is_significant() -> None:
+def test_zero_variance_never_gives_p_zero() -> None:
     same = st.compare({0: 0.0, 1: 0.0, 2: 0.0}, {0: 0.0, 1: 0.0, 2: 0.0})
     assert same.p == 1.0 and same.diff == 0.0
-    shift = st.compare({0: 1.0, 1: 2.0, 2: 3.0}, {0: 2.0, 1: 3.0, 2: 4.0})
-    assert shift.p == 0.0 and shift.lo == shift.hi == 1.0
+    # A constant shift leaves t undefined at any n: the exact sign-flip test takes over (p = 2 / 2**n).
+    for n, p in ((3, 0.25), (4, 0.125), (6, 0.03125)):
+        shift = st.compare({s: float(s) for s in range(n)}, {s: s + 1.0 for s in range(n)})
+        assert shift.p == pytest.approx(p) and shift.p > 0 and shift.lo == shift.hi == pytest.approx(1.0)
+    four = st.compare({s: float(s) for s in range(4)}, {s: s + 1.0 for s in range(4)})
+    assert "use >= 6 seeds" in st.verdict("v", four, "BLEU", True)
+    welch = st.compare({s: 1.0 for s in range(4)}, {s: 2.0 for s in range(10, 14)})
+    assert welch.test == "exact permutation (relabelings)" and welch.p == pytest.approx(2 / math.comb(8, 4))
+
+
+def test_paired_differences_are_tested_like_seeds() -> None:
+    d = [0.3, -0.1, 0.4, 0.2, 0.25]
+    e = st.compare_differences(d)
+    ref = stats.ttest_1samp(d, 0.0)
+    assert e.test == "paired t-test" and e.n_min == 5 and e.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (e.lo, e.hi) == tuple(pytest.approx(x, rel=1e-9) for x in ref.confidence_interval(0.95))
+    assert st.compare_differences(d[:3]).test == "exact permutation (sign flips)"
+    assert not st.compare_differences(d[:1]).tested and math.isnan(st.compare_differences([]).diff)
 
 
 def test_verdict_wording() -> None:
-    worse = st.Effect(-1.2, -1.9, -0.5, 0.004, "paired t-test", 3, 3, True)
+    worse = st.Effect(-1.2, -1.9, -0.5, 0.004, "paired t-test", 4, 4, True)
     assert st.verdict("post_norm", worse, "BLEU", True) == (
         "post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (paired t-test, p=0.004): worse than the "
         "baseline")
-    better_loss = st.Effect(-0.2, -0.3, -0.1, 0.01, "paired t-test", 3, 3, True)
+    better_loss = st.Effect(-0.2, -0.3, -0.1, 0.01, "paired t-test", 4, 4, True)
     assert st.verdict("v", better_loss, "loss", False, 3).endswith("better than the baseline")
-    none = st.Effect(0.3, -0.4, 1.0, 0.31, "Welch's t-test", 3, 3, False)
-    assert "no detectable effect with 3 seeds" in st.verdict("v", none, "BLEU", True)
+    none = st.Effect(0.3, -0.4, 1.0, 0.31, "Welch's t-test", 4, 5, False)
+    assert "no detectable effect with 4 seeds" in st.verdict("v", none, "BLEU", True)
+    pairs = st.Effect(0.3, 0.1, 0.5, 0.01, "paired t-test", 4, 4, True)
+    assert st.verdict("a=1 × b=2", pairs, "BLEU", True, noun="pair", reference=None) == (
+        "a=1 × b=2: +0.30 BLEU [+0.10, +0.50], significant at 5% (paired t-test, p=0.010)")
 
 
 def test_holm_adjustment() -> None:
@@ -225,3 +312,118 @@ def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch
     best = next(s for s in sections if s.title == "Best trials").blocks[0]
     assert isinstance(best, Table) and [row[1] for row in best.rows] == ["3", "0", "1", "2"]
     assert {p.name for p in tmp_path.glob("*.png")} == {"optimisation_history.png", "parallel_coords.png"}
+
+
+# ---------------------------------------------------------------- full factorial, setup rows
+# residual x warm-up, 3 seeds; post_norm without warm-up diverges at seed 2 (its matched sets drop out).
+CELLS: dict[tuple[str, str], list[float | None]] = {
+    ("pre_norm", "400"): [0.60, 0.62, 0.58], ("pre_norm", "0"): [0.59, 0.60, 0.57],
+    ("post_norm", "400"): [0.55, 0.58, 0.52], ("post_norm", "0"): [0.30, 0.35, None]}
+
+
+def _factorial_study(cells: dict[tuple[str, str], list[float | None]] = CELLS, warmups: str = "[400,0]",
+                     base: tuple[str, str] = ("pre_norm", "400")) -> Study:
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "f", "status": "FINISHED",
+              "tags": {"ablate.study": "f", "ablate.kind": "ablation", "ablate.design": "full_factorial"},
+              "params": {"ablation.design": "full_factorial",
+                         "ablation.axes.model.residual": '["pre_norm","post_norm"]',
+                         "ablation.axes.train.schedule.warmup_steps": warmups}, "metrics": {}}
+    rows = []
+    for (residual, warmup), values in cells.items():
+        changed = ([f"residual={residual}"] if residual != base[0] else []) + \
+                  ([f"train.schedule.warmup_steps={warmup}"] if warmup != base[1] else [])
+        for seed, value in enumerate(values):
+            metrics = {} if value is None else {"metrics.val/exact_match": value,
+                                                 "metrics.val/loss": 1 - value}
+            rows.append({"run_id": f"{residual}-{warmup}-{seed}", "status": "FINISHED",
+                         "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+                         "tags.ablate.variant": ", ".join(changed) or "baseline",
+                         "tags.ablate.seed": str(seed),
+                         "tags.ablate.status": "diverged" if value is None else "finished",
+                         "params.model.residual": residual, "params.train.schedule.warmup_steps": warmup,
+                         "params.seed": str(seed), **metrics})
+    return build_study(parent, _frame(rows))
+
+
+def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
+    study = _factorial_study()
+    assert factorial_axes(study) == {"model.residual": ["pre_norm", "post_norm"],
+                                     "train.schedule.warmup_steps": ["400", "0"]}
+    rows = {(r.label, r.metric): r for r in factorial_effects(study)}
+    y = CELLS
+    # residual: post - pre at the same warm-up and seed; post_norm/0 diverged at seed 2: 5 pairs, 1 left out.
+    d_res = [y[("post_norm", w)][s] - y[("pre_norm", w)][s] for w in ("400", "0") for s in range(3)
+             if y[("post_norm", w)][s] is not None]
+    main = rows[("residual=post_norm vs pre_norm (main effect)", "val/exact_match")]
+    ref = stats.ttest_1samp(d_res, 0.0)
+    assert main.kind == "main" and main.incomplete == 1 and main.effect.n_min == 5
+    assert main.effect.test == "paired t-test" and main.effect.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (main.effect.lo, main.effect.hi) == tuple(pytest.approx(x, rel=1e-9)
+                                                     for x in ref.confidence_interval(0.95))
+    p_text = st.fmt_p(ref.pvalue)
+    assert main.verdict.endswith(f"no detectable effect with 5 pairs (paired t-test, p={p_text}) "
+                                 "(1 matched pair left out: a cell did not finish)")
+    warm = rows[("train.schedule.warmup_steps=0 vs 400 (main effect)", "val/exact_match")]
+    d_warm = [y[(r, "0")][s] - y[(r, "400")][s] for r in ("pre_norm", "post_norm") for s in range(3)
+              if y[(r, "0")][s] is not None]
+    assert warm.effect.diff == pytest.approx(np.mean(d_warm)) and warm.effect.n_min == 5
+    # Interaction: (post0 - pre0) - (post400 - pre400) per seed; 2 complete seeds -> exact sign flips.
+    inter = rows[("residual=post_norm × train.schedule.warmup_steps=0 (interaction)", "val/exact_match")]
+    dd = [(y[("post_norm", "0")][s] - y[("pre_norm", "0")][s])
+          - (y[("post_norm", "400")][s] - y[("pre_norm", "400")][s]) for s in (0, 1)]
+    assert inter.kind == "interaction" and inter.incomplete == 1
+    assert inter.effect.diff == pytest.approx(np.mean(dd)) and inter.effect.p == _sign_flip_p(dd) == 0.5
+    assert "no detectable effect with 2 seeds" in inter.verdict and "out of reach" in inter.verdict
+    # The same family on val/loss (= 1 - exact match here): every difference flips sign.
+    loss = rows[("residual=post_norm vs pre_norm (main effect)", "val/loss")]
+    assert loss.effect.diff == pytest.approx(-main.effect.diff)
+    grid = cell_means(study, "val/exact_match")
+    assert grid is not None and grid.axes == ("residual", "train.schedule.warmup_steps")
+    assert grid.means[("post_norm", "0")].mean == pytest.approx(0.325)
+    assert grid.unfinished[("post_norm", "0")] == 1 and grid.unfinished[("pre_norm", "400")] == 0
+
+
+def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
+    # Base spec warm-up 400, axis values [0, 100]: the grid's own first value is the reference.
+    cells: dict[tuple[str, str], list[float | None]] = {
+        ("pre_norm", "400"): [0.5, 0.5], ("pre_norm", "0"): [0.6, 0.7], ("pre_norm", "100"): [0.65, 0.71],
+        ("post_norm", "0"): [0.4, 0.5], ("post_norm", "100"): [0.6, 0.6]}
+    study = _factorial_study(cells, "[0,100]")
+    assert factorial_axes(study) == {"model.residual": ["pre_norm", "post_norm"],
+                                     "train.schedule.warmup_steps": ["0", "100"]}
+    rows = {(r.label, r.metric): r for r in factorial_effects(study)}
+    warm = rows[("train.schedule.warmup_steps=100 vs 0 (main effect)", "val/exact_match")]
+    assert warm.effect.n_min == 4 and warm.incomplete == 0
+    assert warm.effect.diff == pytest.approx(np.mean([0.05, 0.01, 0.2, 0.1]))
+
+
+def test_other_designs_get_no_factorial_effects() -> None:
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"},
+              "params": {"ablation.design": "one_at_a_time"}, "metrics": {}}
+    study = build_study(parent, _frame([_row("r1", "baseline", 0, "finished", 1, val_loss=1.0),
+                                        _row("r2", "residual=post_norm", 0, "finished", 2, val_loss=1.1)]))
+    assert factorial_axes(study) is None and factorial_effects(study) == []
+    assert cell_means(study, "val/loss") is None
+
+
+def test_padding_fraction_is_shown_once_or_per_variant() -> None:
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s"}, "params": {}, "metrics": {}}
+    rows = [_row("r1", "baseline", 0, "finished", 1, val_loss=1.0),
+            _row("r2", "residual=post_norm", 0, "finished", 2, val_loss=1.1)]
+    assert padding_text(build_study(parent, _frame(rows))) is None
+    for row in rows:
+        row["metrics.data/padding_fraction"] = 0.25
+    assert str(padding_text(build_study(parent, _frame(rows)))).startswith("25.0% of the token positions")
+    rows[1]["metrics.data/padding_fraction"] = 0.3125
+    text = padding_text(build_study(parent, _frame(rows)))
+    assert text is not None and text.startswith("25.0–31.2%") and "residual=post_norm: 31.2%" in text
+
+
+def test_hardware_rows_come_first_and_absent_ones_are_left_out() -> None:
+    env = {"torch version": ["2.13.0"], "git commit": ["abc"], "host": ["vm"], "CPU": ["AMD EPYC 9654"],
+           "device": ["cpu (x86_64, 2 threads)"], "uncommitted changes": ["false"]}
+    assert [r[0] for r in hardware_rows(env)] == ["device", "CPU", "host", "torch version", "git commit",
+                                                  "uncommitted changes"]
+    assert hardware_rows({}) == [["(none recorded)", "—"]]
