@@ -293,7 +293,7 @@ def draw_attention(run_id: str, path: Path) -> str:
         ckpt_file = download_artifact(run_id, "checkpoints/best.pt", tmp)
         if spec_file is None or ckpt_file is None:
             raise FileNotFoundError("the run has no spec.yaml or checkpoints/best.pt artifact")
-        spec = load_spec(spec_file)
+        spec = load_spec(spec_file, check_hardware=False)  # a finished run: read, not trained here
         state = load_checkpoint(ckpt_file)["model"]
     data = prepare_data(spec)
     tok = data.tokenizers

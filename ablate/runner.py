@@ -139,6 +139,10 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         if done.status in TERMINAL:
             return done
 
+    if spec.tracking.enabled and dist_info.rank == 0:
+        from ablate.tracking import check_reachable, resolve_tracking_uri
+
+        check_reachable(resolve_tracking_uri(spec.tracking.uri))  # a dead server fails before data prep
     memory = PeakMemory(device)
     memory.reset()  # this run's peak, not the worker process's
     seed_everything(spec.seed)

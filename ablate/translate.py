@@ -52,7 +52,7 @@ def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -
     except Exception as exc:  # MLflow raises several types for a missing run or artifact
         raise AblateError(
             f"run {run_id}: cannot fetch its {SPEC_ARTIFACT} and {CHECKPOINT_ARTIFACT} ({exc})") from None
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_file, check_hardware=False)  # a finished run: read, not trained here
     tok = run_tokenizers(run_id, spec)
     model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
     model.load_state_dict(load_checkpoint(ckpt_file)["model"])

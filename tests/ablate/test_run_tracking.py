@@ -244,3 +244,18 @@ def test_translate_decodes_from_the_run_record_alone(tracked: Tracked, monkeypat
         assert cli.main(["translate", str(tracked.result.run_id), sentence]) == 0
         assert capsys.readouterr().out == want + "\n"
     assert any(expected)  # the model says something: an empty line would match an empty translation
+
+
+def test_unreachable_tracking_server_fails_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dead MLflow server is a one-line user error (exit 2) before data preparation: no run dir, no cache."""
+    from ablate.tracking.server import free_port
+
+    spec_path = text_spec(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["run", str(spec_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot reach the MLflow server")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no runs/, no cache/, no mlflow.db
