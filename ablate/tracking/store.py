@@ -30,6 +30,7 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from ablate.dburl import with_installed_driver
 from ablate.errors import AblateError
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ ARTIFACTS_DIR = "mlartifacts"
 
 # ---------------------------------------------------------------- stores
 def resolve_tracking_uri(spec_uri: str | None = None) -> str:
-    """``MLFLOW_TRACKING_URI`` > ``tracking.uri`` > ``sqlite:///<cwd>/mlflow.db``; never a file store."""
+    """``MLFLOW_TRACKING_URI`` > ``tracking.uri`` > ``sqlite:///<cwd>/mlflow.db``; never a file store.
+    A plain ``postgresql://`` URL gets the installed driver named (see `ablate.dburl`)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or spec_uri
     if not uri:
         return f"sqlite:///{Path.cwd() / DEFAULT_DB}"
@@ -50,7 +52,7 @@ def resolve_tracking_uri(spec_uri: str | None = None) -> str:
             f"tracking URI {uri!r} is MLflow's deprecated file store (./mlruns); use sqlite:///mlflow.db, "
             "a database URL (postgresql://...) or the http:// address of an mlflow server"
         )
-    return uri
+    return with_installed_driver(uri)
 
 
 def is_server_uri(uri: str) -> bool:

@@ -31,6 +31,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.dburl import with_installed_driver
 from ablate.errors import AblateError
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
@@ -55,7 +56,7 @@ class Store:
         self.url = url
         if url and "://" in url:
             self.kind = "rdb"
-            url = _driver(url)
+            url = with_installed_driver(url)
             if not url.startswith(("postgresql", "sqlite:///")):
                 raise AblateError(f"--storage {url!r}: expected postgresql://... (or sqlite:///file.db)")
             interval, grace = heartbeat_settings()
@@ -148,18 +149,6 @@ def _rdb(url: str, interval: int, grace: int, create: bool) -> RDBStorage:
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=interval,
                           grace_period=grace, skip_table_creation=not create,
                           heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
-
-
-def _driver(url: str) -> str:
-    """postgres:// and postgresql:// name no driver; SQLAlchemy 2.1 then wants psycopg 3, and ablate ships
-    psycopg2-binary: name the one installed."""
-    scheme, sep, rest = url.partition("://")
-    if scheme not in ("postgres", "postgresql"):
-        return url
-    import importlib.util
-
-    driver = "" if importlib.util.find_spec("psycopg") else "+psycopg2"
-    return f"postgresql{driver}{sep}{rest}"
 
 
 @contextmanager

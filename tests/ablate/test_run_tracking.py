@@ -248,7 +248,7 @@ def test_translate_decodes_from_the_run_record_alone(tracked: Tracked, monkeypat
 
 def test_unreachable_tracking_server_fails_before_anything_is_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A dead MLflow server is a one-line user error (exit 2) before data preparation: no run dir, no cache."""
+    """A dead MLflow server is a one-line user error (exit 2) before data preparation: nothing written."""
     from ablate.tracking.server import free_port
 
     spec_path = text_spec(tmp_path)

@@ -71,12 +71,43 @@ def test_uri_precedence_env_then_spec_then_cwd(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     assert resolve_tracking_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u@db/mlflow")
-    assert resolve_tracking_uri("http://127.0.0.1:5000") == "postgresql://u@db/mlflow"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql+psycopg2://u@db/mlflow")
+    assert resolve_tracking_uri("http://127.0.0.1:5000") == "postgresql+psycopg2://u@db/mlflow"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     for file_store in ("./mlruns", "mlruns", f"file://{tmp_path}/mlruns"):
         with pytest.raises(AblateError, match="file store"):
             resolve_tracking_uri(file_store)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_plain_postgresql_url_is_a_working_mlflow_store(postgres_url: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tracking.uri: postgresql://...` as users write it (no driver named) against a real PostgreSQL server:
+    the run, its params and metric steps land in the database, its artifacts beside the working folder."""
+    import psycopg2
+
+    monkeypatch.chdir(tmp_path)
+    conn = psycopg2.connect(resolve_tracking_uri(postgres_url).replace("+psycopg2", ""))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS ablate_mlflow_test")
+        cur.execute("CREATE DATABASE ablate_mlflow_test")
+    conn.close()
+    plain = postgres_url.rsplit("/", 1)[0] + "/ablate_mlflow_test"
+    assert plain.startswith("postgresql://")
+    spec = make_spec("pg-store", plain)
+    tracker = Tracker.start(spec, run_name="on-postgres")
+    assert isinstance(tracker, Tracker)
+    tracker.log_metrics({"val/loss": 2.5}, step=10)
+    tracker.log_metrics({"val/loss": 1.5}, step=20)
+    tracker.end("finished")
+    client = MlflowClient(resolve_tracking_uri(plain))
+    run = client.get_run(tracker.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
+    assert run.data.params == expected_params(spec)
+    assert history(client, tracker.run_id, "val/loss") == [(10, 2.5), (20, 1.5)]
+    assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
 
 
 def test_artifacts_sit_beside_the_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
