@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -91,6 +91,7 @@ class Effect:
     paired: bool
     interval: str = "t"  # 't' (Student / Welch) | 'bootstrap' (percentile) | 'none'
     p_min: float = 0.0  # the smallest p the test can give at these sample sizes (permutation tests)
+    identical: bool = False  # paired, and every per-seed difference is exactly 0 (e.g. mask -inf vs -1e9)
 
     @property
     def n_min(self) -> int:
@@ -172,7 +173,8 @@ def compare_differences(differences: Sequence[float], confidence: float = CONFID
         return Effect(diff, math.nan, math.nan, math.nan, "none", 1, 1, True, "none")
     sd = float(np.std(d, ddof=1))
     if n <= TINY or sd == 0.0:  # tiny, or identical differences (t undefined): resample
-        return _resampled(diff, (d,), n, n, True, confidence)
+        e = _resampled(diff, (d,), n, n, True, confidence)
+        return replace(e, identical=bool(np.all(d == 0.0)))
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
     p = float(stats.ttest_1samp(d, 0.0).pvalue)
     return Effect(diff, diff - half, diff + half, p, "paired t-test", n, n, True)
@@ -191,8 +193,7 @@ def compare(base: Mapping[int, float], variant: Mapping[int, float],
     xv = np.array([v[s] for s in sorted(v)])
     if paired:
         e = compare_differences(xv - xb, confidence)  # both arrays are in seed order over the same seeds
-        return Effect(float(xv.mean() - xb.mean()), e.lo, e.hi, e.p, e.test, nb, nv, True, e.interval,
-                      e.p_min)
+        return replace(e, diff=float(xv.mean() - xb.mean()), n_base=nb, n_variant=nv)
     diff = float(xv.mean() - xb.mean())
     if min(nb, nv) == 1:
         return Effect(diff, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")
@@ -229,6 +230,9 @@ def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decim
     if math.isnan(effect.diff):
         return f"{label}: no finished runs to compare"
     d = fmt(effect.diff, decimals, signed=True)
+    if effect.identical:
+        same = f"identical to {reference}" if reference else "exactly 0"
+        return f"{label}: {same} in all {effect.n_min} {noun}s: no effect at all on this metric"
     if not effect.tested:
         return (f"{label}: {d} {unit}; too few seeds to test (one run on a side), "
                 f"repeat with >= {TINY + 1} seeds to conclude")

@@ -427,3 +427,19 @@ def test_hardware_rows_come_first_and_absent_ones_are_left_out() -> None:
     assert [r[0] for r in hardware_rows(env)] == ["device", "CPU", "host", "torch version", "git commit",
                                                   "uncommitted changes"]
     assert hardware_rows({}) == [["(none recorded)", "—"]]
+
+
+def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effect() -> None:
+    # mask -inf vs -1e9 without fully masked rows: every seed ends on the same value.
+    e = st.compare({0: 0.96, 1: 0.975}, {0: 0.96, 1: 0.975})
+    assert e.identical and e.diff == 0.0
+    assert st.verdict("mask=-1e9", e, "exact match", True, 3) == (
+        "mask=-1e9: identical to the baseline in all 2 seeds: no effect at all on this metric")
+    # Same mean but not the same per seed: an effect of 0 that is not identical.
+    moved = st.compare({0: 0.96, 1: 0.975}, {0: 0.975, 1: 0.96})
+    assert not moved.identical
+    assert "no detectable effect with 2 seeds" in st.verdict("v", moved, "EM", True, 3)
+    # A matched-pairs interaction that is exactly 0 everywhere.
+    inter = st.compare_differences([0.0, 0.0, 0.0, 0.0, 0.0])
+    assert inter.identical and st.verdict("a=1 × b=2", inter, "BLEU", True, noun="pair", reference=None) == (
+        "a=1 × b=2: exactly 0 in all 5 pairs: no effect at all on this metric")
