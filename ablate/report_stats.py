@@ -232,7 +232,8 @@ def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decim
     d = fmt(effect.diff, decimals, signed=True)
     if effect.identical:
         same = f"identical to {reference}" if reference else "exactly 0"
-        return f"{label}: {same} in all {effect.n_min} {noun}s: no effect at all on this metric"
+        every = f"both {noun}s" if effect.n_min == 2 else f"all {effect.n_min} {noun}s"
+        return f"{label}: {same} in {every}: no effect at all on this metric"
     if not effect.tested:
         return (f"{label}: {d} {unit}; too few seeds to test (one run on a side), "
                 f"repeat with >= {TINY + 1} seeds to conclude")

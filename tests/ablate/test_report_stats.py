@@ -434,7 +434,7 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
     e = st.compare({0: 0.96, 1: 0.975}, {0: 0.96, 1: 0.975})
     assert e.identical and e.diff == 0.0
     assert st.verdict("mask=-1e9", e, "exact match", True, 3) == (
-        "mask=-1e9: identical to the baseline in all 2 seeds: no effect at all on this metric")
+        "mask=-1e9: identical to the baseline in both seeds: no effect at all on this metric")
     # Same mean but not the same per seed: an effect of 0 that is not identical.
     moved = st.compare({0: 0.96, 1: 0.975}, {0: 0.975, 1: 0.96})
     assert not moved.identical
