@@ -96,6 +96,7 @@ def fmt_duration(seconds: float) -> str:
 # ---------------------------------------------------------------- sections
 def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
     from ablate.report_extra import hardware_rows
+    from ablate.report_extra import objectives as extra_objectives
 
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
@@ -107,6 +108,9 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
              f"Quality metric: `{study.primary}` "
              f"({'higher' if QUALITY[study.quality][2] else 'lower'} is better)",
              f"Total compute time (sum of run wall times): {fmt_duration(total)}"]
+    if study.kind == "search":  # the tuner optimised its objectives; the quality metric is reported beside
+        goals = ", ".join(f"`{m}` ({'maximise' if up else 'minimise'})" for m, up in extra_objectives(study))
+        items[2] = f"Objective: {goals}; also reported: `{study.primary}`"
     if p["params"].get("ablation.design"):
         items.insert(1, f"Design: `{p['params']['ablation.design']}`")
     blocks: list[Block] = [Bullets(items)]

@@ -382,6 +382,9 @@ def test_explicit_attention_gets_heat_maps(ws: Path) -> None:
 # ---------------------------------------------------------------- search
 def test_search_report_shows_the_tuner_importances_and_best_trials(ws: Path) -> None:
     md = (ws / "out/search/report.md").read_text()
+    # The setup names what the tuner optimised (the default objective), not a metric it never saw.
+    assert "- Objective: `val/loss` (minimise); also reported: `test/" in md
+    assert "Quality metric" not in md
     parent = _parent("rep-search")
     client = MlflowClient()
     logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "importance.json",
