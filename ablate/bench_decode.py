@@ -21,15 +21,10 @@ Budget = Callable[[torch.Tensor], torch.Tensor]  # source lengths (B,) -> decodi
 def decode_batches(sources: list[list[int]], index: list[int], size: int, budget: Budget,
                    device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Length-sorted, right-padded source batches (as the evaluator builds them) with their step budgets."""
-    index = sorted(index, key=lambda i: len(sources[i]))
-    out = []
-    for start in range(0, len(index), size):
-        rows = [sources[i] for i in index[start:start + size]]
-        src = torch.full((len(rows), max(map(len, rows))), PAD, dtype=torch.long)
-        for r, ids in enumerate(rows):
-            src[r, : len(ids)] = torch.tensor(ids)
-        out.append((src.to(device), budget(torch.tensor([len(ids) for ids in rows]))))
-    return out
+    from ablate.decode import length_sorted_batches
+
+    return [(src.to(device), budget(src.ne(PAD).sum(1)))
+            for _, src in length_sorted_batches(sources, index, size, PAD)]
 
 
 @torch.no_grad()
@@ -82,7 +77,7 @@ def beam_agreement(base: ModelSpec, cfg: BenchConfig, device: torch.device, out_
     components, trained on the synthetic copy task with Multi30k-like lengths (peaked distributions,
     eos at varied positions); the decoding budget is the spec's max_len rule."""
     from ablate.data import TokenBatcher, prepare_data
-    from ablate.decode import beam_search, beam_search_reference
+    from ablate.decode import beam_search, beam_search_reference, step_budget
     from ablate.model import build_model
 
     spec = ExperimentSpec.model_validate({
@@ -108,7 +103,7 @@ def beam_agreement(base: ModelSpec, cfg: BenchConfig, device: torch.device, out_
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
         dspec = spec.eval.decode
-        rule: Budget = lambda lens: (dspec.max_len_a * lens).floor().long() + dspec.max_len_b  # noqa: E731
+        rule: Budget = lambda lens: step_budget(lens, dspec)  # noqa: E731 - the evaluator's own budget
         part = data.splits["test"]
         batches = decode_batches(part.src_ids, list(range(len(part.src_ids))), cfg.decode_batch, rule, device)
         beam = {"beam": 4, "length_penalty": dspec.length_penalty}

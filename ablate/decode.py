@@ -22,7 +22,7 @@ tests/ablate/test_decode.py that rule lost 1.37 nats to greedy on one sentence o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -256,12 +256,29 @@ def sequence_logprob(
         return float(logp.gather(2, tgt_out[..., None]).sum())
 
 
+def length_sorted_batches(sources: Sequence[Sequence[int]], index: Iterable[int], size: int, pad_id: int
+                          ) -> Iterator[tuple[list[int], Tensor]]:
+    """The sentences ``index`` names, shortest first so that batches carry little padding, in batches of
+    ``size``: (their indices into ``sources``, right-padded source ids (B, S) on the CPU)."""
+    order = sorted(index, key=lambda i: len(sources[i]))
+    for start in range(0, len(order), size):
+        chunk = order[start:start + size]
+        src = torch.full((len(chunk), max(len(sources[i]) for i in chunk)), pad_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            src[row, :len(sources[i])] = torch.tensor(sources[i], dtype=torch.long)
+        yield chunk, src
+
+
+def step_budget(src_len: Tensor, decode_spec: DecodeSpec) -> Tensor:
+    """Decoding steps per sentence: floor(max_len_a * source length) + max_len_b."""
+    return (decode_spec.max_len_a * src_len.double()).floor().long() + decode_spec.max_len_b
+
+
 def decode_batch(
     model: Seq2SeqTransformer, src: Tensor, decode_spec: DecodeSpec, bos_id: int, eos_id: int
 ) -> list[list[int]]:
-    """Decode as the spec says; max_len per sentence = floor(max_len_a * source length) + max_len_b."""
-    src_len = src.ne(model.pad_id).sum(1).cpu()
-    max_len = (decode_spec.max_len_a * src_len.double()).floor().long() + decode_spec.max_len_b
+    """Decode as the spec says, each sentence within its :func:`step_budget`."""
+    max_len = step_budget(src.ne(model.pad_id).sum(1).cpu(), decode_spec)
     if decode_spec.strategy == "greedy":
         return greedy_decode(model, src, bos_id, eos_id, max_len)
     return beam_search(model, src, bos_id, eos_id, decode_spec.beam, decode_spec.length_penalty, max_len)

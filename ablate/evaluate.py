@@ -10,7 +10,7 @@ from torch import nn
 
 from ablate import metrics as M
 from ablate.data import PreparedData, TokenBatcher
-from ablate.decode import decode_batch
+from ablate.decode import decode_batch, length_sorted_batches
 from ablate.model import Seq2SeqTransformer
 from ablate.spec import ExperimentSpec
 
@@ -50,16 +50,8 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
     part = data.splits[split]
     n = len(part.src_ids) if limit is None else min(limit, len(part.src_ids))
     tok = data.tokenizers
-    # Sort by length so that batches carry little padding; restore the order afterwards.
-    order = sorted(range(n), key=lambda i: len(part.src_ids[i]))
-    hyps: list[list[int]] = [[] for _ in range(n)]
-    for start in range(0, n, batch_size):
-        chunk = order[start:start + batch_size]
-        width = max(len(part.src_ids[i]) for i in chunk)
-        src = torch.full((len(chunk), width), tok.pad_id, dtype=torch.long)
-        for row, i in enumerate(chunk):
-            ids = part.src_ids[i]
-            src[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    hyps: list[list[int]] = [[] for _ in range(n)]  # in the split's order, whatever the batch order
+    for chunk, src in length_sorted_batches(part.src_ids, range(n), batch_size, tok.pad_id):
         outputs = decode_batch(model, src.to(device), spec.eval.decode, tok.bos_id, tok.eos_id)
         for i, out in zip(chunk, outputs, strict=True):
             hyps[i] = list(out)

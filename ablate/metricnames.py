@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import difflib
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
@@ -61,6 +62,14 @@ def mode(metric: str) -> Literal["min", "max"]:
 
 def direction(metric: str) -> Literal["minimize", "maximize"]:
     return "maximize" if higher_is_better(metric) else "minimize"
+
+
+def with_natural_default(data: Any, field: str, natural: Callable[[str], str]) -> Any:
+    """Raw spec section ``data`` with ``field`` set to ``natural(data["metric"])`` when the user left it
+    out (a pydantic "before" validator's input: ``mode`` of early stopping, ``direction`` of an objective)."""
+    if isinstance(data, dict) and field not in data and isinstance(data.get("metric"), str):
+        return {**data, field: natural(data["metric"])}
+    return data
 
 
 def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: bool) -> str | None:

@@ -191,9 +191,7 @@ class EarlyStopping(Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_mode(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "mode" not in data and isinstance(data.get("metric"), str):
-            data = {**data, "mode": metricnames.mode(data["metric"])}
-        return data
+        return metricnames.with_natural_default(data, "mode", metricnames.mode)
 
     @model_validator(mode="after")
     def _consistent_mode(self) -> EarlyStopping:

@@ -53,9 +53,7 @@ class Objective(Strict):
     @model_validator(mode="before")
     @classmethod
     def _direction(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "direction" not in data and isinstance(data.get("metric"), str):
-            data = {**data, "direction": metricnames.direction(data["metric"])}
-        return data
+        return metricnames.with_natural_default(data, "direction", metricnames.direction)
 
 
 class SearchParam(Strict):

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 
 from ablate.data import prepare_data
-from ablate.decode import beam_search, beam_search_reference
+from ablate.decode import beam_search, beam_search_reference, length_sorted_batches, step_budget
 from ablate.model import Seq2SeqTransformer, build_model
 from ablate.runner import run_dir_for
-from ablate.spec import ExperimentSpec
+from ablate.spec import DecodeSpec, ExperimentSpec
 from ablate.specload import load_spec
 from ablate.train import load_checkpoint
 
@@ -53,20 +53,10 @@ def find_checkpoint(spec: ExperimentSpec, given: str | None) -> Path:
     raise SystemExit(f"error: no best.pt or last.pt in {where}{hint}")
 
 
-def source_batches(sources: list[list[int]], pad_id: int, batch: int, max_len_a: float,
-                   max_len_b: int) -> Batches:
-    """Length-sorted, right-padded batches (as ablate.evaluate builds them), with each sentence's step
-    budget floor(max_len_a * source length) + max_len_b (as ablate.decode.decode_batch computes it)."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    out = []
-    for start in range(0, len(order), batch):
-        rows = [sources[i] for i in order[start:start + batch]]
-        src = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
-        for r, ids in enumerate(rows):
-            src[r, : len(ids)] = torch.tensor(ids)
-        lengths = torch.tensor([len(ids) for ids in rows], dtype=torch.double)
-        out.append((src, (max_len_a * lengths).floor().long() + max_len_b))
-    return out
+def source_batches(sources: list[list[int]], pad_id: int, batch: int, decode: DecodeSpec) -> Batches:
+    """Length-sorted, right-padded batches with each sentence's step budget, as the evaluator builds them."""
+    return [(src, step_budget(src.ne(pad_id).sum(1), decode))
+            for _, src in length_sorted_batches(sources, range(len(sources)), batch, pad_id)]
 
 
 def timed(fn: Callable[..., list[list[int]]], model: Seq2SeqTransformer, batches: Batches,
@@ -110,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     dec = spec.eval.decode
     beam = args.beam or dec.beam
     sources = data.splits["val"].src_ids[: args.limit]  # None: all
-    batches = source_batches(sources, tok.pad_id, args.batch, dec.max_len_a, dec.max_len_b)
+    batches = source_batches(sources, tok.pad_id, args.batch, dec)
     settings = {"bos_id": tok.bos_id, "eos_id": tok.eos_id, "beam": beam,
                 "length_penalty": dec.length_penalty}
     timed(beam_search, model, batches[:1], **settings)  # warm-up: first-call allocations, thread pools
