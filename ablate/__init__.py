@@ -8,18 +8,18 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "build_model", "load_spec"]
 
 if TYPE_CHECKING:
-    from ablate.model import build_model
-    from ablate.specload import load_spec
+    from ablate.engine.model import build_model
+    from ablate.spec.load import load_spec
 
 
 def __getattr__(name: str) -> Any:
     # Lazy so that `ablate --help` does not pay for importing torch.
     if name == "load_spec":
-        from ablate.specload import load_spec
+        from ablate.spec.load import load_spec
 
         return load_spec
     if name == "build_model":
-        from ablate.model import build_model
+        from ablate.engine.model import build_model
 
         return build_model
     raise AttributeError(name)

@@ -1,7 +1,8 @@
 """The `ablate` command: parses arguments and calls the module that does the work (imported lazily).
 
 Spec commands (validate, list, show, schema) live here; the others hand their arguments to
-`ablate.runner`, `ablate.study`, `ablate.tune`, `ablate.tracking`, `ablate.report` and `ablate.bench`.
+the packages that do the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`,
+`ablate.bench`).
 A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
 """
 
@@ -138,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------- spec commands
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ablate.specload import SpecError, load_spec
+    from ablate.spec.load import SpecError, load_spec
 
     failed: list[str] = []
     for path in args.specs:
@@ -184,7 +185,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ablate.specload import dump_spec_yaml, load_spec
+    from ablate.spec.load import dump_spec_yaml, load_spec
 
     spec = load_spec(args.spec, args.overrides)
     print(f"# resolved from {args.spec}" + "".join(f" --set {o}" for o in args.overrides))
@@ -194,7 +195,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ablate.specload import json_schema
+    from ablate.spec.load import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if args.out:
@@ -222,17 +223,18 @@ HANDLERS = {
     "list": cmd_list,
     "show": cmd_show,
     "schema": cmd_schema,
-    "run": lambda a: _call("ablate.runner", "main_run", a.spec, a.overrides),
-    "translate": lambda a: _call("ablate.runner", "main_translate", a.run_id, a.text, a.beam),
+    "run": lambda a: _call("ablate.run.runner", "main_run", a.spec, a.overrides),
+    "translate": lambda a: _call("ablate.run.runner", "main_translate", a.run_id, a.text, a.beam),
     "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
     "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
     "ablate": lambda a: _call(
         "ablate.study", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run, a.retry_failed
     ),
     "status": lambda a: _call("ablate.study", "main_status", a.spec, a.overrides, a.storage),
-    "tune": lambda a: _call("ablate.tune", "main_tune", a.spec, a.overrides, a.workers, a.storage, a.trials),
-    "report": lambda a: _call("ablate.report", "main_report", a.study, a.out),
-    "bench": lambda a: _call("ablate.bench", "main_bench", a.spec, a.overrides, a.as_json, a.quick),
+    "tune": lambda a: _call("ablate.study.search", "main_tune", a.spec, a.overrides, a.workers, a.storage,
+                            a.trials),
+    "report": lambda a: _call("ablate.report.build", "main_report", a.study, a.out),
+    "bench": lambda a: _call("ablate.bench.suite", "main_bench", a.spec, a.overrides, a.as_json, a.quick),
 }
 
 

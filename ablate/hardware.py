@@ -7,7 +7,10 @@ precision the machine cannot run without importing the data pipeline.
 from __future__ import annotations
 
 import functools
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -72,3 +75,10 @@ def precision_problem(precision: str, device_type: str | None = None) -> str | N
 def runnable_precisions(device_type: str | None = None) -> list[str]:
     """The precisions `precision_problem` accepts here, for the "accepted:" part of an error."""
     return [p for p in PRECISIONS if precision_problem(p, device_type) is None]
+
+
+def autocast_context(precision: str, device: torch.device) -> ContextManager[Any]:
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -2,7 +2,7 @@
 
 Component contract (kind ``ffn``): ``cls(d_model: int, d_ff: int, dropout: float)``;
 ``forward(x (B, T, d)) -> (B, T, d)``. Both variants name their layers ``w1`` and ``w2``, so under
-controlled init (ablate/model.py seeds a kernel-1 Conv1d weight (out, in, 1) like the Linear weight
+controlled init (ablate/engine/model.py seeds a kernel-1 Conv1d weight (out, in, 1) like the Linear weight
 (out, in)) they start from the same weights and biases and compute the same function.
 """
 

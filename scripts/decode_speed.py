@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
-from ablate.data import prepare_data
-from ablate.decode import beam_search, beam_search_reference, length_sorted_batches, step_budget
-from ablate.model import Seq2SeqTransformer, build_model
-from ablate.runner import run_dir_for
-from ablate.spec import DecodeSpec, ExperimentSpec
-from ablate.specload import load_spec
-from ablate.train import load_checkpoint
+from ablate.data.prepare import prepare_data
+from ablate.engine.decode import beam_search, beam_search_reference, length_sorted_batches, step_budget
+from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.engine.train import load_checkpoint
+from ablate.run.runner import run_dir_for
+from ablate.spec.experiment import DecodeSpec, ExperimentSpec
+from ablate.spec.load import load_spec
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]  # (src (B, S), max_len (B,)) per batch
 

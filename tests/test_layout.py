@@ -1,8 +1,11 @@
-"""DESIGN.md's layout rules, checked on the source: which package may import what.
+"""The layout rules of docs/architecture.md, checked on the source: which package may import what.
 
-mlflow is imported only inside ``ablate/tracking/``, optuna only inside ``ablate/tune/``, the registry
-imports nothing from ``ablate``, and no module of the framework passes ~400 lines by far.
-"""
+The packages of ``ablate`` form layers, each importing only the ones below it: ``spec -> data -> engine
+-> tracking -> run -> study -> report -> bench -> cli``, with the leaf modules ``ablate.errors``,
+``ablate.dburl`` and ``ablate.hardware`` usable by all. mlflow is imported only inside
+``ablate/tracking/``, optuna only inside ``ablate/study/``, the registry imports nothing from ``ablate``,
+no two modules import each other (directly or round a longer circle), and no module of the framework
+passes ~400 lines by far. """
 
 from __future__ import annotations
 
@@ -14,24 +17,60 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.joinpath("ablate").rglob("*.py"), *ROOT.joinpath("registry").rglob("*.py")])
 
+# Bottom to top: a package may import the packages before it in this list, and itself.
+LAYERS = ("spec", "data", "engine", "tracking", "run", "study", "report", "bench", "cli")
+LEAVES = ("errors", "dburl", "hardware")  # single modules that import no other layer: usable by all
+TOP = ("__init__", "__main__", "cli")  # the command and the package's lazy public names
+
 
 def imported_roots(path: Path) -> set[str]:
     """Top-level names of every module `path` imports, at module level or inside functions."""
-    roots: set[str] = set()
+    return {name.split(".")[0] for name in imported_modules(path)}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of every module `path` imports (``from a.b import c``: ``a.b`` and ``a.b.c``)."""
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    """'ablate.engine.train' -> 'engine'; 'ablate.errors' -> 'errors'; 'ablate.cli' -> 'cli'."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+MODULES = {module_name(p): p for p in SOURCES if p.parts[-2:] != ("ablate", "__init__.py")}
+
+
+def framework_imports(path: Path) -> set[str]:
+    """The ablate modules (files, not names inside them) that `path` imports."""
+    return {m for m in imported_modules(path) if m in MODULES and m.startswith("ablate.")}
 
 
 def test_the_sources_are_found() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in SOURCES}
-    assert {"ablate/tracking/__init__.py", "ablate/tune/__init__.py", "registry/__init__.py"} <= names
+    assert {"ablate/tracking/__init__.py", "ablate/study/__init__.py", "registry/__init__.py"} <= names
+    packages = {p.parent.name for p in ROOT.joinpath("ablate").glob("*/__init__.py")}
+    assert packages == set(LAYERS) - {"cli"}, "a package that is not in LAYERS (or a layer without package)"
 
 
-@pytest.mark.parametrize(("library", "home"), [("mlflow", "ablate/tracking/"), ("optuna", "ablate/tune/")])
+@pytest.mark.parametrize(("library", "home"), [("mlflow", "ablate/tracking/"), ("optuna", "ablate/study/")])
 def test_a_library_is_imported_only_in_its_package(library: str, home: str) -> None:
     outside = [p.relative_to(ROOT).as_posix() for p in SOURCES
                if library in imported_roots(p) and not p.relative_to(ROOT).as_posix().startswith(home)]
@@ -41,6 +80,44 @@ def test_a_library_is_imported_only_in_its_package(library: str, home: str) -> N
 def test_registry_does_not_import_the_framework() -> None:
     offenders = [p.name for p in ROOT.joinpath("registry").rglob("*.py") if "ablate" in imported_roots(p)]
     assert offenders == []
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = []
+    for module, path in MODULES.items():
+        if not module.startswith("ablate."):
+            continue
+        mine = layer_of(module)
+        if mine in TOP:
+            continue
+        for target in framework_imports(path):
+            theirs = layer_of(target)
+            if theirs in LEAVES:
+                continue
+            if mine in LEAVES or theirs in TOP or rank[theirs] > rank[mine]:
+                upward.append(f"{module} -> {target}")
+    assert upward == [], "imports that reach up the layers"
+
+
+def test_no_module_imports_round_a_circle() -> None:
+    graph = {m: framework_imports(p) - {m} for m, p in MODULES.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []
 
 
 def test_no_module_is_far_over_the_size_budget() -> None:

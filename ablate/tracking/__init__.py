@@ -49,14 +49,13 @@ from ablate.tracking.store import (
     experiment_id,
     is_server_uri,
     list_runs,
-    load_model,
     resolve_tracking_uri,
 )
 
 if TYPE_CHECKING:
     import torch
 
-    from ablate.spec import ExperimentSpec, ModelSpec
+    from ablate.spec.experiment import ExperimentSpec, ModelSpec
 
 __all__ = [
     "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "check_reachable",
@@ -244,7 +243,7 @@ class Tracker(NullTracker):
 
     # -- logging
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
-        from ablate.spec import flatten
+        from ablate.spec.experiment import flatten
 
         self.log_params(flatten(spec.resolved()))
 
@@ -390,7 +389,7 @@ class Tracker(NullTracker):
 
 def _spec_yaml(spec: ExperimentSpec) -> str:
     try:
-        from ablate.specload import dump_spec_yaml
+        from ablate.spec.load import dump_spec_yaml
     except ImportError:  # specload is another module's; the resolved data is the same information
         import yaml
 
@@ -410,3 +409,12 @@ def main_runs(experiment: str | None = None) -> int:
     from ablate.tracking.server import main_runs as print_runs
 
     return print_runs(experiment)
+
+
+def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: str = "cpu",
+               allow_pickle: bool = False) -> torch.nn.Module:
+    """The last model `Tracker.log_model` logged in ``run_id``; see `ablate.tracking.models.load_model`
+    (an ablate model comes back through ``weights_only=True``, a pickle only with ``allow_pickle``)."""
+    from ablate.tracking.models import load_model as load  # torch and the model builder, only when asked
+
+    return load(run_id, tracking_uri=tracking_uri, map_location=map_location, allow_pickle=allow_pickle)

@@ -10,12 +10,12 @@ and an exported graph keeps only ``forward``, not the ``encode``/``decode`` step
 
 So the MLflow model of an ablate `Seq2SeqTransformer` also carries two extra files: its state dict
 (``extra_files/state_dict.pt``) and the builder's arguments (``extra_files/ablate_model.json``: the
-ModelSpec, vocabulary sizes, pad id). `load_model` rebuilds the model with `ablate.model.build_model` and
-loads the weights with ``weights_only=True``, never touching the pickle. Any other module comes back only
-through the pickle, which `load_model` refuses unless ``allow_pickle=True`` (a store you trust). ablate's own
-checkpoints (the ``checkpoints/best.pt`` artifact that ``ablate translate`` uses) are loaded with
-``weights_only=True`` too (`ablate.train.load_checkpoint`).
-"""
+ModelSpec, vocabulary sizes, pad id). `load_model` rebuilds the model with
+`ablate.engine.model.build_model` and loads the weights with ``weights_only=True``, never touching the
+pickle. Any other module comes back only through the pickle, which `load_model` refuses unless
+``allow_pickle=True`` (a store you trust). ablate's own checkpoints (the ``checkpoints/best.pt`` artifact
+that ``ablate translate`` uses) are loaded with ``weights_only=True`` too
+(`ablate.engine.train.load_checkpoint`). """
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from ablate.tracking.store import _client, environment, quiet_transfers, use_uri
 if TYPE_CHECKING:
     import torch
 
-    from ablate.spec import ModelSpec
+    from ablate.spec.experiment import ModelSpec
 
 BUILD_FILE = "ablate_model.json"
 WEIGHTS_FILE = "state_dict.pt"
@@ -48,7 +48,7 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
     also gets its weights and builder arguments (see the module docstring). Returns the ``models:/`` URI."""
     import mlflow.pytorch
 
-    from ablate.model import Seq2SeqTransformer
+    from ablate.engine.model import Seq2SeqTransformer
 
     env = environment()
     # Explicit requirements skip MLflow's inference, which re-imports the model in a subprocess.
@@ -115,8 +115,8 @@ def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: st
 def _rebuild(build_path: Path, weights_path: Path, *, map_location: str) -> torch.nn.Module:
     import torch
 
-    from ablate.model import build_model
-    from ablate.spec import ModelSpec
+    from ablate.engine.model import build_model
+    from ablate.spec.experiment import ModelSpec
 
     build = json.loads(build_path.read_text())
     model = build_model(ModelSpec.model_validate(build["model"]), int(build["src_vocab_size"]),

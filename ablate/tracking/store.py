@@ -1,6 +1,6 @@
 """MLflow stores for ablate: which one (URI precedence), whether a network store answers, where artifacts
 go, the experiment of a study, the environment recorded on every run (environment.json and its tags), and
-reading runs, artifacts and models back (`list_runs`, `download_artifacts`, `load_model`).
+reading runs and artifacts back (`list_runs`, `download_artifacts`; models: `ablate.tracking.models`).
 
 ``MLFLOW_TRACKING_URI`` > ``tracking.uri`` > ``sqlite:///mlflow.db`` in the working directory, with
 artifacts in ``./mlartifacts`` beside the database, where a plain ``mlflow ui`` (or ``ablate ui``) started
@@ -34,7 +34,7 @@ from ablate.dburl import with_installed_driver
 from ablate.errors import AblateError
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 DEFAULT_DB = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
@@ -247,14 +247,6 @@ def _client(tracking_uri: str | None) -> MlflowClient:
     check_reachable(uri)
     return MlflowClient(uri)
 
-
-def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: str = "cpu",
-               allow_pickle: bool = False) -> torch.nn.Module:
-    """The last model `Tracker.log_model` logged in ``run_id``; see `ablate.tracking.models.load_model`
-    (an ablate model comes back through ``weights_only=True``, a pickle only with ``allow_pickle``)."""
-    from ablate.tracking.models import load_model as load
-
-    return load(run_id, tracking_uri=tracking_uri, map_location=map_location, allow_pickle=allow_pickle)
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 import registry
-from ablate.bench import resolve_config, targets
-from ablate.bench_overhead import saves_per_step, temporary_tracking_store
-from ablate.bench_train import (
+from ablate.bench.overhead import saves_per_step, temporary_tracking_store
+from ablate.bench.suite import resolve_config, targets
+from ablate.bench.train import (
     QUICK,
     QUICK_MODEL,
     TorchTransformer,
@@ -28,7 +28,7 @@ from ablate.bench_train import (
     synthetic_batches,
     train_flops,
 )
-from ablate.spec import ModelSpec
+from ablate.spec.experiment import ModelSpec
 
 # A spec file whose variant differs from the default in two components and sets its own train cadence: the
 # bench must measure this variant (the "default" row) and project the overhead to this cadence.

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.runner import run_experiment
-from ablate.specload import load_spec
-from ablate.train import load_checkpoint
+from ablate.engine.train import load_checkpoint
+from ablate.run.runner import run_experiment
+from ablate.spec.load import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -15,10 +15,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # no network: datasets only e
 import numpy as np
 import pytest
 
-import ablate.tokenize as tk
-from ablate.data import DataError, PreparedData, Split, TokenBatcher, prepare_data
+import ablate.data.tokenize as tk
+from ablate.data.prepare import DataError, PreparedData, Split, TokenBatcher, prepare_data
 from ablate.errors import AblateError
-from ablate.spec import DataSpec, ExperimentSpec
+from ablate.spec.experiment import DataSpec, ExperimentSpec
 
 DE = ["Ein Hund läuft.", "Zwei Kinder spielen.", "Eine Frau liest ein Buch.", "Der Mann kocht Suppe.",
       "Ein Vogel singt laut.", "Die Katze schläft."]

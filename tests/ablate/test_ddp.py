@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from ablate.data import TokenBatcher, prepare_data
-from ablate.specload import load_spec
+from ablate.data.prepare import TokenBatcher, prepare_data
+from ablate.spec.load import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablate.decode import (
+from ablate.engine.decode import (
     beam_search,
     beam_search_reference,
     decode_batch,
     greedy_decode,
     sequence_logprob,
 )
-from ablate.model import Seq2SeqTransformer, build_model
-from ablate.spec import DecodeSpec, ModelSpec
+from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.spec.experiment import DecodeSpec, ModelSpec
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -160,7 +160,7 @@ def test_batched_beam_equals_the_reference_beam(attention: str, beam: int, alpha
 def test_beam_scores_the_vocabulary_a_chunk_of_sentences_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """VOCAB_CHUNK sentences are projected and scored at a time and the chunks' top-k joined: with
     chunks of 2 (3 chunks for 5 sentences, fewer as sentences finish) the result is unchanged."""
-    import ablate.decode
+    import ablate.engine.decode
 
     model = _eos_prone(tiny(seed=3), 0.5)
     src = sources()
@@ -168,7 +168,7 @@ def test_beam_scores_the_vocabulary_a_chunk_of_sentences_at_a_time(monkeypatch: 
     whole = beam_search(model, src, BOS, EOS, 3, 0.6, limits)
     rows: list[int] = []  # rows projected by each generator call
     hook = model.generator.register_forward_hook(lambda _m, args, _out: rows.append(args[0].size(0)))
-    monkeypatch.setattr(ablate.decode, "VOCAB_CHUNK", 2)
+    monkeypatch.setattr(ablate.engine.decode, "VOCAB_CHUNK", 2)
     try:
         chunked = beam_search(model, src, BOS, EOS, 3, 0.6, limits)
     finally:

@@ -25,8 +25,8 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from ablate.model import build_model
-from ablate.spec import ExperimentSpec
+from ablate.engine.model import build_model
+from ablate.spec.experiment import ExperimentSpec
 from ablate.tracking import Tracker, load_model
 from ablate.tracking.server import ServerError, free_port, main_ui, start_server, stop_server
 
@@ -158,7 +158,7 @@ def test_model_logged_over_http_loads_back_from_the_server(server: str,
 
 WORKER = textwrap.dedent("""
     import sys
-    from ablate.spec import ExperimentSpec
+    from ablate.spec.experiment import ExperimentSpec
     from ablate.tracking import Tracker
     spec = ExperimentSpec(name="concurrent", tracking={"uri": sys.argv[1]})
     tracker = Tracker.start(spec, run_name=sys.argv[2])

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import registry
-from ablate.model import Seq2SeqTransformer, build_model
-from ablate.spec import ModelSpec
+from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.spec.experiment import ModelSpec
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
 pytestmark = pytest.mark.usefixtures("single_thread")

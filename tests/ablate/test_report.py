@@ -22,10 +22,10 @@ import pytest
 from mlflow import MlflowClient
 from scipy import stats
 
-from ablate import report_stats as st
 from ablate.errors import AblateError
-from ablate.report import main_report
-from ablate.report_render import STAMP_PREFIX
+from ablate.report import stats as st
+from ablate.report.build import main_report
+from ablate.report.render import STAMP_PREFIX
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +83,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A working folder holding the MLflow store of the three studies and their reports."""
     import torch
 
-    from ablate.study import main_ablate
-    from ablate.tune import main_tune
+    from ablate.study.ablation import main_ablate
+    from ablate.study.search import main_tune
 
     root = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate import report_figures as figs
-from ablate import report_stats as st
-from ablate.report_data import (
+from ablate.report import figures as figs
+from ablate.report import stats as st
+from ablate.report.data import (
     Study,
     build_study,
     cell_means,
@@ -25,8 +25,8 @@ from ablate.report_data import (
     padding_text,
     spec_diff,
 )
-from ablate.report_extra import hardware_rows
-from ablate.report_render import (
+from ablate.report.extra import hardware_rows
+from ablate.report.render import (
     STAMP_PREFIX,
     Bullets,
     Document,
@@ -290,7 +290,7 @@ def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
 
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate import report_extra
+    from ablate.report import extra as report_extra
 
     monkeypatch.setattr(report_extra, "importances", lambda study, metric: ("", []))
     objectives = json.dumps([{"metric": "val/loss", "direction": "minimize"},

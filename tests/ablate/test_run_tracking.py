@@ -19,13 +19,13 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from ablate import cli
-from ablate.data import PreparedData, prepare_data
-from ablate.decode import decode_batch
-from ablate.model import build_model
-from ablate.runner import RunResult, run_experiment
-from ablate.spec import ExperimentSpec, flatten
-from ablate.specload import load_spec
-from ablate.train import load_checkpoint
+from ablate.data.prepare import PreparedData, prepare_data
+from ablate.engine.decode import decode_batch
+from ablate.engine.model import build_model
+from ablate.engine.train import load_checkpoint
+from ablate.run.runner import RunResult, run_experiment
+from ablate.spec.experiment import ExperimentSpec, flatten
+from ablate.spec.load import load_spec
 
 DE = ["ein hund läuft", "zwei kinder spielen", "eine frau liest", "der mann kocht", "ein vogel singt",
       "die katze schläft", "ein kind lacht", "der hund schläft"]

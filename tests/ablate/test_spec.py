@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 import registry
-from ablate.spec import ExperimentSpec
-from ablate.specload import (
+from ablate.spec.experiment import ExperimentSpec
+from ablate.spec.load import (
     SpecError,
     apply_overrides,
     dump_spec_yaml,
@@ -333,7 +333,7 @@ def test_apply_overrides_copies_and_reports_bad_forms() -> None:
 
 
 def test_env_var_in_files_root_stays_unexpanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # ablate.corpus expands it when reading: the spec and its hash do not depend on the machine
+    # ablate.data.corpus expands it when reading: the spec and its hash do not depend on the machine
     text = (
         "name: f\ntrain: {max_steps: 5}\ndata:\n  source: files\n  files:\n"
         "    root: ${ABLATE_T_DIR:-fallback}/x\n"

@@ -20,9 +20,9 @@ import torch
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
-from ablate.data import TokenBatcher, prepare_data
-from ablate.specload import SpecError
-from ablate.study import main_ablate, main_status, plan_study
+from ablate.data.prepare import TokenBatcher, prepare_data
+from ablate.spec.load import SpecError
+from ablate.study.ablation import main_ablate, main_status, plan_study
 
 TINY = """\
 name: {name}
@@ -174,10 +174,10 @@ def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.Mon
     """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
     trains on the same batches in the same order at every step (past an epoch boundary) and starts from
     identical values in every parameter it shares with the baseline; another seed differs in both."""
-    import ablate.runner
+    import ablate.run.runner
 
     seen: dict[tuple[str, int], tuple[dict[str, torch.Tensor], list[tuple[torch.Tensor, ...]]]] = {}
-    build = ablate.runner.build_model
+    build = ablate.run.runner.build_model
 
     def recording_build(model_spec: Any, *args: Any, seed: int, **kwargs: Any) -> torch.nn.Module:
         model = build(model_spec, *args, seed=seed, **kwargs)
@@ -192,7 +192,7 @@ def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.Mon
         seen[(model_spec.model_dump_json(), seed)] = (weights, batches)
         return model
 
-    monkeypatch.setattr(ablate.runner, "build_model", recording_build)
+    monkeypatch.setattr(ablate.run.runner, "build_model", recording_build)
     path = write_spec(workdir, "ctl", """
 ablation:
   axes: {model.residual: [pre_norm, post_norm], model.positions: [sinusoidal, learned]}
@@ -298,7 +298,7 @@ def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: 
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
 
-    from ablate.tune.store import Store
+    from ablate.study.store import Store
 
     path = write_spec(workdir, "fail", f"""
 ablation:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.corpus import DataError
-from ablate.spec import SyntheticData
-from ablate.synthetic import Lexicon, generate, vocabulary
+from ablate.data.corpus import DataError
+from ablate.data.synthetic import Lexicon, generate, vocabulary
+from ablate.spec.experiment import SyntheticData
 
 SMALL = {"train_size": 400, "val_size": 60, "test_size": 60}
 

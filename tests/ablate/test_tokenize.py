@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import ablate.tokenize as tk
-from ablate.spec import TokenizerSpec
-from ablate.tokenize import Tokenizers, fixed_wordlevel, load_or_train, train_tokenizer
+import ablate.data.tokenize as tk
+from ablate.data.tokenize import Tokenizers, fixed_wordlevel, load_or_train, train_tokenizer
+from ablate.spec.experiment import TokenizerSpec
 
 SRC = ["Ein Hund läuft über die Wiese.", "Zwei Kinder spielen im Park.", "Eine Frau liest ein Buch."] * 20
 TGT = ["A dog runs across the meadow.", "Two children play in the park.", "A woman reads a book."] * 20

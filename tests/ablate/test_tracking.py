@@ -21,10 +21,10 @@ import torch
 from mlflow import MlflowClient
 
 from ablate import cli
-from ablate.decode import greedy_decode
+from ablate.engine.decode import greedy_decode
+from ablate.engine.model import build_model
 from ablate.errors import AblateError
-from ablate.model import build_model
-from ablate.spec import ExperimentSpec, flatten
+from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.tracking import (
     MAX_PARAM_VALUE,
     NullTracker,

@@ -15,11 +15,11 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from ablate.engine.train import load_checkpoint, lr_factor, save_checkpoint
 from ablate.hardware import cpu_has_fast_bf16, resolve_precision
-from ablate.runner import run_experiment
-from ablate.spec import TrainSpec
-from ablate.specload import load_spec
-from ablate.train import load_checkpoint, lr_factor, save_checkpoint
+from ablate.run.runner import run_experiment
+from ablate.spec.experiment import TrainSpec
+from ablate.spec.load import load_spec
 
 TINY = """
 name: tiny

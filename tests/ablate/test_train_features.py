@@ -15,23 +15,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate import evaluate as evaluate_module
-from ablate import progress as progress_module
-from ablate.data import prepare_data
-from ablate.errors import AblateError
-from ablate.model import build_model
-from ablate.progress import PeakMemory, Progress
-from ablate.runner import run_experiment
-from ablate.spec import EarlyStopping, TrainSpec
-from ablate.specload import load_spec
-from ablate.train import (
+from ablate.data.prepare import prepare_data
+from ablate.engine import evaluate as evaluate_module
+from ablate.engine import progress as progress_module
+from ablate.engine.model import build_model
+from ablate.engine.progress import PeakMemory, Progress
+from ablate.engine.train import (
     Trainer,
     build_optimizer,
-    check_selection_metric,
     load_checkpoint,
     lr_factor,
     planned_steps,
 )
+from ablate.errors import AblateError
+from ablate.run.runner import run_experiment
+from ablate.spec.experiment import EarlyStopping, TrainSpec
+from ablate.spec.load import load_spec
 
 TINY = """
 name: tiny
@@ -243,7 +242,7 @@ def test_an_unmeasured_early_stopping_metric_is_an_error_not_a_switch(tmp_path: 
     stopping = EarlyStopping.model_construct(metric="val/exact_match", mode="max", patience=2)
     spec = valid.model_copy(update={"train": valid.train.model_copy(update={"early_stopping": stopping})})
     with pytest.raises(AblateError, match=r"early_stopping\.metric: 'val/exact_match' is not measured"):
-        check_selection_metric(spec, is_text=False)
+        spec.selection_metric()
     data = prepare_data(spec)
     model = build_model(spec.model, data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size, 0, 3)
     with pytest.raises(AblateError, match="val/exact_match"):

@@ -19,12 +19,11 @@ import yaml
 from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.specload import SpecError, load_spec
-from ablate.tune import main_tune
-from ablate.tune.search import _fill, sample, search_name
-from ablate.tune.space import derive, plan_search
-from ablate.tune.store import HEARTBEAT, OWNER, Store, claim, open_study, reclaim
-from ablate.tune.workers import threads_per_worker, usable_cores
+from ablate.spec.load import SpecError, load_spec
+from ablate.study.search import _fill, main_tune, sample, search_name
+from ablate.study.space import derive, plan_search
+from ablate.study.store import HEARTBEAT, OWNER, Store, claim, open_study, reclaim
+from ablate.study.workers import threads_per_worker, usable_cores
 
 BASE = """\
 name: {name}
@@ -208,7 +207,7 @@ def test_experiment_searches_plan() -> None:
 
 @pytest.mark.parametrize("name", ["ped_anova", "fanova"])
 def test_importances_name_their_evaluator(tmp_path: Path, name: str) -> None:
-    from ablate.tune.results import importances
+    from ablate.study.results import importances
 
     plan = plan_search(str(write_spec(tmp_path, "imp", f"""
 search:
@@ -290,7 +289,7 @@ search:
     assert yaml.safe_load(best_yaml.read_text())["search"] is None
 
     # `ablate run best.yaml` retrains the best trial to the same metric (same seed, fresh run dir).
-    from ablate.runner import run_experiment
+    from ablate.run.runner import run_experiment
 
     spec = load_spec(best_yaml, ["train.out_dir=rerun", "tracking.enabled=false"])
     assert run_experiment(spec, quiet=True).metrics["val/loss"] == pytest.approx(best.value, rel=1e-5)

@@ -168,7 +168,7 @@ def test_component_contract(kind: str, name: str) -> None:
 @pytest.mark.parametrize("name", registry.names("mask"))
 def test_mask_name_is_its_fill(name: str) -> None:
     """A mask is registered under the canonical spelling of its fill (what ModelSpec.mask holds)."""
-    from ablate.spec import format_mask_fill
+    from ablate.spec.experiment import format_mask_fill
 
     comp = registry.get("mask", name)()
     assert format_mask_fill(comp.fill) == name

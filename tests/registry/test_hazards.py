@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import registry
-from ablate.model import build_model
-from ablate.spec import ModelSpec
+from ablate.engine.model import build_model
+from ablate.spec.experiment import ModelSpec
 from registry.masking import clamp_fill, make_mask
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).

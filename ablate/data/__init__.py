@@ -1,0 +1,8 @@
+"""Corpora -> tokenizers -> length-bucketed token batches.
+
+Owns the corpora (``corpus``: synthetic tasks, text files, the Hugging Face Hub through ``datasets``;
+``synthetic``: the generated tasks), tokenizer training and caching (``tokenize``), token-budget batches
+bucketed by length (``batching``) and the whole preparation of one spec's data (``prepare``).
+
+May import: ``ablate.spec``, ``ablate.errors``. Never torch models, training or tracking.
+"""

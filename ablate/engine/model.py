@@ -1,0 +1,404 @@
+"""The encoder-decoder skeleton, assembled from registry components by one builder.
+
+Blocks receive their sub-modules (``attn=``, ``ffn=``, residual wrappers holding a ``norm``); nothing
+here switches on a variant name except :func:`build_model`. Masks are built once per ``encode`` /
+``decode`` call by the mask component and shared by all layers. Parameters are initialised by
+:func:`init_parameters` from generators seeded per (seed, parameter name, shape), so two variants
+built with the same seed start from identical values in every parameter they share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+import registry
+from ablate.spec.experiment import ModelSpec
+from registry.attention import KVCache, MultiHeadAttention
+from registry.masking import AttnMask, MaskFill, make_mask
+
+
+# ---------------------------------------------------------------- states passed between calls
+@dataclass
+class EncoderState:
+    """What the decoder needs of the source: built once by ``encode``, read by every ``decode`` call."""
+    memory: Tensor  # (B, S, d): encoder output
+    src_pad: Tensor  # (B, S) bool, True where the source is padding
+    key_mask: AttnMask | None = None  # the (B, 1, 1, S) key-padding mask encode built (bias in its dtype)
+
+    def index_select(self, index: Tensor) -> EncoderState:
+        mask = None if self.key_mask is None else self.key_mask.index_select(index)
+        return EncoderState(self.memory.index_select(0, index), self.src_pad.index_select(0, index), mask)
+
+
+@dataclass
+class DecoderCache:
+    """Per decoder layer: self-attention K/V (grown each step) and cross-attention K/V (set once).
+
+    With a cache, :meth:`Seq2SeqTransformer.decode` reads the source side through it (cross K/V,
+    padding mask), so reordering the cache is all a beam search needs. The source side has one row
+    per source row given to ``init_cache``; after :meth:`select_beams` each such row serves ``beams``
+    consecutive query rows (the hypotheses of one sentence) and is never copied per beam.
+    """
+
+    self_kv: list[KVCache]
+    cross_kv: list[KVCache]
+    src_pad: Tensor  # (n, S) bool, one row per source row
+    cross_mask: AttnMask  # built once from src_pad
+    beams: int = 1  # consecutive query rows per source row
+
+    @property
+    def length(self) -> int:
+        """Target positions already decoded (the ``start_pos`` of the next call)."""
+        return self.self_kv[0].length if self.self_kv else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep/reorder/duplicate query rows in place: row i becomes old row index[i] (any index)."""
+        for c in self.self_kv:
+            c.index_select(index)
+        self._select_sources(index // self.beams if self.beams > 1 else index)
+        self._set_beams(1)
+
+    def select_beams(self, rows: Tensor, sentences: Tensor | None, beams: int) -> None:
+        """A beam search step: query row i becomes old query row ``rows[i]``; the source side keeps
+        the source rows ``sentences`` (None: all of them, in place, not copied), each of which then
+        serves ``beams`` consecutive query rows, so ``rows`` holds ``beams`` per kept sentence."""
+        for c in self.self_kv:
+            c.index_select(rows)
+        if sentences is not None:
+            self._select_sources(sentences)
+        self._set_beams(beams)
+
+    def _set_beams(self, beams: int) -> None:
+        self.beams = beams
+        for c in self.cross_kv:
+            c.group = beams
+
+    def _select_sources(self, index: Tensor) -> None:
+        for c in self.cross_kv:
+            c.index_select(index)
+        self.src_pad = self.src_pad.index_select(0, index)
+        self.cross_mask = self.cross_mask.index_select(index)
+
+
+# ---------------------------------------------------------------- blocks
+class EncoderLayer(nn.Module):
+    def __init__(self, attn: nn.Module, ffn: nn.Module, attn_res: nn.Module, ffn_res: nn.Module) -> None:
+        super().__init__()
+        self.self_attn, self.ffn = attn, ffn
+        self.attn_res, self.ffn_res = attn_res, ffn_res
+
+    def forward(self, x: Tensor, mask: AttnMask) -> Tensor:
+        x = self.attn_res(x, lambda h: self.self_attn(h, mask=mask))
+        return self.ffn_res(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(
+        self,
+        attn: nn.Module,
+        cross_attn: nn.Module,
+        ffn: nn.Module,
+        attn_res: nn.Module,
+        cross_res: nn.Module,
+        ffn_res: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ffn = attn, cross_attn, ffn
+        self.attn_res, self.cross_res, self.ffn_res = attn_res, cross_res, ffn_res
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        self_mask: AttnMask | None,
+        cross_mask: AttnMask,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> Tensor:
+        x = self.attn_res(x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache))
+        x = self.cross_res(x, lambda h: self.cross_attn(h, memory, mask=cross_mask, cache=cross_cache))
+        return self.ffn_res(x, self.ffn)
+
+
+class Stack(nn.Module):
+    """Layers plus the final norm (pre-norm) or an identity (post-norm)."""
+
+    def __init__(self, layers: list[nn.Module], norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+
+# ---------------------------------------------------------------- the model
+class Seq2SeqTransformer(nn.Module):
+    def __init__(
+        self,
+        src_embed: nn.Embedding,
+        tgt_embed: nn.Embedding,
+        src_pos: nn.Module,
+        tgt_pos: nn.Module,
+        encoder: Stack,
+        decoder: Stack,
+        generator: nn.Linear,
+        mask: MaskFill,
+        pad_id: int = 0,
+        embed_scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.src_embed, self.tgt_embed = src_embed, tgt_embed
+        self.src_pos, self.tgt_pos = src_pos, tgt_pos
+        self.encoder, self.decoder = encoder, decoder
+        self.generator = generator
+        self.mask = mask
+        self.pad_id = pad_id
+        self.embed_scale = embed_scale
+        self.max_positions: int = getattr(tgt_pos, "max_positions", 1 << 30)
+
+    # ------------------------------------------------------------ helpers
+    def _compute_dtype(self, device_type: str) -> torch.dtype:
+        """The dtype attention scores have: the autocast dtype when autocast is on (masks are built in it)."""
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return self.generator.weight.dtype
+
+    def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
+        x = table(ids)  # (B, T, d)
+        return x * self.embed_scale if self.embed_scale != 1.0 else x
+
+    def _key_mask(self, pad: Tensor, dtype: torch.dtype) -> AttnMask:
+        return self.mask.build(pad[:, None, None, :], dtype)  # (B, 1, 1, S) broadcasts over heads, queries
+
+    def _source_mask(self, enc: EncoderState, dtype: torch.dtype) -> AttnMask:
+        """encode's key-padding mask; rebuilt only for another compute dtype (autocast in one call)."""
+        if enc.key_mask is not None and enc.key_mask.bias is not None and enc.key_mask.bias.dtype == dtype:
+            return enc.key_mask
+        return self._key_mask(enc.src_pad, dtype)
+
+    # ------------------------------------------------------------ public API
+    def encode(self, src: Tensor) -> EncoderState:
+        src_pad = src.eq(self.pad_id)  # (B, S)
+        x = self.src_pos(self._embed(self.src_embed, src))
+        mask = self._key_mask(src_pad, self._compute_dtype(x.device.type))
+        for layer in self.encoder.layers:
+            x = layer(x, mask)
+        return EncoderState(self.encoder.norm(x), src_pad, mask)
+
+    def init_cache(self, enc: EncoderState) -> DecoderCache:
+        cross = []
+        for attn in self.attention_modules()["cross"]:
+            k, v = attn.project_kv(enc.memory)  # 2 x (B, heads, S, d_head), once per source
+            # contiguous once here: as views of the fused projection, every step's matmul would copy them
+            cross.append(KVCache(k.contiguous(), v.contiguous()))
+        mask = self._source_mask(enc, self._compute_dtype(enc.memory.device.type))
+        return DecoderCache([KVCache() for _ in self.decoder.layers], cross, enc.src_pad, mask)
+
+    def decode(
+        self, tgt_in: Tensor, enc: EncoderState, cache: DecoderCache | None = None, start_pos: int = 0,
+        project: bool = True,
+    ) -> Tensor:
+        """Logits (B, T, V). Without a cache ``tgt_in`` is the whole prefix; with one, only the new tokens.
+        ``project=False``: the final hidden states (B, T, d) instead, for a caller that applies
+        ``generator`` itself (beam search does, a chunk of rows at a time).
+
+        The self-attention mask is causal only: targets are right-padded, so a real position never
+        sees a pad and pad positions are ignored by the loss.
+        """
+        T = tgt_in.size(1)
+        x = self.tgt_pos(self._embed(self.tgt_embed, tgt_in), start_pos)
+        dtype = self._compute_dtype(x.device.type)
+        device = tgt_in.device
+        if cache is None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)  # (T, T) True above diagonal
+            self_mask: AttnMask | None = self.mask.build(causal, dtype, is_causal=True)
+            cross_mask = self._source_mask(enc, dtype)
+            memory: Tensor | None = enc.memory
+        else:
+            past = cache.length
+            if start_pos != past:
+                raise ValueError(f"start_pos {start_pos} does not match the {past} positions in the cache")
+            self_mask = None  # one new token may see every cached one
+            if T > 1:  # query i (absolute past+i) may see keys 0..past+i
+                q_pos = torch.arange(past, past + T, device=device)[:, None]
+                blocked = torch.arange(past + T, device=device)[None, :] > q_pos  # (T, past+T)
+                self_mask = self.mask.build(blocked, dtype)
+            cross_mask, memory = cache.cross_mask, None
+        for i, layer in enumerate(self.decoder.layers):
+            x = layer(
+                x, memory, self_mask, cross_mask,
+                None if cache is None else cache.self_kv[i],
+                None if cache is None else cache.cross_kv[i],
+            )
+        hidden = self.decoder.norm(x)
+        return self.generator(hidden) if project else hidden
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, self.encode(src))
+
+    def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
+        """The attention modules per role, in layer order."""
+        enc, dec = list(self.encoder.layers), list(self.decoder.layers)
+        return {
+            "encoder_self": [cast(MultiHeadAttention, layer.self_attn) for layer in enc],
+            "decoder_self": [cast(MultiHeadAttention, layer.self_attn) for layer in dec],
+            "cross": [cast(MultiHeadAttention, layer.cross_attn) for layer in dec],
+        }
+
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> dict[str, list[Tensor]]:
+        """Attention probabilities per layer, each (heads, Tq, Tk), of one sentence pair (batch of 1)."""
+        modules = self.attention_modules()
+        everything = [m for group in modules.values() for m in group]
+        if not all(getattr(m, "returns_weights", False) for m in everything):
+            raise ValueError("attention_maps needs model.attention: explicit (sdpa keeps no weights)")
+        if src.size(0) != 1 or tgt_in.size(0) != 1:
+            raise ValueError(f"attention_maps takes one sentence pair, found {src.size(0)}, {tgt_in.size(0)}")
+        was_training = self.training
+        self.eval()
+        try:
+            for m in everything:
+                m.keep_weights = True
+            self.forward(src, tgt_in)
+            return {k: [m.last_weights[0] for m in group] for k, group in modules.items()}  # type: ignore[index]
+        finally:
+            for m in everything:
+                m.keep_weights, m.last_weights = False, None
+            self.train(was_training)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied parameters counted once
+
+
+# ---------------------------------------------------------------- controlled init
+def stable_seed(seed: int, name: str, shape: tuple[int, ...]) -> int:
+    """A 63-bit seed from (seed, parameter name, shape) that is the same in every process and version.
+    Size-1 kernel dims are dropped: a Conv1d(kernel_size=1) weight (out, in, 1) is seeded (and, same
+    count and fans, drawn) like the Linear (out, in) it equals: ``ffn: conv1d`` starts as ``linear``."""
+    shape = tuple(shape)
+    while len(shape) > 2 and shape[-1] == 1:
+        shape = shape[:-1]
+    digest = hashlib.sha256(f"{seed}|{name}|{shape}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _norm_types() -> tuple[type, ...]:
+    return (nn.LayerNorm, *(registry.get("norm", n) for n in registry.names("norm")))
+
+
+def _fan_in(module: nn.Module) -> int:
+    weight = cast(Tensor, module.weight)
+    return weight[0].numel()  # in_features * kernel size
+
+
+def _draw(module: nn.Module, pname: str, p: Tensor, scheme: str, g: torch.Generator, seed: int) -> Tensor:
+    """New values for parameter ``pname`` of ``module`` drawn from ``g`` (CPU, float32)."""
+    shape = tuple(p.shape)
+    if isinstance(module, _norm_types()):
+        return torch.zeros(shape) if pname == "bias" else torch.ones(shape)
+    if scheme == "xavier" and p.dim() >= 2:
+        receptive = p[0][0].numel()
+        chunks = getattr(module, "fused_chunks", 1)  # a fused QKV weight is initialised like 3 separate ones
+        fan_in, fan_out = p.size(1) * receptive, p.size(0) * receptive // chunks
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        return torch.empty(shape).uniform_(-bound, bound, generator=g)
+    if isinstance(module, nn.Linear | nn.Conv1d):  # torch's kaiming_uniform(a=sqrt 5) == U(+-1/sqrt(fan_in))
+        bound = 1.0 / math.sqrt(_fan_in(module))
+        return torch.empty(shape).uniform_(-bound, bound, generator=g)
+    if isinstance(module, nn.Embedding):
+        return torch.empty(shape).normal_(0.0, 1.0, generator=g)
+    reset: Callable[[], None] | None = getattr(module, "reset_parameters", None)
+    if reset is None:
+        raise TypeError(f"controlled init does not know how to initialise {type(module).__name__}.{pname}")
+    # A plugin module: its own reset_parameters under a global RNG seeded for this parameter only.
+    saved = {n: q.detach().clone() for n, q in module.named_parameters(recurse=False)}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reset()
+    value = getattr(module, pname).detach().float().cpu().clone()
+    with torch.no_grad():
+        for n, q in module.named_parameters(recurse=False):
+            q.copy_(saved[n])
+    return value
+
+
+@torch.no_grad()
+def init_parameters(model: nn.Module, seed: int, scheme: str = "xavier") -> None:
+    """Initialise every parameter from its own generator seeded by (seed, name, shape).
+
+    ``xavier``: Xavier-uniform for >=2-D weights (per chunk for fused projections), the modules'
+    defaults for biases; ``default``: the modules' defaults (Linear/Conv U(+-1/sqrt(fan_in)),
+    Embedding N(0, 1)). Norms start at ones / zeros in both. Tied parameters are drawn once, under
+    the name they are first registered with.
+    """
+    if scheme not in ("xavier", "default"):
+        raise ValueError(f"unknown init {scheme!r}; accepted: xavier, default")
+    seen: set[int] = set()
+    for mod_name, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            full = f"{mod_name}.{pname}" if mod_name else pname
+            s = stable_seed(seed, full, tuple(p.shape))
+            p.copy_(_draw(module, pname, p, scheme, torch.Generator().manual_seed(s), s))
+
+
+# ---------------------------------------------------------------- the builder
+def build_model(
+    model_spec: ModelSpec, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0, seed: int = 0
+) -> Seq2SeqTransformer:
+    """Assemble a :class:`Seq2SeqTransformer` from registry components named by the spec."""
+    s = model_spec
+    d = s.d_model
+    Residual = registry.get("residual", s.residual)
+    Positions = registry.get("positions", s.positions)
+    FFN = registry.get("ffn", s.ffn)
+    Norm = registry.get("norm", s.norm)
+    Attention = registry.get("attention", s.attention)
+
+    def norm() -> nn.Module:
+        return Norm(d, eps=s.norm_eps, affine=s.norm_affine)
+
+    def residuals(n: int) -> list[nn.Module]:
+        shared = norm() if s.shared_layer_norm else None  # preset D: one norm for all sub-layers of a layer
+        return [Residual(shared if shared is not None else norm(), s.dropout) for _ in range(n)]
+
+    def attn(cross: bool = False) -> nn.Module:
+        return Attention(d, s.heads, s.attention_dropout, cross=cross)
+
+    def stack_norm() -> nn.Module:
+        return norm() if Residual.final_norm else nn.Identity()
+
+    encoder = Stack([EncoderLayer(attn(), FFN(d, s.d_ff, s.dropout), *residuals(2))
+                     for _ in range(s.encoder_layers)], stack_norm())
+    decoder = Stack([DecoderLayer(attn(), attn(cross=True), FFN(d, s.d_ff, s.dropout), *residuals(3))
+                     for _ in range(s.decoder_layers)], stack_norm())
+
+    if s.embeddings != "separate" and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            f"embeddings {s.embeddings!r} need one vocabulary; found {src_vocab_size} source and "
+            f"{tgt_vocab_size} target tokens (use a joint tokenizer)"
+        )
+    src_embed = nn.Embedding(src_vocab_size, d)
+    tgt_embed = src_embed if s.embeddings in ("shared", "tied") else nn.Embedding(tgt_vocab_size, d)
+    generator = nn.Linear(d, tgt_vocab_size)
+    if s.embeddings == "tied":
+        generator.weight = tgt_embed.weight  # (V, d): logits = x @ E^T + b
+
+    pos_dropout = s.dropout if s.position_dropout else 0.0
+    model = Seq2SeqTransformer(
+        src_embed, tgt_embed,
+        Positions(d, s.max_positions, pos_dropout), Positions(d, s.max_positions, pos_dropout),
+        encoder, decoder, generator,
+        make_mask(s.mask, s.mask_fill),
+        pad_id=pad_id,
+        embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
+    )
+    init_parameters(model, seed, s.init)
+    return model

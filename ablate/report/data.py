@@ -1,0 +1,397 @@
+"""A study read back from MLflow, as plain data: runs, variants, the baseline, summaries and effects.
+
+Rules for turning MLflow runs into a comparison: one run per (variant, seed) cell (a retried cell keeps its
+best, latest run); statistics over finished runs only; every non-baseline variant compared with the
+baseline on the primary quality metric and on val/loss (see ``ablate.report.stats`` for the tests). A
+full-factorial study also gets, per axis, the main effect of each value against the baseline's value
+(cells matched on every other axis and on the seed) and, per pair of axes, their interaction (the
+difference of differences), on the same metrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ablate.report import stats as st
+
+# Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
+IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search")
+IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads")
+STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "running": 5}
+QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
+    "bleu": ("BLEU", 2, True), "chrf": ("chrF", 2, True), "exact_match": ("exact match", 3, True),
+    "loss": ("loss", 3, False),
+}
+# Main-table columns: (metric key, header, decimals); '{q}' is the study's quality metric.
+COLUMNS = [
+    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), ("val/chrf", "val chrF", 2),
+    ("test/chrf", "test chrF", 2), ("val/loss", "val loss", 3), ("val/ppl", "val ppl", 2),
+    ("model/params", "params", 0), ("train/tokens_per_s", "tokens/s", 0), ("peak_memory_mb", "peak MB", 1),
+    ("train/wall_time_s", "wall s", 1),
+]
+
+
+@dataclass
+class Run:
+    run_id: str
+    variant: str
+    seed: int
+    status: str
+    spec_hash: str
+    start_time: float
+    params: dict[str, str]
+    metrics: dict[str, float]
+    tags: dict[str, str]
+
+
+@dataclass
+class Study:
+    name: str
+    kind: str  # 'ablation' | 'search'
+    parent: dict[str, Any]
+    runs: list[Run]  # deduplicated, sorted by (variant order, seed)
+    variants: list[str]  # baseline first
+    baseline: str | None
+    quality: str  # 'bleu' | 'exact_match' | 'loss'
+    primary: str  # the metric effects are computed on, e.g. 'test/bleu'
+    dropped: int = 0  # superseded duplicates of a (variant, seed) cell
+    notes: list[str] = field(default_factory=list)
+
+    def finished(self, variant: str) -> list[Run]:
+        return [r for r in self.runs if r.variant == variant and r.status == "finished"]
+
+    def of(self, variant: str) -> list[Run]:
+        return [r for r in self.runs if r.variant == variant]
+
+
+# ---------------------------------------------------------------- loading
+def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
+    out = []
+    for rec in frame.to_dict("records"):
+        tags = {k[5:]: str(v) for k, v in rec.items() if k.startswith("tags.") and isinstance(v, str)}
+        params = {k[7:]: str(v) for k, v in rec.items() if k.startswith("params.") and isinstance(v, str)}
+        metrics = {k[8:]: float(v) for k, v in rec.items() if k.startswith("metrics.") and pd.notna(v)}
+        status = tags.get("ablate.status") or str(rec.get("status", "")).lower()
+        seed_text = tags.get("ablate.seed", params.get("seed", "0"))
+        start = rec.get("start_time")
+        out.append(Run(
+            run_id=str(rec["run_id"]), variant=tags.get("ablate.variant") or tags.get("mlflow.runName", "?"),
+            seed=int(seed_text) if seed_text.lstrip("-").isdigit() else 0, status=status,
+            spec_hash=tags.get("ablate.spec_hash", ""), params=params, metrics=metrics, tags=tags,
+            start_time=start.timestamp() if hasattr(start, "timestamp") else 0.0))
+    return out
+
+
+def _dedupe(runs: list[Run]) -> tuple[list[Run], int]:
+    """One run per (variant, seed): the best status, then the latest (a retried cell beats its failure)."""
+    best: dict[tuple[str, int], Run] = {}
+    for r in runs:
+        key = (r.variant, r.seed)
+        cur = best.get(key)
+        if cur is None or (STATUS_RANK.get(r.status, 9), -r.start_time, r.run_id) < \
+                (STATUS_RANK.get(cur.status, 9), -cur.start_time, cur.run_id):
+            best[key] = r
+    return list(best.values()), len(runs) - len(best)
+
+
+def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
+    name = requested.split("/")[-1] if requested and requested != "auto" else ""
+    if name in QUALITY:
+        return name
+    keys = {k for r in runs for k in r.metrics}
+    for q in ("bleu", "exact_match"):
+        if f"val/{q}" in keys or f"test/{q}" in keys:
+            return q
+    return "loss"
+
+
+def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
+    runs, dropped = _dedupe(_runs_from_frame(frame))
+    tags, params = parent["tags"], parent["params"]
+    name = tags.get("ablate.study") or parent["run_name"] or parent["run_id"]
+    is_search = tags.get("ablate.kind") == "search" or any(r.tags.get("ablate.kind") == "trial" for r in runs)
+    labels = sorted({r.variant for r in runs})
+    baseline = "baseline" if "baseline" in labels else None
+    notes = []
+    if baseline is None and labels and not is_search:
+        baseline = labels[0]
+        notes.append(f"no variant is labelled 'baseline': effects are measured against {baseline!r}")
+    variants = ([baseline] if baseline else []) + [v for v in labels if v != baseline]
+    order = {v: i for i, v in enumerate(variants)}
+    runs.sort(key=lambda r: (order[r.variant], r.seed, r.run_id))
+    requested = params.get("ablation.metric", "auto")
+    quality = detect_quality(runs, requested)
+    if requested != "auto" and "/" in requested:
+        primary = requested  # the study asked for this metric explicitly
+    else:
+        # 'auto': the held-out test score when the runs have it (val picked the checkpoint), else val.
+        has_test = any(f"test/{quality}" in r.metrics for r in runs if r.status == "finished")
+        primary = f"{'test' if has_test else 'val'}/{quality}"
+    return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
+                 primary, dropped, notes)
+
+
+def load_study(study: str) -> Study:
+    from ablate.tracking.read import find_study_runs
+
+    parent, frame = find_study_runs(study)
+    return build_study(parent, frame)
+
+
+# ---------------------------------------------------------------- analysis
+def design_params(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if k not in IGNORED_PARAMS and not k.startswith(IGNORED_PREFIXES)}
+
+
+def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(key, baseline value, variant value) for every design param that differs, sorted by key."""
+    a, b = design_params(base), design_params(other)
+    return [(k, a.get(k, "—"), b.get(k, "—")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def quality_meta(key: str) -> tuple[str, int, bool]:
+    """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'."""
+    suffix = key.split("/")[-1]
+    unit, dec, higher = QUALITY.get(suffix, (suffix, 3, False))
+    return unit, dec, higher
+
+
+def main_table_columns(study: Study) -> list[tuple[str, str, int]]:
+    q = study.quality
+    unit, dec, _ = QUALITY[q]
+    cols: list[tuple[str, str, int]] = []
+    for key, header, decimals in COLUMNS:
+        key = key.format(q=q)
+        if key in [c[0] for c in cols] or not any(key in r.metrics for r in study.runs):
+            continue
+        cols.append((key, header.format(Q=unit), dec if decimals is None else decimals))
+    return cols
+
+
+def padding_text(study: Study) -> str | None:
+    """The share of padding in the training batches (metric ``data/padding_fraction``), None if not logged.
+
+    One value when every run saw the same batches; otherwise the range and the value per variant.
+    """
+    key = "data/padding_fraction"
+    per_variant = {v: sorted({round(r.metrics[key], 6) for r in study.of(v) if key in r.metrics})
+                   for v in study.variants}
+    values = sorted({x for xs in per_variant.values() for x in xs})
+    if not values:
+        return None
+    what = "of the token positions in training batches are padding"
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f}% {what} (every run)"
+    shown = "; ".join(f"{v}: {', '.join(f'{100 * x:.1f}%' for x in xs)}"
+                      for v, xs in per_variant.items() if xs)
+    return f"{100 * values[0]:.1f}–{100 * values[-1]:.1f}% {what} ({shown})"
+
+
+def summarise(study: Study) -> dict[str, dict[str, Any]]:
+    """Per variant: counts and a `Summary` per main-table metric (finished runs only)."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in study.variants:
+        runs, done = study.of(v), study.finished(v)
+        counts = {s: sum(1 for r in runs if r.status == s)
+                  for s in ("finished", "diverged", "failed", "pruned")}
+        out[v] = {"runs": len(runs), **counts, "seeds": sorted(r.seed for r in runs),
+                  "metrics": {key: st.mean_ci([r.metrics[key] for r in done if key in r.metrics])
+                              for key, _, _ in main_table_columns(study)}}
+    return out
+
+
+@dataclass
+class EffectRow:
+    variant: str
+    axis: str
+    metric: str
+    effect: st.Effect
+    p_holm: float
+    verdict: str
+
+
+def effects(study: Study) -> list[EffectRow]:
+    """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
+    if study.baseline is None:
+        return []
+    base_params = study.of(study.baseline)[0].params
+    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    rows: list[EffectRow] = []
+    for metric in metrics:
+        family: list[tuple[str, str, st.Effect]] = []
+        base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline) if metric in r.metrics}
+        for v in study.variants[1:]:
+            diff = spec_diff(base_params, study.of(v)[0].params)
+            axis = ", ".join(k for k, _, _ in diff) or "(no spec difference)"
+            other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
+            family.append((v, axis, st.compare(base, other)))
+        adjusted = st.holm([e.p for _, _, e in family])
+        unit, dec, higher = quality_meta(metric)
+        unit = unit if metric == study.primary else metric
+        for (v, axis, e), ph in zip(family, adjusted, strict=True):
+            text = st.verdict(v, e, unit, higher, dec)
+            bad = [r.status for r in study.of(v) if r.status != "finished"]
+            if bad:
+                total = len(study.of(v))
+                if len(set(bad)) == 1:
+                    text += f" ({len(bad)} of {total} runs {bad[0]})"
+                else:
+                    counts = ", ".join(f"{bad.count(s)} {s}" for s in sorted(set(bad)))
+                    text += f" ({len(bad)} of {total} runs did not finish: {counts})"
+            rows.append(EffectRow(v, axis, metric, e, ph, text))
+    return rows
+
+
+# ---------------------------------------------------------------- full-factorial designs
+@dataclass
+class FactorialRow:
+    kind: str  # 'main' | 'interaction'
+    label: str
+    metric: str
+    effect: st.Effect
+    p_holm: float
+    verdict: str
+    incomplete: int  # matched sets left out because one of their cells did not finish
+
+
+def short_axis(key: str) -> str:
+    return key.removeprefix("model.")  # as the study labels variants: 'residual=post_norm'
+
+
+def axis_value(params: dict[str, str], key: str) -> str:
+    """A run's value of one axis; an axis that sets a whole section reads as its flattened fields."""
+    if key in params:
+        return params[key]
+    sub = [f"{k[len(key) + 1:]}={v}" for k, v in sorted(params.items()) if k.startswith(key + ".")]
+    return "; ".join(sub) or "—"
+
+
+def factorial_axes(study: Study) -> dict[str, list[str]] | None:
+    """Axis -> values (the baseline's first, then in spec order) of a full-factorial study, else None."""
+    params = study.parent["params"]
+    design = params.get("ablation.design") or study.parent["tags"].get("ablate.design")
+    if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
+        return None
+    base = study.of(study.baseline)[0].params
+    axes: dict[str, list[str]] = {}
+    for name in sorted(k for k in params if k.startswith("ablation.axes.")):
+        key = name.removeprefix("ablation.axes.")
+        try:
+            listed = [v if isinstance(v, str) else json.dumps(v) for v in json.loads(params[name])]
+        except (ValueError, TypeError):
+            listed = []
+        seen = {axis_value(r.params, key) for r in study.runs}
+        rank = {v: (listed.index(v) if v in listed else len(listed), v) for v in seen}
+        first = axis_value(base, key)
+        on_grid = {axis_value(r.params, key) for r in study.runs if r.variant != study.baseline}
+        if on_grid and on_grid <= set(listed) and first not in listed:
+            # The base spec is off the grid (its value is in no axis list): compare with the first listed.
+            first, seen = min(on_grid, key=lambda v: rank[v]), on_grid
+        axes[key] = [first] + sorted(seen - {first}, key=lambda v: rank[v])
+    return axes if axes and all(len(v) > 1 for v in axes.values()) else None
+
+
+def _cells(study: Study, axes: dict[str, list[str]], metric: str
+           ) -> tuple[dict[tuple[tuple[str, ...], int], float], set[tuple[tuple[str, ...], int]]]:
+    """(values of finished cells, every planned cell present) keyed by (axis values in axes order, seed)."""
+    values, present = {}, set()
+    for r in study.runs:
+        key = (tuple(axis_value(r.params, a) for a in axes), r.seed)
+        present.add(key)
+        if r.status == "finished" and metric in r.metrics:
+            values[key] = r.metrics[metric]
+    return values, present
+
+
+def _contrast(axes: dict[str, list[str]], values: dict[tuple[tuple[str, ...], int], float],
+              present: set[tuple[tuple[str, ...], int]], changes: dict[int, tuple[str, str]]
+              ) -> tuple[list[float], int]:
+    """Per matched set (same seed, same values of the unchanged axes): the signed sum over the 2**k
+    corners of the changed axes, i.e. a difference (k=1) or a difference of differences (k=2)."""
+    order = sorted(changes)
+    out, incomplete = [], 0
+    blocks = sorted({(tuple(v for i, v in enumerate(vals) if i not in changes), seed)
+                     for vals, seed in present})
+    for rest, seed in blocks:
+        terms = []
+        for corner in itertools.product((0, 1), repeat=len(order)):  # 0: the baseline's value, 1: the other
+            vals = list(rest)
+            for i, pick in zip(order, corner, strict=True):
+                vals.insert(i, changes[i][pick])
+            terms.append(((-1.0) ** (len(order) - sum(corner)), (tuple(vals), seed)))
+        if any(key not in present for _, key in terms):
+            continue  # not a matched set of this study (a seed or combination it never planned)
+        if all(key in values for _, key in terms):
+            out.append(sum(sign * values[key] for sign, key in terms))
+        else:
+            incomplete += 1
+    return out, incomplete
+
+
+def factorial_effects(study: Study) -> list[FactorialRow]:
+    """Main effects of every axis value against the baseline's and pairwise interactions, per metric."""
+    axes = factorial_axes(study)
+    if axes is None:
+        return []
+    names = list(axes)
+    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    rows: list[FactorialRow] = []
+    for metric in metrics:
+        values, present = _cells(study, axes, metric)
+        unit, dec, higher = quality_meta(metric)
+        unit = unit if metric == study.primary else metric
+        family: list[tuple[str, str, st.Effect, int, str, str | None]] = []
+        for i, key in enumerate(names):
+            base = axes[key][0]
+            noun = "seed" if len(names) == 1 else "pair"
+            for value in axes[key][1:]:
+                diffs, lost = _contrast(axes, values, present, {i: (base, value)})
+                label, ref = f"{short_axis(key)}={value} vs {base} (main effect)", f"{short_axis(key)}={base}"
+                family.append(("main", label, st.compare_differences(diffs), lost, noun, ref))
+        for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+            noun = "seed" if len(names) == 2 else "block"
+            for va in axes[a][1:]:
+                for vb in axes[b][1:]:
+                    diffs, lost = _contrast(axes, values, present, {i: (axes[a][0], va), j: (axes[b][0], vb)})
+                    label = f"{short_axis(a)}={va} × {short_axis(b)}={vb} (interaction)"
+                    family.append(("interaction", label, st.compare_differences(diffs), lost, noun, None))
+        adjusted = st.holm([e.p for _, _, e, _, _, _ in family])
+        for (kind, label, e, lost, noun, reference), ph in zip(family, adjusted, strict=True):
+            text = st.verdict(label, e, unit, higher, dec, noun=noun, reference=reference)
+            if lost:
+                text += f" ({lost} matched {'pair' if kind == 'main' else 'set'}{'s' * (lost != 1)} " \
+                        "left out: a cell did not finish)"
+            rows.append(FactorialRow(kind, label, metric, e, ph, text, lost))
+    return rows
+
+
+@dataclass
+class CellGrid:
+    """A two-axis full factorial on one metric: rows = values of the first axis, columns of the second."""
+
+    axes: tuple[str, str]
+    rows: list[str]
+    cols: list[str]
+    means: dict[tuple[str, str], st.Summary]  # finished runs only
+    unfinished: dict[tuple[str, str], int]
+
+
+def cell_means(study: Study, metric: str) -> CellGrid | None:
+    axes = factorial_axes(study)
+    if axes is None or len(axes) != 2:
+        return None
+    a, b = list(axes)
+    means, unfinished = {}, {}
+    for va in axes[a]:
+        for vb in axes[b]:
+            runs = [r for r in study.runs if axis_value(r.params, a) == va and axis_value(r.params, b) == vb]
+            done = [r.metrics[metric] for r in runs if r.status == "finished" and metric in r.metrics]
+            means[(va, vb)] = st.mean_ci(done)
+            unfinished[(va, vb)] = sum(r.status != "finished" for r in runs)
+    return CellGrid((short_axis(a), short_axis(b)), axes[a], axes[b], means, unfinished)

@@ -1,0 +1,348 @@
+"""`ablate run`: one spec from data to a tracked, evaluated, resumable run.
+
+Order of work: validate (done by the caller) -> data -> model -> train ->
+best weights -> val/test evaluation -> summary. A run directory keyed by the
+spec hash and seed holds the checkpoints; starting the same spec again resumes
+from it (the MLflow run id rides in the checkpoint, and in ``run_id`` from the
+moment the run opens), and a finished run is reported, not retrained.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ablate.data.prepare import PreparedData, prepare_data
+from ablate.engine import metrics as M
+from ablate.engine.evaluate import evaluate, format_samples, translate_split
+from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.engine.progress import PeakMemory
+from ablate.engine.train import EvalHook, Trainer, load_checkpoint
+from ablate.hardware import resolve_precision
+from ablate.spec.experiment import ExperimentSpec
+
+TERMINAL = ("finished", "diverged", "pruned")
+
+
+@dataclass
+class RunResult:
+    status: str
+    metrics: dict[str, float]
+    spec_hash: str
+    run_dir: str
+    run_id: str | None = None
+    checkpoint: str | None = None
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    reason: str = ""
+
+
+def run_dir_for(spec: ExperimentSpec) -> Path:
+    return Path(spec.train.out_dir) / spec.name / f"{spec.spec_hash}-s{spec.seed}"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------- distributed
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed() -> DistInfo:
+    """Join the process group when started by torchrun (gloo on CPU, nccl on GPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def pick_device(info: DistInfo) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------- the run
+RUN_ID_FILE = "run_id"  # the MLflow run id, written as soon as the run opens (before any checkpoint)
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    path = run_dir / RUN_ID_FILE
+    return (path.read_text().strip() or None) if path.is_file() else None
+
+
+def write_run_id(run_dir: Path, run_id: str) -> None:
+    """Atomically: a kill between the run opening and its step-0 checkpoint resumes into this run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{RUN_ID_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(run_id + "\n")
+    os.replace(tmp, run_dir / RUN_ID_FILE)
+
+
+def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_dir: Path | None = None,
+                   tags: dict[str, str] | None = None, parent_run_id: str | None = None,
+                   experiment: str | None = None, run_name: str | None = None,
+                   data: PreparedData | None = None, quiet: bool = False,
+                   on_start: Callable[[str | None], None] | None = None) -> RunResult:
+    """Train and evaluate one spec; resume from its run directory when a checkpoint is there.
+
+    ``on_start`` receives the MLflow run id (None when tracking is off) as soon as the run is open, so a
+    study's cell or a tuner's trial knows its run even when training later crashes. ``quiet`` hides the
+    progress display. ``train.threads`` applies to this run only: torch's thread count is restored after.
+    """
+    threads_before = torch.get_num_threads()
+    if spec.train.threads:
+        torch.set_num_threads(spec.train.threads)
+    try:
+        return _run(spec, hook=hook, run_dir=run_dir, tags=tags, parent_run_id=parent_run_id,
+                    experiment=experiment, run_name=run_name, data=data, quiet=quiet, on_start=on_start)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, tags: dict[str, str] | None,
+         parent_run_id: str | None, experiment: str | None, run_name: str | None,
+         data: PreparedData | None, quiet: bool, on_start: Callable[[str | None], None] | None) -> RunResult:
+    from ablate.tracking import NullTracker, Tracker
+
+    dist_info = init_distributed()
+    device = pick_device(dist_info)
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_for(spec)
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        done = RunResult(**json.loads(summary_path.read_text()))
+        if done.status in TERMINAL:
+            return done
+
+    if spec.tracking.enabled and dist_info.rank == 0:
+        from ablate.tracking import check_reachable, resolve_tracking_uri
+
+        check_reachable(resolve_tracking_uri(spec.tracking.uri))  # a dead server fails before data prep
+    memory = PeakMemory(device)
+    memory.reset()  # this run's peak, not the worker process's
+    seed_everything(spec.seed)
+    data = data if data is not None else prepare_data(spec)
+    spec.selection_metric()  # a user error, before any MLflow run exists
+    tok = data.tokenizers
+    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
+                        seed=spec.seed).to(device)
+    resume = load_checkpoint(run_dir / "last.pt") if (run_dir / "last.pt").exists() else None
+    # The checkpoint's run id, else the one recorded when the run opened (killed before any checkpoint).
+    resume_id = (resume["state"].get("run_id") if resume else None) or read_run_id(run_dir)
+
+    is_main = dist_info.rank == 0
+    tracker: Any = NullTracker()
+    if spec.tracking.enabled and is_main:
+        tracker = Tracker.start(spec, experiment=experiment, tags=tags,
+                                run_name=run_name or f"{spec.name}-s{spec.seed}",
+                                parent_run_id=parent_run_id, resume_run_id=resume_id)
+        if tracker.run_id and tracker.run_id != read_run_id(run_dir):
+            write_run_id(run_dir, tracker.run_id)
+    if on_start is not None:
+        on_start(tracker.run_id)
+    started = time.time()
+    try:
+        train_model: torch.nn.Module = model
+        if spec.train.compile:
+            train_model = torch.compile(model)  # type: ignore[assignment]
+        if dist_info.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train_model = DistributedDataParallel(
+                train_model, device_ids=[device.index] if device.type == "cuda" else None)
+        trainer = Trainer(spec, data, model, run_dir, device, sink=tracker, hook=hook,
+                          rank=dist_info.rank, world_size=dist_info.world_size, train_model=train_model,
+                          memory=memory, show_progress=not quiet)
+        padding = trainer.batcher.padding_fraction(0)
+        if resume is not None:
+            trainer.restore(resume)
+            # Metrics flushed before the kill are already in MLflow; the tracker drops repeated steps.
+            trainer.flush()
+        else:
+            trainer.state.run_id = tracker.run_id
+            log_run_start(tracker, data, device, model, padding)
+            trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
+        outcome = trainer.fit()
+        status, state = outcome.status, outcome.state
+        metrics = dict(state.history[-1][1]) if state.history else {}
+        metrics.update(state.stop_metrics)  # a diverged run: the real (non-finite) loss it ended with
+        run_level = {"model/params": float(_count(model)), "data/padding_fraction": padding,
+                     "train/tokens_per_s": state.target_tokens / max(state.train_seconds, 1e-9)}
+        evaluated: dict[str, float] = {}
+        if status in ("finished", "pruned") and is_main:
+            evaluated = final_evaluation(spec, data, model, trainer, tracker, device)
+        metrics.update(run_level)
+        metrics.update(evaluated)
+        metrics["wall_time_s"] = time.time() - started
+        peak = memory.metrics()
+        metrics.update(peak)
+        if status != "killed" and is_main:
+            # The final figures (best checkpoint on val/test, whole-run throughput and memory) go one step
+            # after the last training step: the last value of each metric is then the run's result.
+            final = {**evaluated, **run_level, **peak, "train/wall_time_s": metrics["wall_time_s"]}
+            tracker.log_metrics(final, step=state.step + 1)
+            if outcome.reason:
+                tracker.set_tags({"ablate.reason": outcome.reason})
+            log_loss_curve(tracker, state)
+        result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
+                           run_id=tracker.run_id,
+                           checkpoint=str(trainer.best_path) if trainer.best_path.exists() else None,
+                           history=state.history, reason=outcome.reason)
+        if is_main and status != "killed":
+            write_summary(summary_path, result)
+            tracker.log_artifact(summary_path)
+        tracker.end(status)
+        if status == "killed":
+            raise KeyboardInterrupt
+        return result
+    except KeyboardInterrupt:
+        tracker.end("killed")
+        raise
+    except BaseException:
+        tracker.end("failed")
+        raise
+
+
+def log_run_start(tracker: Any, data: PreparedData, device: torch.device, model: torch.nn.Module,
+                  padding: float) -> None:
+    """What a new run records once (Tracker.start already logged the flattened spec, spec.yaml and the
+    environment): the dataset input, the tokenizers (so `ablate translate` needs nothing but the run),
+    the sacreBLEU signatures, the device, and step-0 metrics."""
+    tracker.log_dataset(data.name, data.fingerprint, source=data.source)
+    tok = data.tokenizers
+    tracker.log_text(tok.to_json(), "tokenizer/tokenizers.json")  # both sides and the normalisation
+    tracker.log_text(tok.src.to_str(), "tokenizer/src.json")  # plain Hugging Face tokenizers files
+    tracker.log_text(tok.tgt.to_str(), "tokenizer/tgt.json")
+    tags = {"ablate.device": describe_device(device)}
+    if data.is_text:
+        sig = M.signatures()
+        tags.update({"eval.sacrebleu_signature": sig["bleu"], "eval.chrf_signature": sig["chrf"]})
+    tracker.set_tags(tags)
+    tracker.log_metrics({"model/params": float(_count(model)), "data/padding_fraction": padding}, step=0)
+
+
+def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTransformer, trainer: Trainer,
+                     tracker: Any, device: torch.device) -> dict[str, float]:
+    """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
+    ``eval.max_sentences`` cap); log samples and artifacts."""
+    if trainer.best_path.exists():
+        model.load_state_dict(load_checkpoint(trainer.best_path)["model"])
+    precision = resolve_precision(spec.train.precision, device)
+    out: dict[str, float] = {}
+    for split in ("val", "test"):
+        if split in data.splits and data.splits[split].src_ids:
+            out.update(evaluate(model, data, split, spec, device, precision, decode=True, limit=None))
+    if spec.eval.samples:
+        samples = translate_split(model, data, "test" if "test" in data.splits else "val", spec, device,
+                                  limit=spec.eval.samples)
+        tracker.log_text(format_samples(samples, spec.eval.samples), "samples.txt")
+    if spec.tracking.log_checkpoint and trainer.best_path.exists():
+        tracker.log_artifact(trainer.best_path, "checkpoints")
+    if spec.tracking.log_model:
+        tracker.log_model(model)
+    return out
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def log_loss_curve(tracker: Any, state: Any) -> None:
+    """loss_curve.png: mean train loss per logging window and validation loss per evaluation."""
+    if not state.train_curve and not state.history:
+        return
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5), dpi=100)
+    ax = fig.add_subplot()
+    if state.train_curve:
+        ax.plot(*zip(*state.train_curve, strict=True), label="train/loss")
+    val = [(s, m["val/loss"]) for s, m in state.history if "val/loss" in m]
+    if val:
+        ax.plot(*zip(*val, strict=True), marker="o", label="val/loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy")
+    ax.legend()
+    fig.tight_layout()
+    tracker.log_figure(fig, "loss_curve.png")
+
+
+def write_summary(path: Path, result: RunResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(result), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------- CLI entry points
+def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
+    keys = ["val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",
+            "test/chrf", "test/exact_match", "train/loss", "model/params", "train/tokens_per_s",
+            "wall_time_s", "data/padding_fraction", "peak_memory_mb"]
+    lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
+             + (f" ({result.reason})" if result.reason else "")]
+    for key in keys:
+        if key in result.metrics:
+            value = result.metrics[key]
+            lines.append(f"  {key:<22} {value:,.0f}" if abs(value) >= 1000 else f"  {key:<22} {value:.4g}")
+    lines.append(f"  run dir                {result.run_dir}")
+    if result.checkpoint:
+        lines.append(f"  best checkpoint        {result.checkpoint}")
+    if result.run_id:
+        lines.append(f"  MLflow run             {result.run_id} (open with `ablate ui`)")
+    return "\n".join(lines)
+
+
+def main_run(spec_path: str, overrides: list[str]) -> int:
+    from ablate.spec.load import load_spec
+
+    spec = load_spec(spec_path, overrides)
+    try:
+        result = run_experiment(spec)
+    except KeyboardInterrupt:
+        print("interrupted: checkpoint saved; run the same command again to resume", file=sys.stderr)
+        return 130
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(format_summary(spec, result))
+    return 0 if result.status in TERMINAL else 1
+
+
+def main_translate(run_id: str, text: str, beam: int | None = None) -> int:
+    from ablate.run.translate import translate_with_run
+
+    for line in translate_with_run(run_id, [text], beam=beam):
+        print(line)
+    return 0

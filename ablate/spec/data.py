@@ -1,0 +1,119 @@
+"""The spec's `data` section: where sentence pairs come from and how they are tokenized and batched.
+
+Read by ablate/data/prepare.py (synthetic tasks, local files, the Hugging Face Hub) and
+ablate/data/tokenize.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from ablate.spec.base import BIG, Bool, Checks, Int, SpecFieldError, Strict
+
+
+class SyntheticData(Strict):
+    task: Literal["copy", "reverse", "sort", "grammar"] = "reverse"
+    vocab_size: Annotated[Int, Field(ge=4, le=10_000)] = 20
+    min_len: Annotated[Int, Field(ge=1, le=1000)] = 3
+    max_len: Annotated[Int, Field(ge=1, le=1000)] = 12
+    train_size: Annotated[Int, Field(ge=1, le=10_000_000)] = 5000
+    val_size: Annotated[Int, Field(ge=1, le=1_000_000)] = 200
+    test_size: Annotated[Int, Field(ge=1, le=1_000_000)] = 200
+
+    @model_validator(mode="after")
+    def _lengths(self) -> SyntheticData:
+        if self.min_len > self.max_len:
+            raise SpecFieldError.single(
+                "min_len", f"min_len {self.min_len} is above max_len {self.max_len}", "max_len"
+            )
+        return self
+
+
+class FilePair(Strict):
+    """One split: either two parallel text files, or one TSV/JSONL file holding both sides."""
+
+    src: str | None = None
+    tgt: str | None = None
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> FilePair:
+        if self.path is None and (self.src is None or self.tgt is None):
+            raise ValueError("give either src and tgt (parallel text files) or path (a TSV or JSONL file)")
+        if self.path is not None and (self.src is not None or self.tgt is not None):
+            raise ValueError("give either src and tgt or path, not both")
+        return self
+
+
+class FilesData(Strict):
+    format: Literal["text", "tsv", "jsonl"] = "text"
+    train: FilePair
+    val: FilePair
+    test: FilePair | None = None
+    # Base folder for relative paths; ${ABLATE_DATA_DIR} style env vars are expanded at load time.
+    root: str | None = None
+
+
+class HubData(Strict):
+    name: str
+    config: str | None = None
+    revision: str | None = None
+    train_split: str = "train"
+    val_split: str = "validation"
+    test_split: str | None = "test"
+    # Where the pair lives in each row: "translation" dict (opus style) or flat columns (multi30k style).
+    field: str | None = "translation"
+
+
+class TokenizerSpec(Strict):
+    kind: Literal["bpe", "wordlevel", "char"] = "bpe"
+    vocab_size: Annotated[Int, Field(ge=8, le=1_000_000)] = 8000
+    joint: Bool = True
+    min_freq: Annotated[Int, Field(ge=1, le=BIG)] = 1
+
+
+class DataSpec(Strict):
+    source: Literal["synthetic", "files", "hub"] = "synthetic"
+    synthetic: SyntheticData | None = None
+    files: FilesData | None = None
+    hub: HubData | None = None
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    lowercase: Bool = False
+    reverse_source: Bool = False
+    max_len: Annotated[Int, Field(ge=2, le=100_000)] = 128
+    max_train_examples: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    tokenizer: TokenizerSpec = TokenizerSpec()
+    batch_tokens: Annotated[Int, Field(ge=16, le=10_000_000)] = 4096
+    cache_dir: str = ".ablate_cache"
+
+    @model_validator(mode="after")
+    def _source_section(self) -> DataSpec:
+        if self.source == "synthetic" and self.synthetic is None:
+            self.synthetic = SyntheticData()
+        checks = Checks()
+        if getattr(self, self.source) is None:
+            missing = f"source is {self.source!r} but the data.{self.source} section is missing"
+            checks.fail(self.source, missing, "source")
+        synthetic = self.synthetic if self.source == "synthetic" else None
+        if synthetic is not None and self.max_len < synthetic.max_len + 2:
+            checks.fail("max_len", f"max_len {self.max_len} is too short for synthetic max_len "
+                        f"{synthetic.max_len} plus bos/eos", "synthetic.max_len")
+        checks.raise_any()
+        return self
+
+    @property
+    def is_text(self) -> bool:
+        """Text data (scored with BLEU/chrF) rather than a synthetic task (exact match)."""
+        return self.source != "synthetic"
+
+    @property
+    def has_test(self) -> bool:
+        """Whether runs evaluate a test split (a synthetic task always has one)."""
+        if self.source == "files":
+            return self.files is not None and self.files.test is not None
+        if self.source == "hub":
+            return self.hub is not None and self.hub.test_split is not None
+        return True

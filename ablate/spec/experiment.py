@@ -1,0 +1,369 @@
+"""The experiment spec: pydantic v2 models, one per section.
+
+Every model forbids unknown keys and takes only its own types (ablate/spec/base.py: `heads: true` is an
+error, not 1). Components are named by registry keys and checked against the registry, plugins included
+(the registry loads them on first use). Cross-field checks report every failing check at once. Loading
+YAML (line numbers, ``extends:``, ``--set``, this machine's precisions) lives in ``ablate/spec/load.py``.
+The `data` section is in ``ablate/spec/data.py``, `ablation` and `search` in ``ablate/spec/study.py`` (all
+importable from here); this module holds the rest and the whole spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+import registry
+from ablate.errors import AblateError
+from ablate.spec import metricnames
+from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, SpecFieldError, Strict
+from ablate.spec.data import DataSpec, FilePair, FilesData, HubData, SyntheticData, TokenizerSpec
+from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
+
+__all__ = [
+    "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
+    "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
+    "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
+    "TokenizerSpec", "TrackingSpec", "TrainSpec", "flatten", "format_mask_fill", "is_valid_name",
+    "parse_mask_fill", "spec_hash",
+]
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    hint = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+def _component(kind: str, value: str) -> str:
+    known = registry.names(kind)  # entry-point plugins included
+    if value not in known:
+        hint = _did_you_mean(value, known)
+        raise ValueError(f"unknown {kind} {value!r}; accepted: {', '.join(known)}{hint}")
+    return value
+
+
+# ---------------------------------------------------------------- model
+def _mask_hint(text: str) -> str:
+    names = registry.names("mask")  # '-inf', '-1e9' and any a plugin registers
+    return _did_you_mean(text, names + [n for n in ("-inf", "-1e9") if n not in names])
+
+
+def parse_mask_fill(value: Any) -> float:
+    """`-inf`, `-1e9` or any other negative number; YAML hands `-1e9` over as a string."""
+    expected = "expected a negative number or -inf (e.g. -1e9)"
+    if isinstance(value, bool):
+        raise ValueError(f"found {str(value).lower()}; {expected}")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("-inf", "-.inf", "-infinity"):
+            return float("-inf")
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"found {value!r}; {expected}{_mask_hint(text)}") from None
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        raise ValueError(f"found {value!r}; {expected}")
+    if math.isnan(number) or number >= 0:
+        hint = f"; did you mean {format_mask_fill(-number)!r}?" if number > 0 else ""
+        raise ValueError(f"found {value!r}; the mask fill must be negative (-inf, -1e9, -1e6 ...){hint}")
+    return number
+
+
+def format_mask_fill(value: float) -> str:
+    """The canonical spelling: '-inf' or '-1e9' style, as users write it in YAML."""
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    mantissa, exponent = f"{value:e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+class ModelSpec(Strict):
+    d_model: Annotated[Int, Field(gt=0, le=65536)] = 128
+    heads: Annotated[Int, Field(gt=0, le=1024)] = 4
+    encoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    decoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    d_ff: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
+    dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.1
+    attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    # One field per axis; each value is a registry key of that kind.
+    residual: str = "pre_norm"
+    positions: str = "sinusoidal"
+    ffn: str = "linear"
+    norm: str = "builtin"
+    mask: str = "-inf"
+    attention: str = "sdpa"
+    # Options of single variants.
+    norm_eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-6
+    norm_affine: Literal["per_feature", "scalar"] = "per_feature"  # custom norm only (preset E: scalar)
+    shared_layer_norm: Bool = False  # post_norm only (preset D: one norm per layer)
+    position_dropout: Bool = True
+    max_positions: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
+    embed_scale: Bool = True  # multiply embeddings by sqrt(d_model)
+    embeddings: Literal["separate", "shared", "tied"] = "separate"
+    init: Literal["xavier", "default"] = "xavier"
+
+    @field_validator("residual")
+    @classmethod
+    def _residual(cls, v: str) -> str:
+        return _component("residual", v)
+
+    @field_validator("positions")
+    @classmethod
+    def _positions(cls, v: str) -> str:
+        return _component("positions", v)
+
+    @field_validator("ffn")
+    @classmethod
+    def _ffn(cls, v: str) -> str:
+        return _component("ffn", v)
+
+    @field_validator("norm")
+    @classmethod
+    def _norm(cls, v: str) -> str:
+        return _component("norm", v)
+
+    @field_validator("attention")
+    @classmethod
+    def _attention(cls, v: str) -> str:
+        return _component("attention", v)
+
+    @field_validator("mask", mode="before")
+    @classmethod
+    def _mask(cls, v: Any) -> str:
+        return format_mask_fill(parse_mask_fill(v))
+
+    @property
+    def mask_fill(self) -> float:
+        return parse_mask_fill(self.mask)
+
+    @model_validator(mode="after")
+    def _dims(self) -> ModelSpec:
+        checks = Checks()
+        if self.d_model % self.heads:
+            checks.fail("heads", f"d_model {self.d_model} is not divisible by heads {self.heads}", "d_model")
+        if self.positions == "sinusoidal" and self.d_model % 2:
+            checks.fail(
+                "d_model", f"sinusoidal positions need an even d_model, not {self.d_model}", "positions"
+            )
+        if self.shared_layer_norm and self.residual != "post_norm":
+            checks.fail(
+                "shared_layer_norm", "shared_layer_norm applies to residual: post_norm only", "residual"
+            )
+        if self.norm_affine == "scalar" and self.norm != "custom":
+            checks.fail("norm_affine", "norm_affine: scalar applies to norm: custom only", "norm")
+        checks.raise_any()
+        return self
+
+
+# ---------------------------------------------------------------- train
+Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
+
+
+class OptimizerSpec(Strict):
+    name: Literal["adam", "adamw"] = "adam"
+    lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
+    betas: tuple[Beta, Beta] = (0.9, 0.98)
+    eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
+    weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+
+
+class ScheduleSpec(Strict):
+    name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
+    warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
+    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0  # cosine floor
+
+
+class EarlyStopping(Strict):
+    metric: str = "val/loss"  # a metric of each evaluation (spec/metricnames.py), checked per data
+    mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
+    patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mode(cls, data: Any) -> Any:
+        return metricnames.with_natural_default(data, "mode", metricnames.mode)
+
+    @model_validator(mode="after")
+    def _consistent_mode(self) -> EarlyStopping:
+        natural = metricnames.mode(self.metric)
+        if self.metric in metricnames.all_metrics() and self.mode != natural:
+            better = "higher" if natural == "max" else "lower"
+            raise SpecFieldError.single(
+                "mode", f"mode {self.mode!r} contradicts {self.metric} ({better} is better): use {natural!r} "
+                "or leave mode out", "metric"
+            )
+        return self
+
+
+class TrainSpec(Strict):
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # checked against this machine on load
+    optimizer: OptimizerSpec = OptimizerSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
+    clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
+    label_smoothing: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    max_steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = 1000
+    epochs: Annotated[Int, Field(ge=1, le=100_000)] | None = None
+    eval_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    checkpoint_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    early_stopping: EarlyStopping | None = None
+    # A loss above divergence_factor x the first logged loss (or non-finite) ends the run as diverged.
+    divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
+    compile: Bool = False
+    threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
+    out_dir: str = "runs"
+
+    @model_validator(mode="after")
+    def _budget(self) -> TrainSpec:
+        if self.max_steps is None and self.epochs is None:
+            raise SpecFieldError.single(
+                "max_steps", "set max_steps, epochs or both: training needs an end", "epochs"
+            )
+        return self
+
+
+# ---------------------------------------------------------------- eval
+class DecodeSpec(Strict):
+    strategy: Literal["greedy", "beam"] = "greedy"
+    beam: Annotated[Int, Field(ge=1, le=64)] = 4
+    length_penalty: Annotated[Float, Field(ge=0.0, le=10.0)] = 0.6
+    max_len_a: Annotated[Float, Field(ge=0.0, le=10.0)] = 1.2
+    max_len_b: Annotated[Int, Field(ge=0, le=10_000)] = 10
+
+
+class EvalSpec(Strict):
+    decode: DecodeSpec = DecodeSpec()
+    metric: Literal["auto", "bleu", "exact_match"] = "auto"
+    samples: Annotated[Int, Field(ge=0, le=1000)] = 5
+    max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None  # cap decoding at each evaluation
+    bleu_during_training: Bool = True
+
+
+# ---------------------------------------------------------------- tracking
+class TrackingSpec(Strict):
+    enabled: Bool = True
+    uri: str | None = None
+    experiment: Name | None = None  # the MLflow experiment and the reports/<study>/ folder: a name rule
+    log_model: Bool = False
+    async_logging: Bool = False
+    system_metrics: Bool = False
+    log_checkpoint: Bool = True
+
+
+# ---------------------------------------------------------------- the whole spec
+class ExperimentSpec(Strict):
+    name: Name
+    description: str = ""
+    seed: Seed = 0
+    data: DataSpec = DataSpec()
+    model: ModelSpec = ModelSpec()
+    train: TrainSpec = TrainSpec()
+    eval: EvalSpec = EvalSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    ablation: AblationSpec | None = None
+    search: SearchSpec | None = None
+
+    @model_validator(mode="after")
+    def _cross(self) -> ExperimentSpec:
+        checks = Checks()
+        data, model = self.data, self.model
+        if model.embeddings in ("shared", "tied") and not data.tokenizer.joint and data.is_text:
+            checks.fail(
+                "model.embeddings",
+                f"model.embeddings {model.embeddings!r} needs one vocabulary: set data.tokenizer.joint: true",
+                "data.tokenizer.joint", "data.source",
+            )
+        # Both position tables (learned embedding, sinusoidal buffer) stop at max_positions.
+        if data.max_len > model.max_positions:
+            checks.fail(
+                "data.max_len",
+                f"data.max_len {data.max_len} exceeds model.max_positions {model.max_positions}",
+                "model.max_positions",
+            )
+        if self.eval.metric not in ("auto", *metricnames.quality_metrics(data.is_text)):
+            kind = "text data (files, hub)" if self.eval.metric == "bleu" else "a synthetic task"
+            checks.fail("eval.metric", f"{self.eval.metric} needs {kind}; or use auto", "data.source")
+        self._check_metrics(checks)
+        checks.raise_any()
+        return self
+
+    def _check_metrics(self, checks: Checks) -> None:
+        """Every metric the spec names must be one its runs report (a typo would silently fall back)."""
+        data_fields = ("data.source", "data.files.test", "data.hub.test_split")
+        is_text, es = self.data.is_text, self.train.early_stopping
+        if es is not None:
+            each_eval = metricnames.evaluation_metrics(is_text, decode=self.eval.bleu_during_training)
+            problem = metricnames.problem(es.metric, each_eval, is_text, at_evaluation=True)
+            if problem:
+                checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
+        result = metricnames.result_metrics(is_text, has_test=self.data.has_test)
+        if self.ablation is not None:
+            metric = self.ablation.metric
+            problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)
+            if problem:
+                checks.fail("ablation.metric", problem, *data_fields)
+        for i, objective in enumerate(self.search.objectives if self.search is not None else []):
+            problem = metricnames.problem(objective.metric, result, is_text, at_evaluation=False)
+            if problem:
+                checks.fail(f"search.objectives.{i}.metric", problem, *data_fields)
+
+    def selection_metric(self) -> str:
+        """The metric that picks the best checkpoint and drives early stopping (``val/loss`` without early
+        stopping). A metric the evaluations of this run do not measure is an AblateError, never a silent
+        switch (validation rules it out; a spec built without validation still gets the error here)."""
+        es = self.train.early_stopping
+        key = es.metric if es is not None else "val/loss"
+        measured = metricnames.evaluation_metrics(self.data.is_text, decode=self.eval.bleu_during_training)
+        if key not in measured:
+            raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations "
+                              f"of this run (they measure {', '.join(measured)}; decoding metrics need "
+                              f"eval.bleu_during_training: true)")
+        return key
+
+    def resolved(self) -> dict[str, Any]:
+        """The spec as plain JSON-able data, defaults filled in: what is hashed and logged."""
+        return self.model_dump(mode="json")
+
+    def identity(self) -> dict[str, Any]:
+        """What decides a run's result: everything but tracking and the study sections."""
+        data = self.resolved()
+        for key in ("tracking", "ablation", "search", "description"):
+            data.pop(key, None)
+        return data
+
+    @property
+    def spec_hash(self) -> str:
+        return spec_hash(self.identity())
+
+
+def spec_hash(data: dict[str, Any]) -> str:
+    """A stable 12-hex-digit hash of resolved spec data (key order does not matter)."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values (MLflow params, spec diffs)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def is_valid_name(name: str) -> bool:
+    return re.match(NAME_PATTERN, name) is not None

@@ -1,0 +1,103 @@
+"""The metric names a run produces, in one place: what a spec may name as a target, and which way is better.
+
+- At each evaluation (ablate/engine/train.py ``run_evaluation`` -> ablate/engine/evaluate.py
+  ``evaluate``): ``val/loss``,
+  ``val/ppl`` and, when it decodes (``eval.bleu_during_training``), ``val/bleu`` + ``val/chrf`` on text
+  data or ``val/exact_match`` on a synthetic task. Early stopping and the tuner's pruning read these.
+- Every few training steps: ``train/loss``, ``train/lr``, ``train/tokens_per_s`` (MLflow only).
+- A run's result (ablate/run/runner.py: what a study compares and a search optimises): the best checkpoint's
+  ``val/*`` and ``test/*`` (every split decoded, test when the data has a test split), ``model/params``,
+  ``train/tokens_per_s``, ``data/padding_fraction``, ``wall_time_s`` and ``peak_memory_mb`` (MLflow also
+  gets ``wall_time_s`` as ``train/wall_time_s``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any, Literal
+
+SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
+TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
+SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
+TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
+RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "wall_time_s", "peak_memory_mb")
+_HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
+
+
+def quality_metrics(is_text: bool) -> tuple[str, ...]:
+    """What decoding is scored with: BLEU and chrF on text, exact match on a synthetic task."""
+    return TEXT_METRICS if is_text else SYNTHETIC_METRICS
+
+
+def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val") -> list[str]:
+    """The names in one evaluation's dict (`decode`: whether it decoded, i.e. bleu_during_training)."""
+    names = SPLIT_METRICS + (quality_metrics(is_text) if decode else ())
+    return [f"{split}/{name}" for name in names]
+
+
+def result_metrics(is_text: bool, *, has_test: bool) -> list[str]:
+    """The names in a finished run's result metrics."""
+    names = evaluation_metrics(is_text)
+    if has_test:
+        names += evaluation_metrics(is_text, split="test")
+    return names + [m for m in RUN_METRICS if m not in names]
+
+
+def all_metrics() -> list[str]:
+    """Every name any run can produce (for "did you mean" against typos)."""
+    names: list[str] = []
+    for split in ("val", "test"):
+        names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS]
+    return names + [m for m in TRAINING_METRICS + RUN_METRICS if m not in names]
+
+
+def higher_is_better(metric: str) -> bool:
+    """BLEU, chrF, exact match and throughput grow when things improve; losses, time, memory, size shrink."""
+    return metric.rpartition("/")[2] in _HIGHER_IS_BETTER
+
+
+def mode(metric: str) -> Literal["min", "max"]:
+    return "max" if higher_is_better(metric) else "min"
+
+
+def direction(metric: str) -> Literal["minimize", "maximize"]:
+    return "maximize" if higher_is_better(metric) else "minimize"
+
+
+def with_natural_default(data: Any, field: str, natural: Callable[[str], str]) -> Any:
+    """Raw spec section ``data`` with ``field`` set to ``natural(data["metric"])`` when the user left it
+    out (a pydantic "before" validator's input: ``mode`` of early stopping, ``direction`` of an objective)."""
+    if isinstance(data, dict) and field not in data and isinstance(data.get("metric"), str):
+        return {**data, field: natural(data["metric"])}
+    return data
+
+
+def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: bool) -> str | None:
+    """Why `metric` is not among the `accepted` ones a run reports (None when it is), for a spec error."""
+    if metric in accepted:
+        return None
+    choices = f"accepted: {', '.join(accepted)}"
+    if metric in all_metrics():
+        return f"{_why_missing(metric, is_text, at_evaluation)}; {choices}"
+    close = difflib.get_close_matches(metric, all_metrics(), n=1, cutoff=0.6)
+    if not close:
+        return f"found {metric!r}; {choices}"
+    if close[0] in accepted:
+        return f"found {metric!r}; {choices}; did you mean {close[0]!r}?"
+    why = _why_missing(close[0], is_text, at_evaluation)
+    return f"found {metric!r}; {choices} (did you mean {close[0]!r}? {why})"
+
+
+def _why_missing(metric: str, is_text: bool, at_evaluation: bool) -> str:
+    split, _, name = metric.rpartition("/")
+    if name in TEXT_METRICS and not is_text:
+        return f"{metric} needs text data; a synthetic task reports {split}/exact_match"
+    if name in SYNTHETIC_METRICS and is_text:
+        return f"{metric} is for synthetic tasks; text data reports {split}/bleu and {split}/chrf"
+    if split == "test":
+        return f"{metric}: " + ("only the validation split is evaluated during training" if at_evaluation
+                                else "the data has no test split")
+    if at_evaluation and split == "val":
+        return f"{metric} is not computed at each evaluation: set eval.bleu_during_training: true"
+    return f"{metric} is not computed at each evaluation (early stopping reads the val/ metrics)"

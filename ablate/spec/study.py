@@ -1,0 +1,116 @@
+"""The spec's study sections: `ablation` (ablate/study/ablation.py runs it) and `search`
+(ablate/study/search.py runs it).
+
+Only their shape is checked here; that axis and search-space keys name spec fields, that each axis value
+gives a valid spec, and that metric names exist for the spec's data is checked where the whole spec is
+known (ablate/spec/experiment.py ``ExperimentSpec``, ablate/spec/load.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from ablate.spec import metricnames
+from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
+
+Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
+
+
+class AblationSpec(Strict):
+    axes: dict[str, list[Any]] = {}
+    design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
+    variants: list[dict[str, Any]] = []
+    seeds: list[Seed] | None = None
+    repeats: Annotated[Int, Field(ge=1, le=1000)] | None = None
+    metric: str = "auto"  # a result metric (ablate/spec/metricnames.py), or the data's quality metric
+
+    @model_validator(mode="after")
+    def _shape(self) -> AblationSpec:
+        checks = Checks()
+        if self.design == "variants":
+            if not self.variants:
+                checks.fail("variants", "design 'variants' needs a non-empty variants list", "design")
+        elif not self.axes:
+            checks.fail("axes", f"design {self.design!r} needs at least one axis", "design")
+        for field, values in self.axes.items():
+            if not values:
+                checks.fail(f"axes.{field}", f"axis {field!r} has no values")
+        if self.seeds is not None and self.repeats is not None:
+            checks.fail("repeats", "give seeds or repeats, not both", "seeds")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            checks.fail("seeds", "seeds must be distinct")
+        checks.raise_any()
+        return self
+
+
+class Objective(Strict):
+    metric: str = "val/loss"  # a result metric (ablate/spec/metricnames.py)
+    # Left out: the metric's natural direction (maximize BLEU, minimize a loss), not always "minimize".
+    direction: Literal["minimize", "maximize"] = Field(
+        default="minimize", description="default: the metric's own direction (maximize bleu, minimize loss)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direction(cls, data: Any) -> Any:
+        return metricnames.with_natural_default(data, "direction", metricnames.direction)
+
+
+class SearchParam(Strict):
+    """One dimension: `{low, high, log}` (float), `{low, high, int: true}` or `{choice: [...]}`."""
+
+    low: Float | None = None
+    high: Float | None = None
+    log: Bool = False
+    step: Annotated[Float, Field(gt=0)] | None = None
+    int: Bool = False
+    choice: list[Any] | None = None
+    when: dict[str, list[Any] | Any] | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> SearchParam:
+        if self.choice is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("a parameter is either a choice or a low/high range, not both")
+            if not self.choice:
+                raise SpecFieldError.single("choice", "choice needs at least one value")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("give choice: [...] or both low and high")
+        checks = Checks()
+        if self.low >= self.high:
+            checks.fail("low", f"low {self.low} must be below high {self.high}", "high")
+        if self.log and self.low <= 0:
+            checks.fail("low", f"a log range needs low > 0, found {self.low}", "log")
+        checks.raise_any()
+        return self
+
+
+class PrunerSpec(Strict):
+    name: Literal["median", "hyperband", "none"] = "median"
+    warmup_steps: Annotated[Int, Field(ge=0, le=BIG)] = 0  # evaluations-steps before pruning may start
+    startup_trials: Annotated[Int, Field(ge=0, le=BIG)] = 2
+
+
+class SearchSpec(Strict):
+    objectives: list[Objective] = [Objective()]
+    trials: Annotated[Int, Field(ge=1, le=1_000_000)] = 20
+    timeout: Annotated[Float, Field(gt=0, le=1e9)] | None = None
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    pruner: PrunerSpec = PrunerSpec()
+    space: dict[str, SearchParam] = {}
+    importance: Literal["ped_anova", "fanova"] = "ped_anova"
+
+    @model_validator(mode="after")
+    def _shape(self) -> SearchSpec:
+        checks = Checks()
+        if not 1 <= len(self.objectives) <= 2:
+            checks.fail("objectives", "give one objective, or two for a Pareto front")
+        if not self.space:
+            checks.fail("space", "the search space is empty")
+        if self.sampler == "grid" and any(p.choice is None and p.step is None and not p.int
+                                          for p in self.space.values()):
+            checks.fail("sampler", "the grid sampler needs choice, int or stepped ranges only", "space")
+        checks.raise_any()
+        return self

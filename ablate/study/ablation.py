@@ -1,0 +1,348 @@
+"""Ablation studies: the spec is the baseline, its ``ablation`` section the design, and every cell
+(variant x seed) one run of the shared trainer under the study's parent MLflow run.
+
+    ablation:
+      design: one_at_a_time          # baseline + each single change | full_factorial | variants
+      axes:
+        model.residual: [pre_norm, post_norm]
+        train.schedule.warmup_steps: [400, 0]
+      seeds: [0, 1, 2]               # or repeats: 3 (seeds spec.seed .. spec.seed+2)
+
+A cell's identity is its resolved spec hash plus its seed (its spec has ``seed`` set to the cell's seed),
+which is also its run directory: within a seed every variant sees the same batches in the same order and
+starts from the same weights in every parameter it shares with the baseline (the batcher and
+``build_model(seed=...)`` derive both from the seed alone).
+
+Cells are coordinated through the Optuna store (ablate/study/cells.py): one Optuna study per ablation study,
+each cell a trial enqueued once; workers pop waiting cells, so rerunning the command skips finished (and
+diverged) cells, resumes interrupted ones from their checkpoints, and re-runs failed ones only with
+``--retry-failed``; ``--workers N`` and several machines sharing ``--storage postgresql://...`` split them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.errors import AblateError
+from ablate.spec.experiment import ExperimentSpec, flatten
+from ablate.spec.load import SpecError, load_spec, load_spec_data
+from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study.space import derive, show
+
+PARENT = "ablate.parent_run_id"  # Optuna study user attr: the study's parent MLflow run
+TERMINAL = ("finished", "diverged", "failed")
+_NOT_COMPARED = ("seed", "ablation", "search", "description")
+
+
+@dataclass(frozen=True)
+class Cell:
+    label: str  # 'baseline', 'residual=post_norm', 'train.schedule.warmup_steps=0'
+    seed: int
+    spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
+    overrides: dict[str, Any] = field(default_factory=dict)
+    diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
+
+    @property
+    def key(self) -> str:
+        """The cell's identity, also the name of its run directory: <spec hash>-s<seed>."""
+        return f"{self.spec.spec_hash}-s{self.seed}"
+
+    def attrs(self) -> dict[str, Any]:
+        """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
+        return {"ablate.cell": self.key, "label": self.label, "seed": self.seed,
+                "spec_hash": self.spec.spec_hash, "overrides": json.dumps(self.overrides, sort_keys=True)}
+
+
+@dataclass
+class StudyPlan:
+    spec: ExperimentSpec  # as loaded: the baseline plus its ablation section
+    baseline: ExperimentSpec  # the baseline as a plain experiment (no study sections)
+    cells: list[Cell]
+    seeds: list[int]
+    metric: str
+    data: dict[str, Any]
+    smap: SourceMap
+    origin: str
+
+    @property
+    def name(self) -> str:
+        """The study's name: its MLflow experiment and the ``ablate.study`` tag of its runs."""
+        return self.spec.tracking.experiment or self.spec.name
+
+    @property
+    def store_name(self) -> str:
+        return f"{self.spec.name}-{self.baseline.spec_hash}"
+
+    @property
+    def direction(self) -> str:
+        return metric_direction(self.metric)
+
+    @property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.label for c in self.cells))
+
+    def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
+        """A cell of this baseline the store holds but the spec no longer lists (an axis was edited)."""
+        overrides = json.loads(attrs.get("overrides", "{}"))
+        spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs["seed"]))
+        return Cell(str(attrs.get("label", spec.spec_hash)), int(attrs["seed"]), spec, overrides)
+
+
+def metric_direction(metric: str) -> str:
+    return "minimize" if any(w in metric for w in ("loss", "ppl", "time", "memory")) else "maximize"
+
+
+def study_metric(spec: ExperimentSpec) -> str:
+    """ablation.metric, where 'auto' is BLEU on text and exact match on synthetic tasks."""
+    assert spec.ablation is not None
+    if spec.ablation.metric != "auto":
+        return spec.ablation.metric
+    if spec.eval.metric != "auto":
+        return f"val/{spec.eval.metric}"
+    return "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+
+
+def _short(field_path: str) -> str:
+    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm'.
+    return field_path[len("model."):] if field_path.startswith("model.") else field_path
+
+
+def _label(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{_short(k)}={show(v)}" for k, v in overrides.items()) or "baseline"
+
+
+def _compared(spec: ExperimentSpec) -> dict[str, Any]:
+    data = spec.resolved()
+    for key in _NOT_COMPARED:
+        data.pop(key, None)
+    return flatten(data)
+
+
+def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str, Any, Any]]:
+    """Fields whose resolved values differ (the seed aside): what a report says distinguishes two runs."""
+    a, b = _compared(baseline), _compared(other)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
+    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis."""
+    spec = load_spec(spec_path, overrides)
+    abl = spec.ablation
+    if abl is None:
+        raise AblateError(f"{spec_path} has no ablation section: nothing to ablate (see `ablate run`)")
+    data, smap = load_spec_data(spec_path, overrides)
+    origin = str(spec_path)
+    baseline = derive(data, smap, {}, origin)
+    variants: list[tuple[str, dict[str, Any], ExperimentSpec]] = [("baseline", {}, baseline)]
+    seen, problems = {baseline.spec_hash}, list[Problem]()
+
+    def add(overrides_: dict[str, Any], at: str, label: str | None = None) -> None:
+        label = label or _label(overrides_)
+        where = smap.where(at, origin)
+        try:
+            variant = derive(data, smap, overrides_, where)
+        except SpecError as exc:  # name the axis (or variant) at fault, then what the cell's spec says
+            shown = ", ".join(f"{k}={show(v)}" for k, v in overrides_.items())
+            problems.extend(Problem(where, at, f"{shown} gives an invalid spec: {p.path}: {p.message}")
+                            for p in exc.problems)
+            return
+        if variant.spec_hash not in seen:  # a value equal to the baseline's is the baseline
+            seen.add(variant.spec_hash)
+            variants.append((label, overrides_, variant))
+
+    def is_base(key: str, value: Any) -> bool:
+        try:
+            return derive(data, smap, {key: value}, origin).spec_hash == baseline.spec_hash
+        except SpecError:
+            return False  # invalid alone, valid with another axis' value (full factorial)
+
+    axes = abl.axes
+    if abl.design == "one_at_a_time":
+        for key, values in axes.items():
+            for i, value in enumerate(values):
+                add({key: value}, join(f"ablation.axes.{key}", i))
+    elif abl.design == "full_factorial":
+        keys = list(axes)
+        for combo in itertools.product(*(list(enumerate(axes[k])) for k in keys)):
+            chosen = {k: v for k, (_, v) in zip(keys, combo, strict=True)}
+            changed = {k: v for k, v in chosen.items() if not is_base(k, v)}
+            add(chosen, "ablation.axes", _label(changed))
+    else:
+        for i, entry in enumerate(abl.variants):
+            entry = dict(entry)
+            label = entry.pop("label", None)
+            add(flatten(entry), f"ablation.variants.{i}", str(label) if label else None)
+    if problems:
+        raise SpecError(problems)
+    seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
+    cells = []
+    for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
+        base_at_seed = derive(data, smap, {}, origin, seed=seed)
+        for label, overrides_, _ in variants:
+            cell_spec = derive(data, smap, overrides_, origin, seed=seed)
+            cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
+    return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin)
+
+
+# ---------------------------------------------------------------- printing
+def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
+    abl = plan.spec.ablation
+    assert abl is not None
+    seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''}"
+    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
+             f"= {len(plan.cells)} cells; metric {plan.metric} ({plan.direction})"]
+    width = max(len(c.label) for c in plan.cells)
+    for c in plan.cells:
+        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
+        if diffs and c.seed == plan.seeds[0]:
+            lines.extend(f"      {k}: {show(a)} -> {show(b)}" for k, a, b in c.diff)
+    return "\n".join(lines)
+
+
+def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+    width = max([len(c.label) for c in plan.cells] + [4])
+    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {plan.metric:>16}  {'step':>6}  run"
+    lines = [f"study {plan.name} ({len(plan.cells)} cells, metric {plan.metric}, {plan.direction})", head]
+    counts: Counter[str] = Counter()
+    for c in plan.cells:
+        r = records.get(c.key)
+        status = r.status if r else "pending"
+        counts[status] += 1
+        metric = f"{r.metric:.4g}" if r and r.metric is not None else "-"
+        step = str(r.step) if r and r.step is not None else "-"
+        lines.append(f"  {c.label:<{width}}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
+                     f"{(r.run_id or '-') if r else '-'}")
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- running
+def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
+    from ablate.run.runner import run_experiment
+    from ablate.study.workers import cached_data
+
+    def hook(step: int, metrics: dict[str, float]) -> bool:
+        queue.report(trial, step, metrics.get(plan.metric))  # the grid's "metric so far"
+        return False
+
+    tags = {"ablate.variant": cell.label, "ablate.cell": cell.key, "ablate.kind": "cell",
+            "ablate.optuna_study": plan.store_name, "ablate.overrides": json.dumps(cell.overrides)}
+    started = time.time()
+    print(f"cell {cell.label} seed {cell.seed} [{cell.key}]: started", flush=True)
+    try:
+        with queue.store.beat(trial):
+            result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
+                                    run_name=cell.label, data=cached_data(cell.spec), quiet=quiet,
+                                    on_start=lambda run_id: queue.started(trial, run_id))
+    except KeyboardInterrupt:
+        queue.release(trial)  # resumes from its checkpoint next time
+        raise
+    except Exception as exc:  # noqa: BLE001 - failure is data: record it, go on with the next cell
+        queue.finish(trial, "failed", None, error=f"{type(exc).__name__}: {exc}")
+        print(f"cell {cell.label} seed {cell.seed}: failed ({type(exc).__name__}: {exc})", file=sys.stderr,
+              flush=True)
+        return "failed"
+    value = result.metrics.get(plan.metric)
+    queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
+    shown = f"{value:.4g}" if value is not None else "-"
+    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {plan.metric} {shown} "
+          f"({time.time() - started:.0f}s)", flush=True)
+    return result.status
+
+
+def _worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
+    """Pop and run cells until none is waiting or running anywhere."""
+    from ablate.study.cells import CellQueue
+    from ablate.study.store import Store
+
+    plan = plan_study(spec_path, overrides)
+    queue = CellQueue(Store(storage), plan.store_name, plan.direction)
+    parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
+    cells = {c.key: c for c in plan.cells}
+    while True:
+        trial, busy = queue.claim()
+        if trial is None:
+            if not busy:
+                return 0
+            time.sleep(min(5.0, float(queue.store.heartbeat or 2)))  # another worker's cell may yet die
+            continue
+        attrs = trial.user_attrs
+        cell = cells.get(attrs["ablate.cell"]) or plan.rebuild(attrs)
+        _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1)
+
+
+def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
+                dry_run: bool = False, retry_failed: bool = False) -> int:
+    """`ablate ablate SPEC`: run (or resume) every cell; 0 when all finished or diverged, 1 if some
+    failed, 130 when interrupted. ``dry_run`` prints the cells and their diffs and writes nothing."""
+    plan = plan_study(spec_path, overrides)
+    if dry_run:
+        print(format_plan(plan))
+        return 0
+    from ablate.study.cells import CellQueue
+    from ablate.study.store import Store
+    from ablate.study.workers import leave_open, open_parent, run_workers
+
+    store = Store(storage)
+    queue = CellQueue(store, plan.store_name, plan.direction)
+    new, retried = queue.enqueue([c.attrs() for c in plan.cells], retry_failed)
+    print(format_plan(plan, diffs=False))
+    print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
+          + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
+    tracker: Any = None
+    if plan.spec.tracking.enabled:
+        assert plan.spec.ablation is not None
+        tags = {"ablate.kind": "ablation", "ablate.variant": "study", "ablate.optuna_study": plan.store_name,
+                "ablate.design": plan.spec.ablation.design, "ablate.metric": plan.metric}
+        with store.lock(plan.store_name):  # one parent run however many processes start at once
+            tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT))
+            queue.set(PARENT, tracker.run_id)
+        tracker.log_text(format_plan(plan), "cells.txt")
+    code = 130
+    try:
+        code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
+    except KeyboardInterrupt:
+        pass  # the running cell saved its checkpoint and went back to the queue
+    finally:
+        records = queue.records()
+        grid = format_grid(plan, records)
+        print(grid)
+        done = all(records.get(c.key) and records[c.key].status in TERMINAL for c in plan.cells)
+        if tracker is not None:
+            if done:
+                tracker.log_text(grid, "status.txt")
+                tracker.end("finished")
+            elif code == 130:
+                tracker.end("killed")
+            else:
+                leave_open(tracker)  # cells still run in other processes or machines
+    failed = [c for c in plan.cells if records.get(c.key) and records[c.key].status == "failed"]
+    if code == 130:
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    if failed:
+        print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
+              file=sys.stderr)
+        return 1
+    return code
+
+
+def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
+    """`ablate status SPEC`: the grid of cells with status and metric so far; reads, never writes."""
+    from ablate.study.cells import CellQueue
+    from ablate.study.store import Store
+
+    plan = plan_study(spec_path, overrides)
+    records: dict[str, Any] = {}
+    if Store.exists(storage):
+        queue = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
+        records = queue.records()
+    print(format_grid(plan, records))
+    return 0

@@ -1,0 +1,137 @@
+"""Ablation cells as trials: one Optuna study per ablation study, each cell (variant x seed) one enqueued
+trial, the trial's state the cell's outcome. ablate/study/ablation.py runs them; the store
+(ablate/study/store.py) makes every pop exact and re-queues the cells of dead workers."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ablate.study.store import Store, claim, open_study, requeue, trial_alive
+
+CELL = "ablate.cell"
+RUN_ID = "mlflow_run_id"  # user attr: the cell's MLflow run, set as soon as the run opens
+
+
+@dataclass
+class CellRecord:
+    """The latest trial of one cell, as `ablate status` shows it."""
+
+    status: str  # pending | running | finished | diverged | failed
+    metric: float | None = None
+    step: int | None = None
+    run_id: str | None = None
+    trial: int | None = None
+    error: str | None = None
+
+
+class CellQueue:
+    """One ablation study in the store: cells enqueued once, popped by workers, outcomes as trial states."""
+
+    def __init__(self, store: Store, name: str, direction: str, *, create: bool = True) -> None:
+        self.store, self.name = store, name
+        self.study = open_study(store, name, [direction], create=create,
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def latest(self) -> dict[str, FrozenTrial]:
+        out: dict[str, FrozenTrial] = {}
+        for t in self.study.get_trials(deepcopy=False) if self.study else []:
+            if CELL in t.user_attrs:
+                out[t.user_attrs[CELL]] = t  # trials come in number order: the last one wins
+        return out
+
+    def enqueue(self, cells: Sequence[Mapping[str, Any]], retry_failed: bool = False) -> tuple[int, int]:
+        """Enqueue cells the store has not seen (and failed ones with retry_failed): (new, retried)."""
+        assert self.study is not None
+        new = retried = 0
+        with self.store.lock(self.name):
+            latest = self.latest()
+            for cell in cells:
+                t = latest.get(cell[CELL])
+                if t is None:
+                    self.study.enqueue_trial({}, user_attrs=dict(cell))
+                    new += 1
+                elif t.state == TrialState.FAIL and retry_failed:
+                    requeue(self.study, t)
+                    retried += 1
+        return new, retried
+
+    def get(self, key: str) -> Any:
+        return self.study.user_attrs.get(key) if self.study else None
+
+    def set(self, key: str, value: Any) -> None:
+        assert self.study is not None
+        self.study.set_user_attr(key, value)
+
+    def claim(self) -> tuple[optuna.Trial | None, bool]:
+        assert self.study is not None
+        return claim(self.study, self.store)
+
+    def started(self, trial: optuna.Trial, run_id: str | None) -> None:
+        """The cell's MLflow run is open: the trial keeps its id from now on, whatever happens next."""
+        if run_id:
+            try:
+                trial.set_user_attr(RUN_ID, run_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed as stale meanwhile; finish() says so
+
+    def report(self, trial: optuna.Trial, step: int, value: float | None) -> None:
+        if value is not None and math.isfinite(value):
+            try:
+                trial.report(value, step)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed as stale meanwhile; finish() says so
+
+    def finish(self, trial: optuna.Trial, status: str, value: float | None, run_id: str | None = None,
+               error: str | None = None) -> None:
+        """finished/diverged -> COMPLETE (user attr status; no value counts as the worst), else FAIL."""
+        assert self.study is not None
+        try:
+            trial.set_user_attr("status", status)
+            if run_id:
+                trial.set_user_attr(RUN_ID, run_id)
+            if error:
+                trial.set_user_attr("error", error[-2000:])
+            if status in ("finished", "diverged"):
+                if value is None or not math.isfinite(value):
+                    value = math.inf if self.study.direction.name == "MINIMIZE" else -math.inf
+                self.study.tell(trial, value)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            # Its heartbeat went stale and another worker re-queued it: that copy resumes the checkpoint.
+            print(f"cell trial {trial.number} was failed as stale meanwhile; its re-queued copy counts",
+                  file=sys.stderr, flush=True)
+
+    def release(self, trial: optuna.Trial) -> None:
+        """An interrupted cell: FAIL this trial and queue the cell again (it resumes from its checkpoint)."""
+        assert self.study is not None
+        try:
+            trial.set_user_attr("status", "killed")
+            self.study.tell(trial, state=TrialState.FAIL)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            return
+        requeue(self.study, self.study.get_trials(deepcopy=False)[trial.number])
+
+    def records(self) -> dict[str, CellRecord]:
+        out: dict[str, CellRecord] = {}
+        for key, t in self.latest().items():
+            last = max(t.intermediate_values) if t.intermediate_values else None
+            metric = t.value if t.state == TrialState.COMPLETE else (
+                t.intermediate_values[last] if last is not None else None)
+            status = {TrialState.WAITING: "pending", TrialState.RUNNING: "running",
+                      TrialState.FAIL: "failed"}.get(t.state, t.user_attrs.get("status", "finished"))
+            if t.state == TrialState.RUNNING and not trial_alive(t, self.store):
+                status = "interrupted"
+            if metric is not None and not math.isfinite(metric):
+                metric = None
+            out[key] = CellRecord(status, metric, last, t.user_attrs.get(RUN_ID), t.number,
+                                  t.user_attrs.get("error"))
+        return out
+

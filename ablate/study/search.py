@@ -1,0 +1,288 @@
+"""`ablate tune`: the spec's search section as an Optuna study, one trained spec per trial.
+
+Each trial samples the dotted fields of ``search.space`` (conditional ones only when their `when` holds),
+trains the derived spec with the shared trainer, reports the first objective at every evaluation and stops
+when the pruner says so. The baseline spec runs as the first trial. Trials are budget slots enqueued in the
+store (see `_fill`), so N workers on one machine or many finish exactly ``--trials`` trials; with
+``search.timeout`` they start no trial after the deadline (each worker runs at least one), the results
+cover the trials that ran, and the slots left over wait for the next run of the same command.
+
+Outcomes: finished -> COMPLETE; pruned -> PRUNED; **diverged -> PRUNED** (it stopped early on its own:
+samplers rank it below every complete trial, and the study goes on; user attr ``status`` says diverged);
+a crash or an invalid sampled spec -> FAIL, the study goes on; Ctrl-C -> the trial is re-queued.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ablate.study.results import finish_search
+from ablate.study.space import point_key
+from ablate.study.store import Store, claim, open_study, requeue
+from ablate.study.workers import cached_data, leave_open, open_parent, run_workers
+
+PARENT = "ablate.parent_run_id"
+STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
+
+
+def search_name(plan: Any) -> str:
+    """The Optuna study: the spec name and a hash of what the trials depend on (not the trial budget)."""
+    from ablate.spec.experiment import spec_hash
+
+    s = plan.spec.search
+    key = {"baseline": plan.spec.identity(), "objectives": [o.model_dump() for o in s.objectives],
+           "space": {k: v.model_dump() for k, v in s.space.items()}, "sampler": s.sampler}
+    return f"{plan.spec.name}-search-{spec_hash(key)}"
+
+
+def _sampler(plan: Any, worker: int, store: Store, budget: int) -> Any:
+    s = plan.spec.search
+    # Workers must not draw the same random start-up points: seed by worker (and host, across machines).
+    seed = plan.spec.seed + worker + (zlib_crc(socket.gethostname()) if store.kind == "rdb" else 0)
+    if s.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if s.sampler == "grid":  # `_fill` enqueues every grid point with its values: nothing is ever sampled
+        return optuna.samplers.RandomSampler(seed=seed)
+    conditional = any(p.when for p in s.space.values())
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=conditional, constant_liar=True,
+                                      n_startup_trials=max(2, min(10, budget // 3)))
+
+
+def zlib_crc(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode()) % 100_000
+
+
+def _pruner(plan: Any) -> Any:
+    p, s = plan.spec.search.pruner, plan.spec.search
+    if p.name == "none" or len(s.objectives) > 1:  # Optuna prunes single-objective studies only
+        return optuna.pruners.NopPruner()
+    if p.name == "hyperband":
+        first = max(1, p.warmup_steps or plan.spec.train.eval_every)
+        return optuna.pruners.HyperbandPruner(min_resource=first,
+                                              max_resource=plan.spec.train.max_steps or "auto")
+    return optuna.pruners.MedianPruner(n_startup_trials=p.startup_trials, n_warmup_steps=p.warmup_steps)
+
+
+def _retried(trials: Sequence[FrozenTrial]) -> set[int]:
+    return {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+
+
+def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
+    """Enqueue the baseline (first trial) and slots up to `budget` trials: empty ones the sampler fills,
+    or with the grid sampler each grid point's values (the baseline's point once, first). A re-queued
+    retry of a dead or interrupted trial takes its slot, so the study ends with exactly `budget` trials."""
+    grid = plan.spec.search.sampler == "grid"
+    with store.lock(study.study_name):
+        trials = study.get_trials(deepcopy=False)
+        failed = {t.number for t in trials if t.state == TrialState.FAIL}
+        counted = len(trials) - len(_retried(trials) & failed)
+        todo: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (params, user attrs) to enqueue
+        base, notes = plan.baseline_point()
+        if not trials:
+            for note in notes:
+                print(f"note: {note}", flush=True)
+            if base is not None:
+                todo.append((base, {"ablate.baseline": True}))
+        if grid:
+            points = plan.grid_points()
+            extra = base is not None and point_key(base) not in {point_key(p) for p in points}
+            budget = min(budget, len(points) + extra)  # the grid caps --trials (the baseline may add one)
+            seen = {point_key(_params(t)) for t in trials} | {point_key(p) for p, _ in todo}
+            todo += [(p, {}) for p in points if point_key(p) not in seen]
+        todo = todo[:max(0, budget - counted)]
+        for params, attrs in todo:
+            study.enqueue_trial(params, user_attrs=attrs)
+        empty = 0 if grid else max(0, budget - counted - len(todo))  # a grid slot always has its point
+        for _ in range(empty):
+            study.add_trial(optuna.create_trial(state=TrialState.WAITING))
+        return len(todo) + empty
+
+
+def _params(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's point: its values once sampled, the enqueued ones while it waits."""
+    return dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
+
+
+def _suggest(trial: optuna.Trial, name: str, p: Any, encoded: bool) -> Any:
+    if p.choice is not None:
+        return trial.suggest_categorical(name, [json.dumps(c, sort_keys=True) for c in p.choice]
+                                         if encoded else p.choice)
+    if p.int:
+        return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[float] | None = None,
+          **attrs: Any) -> bool:
+    """Record the outcome; False when the trial was taken over meanwhile (its heartbeat went stale)."""
+    state = STATE_OF.get(status, TrialState.FAIL)
+    try:
+        trial.set_user_attr("status", status)
+        for key, value in attrs.items():
+            if value is not None:
+                trial.set_user_attr(key, value)
+        study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+        print(f"trial {trial.number}: already failed as stale and re-queued; this result is dropped",
+              file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def sample(trial: optuna.Trial, plan: Any) -> dict[str, Any]:
+    """The trial's values of the active dimensions, in dependency order (`when` sees earlier choices)."""
+    values: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        # A baseline outside its range runs as enqueued: `_fill` printed a note already.
+        warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
+        for name in plan.order:
+            if plan.active(name, {k: plan.decode(k, v) for k, v in values.items()}):
+                values[name] = _suggest(trial, name, plan.space[name], plan.encoded(name))
+    return values
+
+
+def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial, parent: str | None) -> str:
+    """Sample, train, tell. A crash is a FAILed trial and the study goes on; divergence counts as pruned."""
+    from ablate.run.runner import run_experiment
+    from ablate.spec.load import SpecError
+
+    n, values = trial.number, sample(trial, plan)
+    run_dir = trial.user_attrs.get("ablate.run_dir") or str(
+        Path(plan.spec.train.out_dir) / plan.spec.name / study.study_name / f"trial-{n}")
+    trial.set_user_attr("ablate.run_dir", run_dir)  # a retry resumes this checkpoint (and MLflow run)
+    try:
+        spec = plan.spec_for(values, f"{plan.origin} (trial {n})")
+    except SpecError as exc:
+        _tell(study, trial, "failed", error=str(exc))
+        return "failed"
+    metrics, single = plan.metrics, len(plan.metrics) == 1
+
+    def hook(step: int, evaluation: dict[str, float]) -> bool:
+        value = evaluation.get(metrics[0])
+        if not single or value is None or not math.isfinite(value):
+            return False
+        try:
+            trial.report(value, step)
+            return trial.should_prune()
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return True  # failed as stale and re-queued elsewhere: stop, the retry resumes the checkpoint
+
+    def opened(run_id: str | None) -> None:  # the trial knows its run even if training then crashes
+        if run_id:
+            try:
+                trial.set_user_attr("mlflow_run_id", run_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed as stale meanwhile: the hook stops the run
+
+    tags = {"ablate.trial": str(n), "ablate.kind": "trial", "ablate.optuna_study": study.study_name}
+    try:
+        with store.beat(trial):
+            result = run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags, parent_run_id=parent,
+                                    run_name=f"trial-{n}", data=cached_data(spec), quiet=True,
+                                    on_start=opened)
+    except KeyboardInterrupt:
+        if _tell(study, trial, "killed"):
+            requeue(study, study.get_trials(deepcopy=False)[n])  # the next run resumes it
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crashing trial is data, not the end of the study
+        _tell(study, trial, "failed", error=f"{type(exc).__name__}: {exc}"[-2000:])
+        print(f"trial {n}: failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+        return "failed"
+    status = result.status
+    got = [result.metrics.get(m) for m in metrics]
+    if status == "finished" and any(v is None for v in got):
+        missing = metrics[got.index(None)]
+        status, error = "failed", f"no {missing} in the run's metrics: {sorted(result.metrics)}"
+    elif status == "finished" and not all(math.isfinite(v) for v in got):  # type: ignore[arg-type]
+        status, error = "diverged", None
+    else:
+        error = result.reason if status != "finished" else None
+    _tell(study, trial, status, [float(v) for v in got] if status == "finished" else None,  # type: ignore[arg-type]
+          mlflow_run_id=result.run_id, error=error)
+    shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in values.items())
+    score = ", ".join(f"{m} {v:.4g}" for m, v in zip(metrics, got, strict=True) if v is not None)
+    print(f"trial {n}: {status} {score} [{shown}]", flush=True)
+    return status
+
+
+def _search_worker(spec_path: str, overrides: list[str], storage: str | None, deadline: float | None,
+                   budget: int, index: int, workers: int) -> int:
+    from ablate.study.space import plan_search
+
+    plan = plan_search(spec_path, overrides)
+    store = Store(storage)
+    study = open_study(store, search_name(plan), plan.directions,
+                       sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
+    assert study is not None
+    parent = study.user_attrs.get(PARENT)
+    started = 0
+    # Like Optuna's optimize(timeout=...): no trial starts after the deadline, but each worker runs one.
+    while deadline is None or not started or time.time() < deadline:
+        trial, busy = claim(study, store)
+        if trial is None:
+            if not busy:
+                break
+            time.sleep(min(5.0, float(store.heartbeat or 2)))  # others still run trials: one may die
+            continue
+        started += 1
+        run_trial(plan, study, store, trial, parent)
+    return 0
+
+
+def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
+              trials: int | None = None) -> int:
+    """`ablate tune SPEC`: run (or continue) the spec's search; print and log the results when it is done."""
+    from ablate.study.space import plan_search
+
+    plan = plan_search(spec_path, overrides)
+    search = plan.spec.search
+    assert search is not None  # plan_search checked
+    budget = trials or search.trials
+    store = Store(storage)
+    name = search_name(plan)
+    study = open_study(store, name, plan.directions)
+    assert study is not None
+    added = _fill(study, store, plan, budget)
+    goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
+    print(f"search {name}: {budget} trials ({added} newly queued), sampler {search.sampler}, pruner "
+          f"{search.pruner.name}, {goals}; store: {store.describe()}", flush=True)
+    tracker: Any = None
+    if plan.spec.tracking.enabled:
+        with store.lock(name):  # one parent run however many processes start at once
+            tags = {"ablate.kind": "search", "ablate.variant": "search", "ablate.optuna_study": name}
+            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(PARENT))
+            study.set_user_attr(PARENT, tracker.run_id)
+    deadline = time.time() + search.timeout if search.timeout else None
+    code = 130
+    try:
+        code = run_workers(_search_worker, (spec_path, list(overrides), storage, deadline, budget),
+                           max(1, workers))
+    except KeyboardInterrupt:
+        print("interrupted: the running trial went back to the queue; run the same command to continue",
+              file=sys.stderr)
+    finally:
+        timed_out = deadline is not None and time.time() >= deadline
+        done = code != 130 and finish_search(plan, store, name, tracker, timed_out=timed_out)
+        if tracker is not None:
+            if done:
+                tracker.end("finished")
+            elif code == 130:
+                tracker.end("killed")
+            else:
+                leave_open(tracker)
+    return code
+
+

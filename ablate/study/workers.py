@@ -1,0 +1,96 @@
+"""Worker processes shared by `ablate ablate` and `ablate tune`, and per-process caches."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int) -> int:
+    """Run ``target(*args, index, workers)`` in this process (1 worker) or N spawned ones; the worst code."""
+    if workers <= 1:
+        return target(*args, 0, 1)
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fork would copy torch's thread pools and open connections
+    procs = [ctx.Process(target=_worker_entry, args=(target, args, i, workers), name=f"ablate-worker-{i}")
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    interrupted = False
+    while any(p.is_alive() for p in procs):
+        try:
+            for p in procs:
+                p.join()
+        except KeyboardInterrupt:  # the workers got the same SIGINT: let them checkpoint and re-queue
+            interrupted = True
+    codes = [p.exitcode or 0 for p in procs]
+    if interrupted:
+        return 130
+    bad = [c if c > 0 else 1 for c in codes if c]  # a signal (negative code) counts as a failure
+    return max(bad) if bad else 0
+
+
+def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int, workers: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:  # die with the parent (a SIGKILLed `ablate` must not leave orphans training)
+            import ctypes
+            import signal
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    import torch
+
+    torch.set_num_threads(threads_per_worker(workers))  # N workers share the cores, not oversubscribe them
+    try:
+        code = target(*args, index, workers)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: taskset, cgroups), else all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Torch threads for each of `workers` local processes: an equal share of the cores, at least one."""
+    return max(1, (usable_cores() if cores is None else cores) // max(1, workers))
+
+
+def cached_data(spec: Any) -> Any:
+    """Prepared data, reused by the next cell/trial of this process with the same data section and seed."""
+    from ablate.data.prepare import prepare_data
+
+    key = json.dumps([spec.data.model_dump(mode="json"), spec.seed], sort_keys=True)
+    if _DATA.get("key") != key:
+        _DATA.clear()
+        _DATA.update(key=key, data=prepare_data(spec))
+    return _DATA["data"]
+
+
+_DATA: dict[str, Any] = {}
+
+
+def leave_open(tracker: Any) -> None:
+    """Stop holding a run without ending it (other processes or machines still add children)."""
+    tracker.detach()
+
+
+def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: str | None) -> Any:
+    """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
+    tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""
+    from ablate.errors import AblateError
+    from ablate.tracking import Tracker
+
+    if resume_run_id:
+        try:
+            return Tracker.start(spec, run_name=run_name, tags=tags, resume_run_id=resume_run_id)
+        except AblateError as exc:
+            print(f"note: {exc}; starting a new parent run", file=sys.stderr)
+    return Tracker.start(spec, run_name=run_name, tags=tags)
