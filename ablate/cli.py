@@ -157,9 +157,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     import registry
 
-    registry.load_plugins()
-    kinds = [k for k in registry.KINDS if k in registry.REGISTRY.kinds()]
-    kinds += [k for k in registry.REGISTRY.kinds() if k not in kinds]  # kinds added by plugins
+    kinds = [axis.kind for axis in registry.axes()]  # declaration order, plugins' axes after the built-ins
     kind, pattern = args.kind, args.pattern
     if kind is not None and kind not in kinds:
         if args.pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
@@ -172,16 +170,40 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not entries:
         raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else ""))
     width = max(len(e.name) for e in entries)
+    details = pattern == "*"  # a filtered list shows the matching names only
     for group in [k for k in kinds if kind in (None, k)]:
         rows = [e for e in entries if e.kind == group]
         if not rows:
             continue
+        axis = registry.axis(group)
         print(group)
+        if details:
+            for line in _axis_lines(axis, registry):
+                print(f"    {line}")
         for e in rows:
-            print(f"  {e.name:<{width}}  {e.summary}".rstrip())
+            options = ", ".join(f"{o.name}={_option_value(o.default)}" for o in e.options)
+            print(f"  {e.name:<{width}}  {e.summary}{f'  [{options}]' if options else ''}".rstrip())
         if group == "mask":
             print(f"  {'':<{width}}  (any other negative number is accepted too, e.g. -1e6, -1e10)")
+        if group == "attention":
+            print(f"  {'':<{width}}  (sdpa may run as torch's fused kernel or as two matmuls where those are "
+                  "faster: the same function, an implementation detail recorded in the run, not a variant)")
     return 0
+
+
+def _axis_lines(axis: Any, registry: Any) -> list[str]:
+    """What `ablate list` says of an axis: its field, default, contract, hook sites and axis-wide options."""
+    lines = [f"model.{axis.kind} (default {axis.default}): {axis.doc}", f"contract: {axis.contract}"]
+    lines += [f"hook: {hook}" for hook in axis.hooks]
+    if axis.parent is not None:
+        takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]
+        lines.append(f"taken by {axis.parent}: {', '.join(takers)}")
+    lines += [f"option {o.name}={_option_value(o.default)}: {o.doc}" for o in axis.options]
+    return lines
+
+
+def _option_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -1,13 +1,16 @@
-"""The registry of swappable Transformer components.
+"""The registry of swappable Transformer components: the public component API.
 
-A component is registered under a *kind* (an axis such as ``residual``) and a
-*name* (a variant such as ``pre_norm``). Specs name components by these keys,
-never by import path. Third-party packages add components through the
-entry-point group ``ablate.components``: each entry point names a module whose
-import runs its ``@register`` decorators. Plugins are imported on the first
-lookup (``get``, ``names``, ``entries``, ``in``), so spec validation, the model
-builder and ``ablate list`` all see them; a plugin that fails to import or
-registers a taken name raises :class:`RegistryError` naming the plugin.
+A component is registered under a *kind* (an axis such as ``residual``) and a *name* (a variant such as
+``pre_norm``). Specs name components by these keys, never by import path. Each kind is an :class:`Axis`
+declared once (registry/axis.py says what a declaration holds), in the file of this package named after
+it; a variant's own typed options are declared where it is registered. Third-party packages add
+components, options and even axes through the entry-point group ``ablate.components``: each entry point
+names a module whose import runs its ``declare_axis`` / ``@register`` calls. Plugins are imported on the
+first lookup (``get``, ``names``, ``entries``, ``axes``, ``in``), so spec validation, the model builder and
+``ablate list`` all see them; a plugin that fails to import or registers a taken name raises
+:class:`RegistryError` naming the plugin.
+
+This package imports torch and nothing of ``ablate``.
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from registry.axis import Axis, Option
+
 T = TypeVar("T")
+Check = Callable[[Mapping[str, Any]], "str | None"]
 
 ENTRY_POINT_GROUP = "ablate.components"
 
-# The axes the model builder knows how to use. A plugin may add new names to
-# these kinds; a new kind needs a builder that consumes it.
-KINDS: tuple[str, ...] = ("residual", "positions", "ffn", "norm", "mask", "attention")
+__all__ = ["ENTRY_POINT_GROUP", "REGISTRY", "Axis", "Entry", "Option", "Registry", "RegistryError", "axes",
+           "axis", "declare_axis", "get", "load_plugins", "names", "register"]
 
 
 class RegistryError(LookupError):
@@ -37,15 +42,20 @@ class RegistryError(LookupError):
 
 @dataclass(frozen=True)
 class Entry:
+    """A registered variant: its factory, its own options and the sub-axes it takes (``activation``)."""
+
     kind: str
     name: str
     obj: Any
+    options: tuple[Option, ...] = ()
+    takes: tuple[str, ...] = ()
+    check: Check | None = None  # the model section -> a problem or None
 
     @property
     def summary(self) -> str:
-        """First line of the component's docstring: what `ablate list` prints."""
+        """First paragraph of the component's docstring on one line: what `ablate list` prints."""
         doc = (getattr(self.obj, "__doc__", None) or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        return " ".join(doc.split("\n\n")[0].split()) if doc else ""
 
     @property
     def doc(self) -> str:
@@ -60,6 +70,7 @@ class Registry:
 
     def __init__(self, plugin_group: str | None = None) -> None:
         self._entries: dict[str, dict[str, Entry]] = {}
+        self._axes: dict[str, Axis] = {}
         self._plugin_group: str | None = None
         self._plugins_loaded = True
         self._plugin_errors: list[str] = []
@@ -87,21 +98,82 @@ class Registry:
         if self._plugin_errors:  # every later lookup too: a half-loaded registry must not pass silently
             raise RegistryError("\n".join(self._plugin_errors))
 
-    def register(self, kind: str, name: str) -> Callable[[T], T]:
+    # ------------------------------------------------------------ declarations
+    def declare_axis(self, axis: Axis) -> Axis:
+        """Declare a kind (once); its variants are registered after it."""
+        if axis.kind in self._axes:
+            raise RegistryError(f"axis {axis.kind!r} is already declared")
+        if axis.parent is not None and axis.parent not in self._axes:
+            raise RegistryError(f"axis {axis.kind!r}: parent axis {axis.parent!r} is not declared")
+        clash = {o.name for o in axis.options} & self._option_names()
+        if clash or axis.kind in self._option_names():
+            taken = sorted(clash or {axis.kind})
+            raise RegistryError(f"axis {axis.kind!r}: option name(s) {taken} already taken")
+        self._axes[axis.kind] = axis
+        self._entries.setdefault(axis.kind, {})
+        return axis
+
+    def axes(self) -> list[Axis]:
+        """Every declared axis, in declaration order (built-ins first, then plugins)."""
+        self.load_plugins()
+        return list(self._axes.values())
+
+    def axis(self, kind: str) -> Axis:
+        self.load_plugins()
+        if kind not in self._axes:
+            raise RegistryError(f"unknown component kind {kind!r}; known: {', '.join(self._axes)}")
+        return self._axes[kind]
+
+    def _option_names(self) -> set[str]:
+        names = {o.name for a in self._axes.values() for o in a.options}
+        entries = [e for bucket in self._entries.values() for e in bucket.values()]
+        return names | {o.name for e in entries for o in e.options}
+
+    def register(self, kind: str, name: str, *, options: tuple[Option, ...] = (),
+                 takes: tuple[str, ...] = (), check: Check | None = None) -> Callable[[T], T]:
+        """Decorator: register ``obj`` as variant ``name`` of ``kind``, with its own ``options``, the
+        sub-axes it ``takes`` (their components are passed to its constructor by keyword) and a ``check``
+        of the model section the spec runs when the variant is chosen (``d_model`` must be even, ...)."""
+
         def decorator(obj: T) -> T:
-            self.add(kind, name, obj)
+            self.add(kind, name, obj, options=options, takes=takes, check=check)
             return obj
 
         return decorator
 
-    def add(self, kind: str, name: str, obj: Any) -> None:
-        bucket = self._entries.setdefault(kind, {})
+    def add(self, kind: str, name: str, obj: Any, *, options: tuple[Option, ...] = (),
+            takes: tuple[str, ...] = (), check: Check | None = None) -> None:
+        if kind not in self._axes:
+            raise RegistryError(f"{kind} component {name!r}: no axis {kind!r} is declared (declare it first)")
+        bucket = self._entries[kind]
         if name in bucket:
             raise RegistryError(
                 f"{kind} component {name!r} is already registered "
                 f"(by {getattr(bucket[name].obj, '__module__', '?')})"
             )
-        bucket[name] = Entry(kind, name, obj)
+        for sub in takes:
+            if sub not in self._axes or self._axes[sub].parent != kind:
+                raise RegistryError(f"{kind} component {name!r} takes {sub!r}: not a sub-axis of {kind}")
+        axis_names = {a.kind for a in self._axes.values()}
+        for option in options:
+            other = self._option(option.name)
+            if option.name in axis_names or (other is not None and other != option):
+                raise RegistryError(
+                    f"{kind} component {name!r}: option {option.name!r} is already declared differently"
+                )
+        bucket[name] = Entry(kind, name, obj, tuple(options), tuple(takes), check)
+
+    def _option(self, name: str) -> Option | None:
+        for axis in self._axes.values():
+            for option in axis.options:
+                if option.name == name:
+                    return option
+        for bucket in self._entries.values():
+            for entry in bucket.values():
+                for option in entry.options:
+                    if option.name == name:
+                        return option
+        return None
 
     def get(self, kind: str, name: str) -> Any:
         return self.entry(kind, name).obj
@@ -123,8 +195,9 @@ class Registry:
         return sorted(n for n in self._entries.get(kind, {}) if fnmatch.fnmatchcase(n, pattern))
 
     def kinds(self) -> list[str]:
+        """Declared kinds, in declaration order."""
         self.load_plugins()
-        return sorted(self._entries)
+        return list(self._entries)
 
     def entries(self, kind: str | None = None, pattern: str = "*") -> list[Entry]:
         kinds = [kind] if kind else self.kinds()
@@ -138,11 +211,17 @@ class Registry:
 
 REGISTRY = Registry()
 register = REGISTRY.register
+declare_axis = REGISTRY.declare_axis
+axes = REGISTRY.axes
+axis = REGISTRY.axis
 get = REGISTRY.get
 names = REGISTRY.names
 load_plugins = REGISTRY.load_plugins  # lookups call it; explicit calls (tests, `ablate list`) are harmless
 
-_BUILTIN_MODULES = ("residual", "positions", "ffn", "norm", "masking", "attention")
+# One file per axis, in the order `ablate list`, the spec and the schema show them.
+_BUILTIN_MODULES = (
+    "residual", "positions", "ffn", "activation", "norm", "masking", "attention", "embeddings",
+)
 
 for _module in _BUILTIN_MODULES:
     importlib.import_module(f"{__name__}.{_module}")

@@ -1,25 +1,44 @@
-"""Multi-head attention: shared projections, swappable core.
+"""Multi-head attention: shared projections, swappable core (axis ``attention``).
 
-Component contract (kind ``attention``): ``cls(d_model: int, heads: int, dropout: float = 0.0,
-cross: bool = False)``; ``forward(x (B, T, d), memory (B, S, d) | None = None, mask: AttnMask | None
-= None, cache: KVCache | None = None) -> (B, T, d)``. Self-attention projects Q, K and V with ONE
-fused ``qkv`` Linear (d -> 3d); cross-attention projects Q from ``x`` and K, V from ``memory`` with one
-fused ``kv`` Linear (d -> 2d). With a cache, self-attention appends the new keys/values to it and
-cross-attention reuses the keys/values stored in it (computed once per source by
-:meth:`MultiHeadAttention.project_kv`). Both variants have the same parameters (names and shapes),
-so they start from the same weights under controlled init; only the core differs.
+Component contract: ``cls(d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
+**options)``; ``forward(x (B, T, d), memory (B, S, d) | None = None, mask: AttnMask | None = None,
+cache: KVCache | None = None, rotate: Callable | None = None) -> (B, T, d)``. Self-attention projects Q,
+K and V with ONE fused ``qkv`` Linear (d -> 3d); cross-attention projects Q from ``x`` and K, V from
+``memory`` with one fused ``kv`` Linear (d -> 2d). ``rotate`` (a rotary position scheme's hook) turns
+the queries and the new keys before the keys are cached; a position scheme's score bias arrives inside
+``mask``. With a cache, self-attention appends the new keys/values to it and cross-attention reuses the
+keys/values stored in it (computed once per source by :meth:`MultiHeadAttention.project_kv`). All
+variants have the same projection parameters (names and shapes), so they start from the same weights
+under controlled init; only the core differs.
+
+``sdpa`` means the semantics of ``F.scaled_dot_product_attention``. Where torch's fused CPU kernels are
+slow (bf16 training, decoding a few queries per row), :class:`SDPAttention` computes the same function
+with two matmuls: which kernel ran is an implementation detail, not a variant, and the module says which
+one it used (:attr:`SDPAttention.kernels`) so that a run can record it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from registry import register
-from registry.masking import AttnMask, clamp_fill
+from registry import Axis, Option, declare_axis, register
+from registry.masking import AttnMask
+
+AXIS = declare_axis(Axis(
+    kind="attention",
+    default="sdpa",
+    doc="the attention core (projections are shared by all variants)",
+    contract=("cls(d_model, heads, dropout, cross, **options); forward(x, memory, mask, cache, rotate) -> x; "
+              "project_kv(memory)"),
+    hooks=("every self- and cross-attention sub-layer; receives the position scheme's rotate and bias",),
+))
+
+Rotate = Callable[[Tensor], Tensor]
 
 
 class KVCache:
@@ -109,6 +128,15 @@ class MultiHeadAttention(nn.Module):
         self.keep_weights = False  # set by Seq2SeqTransformer.attention_maps
         self.last_weights: Tensor | None = None
 
+    def value_output_weights(self) -> list[Tensor]:
+        """The value projection rows and the output projection: what DeepNorm initialises beta-scaled."""
+        fused = self.kv.weight[self.d_model:] if self.cross else self.qkv.weight[2 * self.d_model:]
+        return [fused, self.out.weight]
+
+    def shape_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys as the core scores them (a variant may normalise them); keys are cached so."""
+        return q, k
+
     def _heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
         # (B, T, parts*d) -> parts x (B, heads, T, d_head): views, no copy. Unbinding dim 2 of the
         # (B, T, parts, heads, d_head) view (not a permuted one) lets backward stack the gradients
@@ -119,7 +147,7 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of ``memory`` (B, S, d) -> 2 x (B, heads, S, d_head)."""
         k, v = self._heads(self.kv(memory), 2)
-        return k, v
+        return self.shape_qk(k, k)[1], v
 
     def forward(
         self,
@@ -127,10 +155,12 @@ class MultiHeadAttention(nn.Module):
         memory: Tensor | None = None,
         mask: AttnMask | None = None,
         cache: KVCache | None = None,
+        rotate: Rotate | None = None,
     ) -> Tensor:
         B, T, _ = x.shape
         if self.cross:
             (q,) = self._heads(self.q(x), 1)
+            q = self.shape_qk(q, q)[0]
             if cache is not None and cache.k is not None and cache.v is not None:
                 if cache.group > 1:
                     return self._attend_grouped(q, cache.k, cache.v, mask, cache.group)
@@ -143,6 +173,9 @@ class MultiHeadAttention(nn.Module):
                     cache.fill(k, v)
         else:
             q, k, v = self._heads(self.qkv(x), 3)
+            if rotate is not None:  # (B, heads, T, d_head): the new keys share the new queries' positions
+                q, k = rotate(q), rotate(k)
+            q, k = self.shape_qk(q, k)
             if cache is not None:
                 k, v = cache.append(k, v)
         out = self.attend(q, k, v, mask)  # (B, heads, T, d_head)
@@ -167,14 +200,21 @@ SMALL_QUERY = 8  # queries per row up to which CPU inference takes the matmul pa
 
 @register("attention", "sdpa")
 class SDPAttention(MultiHeadAttention):
-    """``F.scaled_dot_product_attention``: fused kernels, fast, keeps no attention weights.
+    """``softmax(Q K^T / sqrt(d_head) + mask) V`` through ``F.scaled_dot_product_attention`` (Vaswani et
+    al. 2017, eq. 1): fused kernels, fast, keeps no attention weights.
 
-    What torch's own ``nn.MultiheadAttention`` calls since 2.0; none of the five tutorials uses it.
-
-    The mask goes in as an additive bias built with the spec's fill value, so the fill semantics
-    match ``explicit`` (see registry/masking.py for the fully-masked-row differences); a pure causal
-    mask uses sdpa's ``is_causal`` kernel and no mask tensor at all.
+    What torch's own ``nn.MultiheadAttention`` calls since 2.0; none of the five tutorials uses it. The
+    mask goes in as an additive bias built with the spec's fill value, so the fill semantics match
+    ``explicit`` (see registry/masking.py for the fully-masked-row differences); a pure causal mask uses
+    sdpa's ``is_causal`` kernel and no mask tensor at all. On CPU the same function is computed with two
+    matmuls where the fused kernels are slow (:meth:`_attend_matmul`); ``kernels`` collects which ran.
     """
+
+    score_scale: float | None = None  # None: sdpa's own 1/sqrt(d_head)
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False) -> None:
+        super().__init__(d_model, heads, dropout, cross)
+        self.kernels: set[str] = set()  # "fused", "matmul": an implementation detail a run records
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         p = self.dropout if self.training else 0.0
@@ -183,25 +223,28 @@ class SDPAttention(MultiHeadAttention):
                 return self._attend_matmul(q, k, v, mask, p)
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
+        self.kernels.add("fused")
+        scale = {} if self.score_scale is None else {"scale": self.score_scale}
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, **scale)
         if mask.is_causal:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, **scale)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, **scale)
 
     def _attend_matmul(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, p: float) -> Tensor:
-        """The same math as sdpa's math path, where torch 2.13's fused CPU kernels are slow.
+        """The same math as sdpa's math path, where torch's fused CPU kernels are slow.
 
-        Training in bf16: the fused backward is 5-8x slower than two (AMX) matmuls plus an fp32
-        softmax at translation lengths (T <= 64), which made bf16 barely faster than fp32.
-        Decoding (<= SMALL_QUERY queries per row, no grad): the fused kernel's per-call set-up costs
-        1.7x two batched matmuls at one query against 20 cached keys (512 rows, 8 heads of 32).
+        Training in bf16: the fused backward is several times slower than two (AMX) matmuls plus an fp32
+        softmax at translation lengths (T <= 64). Decoding (<= SMALL_QUERY queries per row, no grad): the
+        fused kernel's per-call set-up costs more than two batched matmuls. ``ablate bench`` measures both.
         Fully masked rows give zeros, as sdpa's fused kernel does (nan_to_num on the -inf rows).
         """
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, Tq, Tk)
+        self.kernels.add("matmul")
+        scale = 1.0 / math.sqrt(self.d_head) if self.score_scale is None else self.score_scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, Tq, Tk)
         if mask is not None and mask.is_causal:
             tq, tk = scores.shape[-2:]
             future = mask.blocked  # the model's (T, T) causal mask, built once per forward for all layers
@@ -217,9 +260,42 @@ class SDPAttention(MultiHeadAttention):
         return torch.matmul(weights, v)
 
 
+@register("attention", "qk_norm", options=(Option(
+    "qk_norm_scale", float, 12.0,
+    "initial value of the learned per-head score scale g (Henry et al.'s g0 = log2(L^2 - L) at L = 64)",
+    gt=0.0, le=1000.0,
+),))
+class QKNormAttention(SDPAttention):
+    """Query-key normalisation (Henry et al. 2020, "Query-Key Normalization for Transformers", eq. 3).
+
+    ``softmax(g * (Q/||Q||) (K/||K||)^T + mask) V``: queries and keys L2-normalised per head over d_head,
+    the cosine similarities scaled by a learned ``g`` per head instead of 1/sqrt(d_head), which bounds
+    every logit by ``g`` (the attention-logit growth that Dehghani et al. 2023 fix with normalised
+    queries/keys in ViT-22B). Runs on the sdpa core, so it composes with every position scheme: a
+    rotation keeps norms, and score biases are added after the scaling.
+    """
+
+    score_scale = 1.0  # g is folded into the queries
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
+                 qk_norm_scale: float = 12.0) -> None:
+        super().__init__(d_model, heads, dropout, cross)
+        self.init_scale = qk_norm_scale
+        self.gain = nn.Parameter(torch.full((heads, 1, 1), qk_norm_scale))  # (heads, 1, 1) broadcasts on T, d
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.gain.fill_(self.init_scale)
+
+    def shape_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        q = F.normalize(q.float(), dim=-1).to(q.dtype) * self.gain.to(q.dtype)
+        return q, F.normalize(k.float(), dim=-1).to(k.dtype)
+
+
 @register("attention", "explicit")
 class ExplicitAttention(MultiHeadAttention):
-    """``softmax(masked_fill(QK^T / sqrt(d_head)))V`` written out, as in the tutorials (A, B plot it).
+    """``softmax(masked_fill(QK^T / sqrt(d_head)))V`` written out, as in the tutorials (the pre-norm
+    blog and GitHub tutorials plot it).
 
     Slower than sdpa (it materialises the (B, heads, Tq, Tk) scores) but it can keep the attention
     probabilities for heat maps (``keep_weights``). Scores are masked in their own dtype with the
@@ -230,8 +306,8 @@ class ExplicitAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, Tq, Tk)
-        if mask is not None and mask.blocked is not None:
-            scores = scores.masked_fill(mask.blocked, clamp_fill(mask.fill, scores.dtype))
+        if mask is not None:
+            scores = mask.apply(scores)  # position bias added, blocked scores set to the dtype-safe fill
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
         if self.keep_weights:
             self.last_weights = weights.detach()

@@ -1,12 +1,13 @@
-"""Mask fill values: what a blocked attention score is replaced with.
+"""Mask fill values: what a blocked attention score is replaced with (axis ``mask``).
 
-Component contract (kind ``mask``): ``cls(fill: float | None = None)`` -> an ``nn.Module`` without
-parameters; ``forward(scores, blocked) -> scores`` with blocked scores replaced by the fill (the
-tutorials' ``scores.masked_fill(mask == 0, fill)``), ``fill_for(dtype)`` the value actually written
-in that dtype, and ``build(blocked, dtype, is_causal)`` -> :class:`AttnMask`, everything an attention
-core needs, built once per forward by the model (never per layer). ``-inf`` and ``-1e9`` are
-registered; any other negative number (``-1e6`` tutorial B, ``-1e10`` tutorial D) is a
-:class:`FiniteFill` made by :func:`make_mask`.
+Component contract: ``cls(fill: float | None = None)`` -> an ``nn.Module`` without parameters;
+``fill_for(dtype)`` the value actually written in that dtype, and ``build(blocked, dtype, is_causal,
+position_bias)`` -> :class:`AttnMask`, everything an attention core needs, built once per forward by the
+model (never per layer). The cores apply it with :meth:`AttnMask.apply` (the tutorials'
+``scores.masked_fill(mask == 0, fill)``, explicit attention) or as the additive :attr:`AttnMask.bias`
+(``F.scaled_dot_product_attention``). ``-inf`` and ``-1e9`` are registered; any other negative number
+(``-1e6`` in preset b-github-readme, ``-1e10`` in preset d-multi30k-2019-postnorm-conv1d) is a
+:class:`FiniteFill` made by :func:`make_mask`: the axis accepts every negative number.
 
 The variants only differ where a query row is *fully* masked (an all-padding source sentence, e.g.
 an empty line) and in half precision; on partially masked rows every fill gives exactly zero weight
@@ -39,13 +40,64 @@ keys instead of a uniform one.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from registry import REGISTRY, register
+from registry import REGISTRY, Axis, declare_axis, register
+
+
+def parse_mask_fill(value: object) -> float:
+    """`-inf`, `-1e9` or any other negative number; YAML hands `-1e9` over as a string."""
+    expected = "expected a negative number or -inf (e.g. -1e9)"
+    if isinstance(value, bool):
+        raise ValueError(f"found {str(value).lower()}; {expected}")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("-inf", "-.inf", "-infinity"):
+            return float("-inf")
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"found {value!r}; {expected}{_mask_hint(text)}") from None
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        raise ValueError(f"found {value!r}; {expected}")
+    if math.isnan(number) or number >= 0:
+        hint = f"; did you mean {format_mask_fill(-number)!r}?" if number > 0 else ""
+        raise ValueError(f"found {value!r}; the mask fill must be negative (-inf, -1e9, -1e6 ...){hint}")
+    return number
+
+
+def format_mask_fill(value: float) -> str:
+    """The canonical spelling: '-inf' or '-1e9' style, as users write it in YAML."""
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    mantissa, exponent = f"{value:e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _mask_hint(text: str) -> str:
+    names = REGISTRY.names("mask")  # '-inf', '-1e9' and any a plugin registers
+    close = difflib.get_close_matches(text, names + [n for n in ("-inf", "-1e9") if n not in names], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+AXIS = declare_axis(Axis(
+    kind="mask",
+    default="-inf",
+    doc="the value written at blocked attention scores (padding, future positions)",
+    contract="cls(fill); fill_for(dtype); build(blocked, dtype, is_causal, position_bias) -> AttnMask",
+    hooks=("once per encode/decode: the masks of every attention layer (with the position bias folded in)",),
+    canonical=lambda value: format_mask_fill(parse_mask_fill(value)),
+    open_values=True,
+    value_examples=("-1e6", "-1e10"),
+))
 
 
 @dataclass(frozen=True)
@@ -53,22 +105,33 @@ class AttnMask:
     """A mask as attention cores consume it.
 
     ``blocked``: bool, True where a query may NOT attend, broadcastable to (B, heads, Tq, Tk), e.g.
-    (B, 1, 1, S) for key padding or (T, T) for causal. ``bias``: the same mask as an additive float
-    tensor in the compute dtype (0 / fill), for ``F.scaled_dot_product_attention``; None with
-    ``is_causal`` (sdpa then uses its own causal kernel; explicit attention and sdpa's matmul path read
-    the (T, T) ``blocked``, built once per forward). ``fill``: the raw fill value.
+    (B, 1, 1, S) for key padding or (T, T) for causal. ``bias``: the additive float tensor sdpa takes, in
+    the compute dtype: 0 / fill where blocked, plus ``position_bias``; None with ``is_causal`` (sdpa then
+    uses its own causal kernel; explicit attention and sdpa's matmul path read the (T, T) ``blocked``,
+    built once per forward). ``fill``: the raw fill value. ``position_bias``: (heads, Tq, Tk) float32 of a
+    position scheme (ALiBi, T5) or None.
     """
 
     blocked: Tensor | None
     bias: Tensor | None
     fill: float
     is_causal: bool = False
+    position_bias: Tensor | None = None
+
+    def apply(self, scores: Tensor) -> Tensor:
+        """Scores (B, heads, Tq, Tk) with the position bias added and blocked entries set to the fill, in
+        the scores' dtype (the fill clamped to it: -1e9 does not fit in fp16)."""
+        if self.position_bias is not None:
+            scores = scores + self.position_bias.to(scores.dtype)
+        if self.blocked is None:
+            return scores
+        return scores.masked_fill(self.blocked, clamp_fill(self.fill, scores.dtype))
 
     def index_select(self, index: Tensor) -> AttnMask:
         """Rows ``index`` of a mask with one row per batch row (a key-padding mask)."""
         blocked = None if self.blocked is None else self.blocked.index_select(0, index)
         bias = None if self.bias is None else self.bias.index_select(0, index)
-        return AttnMask(blocked, bias, self.fill, self.is_causal)
+        return AttnMask(blocked, bias, self.fill, self.is_causal, self.position_bias)
 
 
 def clamp_fill(fill: float, dtype: torch.dtype) -> float:
@@ -92,14 +155,21 @@ class MaskFill(nn.Module):
     def fill_for(self, dtype: torch.dtype) -> float:
         return clamp_fill(self.fill, dtype)
 
-    def forward(self, scores: Tensor, blocked: Tensor) -> Tensor:
-        return scores.masked_fill(blocked, self.fill_for(scores.dtype))
-
-    def build(self, blocked: Tensor | None, dtype: torch.dtype, is_causal: bool = False) -> AttnMask:
-        if blocked is None or is_causal:
+    def build(self, blocked: Tensor | None, dtype: torch.dtype, is_causal: bool = False,
+              position_bias: Tensor | None = None) -> AttnMask:
+        """The mask of one forward. With a ``position_bias`` (heads, Tq, Tk) the additive ``bias`` holds it
+        too, so sdpa gets one tensor (and a causal mask is materialised instead of using sdpa's causal
+        kernel); without one, a causal mask carries no tensor at all."""
+        if position_bias is None and (blocked is None or is_causal):
             return AttnMask(blocked, None, self.fill, is_causal)
-        bias = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
-        return AttnMask(blocked, bias.masked_fill_(blocked, self.fill_for(dtype)), self.fill, False)
+        if position_bias is None:
+            assert blocked is not None
+            bias = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+            return AttnMask(blocked, bias.masked_fill_(blocked, self.fill_for(dtype)), self.fill, False)
+        bias = position_bias.to(dtype)  # (heads, Tq, Tk), or with padding (B, heads, Tq, Tk) below
+        if blocked is not None:
+            bias = bias.masked_fill(blocked, self.fill_for(dtype))
+        return AttnMask(blocked, bias, self.fill, False, position_bias)
 
     def extra_repr(self) -> str:
         return f"fill={self.fill}"
@@ -107,7 +177,7 @@ class MaskFill(nn.Module):
 
 @register("mask", "-inf")
 class NegInfFill(MaskFill):
-    """Fill blocked scores with -inf (tutorial A; what sdpa itself does with a bool mask).
+    """Fill blocked scores with -inf (the 2025 pre-norm blog; what sdpa itself does with a bool mask).
 
     Exact zero weight on blocked keys in every dtype, but a fully masked query row (an all-padding
     source) gives NaN in explicit attention, which spreads to the loss; sdpa returns zeros there.
@@ -123,7 +193,8 @@ class NegInfFill(MaskFill):
 
 @register("mask", "-1e9")
 class FiniteFill(MaskFill):
-    """Fill blocked scores with a large finite number, -1e9 by default (tutorials C, E; B: -1e6, D: -1e10).
+    """Fill blocked scores with a large finite number, -1e9 by default (the Lightning and scalar-LN
+    notebook tutorials; the GitHub README uses -1e6, the 2019 Multi30k blog -1e10).
 
     A fully masked query row gets a uniform distribution over all keys instead of NaN. -1e9 does not
     fit in fp16: the value written is clamped to finfo(fp16).min / 2 = -32752 (see ``fill_for``).

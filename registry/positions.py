@@ -1,20 +1,52 @@
-"""Position information added to the (already sqrt(d)-scaled) token embeddings.
+"""Position information (axis ``positions``): at the embedding, on queries and keys, or as a score bias.
 
-Component contract (kind ``positions``): ``cls(d_model: int, max_positions: int, dropout: float)``;
-``forward(x (B, T, d), start_pos: int = 0) -> (B, T, d)``: adds the encodings of positions
-``start_pos .. start_pos+T-1`` (incremental decoding feeds one token at ``start_pos``) then applies
-dropout (``dropout=0`` where a tutorial has no position dropout, e.g. tutorial B).
+Component contract: ``cls(d_model: int, heads: int, max_positions: int, dropout: float, *, causal: bool,
+**options)``, one instance per stack (the decoder's is ``causal``), with two hooks the model calls:
+
+* ``embed(x (B, T, d), start_pos: int = 0) -> (B, T, d)``: at the (already sqrt(d)-scaled) token
+  embeddings of positions ``start_pos .. start_pos+T-1``; additive tables add themselves here, every
+  variant applies the position dropout here;
+* ``attention(q_start: int, q_len: int, k_len: int, device) -> PositionHooks | None``: once per forward,
+  what each self-attention layer of the stack needs for queries at absolute positions
+  ``q_start .. q_start+q_len-1`` and keys at ``0 .. k_len-1``: a ``rotate`` applied to the queries and to
+  the new keys (rotary schemes: the keys in a KV cache are stored rotated) and/or an additive score
+  ``bias`` of shape (heads, q_len, k_len) (ALiBi, T5's relative buckets). Cross-attention gets none.
+
+Incremental decoding calls both with the absolute offset of the new tokens, so a rotary or ALiBi model
+decodes with the KV cache exactly as it scores the whole sequence.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from registry import register
+from registry import Axis, Option, declare_axis, register
 from registry.dropout import Dropout
+
+AXIS = declare_axis(Axis(
+    kind="positions",
+    default="sinusoidal",
+    doc="how the model knows where a token is",
+    contract=("cls(d_model, heads, max_positions, dropout, *, causal, **options); embed(x, start_pos) -> x; "
+              "attention(q_start, q_len, k_len, device) -> PositionHooks | None"),
+    hooks=("embedding: embed() after the token embedding (additive tables, position dropout)",
+           "attention.rotary: PositionHooks.rotate on queries and new keys of self-attention",
+           "attention.bias: PositionHooks.bias added to self-attention scores"),
+))
+
+
+@dataclass(frozen=True)
+class PositionHooks:
+    """What one forward's self-attention layers apply: built once per forward, shared by all layers."""
+
+    rotate: Callable[[Tensor], Tensor] | None = None  # (B, heads, T, d_head) -> same: queries, new keys
+    bias: Tensor | None = None  # (heads, Tq, Tk) float32, added to the attention scores
 
 
 def _check_range(start_pos: int, length: int, max_positions: int) -> None:
@@ -23,6 +55,23 @@ def _check_range(start_pos: int, length: int, max_positions: int) -> None:
             f"position {start_pos + length - 1} is beyond max_positions {max_positions}; "
             "raise model.max_positions or shorten the sequences"
         )
+
+
+class _Positions(nn.Module):
+    """Shared plumbing: the position dropout, the range check; no attention hooks by default."""
+
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False) -> None:
+        super().__init__()
+        self.d_model, self.heads, self.max_positions, self.causal = d_model, heads, max_positions, causal
+        self.dropout = Dropout(dropout)
+
+    def embed(self, x: Tensor, start_pos: int = 0) -> Tensor:
+        _check_range(start_pos, x.size(1), self.max_positions)
+        return self.dropout(x)
+
+    def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks | None:
+        return None
 
 
 def sinusoid_table(max_positions: int, d_model: int) -> Tensor:
@@ -35,40 +84,192 @@ def sinusoid_table(max_positions: int, d_model: int) -> Tensor:
     return table
 
 
-@register("positions", "sinusoidal")
-class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal encodings (Vaswani et al. 2017, section 3.5), a non-trainable buffer.
+@register("positions", "sinusoidal", check=lambda m: None if m["d_model"] % 2 == 0 else
+          f"sinusoidal positions need an even d_model, not {m['d_model']}")
+class SinusoidalPositions(_Positions):
+    """Fixed sinusoidal encodings (Vaswani et al. 2017, section 3.5), added at the embedding.
 
-    All five tutorials use this table (D defines a learned one as the alternative). The buffer is not
-    saved in the state dict: it is a pure function of (max_positions, d_model).
+    ``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``: what all five
+    tutorials use. The buffer is not saved in the state dict: it is a pure function of its sizes.
     """
 
-    def __init__(self, d_model: int, max_positions: int = 512, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.max_positions = max_positions
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False) -> None:
+        super().__init__(d_model, heads, max_positions, dropout, causal=causal)
         self.table: Tensor
         self.register_buffer("table", sinusoid_table(max_positions, d_model), persistent=False)
-        self.dropout = Dropout(dropout)
 
-    def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
+    def embed(self, x: Tensor, start_pos: int = 0) -> Tensor:
         _check_range(start_pos, x.size(1), self.max_positions)
         return self.dropout(x + self.table[start_pos:start_pos + x.size(1)])  # (T, d) broadcasts over B
 
 
 @register("positions", "learned")
-class LearnedPositions(nn.Module):
-    """Learned absolute positions: ``nn.Embedding(max_positions, d)`` (BERT/GPT style).
-
-    Tutorial D defines this table as the alternative to sinusoids. Unlike sinusoids it cannot
-    extrapolate past ``max_positions`` and adds ``max_positions * d`` parameters per stack.
+class LearnedPositions(_Positions):
+    """Learned absolute positions: ``nn.Embedding(max_positions, d)`` added at the embedding (Gehring et
+    al. 2017; BERT, GPT). Vaswani et al. 2017 (table 3, row E) found them on par with sinusoids (25.7 vs
+    25.8 BLEU); the Multi30k tutorial (preset d-multi30k-2019-postnorm-conv1d) defines one as the
+    alternative. Cannot extrapolate past ``max_positions``; adds ``max_positions * d`` parameters per stack.
     """
 
-    def __init__(self, d_model: int, max_positions: int = 512, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.max_positions = max_positions
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False) -> None:
+        super().__init__(d_model, heads, max_positions, dropout, causal=causal)
         self.table = nn.Embedding(max_positions, d_model)
-        self.dropout = Dropout(dropout)
 
-    def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
+    def embed(self, x: Tensor, start_pos: int = 0) -> Tensor:
         _check_range(start_pos, x.size(1), self.max_positions)
         return self.dropout(x + self.table.weight[start_pos:start_pos + x.size(1)])
+
+
+@register("positions", "none")
+class NoPositions(_Positions):
+    """No position information at all: the encoder sees a bag of tokens; the decoder only its causal mask
+    (Haviv et al. 2022 found causal decoders learn positions without encodings). The floor any position
+    scheme should beat."""
+
+
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate features pairwise, ``(x_2i, x_2i+1)`` by angle ``theta_i * m``, as in Su et al. (eq. 34).
+
+    ``x``: (B, heads, T, d_head); ``cos``, ``sin``: (T, d_head/2) for the T positions.
+    """
+    pairs = x.float().unflatten(-1, (-1, 2))  # (B, h, T, d_head/2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    out = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return out.flatten(-2).to(x.dtype)
+
+
+def _even_head(m: Mapping[str, Any]) -> str | None:
+    d_head = m["d_model"] // m["heads"]
+    return None if d_head % 2 == 0 else f"rope rotates pairs: d_model/heads must be even, not {d_head}"
+
+
+@register("positions", "rope", check=_even_head, options=(Option(
+    "rope_base", float, 10000.0, "the base of the rotary frequencies theta_i = base^(-2i/d_head)", gt=1.0,
+),))
+class RotaryPositions(_Positions):
+    """Rotary position embedding, RoPE (Su et al. 2021, "RoFormer", eq. 34).
+
+    Each pair of query/key features ``(x_2i, x_2i+1)`` at position ``m`` is rotated by ``m * theta_i``,
+    ``theta_i = base^(-2i/d_head)``, so ``q_m . k_n`` depends on ``m - n`` only. Applied in every
+    self-attention layer, to queries and keys (keys are cached rotated); nothing is added at the embedding.
+    """
+
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False, rope_base: float = 10000.0) -> None:
+        super().__init__(d_model, heads, max_positions, dropout, causal=causal)
+        d_head = d_model // heads
+        if d_head % 2:
+            raise ValueError(f"rope needs an even head size, found d_model/heads = {d_head}")
+        self.base = rope_base
+        inv_freq = rope_base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (d_head/2,)
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq  # (P, d_head/2)
+        self.cos: Tensor
+        self.sin: Tensor
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks:
+        _check_range(q_start, q_len, self.max_positions)
+        cos = self.cos[q_start:q_start + q_len]  # the new keys share the new queries' positions
+        sin = self.sin[q_start:q_start + q_len]
+        return PositionHooks(rotate=lambda x: rotate_pairs(x, cos, sin))
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's head slopes (Press et al. 2022, section 3): the geometric sequence starting at and with ratio
+    ``2^(-8/n)`` for n heads; a head count that is not a power of two takes the slopes of the closest lower
+    power of two and then every other slope of the next one."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(heads).is_integer():
+        return torch.tensor(power_of_two(heads))
+    lower = 2 ** math.floor(math.log2(heads))
+    return torch.tensor(power_of_two(lower) + power_of_two(2 * lower)[0::2][: heads - lower])
+
+
+@register("positions", "alibi")
+class ALiBiPositions(_Positions):
+    """ALiBi, attention with linear biases (Press et al. 2022, eq. in section 3).
+
+    Self-attention scores get ``-m_h * |i - j|`` for query i and key j, one slope ``m_h`` per head
+    (:func:`alibi_slopes`); nothing is added at the embedding. The decoder's causal mask hides j > i, so
+    there the bias is the paper's ``-m_h * (i - j)``; the encoder uses the symmetric distance.
+    """
+
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False) -> None:
+        super().__init__(d_model, heads, max_positions, dropout, causal=causal)
+        self.slopes: Tensor
+        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+
+    def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks:
+        _check_range(q_start, q_len, self.max_positions)
+        q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
+        distance = (q_pos - torch.arange(k_len, device=device)[None, :]).abs().float()  # (Tq, Tk)
+        return PositionHooks(bias=-self.slopes.to(device)[:, None, None] * distance)  # (heads, Tq, Tk)
+
+
+def relative_buckets(relative: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative position ``key - query`` (Raffel et al. 2020, section 2.1).
+
+    Half the buckets (all of them when unidirectional) hold exact distances up to a quarter (half) of the
+    buckets; the rest grow logarithmically up to ``max_distance``, beyond which all share the last bucket.
+    Bidirectional: the other half for keys after the query. Unidirectional (causal): only keys before it.
+    """
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative > 0).long() * num_buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp_min(0)
+    exact = num_buckets // 2
+    log_ratio = torch.log(distance.float().clamp_min(1) / exact) / math.log(max_distance / exact)
+    large = (exact + (log_ratio * (num_buckets - exact)).long()).clamp_max(num_buckets - 1)
+    return buckets + torch.where(distance < exact, distance, large)
+
+
+class RelativeBias(nn.Module):
+    """The learned (num_buckets, heads) table of T5's relative attention bias."""
+
+    def __init__(self, num_buckets: int, heads: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_buckets, heads))
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, 0.0, 0.1)  # small: the scores start close to the unbiased ones
+
+
+@register("positions", "t5_bias", options=(
+    Option("t5_buckets", int, 32, "relative-position buckets of the T5 bias", ge=4, le=1024),
+    Option("t5_max_distance", int, 128, "distance from which all positions share the last T5 bucket",
+           ge=2, le=1_000_000),
+))
+class T5RelativeBias(_Positions):
+    """T5's bucketed relative position bias (Raffel et al. 2020, section 2.1).
+
+    A learned scalar per (bucket of ``key - query``, head) is added to the self-attention scores; one table
+    per stack, shared by its layers (as T5 does); bidirectional buckets in the encoder, causal ones in the
+    decoder (:func:`relative_buckets`). Nothing is added at the embedding.
+    """
+
+    def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
+                 *, causal: bool = False, t5_buckets: int = 32, t5_max_distance: int = 128) -> None:
+        super().__init__(d_model, heads, max_positions, dropout, causal=causal)
+        if t5_max_distance <= t5_buckets // (2 if causal else 4):
+            raise ValueError("t5_max_distance must exceed the exact-distance buckets")
+        self.num_buckets, self.max_distance = t5_buckets, t5_max_distance
+        self.relative = RelativeBias(t5_buckets, heads)
+
+    def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks:
+        _check_range(q_start, q_len, self.max_positions)
+        q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
+        relative = torch.arange(k_len, device=device)[None, :] - q_pos  # (Tq, Tk): key - query
+        buckets = relative_buckets(relative, not self.causal, self.num_buckets, self.max_distance)
+        bias = self.relative.weight[buckets]  # (Tq, Tk, heads)
+        return PositionHooks(bias=bias.permute(2, 0, 1).float())

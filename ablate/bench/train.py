@@ -23,8 +23,9 @@ from torch import nn
 from ablate.spec.experiment import ModelSpec, format_mask_fill, parse_mask_fill
 
 PAD, BOS, EOS = 0, 1, 2
-FLOP_FORMULA = ("6 * [S*Le*(4d^2+2d*d_ff) + T*Ld*(8d^2+2d*d_ff) + T*d*V + 2d*(Le*sum s^2 + Ld*sum(t^2+t*s))]"
-                " on non-pad tokens")
+FLOP_FORMULA = ("6 * [S * (encoder matmul weights + cross-attention K/V weights) + T * (other decoder "
+                "matmul weights + output projection) + 2d*(Le*sum s^2 + Ld*sum(t^2+t*s))] on non-pad tokens, "
+                "weights counted in the model as built")
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,33 @@ def synthetic_batches(cfg: BenchConfig, seed: int = 0) -> tuple[list[Any], float
     return batches, 1.0 - real / sum(b.tgt_out.numel() for b in batches)
 
 
-def train_flops(src: torch.Tensor, tgt_in: torch.Tensor, spec: ModelSpec, vocab: int) -> float:
-    """Model FLOPs of one training step on a batch (the formula in the module docstring)."""
-    d, ff, le, ld = spec.d_model, spec.d_ff, spec.encoder_layers, spec.decoder_layers
+def _matmul_weights(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
+    """Multiply-accumulates per token of the Linear / Conv1d(kernel 1) weights under ``module``."""
+    return sum(m.weight.numel() for name, m in module.named_modules()
+               if isinstance(m, nn.Linear | nn.Conv1d) and not any(name.endswith(s) for s in skip))
+
+
+def model_macs(model: nn.Module) -> tuple[int, int, int, int, int]:
+    """(MACs per source token, MACs per target token, d_model, encoder layers, decoder layers) of a built
+    ablate model: every matmul weight where it runs (the decoder's cross-attention K/V on source tokens)."""
+    from ablate.engine.model import Seq2SeqTransformer
+
+    assert isinstance(model, Seq2SeqTransformer)
+    cross_kv = sum(layer.cross_attn.kv.weight.numel() for layer in model.decoder.layers)  # type: ignore[union-attr]
+    per_src = _matmul_weights(model.encoder) + cross_kv
+    per_tgt = _matmul_weights(model.decoder, skip=("cross_attn.kv",)) + model.generator.weight.numel()
+    d = model.generator.weight.size(1)
+    return per_src, per_tgt, d, len(model.encoder.layers), len(model.decoder.layers)
+
+
+def train_flops(src: torch.Tensor, tgt_in: torch.Tensor, model: nn.Module) -> float:
+    """Model FLOPs of one training step on a batch, from the model as built (FLOP_FORMULA): 2 FLOPs per
+    multiply-accumulate, times 3 for forward and backward, on real (non-pad) tokens only."""
+    per_src, per_tgt, d, le, ld = model_macs(model)
     s = src.ne(PAD).sum(1).double()  # (B,) real source lengths
     t = tgt_in.ne(PAD).sum(1).double()  # (B,) real target lengths
-    dense = s.sum() * le * (4 * d * d + 2 * d * ff) + t.sum() * (ld * (8 * d * d + 2 * d * ff) + d * vocab)
-    attention = 2 * d * (le * (s * s).sum() + ld * (t * t + t * s).sum())
+    dense = s.sum() * per_src + t.sum() * per_tgt
+    attention = 2 * d * (le * (s * s).sum() + ld * (t * t + t * s).sum())  # QK^T and AV per layer
     return float(6 * (dense + attention))
 
 
@@ -192,13 +213,13 @@ class StepTimer:
 
     def __init__(self, build: Callable[[], nn.Module], batches: list[Any], spec: ModelSpec, vocab: int,
                  device: torch.device, precisions: list[str], warmup: int) -> None:
-        self.device = device
+        self.device, self.spec, self.vocab = device, spec, vocab
         self.data = [(b.src.to(device), b.tgt_in.to(device), b.tgt_out.to(device)) for b in batches]
-        self.flops = [train_flops(src, tgt_in, spec, vocab) for src, tgt_in, _ in self.data]
         self.tokens = [int(out.ne(PAD).sum()) for _, _, out in self.data]
         base = memory_level(device)
         torch.manual_seed(0)
         self.model = build().to(device).train()
+        self.flops = [train_flops(src, tgt_in, self._counted()) for src, tgt_in, _ in self.data]
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.peak_mb: dict[str, float] = {}
@@ -208,6 +229,15 @@ class StepTimer:
             for i in range(max(1, warmup)):
                 self.step(p, i)
             self.peak_mb[p] = max(0.0, peak_level(device) - base)
+
+    def _counted(self) -> nn.Module:
+        """The model whose matmul weights are counted: torch.nn.Transformer's baseline is counted as the
+        ablate model of the same spec (the same matmuls)."""
+        from ablate.engine.model import Seq2SeqTransformer, build_model
+
+        if isinstance(self.model, Seq2SeqTransformer):
+            return self.model
+        return build_model(self.spec, self.vocab, self.vocab, PAD, 0)
 
     def step(self, precision: str, i: int) -> float:
         from ablate.hardware import autocast_context
@@ -263,28 +293,32 @@ def bench_training(base: ModelSpec, cfg: BenchConfig, device: torch.device, prec
 
 # ---------------------------------------------------------------- variants
 def axis_variants(base: ModelSpec) -> list[tuple[str, ModelSpec]]:
-    """The spec's model, then one model per registered name of each axis (other components as the spec's)."""
-    from pydantic import ValidationError
-
+    """The spec's model, then one model per registered variant of each declared axis (the other axes as
+    the spec's; the options of the replaced variant dropped, the new variant's at their defaults). A
+    sub-axis (activation) is varied only under a parent variant that takes it."""
     import registry
+    from ablate.spec.model import drop_unset_options, options_of
 
-    registry.load_plugins()
     out = [("default", base)]
-    for kind in registry.KINDS:
-        if kind not in ModelSpec.model_fields:
-            continue
-        for name in registry.names(kind):
-            current = getattr(base, kind)
-            same = format_mask_fill(parse_mask_fill(name)) == current if kind == "mask" else name == current
+    current = drop_unset_options(base.model_dump())
+    for axis in registry.axes():
+        if axis.parent is not None:
+            takers = {e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes}
+            if current[axis.parent] not in takers:
+                continue
+        for name in registry.names(axis.kind):
+            chosen = getattr(base, axis.kind)
+            is_mask = axis.kind == "mask"
+            same = format_mask_fill(parse_mask_fill(name)) == chosen if is_mask else name == chosen
             if same:
                 continue
-            data = base.model_dump() | {kind: name}
-            try:
-                variant = ModelSpec.model_validate(data)
-            except ValidationError:  # an option that fits only the spec's choice (shared_layer_norm ...)
-                variant = ModelSpec.model_validate(data | {"shared_layer_norm": False,
-                                                           "norm_affine": "per_feature"})
-            out.append((f"{kind}={name}", variant))
+            data = dict(current)
+            for option in options_of(axis):  # the old variant's options go; `always` ones back to default
+                if option.always:
+                    data[option.name] = option.default
+                else:
+                    data.pop(option.name, None)
+            out.append((f"{axis.kind}={name}", ModelSpec.model_validate(data | {axis.kind: name})))
     return out
 
 

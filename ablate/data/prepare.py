@@ -12,7 +12,8 @@ tokenizers, and a fingerprint of the data for ``mlflow.log_input``.
 
 Preprocessing, in order: strip + ``lowercase`` (both sides), ``max_train_examples``
 (the first N training pairs), tokenization, ``reverse_source`` (the source
-token order is reversed, preset D), then the ``max_len`` filter on train (pairs
+token order is reversed, as in preset d-multi30k-2019-postnorm-conv1d), then the ``max_len`` filter on train
+(pairs
 whose source or target ids plus bos/eos exceed ``max_len`` are dropped). Val
 and test are never filtered (scores stay comparable); their ids are truncated
 to ``max_len - 2`` so positions stay in range, their text stays whole.

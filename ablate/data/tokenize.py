@@ -6,7 +6,7 @@ Kinds (``data.tokenizer.kind``):
   spaces become ``▁`` and the Metaspace decoder restores them), so
   ``decode_tgt`` returns detokenized text. Preset A: joint BPE 30k.
 * ``wordlevel``: whitespace/punctuation words with ``min_freq`` (the HF
-  tutorial's WordLevel + Whitespace; preset E, one per language); decoding
+  tutorial's WordLevel + Whitespace, one per language, as in preset e-notebook-2024-scalar-ln); decoding
   joins words by spaces.
 * ``char``: one token per character (Metaspace keeps the spaces).
 
@@ -48,7 +48,7 @@ class Tokenizers:
 
     ``encode_src`` / ``encode_tgt`` normalise (strip, ``lowercase``) and
     tokenize; they never reverse. ``model_src`` gives what the model reads:
-    ``encode_src`` reversed when ``reverse_source`` is set (preset D), which is
+    ``encode_src`` reversed when ``reverse_source`` is set (preset d-multi30k-2019-postnorm-conv1d), which is
     how ``Split.src_ids`` are built, so user text at translation time can be
     encoded exactly like the training data in one call.
     """

@@ -1,10 +1,12 @@
 """The encoder-decoder skeleton, assembled from registry components by one builder.
 
-Blocks receive their sub-modules (``attn=``, ``ffn=``, residual wrappers holding a ``norm``); nothing
-here switches on a variant name except :func:`build_model`. Masks are built once per ``encode`` /
-``decode`` call by the mask component and shared by all layers. Parameters are initialised by
-:func:`init_parameters` from generators seeded per (seed, parameter name, shape), so two variants
-built with the same seed start from identical values in every parameter they share.
+Blocks receive their sub-modules (``attn=``, ``ffn=``, residual wrappers holding their norms); nothing
+here names a variant: :func:`build_model` constructs each axis's chosen component from the registry with
+the options its declaration lists. Per ``encode`` / ``decode`` call the model asks the position scheme of
+the stack for its hooks (a rotation of queries and keys, a score bias) and the mask component for the
+masks (with that bias folded in), once, and hands them to every layer. Parameters are initialised by
+:func:`init_parameters` from generators seeded per (seed, parameter name, shape), so two variants built
+with the same seed start from identical values in every parameter they share.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from torch import Tensor, nn
 
 import registry
 from ablate.spec.experiment import ModelSpec
-from registry.attention import KVCache, MultiHeadAttention
+from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill, make_mask
+from registry.positions import PositionHooks
+from registry.residual import Depth, NormFactory
 
 
 # ---------------------------------------------------------------- states passed between calls
@@ -94,9 +98,13 @@ class EncoderLayer(nn.Module):
         self.self_attn, self.ffn = attn, ffn
         self.attn_res, self.ffn_res = attn_res, ffn_res
 
-    def forward(self, x: Tensor, mask: AttnMask) -> Tensor:
-        x = self.attn_res(x, lambda h: self.self_attn(h, mask=mask))
+    def forward(self, x: Tensor, mask: AttnMask, rotate: Rotate | None = None) -> Tensor:
+        x = self.attn_res(x, lambda h: self.self_attn(h, mask=mask, rotate=rotate))
         return self.ffn_res(x, self.ffn)
+
+    def sublayers(self) -> list[tuple[nn.Module, nn.Module]]:
+        """(residual wrapper, sub-layer) pairs, for the residual's init hook."""
+        return [(self.attn_res, self.self_attn), (self.ffn_res, self.ffn)]
 
 
 class DecoderLayer(nn.Module):
@@ -121,10 +129,14 @@ class DecoderLayer(nn.Module):
         cross_mask: AttnMask,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        rotate: Rotate | None = None,
     ) -> Tensor:
-        x = self.attn_res(x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache))
+        x = self.attn_res(x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache, rotate=rotate))
         x = self.cross_res(x, lambda h: self.cross_attn(h, memory, mask=cross_mask, cache=cross_cache))
         return self.ffn_res(x, self.ffn)
+
+    def sublayers(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.attn_res, self.self_attn), (self.cross_res, self.cross_attn), (self.ffn_res, self.ffn)]
 
 
 class Stack(nn.Module):
@@ -182,13 +194,22 @@ class Seq2SeqTransformer(nn.Module):
         return self._key_mask(enc.src_pad, dtype)
 
     # ------------------------------------------------------------ public API
+    def _hooks(self, positions: nn.Module, q_start: int, q_len: int, k_len: int, device: torch.device
+               ) -> PositionHooks:
+        hooks = positions.attention(q_start, q_len, k_len, device)  # type: ignore[operator]
+        return hooks if hooks is not None else PositionHooks()
+
     def encode(self, src: Tensor) -> EncoderState:
         src_pad = src.eq(self.pad_id)  # (B, S)
-        x = self.src_pos(self._embed(self.src_embed, src))
-        mask = self._key_mask(src_pad, self._compute_dtype(x.device.type))
+        x = self.src_pos.embed(self._embed(self.src_embed, src))  # type: ignore[operator]
+        dtype = self._compute_dtype(x.device.type)
+        key_mask = self._key_mask(src_pad, dtype)  # (B, 1, 1, S): also the decoder's cross-attention mask
+        hooks = self._hooks(self.src_pos, 0, src.size(1), src.size(1), src.device)
+        mask = key_mask if hooks.bias is None else self.mask.build(
+            src_pad[:, None, None, :], dtype, position_bias=hooks.bias)  # (B, heads, S, S) with the bias
         for layer in self.encoder.layers:
-            x = layer(x, mask)
-        return EncoderState(self.encoder.norm(x), src_pad, mask)
+            x = layer(x, mask, hooks.rotate)
+        return EncoderState(self.encoder.norm(x), src_pad, key_mask)
 
     def init_cache(self, enc: EncoderState) -> DecoderCache:
         cross = []
@@ -211,29 +232,35 @@ class Seq2SeqTransformer(nn.Module):
         sees a pad and pad positions are ignored by the loss.
         """
         T = tgt_in.size(1)
-        x = self.tgt_pos(self._embed(self.tgt_embed, tgt_in), start_pos)
+        x = self.tgt_pos.embed(self._embed(self.tgt_embed, tgt_in), start_pos)  # type: ignore[operator]
         dtype = self._compute_dtype(x.device.type)
         device = tgt_in.device
         if cache is None:
+            hooks = self._hooks(self.tgt_pos, 0, T, T, device)
             causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)  # (T, T) True above diagonal
-            self_mask: AttnMask | None = self.mask.build(causal, dtype, is_causal=True)
+            self_mask: AttnMask | None = self.mask.build(causal, dtype, is_causal=True,
+                                                         position_bias=hooks.bias)
             cross_mask = self._source_mask(enc, dtype)
             memory: Tensor | None = enc.memory
         else:
             past = cache.length
             if start_pos != past:
                 raise ValueError(f"start_pos {start_pos} does not match the {past} positions in the cache")
+            hooks = self._hooks(self.tgt_pos, past, T, past + T, device)  # the new tokens' absolute positions
             self_mask = None  # one new token may see every cached one
             if T > 1:  # query i (absolute past+i) may see keys 0..past+i
                 q_pos = torch.arange(past, past + T, device=device)[:, None]
                 blocked = torch.arange(past + T, device=device)[None, :] > q_pos  # (T, past+T)
-                self_mask = self.mask.build(blocked, dtype)
+                self_mask = self.mask.build(blocked, dtype, position_bias=hooks.bias)
+            elif hooks.bias is not None:
+                self_mask = self.mask.build(None, dtype, position_bias=hooks.bias)  # (heads, 1, past+1)
             cross_mask, memory = cache.cross_mask, None
         for i, layer in enumerate(self.decoder.layers):
             x = layer(
                 x, memory, self_mask, cross_mask,
                 None if cache is None else cache.self_kv[i],
                 None if cache is None else cache.cross_kv[i],
+                hooks.rotate,
             )
         hidden = self.decoder.norm(x)
         return self.generator(hidden) if project else hidden
@@ -287,10 +314,6 @@ def stable_seed(seed: int, name: str, shape: tuple[int, ...]) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def _norm_types() -> tuple[type, ...]:
-    return (nn.LayerNorm, *(registry.get("norm", n) for n in registry.names("norm")))
-
-
 def _fan_in(module: nn.Module) -> int:
     weight = cast(Tensor, module.weight)
     return weight[0].numel()  # in_features * kernel size
@@ -299,7 +322,7 @@ def _fan_in(module: nn.Module) -> int:
 def _draw(module: nn.Module, pname: str, p: Tensor, scheme: str, g: torch.Generator, seed: int) -> Tensor:
     """New values for parameter ``pname`` of ``module`` drawn from ``g`` (CPU, float32)."""
     shape = tuple(p.shape)
-    if isinstance(module, _norm_types()):
+    if isinstance(module, nn.LayerNorm):
         return torch.zeros(shape) if pname == "bias" else torch.ones(shape)
     if scheme == "xavier" and p.dim() >= 2:
         receptive = p[0][0].numel()
@@ -315,7 +338,8 @@ def _draw(module: nn.Module, pname: str, p: Tensor, scheme: str, g: torch.Genera
     reset: Callable[[], None] | None = getattr(module, "reset_parameters", None)
     if reset is None:
         raise TypeError(f"controlled init does not know how to initialise {type(module).__name__}.{pname}")
-    # A plugin module: its own reset_parameters under a global RNG seeded for this parameter only.
+    # Norms, ReZero's gate, T5's bias table, plugins: the module's own reset_parameters under a global RNG
+    # seeded for this parameter only (the registry's norms start at fixed values: ones / zeros / sqrt(d)).
     saved = {n: q.detach().clone() for n, q in module.named_parameters(recurse=False)}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -333,8 +357,8 @@ def init_parameters(model: nn.Module, seed: int, scheme: str = "xavier") -> None
 
     ``xavier``: Xavier-uniform for >=2-D weights (per chunk for fused projections), the modules'
     defaults for biases; ``default``: the modules' defaults (Linear/Conv U(+-1/sqrt(fan_in)),
-    Embedding N(0, 1)). Norms start at ones / zeros in both. Tied parameters are drawn once, under
-    the name they are first registered with.
+    Embedding N(0, 1)). Other modules (norms, gates, bias tables) start from their own
+    ``reset_parameters``. Tied parameters are drawn once, under the name they are first registered with.
     """
     if scheme not in ("xavier", "default"):
         raise ValueError(f"unknown init {scheme!r}; accepted: xavier, default")
@@ -353,52 +377,59 @@ def init_parameters(model: nn.Module, seed: int, scheme: str = "xavier") -> None
 def build_model(
     model_spec: ModelSpec, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0, seed: int = 0
 ) -> Seq2SeqTransformer:
-    """Assemble a :class:`Seq2SeqTransformer` from registry components named by the spec."""
+    """Assemble a :class:`Seq2SeqTransformer` from the registry components the spec names.
+
+    Each component gets its contract's arguments (registry/<axis>.py), the options its axis and variant
+    declare (``ModelSpec.option_values``) and the sub-axis components it takes (``activation``).
+    """
     s = model_spec
     d = s.d_model
-    Residual = registry.get("residual", s.residual)
-    Positions = registry.get("positions", s.positions)
-    FFN = registry.get("ffn", s.ffn)
-    Norm = registry.get("norm", s.norm)
-    Attention = registry.get("attention", s.attention)
+
+    def component(kind: str, *args: object, **kwargs: object) -> nn.Module:
+        entry = registry.REGISTRY.entry(kind, getattr(s, kind))
+        subs = {sub: component(sub) for sub in entry.takes}
+        return cast(nn.Module, entry.obj(*args, **kwargs, **s.option_values(kind), **subs))
 
     def norm() -> nn.Module:
-        return Norm(d, eps=s.norm_eps, affine=s.norm_affine)
+        return component("norm", d)
 
-    def residuals(n: int) -> list[nn.Module]:
-        shared = norm() if s.shared_layer_norm else None  # preset D: one norm for all sub-layers of a layer
-        return [Residual(shared if shared is not None else norm(), s.dropout) for _ in range(n)]
+    def residuals(n: int, stack: str) -> list[nn.Module]:
+        norms = NormFactory(norm)  # one per layer: a variant may share one norm across its sub-layers
+        depth = Depth(stack, s.encoder_layers, s.decoder_layers)
+        return [component("residual", norms, s.dropout, depth=depth) for _ in range(n)]
 
     def attn(cross: bool = False) -> nn.Module:
-        return Attention(d, s.heads, s.attention_dropout, cross=cross)
+        return component("attention", d, s.heads, s.attention_dropout, cross=cross)
+
+    final_norm = registry.get("residual", s.residual).final_norm
 
     def stack_norm() -> nn.Module:
-        return norm() if Residual.final_norm else nn.Identity()
+        return norm() if final_norm else nn.Identity()
 
-    encoder = Stack([EncoderLayer(attn(), FFN(d, s.d_ff, s.dropout), *residuals(2))
+    encoder = Stack([EncoderLayer(attn(), component("ffn", d, s.d_ff, s.dropout), *residuals(2, "encoder"))
                      for _ in range(s.encoder_layers)], stack_norm())
-    decoder = Stack([DecoderLayer(attn(), attn(cross=True), FFN(d, s.d_ff, s.dropout), *residuals(3))
+    decoder = Stack([DecoderLayer(attn(), attn(cross=True), component("ffn", d, s.d_ff, s.dropout),
+                                  *residuals(3, "decoder"))
                      for _ in range(s.decoder_layers)], stack_norm())
 
-    if s.embeddings != "separate" and src_vocab_size != tgt_vocab_size:
-        raise ValueError(
-            f"embeddings {s.embeddings!r} need one vocabulary; found {src_vocab_size} source and "
-            f"{tgt_vocab_size} target tokens (use a joint tokenizer)"
-        )
-    src_embed = nn.Embedding(src_vocab_size, d)
-    tgt_embed = src_embed if s.embeddings in ("shared", "tied") else nn.Embedding(tgt_vocab_size, d)
-    generator = nn.Linear(d, tgt_vocab_size)
-    if s.embeddings == "tied":
-        generator.weight = tgt_embed.weight  # (V, d): logits = x @ E^T + b
+    embeddings = registry.REGISTRY.entry("embeddings", s.embeddings).obj
+    options = s.option_values("embeddings")
+    src_embed, tgt_embed, generator = embeddings(src_vocab_size, tgt_vocab_size, d, **options)
 
     pos_dropout = s.dropout if s.position_dropout else 0.0
     model = Seq2SeqTransformer(
         src_embed, tgt_embed,
-        Positions(d, s.max_positions, pos_dropout), Positions(d, s.max_positions, pos_dropout),
+        component("positions", d, s.heads, s.max_positions, pos_dropout, causal=False),
+        component("positions", d, s.heads, s.max_positions, pos_dropout, causal=True),
         encoder, decoder, generator,
         make_mask(s.mask, s.mask_fill),
         pad_id=pad_id,
         embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
     )
     init_parameters(model, seed, s.init)
+    for layer in [*encoder.layers, *decoder.layers]:
+        for residual, sublayer in layer.sublayers():  # type: ignore[operator]
+            hook = getattr(residual, "init_sublayer", None)
+            if hook is not None:  # DeepNorm: the paper's beta-scaled start of value/output and FFN weights
+                hook(sublayer)
     return model

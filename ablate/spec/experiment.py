@@ -13,17 +13,17 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, SpecFieldError, Strict
 from ablate.spec.data import DataSpec, FilePair, FilesData, HubData, SyntheticData, TokenizerSpec
+from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
 
 __all__ = [
@@ -40,130 +40,6 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 def _did_you_mean(word: str, choices: list[str]) -> str:
     hint = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {hint[0]!r}?" if hint else ""
-
-
-def _component(kind: str, value: str) -> str:
-    known = registry.names(kind)  # entry-point plugins included
-    if value not in known:
-        hint = _did_you_mean(value, known)
-        raise ValueError(f"unknown {kind} {value!r}; accepted: {', '.join(known)}{hint}")
-    return value
-
-
-# ---------------------------------------------------------------- model
-def _mask_hint(text: str) -> str:
-    names = registry.names("mask")  # '-inf', '-1e9' and any a plugin registers
-    return _did_you_mean(text, names + [n for n in ("-inf", "-1e9") if n not in names])
-
-
-def parse_mask_fill(value: Any) -> float:
-    """`-inf`, `-1e9` or any other negative number; YAML hands `-1e9` over as a string."""
-    expected = "expected a negative number or -inf (e.g. -1e9)"
-    if isinstance(value, bool):
-        raise ValueError(f"found {str(value).lower()}; {expected}")
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("-inf", "-.inf", "-infinity"):
-            return float("-inf")
-        try:
-            number = float(text)
-        except ValueError:
-            raise ValueError(f"found {value!r}; {expected}{_mask_hint(text)}") from None
-    elif isinstance(value, int | float):
-        number = float(value)
-    else:
-        raise ValueError(f"found {value!r}; {expected}")
-    if math.isnan(number) or number >= 0:
-        hint = f"; did you mean {format_mask_fill(-number)!r}?" if number > 0 else ""
-        raise ValueError(f"found {value!r}; the mask fill must be negative (-inf, -1e9, -1e6 ...){hint}")
-    return number
-
-
-def format_mask_fill(value: float) -> str:
-    """The canonical spelling: '-inf' or '-1e9' style, as users write it in YAML."""
-    if math.isinf(value):
-        return "-inf" if value < 0 else "inf"
-    mantissa, exponent = f"{value:e}".split("e")
-    mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
-
-
-class ModelSpec(Strict):
-    d_model: Annotated[Int, Field(gt=0, le=65536)] = 128
-    heads: Annotated[Int, Field(gt=0, le=1024)] = 4
-    encoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
-    decoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
-    d_ff: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
-    dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.1
-    attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-    # One field per axis; each value is a registry key of that kind.
-    residual: str = "pre_norm"
-    positions: str = "sinusoidal"
-    ffn: str = "linear"
-    norm: str = "builtin"
-    mask: str = "-inf"
-    attention: str = "sdpa"
-    # Options of single variants.
-    norm_eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-6
-    norm_affine: Literal["per_feature", "scalar"] = "per_feature"  # custom norm only (preset E: scalar)
-    shared_layer_norm: Bool = False  # post_norm only (preset D: one norm per layer)
-    position_dropout: Bool = True
-    max_positions: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
-    embed_scale: Bool = True  # multiply embeddings by sqrt(d_model)
-    embeddings: Literal["separate", "shared", "tied"] = "separate"
-    init: Literal["xavier", "default"] = "xavier"
-
-    @field_validator("residual")
-    @classmethod
-    def _residual(cls, v: str) -> str:
-        return _component("residual", v)
-
-    @field_validator("positions")
-    @classmethod
-    def _positions(cls, v: str) -> str:
-        return _component("positions", v)
-
-    @field_validator("ffn")
-    @classmethod
-    def _ffn(cls, v: str) -> str:
-        return _component("ffn", v)
-
-    @field_validator("norm")
-    @classmethod
-    def _norm(cls, v: str) -> str:
-        return _component("norm", v)
-
-    @field_validator("attention")
-    @classmethod
-    def _attention(cls, v: str) -> str:
-        return _component("attention", v)
-
-    @field_validator("mask", mode="before")
-    @classmethod
-    def _mask(cls, v: Any) -> str:
-        return format_mask_fill(parse_mask_fill(v))
-
-    @property
-    def mask_fill(self) -> float:
-        return parse_mask_fill(self.mask)
-
-    @model_validator(mode="after")
-    def _dims(self) -> ModelSpec:
-        checks = Checks()
-        if self.d_model % self.heads:
-            checks.fail("heads", f"d_model {self.d_model} is not divisible by heads {self.heads}", "d_model")
-        if self.positions == "sinusoidal" and self.d_model % 2:
-            checks.fail(
-                "d_model", f"sinusoidal positions need an even d_model, not {self.d_model}", "positions"
-            )
-        if self.shared_layer_norm and self.residual != "post_norm":
-            checks.fail(
-                "shared_layer_norm", "shared_layer_norm applies to residual: post_norm only", "residual"
-            )
-        if self.norm_affine == "scalar" and self.norm != "custom":
-            checks.fail("norm_affine", "norm_affine: scalar applies to norm: custom only", "norm")
-        checks.raise_any()
-        return self
 
 
 # ---------------------------------------------------------------- train
@@ -278,7 +154,8 @@ class ExperimentSpec(Strict):
     def _cross(self) -> ExperimentSpec:
         checks = Checks()
         data, model = self.data, self.model
-        if model.embeddings in ("shared", "tied") and not data.tokenizer.joint and data.is_text:
+        joint = getattr(registry.get("embeddings", model.embeddings), "needs_joint_vocabulary", False)
+        if joint and not data.tokenizer.joint and data.is_text:
             checks.fail(
                 "model.embeddings",
                 f"model.embeddings {model.embeddings!r} needs one vocabulary: set data.tokenizer.joint: true",
@@ -332,14 +209,19 @@ class ExperimentSpec(Strict):
         return key
 
     def resolved(self) -> dict[str, Any]:
-        """The spec as plain JSON-able data, defaults filled in: what is hashed and logged."""
-        return self.model_dump(mode="json")
+        """The spec as plain JSON-able data, defaults filled in (options of variants not chosen left out):
+        what is logged and dumped."""
+        data = self.model_dump(mode="json")
+        data["model"] = drop_unset_options(data["model"])
+        return data
 
     def identity(self) -> dict[str, Any]:
-        """What decides a run's result: everything but tracking and the study sections."""
+        """What decides a run's result: everything but tracking and the study sections (the model section
+        as ablate.spec.model.identity_of keeps hashes of older specs)."""
         data = self.resolved()
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
+        data["model"] = identity_of(data["model"])
         return data
 
     @property

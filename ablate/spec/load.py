@@ -399,6 +399,6 @@ def dump_spec_yaml(spec: ExperimentSpec) -> str:
 
 
 def json_schema() -> dict[str, Any]:
-    from ablate.spec.errors import json_schema as build
+    from ablate.spec.schema import json_schema as build
 
     return build()

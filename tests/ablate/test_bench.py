@@ -28,7 +28,9 @@ from ablate.bench.train import (
     synthetic_batches,
     train_flops,
 )
+from ablate.engine.model import build_model
 from ablate.spec.experiment import ModelSpec
+from ablate.spec.model import options_of
 
 # A spec file whose variant differs from the default in two components and sets its own train cadence: the
 # bench must measure this variant (the "default" row) and project the overhead to this cadence.
@@ -88,8 +90,8 @@ def test_bench_json_has_the_documented_schema(doc: dict) -> None:
 @pytest.mark.timeout(1200)
 def test_bench_covers_every_registered_variant_in_every_precision(doc: dict) -> None:
     spec = ModelSpec(ffn="conv1d", mask="-1e9")  # SPEC's components: its variant is the "default" row
-    expected = {"default"} | {f"{kind}={name}" for kind in registry.KINDS for name in registry.names(kind)
-                              if name != getattr(spec, kind)}
+    expected = {"default"} | {f"{axis.kind}={name}" for axis in registry.axes()
+                              for name in registry.names(axis.kind) if name != getattr(spec, axis.kind)}
     assert "ffn=linear" in expected and "ffn=conv1d" not in expected
     rows = {(r["variant"], r["precision"]) for r in doc["train"]}
     precisions = {r["precision"] for r in doc["torch_nn_transformer"]}
@@ -193,9 +195,21 @@ def test_train_flops_is_six_times_the_multiply_accumulates() -> None:
     src = torch.tensor([[5, 6, 7], [5, 6, 0]])  # real lengths 3, 2
     tgt_in = torch.tensor([[1, 5, 0, 0], [1, 5, 6, 7]])  # real lengths 2, 4
     d, ff, v = 8, 16, 11
-    dense = 5 * 1 * (4 * d * d + 2 * d * ff) + 6 * 2 * (8 * d * d + 2 * d * ff) + 6 * d * v
+    # the decoder's cross-attention K/V (2d^2 per layer) runs on the 5 source tokens, not the 6 target ones
+    dense = 5 * (1 * (4 * d * d + 2 * d * ff) + 2 * 2 * d * d) + 6 * 2 * (6 * d * d + 2 * d * ff) + 6 * d * v
     attention = 2 * d * (1 * (9 + 4) + 2 * ((4 + 16) + (2 * 3 + 4 * 2)))
-    assert train_flops(src, tgt_in, spec, v) == 6 * (dense + attention)
+    assert train_flops(src, tgt_in, build_model(spec, v, v)) == 6 * (dense + attention)
+
+
+def test_train_flops_count_the_model_as_built() -> None:
+    """A gated FFN has three matrices of 2/3 d_ff (rounded): the count follows the built model."""
+    spec = ModelSpec(d_model=8, heads=2, encoder_layers=1, decoder_layers=2, d_ff=24, ffn="swiglu",
+                     glu_multiple_of=1)
+    src, tgt_in = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 5]])
+    d, hidden, v = 8, 16, 11  # 2/3 * 24
+    dense = 3 * (1 * (4 * d * d + 3 * d * hidden) + 2 * 2 * d * d) + 2 * 2 * (6 * d * d + 3 * d * hidden) + 2 * d * v
+    attention = 2 * d * (1 * 9 + 2 * (4 + 2 * 3))
+    assert train_flops(src, tgt_in, build_model(spec, v, v)) == 6 * (dense + attention)
 
 
 def test_synthetic_batches_fill_the_token_budget_with_multi30k_like_lengths() -> None:
@@ -234,14 +248,20 @@ def test_axis_variants_change_one_component_each() -> None:
     base = ModelSpec(residual="post_norm", shared_layer_norm=True)
     variants = dict(axis_variants(base))
     assert variants["default"] == base
+    every = {f"{a.kind}={n}" for a in registry.axes() for n in registry.names(a.kind)}
+    chosen = {f"{a.kind}={getattr(base, a.kind)}" for a in registry.axes()}
+    assert set(variants) - {"default"} == every - chosen
     for label, spec in variants.items():
         if label == "default":
             continue
         kind, name = label.split("=")
         assert getattr(spec, kind) == name
         changed = {k for k in ModelSpec.model_fields if getattr(spec, k) != getattr(base, k)}
-        # shared_layer_norm only exists for post_norm: switching to pre_norm must drop it too
-        assert changed == ({kind, "shared_layer_norm"} if label == "residual=pre_norm" else {kind})
+        options = {o.name for o in options_of(registry.axis(kind))}
+        # shared_layer_norm only exists for post_norm: another residual drops it too; a variant with
+        # options of its own brings them (rope_base, glu_hidden, ...)
+        assert kind in changed and changed - {kind} <= options, label
+        assert ("shared_layer_norm" in changed) == (kind == "residual")
 
 
 def test_targets_flag_the_issue_thresholds() -> None:

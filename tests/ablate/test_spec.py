@@ -90,14 +90,15 @@ def test_cross_field_checks_all_reported_even_when_another_field_fails(tmp_path:
         tmp_path,
         "x.yaml",
         "name: t\nmodel:\n  d_modle: 64\n  heads: 3\n  shared_layer_norm: true\n  norm_affine: scalar\n"
-        "  positions: learned\n  max_positions: 64\ndata: {max_len: 100}\n"
+        "  norm: rms\n  max_positions: 64\ndata: {max_len: 100}\n"
         "train:\n  max_steps: 10\n  optimizer: {lr: abc}\n",
     )
     assert [line.removeprefix(f"{path}:") for line in problems(path)] == [
         "3: model.d_modle: unknown key 'd_modle'; did you mean 'd_model'?",
         "4: model.heads: d_model 128 is not divisible by heads 3",  # d_model is the default (d_modle)
-        "5: model.shared_layer_norm: shared_layer_norm applies to residual: post_norm only",
-        "6: model.norm_affine: norm_affine: scalar applies to norm: custom only",
+        "5: model.shared_layer_norm: shared_layer_norm applies to residual: post_norm only "
+        "(this spec has residual: pre_norm)",
+        "6: model.norm_affine: norm_affine applies to norm: builtin, custom only (this spec has norm: rms)",
         "9: data.max_len: data.max_len 100 exceeds model.max_positions 64",  # a check of the whole spec
         "12: train.optimizer.lr: found 'abc'; expected a number",
     ]

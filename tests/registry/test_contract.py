@@ -1,174 +1,192 @@
-"""One contract for every registered component of every kind.
+"""One contract for every registered variant of every declared axis, through the model the builder makes.
 
-The parameter list comes from ``registry.names``, so a newly registered component (built-in or
-plugin) is covered without touching this file; a new *kind* needs a harness below (a test fails
-until it has one). Each harness wraps the component in a module with a ``forward(x)`` exercising
-its contract and says what output shape to expect.
+The cases come from ``registry.axes()`` and ``registry.names(kind)``, so a newly registered variant or a
+new axis (built-in or plugin) is covered without touching this file. Each case builds a small model with
+that one variant (the rest default) and checks what any variant must keep: shapes; no information from
+future target positions; padding that changes no real position; KV-cached greedy and beam decoding equal
+to re-decoding the whole prefix; finite outputs under bf16 and fp16 autocast with every mask fill;
+gradients into every parameter; a state-dict round trip; and controlled initialisation (the same seed
+gives the baseline's values in every parameter the variant shares with it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 import registry
-from registry.masking import AttnMask, make_mask
+from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
+from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.spec.experiment import ModelSpec
 
-# Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
+# Small tensors: one thread is faster and makes reductions bitwise repeatable.
 pytestmark = pytest.mark.usefixtures("single_thread")
 registry.load_plugins()  # installed entry-point plugins are covered too (lookups would load them anyway)
 
-D, HEADS, B, T, S = 16, 2, 2, 5, 6
+V, BOS, EOS = 19, 1, 2
+SMALL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
+         "max_positions": 64}
+CASES = [(axis.kind, name) for axis in registry.axes() for name in registry.names(axis.kind)]
+IDS = [f"{k}:{n}" for k, n in CASES]
+SRCS = [[5, 9, 3, 12, 7], [4, 8, 15], [6, 11, 10, 13, 14, 7, 9], [3]]
+TGTS = [[1, 6, 9, 14], [1, 3, 7, 7, 12, 5], [1, 8], [1, 4, 4]]
 
 
-def _key_padding() -> AttnMask:
-    pad = torch.zeros(B, S, dtype=torch.bool)
-    pad[1, 4:] = True  # the second sentence is shorter; no query row is fully masked
-    return make_mask("-inf", float("-inf")).build(pad[:, None, None, :], torch.float32)
+def settings(kind: str, name: str) -> dict[str, object]:
+    """The model section choosing ``name`` for ``kind`` (a sub-axis: under a parent variant taking it)."""
+    out: dict[str, object] = {**SMALL, kind: name}
+    parent = registry.axis(kind).parent
+    if parent is not None:
+        takers = [e.name for e in registry.REGISTRY.entries(parent) if kind in e.takes]
+        out[parent] = registry.axis(parent).default if registry.axis(parent).default in takers else takers[0]
+    return out
 
 
-class Residual(nn.Module):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.comp = registry.get("residual", name)(registry.get("norm", "builtin")(D), dropout=0.0)
-        self.sublayer = nn.Linear(D, D)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.comp(x, self.sublayer)
+def model_for(kind: str, name: str, seed: int = 0, **extra: object) -> Seq2SeqTransformer:
+    return build_model(ModelSpec(**{**settings(kind, name), **extra}), V, V, seed=seed).eval()
 
 
-class Positions(nn.Module):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.comp = registry.get("positions", name)(D, max_positions=16, dropout=0.0)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.comp(x, start_pos=3)
+def pad(rows: list[list[int]], width: int | None = None) -> torch.Tensor:
+    out = torch.zeros(len(rows), width or max(map(len, rows)), dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
 
 
-class FFN(nn.Module):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.comp = registry.get("ffn", name)(D, 2 * D, dropout=0.0)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.comp(x)
-
-
-class Norm(nn.Module):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.comp = registry.get("norm", name)(D, eps=1e-6, affine="per_feature")
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.comp(x)
+def perturbed(model: nn.Module, seed: int) -> nn.Module:
+    """Every parameter moved off its initial value: gates that start at 0 (ReZero) or tables that start
+    flat would otherwise hide whether gradients and state dicts reach them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return model
 
 
-class Mask(nn.Module):
-    """Masked scores -> softmax: the mask's only job, on a partially masked (B, heads, T, T) block."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.comp = registry.get("mask", name)()
-        self.register_buffer("blocked", torch.ones(T, T, dtype=torch.bool).triu(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        scores = x[..., :T].reshape(B, 1, T, T).expand(B, HEADS, T, T)
-        return torch.softmax(self.comp(scores, self.blocked).float(), dim=-1)
-
-
-class Attention(nn.Module):
-    """Self-attention with key padding, plus cross-attention to a memory (both halves of the contract)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        cls = registry.get("attention", name)
-        self.self_attn = cls(D, HEADS, dropout=0.0)
-        self.cross_attn = cls(D, HEADS, dropout=0.0, cross=True)
-
-    def forward(self, x: Tensor) -> Tensor:
-        memory = x.flip(1)
-        h = self.self_attn(memory, mask=_key_padding())  # (B, S, D)
-        return self.cross_attn(x[:, :T], h, mask=_key_padding())
+def test_every_axis_and_variant_is_declared_and_documented() -> None:
+    kinds = [a.kind for a in registry.axes()]
+    builtin = {"residual", "positions", "ffn", "activation", "norm", "mask", "attention", "embeddings"}
+    assert builtin <= set(kinds)
+    for axis in registry.axes():
+        assert axis.doc and axis.contract and axis.hooks, axis.kind
+        assert axis.default in registry.names(axis.kind), axis.kind
+        for entry in registry.REGISTRY.entries(axis.kind):
+            assert entry.summary, f"{axis.kind}:{entry.name} needs a docstring naming its origin"
+            assert all(o.doc for o in entry.options), f"{axis.kind}:{entry.name} has an undocumented option"
 
 
-# kind -> (harness class, input shape, output shape)
-HARNESS: dict[str, tuple[Callable[[str], nn.Module], tuple[int, ...], tuple[int, ...]]] = {
-    "residual": (Residual, (B, T, D), (B, T, D)),
-    "positions": (Positions, (B, T, D), (B, T, D)),
-    "ffn": (FFN, (B, T, D), (B, T, D)),
-    "norm": (Norm, (B, T, D), (B, T, D)),
-    "mask": (Mask, (B, T, T), (B, HEADS, T, T)),
-    "attention": (Attention, (B, S, D), (B, T, D)),
-}
-
-# Built-in kinds first, then any kind a plugin added (it fails the harness test until it has a harness).
-KINDS = [*registry.KINDS, *(k for k in registry.REGISTRY.kinds() if k not in registry.KINDS)]
-CASES = [(kind, name) for kind in KINDS for name in registry.names(kind)]
-
-
-def _build(kind: str, name: str, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    module = HARNESS[kind][0](name)
-    with torch.no_grad():  # the component's own 1-D parameters too, so the round trip is not trivial
-        for p in module.parameters():
-            p.add_(0.1 * torch.randn(p.shape))
-    return module.eval()
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_shapes_causality_and_padding(kind: str, name: str) -> None:
+    model = model_for(kind, name)
+    src, tgt = pad(SRCS), pad(TGTS)
+    with torch.no_grad():
+        logits = model(src, tgt)
+        assert logits.shape == (len(SRCS), tgt.size(1), V) and torch.isfinite(logits).all()
+        # No leakage from future target positions: changing tokens 3.. leaves logits 0..2 alone.
+        changed = tgt.clone()
+        changed[:, 3:] = torch.randint(3, V, changed[:, 3:].shape, generator=torch.Generator().manual_seed(1))
+        later = model(src, changed)
+        torch.testing.assert_close(later[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)
+        assert (later[:, 3:] - logits[:, 3:]).abs().max() > 1e-4, "later positions must see the change"
+        # Padding invariance: each sentence alone, and the batch padded 3 columns wider, give the same
+        # logits at every real position.
+        wider = model(pad(SRCS, src.size(1) + 3), pad(TGTS, tgt.size(1) + 3))
+        for i, (s, t) in enumerate(zip(SRCS, TGTS, strict=True)):
+            alone = model(torch.tensor([s]), torch.tensor([t]))[0]
+            torch.testing.assert_close(logits[i, : len(t)], alone, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(wider[i, : len(t)], alone, atol=1e-5, rtol=1e-5)
 
 
-def _input(kind: str) -> Tensor:
-    g = torch.Generator().manual_seed(7)
-    return torch.randn(HARNESS[kind][1], generator=g)
+def greedy_without_cache(model: Seq2SeqTransformer, src: torch.Tensor, steps: int) -> list[list[int]]:
+    """Argmax decoding that re-decodes the whole prefix every step: what the cache must reproduce."""
+    out: list[list[int]] = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            one = src[b : b + 1]
+            enc = model.encode(one)
+            prefix = [BOS]
+            for _ in range(steps):
+                nxt = int(model.decode(torch.tensor([prefix]), enc)[0, -1].argmax())
+                if nxt == EOS:
+                    break
+                prefix.append(nxt)
+            out.append(prefix[1:])
+    return out
 
 
-def test_every_kind_has_components_and_a_harness() -> None:
-    for kind in KINDS:
-        assert registry.names(kind), f"no component registered for {kind}"
-        assert kind in HARNESS, f"kind {kind!r} has no contract harness"
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_cached_decoding_equals_the_full_forward(kind: str, name: str) -> None:
+    model = perturbed(model_for(kind, name), seed=11).eval()  # type: ignore[assignment]
+    src = pad(SRCS)
+    steps = 9
+    assert greedy_decode(model, src, BOS, EOS, steps) == greedy_without_cache(model, src, steps)
+    # Incremental logits: one token at a time through the cache equal the full forward's at each position.
+    tgt = pad(TGTS)
+    with torch.no_grad():
+        enc = model.encode(src)
+        full = model.decode(tgt, enc)
+        cache = model.init_cache(enc)
+        steps_out = [model.decode(tgt[:, t : t + 1], enc, cache, start_pos=t) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps_out, dim=1), full, atol=1e-5, rtol=1e-5)
+    batched = beam_search(model, src, BOS, EOS, 3, 0.6, 7)
+    assert batched == beam_search_reference(model, src, BOS, EOS, 3, 0.6, 7)
 
 
-@pytest.mark.parametrize("kind,name", CASES, ids=[f"{k}:{n}" for k, n in CASES])
-def test_component_contract(kind: str, name: str) -> None:
-    entry = registry.REGISTRY.entry(kind, name)
-    assert entry.summary, "a component's docstring says what it is and where it comes from"
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_half_precision_with_every_mask_fill(kind: str, name: str) -> None:
+    src, tgt = pad(SRCS), pad(TGTS)
+    for fill in ("-inf", "-1e9"):
+        if kind == "mask" and fill != name:
+            continue
+        extra = {} if kind == "mask" else {"mask": fill}
+        model = model_for(kind, name, **extra)
+        with torch.no_grad():
+            reference = model(src, tgt)
+            for dtype in (torch.bfloat16, torch.float16):
+                with torch.autocast("cpu", dtype=dtype):
+                    low = model(src, tgt)
+                assert torch.isfinite(low).all(), f"{dtype} with mask {fill}"
+                # agrees with fp32 to half precision, relative to the logits' scale
+                assert (low.float() - reference).abs().max() <= 0.05 * reference.abs().max() + 0.05
 
-    module = _build(kind, name, seed=0)
-    x = _input(kind).requires_grad_(True)
-    out = module(x)
-    assert out.shape == HARNESS[kind][2]
-    assert torch.isfinite(out).all()
 
-    # Backward: a random projection of the output reaches the input and every parameter.
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
-    (out * weight).sum().backward()
-    assert x.grad is not None and x.grad.abs().sum() > 0
-    for pname, p in module.named_parameters():
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_gradients_and_state_dict_round_trip(kind: str, name: str) -> None:
+    model = perturbed(model_for(kind, name), seed=5).train()
+    src, tgt = pad(SRCS), pad(TGTS)
+    loss = model(src, tgt).logsumexp(-1).mean()
+    loss.backward()
+    for pname, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
         assert p.grad.abs().sum() > 0, f"no gradient reaches {pname}"
-
-    # bf16 autocast on CPU: runs, finite, and agrees with fp32 to bf16 precision.
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        low = module(x.detach())
-    assert torch.isfinite(low).all()
-    torch.testing.assert_close(low.float(), out.detach(), atol=0.1, rtol=0.05)
-
-    # State dict round trip into a fresh, differently initialised instance.
-    fresh = _build(kind, name, seed=1)
-    params = list(module.parameters())
-    if params:
-        assert any(not torch.equal(a, b) for a, b in zip(params, fresh.parameters(), strict=True))
-    fresh.load_state_dict(module.state_dict())
+    fresh = model_for(kind, name, seed=1)
+    fresh.load_state_dict(model.state_dict())
+    model.eval()
     with torch.no_grad():
-        assert torch.equal(fresh(x.detach()), module(x.detach()))
+        assert torch.equal(fresh(src, tgt), model(src, tgt))
 
 
-@pytest.mark.parametrize("name", registry.names("mask"))
-def test_mask_name_is_its_fill(name: str) -> None:
-    """A mask is registered under the canonical spelling of its fill (what ModelSpec.mask holds)."""
-    from ablate.spec.experiment import format_mask_fill
+def _params(model: nn.Module) -> dict[tuple[str, tuple[int, ...]], torch.Tensor]:
+    return {(n, tuple(p.shape)): p.detach() for n, p in model.named_parameters()}
 
-    comp = registry.get("mask", name)()
-    assert format_mask_fill(comp.fill) == name
+
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_controlled_init_shares_values_with_the_baseline(kind: str, name: str) -> None:
+    """Same seed: every parameter the variant shares (name and shape) with the default model starts at the
+    baseline's values, or at those values times one constant where the variant's paper prescribes a scaled
+    start (DeepNorm's beta); most of the model is shared; and the seed matters."""
+    defaults = {a.kind: a.default for a in registry.axes()}
+    base_settings = {k: v for k, v in settings(kind, name).items() if k not in defaults}
+    base = _params(build_model(ModelSpec(**base_settings), V, V, seed=3))
+    variant = _params(model_for(kind, name, seed=3))
+    shared = base.keys() & variant.keys()
+    assert len(shared) >= 0.6 * len(base)
+    for key in shared:
+        moved = ~torch.isclose(variant[key], base[key], rtol=0, atol=0)
+        if moved.any():  # only a scaled start: each moved value is the baseline's times one constant
+            ratio = variant[key][moved] / base[key][moved]
+            assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-5), key
+    other = _params(model_for(kind, name, seed=4))
+    differ = [k for k in variant if not torch.equal(variant[k], other[k])]
+    assert len(differ) >= 0.5 * len(variant), "another seed must draw other weights"

@@ -14,7 +14,7 @@ from registry.attention import SMALL_QUERY, ExplicitAttention, KVCache, SDPAtten
 from registry.ffn import Conv1dFFN, LinearFFN
 from registry.masking import make_mask
 from registry.norm import BuiltinLayerNorm, CustomLayerNorm
-from registry.residual import PostNorm, PreNorm
+from registry.residual import NormFactory, PostNorm, PreNorm
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -170,8 +170,8 @@ def test_pre_and_post_norm_match_their_formulas() -> None:
         norm.weight.copy_(torch.rand(16, generator=_gen(11)) + 0.5)
         norm.bias.copy_(torch.randn(16, generator=_gen(12)))
     ln = lambda t: F.layer_norm(t, (16,), norm.weight, norm.bias, 1e-6)  # noqa: E731
-    torch.testing.assert_close(PreNorm(norm, 0.0)(x, f), x + f(ln(x)))
-    torch.testing.assert_close(PostNorm(norm, 0.0)(x, f), ln(x + f(x)))
+    torch.testing.assert_close(PreNorm(NormFactory(lambda: norm), 0.0)(x, f), x + f(ln(x)))
+    torch.testing.assert_close(PostNorm(NormFactory(lambda: norm), 0.0)(x, f), ln(x + f(x)))
     assert PreNorm.final_norm and not PostNorm.final_norm
 
 
@@ -180,8 +180,9 @@ def test_dropout_hits_only_the_sublayer_branch() -> None:
     x = torch.randn(2, 5, 16, generator=_gen(13))
     zero = lambda t: torch.zeros_like(t)  # noqa: E731
     norm = BuiltinLayerNorm(16)
-    torch.testing.assert_close(PreNorm(norm, 0.5).train()(x, zero), x)
-    torch.testing.assert_close(PostNorm(norm, 0.5).train()(x, zero), F.layer_norm(x, (16,), eps=1e-6))
+    torch.testing.assert_close(PreNorm(NormFactory(lambda: norm), 0.5).train()(x, zero), x)
+    post = PostNorm(NormFactory(lambda: norm), 0.5).train()
+    torch.testing.assert_close(post(x, zero), F.layer_norm(x, (16,), eps=1e-6))
 
 
 def test_shared_layer_norm_is_one_module_in_the_built_model() -> None:

@@ -100,7 +100,10 @@ def test_minus_1e9_overflows_fp16_and_the_fill_is_clamped() -> None:
     assert finite.fill_for(torch.bfloat16) == -1e9 and finite.fill_for(torch.float32) == -1e9
     assert clamp_fill(float("-inf"), torch.float16) == float("-inf")
     scores = torch.zeros(3, dtype=torch.float16)
-    assert finite(scores, torch.tensor([True, False, True])).tolist() == [-32752.0, 0.0, -32752.0]
+    mask = finite.build(torch.tensor([True, False, True]), torch.float16)  # what the model hands attention
+    assert mask.apply(scores).tolist() == [-32752.0, 0.0, -32752.0]  # explicit attention's path
+    assert mask.bias is not None and mask.bias.dtype == torch.float16
+    assert mask.bias.tolist() == [-32752.0, 0.0, -32752.0]  # sdpa's additive path
 
 
 # fp16: a finite fill is clamped to -32752 (fill_for), -inf is written as is.

@@ -17,15 +17,23 @@ import pytest
 from torch import nn
 
 import registry
-from registry import ENTRY_POINT_GROUP, Registry, RegistryError
+from registry import ENTRY_POINT_GROUP, Axis, Option, Registry, RegistryError
 
 
 class _Comp(nn.Module):
     """A stand-in component."""
 
 
-def test_a_duplicate_name_is_an_error_naming_the_first_owner() -> None:
+def _declared(*kinds: str) -> Registry:
+    """A fresh registry with minimal declarations of ``kinds``."""
     reg = Registry()
+    for kind in kinds:
+        reg.declare_axis(Axis(kind, "none", f"the {kind} axis", "cls()", ("nowhere",)))
+    return reg
+
+
+def test_a_duplicate_name_is_an_error_naming_the_first_owner() -> None:
+    reg = _declared("ffn", "norm")
     reg.register("ffn", "mine")(_Comp)
     taken = r"ffn component 'mine' is already registered \(by .*test_registry\)"
     with pytest.raises(RegistryError, match=taken):
@@ -36,7 +44,7 @@ def test_a_duplicate_name_is_an_error_naming_the_first_owner() -> None:
 
 
 def test_names_filters_with_a_shell_glob() -> None:
-    reg = Registry()
+    reg = _declared("x")
     for name in ("conv1d", "custom", "linear", "-1e9", "-inf"):
         reg.add("x", name, _Comp)
     assert reg.names("x") == ["-1e9", "-inf", "conv1d", "custom", "linear"]
@@ -57,6 +65,37 @@ def test_get_of_an_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(RegistryError, match=r"unknown component kind 'fnn'; known: .*ffn"):
         registry.get("fnn", "linear")
     assert ("ffn", "linear") in registry.REGISTRY and ("ffn", "lineer") not in registry.REGISTRY
+
+
+def test_a_variant_needs_its_axis_declared_and_options_declared_once() -> None:
+    reg = _declared("ffn")
+    with pytest.raises(RegistryError, match="no axis 'norm' is declared"):
+        reg.register("norm", "mine")(_Comp)
+    with pytest.raises(RegistryError, match="axis 'ffn' is already declared"):
+        reg.declare_axis(Axis("ffn", "x", "again", "cls()", ("nowhere",)))
+    width = Option("width", int, 4, "a width", ge=1)
+    reg.register("ffn", "wide", options=(width,))(_Comp)
+    reg.register("ffn", "wider", options=(width,))(_Comp)  # the same option on two variants is fine
+    with pytest.raises(RegistryError, match="option 'width' is already declared differently"):
+        reg.register("ffn", "odd", options=(Option("width", float, 4.0, "another width"),))(_Comp)
+    with pytest.raises(RegistryError, match="takes 'activation': not a sub-axis of ffn"):
+        reg.register("ffn", "gated", takes=("activation",))(_Comp)
+    reg.declare_axis(Axis("activation", "relu", "the non-linearity", "cls()", ("ffn",), parent="ffn"))
+    reg.register("ffn", "gated", takes=("activation",))(_Comp)
+    assert reg.entry("ffn", "gated").takes == ("activation",)
+    assert reg.entry("ffn", "wide").options == (width,)
+    assert [a.kind for a in reg.axes()] == ["ffn", "activation"]
+
+
+def test_an_option_checks_its_values_strictly() -> None:
+    option = Option("rate", float, 0.5, "a rate", ge=0.0, lt=1.0)
+    assert option.problem(0.25) is None and option.problem(0) is None  # an integer is a number
+    assert option.problem(True) == "found true; expected a number"
+    assert option.problem("0.5") == "found '0.5'; expected a number"
+    assert option.problem(1.0) == "found 1.0; must be < 1"
+    kind = Option("kind", str, "a", "a choice", choices=("a", "b"))
+    assert kind.problem("c") == "found 'c'; accepted: a, b"
+    assert Option("n", int, 1, "a count").problem(1.5) == "found 1.5; expected an integer"
 
 
 def test_a_registry_without_a_plugin_group_loads_nothing() -> None:

@@ -1,0 +1,217 @@
+"""The spec's ``model`` section, built from the registry's axis declarations.
+
+The section has the model's sizes (``d_model``, ``heads``, ...) as plain fields, and one field per
+declared axis (``residual``, ``positions``, ..., plugins' axes included) followed by the options its
+variants declare (``rope_base`` after ``positions``). Nothing here names an axis or a variant: adding one
+is a declaration in registry/, and this module, the JSON Schema (ablate/spec/schema.py) and ``ablate
+list`` read it.
+
+Validation (every failing check at once, each located at its field):
+
+* an axis value must be a registered variant (``mask`` also takes any negative number, spelled as the
+  axis's ``canonical`` says), with a did-you-mean;
+* a sub-axis (``activation``) may leave its default only under a parent variant that takes it;
+* a variant's own options are accepted only when that variant is chosen; then they are type-checked
+  (strict, as every spec field) and their defaults filled in. Options that were plain fields before they
+  belonged to a variant (``always``) keep their default everywhere, so old specs and records still load;
+* a chosen variant's ``check`` of the section (``sinusoidal`` needs an even ``d_model``).
+
+A run's identity (:func:`identity_of`) leaves out options that do not apply and axes declared
+``added_later`` at their default: the hash of a spec written before an axis existed does not change.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, create_model, model_validator
+
+import registry
+from ablate.spec.base import Bool, Checks, Float, Int, Strict
+from registry import Axis, Option
+from registry.masking import format_mask_fill, parse_mask_fill
+
+__all__ = ["ModelSpec", "drop_unset_options", "format_mask_fill", "identity_of", "option_owner", "options_of",
+           "parse_mask_fill"]
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    hint = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+def options_of(axis: Axis) -> list[Option]:
+    """The axis-wide options, then every variant's own ones (each once, in registration order)."""
+    seen: dict[str, Option] = {o.name: o for o in axis.options}
+    for entry in registry.REGISTRY.entries(axis.kind):
+        for option in entry.options:
+            seen.setdefault(option.name, option)
+    return list(seen.values())
+
+
+def option_owner(name: str) -> tuple[Axis, list[str]] | None:
+    """(axis, variants taking it) of an option name; the variants are all of them for an axis-wide option."""
+    for axis in registry.axes():
+        if any(o.name == name for o in axis.options):
+            return axis, registry.names(axis.kind)
+        takers = [e.name for e in registry.REGISTRY.entries(axis.kind)
+                  if any(o.name == name for o in e.options)]
+        if takers:
+            return axis, takers
+    return None
+
+
+class ModelSpecBase(Strict):
+    """The fields of the model section that are not axes; :data:`ModelSpec` adds the axes and options."""
+
+    d_model: Annotated[Int, Field(gt=0, le=65536)] = 128
+    heads: Annotated[Int, Field(gt=0, le=1024)] = 4
+    encoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    decoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    d_ff: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
+    dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.1
+    attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_axis_values(cls, data: Any) -> Any:
+        """Axis values as registry names: ``mask: -1e9`` (a YAML string or number) -> ``'-1e9'``."""
+        if not isinstance(data, dict):
+            return data
+        checks = Checks()
+        out = dict(data)
+        for axis in registry.axes():
+            if axis.canonical is None or axis.kind not in out:
+                continue
+            try:
+                out[axis.kind] = axis.canonical(out[axis.kind])
+            except ValueError as exc:
+                checks.fail(axis.kind, str(exc))
+        checks.raise_any()
+        return out
+
+    @model_validator(mode="after")
+    def _axes_and_options(self) -> ModelSpecBase:
+        checks = Checks()
+        if self.d_model % self.heads:
+            checks.fail("heads", f"d_model {self.d_model} is not divisible by heads {self.heads}", "d_model")
+        values = self.model_dump()
+        for axis in registry.axes():
+            self._check_axis(axis, values, checks)
+        checks.raise_any()
+        return self
+
+    def _check_axis(self, axis: Axis, values: dict[str, Any], checks: Checks) -> None:
+        value = values[axis.kind]
+        entry = registry.REGISTRY.entry(axis.kind, value) if (axis.kind, value) in registry.REGISTRY else None
+        known = registry.names(axis.kind)
+        if entry is None and not axis.open_values:
+            checks.fail(axis.kind, f"unknown {axis.kind} {value!r}; accepted: {', '.join(known)}"
+                        + _did_you_mean(value, known))
+            return
+        if axis.parent is not None and value != axis.default:
+            parent_value = values[axis.parent]
+            takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]
+            if parent_value not in takers:
+                checks.fail(axis.kind, f"{axis.kind} applies to {axis.parent}: {', '.join(takers)} only "
+                            f"(this spec has {axis.parent}: {parent_value})", axis.parent)
+        taken = {o.name for o in axis.options} | ({o.name for o in entry.options} if entry else set())
+        for option in options_of(axis):
+            given = values.get(option.name)
+            if option.name in taken:
+                if given is None:
+                    setattr(self, option.name, option.default)
+                elif (problem := option.problem(given)) is not None:
+                    checks.fail(option.name, problem)
+            elif given is not None and not (option.always and given == option.default):
+                owner = option_owner(option.name)
+                takers = owner[1] if owner else []
+                checks.fail(option.name, f"{option.name} applies to {axis.kind}: {', '.join(takers)} only "
+                            f"(this spec has {axis.kind}: {value})", axis.kind)
+        if entry is not None and entry.check is not None:
+            problem = entry.check(values)
+            if problem:
+                checks.fail(axis.kind, problem, "d_model", "heads")
+
+    @property
+    def mask_fill(self) -> float:
+        return parse_mask_fill(self.mask)
+
+    def option_values(self, axis: str, variant: str | None = None) -> dict[str, Any]:
+        """Constructor keywords of the chosen (or given) variant of ``axis``: axis-wide and own options."""
+        declared = registry.axis(axis)
+        name = variant if variant is not None else getattr(self, axis)
+        entry = registry.REGISTRY.entry(axis, name) if (axis, name) in registry.REGISTRY else None
+        options = [*declared.options, *(entry.options if entry else ())]
+        return {o.keyword: getattr(self, o.name) for o in options}
+
+
+def _option_field(option: Option) -> Any:
+    """An option is typed Any in pydantic and checked by the section's validator: a variant's options are
+    validated only when it is chosen. The schema shows its declared type (ablate/spec/schema.py)."""
+    default = option.default if option.always else None
+    return (Any, Field(default=default, description=option.doc))
+
+
+def _axis_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for axis in registry.axes():
+        fields[axis.kind] = (str, Field(default=axis.default, description=axis.doc))
+        for option in options_of(axis):
+            fields[option.name] = _option_field(option)
+    return fields
+
+
+_TAIL: dict[str, Any] = {
+    "position_dropout": (Bool, True),
+    "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], 512),
+    "embed_scale": (Bool, True),  # multiply embeddings by sqrt(d_model)
+    "init": (Literal["xavier", "default"], "xavier"),
+}
+
+if TYPE_CHECKING:
+    class ModelSpec(ModelSpecBase):
+        """Static view for type checkers: axis and option fields are dynamic."""
+
+        residual: str
+        positions: str
+        ffn: str
+        norm: str
+        mask: str
+        attention: str
+        embeddings: str
+        norm_eps: float
+        norm_affine: str
+        shared_layer_norm: bool
+        position_dropout: bool
+        max_positions: int
+        embed_scale: bool
+        init: str
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    ModelSpec = create_model(
+        "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **_axis_fields(), **_TAIL,
+    )
+
+
+def identity_of(model: dict[str, Any]) -> dict[str, Any]:
+    """The resolved model section as a run's identity: options that do not apply (None) left out, and axes
+    declared ``added_later`` left out at their default."""
+    out = {k: v for k, v in model.items() if v is not None or k not in _option_names()}
+    for axis in registry.axes():
+        if axis.added_later and out.get(axis.kind) == axis.default:
+            out.pop(axis.kind, None)
+    return out
+
+
+def _option_names() -> set[str]:
+    return {o.name for axis in registry.axes() for o in options_of(axis)}
+
+
+def drop_unset_options(model: dict[str, Any]) -> dict[str, Any]:
+    """The resolved model section without the options of variants that are not chosen (None)."""
+    names = _option_names()
+    return {k: v for k, v in model.items() if not (v is None and k in names)}
+

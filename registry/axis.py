@@ -1,0 +1,123 @@
+"""What an axis and a variant option are: the one declaration everything else reads.
+
+An :class:`Axis` is a design choice the spec can ablate (``residual``, ``positions``, ``norm``, ...). It is
+declared once, in its own file of this package (or in a plugin), with :func:`registry.declare_axis`:
+
+* ``kind``: the registry kind and the spec field under ``model:`` (``model.positions``), and its default;
+* ``contract``: how the model builder constructs and calls a component of this kind;
+* ``hooks``: the places in the model where the builder calls it (``embedding``, ``attention.rotary``,
+  ``attention.bias``, ``residual``, ...), for ``ablate list`` and docs/architecture.md;
+* ``options``: options every variant of the axis takes (``norm_eps``), as :class:`Option`;
+* ``parent``: for a sub-axis, the axis whose variants may take it (``activation`` is taken by the FFN
+  variants that list it in their ``takes``).
+
+A variant's own options are declared where it is registered (``@register("positions", "rope",
+options=(Option("rope_base", float, 10000.0, "...", gt=0),))``) and belong to it: the spec accepts them
+only when that variant is chosen. Spec fields, their validation, the JSON Schema, ``ablate list``, the
+builder's keyword arguments and the registry-wide contract test all read these declarations.
+
+Pure Python on purpose: the spec layer reads declarations without building any module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+OptionType = type[bool] | type[int] | type[float] | type[str]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A typed setting of one variant (or of every variant of an axis), a field under ``model:``.
+
+    ``kwarg``: the constructor keyword the builder passes it as (default: ``name``). ``choices``: the
+    accepted values of a ``str`` option. ``ge``/``gt``/``le``/``lt``: bounds of a number. ``always``: the
+    option was a plain ``model:`` field before options belonged to variants, so every spec records it (at
+    its default where its variant is not chosen): runs recorded then keep their identity.
+    """
+
+    name: str
+    type: OptionType
+    default: Any
+    doc: str
+    kwarg: str | None = None
+    choices: tuple[str, ...] = ()
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    always: bool = False
+
+    @property
+    def keyword(self) -> str:
+        return self.kwarg or self.name
+
+    def problem(self, value: Any) -> str | None:
+        """None when ``value`` is acceptable, else what is wrong with it (types are strict, as in specs)."""
+        expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[self.type]
+        if self.type is bool:
+            ok = isinstance(value, bool)
+        elif self.type is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif self.type is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+            ok = ok and abs(value) != float("inf")
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            return f"found {_show(value)}; expected {expected}"
+        if self.choices and value not in self.choices:
+            return f"found {_show(value)}; accepted: {', '.join(self.choices)}"
+        for bound, holds, word in (
+            (self.ge, lambda b: value >= b, ">="), (self.gt, lambda b: value > b, ">"),
+            (self.le, lambda b: value <= b, "<="), (self.lt, lambda b: value < b, "<"),
+        ):
+            if bound is not None and not holds(bound):
+                return f"found {_show(value)}; must be {word} {bound:g}"
+        return None
+
+    def json_schema(self) -> dict[str, Any]:
+        """The option's JSON Schema (default, type, bounds, choices, description)."""
+        types = {bool: "boolean", int: "integer", float: "number", str: "string"}
+        schema: dict[str, Any] = {"type": types[self.type], "default": self.default, "description": self.doc}
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        for key, bound in (("minimum", self.ge), ("exclusiveMinimum", self.gt),
+                           ("maximum", self.le), ("exclusiveMaximum", self.lt)):
+            if bound is not None:
+                schema[key] = bound
+        return schema
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One ablatable design choice: a registry kind that is also a ``model:`` spec field.
+
+    ``canonical``: turns a spec value into the registry name it selects (the mask axis accepts any negative
+    number and spells it ``-1e9`` style); it raises ValueError for a value it refuses. ``open_values``: a
+    canonical value need not be registered (any negative mask fill works). ``added_later``: the axis came
+    after the first record format, so a run's identity leaves it out at its default (runs recorded before
+    it existed keep their identity).
+    """
+
+    kind: str
+    default: str
+    doc: str
+    contract: str
+    hooks: tuple[str, ...]
+    options: tuple[Option, ...] = ()
+    parent: str | None = None
+    canonical: Callable[[Any], str] | None = None
+    open_values: bool = False
+    added_later: bool = False
+    value_examples: tuple[str, ...] = field(default=())
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
