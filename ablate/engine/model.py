@@ -298,6 +298,14 @@ class Seq2SeqTransformer(nn.Module):
                 m.keep_weights, m.last_weights = False, None
             self.train(was_training)
 
+    def attention_kernels(self) -> list[str]:
+        """Which kernels attention cores report having run (sdpa: "fused" and/or "matmul"), sorted."""
+        found: set[str] = set()
+        for group in self.attention_modules().values():
+            for module in group:
+                found |= getattr(module, "kernels", set())
+        return sorted(found)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied parameters counted once
 

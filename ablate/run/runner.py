@@ -208,6 +208,9 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
             tracker.log_metrics(final, step=state.step + 1)
             if outcome.reason:
                 tracker.set_tags({"ablate.reason": outcome.reason})
+            kernels = model.attention_kernels()
+            if kernels:  # sdpa's semantics through torch's fused kernel or two matmuls: which ones ran
+                tracker.set_tags({"ablate.attention_kernel": ", ".join(kernels)})
             log_loss_curve(tracker, state)
         result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
                            run_id=tracker.run_id,

@@ -207,7 +207,8 @@ def test_train_flops_count_the_model_as_built() -> None:
                      glu_multiple_of=1)
     src, tgt_in = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 5]])
     d, hidden, v = 8, 16, 11  # 2/3 * 24
-    dense = 3 * (1 * (4 * d * d + 3 * d * hidden) + 2 * 2 * d * d) + 2 * 2 * (6 * d * d + 3 * d * hidden) + 2 * d * v
+    dense = 3 * (1 * (4 * d * d + 3 * d * hidden) + 2 * 2 * d * d) \
+        + 2 * 2 * (6 * d * d + 3 * d * hidden) + 2 * d * v
     attention = 2 * d * (1 * 9 + 2 * (4 + 2 * 3))
     assert train_flops(src, tgt_in, build_model(spec, v, v)) == 6 * (dense + attention)
 

@@ -174,6 +174,8 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
     assert tags["ablate.status"] == "finished"
     assert tags["ablate.spec_hash"] == spec.spec_hash
     assert tags["ablate.seed"] == "5"
+    # sdpa's semantics, computed by torch's fused kernel or by two matmuls: the run says which ran
+    assert set(tags["ablate.attention_kernel"].split(", ")) <= {"fused", "matmul"}
     assert tags["eval.sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|")
     assert tags["eval.chrf_signature"].startswith("nrefs:1|")
 

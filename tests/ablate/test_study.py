@@ -228,7 +228,10 @@ def test_experiment_ablations_expand() -> None:
     root = Path(__file__).resolve().parents[2] / "experiments" / "ablations"
     plans = {p.name: plan_study(str(p)) for p in sorted(root.glob("*.yaml"))}
     assert {k: len(v.cells) for k, v in plans.items()} == {
-        "quick-axes.yaml": 12, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8}
+        "modern-axes.yaml": 14, "quick-axes.yaml": 12, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8}
+    assert plans["modern-axes.yaml"].variants == [
+        "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
+        "attention=qk_norm"]
     axes = ["baseline", "residual=post_norm", "positions=learned", "ffn=conv1d", "norm=custom", "mask=-1e9"]
     assert plans["quick-axes.yaml"].variants == axes and plans["tutorial-axes.yaml"].variants == axes
     assert plans["tutorial-axes.yaml"].seeds == [0, 1, 2] and plans["tutorial-axes.yaml"].metric == "val/bleu"
