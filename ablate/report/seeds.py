@@ -98,7 +98,10 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
              f"look k is mean ± t(1 − p*/2, n−1)·s/√n with the per-look level p* = {design.nominal:.4f} "
              f"calibrated so that the overall two-sided level is {design.alpha:g} under optional stopping. "
              f"Smallest detectable effect: the true effect this test finds with {POWER:.0%} power given the "
-             "spread of the seeds it got, (t(1 − p*/2, n−1) + t(0.8, n−1))·s/√n."),
+             "spread of the seeds it got, (t(1 − p*/2, n−1) + t(0.8, n−1))·s/√n. The fixed-sample tests "
+             "of the Effects section do not account for the stopping rule (their p-values are too small "
+             "for a study that stopped where the evidence looked strongest): for this study read the "
+             "verdicts below."),
         Table(["variant", "seeds", "pairs", "Δ vs baseline", "repeated CI", "smallest detectable", "verdict"],
               rows, "lrrrrrl", f"Sequential verdicts on {metric}, each against the baseline"),
     ])

@@ -108,6 +108,16 @@ def main_import(folder: str, storage: str | None = None) -> int:
     else:
         raise AblateError(f"study {meta['study']!r} is already in this MLflow store: import into a fresh one "
                           "(another MLFLOW_TRACKING_URI or working directory)")
+    runs = {}  # every cell read (and checked) before anything is written
+    for key in meta["cells"]:
+        try:
+            runs[key] = json.loads((src / "cells" / key / "run.json").read_text())
+            missing = {"ablate.seed", "ablate.status"} - set(runs[key]["tags"])
+            if missing:
+                raise KeyError(f"tags {sorted(missing)} missing")
+        except (OSError, ValueError, KeyError) as exc:
+            raise AblateError(f"{src / 'cells' / key}: not an exported cell ({type(exc).__name__}: {exc})"
+                              ) from None
     metric = str(meta["metric"])
     direction = metric_direction(metric)
     queue = CellQueue(Store(storage), str(meta["optuna_study"]), direction)
@@ -117,9 +127,8 @@ def main_import(folder: str, storage: str | None = None) -> int:
     queue.set(PARENT, parent_id)
     added = 0
     for key in meta["cells"]:
-        cell_dir = src / "cells" / key
-        run = json.loads((cell_dir / "run.json").read_text())
-        run_id = import_run(cell_dir, meta["experiment"], parent_id)
+        run = runs[key]
+        run_id = import_run(src / "cells" / key, meta["experiment"], parent_id)
         if key in have:
             continue  # the Optuna store already knows the cell: its trial stays
         tags = run["tags"]

@@ -117,5 +117,6 @@ def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) 
     if artifacts.is_dir() and any(artifacts.iterdir()):
         with quiet_transfers():
             c.log_artifacts(new_id, str(artifacts))
-    c.set_terminated(new_id, status=record["status"], end_time=record["end_time"])
+    if record["status"] not in ("RUNNING", "SCHEDULED"):  # a study's parent may still be open: keep it so
+        c.set_terminated(new_id, status=record["status"], end_time=record["end_time"])
     return new_id

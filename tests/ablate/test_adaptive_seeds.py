@@ -110,6 +110,15 @@ def test_dry_run_states_the_adaptive_plan(workdir: Path, capsys: pytest.CaptureF
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]
 
 
+def test_import_of_a_folder_that_is_no_export_is_a_one_line_error(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (workdir / "notes").mkdir()
+    assert cli_main(["import", str(workdir / "notes")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a study export" in err and len(err.splitlines()) == 1
+    assert not (workdir / "mlflow.db").exists() and not (workdir / ".ablate").exists()  # nothing written
+
+
 def _children(name: str) -> list:
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name(name)
