@@ -119,6 +119,45 @@ def test_import_of_a_folder_that_is_no_export_is_a_one_line_error(
     assert not (workdir / "mlflow.db").exists() and not (workdir / ".ablate").exists()  # nothing written
 
 
+def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
+    import pandas as pd
+
+    from ablate.report.data import build_study
+    from ablate.report.render import Table
+    from ablate.report.seeds import seeds_section
+    from ablate.study.sequential import Design, run_sequence
+
+    base = [30.0, 31.0, 29.5, 30.4, 30.9]
+    learned = [30.3, 30.2, 30.6, 29.9, 31.5]  # open: small differences of both signs
+    rows = []
+    for seed, value in enumerate(base):
+        rows.append(("baseline", seed, "finished", value))
+        rows.append(("positions=learned", seed, "finished", learned[seed]))
+        if seed < 3:
+            rows.append(("mask=-1e9", seed, "finished", value))
+            rows.append(("residual=post_norm", seed, "diverged", float("nan")))
+    frame = pd.DataFrame([{"run_id": f"r{i}", "status": "FINISHED", "start_time": pd.Timestamp(i, unit="s"),
+                           "tags.ablate.variant": v, "tags.ablate.seed": str(s), "tags.ablate.status": st,
+                           "metrics.val/bleu": x} for i, (v, s, st, x) in enumerate(rows)])
+    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.metric": "val/bleu",
+            "ablate.sequential": json.dumps({"looks": [3, 4, 5], "alpha": 0.05, "min_effect": 0.5})}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": tags}
+    data: dict = {}
+    section = seeds_section(build_study(parent, frame), data)
+    assert section is not None and "3 planned looks at n = 3, 4, 5 seeds" in section.blocks[0].text
+    table = next(b for b in section.blocks if isinstance(b, Table))
+    verdicts = {row[0]: row[-1] for row in table.rows}
+    assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"
+    assert verdicts["residual=post_norm"] == "diverged or failed in every seed: no pair to test"
+    expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], Design((3, 4, 5), 0.05, 0.5))
+    assert expected is not None and expected.state == "open" and expected.final
+    assert verdicts["positions=learned"] == "undecided at the maximum of 5 seeds"
+    got = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "positions=learned")
+    assert (got["lo"], got["hi"], got["detectable"]) == (expected.lo, expected.hi, expected.detectable)
+    assert data["sequential"]["nominal_level"] == Design((3, 4, 5)).nominal < 0.05
+
+
 def _children(name: str) -> list:
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name(name)
