@@ -87,7 +87,11 @@ def _meta(folder: Path) -> dict[str, Any]:
 def _value(run: dict[str, Any], metric: str, direction: str) -> tuple[float, dict[int, float]]:
     """The cell's value (last logged, the final evaluation) and its history by step (finite values)."""
     rows = sorted(run["metrics"].get(metric, []), key=lambda r: (r[0], r[1]))  # (step, timestamp, value)
-    history = {int(step): float(v) for step, _, v in rows if math.isfinite(float(v))}
+    # The final evaluation is logged one step past training, with train/wall_time_s (ablate/run/runner.py);
+    # the trial's reports were the evaluations during training only.
+    final = {int(r[0]) for r in run["metrics"].get("train/wall_time_s", [])}
+    history = {int(step): float(v) for step, _, v in rows
+               if math.isfinite(float(v)) and int(step) not in final}
     value = float(rows[-1][2]) if rows else math.nan
     if not math.isfinite(value):  # a diverged cell: the worst value, as CellQueue.finish records it
         value = math.inf if direction == "minimize" else -math.inf
