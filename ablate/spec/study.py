@@ -22,9 +22,9 @@ class SeedRange(Strict):
     """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
     still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides)."""
 
-    min: Annotated[Int, Field(ge=2, le=1000)]  # a paired t statistic needs two seeds
-    max: Annotated[Int, Field(ge=2, le=1000)]
-    step: Annotated[Int, Field(ge=1, le=1000)] = 1
+    min: Annotated[Int, Field(ge=2, le=100)]  # a paired t statistic needs two seeds
+    max: Annotated[Int, Field(ge=2, le=100)]
+    step: Annotated[Int, Field(ge=1, le=100)] = 1
 
     @model_validator(mode="after")
     def _order(self) -> SeedRange:

@@ -46,6 +46,7 @@ ALPHA = 0.05
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
 CALIBRATION_SEED = 0
+_CHUNK = 20_000
 METHOD = "Pocock group-sequential paired t-test"
 
 State = Literal["effect", "no_effect", "identical", "open", "untestable"]
@@ -68,16 +69,18 @@ def nominal_level(looks: tuple[int, ...], alpha: float = ALPHA) -> float:
         return alpha
     rng = np.random.default_rng(CALIBRATION_SEED)
     n = np.asarray(looks)
-    x = rng.standard_normal((CALIBRATION_PATHS, int(n[-1])))  # (paths, max seeds): null differences
-    s1 = np.cumsum(x, axis=1)[:, n - 1]  # (paths, looks): running sums at each look
-    s2 = np.cumsum(x * x, axis=1)[:, n - 1]
-    mean = s1 / n
-    var = (s2 - n * mean**2) / (n - 1)
-    t = mean / np.sqrt(var / n)
-    p = 2.0 * stats.t.sf(np.abs(t), n - 1)  # (paths, looks) two-sided p at each look
+    smallest = []
+    for _ in range(CALIBRATION_PATHS // _CHUNK):  # in chunks: memory stays small for many seeds
+        x = rng.standard_normal((_CHUNK, int(n[-1])))  # (paths, max seeds): null differences
+        s1 = np.cumsum(x, axis=1)[:, n - 1]  # (paths, looks): running sums at each look
+        s2 = np.cumsum(x * x, axis=1)[:, n - 1]
+        mean = s1 / n
+        var = (s2 - n * mean**2) / (n - 1)
+        t = mean / np.sqrt(var / n)
+        smallest.append((2.0 * stats.t.sf(np.abs(t), n - 1)).min(axis=1))  # smallest two-sided p per path
     # Two Monte Carlo standard errors below alpha: the simulated quantile errs on the safe side.
     target = alpha - 2.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS)
-    return float(np.quantile(p.min(axis=1), target))
+    return float(np.quantile(np.concatenate(smallest), target))
 
 
 @lru_cache(maxsize=4096)
