@@ -30,7 +30,8 @@ def design_of(study: Study) -> Design | None:
 
 
 def _differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
-    """Per-seed variant - baseline over the variant's seeds in order; and whether it never finished."""
+    """Per-seed variant - baseline over the variant's seeds in order (None where either run did not
+    finish); and whether no seed has a pair."""
     assert study.baseline is not None
     base = {r.seed: r for r in study.of(study.baseline)}
     runs = sorted(study.of(variant), key=lambda r: r.seed)
@@ -41,13 +42,12 @@ def _differences(study: Study, variant: str, metric: str) -> tuple[list[float | 
             out.append(r.metrics[metric] - b.metrics[metric])
         else:
             out.append(None)
-    lost = bool(runs) and all(r.status != "finished" for r in runs)
-    return out, lost
+    return out, bool(out) and all(d is None for d in out)
 
 
 def _verdict(look: Look | None, lost: bool, design: Design, higher: bool, unit: str, dec: int) -> str:
     if lost:
-        return "diverged or failed in every seed: no pair to test"
+        return "no seed where both it and the baseline finished (diverged or failed): nothing to test"
     if look is None:
         return f"open: fewer than {design.looks[0]} complete seeds so far"
     if look.state == "identical":
@@ -82,7 +82,7 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
                      st.fmt(look.diff, dec, True) if look else "—", ci,
                      st.fmt(look.detectable, dec) if look else "—", text])
         records.append({"variant": v, "seeds": len(diffs), "pairs": look.n if look else 0,
-                        "look": look.look if look else None, "state": "diverged" if lost else
+                        "look": look.look if look else None, "state": "no_pairs" if lost else
                         (look.state if look else "open"), "diff": look.diff if look else None,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text})

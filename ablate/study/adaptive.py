@@ -7,8 +7,9 @@ variant; after each round every comparison is walked through its planned looks (
 Everything is recomputed from the cell records in the store, so a rerun, a second worker or another machine
 reaches the same plan (idempotent, resumable) and enqueues only what is missing.
 
-A variant that diverged (or failed) in every seed of a complete look while the baseline finished has no
-pair to test: it is decided as "diverged" (a result, not a reason to spend more seeds).
+A comparison whose complete look has no seed where both it and the baseline finished (the variant, or the
+baseline, diverged or failed in every seed) has no pair to test: it is decided as "no_pairs" (a result, such
+as post-norm without warm-up diverging, not a reason to spend more seeds).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ class Progress:
     label: str
     needed: int  # seeds this comparison needs run (its current look)
     look: Look | None  # the deciding look, else the last complete one (None before the first)
-    state: str  # 'effect' | 'no_effect' | 'identical' | 'diverged' | 'open' | 'undecided' | 'waiting'
+    state: str  # 'effect' | 'no_effect' | 'identical' | 'no_pairs' | 'open' | 'undecided' | 'waiting'
 
     @property
     def decided(self) -> bool:
-        return self.state in ("effect", "no_effect", "identical", "diverged", "undecided")
+        return self.state in ("effect", "no_effect", "identical", "no_pairs", "undecided")
 
 
 def design_of(ablation: Any) -> Design | None:
@@ -46,12 +47,11 @@ def design_of(ablation: Any) -> Design | None:
 
 
 def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
-           ) -> tuple[list[float | None], bool, bool]:
-    """(per-seed differences, every cell terminal, the variant diverged/failed wherever the baseline
-    finished) over ``seeds``."""
+           ) -> tuple[list[float | None], bool]:
+    """(per-seed differences, None where either run did not finish; every cell terminal) over ``seeds``."""
     cells = {(c.label, c.seed): c.key for c in plan.cells}
     diffs: list[float | None] = []
-    complete, all_lost, any_base = True, True, False
+    complete = True
     for seed in seeds:
         base, var = records.get(cells[("baseline", seed)]), records.get(cells[(label, seed)])
         if base is None or var is None or base.status not in TERMINAL or var.status not in TERMINAL:
@@ -61,10 +61,7 @@ def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
         ok = (base.status == "finished" and var.status == "finished" and base.metric is not None
               and var.metric is not None and math.isfinite(base.metric) and math.isfinite(var.metric))
         diffs.append(var.metric - base.metric if ok else None)
-        if base.status == "finished":
-            any_base = True
-            all_lost &= var.status != "finished"
-    return diffs, complete, all_lost and any_base
+    return diffs, complete
 
 
 def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str, Progress]:
@@ -76,12 +73,12 @@ def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str,
         result: Progress | None = None
         last: Look | None = None
         for k, n in enumerate(design.looks):
-            diffs, complete, lost = _pairs(plan, records, label, plan.seeds[:n])
+            diffs, complete = _pairs(plan, records, label, plan.seeds[:n])
             if not complete:
                 result = Progress(label, n, last, "waiting" if k == 0 else "open")
                 break
-            if lost:
-                result = Progress(label, n, last, "diverged")
+            if all(d is None for d in diffs):
+                result = Progress(label, n, last, "no_pairs")
                 break
             look = last = evaluate([math.nan if d is None else d for d in diffs], design, k + 1)
             if look.decided:

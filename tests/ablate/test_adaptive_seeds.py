@@ -93,11 +93,15 @@ def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
         records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
     final = progress(plan, plan.design, records)["positions=learned"]
     assert final.state == "undecided" and final.look is not None and final.look.n == 5 and final.look.final
-    # A variant that diverged in every seed while the baseline finished is decided: no more seeds.
+    # A variant that diverged in every seed is decided: no pair to test, and no more seeds for it.
     for s in range(3):
         records[key[("positions=learned", s)]] = CellRecord("diverged", None)
     lost = progress(plan, plan.design, records)["positions=learned"]
-    assert lost.state == "diverged" and lost.needed == 3
+    assert lost.state == "no_pairs" and lost.needed == 3
+    for s in range(3):  # a baseline that diverged in every seed leaves no comparison anything to test
+        records[key[("baseline", s)]] = CellRecord("diverged", None)
+    assert {p.state for p in progress(plan, plan.design, records).values()} == {"no_pairs"}
+    assert set(needed_keys(plan, plan.design, records)) <= set(records)  # and asks for no more seeds
 
 
 def test_dry_run_states_the_adaptive_plan(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +153,7 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     table = next(b for b in section.blocks if isinstance(b, Table))
     verdicts = {row[0]: row[-1] for row in table.rows}
     assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"
-    assert verdicts["residual=post_norm"] == "diverged or failed in every seed: no pair to test"
+    assert verdicts["residual=post_norm"].startswith("no seed where both it and the baseline finished")
     expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], Design((3, 4, 5), 0.05, 0.5))
     assert expected is not None and expected.state == "open" and expected.final
     assert verdicts["positions=learned"] == "undecided at the maximum of 5 seeds"
