@@ -26,6 +26,7 @@ examples:
   ablate run experiments/quickstart.yaml        train one model, tracked in ./mlflow.db
   ablate ablate experiments/ablations/x.yaml    train every variant x seed of a study
   ablate report STUDY                           compare the variants of a study
+  ablate export STUDY --out DIR                 its finished cells as files; `ablate import DIR` reloads
   ablate ui                                     browse the runs in MLflow (127.0.0.1:5000)
 """
 
@@ -128,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", metavar="STUDY",
                    help="study name or parent run id (the study's MLflow experiment or its parent run)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
+
+    p = command("export", "write a study's finished cells to a small folder (no checkpoints) to commit")
+    p.add_argument("study", metavar="STUDY", help="study name or parent run id")
+    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY/export)")
+
+    p = command("import", "recreate an exported study in this MLflow store and Optuna storage")
+    p.add_argument("folder", metavar="DIR", help="a folder written by `ablate export`")
+    _add_storage(p)
 
     p = command("bench", "throughput benchmark of the model against torch.nn.Transformer")
     p.add_argument("spec", nargs="?", metavar="SPEC", help="spec to benchmark (default: a built-in config)")
@@ -250,12 +259,15 @@ HANDLERS = {
     "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
     "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
     "ablate": lambda a: _call(
-        "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run, a.retry_failed
+        "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run,
+        a.retry_failed
     ),
     "status": lambda a: _call("ablate.study.ablation", "main_status", a.spec, a.overrides, a.storage),
     "tune": lambda a: _call("ablate.study.search", "main_tune", a.spec, a.overrides, a.workers, a.storage,
                             a.trials),
     "report": lambda a: _call("ablate.report.build", "main_report", a.study, a.out),
+    "export": lambda a: _call("ablate.study.transfer", "main_export", a.study, a.out),
+    "import": lambda a: _call("ablate.study.transfer", "main_import", a.folder, a.storage),
     "bench": lambda a: _call("ablate.bench.suite", "main_bench", a.spec, a.overrides, a.as_json, a.quick),
 }
 

@@ -50,6 +50,7 @@ from ablate.report.render import (
     render_html,
     render_markdown,
 )
+from ablate.report.seeds import seeds_section
 
 __all__ = ["build_report", "load_study", "main_report"]
 
@@ -69,11 +70,13 @@ def write_runs_csv(study: Study, path: Path) -> None:
     metric_keys = sorted({k for r in study.runs for k in r.metrics})
     varying = sorted(k for k in {k for r in study.runs for k in design_params(r.params)}
                      if len({r.params.get(k) for r in study.runs}) > 1)
+    from ablate.tracking.transfer import origin_id  # an imported run shows the id it was exported with
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["variant", "seed", "status", "spec_hash", "run_id", *metric_keys, *varying])
     for r in study.runs:
-        w.writerow([r.variant, r.seed, r.status, r.spec_hash, r.run_id,
+        w.writerow([r.variant, r.seed, r.status, r.spec_hash, origin_id(r.run_id, r.tags),
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())
@@ -101,8 +104,10 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
     total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in runs)
+    from ablate.tracking.transfer import origin_id
+
     p = study.parent
-    items = [f"Study `{study.name}` ({study.kind}), parent run `{p['run_id']}`, "
+    items = [f"Study `{study.name}` ({study.kind}), parent run `{origin_id(p['run_id'], p['tags'])}`, "
              f"{len(study.variants)} variants, {len(runs)} runs",
              f"Seeds: {', '.join(map(str, seeds)) or '—'}",
              f"Quality metric: `{study.primary}` "
@@ -299,7 +304,10 @@ def build_report(study: Study, out_dir: Path) -> Path:
     env = extra.environment(study)
     doc = Document(f"{study.kind.capitalize()} report: {study.name}", stamp())
     doc.sections.append(setup_section(study, env))
-    data: dict[str, Any] = {"study": study.name, "kind": study.kind, "parent_run_id": study.parent["run_id"]}
+    from ablate.tracking.transfer import origin_id
+
+    parent_id = origin_id(study.parent["run_id"], study.parent["tags"])
+    data: dict[str, Any] = {"study": study.name, "kind": study.kind, "parent_run_id": parent_id}
     if study.kind == "search":
         doc.sections += extra.search_sections(study, fig_dir, data)
     else:
@@ -316,6 +324,7 @@ def build_report(study: Study, out_dir: Path) -> Path:
                           Bullets([r.verdict for r in factorial if r.metric == study.primary])]
         doc.sections += [s for s in [axes_section(study)] if s]
         doc.sections += results_section(study, summary, rows, fig_dir)
+        doc.sections += [s for s in [seeds_section(study, data)] if s]
         doc.sections += [s for s in [extra.factorial_section(study, factorial, fig_dir)] if s]
         extras = (curves_section(study, fig_dir), cost_section(study, summary, fig_dir))
         doc.sections += [s for s in extras if s]

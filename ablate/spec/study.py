@@ -18,13 +18,32 @@ from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Stri
 Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
 
 
+class SeedRange(Strict):
+    """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
+    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides)."""
+
+    min: Annotated[Int, Field(ge=2, le=100)]  # a paired t statistic needs two seeds
+    max: Annotated[Int, Field(ge=2, le=100)]
+    step: Annotated[Int, Field(ge=1, le=100)] = 1
+
+    @model_validator(mode="after")
+    def _order(self) -> SeedRange:
+        if self.max < self.min:
+            raise SpecFieldError.single("max", f"max {self.max} is below min {self.min}", "min")
+        return self
+
+
 class AblationSpec(Strict):
     axes: dict[str, list[Any]] = {}
     design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
     variants: list[dict[str, Any]] = []
-    seeds: list[Seed] | None = None
+    seeds: list[Seed] | SeedRange | None = None  # a fixed list, or {min, max, step} chosen by the evidence
     repeats: Annotated[Int, Field(ge=1, le=1000)] | None = None
     metric: str = "auto"  # a result metric (ablate/spec/metricnames.py), or the data's quality metric
+    # With adaptive seeds: a comparison whose interval lies within +-min_effect (the metric's units) is
+    # decided as "no effect that large" and gets no more seeds.
+    min_effect: Annotated[Float, Field(gt=0)] | None = None
+    alpha: Annotated[Float, Field(gt=0, lt=0.5)] = 0.05  # overall two-sided level of each comparison
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:
@@ -39,8 +58,11 @@ class AblationSpec(Strict):
                 checks.fail(f"axes.{field}", f"axis {field!r} has no values")
         if self.seeds is not None and self.repeats is not None:
             checks.fail("repeats", "give seeds or repeats, not both", "seeds")
-        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+        if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):
             checks.fail("seeds", "seeds must be distinct")
+        if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
+            checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
+                        "seeds: {min: ..., max: ...}", "seeds")
         checks.raise_any()
         return self
 

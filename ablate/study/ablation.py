@@ -7,6 +7,8 @@
         model.residual: [pre_norm, post_norm]
         train.schedule.warmup_steps: [400, 0]
       seeds: [0, 1, 2]               # or repeats: 3 (seeds spec.seed .. spec.seed+2)
+                                     # or {min: 3, max: 8}: more seeds only where the verdict is open
+      min_effect: 0.5                # with a seed range: smaller effects are not worth more seeds
 
 A cell's identity is its resolved spec hash plus its seed (its spec has ``seed`` set to the cell's seed),
 which is also its run directory: within a seed every variant sees the same batches in the same order and
@@ -17,6 +19,9 @@ Cells are coordinated through the Optuna store (ablate/study/cells.py): one Optu
 each cell a trial enqueued once; workers pop waiting cells, so rerunning the command skips finished (and
 diverged) cells, resumes interrupted ones from their checkpoints, and re-runs failed ones only with
 ``--retry-failed``; ``--workers N`` and several machines sharing ``--storage postgresql://...`` split them.
+
+With a seed range the study runs in rounds (ablate/study/adaptive.py): ``min`` seeds first, then more
+seeds only for the comparisons whose group-sequential verdict (ablate/study/sequential.py) is still open.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study.adaptive import design_of, format_progress, needed_keys
+from ablate.study.sequential import Design
 from ablate.study.space import derive, show
 
 PARENT = "ablate.parent_run_id"  # Optuna study user attr: the study's parent MLflow run
@@ -83,6 +90,11 @@ class StudyPlan:
     @property
     def direction(self) -> str:
         return metric_direction(self.metric)
+
+    @property
+    def design(self) -> Design | None:
+        """The sequential design when the seeds are a range (adaptive), else None."""
+        return design_of(self.spec.ablation)
 
     @property
     def variants(self) -> list[str]:
@@ -181,7 +193,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             add(flatten(entry), f"ablation.variants.{i}", str(label) if label else None)
     if problems:
         raise SpecError(problems)
-    seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
+    if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
+        seeds = [spec.seed + i for i in range(abl.seeds.max)]
+    else:
+        seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
     cells = []
     for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
         base_at_seed = derive(data, smap, {}, origin, seed=seed)
@@ -196,10 +211,21 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     abl = plan.spec.ablation
     assert abl is not None
     seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''}"
+    design, shown = plan.design, plan.cells
+    if design is None:
+        count = f"{len(plan.cells)} cells"
+    else:
+        first = design.looks[0]
+        seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
+        count = f"{first * len(plan.variants)} to {len(plan.cells)} cells"
+        shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
     lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
-             f"= {len(plan.cells)} cells; metric {plan.metric} ({plan.direction})"]
+             f"= {count}; metric {plan.metric} ({plan.direction})"]
+    if design is not None:
+        lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
+                     "each later round adds seeds only to the comparisons still open")
     width = max(len(c.label) for c in plan.cells)
-    for c in plan.cells:
+    for c in shown:
         lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
         if diffs and c.seed == plan.seeds[0]:
             lines.extend(f"      {k}: {show(a)} -> {show(b)}" for k, a, b in c.diff)
@@ -209,9 +235,13 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
     width = max([len(c.label) for c in plan.cells] + [4])
     head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {plan.metric:>16}  {'step':>6}  run"
-    lines = [f"study {plan.name} ({len(plan.cells)} cells, metric {plan.metric}, {plan.direction})", head]
+    cells = plan.cells
+    if plan.design is not None:  # adaptive: the cells needed so far and those already run
+        needed = set(needed_keys(plan, plan.design, records)) | set(records)
+        cells = [c for c in plan.cells if c.key in needed]
+    lines = [f"study {plan.name} ({len(cells)} cells, metric {plan.metric}, {plan.direction})", head]
     counts: Counter[str] = Counter()
-    for c in plan.cells:
+    for c in cells:
         r = records.get(c.key)
         status = r.status if r else "pending"
         counts[status] += 1
@@ -220,6 +250,8 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
         lines.append(f"  {c.label:<{width}}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
                      f"{(r.run_id or '-') if r else '-'}")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    if plan.design is not None:
+        lines.append(format_progress(plan, plan.design, records))
     return "\n".join(lines)
 
 
@@ -283,16 +315,23 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     """`ablate ablate SPEC`: run (or resume) every cell; 0 when all finished or diverged, 1 if some
     failed, 130 when interrupted. ``dry_run`` prints the cells and their diffs and writes nothing."""
     plan = plan_study(spec_path, overrides)
-    if dry_run:
-        print(format_plan(plan))
-        return 0
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
+
+    if dry_run:
+        print(format_plan(plan))
+        if plan.design is not None and Store.exists(storage):  # where a started study stands; reads only
+            found = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
+            records = found.records()
+            if records:
+                print(f"so far ({len(records)} cells in the store):")
+                print(format_progress(plan, plan.design, records))
+        return 0
     from ablate.study.workers import leave_open, open_parent, run_workers
 
     store = Store(storage)
     queue = CellQueue(store, plan.store_name, plan.direction)
-    new, retried = queue.enqueue([c.attrs() for c in plan.cells], retry_failed)
+    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
@@ -301,20 +340,33 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         assert plan.spec.ablation is not None
         tags = {"ablate.kind": "ablation", "ablate.variant": "study", "ablate.optuna_study": plan.store_name,
                 "ablate.design": plan.spec.ablation.design, "ablate.metric": plan.metric}
+        if plan.design is not None:  # what the report needs to state the sequential verdicts
+            d = plan.design
+            tags["ablate.sequential"] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
+                                                     "min_effect": d.min_effect})
         with store.lock(plan.store_name):  # one parent run however many processes start at once
             tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT))
             queue.set(PARENT, tracker.run_id)
         tracker.log_text(format_plan(plan), "cells.txt")
     code = 130
     try:
-        code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
+        while True:
+            code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
+            if code == 130 or plan.design is None:
+                break
+            added, _ = queue.enqueue(_wanted(plan, queue))  # the next round: open comparisons only
+            if not added:
+                break
+            print(format_progress(plan, plan.design, queue.records()))
+            print(f"next round: {added} more cells for the comparisons still open", flush=True)
     except KeyboardInterrupt:
-        pass  # the running cell saved its checkpoint and went back to the queue
+        code = 130  # the running cell saved its checkpoint and went back to the queue
     finally:
         records = queue.records()
         grid = format_grid(plan, records)
         print(grid)
-        done = all(records.get(c.key) and records[c.key].status in TERMINAL for c in plan.cells)
+        keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
+        done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
         if tracker is not None:
             if done:
                 tracker.log_text(grid, "status.txt")
@@ -332,6 +384,14 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
               file=sys.stderr)
         return 1
     return code
+
+
+def _wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
+    """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
+    if plan.design is None:
+        return [c.attrs() for c in plan.cells]
+    keys = set(needed_keys(plan, plan.design, queue.records()))
+    return [c.attrs() for c in plan.cells if c.key in keys]
 
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:

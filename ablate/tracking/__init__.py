@@ -5,6 +5,7 @@
   network store answers, records the environment, and lists runs and downloads artifacts;
 * `ablate.tracking.models` logs a run's model with ``mlflow.pytorch`` and loads it back safely;
 * `ablate.tracking.read` reads studies back for reports (parent and child runs, metric histories);
+* `ablate.tracking.transfer` writes runs to files and recreates them (`ablate export` / `ablate import`);
 * `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables.
 
 Layout (DESIGN.md, "MLflow layout"): one experiment per study; a study is a parent run and every cell or

@@ -1,0 +1,107 @@
+"""The report's "Adaptive seeds" section: the group-sequential verdict of every comparison of a study that
+chose its seeds by the evidence (``ablation.seeds: {min, max}``).
+
+The study decided when to stop adding seeds with ``ablate.study.sequential``; this section re-derives each
+verdict from the runs with the same code (the design comes from the parent run's ``ablate.sequential``
+tag, the metric from ``ablate.metric``), so the report and the study cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ablate.report import stats as st
+from ablate.report.data import Study, quality_meta
+from ablate.report.render import Para, Section, Table
+from ablate.study.sequential import METHOD, POWER, Design, Look, run_sequence
+
+SEQUENTIAL_TAG = "ablate.sequential"
+
+
+def design_of(study: Study) -> Design | None:
+    text = study.parent["tags"].get(SEQUENTIAL_TAG)
+    if not text:
+        return None
+    d = json.loads(text)
+    return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
+                  None if d.get("min_effect") is None else float(d["min_effect"]))
+
+
+def _differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
+    """Per-seed variant - baseline over the variant's seeds in order (None where either run did not
+    finish); and whether no seed has a pair."""
+    assert study.baseline is not None
+    base = {r.seed: r for r in study.of(study.baseline)}
+    runs = sorted(study.of(variant), key=lambda r: r.seed)
+    out: list[float | None] = []
+    for r in runs:
+        b = base.get(r.seed)
+        if b is not None and r.status == b.status == "finished" and metric in r.metrics.keys() & b.metrics:
+            out.append(r.metrics[metric] - b.metrics[metric])
+        else:
+            out.append(None)
+    return out, bool(out) and all(d is None for d in out)
+
+
+def _verdict(look: Look | None, lost: bool, design: Design, higher: bool, unit: str, dec: int) -> str:
+    if lost:
+        return "no seed where both it and the baseline finished (diverged or failed): nothing to test"
+    if look is None:
+        return f"open: fewer than {design.looks[0]} complete seeds so far"
+    if look.state == "identical":
+        return "identical to the baseline in every seed"
+    if look.state == "effect":
+        better = (look.diff > 0) == higher
+        return f"effect: {'better' if better else 'worse'} than the baseline"
+    if look.state == "no_effect":
+        return f"no effect as large as ±{design.min_effect:g} {unit}"
+    if look.state == "untestable":
+        return "too few finished pairs to test"
+    return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final
+            else "open: the study has not finished its rounds")
+
+
+def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
+    """The section (None for a study with a fixed seed list); adds ``data['sequential']``."""
+    design = design_of(study)
+    if design is None or study.baseline is None:
+        return None
+    metric = study.parent["tags"].get("ablate.metric") or study.primary
+    unit, dec, higher = quality_meta(metric)
+    rows, records = [], []
+    for v in study.variants[1:]:
+        diffs, lost = _differences(study, v, metric)
+        look = run_sequence(diffs, design)
+        text = _verdict(look, lost, design, higher, unit, dec)
+        ci = "—"
+        if look is not None and not math.isnan(look.lo):
+            ci = f"[{st.fmt(look.lo, dec, True)}, {st.fmt(look.hi, dec, True)}]"
+        rows.append([v, str(len(diffs)), str(look.n) if look else "0",
+                     st.fmt(look.diff, dec, True) if look else "—", ci,
+                     st.fmt(look.detectable, dec) if look else "—", text])
+        records.append({"variant": v, "seeds": len(diffs), "pairs": look.n if look else 0,
+                        "look": look.look if look else None, "state": "no_pairs" if lost else
+                        (look.state if look else "open"), "diff": look.diff if look else None,
+                        "lo": look.lo if look else None, "hi": look.hi if look else None,
+                        "detectable": look.detectable if look else None, "verdict": text})
+    data["sequential"] = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,
+                          "nominal_level": design.nominal, "min_effect": design.min_effect, "metric": metric,
+                          "comparisons": records}
+    width = f"±{design.min_effect:g} {unit}" if design.min_effect is not None else "no min_effect given"
+    return Section("Adaptive seeds", [
+        Para(f"The study chose its seeds by the evidence on `{metric}`: {design.describe()}. Each variant "
+             "got seeds round by round until its repeated confidence interval (simultaneous over all "
+             f"{len(design.looks)} looks, so valid whenever the study stopped) excluded zero or lay within "
+             f"the smallest effect worth knowing ({width}), or the maximum was reached. The interval at "
+             f"look k is mean ± t(1 − p*/2, n−1)·s/√n with the per-look level p* = {design.nominal:.4f} "
+             f"calibrated so that the overall two-sided level is {design.alpha:g} under optional stopping. "
+             f"Smallest detectable effect: the true effect this test finds with {POWER:.0%} power given the "
+             "spread of the seeds it got, (t(1 − p*/2, n−1) + t(0.8, n−1))·s/√n. The fixed-sample tests "
+             "of the Effects section do not account for the stopping rule (their p-values are too small "
+             "for a study that stopped where the evidence looked strongest): for this study read the "
+             "verdicts below."),
+        Table(["variant", "seeds", "pairs", "Δ vs baseline", "repeated CI", "smallest detectable", "verdict"],
+              rows, "lrrrrrl", f"Sequential verdicts on {metric}, each against the baseline"),
+    ])

@@ -1,0 +1,112 @@
+"""Adaptive seeds: which cells an ablation study with ``seeds: {min, max, step}`` still needs.
+
+Every comparison is a variant against the baseline, paired by seed. Round one runs ``min`` seeds of every
+variant; after each round every comparison is walked through its planned looks (each judged by
+``ablate.study.sequential.evaluate``) and one whose verdict is still open gets the next look's seeds, up to
+``max``; a decided one gets none. The baseline runs as many seeds as its most demanding comparison.
+Everything is recomputed from the cell records in the store, so a rerun, a second worker or another machine
+reaches the same plan (idempotent, resumable) and enqueues only what is missing.
+
+A comparison whose complete look has no seed where both it and the baseline finished (the variant, or the
+baseline, diverged or failed in every seed) has no pair to test: it is decided as "no_pairs" (a result, such
+as post-norm without warm-up diverging, not a reason to spend more seeds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ablate.study.sequential import Design, Look, evaluate, planned_looks
+
+TERMINAL = ("finished", "diverged", "failed")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one comparison stands: seeds it needs now, its latest look and a one-word state."""
+
+    label: str
+    needed: int  # seeds this comparison needs run (its current look)
+    look: Look | None  # the deciding look, else the last complete one (None before the first)
+    state: str  # 'effect' | 'no_effect' | 'identical' | 'no_pairs' | 'open' | 'undecided' | 'waiting'
+
+    @property
+    def decided(self) -> bool:
+        return self.state in ("effect", "no_effect", "identical", "no_pairs", "undecided")
+
+
+def design_of(ablation: Any) -> Design | None:
+    """The sequential design of an ablation section with a seed range, else None (a fixed seed list)."""
+    seeds = getattr(ablation, "seeds", None)
+    if seeds is None or isinstance(seeds, list):
+        return None
+    return Design(planned_looks(seeds.min, seeds.max, seeds.step), ablation.alpha, ablation.min_effect)
+
+
+def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
+           ) -> tuple[list[float | None], bool]:
+    """(per-seed differences, None where either run did not finish; every cell terminal) over ``seeds``."""
+    cells = {(c.label, c.seed): c.key for c in plan.cells}
+    diffs: list[float | None] = []
+    complete = True
+    for seed in seeds:
+        base, var = records.get(cells[("baseline", seed)]), records.get(cells[(label, seed)])
+        if base is None or var is None or base.status not in TERMINAL or var.status not in TERMINAL:
+            complete = False
+            diffs.append(None)
+            continue
+        ok = (base.status == "finished" and var.status == "finished" and base.metric is not None
+              and var.metric is not None and math.isfinite(base.metric) and math.isfinite(var.metric))
+        diffs.append(var.metric - base.metric if ok else None)
+    return diffs, complete
+
+
+def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str, Progress]:
+    """Each comparison's state from the store's cell records (``CellQueue.records()``)."""
+    out: dict[str, Progress] = {}
+    for label in plan.variants:
+        if label == "baseline":
+            continue
+        result: Progress | None = None
+        last: Look | None = None
+        for k, n in enumerate(design.looks):
+            diffs, complete = _pairs(plan, records, label, plan.seeds[:n])
+            if not complete:
+                result = Progress(label, n, last, "waiting" if k == 0 else "open")
+                break
+            if all(d is None for d in diffs):
+                result = Progress(label, n, last, "no_pairs")
+                break
+            look = last = evaluate([math.nan if d is None else d for d in diffs], design, k + 1)
+            if look.decided:
+                result = Progress(label, n, look, look.state)
+                break
+        out[label] = result or Progress(label, design.looks[-1], last, "undecided")
+    return out
+
+
+def needed_keys(plan: Any, design: Design, records: Mapping[str, Any]) -> list[str]:
+    """Cell keys the study needs now, in the plan's (seed-major) order."""
+    prog = progress(plan, design, records)
+    base_n = max([p.needed for p in prog.values()] + [design.looks[0]])
+    want = {(label, s) for label, p in prog.items() for s in plan.seeds[:p.needed]}
+    want |= {("baseline", s) for s in plan.seeds[:base_n]}
+    return [c.key for c in plan.cells if (c.label, c.seed) in want]
+
+
+def format_progress(plan: Any, design: Design, records: Mapping[str, Any]) -> str:
+    """One line per comparison: its state, seeds, interval and smallest detectable effect."""
+    lines = [f"adaptive seeds: {design.describe()}"]
+    width = max([len(v) for v in plan.variants] + [4])
+    for label, p in progress(plan, design, records).items():
+        lk = p.look
+        shown = "no complete look yet"
+        if lk is not None:
+            shown = f"n={lk.n}, diff {lk.diff:+.4g}"
+            if not math.isnan(lk.lo):
+                shown += f" [{lk.lo:+.4g}, {lk.hi:+.4g}], detectable {lk.detectable:.3g}"
+        lines.append(f"  {label:<{width}}  {p.state:<10} needs {p.needed} seeds; {shown}")
+    return "\n".join(lines)

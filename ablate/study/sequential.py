@@ -1,0 +1,171 @@
+"""Group-sequential paired t-tests: when a variant-vs-baseline comparison has seen enough seeds.
+
+An adaptive study (``ablation.seeds: {min, max, step}``) looks at each comparison after ``min`` seeds,
+then after every ``step`` more, up to ``max``: the planned looks ``n_1 < n_2 < ... < n_K``. Looking
+K times at a fixed-level test and stopping at the first p < 0.05 would call a null effect significant far
+more often than 5% of the time, so the boundaries are those of a group-sequential design:
+
+* Method: Pocock's design (Pocock 1977, "Group sequential methods in the design and analysis of clinical
+  trials") on the paired t statistic of the per-seed differences (variant - baseline, one per seed), in
+  the "significance level" form of Jennison & Turnbull (2000, "Group Sequential Methods with Applications
+  to Clinical Trials", section 11.4, t-tests with unknown variance): every look uses the same nominal
+  two-sided level ``p*``, so look k rejects when ``|t_k| > t(1 - p*/2, n_k - 1)``.
+* ``p*`` is calibrated so that over all K looks the chance of any false rejection is ``alpha``
+  when the differences are normal with mean 0: under that null the joint law of (t_1, ..., t_K) does not
+  depend on the unknown variance, so it is simulated once (``CALIBRATION_PATHS`` paths from a fixed seed:
+  deterministic) and ``p*`` is the quantile of the smallest per-look p-value at alpha less two Monte
+  Carlo standard errors (0.001 for alpha 0.05), so the simulation's own error cannot push the level above
+  alpha. One look is the ordinary paired t-test (``p* = alpha``).
+* The interval at a look is the repeated confidence interval (Jennison & Turnbull ch. 9)
+  ``mean +- t(1 - p*/2, n - 1) * s / sqrt(n)``: the K intervals cover the true effect simultaneously
+  with probability 1 - alpha, so the interval at whatever look the study stopped is valid however the
+  stopping was decided (by this metric or any other).
+* A comparison is decided at the first look where its interval excludes 0 (an effect, sign known) or lies
+  inside ``[-min_effect, +min_effect]`` (no effect as large as min_effect: an equivalence verdict from the
+  same simultaneous interval). Otherwise it stays open: it straddles zero and reaches past +-min_effect
+  (without min_effect it stays open until it excludes 0 or reaches ``max``).
+* The smallest detectable effect at n seeds is ``(t(1 - p*/2, n-1) + t(power, n-1)) * s / sqrt(n)``: the
+  true effect this test would find with probability ``power`` (80%) given the spread s the seeds showed.
+
+Pure numpy/scipy and free of the rest of ``ablate``: ``ablate.study.ablation`` decides the next round with
+it and ``ablate.report`` (a layer above ``study``) states the verdicts with the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
+CALIBRATION_SEED = 0
+_CHUNK = 20_000
+METHOD = "Pocock group-sequential paired t-test"
+
+State = Literal["effect", "no_effect", "identical", "open", "untestable"]
+
+
+def planned_looks(minimum: int, maximum: int, step: int = 1) -> tuple[int, ...]:
+    """Seeds at each look: min, min + step, ..., and always max itself."""
+    if not 2 <= minimum <= maximum or step < 1:
+        raise ValueError(f"looks need 2 <= min <= max and step >= 1, got {minimum}, {maximum}, {step}")
+    looks = list(range(minimum, maximum + 1, step))
+    if looks[-1] != maximum:
+        looks.append(maximum)
+    return tuple(looks)
+
+
+@lru_cache(maxsize=64)
+def nominal_level(looks: tuple[int, ...], alpha: float = ALPHA) -> float:
+    """The per-look two-sided level p* that spends exactly ``alpha`` over ``looks`` (see module doc)."""
+    if len(looks) == 1:
+        return alpha
+    rng = np.random.default_rng(CALIBRATION_SEED)
+    n = np.asarray(looks)
+    smallest = []
+    for _ in range(CALIBRATION_PATHS // _CHUNK):  # in chunks: memory stays small for many seeds
+        x = rng.standard_normal((_CHUNK, int(n[-1])))  # (paths, max seeds): null differences
+        s1 = np.cumsum(x, axis=1)[:, n - 1]  # (paths, looks): running sums at each look
+        s2 = np.cumsum(x * x, axis=1)[:, n - 1]
+        mean = s1 / n
+        var = (s2 - n * mean**2) / (n - 1)
+        t = mean / np.sqrt(var / n)
+        smallest.append((2.0 * stats.t.sf(np.abs(t), n - 1)).min(axis=1))  # smallest two-sided p per path
+    # Two Monte Carlo standard errors below alpha: the simulated quantile errs on the safe side.
+    target = alpha - 2.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS)
+    return float(np.quantile(np.concatenate(smallest), target))
+
+
+@lru_cache(maxsize=4096)
+def _quantile(q: float, df: int) -> float:
+    return float(stats.t.ppf(q, df))
+
+
+@dataclass(frozen=True)
+class Design:
+    """The planned looks of one adaptive study, its overall level and its smallest effect worth knowing."""
+
+    looks: tuple[int, ...]
+    alpha: float = ALPHA
+    min_effect: float | None = None
+
+    @property
+    def nominal(self) -> float:
+        return nominal_level(self.looks, self.alpha)
+
+    def critical(self, n: int) -> float:
+        """|t| a look with n paired seeds must pass (df n - 1)."""
+        return _quantile(1.0 - self.nominal / 2.0, n - 1)
+
+    def describe(self) -> str:
+        looks = ", ".join(str(n) for n in self.looks)
+        tail = f"; min_effect {self.min_effect:g}" if self.min_effect is not None else ""
+        return (f"{METHOD}: {len(self.looks)} planned look{'s' * (len(self.looks) > 1)} at n = {looks} "
+                f"seeds, overall two-sided alpha {self.alpha:g}, nominal level per look {self.nominal:.4f}"
+                + tail)
+
+
+@dataclass(frozen=True)
+class Look:
+    """One comparison at one look: the mean difference, its repeated confidence interval, the verdict."""
+
+    n: int  # pairs with a finite difference
+    look: int  # 1-based index of the planned look
+    diff: float
+    lo: float
+    hi: float
+    sd: float
+    detectable: float  # smallest effect found with POWER at this n and spread (NaN below 2 pairs)
+    state: State
+    final: bool  # the last planned look: an open comparison stays undecided
+
+    @property
+    def decided(self) -> bool:
+        return self.state in ("effect", "no_effect", "identical")
+
+
+def evaluate(differences: Sequence[float], design: Design, look: int) -> Look:
+    """The verdict at planned look ``look`` (1-based) from its per-seed differences (non-finite dropped)."""
+    d = np.asarray([float(v) for v in differences], dtype=float)
+    d = d[np.isfinite(d)]
+    n, final = len(d), look >= len(design.looks)
+    if n < 2:
+        diff = float(d.mean()) if n else math.nan
+        return Look(n, look, diff, math.nan, math.nan, math.nan, math.nan, "untestable", final)
+    diff, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:  # t undefined: every seed moved by exactly the same amount (0: e.g. mask -inf vs -1e9)
+        state: State = "identical" if diff == 0.0 else "effect"
+        return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final)
+    crit = design.critical(n)
+    half = crit * sd / math.sqrt(n)
+    lo, hi = diff - half, diff + half
+    if lo > 0.0 or hi < 0.0:
+        state = "effect"
+    elif design.min_effect is not None and -design.min_effect <= lo and hi <= design.min_effect:
+        state = "no_effect"
+    else:
+        state = "open"
+    detectable = (crit + _quantile(POWER, n - 1)) * sd / math.sqrt(n)
+    return Look(n, look, diff, lo, hi, sd, detectable, state, final)
+
+
+def run_sequence(differences: Sequence[float | None], design: Design) -> Look | None:
+    """Walk the planned looks over per-seed differences in seed order (None: the pair has no value, e.g.
+    a diverged run) and return the look that decided, else the last look the data reach (None if the
+    first look is not reached yet). A later look is never consulted once an earlier one decided."""
+    last: Look | None = None
+    for k, n in enumerate(design.looks, start=1):
+        if len(differences) < n:
+            break
+        values = [math.nan if v is None else float(v) for v in differences[:n]]
+        last = evaluate(values, design, k)
+        if last.decided:
+            break
+    return last

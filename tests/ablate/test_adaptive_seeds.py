@@ -1,0 +1,221 @@
+"""Adaptive seeds (``ablation.seeds: {min, max}``) and a study's export/import.
+
+The planning tests feed cell records to the planner (no training); the end-to-end test runs a real tiny
+synthetic study on a real MLflow sqlite store and Optuna journal, exports it, imports it into fresh stores,
+continues it and regenerates its report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from ablate.cli import main as cli_main
+from ablate.spec.load import SpecError
+from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.adaptive import needed_keys, progress
+from ablate.study.cells import CellRecord
+
+SPEC = """\
+name: {name}
+seed: 0
+data:
+  source: synthetic
+  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 120, val_size: 8,
+              test_size: 8}}
+  max_len: 8
+  batch_tokens: 256
+model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
+train:
+  max_steps: 4
+  eval_every: 2
+  checkpoint_every: 4
+  schedule: {{name: inverse_sqrt, warmup_steps: 2}}
+eval: {{metric: exact_match, samples: 0}}
+tracking: {{log_checkpoint: false}}
+ablation:
+  axes: {{model.mask: [-1e9], model.positions: [learned]}}
+  metric: val/loss
+{seeds}
+"""
+
+
+def write(folder: Path, name: str, seeds: str = "  seeds: {min: 2, max: 3}") -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name, seeds=seeds))
+    return path
+
+
+@pytest.mark.parametrize(("seeds", "message"), [
+    ("  seeds: {min: 4, max: 3}", "max 3 is below min 4"),
+    ("  seeds: {min: 1, max: 3}", "ablation.seeds"),
+    ("  seeds: [0, 1]\n  min_effect: 0.1", "min_effect decides when to stop adding seeds"),
+    ("  seeds: {min: 2, max: 3}\n  repeats: 3", "give seeds or repeats, not both"),
+])
+def test_seed_range_is_validated(tmp_path: Path, seeds: str, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        plan_study(str(write(tmp_path, "bad", seeds)))
+    assert message in str(err.value)
+
+
+def test_list_and_repeats_forms_still_give_fixed_seeds(tmp_path: Path) -> None:
+    assert plan_study(str(write(tmp_path, "a", "  seeds: [3, 5]"))).seeds == [3, 5]
+    fixed = plan_study(str(write(tmp_path, "b", "  repeats: 2")))
+    assert fixed.seeds == [0, 1] and fixed.design is None and len(fixed.cells) == 6
+
+
+def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
+    plan = plan_study(str(write(tmp_path, "plan", "  seeds: {min: 3, max: 5}\n  min_effect: 0.05")))
+    assert plan.design is not None and plan.design.looks == (3, 4, 5) and plan.seeds == [0, 1, 2, 3, 4]
+    key = {(c.label, c.seed): c.key for c in plan.cells}
+    first = needed_keys(plan, plan.design, {})
+    assert first == [c.key for c in plan.cells if c.seed < 3]  # round one: min seeds of every variant
+    base, learned = [2.0, 2.5, 3.0, 2.2, 2.4], [2.4, 2.2, 3.3, 2.0, 2.8]  # learned: spread, sign unclear
+    records = {}
+    for s in range(3):
+        records[key[("baseline", s)]] = CellRecord("finished", base[s])
+        records[key[("mask=-1e9", s)]] = CellRecord("finished", base[s])  # identical in every seed
+        records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
+    state = progress(plan, plan.design, records)
+    assert state["mask=-1e9"].state == "identical" and state["mask=-1e9"].needed == 3
+    assert state["positions=learned"].state == "open" and state["positions=learned"].needed == 4
+    second = set(needed_keys(plan, plan.design, records)) - set(records)
+    assert second == {key[("baseline", 3)], key[("positions=learned", 3)]}
+    # Seed 3 still running: nothing new is asked for, and the comparison stays open.
+    records[key[("baseline", 3)]] = CellRecord("running", None)
+    assert set(needed_keys(plan, plan.design, records)) - set(records) == {key[("positions=learned", 3)]}
+    for s in (3, 4):
+        records[key[("baseline", s)]] = CellRecord("finished", base[s])
+        records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
+    final = progress(plan, plan.design, records)["positions=learned"]
+    assert final.state == "undecided" and final.look is not None and final.look.n == 5 and final.look.final
+    # A variant that diverged in every seed is decided: no pair to test, and no more seeds for it.
+    for s in range(3):
+        records[key[("positions=learned", s)]] = CellRecord("diverged", None)
+    lost = progress(plan, plan.design, records)["positions=learned"]
+    assert lost.state == "no_pairs" and lost.needed == 3
+    for s in range(3):  # a baseline that diverged in every seed leaves no comparison anything to test
+        records[key[("baseline", s)]] = CellRecord("diverged", None)
+    assert {p.state for p in progress(plan, plan.design, records).values()} == {"no_pairs"}
+    assert set(needed_keys(plan, plan.design, records)) <= set(records)  # and asks for no more seeds
+
+
+def test_dry_run_states_the_adaptive_plan(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(workdir, "dry")
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "3 variants x 2 to 3 seeds (adaptive) = 6 to 9 cells" in out
+    assert "Pocock group-sequential paired t-test: 2 planned looks at n = 2, 3 seeds" in out
+    assert "round 1 runs the 6 cells below" in out
+    assert sorted(os.listdir(workdir)) == ["dry.yaml"]
+
+
+def test_import_of_a_folder_that_is_no_export_is_a_one_line_error(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (workdir / "notes").mkdir()
+    assert cli_main(["import", str(workdir / "notes")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a study export" in err and len(err.splitlines()) == 1
+    assert not (workdir / "mlflow.db").exists() and not (workdir / ".ablate").exists()  # nothing written
+
+
+def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
+    import pandas as pd
+
+    from ablate.report.data import build_study
+    from ablate.report.render import Table
+    from ablate.report.seeds import seeds_section
+    from ablate.study.sequential import Design, run_sequence
+
+    base = [30.0, 31.0, 29.5, 30.4, 30.9]
+    learned = [30.3, 30.2, 30.6, 29.9, 31.5]  # open: small differences of both signs
+    rows = []
+    for seed, value in enumerate(base):
+        rows.append(("baseline", seed, "finished", value))
+        rows.append(("positions=learned", seed, "finished", learned[seed]))
+        if seed < 3:
+            rows.append(("mask=-1e9", seed, "finished", value))
+            rows.append(("residual=post_norm", seed, "diverged", float("nan")))
+    frame = pd.DataFrame([{"run_id": f"r{i}", "status": "FINISHED", "start_time": pd.Timestamp(i, unit="s"),
+                           "tags.ablate.variant": v, "tags.ablate.seed": str(s), "tags.ablate.status": st,
+                           "metrics.val/bleu": x} for i, (v, s, st, x) in enumerate(rows)])
+    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.metric": "val/bleu",
+            "ablate.sequential": json.dumps({"looks": [3, 4, 5], "alpha": 0.05, "min_effect": 0.5})}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": tags}
+    data: dict = {}
+    section = seeds_section(build_study(parent, frame), data)
+    assert section is not None and "3 planned looks at n = 3, 4, 5 seeds" in section.blocks[0].text
+    table = next(b for b in section.blocks if isinstance(b, Table))
+    verdicts = {row[0]: row[-1] for row in table.rows}
+    assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"
+    assert verdicts["residual=post_norm"].startswith("no seed where both it and the baseline finished")
+    expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], Design((3, 4, 5), 0.05, 0.5))
+    assert expected is not None and expected.state == "open" and expected.final
+    assert verdicts["positions=learned"] == "undecided at the maximum of 5 seeds"
+    got = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "positions=learned")
+    assert (got["lo"], got["hi"], got["detectable"]) == (expected.lo, expected.hi, expected.detectable)
+    assert data["sequential"]["nominal_level"] == Design((3, 4, 5)).nominal < 0.05
+
+
+def _children(name: str) -> list:
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(name)
+    assert exp is not None
+    return [r for r in client.search_runs([exp.experiment_id], max_results=1000)
+            if "mlflow.parentRunId" in r.data.tags]
+
+
+def _report(folder: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.suffix in (".md", ".csv", ".json", ".png"):
+            text = p.read_bytes().decode("latin-1")
+            out[str(p.relative_to(folder))] = "\n".join(
+                line for line in text.splitlines() if "Report generated on" not in line)
+    return out
+
+
+@pytest.mark.slow
+def test_adaptive_study_exports_imports_continues_and_reports_the_same(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(workdir, "seq")
+    assert main_ablate(str(path)) == 0
+    plan = plan_study(str(path))
+    assert plan.design is not None
+    children = _children(plan.name)
+    ran = {r.data.tags["ablate.cell"] for r in children}
+    assert len(ran) == len(children)  # each cell once
+    mask_cells = {c.key for c in plan.cells if c.label == "mask=-1e9"}
+    assert ran & mask_cells == {c.key for c in plan.cells if c.label == "mask=-1e9" and c.seed < 2}
+    # mask -1e9 is identical to -inf here (no fully masked row): decided after the first look, 2 seeds
+    learned = progress(plan, plan.design, {r.data.tags["ablate.cell"]: CellRecord(
+        r.data.tags["ablate.status"], r.data.metrics.get("val/loss")) for r in children})["positions=learned"]
+    assert learned.needed == len([k for k in ran if k in {c.key for c in plan.cells
+                                                           if c.label == "positions=learned"}])
+    assert cli_main(["report", "seq", "--out", str(workdir / "rep1")]) == 0
+    report = (workdir / "rep1" / "report.md").read_text()
+    assert "## Adaptive seeds" in report and "identical to the baseline in every seed" in report
+    assert cli_main(["export", "seq", "--out", str(workdir / "export")]) == 0
+    export = workdir / "export"
+    meta = json.loads((export / "study.json").read_text())
+    assert sorted(meta["cells"]) == sorted(ran)
+    assert not [p for p in export.rglob("*") if p.suffix in (".pt", ".png") or "tokenizer" in p.parts]
+    capsys.readouterr()
+
+    fresh = workdir / "fresh"
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh / 'mlflow.db'}")
+    assert cli_main(["import", str(export)]) == 0
+    assert cli_main(["import", str(export)]) == 2  # the study is there now: refused, nothing doubled
+    assert "already in this MLflow store" in capsys.readouterr().err
+    assert main_ablate(str(path)) == 0  # continues: every needed cell is imported, none runs again
+    assert "0 cells queued" in capsys.readouterr().out
+    assert len(_children(plan.name)) == len(children)
+    assert cli_main(["report", "seq", "--out", str(fresh / "rep2")]) == 0
+    assert _report(fresh / "rep2") == _report(workdir / "rep1")
