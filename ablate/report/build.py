@@ -188,14 +188,25 @@ def main_table(study: Study, summary: dict[str, dict[str, Any]]) -> Table:
     return Table(header, rows, caption="Mean ± 95% t-interval half-width over the seeds of finished runs")
 
 
-def cost_table(study: Study, summary: dict[str, dict[str, Any]]) -> Table | None:
+def cost_table(study: Study) -> Table | None:
     """Parameters, throughput, memory and wall time per variant; None when no run logged any of them."""
     cols = [c for c in main_table_columns(study) if c[0] in COST_COLUMNS]
     if not cols:
         return None
-    rows = [[v, *[st.fmt_summary(summary[v]["metrics"][k], d) for k, _, d in cols]] for v in study.variants]
+    rows = [[v, *[cost_cell([r.metrics[k] for r in study.finished(v) if k in r.metrics], d)
+                  for k, _, d in cols]] for v in study.variants]
     return Table(["variant", *[h for _, h, _ in cols]], rows,
-                 caption="Cost: mean ± 95% t-interval half-width over the seeds of finished runs")
+                 caption="Cost: mean over the seeds of finished runs (lowest–highest seed)")
+
+
+def cost_cell(values: list[float], decimals: int) -> str:
+    """Mean and the seeds' range: a cost is never negative, as a mean ± t-interval of two seeds can be."""
+    finite = [x for x in values if math.isfinite(x)]
+    if not finite:
+        return "—"
+    mean = st.fmt(sum(finite) / len(finite), decimals)
+    lo, hi = st.fmt(min(finite), decimals), st.fmt(max(finite), decimals)
+    return mean if lo == hi else f"{mean} ({lo}–{hi})"
 
 
 def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list[EffectRow],
@@ -221,7 +232,7 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
             "reach p < 0.05 (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25), so those effects are never called "
             f"significant. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) to test them."))
     blocks.append(main_table(study, summary))
-    blocks += [t for t in [cost_table(study, summary)] if t]
+    blocks += [t for t in [cost_table(study)] if t]
     out = [Section("Results", blocks)]
     if rows:
         eff_blocks: list[Block] = [Para(f"Each variant against `{study.baseline}` on `{study.primary}` "
@@ -232,12 +243,13 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
             e = r.effect
             ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
             ci += " bootstrap" if e.tested and e.interval == "bootstrap" else ""
-            table_rows.append([r.variant, f"`{r.axis}`", r.metric, st.fmt(e.diff, dec, True), ci,
+            # The axis each variant changes is in the "What differs" table: left out here so the table fits.
+            table_rows.append([r.variant, r.metric, st.fmt(e.diff, dec, True), ci,
                                e.test if e.tested else "—",
                                f"{e.n_base}/{e.n_variant}", st.fmt_p(e.p), st.fmt_p(r.p_holm)])
-        header = ["variant", "axis", "metric", "Δ vs baseline", "95% CI", "test", "n (base/var)", "p",
-                  "p (Holm)"]
-        eff_blocks.append(Table(header, table_rows, "lllrrlrrr", "Effects against the baseline"))
+        header = ["variant", "metric", "Δ vs baseline", "95% CI", "test", "n (base/ var)", "p", "p (Holm)"]
+        eff_blocks.append(Table(header, table_rows, "llrrlrrr", "Effects against the baseline (n: finished "
+                                "seeds of the baseline / of the variant)"))
         prim = [r for r in rows if r.metric == study.primary]
         figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
                          f"Δ {study.primary} vs {study.baseline} (95% CI)", fig_dir / "forest.png")

@@ -33,6 +33,7 @@ TOP_TRIALS = 10
 # objective over the searched space, and a handful of points cannot pin it down.
 FEW_TRIALS = 20
 NOT_VARIED = "did not vary"
+DECIMALS = {"model/params": 0, "train/wall_time_s": 1}  # other metrics of the ranking: 4
 
 
 def objectives(study: Study) -> list[tuple[str, bool]]:
@@ -225,7 +226,7 @@ def search_sections(study: Study, fig_dir: Path, data: dict[str, Any]) -> list[S
              if k not in obj_cols and any(k in r.metrics for _, r in done)]
     shown_metrics = obj_cols + extra
     rows = [[str(i + 1), str(n), r.variant,
-             *[st.fmt(r.metrics.get(m, math.nan), 0 if m == "model/params" else 4) for m in shown_metrics],
+             *[st.fmt(r.metrics.get(m, math.nan), DECIMALS.get(m, 4)) for m in shown_metrics],
              *[_shown(r.params.get(k, "—")) for k in varied]]
             for i, (n, r) in enumerate(ranked[:TOP_TRIALS])]
     best = Table(["rank", "trial", "run", *obj_cols, *extra, *[f"`{k}`" for k in varied]], rows,

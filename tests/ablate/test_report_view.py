@@ -144,6 +144,8 @@ def test_cost_columns_are_a_table_of_their_own(ws: Path) -> None:
     cost, cost_rows = _table(md, "variant", "| wall s |")
     assert cost == ["variant", "params", "tokens/s", "wall s"]
     assert [r[0] for r in cost_rows] == [r[0] for r in rows] == list(ABLATION)
+    # Mean and the range of the seeds: never a negative wall time (a t-interval of these is ±241 s).
+    assert cost_rows[0] == ["baseline", "1,000", "5,000", "21.0 (2.0–40.0)"]
 
 
 def test_cost_intervals_are_the_seed_range_and_never_below_zero(ws: Path, monkeypatch: pytest.MonkeyPatch
