@@ -196,7 +196,8 @@ def importance_rows(imp: list[tuple[str, float]], done: list[tuple[int, Run]]
 
     A parameter with one value in every finished trial cannot explain any of the objective's variation,
     whatever number an evaluator gives it. A name no run has as a param is kept as logged."""
-    kept, constant = [], []
+    kept: list[tuple[str, float]] = []
+    constant: list[tuple[str, float]] = []
     for name, value in imp:
         seen = {r.params[name] for _, r in done if name in r.params}
         (constant if len(seen) == 1 else kept).append((name, value))

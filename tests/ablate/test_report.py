@@ -182,7 +182,7 @@ def test_main_table_equals_a_recomputation_from_the_runs(ws: Path) -> None:
         for header, (key, decimals) in columns.items():
             values = [_last(r, key) if key == "peak_memory_mb" else r.data.metrics[key] for r in done]
             if not values:
-                assert row[header] == "—"
+                assert (cost[variant] if header in costs else row)[header] == "—"
                 continue
             mean, half, text = _recompute(values, decimals)
             if header in costs:
@@ -416,6 +416,13 @@ def test_search_report_shows_the_tuner_importances_and_best_trials(ws: Path) -> 
     assert ranked[0]["trial"] == best.data.tags["ablate.trial"] and len(ranked) == len(trials)
     assert {p.name for p in (ws / "out/search/figures").glob("*.png")} == {
         "importances.png", "optimisation_history.png", "parallel_coords.png"}
+    # The summary comes first and names the tuner's best.yaml: the file the search wrote, runnable as shown.
+    intro = md[:md.index("\n## ")]
+    best_tag = parent.data.tags["ablate.best_trial"]
+    assert f"Best spec (trial {best_tag}): `" in intro
+    path = intro.split("`ablate run ", 1)[1].split("`", 1)[0]
+    assert path.endswith("/best.yaml") and (ws / path).is_file()
+    assert (ws / path).read_text().startswith(f"# best trial {best_tag} ")
 
 
 # ---------------------------------------------------------------- errors
