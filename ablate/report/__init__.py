@@ -2,8 +2,10 @@
 
 Owns reading a study into tables (``data``), the statistics of its verdicts (``stats``: paired tests,
 bootstrap and permutation for few seeds, Holm correction, factorial effects), figures (``figures``),
-the sections of ablation and search reports (``build``, ``extra``, ``seeds``: the verdicts of a study
-with adaptive seeds) and their Markdown / HTML rendering (``render``).
+the ablation report and the command (``build``), one module per further concept: the environment and
+datasets (``environment``), full-factorial effects (``factorial``), search studies (``search``),
+attention heat maps (``attention``), a quality metric at its floor or ceiling (``bounds``), the verdicts
+of a study with adaptive seeds (``seeds``), and the Markdown / HTML rendering (``render``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine`` (attention heat maps of a logged
 model), ``ablate.tracking`` (reading runs back), ``ablate.study.sequential`` (the sequential verdicts the

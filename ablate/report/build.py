@@ -4,8 +4,11 @@ Writes ``report.md``, a self-contained ``report.html``, ``runs.csv``, ``report.j
 precision) and ``figures/*.png`` to ``reports/<study>/``, and logs the folder under ``report/`` in the
 study's parent run. Everything is sorted and formatted with fixed precision, and the figures are
 byte-stable, so the same runs give the same files except for the one "Report generated on" line.
-Statistics live in ``ablate.report.stats``, rendering in ``ablate.report.render`` / ``report_figures``,
-search-study and attention sections in ``ablate.report.extra``.
+The report opens with its summary (verdicts and warnings for an ablation; the best trial, its
+``best.yaml`` and the command that retrains it for a search); the data, hardware and code tables come last.
+Statistics live in ``ablate.report.stats``, rendering in ``ablate.report.render`` / ``figures``, the
+environment in ``environment``, full-factorial, search and attention sections in ``factorial``,
+``search`` and ``attention``, and the floor / ceiling check of the quality metric in ``bounds``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ablate.report import attention, environment, factorial, search
 from ablate.report import figures as figs
 from ablate.report import stats as st
+from ablate.report.bounds import at_bounds, bound_suffix, bound_text
 from ablate.report.data import (
+    COST_COLUMNS,
     QUALITY,
     EffectRow,
     Study,
@@ -97,10 +103,8 @@ def fmt_duration(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------- sections
-def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
-    from ablate.report.extra import hardware_rows
-    from ablate.report.extra import objectives as extra_objectives
-
+def setup_section(study: Study) -> Section:
+    """What was run, in a few lines: the study, its seeds, the metric it is judged on, the compute spent."""
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
     total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in runs)
@@ -114,35 +118,38 @@ def setup_section(study: Study, env: dict[str, list[str]]) -> Section:
              f"({'higher' if QUALITY[study.quality][2] else 'lower'} is better)",
              f"Total compute time (sum of run wall times): {fmt_duration(total)}"]
     if study.kind == "search":  # the tuner optimised its objectives; the quality metric is reported beside
-        goals = ", ".join(f"`{m}` ({'maximise' if up else 'minimise'})" for m, up in extra_objectives(study))
+        goals = ", ".join(f"`{m}` ({'maximise' if up else 'minimise'})" for m, up in search.objectives(study))
         items[2] = f"Objective: {goals}; also reported: `{study.primary}`"
     if p["params"].get("ablation.design"):
         items.insert(1, f"Design: `{p['params']['ablation.design']}`")
+    items.append("Data, hardware, versions and the baseline's full spec: see the last section")
     blocks: list[Block] = [Bullets(items)]
     if study.dropped:
         blocks.append(Note(f"{study.dropped} superseded run(s) of an already covered (variant, seed) cell "
                            "were ignored (a retried cell keeps its best, latest run).", "info"))
     blocks += [Note(n, "info") for n in study.notes]
+    return Section("Setup", blocks)
+
+
+def environment_section(study: Study, env: dict[str, list[str]], datasets: list[list[str]]) -> Section:
+    """The reference tables (data, hardware and versions, the baseline's every param), after the results."""
+    runs = study.runs
     ref = study.of(study.baseline)[0].params if study.baseline else (runs[0].params if runs else {})
     data = sorted((k, v) for k, v in design_params(ref).items() if k.startswith("data.") and v != "null")
-    data_rows = [[f"`{k}`", v] for k, v in data]
-    if ref:
-        from ablate.tracking.read import dataset_inputs
-
-        first = study.of(study.baseline)[0] if study.baseline else runs[0]
-        data_rows += [["dataset", f"{name} (digest `{digest}`)"]
-                      for name, digest, _ in dataset_inputs(first.run_id)]
+    data_rows = [[f"`{k}`", v] for k, v in data] + datasets
     padding = padding_text(study)
     if padding:
         data_rows.append(["padding (`data/padding_fraction`)", padding])
+    blocks: list[Block] = []
     if data_rows:
         blocks.append(Table(["data", "value"], data_rows, "ll", "Data"))
-    blocks.append(Table(["environment", "value"], hardware_rows(env), "ll", "Hardware, versions and code"))
+    blocks.append(Table(["environment", "value"], environment.hardware_rows(env), "ll",
+                        "Hardware, versions and code"))
     if ref:
         spec_rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items())]
         title = f"Baseline spec ({study.baseline or 'first run'}): every resolved param"
         blocks.append(Table(["param", "value"], spec_rows, "ll", title, collapsed=True))
-    return Section("Setup", blocks)
+    return Section("Data, hardware and code", blocks)
 
 
 def _params_of(study: Study, variant: str) -> float:
@@ -175,7 +182,8 @@ def axes_section(study: Study) -> Section | None:
 
 
 def main_table(study: Study, summary: dict[str, dict[str, Any]]) -> Table:
-    cols = main_table_columns(study)
+    """Counts and the quality metrics per variant (the cost columns are in ``cost_table``)."""
+    cols = [c for c in main_table_columns(study) if c[0] not in COST_COLUMNS]
     header = ["variant", "runs", "finished", "diverged", *[h for _, h, _ in cols]]
     rows = []
     for v in study.variants:
@@ -183,6 +191,27 @@ def main_table(study: Study, summary: dict[str, dict[str, Any]]) -> Table:
         rows.append([v, str(s["runs"]), str(s["finished"]), str(s["diverged"]),
                      *[st.fmt_summary(s["metrics"][k], d) for k, _, d in cols]])
     return Table(header, rows, caption="Mean ± 95% t-interval half-width over the seeds of finished runs")
+
+
+def cost_table(study: Study) -> Table | None:
+    """Parameters, throughput, memory and wall time per variant; None when no run logged any of them."""
+    cols = [c for c in main_table_columns(study) if c[0] in COST_COLUMNS]
+    if not cols:
+        return None
+    rows = [[v, *[cost_cell([r.metrics[k] for r in study.finished(v) if k in r.metrics], d)
+                  for k, _, d in cols]] for v in study.variants]
+    return Table(["variant", *[h for _, h, _ in cols]], rows,
+                 caption="Cost: mean over the seeds of finished runs (lowest–highest seed)")
+
+
+def cost_cell(values: list[float], decimals: int) -> str:
+    """Mean and the seeds' range: a cost is never negative, as a mean ± t-interval of two seeds can be."""
+    finite = [x for x in values if math.isfinite(x)]
+    if not finite:
+        return "—"
+    mean = st.fmt(sum(finite) / len(finite), decimals)
+    lo, hi = st.fmt(min(finite), decimals), st.fmt(max(finite), decimals)
+    return mean if lo == hi else f"{mean} ({lo}–{hi})"
 
 
 def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list[EffectRow],
@@ -208,6 +237,7 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
             "reach p < 0.05 (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25), so those effects are never called "
             f"significant. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) to test them."))
     blocks.append(main_table(study, summary))
+    blocks += [t for t in [cost_table(study)] if t]
     out = [Section("Results", blocks)]
     if rows:
         eff_blocks: list[Block] = [Para(f"Each variant against `{study.baseline}` on `{study.primary}` "
@@ -218,12 +248,13 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
             e = r.effect
             ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
             ci += " bootstrap" if e.tested and e.interval == "bootstrap" else ""
-            table_rows.append([r.variant, f"`{r.axis}`", r.metric, st.fmt(e.diff, dec, True), ci,
+            # The axis each variant changes is in the "What differs" table: left out here so the table fits.
+            table_rows.append([r.variant, r.metric, st.fmt(e.diff, dec, True), ci,
                                e.test if e.tested else "—",
                                f"{e.n_base}/{e.n_variant}", st.fmt_p(e.p), st.fmt_p(r.p_holm)])
-        header = ["variant", "axis", "metric", "Δ vs baseline", "95% CI", "test", "n (base/var)", "p",
-                  "p (Holm)"]
-        eff_blocks.append(Table(header, table_rows, "lllrrlrrr", "Effects against the baseline"))
+        header = ["variant", "metric", "Δ vs baseline", "95% CI", "test", "n (base/ var)", "p", "p (Holm)"]
+        eff_blocks.append(Table(header, table_rows, "llrrlrrr", "Effects against the baseline (n: finished "
+                                "seeds of the baseline / of the variant)"))
         prim = [r for r in rows if r.metric == study.primary]
         figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
                          f"Δ {study.primary} vs {study.baseline} (95% CI)", fig_dir / "forest.png")
@@ -234,23 +265,32 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
     return out
 
 
-def cost_section(study: Study, summary: dict[str, dict[str, Any]], fig_dir: Path) -> Section | None:
-    cost_key = "train/wall_time_s"
+def cost_points(study: Study, cost_key: str = "train/wall_time_s") -> list[figs.CostPoint]:
+    """Per variant with finished runs: mean cost and quality, each with the range of its seeds (lowest to
+    highest measured value, so a wall time's bar never reaches below zero), and whether it is on the
+    Pareto front of the means."""
     q = study.primary
-    pts = []
+    found = []
     for v in study.variants:
-        m = summary[v]["metrics"]
-        if cost_key in m and q in m and m[q].n:
-            pts.append((v, m[cost_key].mean, m[cost_key].half_width, m[q].mean, m[q].half_width))
+        runs = [r for r in study.finished(v) if cost_key in r.metrics and q in r.metrics
+                and math.isfinite(r.metrics[cost_key]) and math.isfinite(r.metrics[q])]
+        if runs:
+            xs, ys = [r.metrics[cost_key] for r in runs], [r.metrics[q] for r in runs]
+            found.append((v, sum(xs) / len(xs), min(xs), max(xs), sum(ys) / len(ys), min(ys), max(ys)))
+    front = st.pareto_front([p[1] for p in found], [p[4] for p in found], QUALITY[study.quality][2])
+    return [figs.CostPoint(*p, on_front=f) for p, f in zip(found, front, strict=True)]
+
+
+def cost_section(study: Study, fig_dir: Path) -> Section | None:
+    q = study.primary
+    pts = cost_points(study)
     if not pts:
         return None
-    front = st.pareto_front([p[1] for p in pts], [p[3] for p in pts], QUALITY[study.quality][2])
-    figs.quality_vs_cost([(*p, f) for p, f in zip(pts, front, strict=True)], "wall time (s)", q,
-                         fig_dir / "quality_vs_cost.png")
-    on = [p[0] for p, f in zip(pts, front, strict=True) if f]
+    figs.quality_vs_cost(pts, "wall time (s)", q, fig_dir / "quality_vs_cost.png")
+    on = [p.label for p in pts if p.on_front]
     return Section("Quality vs cost", [
-        Figure("figures/quality_vs_cost.png", f"{q} against wall time per variant (mean ± 95% CI); "
-               "the Pareto front is joined"),
+        Figure("figures/quality_vs_cost.png", f"{q} against wall time per variant (mean over finished seeds; "
+               "bars: lowest to highest seed); the Pareto front is joined"),
         Para("On the Pareto front (no other variant is both cheaper and better): " + ", ".join(on) + ".")])
 
 
@@ -266,9 +306,13 @@ def curves_section(study: Study, fig_dir: Path) -> Section | None:
     if not curves:
         return None
     figs.learning_curves(curves, metrics, fig_dir / "learning_curves.png")
-    return Section("Learning curves", [Figure("figures/learning_curves.png",
-                                              "Per variant: mean over seeds, band = min to max across seeds "
-                                              "(finished runs)")])
+    blocks: list[Block] = [Figure("figures/learning_curves.png",
+                                  "Per variant (own colour, line style and marker): mean over seeds, band = "
+                                  "min to max across seeds (finished runs)")]
+    for group in figs.overlapping_variants(curves, metrics):
+        blocks.append(Note(f"{', '.join(group)} have identical curves in every seed: their lines lie on top "
+                           "of each other (told apart by line style and marker only).", "info"))
+    return Section("Learning curves", blocks)
 
 
 def failures_section(study: Study) -> Section:
@@ -294,39 +338,52 @@ def failures_section(study: Study) -> Section:
 # ---------------------------------------------------------------- the command
 def build_report(study: Study, out_dir: Path) -> Path:
     """Write the report files for ``study`` into ``out_dir``; returns the markdown path."""
-    from ablate.report import extra
-
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
     if fig_dir.exists():
         shutil.rmtree(fig_dir)  # a rerun must not keep figures the new report no longer has
     fig_dir.mkdir()
-    env = extra.environment(study)
+    env = environment.environment(study)
+    datasets = environment.study_dataset_rows(study)
     doc = Document(f"{study.kind.capitalize()} report: {study.name}", stamp())
-    doc.sections.append(setup_section(study, env))
-    from ablate.tracking.transfer import origin_id
+    setup = setup_section(study)
+    if len(datasets) > len({row[1].split(" (digest")[0] for row in datasets}):
+        setup.blocks.append(Note("the runs did not all train on the same data: the dataset digests "
+                                 "differ between seeds or variants (listed per group in the Data table at "
+                                 "the end)."))
+    doc.sections.append(setup)
+    from ablate.tracking.transfer import origin_id  # an imported study shows the id it was exported with
 
     parent_id = origin_id(study.parent["run_id"], study.parent["tags"])
-    data: dict[str, Any] = {"study": study.name, "kind": study.kind, "parent_run_id": parent_id}
+    data: dict[str, Any] = {"study": study.name, "kind": study.kind, "parent_run_id": parent_id,
+                            "datasets": [row[1] for row in datasets]}
     if study.kind == "search":
-        doc.sections += extra.search_sections(study, fig_dir, data)
+        doc.intro += search.search_summary(study)
+        doc.sections += search.search_sections(study, fig_dir, data)
     else:
         summary = summarise(study)
         rows = effects(study)
-        factorial = factorial_effects(study)
+        factorial_rows = factorial_effects(study)
+        bounds = at_bounds(study, study.primary)
+        warnings = [bound_text(b) for b in bounds]
+        for r in rows:
+            if r.metric == study.primary:
+                r.verdict += bound_suffix(bounds, r.variant, study.baseline)
+        doc.intro += [Note(w) for w in warnings]
         verdicts = [r.verdict for r in rows if r.metric == study.primary]
         if verdicts:
             doc.intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                                "(details, tests and caveats below):"), Bullets(verdicts)]
-        if factorial:
+        if factorial_rows:
             doc.intro += [Para("**Main effects and interactions** (full factorial, cells matched by seed and "
                                "the other axes):"),
-                          Bullets([r.verdict for r in factorial if r.metric == study.primary])]
+                          Bullets([r.verdict for r in factorial_rows if r.metric == study.primary])]
+        data["warnings"] = warnings
         doc.sections += [s for s in [axes_section(study)] if s]
         doc.sections += results_section(study, summary, rows, fig_dir)
         doc.sections += [s for s in [seeds_section(study, data)] if s]
-        doc.sections += [s for s in [extra.factorial_section(study, factorial, fig_dir)] if s]
-        extras = (curves_section(study, fig_dir), cost_section(study, summary, fig_dir))
+        doc.sections += [s for s in [factorial.factorial_section(study, factorial_rows, fig_dir)] if s]
+        extras = (curves_section(study, fig_dir), cost_section(study, fig_dir))
         doc.sections += [s for s in extras if s]
         data |= {"baseline": study.baseline, "primary_metric": study.primary,
                  "variants": {v: {**{k: s[k] for k in ("runs", "finished", "diverged", "failed", "pruned",
@@ -341,11 +398,12 @@ def build_report(study: Study, out_dir: Path) -> Path:
                  "factorial": [{"kind": r.kind, "label": r.label, "metric": r.metric, "diff": r.effect.diff,
                                 "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
                                 "test": r.effect.test, "interval": r.effect.interval, "n": r.effect.n_min,
-                                "incomplete": r.incomplete, "verdict": r.verdict} for r in factorial]}
+                                "incomplete": r.incomplete, "verdict": r.verdict} for r in factorial_rows]}
     doc.sections.append(failures_section(study))
-    att = extra.attention_section(study, fig_dir)
+    att = attention.attention_section(study, fig_dir)
     if att is not None:
         doc.sections.append(att)
+    doc.sections.append(environment_section(study, env, datasets))
     (out_dir / "report.md").write_text(render_markdown(doc))
     (out_dir / "report.html").write_text(render_html(doc, out_dir))
     write_runs_csv(study, out_dir / "runs.csv")

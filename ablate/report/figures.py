@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import matplotlib.cm
+import matplotlib.colors
 import matplotlib.style
 import numpy as np
 from matplotlib.figure import Figure
@@ -38,9 +41,32 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def _style_of(i: int) -> tuple[str, str]:
+    """(line style, marker) of the i-th variant: two variants never share both, so identical curves drawn
+    over each other still show as two lines (e.g. solid under dashed)."""
+    return LINESTYLES[i % len(LINESTYLES)], MARKERS[i % len(MARKERS)]
+
+
+def overlapping_variants(curves: Mapping[str, Mapping[str, Sequence[Curve]]],
+                         metrics: Sequence[str]) -> list[list[str]]:
+    """Groups (two or more) of variants whose curves are the same on every metric and every seed: their
+    lines lie on top of each other, and the caption must say so."""
+    groups: dict[tuple[object, ...], list[str]] = {}
+    for variant, per_metric in curves.items():
+        key = tuple(tuple(tuple(run) for run in per_metric.get(m, [])) for m in metrics)
+        if any(key):
+            groups.setdefault(key, []).append(variant)
+    return [g for g in groups.values() if len(g) > 1]
+
+
 def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics: Sequence[str],
                     path: Path) -> Path:
-    """One panel per metric; per variant the mean over seeds with a min-max band.
+    """One panel per metric; per variant the mean over seeds with a min-max band, each variant in its own
+    colour, line style and marker.
 
     ``curves[variant][metric]`` holds one (step, value) list per seed.
     """
@@ -60,9 +86,14 @@ def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics
                     mean.append(np.mean(vals) if vals else np.nan)
                     low.append(min(vals) if vals else np.nan)
                     high.append(max(vals) if vals else np.nan)
-                ax.plot(steps, mean, color=_color(i), label=f"{variant} (n={len(runs)})", marker=".")
+                linestyle, marker = _style_of(i)
+                # Later variants are drawn thinner and with hollow markers: one exactly on top of another
+                # leaves the one below visible around it.
+                ax.plot(steps, mean, color=_color(i), label=f"{variant} (n={len(runs)})", marker=marker,
+                        markersize=max(3.0, 6.0 - i * 0.5), markerfacecolor="none", linestyle=linestyle,
+                        linewidth=max(1.0, 2.2 - i * 0.3))
                 if len(runs) > 1:
-                    ax.fill_between(steps, low, high, color=_color(i), alpha=0.2, linewidth=0)
+                    ax.fill_between(steps, low, high, color=_color(i), alpha=0.15, linewidth=0)
             ax.set_xlabel("step")
             ax.set_title(metric)
             ax.grid(alpha=0.3)
@@ -90,24 +121,47 @@ def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, pa
         return save(fig, path)
 
 
-def quality_vs_cost(points: Sequence[tuple[str, float, float, float, float, bool]], xlabel: str,
-                    ylabel: str, path: Path) -> Path:
-    """Variants as (label, cost, cost_hw, quality, quality_hw, on_front); the Pareto front is joined."""
+@dataclass(frozen=True)
+class CostPoint:
+    """One variant in the quality-vs-cost plot: the means over finished seeds and the seeds' range."""
+
+    label: str
+    cost: float
+    cost_lo: float
+    cost_hi: float
+    quality: float
+    quality_lo: float
+    quality_hi: float
+    on_front: bool
+
+
+def quality_vs_cost(points: Sequence[CostPoint], xlabel: str, ylabel: str, path: Path) -> Path:
+    """Variants at (mean cost, mean quality) with bars from the lowest to the highest seed (a range of
+    measured values: a wall time never goes below zero, as a mean ± t-interval of two seeds can). Variants
+    are told apart by colour and marker in a legend below the plot, so no label overlaps a point or
+    another label; the Pareto front is joined."""
     with _style():
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        fig = Figure(figsize=(6.4, 4.4 + 0.22 * math.ceil(len(points) / 2)), layout="constrained")
         ax = fig.subplots()
-        for i, (label, x, xe, y, ye, front) in enumerate(points):
-            if not (math.isfinite(x) and math.isfinite(y)):
+        for i, p in enumerate(points):
+            if not (math.isfinite(p.cost) and math.isfinite(p.quality)):
                 continue
-            ax.errorbar([x], [y], xerr=[xe] if math.isfinite(xe) else None,
-                        yerr=[ye] if math.isfinite(ye) else None, fmt="o", color=_color(i), capsize=3,
-                        markeredgecolor="black" if front else _color(i), markersize=8 if front else 6)
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-        line = sorted((x, y) for _, x, _, y, _, f in points if f and math.isfinite(x) and math.isfinite(y))
+            xerr = [[p.cost - p.cost_lo], [p.cost_hi - p.cost]] if p.cost_hi > p.cost_lo else None
+            yerr = [[p.quality - p.quality_lo], [p.quality_hi - p.quality]] if p.quality_hi > p.quality_lo \
+                else None
+            ax.errorbar([p.cost], [p.quality], xerr=xerr, yerr=yerr, fmt=MARKERS[i % len(MARKERS)],
+                        color=_color(i), capsize=3, markeredgecolor="black" if p.on_front else _color(i),
+                        markersize=8 if p.on_front else 6,
+                        label=p.label + (" (Pareto)" if p.on_front else ""))
+        line = sorted((p.cost, p.quality) for p in points
+                      if p.on_front and math.isfinite(p.cost) and math.isfinite(p.quality))
         if len(line) > 1:
-            ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="black",
+            ax.step([x for x, _ in line], [y for _, y in line], where="post", color="black",
                     linewidth=1, linestyle=":", label="Pareto front")
-            ax.legend(fontsize=8)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=8)
+        ax.set_xlim(left=0.0)  # wall time starts at zero: the bars' ends are measured times
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -167,10 +221,10 @@ def parallel_coordinates(params: Sequence[str], rows: Sequence[Sequence[float | 
                 ticks.append([(p, c) for c, p in pos.items()])
         finite = v[np.isfinite(v)]
         vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        span = vmax - vmin if vmax > vmin else 1.0
+        norm = matplotlib.colors.Normalize(vmin, vmax if vmax > vmin else vmin + 1.0)
         cmap = matplotlib.colormaps["viridis"]
         for i in range(len(rows)):
-            colour = cmap((v[i] - vmin) / span) if np.isfinite(v[i]) else "#bbbbbb"
+            colour = cmap(norm(v[i])) if np.isfinite(v[i]) else "#bbbbbb"
             ax.plot(range(len(cols)), [c[i] for c in cols], color=colour, alpha=0.8, linewidth=1.2)
         for j, labels in enumerate(ticks):
             ax.axvline(j, color="#444444", linewidth=0.8)
@@ -181,6 +235,8 @@ def parallel_coordinates(params: Sequence[str], rows: Sequence[Sequence[float | 
         ax.set_xlim(-0.1, len(cols) - 0.6)
         ax.set_yticks([])
         ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"Trials coloured by {objective}", fontsize=10)
+        fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=objective)
         return save(fig, path)
 
 

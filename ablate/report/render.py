@@ -2,7 +2,8 @@
 
 Both renderings come from the same blocks, so the two files always say the same thing. The HTML page
 embeds its figures as ``data:image/png;base64`` URIs and its CSS inline: it opens offline, from an
-e-mail attachment or a phone, and its wide tables scroll sideways instead of squeezing.
+e-mail attachment or a phone. Table text wraps only at spaces (never inside a variant name), headers wrap
+to keep columns narrow, and a table still too wide scrolls sideways instead of squeezing.
 """
 
 from __future__ import annotations
@@ -124,17 +125,18 @@ CSS = """
           --info: #102038; --code: #222228; }
 }
 * { box-sizing: border-box; }
-body { margin: 0 auto; padding: 1rem; max-width: 68rem; font: 16px/1.5 system-ui, -apple-system,
+body { margin: 0 auto; padding: 1rem; max-width: 76rem; font: 16px/1.5 system-ui, -apple-system,
        "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); overflow-wrap: anywhere; }
 h1 { font-size: 1.6rem; line-height: 1.2; } h2 { font-size: 1.3rem; margin-top: 2rem;
      border-bottom: 1px solid var(--line); } h3 { font-size: 1.1rem; }
 .stamp, .caption { color: var(--muted); font-size: 0.9rem; }
 .scroll { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: 0.5rem 0 1rem; }
 table { border-collapse: collapse; font-size: 0.9rem; font-variant-numeric: tabular-nums; }
-th, td { padding: 0.3rem 0.6rem; border-bottom: 1px solid var(--line); white-space: nowrap; }
-th { position: sticky; top: 0; background: var(--bg); }
+th, td { padding: 0.3rem 0.45rem; border-bottom: 1px solid var(--line); white-space: nowrap;
+         overflow-wrap: normal; word-break: normal; }  /* a name breaks at a space, never mid-word */
+th { position: sticky; top: 0; background: var(--bg); white-space: normal; vertical-align: bottom; }
 td.l, th.l { text-align: left; } td.r, th.r { text-align: right; }
-td.l { white-space: normal; min-width: 5rem; max-width: 28rem; }  /* text wraps, numbers never do */
+td.l { white-space: normal; min-width: 5rem; max-width: 20rem; }  /* text wraps at spaces, numbers never */
 figure { margin: 1rem 0; } figure img { display: block; max-width: 100%; height: auto; }
 .note { padding: 0.5rem 0.8rem; border-left: 4px solid var(--info-line); background: var(--info);
         margin: 0.8rem 0; }

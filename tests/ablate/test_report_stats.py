@@ -25,7 +25,7 @@ from ablate.report.data import (
     padding_text,
     spec_diff,
 )
-from ablate.report.extra import hardware_rows
+from ablate.report.environment import hardware_rows
 from ablate.report.render import (
     STAMP_PREFIX,
     Bullets,
@@ -290,9 +290,9 @@ def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
 
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.report import extra as report_extra
+    from ablate.report import search as report_search
 
-    monkeypatch.setattr(report_extra, "importances", lambda study, metric: ("", []))
+    monkeypatch.setattr(report_search, "importances", lambda study, metric: ("", []))
     objectives = json.dumps([{"metric": "val/loss", "direction": "minimize"},
                              {"metric": "train/wall_time_s", "direction": "minimize"}])
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
@@ -306,7 +306,7 @@ def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch
     study = build_study(parent, frame)
     assert study.kind == "search"
     data: dict[str, object] = {}
-    sections = report_extra.search_sections(study, tmp_path, data)
+    sections = report_search.search_sections(study, tmp_path, data)
     # Trial 2 is beaten by trial 1 on both objectives; every other trial is best at some trade-off.
     assert data["pareto_trials"] == [0, 1, 3]
     best = next(s for s in sections if s.title == "Best trials").blocks[0]

@@ -1,0 +1,60 @@
+"""The report section of a full-factorial study: main effects and interactions, a cell-means grid for two
+axes, and their forest plot. The effects themselves are computed in ``ablate.report.data``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.report import figures as figs
+from ablate.report import stats as st
+from ablate.report.render import Block, Figure, Para, Section, Table
+
+if TYPE_CHECKING:
+    from ablate.report.data import FactorialRow, Study
+
+
+def factorial_section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section | None:
+    """Main effects and interactions of a full-factorial study, with a cell-means grid for two axes."""
+    from ablate.report.data import cell_means, quality_meta
+
+    if not rows:
+        return None
+    blocks: list[Block] = [Para(
+        "A main effect compares each axis value with the baseline's value of that axis over cells matched "
+        "on every other axis and on the seed (one difference per matched pair, so it averages over the "
+        "other axes). An interaction `A=a × B=b` is the effect of A=a (against the baseline's A) when B=b "
+        "minus its effect when B has the baseline's value: zero when the axes act independently.")]
+    grid = cell_means(study, study.primary)
+    if grid is not None:
+        _, dec, _ = quality_meta(study.primary)
+
+        def cell(va: str, vb: str) -> str:
+            bad = grid.unfinished[(va, vb)]
+            return st.fmt_summary(grid.means[(va, vb)], dec) + (f" ({bad} unfinished)" if bad else "")
+
+        (a, b) = grid.axes
+        blocks.append(Table(["", *[f"{b}={vb}" for vb in grid.cols]],
+                            [[f"{a}={va}", *[cell(va, vb) for vb in grid.cols]] for va in grid.rows],
+                            caption=f"{study.primary} per cell: mean ± 95% t-interval half-width over "
+                                    "finished seeds (the baseline's values first)"))
+    table_rows = []
+    for r in rows:
+        _, dec, _ = quality_meta(r.metric)
+        e = r.effect
+        ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
+        if e.tested and e.interval == "bootstrap":
+            ci += " bootstrap"
+        table_rows.append([r.label, r.metric, st.fmt(e.diff, dec, True), ci, e.test if e.tested else "—",
+                           str(e.n_min), str(r.incomplete), st.fmt_p(e.p), st.fmt_p(r.p_holm)])
+    blocks.append(Table(["comparison", "metric", "Δ", "95% CI", "test", "n", "incomplete", "p", "p (Holm)"],
+                        table_rows, "llrrlrrrr", "Main effects and interactions"))
+    prim = [r for r in rows if r.metric == study.primary]
+    figs.forest_plot([(r.label, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
+                     f"Δ {study.primary} (95% CI)", fig_dir / "factorial.png")
+    blocks.append(Figure("figures/factorial.png", f"Main effects and interactions on {study.primary} "
+                         "(dot: mean matched difference; bar: 95% CI)"))
+    return Section("Factorial effects", blocks)
+
+
