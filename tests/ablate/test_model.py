@@ -114,7 +114,7 @@ def test_controlled_init_for_options(option: dict[str, object]) -> None:
 
 @pytest.mark.parametrize("init", ["xavier", "default"])
 def test_conv1d_ffn_starts_from_the_linear_ffn_weights(init: str) -> None:
-    """DESIGN.md: the two FFNs are the same function given the same weights; controlled init gives them
+    """The two FFNs are the same function given the same weights; controlled init gives them
     the same weights (a (d_ff, d, 1) kernel seeded like the (d_ff, d) matrix), so the models agree at init."""
     linear, conv = tiny(seed=7, init=init), tiny(seed=7, init=init, ffn="conv1d")
     layers = lambda m: [*m.encoder.layers, *m.decoder.layers]  # noqa: E731

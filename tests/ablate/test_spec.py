@@ -438,7 +438,7 @@ def test_every_experiment_validates_and_round_trips(
 
 
 def test_presets_and_quickstart_open_with_what_they_reproduce() -> None:
-    designs = "ABCDE"  # DESIGN.md's table of tutorial designs, one preset each
+    designs = "ABCDE"  # the five tutorial designs, one preset each, named a- to e- by their source
     presets = sorted(p for p in EXPERIMENTS if p.parent.name == "presets")
     assert [p.name[0] for p in presets] == [d.lower() for d in designs]
     for path in presets:
