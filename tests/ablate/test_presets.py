@@ -3,7 +3,8 @@
 Each preset must state every model, training and evaluation setting it relies on in its own file (a preset
 extends the local Multi30k spec for the corpus only: a change there must not silently change a tutorial
 design), and each pins the facts of the design that the spec can express (read from the five public
-tutorials and summarised in each preset's header; the judgement calls the tutorials leave open are stated in each preset's header, not tested here).
+tutorials and summarised in each preset's header; the judgement calls the tutorials leave open are
+stated there too, not tested here).
 """
 
 from __future__ import annotations

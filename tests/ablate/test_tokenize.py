@@ -52,7 +52,7 @@ def test_lowercase_applies_to_encoding_and_reverse_source_to_model_src() -> None
     plain = tok.encode_src("Ein Hund läuft.")
     assert plain == tok.encode_src("ein hund läuft.") and min(plain) > 3  # lowercased before lookup
     assert tok.decode_src(plain) == "ein hund läuft ."  # encode_src never reverses
-    assert tok.model_src("Ein Hund läuft.") == plain[::-1]  # what the model reads (reversed, as preset d-multi30k-2019-postnorm-conv1d)
+    assert tok.model_src("Ein Hund läuft.") == plain[::-1]  # what the model reads (reversed, as preset d-)
     assert tok.model_src_batch(["Ein Hund läuft."]) == [plain[::-1]]
     assert Tokenizers(tok.src, kind="wordlevel", lowercase=True).model_src("Ein Hund läuft.") == plain
     assert tok.encode_tgt("A DOG") == tok.encode_tgt("a dog")  # the target is never reversed
