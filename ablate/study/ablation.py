@@ -282,6 +282,9 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
                 dry_run: bool = False, retry_failed: bool = False) -> int:
     """`ablate ablate SPEC`: run (or resume) every cell; 0 when all finished or diverged, 1 if some
     failed, 130 when interrupted. ``dry_run`` prints the cells and their diffs and writes nothing."""
+    from ablate.engine import preempt
+
+    preempt.install()
     plan = plan_study(spec_path, overrides)
     if dry_run:
         print(format_plan(plan))
@@ -309,8 +312,9 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     try:
         code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
     except KeyboardInterrupt:
-        pass  # the running cell saved its checkpoint and went back to the queue
+        code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
     finally:
+        interrupted = code in (130, 143)
         records = queue.records()
         grid = format_grid(plan, records)
         print(grid)
@@ -319,14 +323,16 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             if done:
                 tracker.log_text(grid, "status.txt")
                 tracker.end("finished")
-            elif code == 130:
-                tracker.end("killed")
+            elif interrupted:
+                tracker.end("interrupted")
             else:
                 leave_open(tracker)  # cells still run in other processes or machines
     failed = [c for c in plan.cells if records.get(c.key) and records[c.key].status == "failed"]
-    if code == 130:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
+    if interrupted:
+        again = " ".join(["ablate ablate", spec_path, *(f"--set {o}" for o in overrides)])
+        print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
+              f"`{again}`", file=sys.stderr)
+        return code
     if failed:
         print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
               file=sys.stderr)

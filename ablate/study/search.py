@@ -245,8 +245,10 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
 def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
               trials: int | None = None) -> int:
     """`ablate tune SPEC`: run (or continue) the spec's search; print and log the results when it is done."""
+    from ablate.engine import preempt
     from ablate.study.space import plan_search
 
+    preempt.install()
     plan = plan_search(spec_path, overrides)
     search = plan.spec.search
     assert search is not None  # plan_search checked
@@ -271,16 +273,20 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         code = run_workers(_search_worker, (spec_path, list(overrides), storage, deadline, budget),
                            max(1, workers))
     except KeyboardInterrupt:
-        print("interrupted: the running trial went back to the queue; run the same command to continue",
-              file=sys.stderr)
+        code = preempt.exit_code()
     finally:
+        interrupted = code in (130, 143)
+        if interrupted:
+            again = " ".join(["ablate tune", spec_path, *(f"--set {o}" for o in overrides)])
+            print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "
+                  f"back to the queue; resume with `{again}`", file=sys.stderr)
         timed_out = deadline is not None and time.time() >= deadline
-        done = code != 130 and finish_search(plan, store, name, tracker, timed_out=timed_out)
+        done = not interrupted and finish_search(plan, store, name, tracker, timed_out=timed_out)
         if tracker is not None:
             if done:
                 tracker.end("finished")
-            elif code == 130:
-                tracker.end("killed")
+            elif interrupted:
+                tracker.end("interrupted")
             else:
                 leave_open(tracker)
     return code
