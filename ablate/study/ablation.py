@@ -259,6 +259,7 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
 
 def _worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
     """Pop and run cells until none is waiting or running anywhere."""
+    from ablate.study import failfast
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
@@ -266,7 +267,7 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
     queue = CellQueue(Store(storage), plan.store_name, plan.direction)
     parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
     cells = {c.key: c for c in plan.cells}
-    while True:
+    while not failfast.stopped(queue.study):
         trial, busy = queue.claim()
         if trial is None:
             if not busy:
@@ -275,7 +276,9 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
             continue
         attrs = trial.user_attrs
         cell = cells.get(attrs["ablate.cell"]) or plan.rebuild(attrs)
-        _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1)
+        if _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1) == "failed":
+            failfast.stop_if_repeated(queue.study, queue.store)  # the same error twice first: stop
+    return 0
 
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
@@ -289,12 +292,14 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     if dry_run:
         print(format_plan(plan))
         return 0
+    from ablate.study import failfast
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
     from ablate.study.workers import leave_open, open_parent, run_workers
 
     store = Store(storage)
     queue = CellQueue(store, plan.store_name, plan.direction)
+    failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
     new, retried = queue.enqueue([c.attrs() for c in plan.cells], retry_failed)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
@@ -319,8 +324,12 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         grid = format_grid(plan, records)
         print(grid)
         done = all(records.get(c.key) and records[c.key].status in TERMINAL for c in plan.cells)
+        why = None if interrupted else failfast.stopped(queue.study)
         if tracker is not None:
-            if done:
+            if why:
+                tracker.set_tags({"ablate.error": why})
+                tracker.end("failed")
+            elif done:
                 tracker.log_text(grid, "status.txt")
                 tracker.end("finished")
             elif interrupted:
@@ -328,6 +337,10 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             else:
                 leave_open(tracker)  # cells still run in other processes or machines
     failed = [c for c in plan.cells if records.get(c.key) and records[c.key].status == "failed"]
+    if why:
+        print(f"error: study stopped: its first {failfast.FIRST} cells failed the same way: {why}; fix that "
+              "and run the same command again (the failed cells are queued again)", file=sys.stderr)
+        return 2
     if interrupted:
         again = " ".join(["ablate ablate", spec_path, *(f"--set {o}" for o in overrides)])
         print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
