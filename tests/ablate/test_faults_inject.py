@@ -312,3 +312,55 @@ def test_a_tracking_server_killed_mid_run_delays_records_without_losing_or_doubl
     finally:
         if server.poll() is None:
             _kill(server)
+
+
+NO_DATA = """
+name: nodata
+seed: 0
+data:
+  source: files
+  files:
+    format: text
+    root: ./missing-folder
+    train: {src: train.de.gz, tgt: train.en.gz}
+    val: {src: val.de.gz, tgt: val.en.gz}
+model: {d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}
+train: {max_steps: 10, eval_every: 5}
+eval: {samples: 0}
+search:
+  trials: 5
+  objectives: [{metric: val/loss, direction: minimize}]
+  space:
+    train.optimizer.lr: {low: 0.001, high: 0.01, log: true}
+"""
+
+
+def test_a_search_whose_first_trials_fail_the_same_way_stops_with_that_one_message(tmp_path: Path) -> None:
+    """Every trial of a search over a missing data folder would fail alike: it stops after the first two
+    with one line and exit 2 instead of failing all five; the two go back to the queue for the rerun."""
+    import optuna
+    from optuna.trial import TrialState
+
+    (tmp_path / "spec.yaml").write_text(NO_DATA)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run([sys.executable, "-m", "ablate", "tune", "spec.yaml"], cwd=tmp_path, env=_env(uri),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    _no_traceback(done, done.stdout, done.stderr)
+    (line,) = [m for m in _messages(done.stderr) if m.startswith("error:")]
+    assert line.startswith("error: search stopped: its first 2 trials failed the same way: DataError: ")
+    assert "missing-folder" in line
+    assert done.stderr.count("trial ") == 2 + line.count("trial ")  # trials 0 and 1 ran, no third
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(tmp_path / ".ablate" / "optuna-journal.log")))
+    (study,) = optuna.get_all_study_summaries(storage)
+    loaded = optuna.load_study(study_name=study.study_name, storage=storage)
+    states = [t.state for t in loaded.get_trials()]
+    assert states.count(TrialState.FAIL) == 2 and TrialState.COMPLETE not in states
+    (parent,) = [r for r in _runs_of(uri, "nodata") if r.data.tags.get("ablate.kind") == "search"]
+    assert parent.info.status == "FAILED" and "missing-folder" in parent.data.tags["ablate.error"]
+
+
+def _runs_of(uri: str, experiment: str) -> list:  # type: ignore[type-arg]
+    client = MlflowClient(uri)
+    return client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
