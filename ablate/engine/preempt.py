@@ -14,6 +14,7 @@ A signal repeated within `REPEAT_S` seconds counts once: SLURM signals every pro
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,8 +36,11 @@ class Preempted(KeyboardInterrupt):
 
 
 def install() -> None:
-    """Handle SIGTERM and SIGINT in this process (main thread only, as Python requires)."""
+    """Handle SIGTERM and SIGINT in this process (main thread only, as Python requires: elsewhere the
+    handlers stay as they are)."""
     reset()
+    if threading.current_thread() is not threading.main_thread():
+        return
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
 
