@@ -28,7 +28,7 @@ from ablate.engine.checkpoint import load_verified
 from ablate.engine.evaluate import evaluate, format_samples, translate_split
 from ablate.engine.model import Seq2SeqTransformer, build_model
 from ablate.engine.progress import PeakMemory
-from ablate.engine.train import EvalHook, Trainer, load_checkpoint
+from ablate.engine.train import EvalHook, Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
 
@@ -225,7 +225,9 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
             tracker.log_artifact(summary_path)
         if status == "killed":
             tracker.end("interrupted")
-            raise Interrupted(run_dir, state.step, outcome.reason)
+            # Stopped at a step boundary: that step's checkpoint was just written. Mid-step (a second
+            # signal): the last periodic checkpoint is the resume point.
+            raise Interrupted(run_dir, None if "mid-step" in outcome.reason else state.step, outcome.reason)
         tracker.end(status)
         return result
     except KeyboardInterrupt:
@@ -245,7 +247,7 @@ OUTBOX = "outbox"  # in the run folder: tracking records waiting for a server th
 class Interrupted(KeyboardInterrupt):
     """A run stopped by SIGTERM/SIGINT after writing its checkpoint (``step``)."""
 
-    def __init__(self, run_dir: Path, step: int, reason: str) -> None:
+    def __init__(self, run_dir: Path, step: int | None, reason: str) -> None:
         super().__init__(reason)
         self.run_dir, self.step, self.reason = run_dir, step, reason
 
@@ -285,8 +287,9 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
                      tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
-    if trainer.best_path.exists():
-        model.load_state_dict(load_checkpoint(trainer.best_path)["model"])
+    best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
+    if best is not None:
+        model.load_state_dict(best[0]["model"])
     precision = resolve_precision(spec.train.precision, device)
     out: dict[str, float] = {}
     for split in ("val", "test"):
@@ -385,9 +388,9 @@ def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: 
             if lock is not None:
                 lock.release()
     except KeyboardInterrupt as exc:
-        where = (f"checkpoint at step {exc.step} in {exc.run_dir}" if isinstance(exc, Interrupted)
-                 else f"the last checkpoint in {run_dir}")
-        print(f"interrupted by {preempt.signal_name()}: resume from {where} with `{command}`",
+        step = exc.step if isinstance(exc, Interrupted) else None
+        where = f"checkpoint at step {step}" if step is not None else "the last checkpoint"
+        print(f"interrupted by {preempt.signal_name()}: resume from {where} in {run_dir} with `{command}`",
               file=sys.stderr, flush=True)
         return preempt.exit_code()
     if int(os.environ.get("RANK", "0")) == 0:
