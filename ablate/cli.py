@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import __version__
-from ablate.errors import AblateError
+from ablate.errors import AblateError, storage_problem
 
 EPILOG = """\
 examples:
@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("run", "train and evaluate one model from a spec, tracked in MLflow")
     p.add_argument("spec", metavar="SPEC")
     _add_set(p)
+    p.add_argument("--wait", action="store_true",
+                   help="if another process trains this run, wait for it instead of exiting 2")
+    p.add_argument("--restart", action="store_true",
+                   help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
 
     p = command("translate", "translate TEXT with the best checkpoint of an MLflow run")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -254,7 +258,7 @@ HANDLERS = {
     "list": cmd_list,
     "show": cmd_show,
     "schema": cmd_schema,
-    "run": lambda a: _call("ablate.run.runner", "main_run", a.spec, a.overrides),
+    "run": lambda a: _call("ablate.run.runner", "main_run", a.spec, a.overrides, a.wait, a.restart),
     "translate": lambda a: _call("ablate.run.runner", "main_translate", a.run_id, a.text, a.beam),
     "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
     "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
@@ -298,14 +302,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return HANDLERS[args.command](args)
     except Exception as exc:
-        if not _is_user_error(exc):
+        storage = storage_problem(exc)  # a full or read-only disk: one line, exit 1, the run resumable
+        if storage is not None:
+            exc = storage
+        elif not _is_user_error(exc):
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        from ablate.engine import preempt
+
+        print(f"interrupted by {preempt.signal_name()}", file=sys.stderr)
+        return preempt.exit_code()
     except BrokenPipeError:  # `ablate list | head`
         sys.stderr.close()
         return 0

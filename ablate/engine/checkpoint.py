@@ -3,11 +3,15 @@
 A checkpoint holds model, optimizer, scheduler, scaler, RNG states and a `TrainState` (data position,
 step, logging window, pending metrics, evaluation history, the MLflow run id and, once decided, why the
 run stopped). It is written to a temporary file and renamed over the previous one, so a kill at any moment
-leaves either the old or the new checkpoint whole, and it loads with ``weights_only=True``.
+leaves either the old or the new checkpoint whole, and it loads with ``weights_only=True``. Each file has
+a ``.sha256`` beside it (hash and size); `load_verified` checks it and falls back to the previous good
+checkpoint (``last.prev.pt``) when the newest is torn. Files without a checksum (older runs) still load.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import random
 import time
@@ -17,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ablate.errors import AblateError, StorageError
 
 CHECKPOINT_VERSION = 1
 
@@ -73,25 +79,119 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write leaves the previous checkpoint intact."""
+SUM_SUFFIX = ".sha256"  # beside each checkpoint: "<sha256> <size in bytes>" of the file it verifies
+
+
+class CheckpointError(AblateError):
+    """No readable checkpoint to resume: the user chooses `--restart` (exit 2)."""
+
+
+def previous_path(path: Path) -> Path:
+    """Where the previous good checkpoint waits until the next one is complete: last.pt -> last.prev.pt."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def sum_path(path: Path) -> Path:
+    return path.with_name(path.name + SUM_SUFFIX)
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any], *, keep_previous: bool = False) -> None:
+    """Write atomically with a checksum: a kill mid-write leaves the previous checkpoint intact.
+
+    The payload is serialised in memory first, so its size and sha256 are known before the disk is
+    touched and a full disk is an OSError naming the file (torch's zip writer says only "file write
+    failed"). With ``keep_previous`` the checkpoint being replaced moves to `previous_path` first: a file
+    torn after its rename (a node lost while the file system flushed) still has a good one beside it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write
         stale.unlink(missing_ok=True)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getbuffer()
+    digest = hashlib.sha256(data).hexdigest()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # give the space back
+        raise StorageError.from_os(exc, tmp, f"a {len(data) / 1e6:.1f} MB checkpoint") from None
     # Fault injection for the kill-during-write test: widen the window between write and rename.
     delay = float(os.environ.get("ABLATE_FAULT_CHECKPOINT_DELAY_S", "0") or 0)
     if delay:
         time.sleep(delay)
+    try:
+        if keep_previous and path.exists():
+            prev = previous_path(path)
+            if sum_path(path).exists():
+                os.replace(sum_path(path), sum_path(prev))
+            else:
+                sum_path(prev).unlink(missing_ok=True)
+            os.replace(path, prev)
+        # The checksum first: a kill between the two renames leaves a sum without its file (ignored) and
+        # the previous checkpoint, never a new file checked against an old sum.
+        _write_text(sum_path(path), f"{digest} {len(data)}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError.from_os(exc, path, "a checkpoint") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     # weights_only=True refuses pickled code; RNG states and plain containers are allowed.
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def verify(path: Path) -> str | None:
+    """Why ``path`` cannot be trusted (torn, wrong checksum), None when its checksum matches or it has none
+    (checkpoints written before checksums existed load as they are)."""
+    sums = sum_path(path)
+    if not sums.exists():
+        return None
+    try:
+        digest, size = sums.read_text().split()
+    except (OSError, ValueError):
+        return None  # a sum file cut short: judge the checkpoint by whether it loads
+    actual = path.stat().st_size
+    if actual != int(size):
+        return f"torn: {actual} of {int(size)} bytes"
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return None if h.hexdigest() == digest else "checksum mismatch"
+
+
+def load_verified(path: Path) -> tuple[dict[str, Any], Path, list[str]] | None:
+    """The newest good checkpoint of ``path`` (itself, else `previous_path`), the file it came from and a
+    one-line note per bad file skipped; None when neither exists. Raises `CheckpointError` when files
+    exist but none is good."""
+    problems: list[str] = []
+    candidates = [p for p in (path, previous_path(path)) if p.exists()]
+    if not candidates:
+        return None
+    for candidate in candidates:
+        why = verify(candidate)
+        if why is None:
+            try:
+                return load_checkpoint(candidate), candidate, problems
+            except Exception as exc:  # noqa: BLE001 - any reader error means the file is unusable
+                why = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        problems.append(f"checkpoint {candidate} is {why}")
+    raise CheckpointError(f"{'; '.join(problems)}; no earlier good checkpoint: run the same command with "
+                          "--restart to train this run from the start")
 
 
 def state_to_dict(state: TrainState) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
+from ablate.engine import preempt
 from ablate.engine.checkpoint import (
     CHECKPOINT_VERSION,
     TrainState,
@@ -170,7 +171,7 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint first, then flush metrics: a kill in between re-flushes (deduplicated) on resume."""
         if self.is_main:
-            save_checkpoint(self.last_path, self.checkpoint_payload())
+            save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
         self.flush()
 
     def flush(self) -> None:
@@ -304,48 +305,59 @@ class Trainer:
             return TrainOutcome(st.stop_status, st, st.stop_reason)
         progress = Progress(self.total_steps, start_step=st.step, enabled=self.is_main and self.show_progress)
         log_every = max(1, min(50, tspec.eval_every // 4 or 1))
-        try:
-            while not self.finished_budget():
-                started = time.perf_counter()
-                loss, tokens = self.train_step()
-                elapsed = time.perf_counter() - started
-                st.step += 1
-                st.train_seconds += elapsed
-                st.target_tokens += tokens
-                st.window_steps += 1
-                st.window_loss += loss
-                st.window_tokens += tokens
-                st.window_seconds += elapsed
-                step = st.step
-                if st.first_loss is None:
-                    st.first_loss = loss
-                if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
-                    # the real value (nan/inf included): MLflow stores it, and it says how the run failed
-                    st.stop_metrics = {"train/loss": loss, "train/lr": self.optimizer.param_groups[0]["lr"]}
-                    self.record(dict(st.stop_metrics), step)
-                    st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
-                    self.save()
-                    return TrainOutcome("diverged", st, st.stop_reason)
-                if st.window_steps >= log_every:
-                    mean_loss = st.window_loss / st.window_steps
-                    lr = self.optimizer.param_groups[0]["lr"]
-                    tps = st.window_tokens / max(st.window_seconds, 1e-9)
-                    self.record({"train/loss": mean_loss, "train/lr": lr, "train/tokens_per_s": tps}, step)
-                    st.train_curve.append((step, mean_loss))
-                    progress.update(step, mean_loss, lr, tps)
-                    st.window_steps, st.window_loss, st.window_tokens, st.window_seconds = 0, 0.0, 0, 0.0
-                if step % tspec.eval_every == 0 or self.finished_budget():
-                    metrics = self.run_evaluation()
-                    progress.note(step, metrics)
-                    self.decide_stop(step, metrics)
-                    self.save()
-                    if st.stop_status is not None:
-                        return TrainOutcome(st.stop_status, st, st.stop_reason)
-                elif step % tspec.checkpoint_every == 0:
-                    self.save()
-        except KeyboardInterrupt:
-            self.save()
-            return TrainOutcome("killed", self.state, "interrupted (Ctrl-C); checkpoint saved")
-        finally:
-            progress.close()
+        with preempt.deferred():
+            try:
+                while not self.finished_budget():
+                    # A SIGTERM/SIGINT during the last step: checkpoint at this boundary and stop (all DDP
+                    # ranks agree on the step, so none waits in an all-reduce for a rank that left).
+                    if self.global_sum(1.0 if preempt.requested() else 0.0) > 0:
+                        self.save()
+                        return TrainOutcome("killed", st, f"interrupted by {preempt.signal_name()} at step "
+                                            f"{st.step}; checkpoint saved")
+                    started = time.perf_counter()
+                    loss, tokens = self.train_step()
+                    elapsed = time.perf_counter() - started
+                    st.step += 1
+                    st.train_seconds += elapsed
+                    st.target_tokens += tokens
+                    st.window_steps += 1
+                    st.window_loss += loss
+                    st.window_tokens += tokens
+                    st.window_seconds += elapsed
+                    step = st.step
+                    if st.first_loss is None:
+                        st.first_loss = loss
+                    if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
+                        # the real value (nan/inf included): MLflow stores it, and it says how the run failed
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        st.stop_metrics = {"train/loss": loss, "train/lr": lr}
+                        self.record(dict(st.stop_metrics), step)
+                        st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
+                        self.save()
+                        return TrainOutcome("diverged", st, st.stop_reason)
+                    if st.window_steps >= log_every:
+                        mean_loss = st.window_loss / st.window_steps
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        tps = st.window_tokens / max(st.window_seconds, 1e-9)
+                        self.record({"train/loss": mean_loss, "train/lr": lr, "train/tokens_per_s": tps},
+                                    step)
+                        st.train_curve.append((step, mean_loss))
+                        progress.update(step, mean_loss, lr, tps)
+                        st.window_steps, st.window_loss, st.window_tokens, st.window_seconds = 0, 0.0, 0, 0.0
+                    if step % tspec.eval_every == 0 or self.finished_budget():
+                        metrics = self.run_evaluation()
+                        progress.note(step, metrics)
+                        self.decide_stop(step, metrics)
+                        self.save()
+                        if st.stop_status is not None:
+                            return TrainOutcome(st.stop_status, st, st.stop_reason)
+                    elif step % tspec.checkpoint_every == 0:
+                        self.save()
+            except KeyboardInterrupt:
+                # A second signal (or one outside `preempt.deferred`) stopped a step half-way: its state is
+                # not a boundary, so the last checkpoint written stays the resume point.
+                return TrainOutcome("killed", self.state, "interrupted mid-step; resumes from the last "
+                                    "checkpoint")
+            finally:
+                progress.close()
         return TrainOutcome("finished", self.state)

@@ -23,7 +23,8 @@ from ablate.report import stats as st
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
 IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search")
 IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads")
-STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "running": 5}
+STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "interrupted": 4,
+               "running": 5}
 QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
     "bleu": ("BLEU", 2, True), "chrf": ("chrF", 2, True), "exact_match": ("exact match", 3, True),
     "loss": ("loss", 3, False),

@@ -24,10 +24,11 @@ import torch
 
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import metrics as M
+from ablate.engine.checkpoint import load_verified
 from ablate.engine.evaluate import evaluate, format_samples, translate_split
 from ablate.engine.model import Seq2SeqTransformer, build_model
 from ablate.engine.progress import PeakMemory
-from ablate.engine.train import EvalHook, Trainer, load_checkpoint
+from ablate.engine.train import EvalHook, Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
 
@@ -44,6 +45,7 @@ class RunResult:
     checkpoint: str | None = None
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     reason: str = ""
+    delayed: int = 0  # tracking operations that waited in the outbox for a server that did not answer
 
 
 def run_dir_for(spec: ExperimentSpec) -> Path:
@@ -137,6 +139,10 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
     if summary_path.exists():
         done = RunResult(**json.loads(summary_path.read_text()))
         if done.status in TERMINAL:
+            if spec.tracking.enabled and dist_info.rank == 0 and (run_dir / OUTBOX).is_dir():
+                from ablate.tracking import resolve_tracking_uri, send_outbox
+
+                send_outbox(run_dir / OUTBOX, done.run_id, resolve_tracking_uri(spec.tracking.uri))
             return done
 
     if spec.tracking.enabled and dist_info.rank == 0:
@@ -151,7 +157,7 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
     tok = data.tokenizers
     model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
                         seed=spec.seed).to(device)
-    resume = load_checkpoint(run_dir / "last.pt") if (run_dir / "last.pt").exists() else None
+    resume = _resume_point(run_dir / "last.pt")
     # The checkpoint's run id, else the one recorded when the run opened (killed before any checkpoint).
     resume_id = (resume["state"].get("run_id") if resume else None) or read_run_id(run_dir)
 
@@ -163,6 +169,7 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
                                 parent_run_id=parent_run_id, resume_run_id=resume_id)
         if tracker.run_id and tracker.run_id != read_run_id(run_dir):
             write_run_id(run_dir, tracker.run_id)
+        tracker.use_outbox(run_dir / OUTBOX)  # a server outage queues records here; training goes on
     if on_start is not None:
         on_start(tracker.run_id)
     started = time.time()
@@ -215,20 +222,50 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
                            run_id=tracker.run_id,
                            checkpoint=str(trainer.best_path) if trainer.best_path.exists() else None,
-                           history=state.history, reason=outcome.reason)
+                           history=state.history, reason=outcome.reason, delayed=tracker.delayed())
         if is_main and status != "killed":
             write_summary(summary_path, result)
             tracker.log_artifact(summary_path)
-        tracker.end(status)
         if status == "killed":
-            raise KeyboardInterrupt
+            tracker.end("interrupted")
+            # Stopped at a step boundary: that step's checkpoint was just written. Mid-step (a second
+            # signal): the last periodic checkpoint is the resume point.
+            raise Interrupted(run_dir, None if "mid-step" in outcome.reason else state.step, outcome.reason)
+        tracker.end(status)
         return result
     except KeyboardInterrupt:
-        tracker.end("killed")
+        tracker.end("interrupted")
         raise
     except BaseException:
-        tracker.end("failed")
+        try:
+            tracker.end("failed")
+        except Exception:  # noqa: BLE001 - the store may be what failed (full disk): keep the first error
+            pass
         raise
+
+
+OUTBOX = "outbox"  # in the run folder: tracking records waiting for a server that did not answer
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGTERM/SIGINT after writing its checkpoint (``step``)."""
+
+    def __init__(self, run_dir: Path, step: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.run_dir, self.step, self.reason = run_dir, step, reason
+
+
+def _resume_point(path: Path) -> dict[str, Any] | None:
+    """The newest good checkpoint of the run (see `load_verified`), saying in one line when a torn one
+    was skipped."""
+    found = load_verified(path)
+    if found is None:
+        return None
+    payload, used, problems = found
+    if problems:
+        print(f"warning: {'; '.join(problems)}: resuming from {used} at step {payload['state']['step']}",
+              file=sys.stderr, flush=True)
+    return payload
 
 
 def log_run_start(tracker: Any, data: PreparedData, device: torch.device, model: torch.nn.Module,
@@ -253,8 +290,9 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
                      tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
-    if trainer.best_path.exists():
-        model.load_state_dict(load_checkpoint(trainer.best_path)["model"])
+    best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
+    if best is not None:
+        model.load_state_dict(best[0]["model"])
     precision = resolve_precision(spec.train.precision, device)
     out: dict[str, float] = {}
     for split in ("val", "test"):
@@ -329,18 +367,54 @@ def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
     return "\n".join(lines)
 
 
-def main_run(spec_path: str, overrides: list[str]) -> int:
+def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: bool = False) -> int:
+    """`ablate run SPEC`: one writer per run folder (`RunLock`); SIGTERM/SIGINT checkpoint and exit 143/130
+    with one line saying how to resume; ``restart`` trains the run from the start (a new MLflow run)."""
+    from ablate.engine import preempt
+    from ablate.run.lock import RunLock
     from ablate.spec.load import load_spec
 
+    preempt.install()
     spec = load_spec(spec_path, overrides)
+    run_dir = run_dir_for(spec)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    command = " ".join(["ablate run", spec_path, *(f"--set {o}" for o in overrides)])
     try:
-        result = run_experiment(spec)
-    except KeyboardInterrupt:
-        print("interrupted: checkpoint saved; run the same command again to resume", file=sys.stderr)
-        return 130
+        lock = RunLock(run_dir, wait=wait) if rank0 else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            if restart and rank0:
+                clear_run(run_dir)
+            result = run_experiment(spec)
+        finally:
+            if lock is not None:
+                lock.release()
+    except KeyboardInterrupt as exc:
+        step = exc.step if isinstance(exc, Interrupted) else None
+        where = f"checkpoint at step {step}" if step is not None else "the last checkpoint"
+        print(f"interrupted by {preempt.signal_name()}: resume from {where} in {run_dir} with `{command}`",
+              file=sys.stderr, flush=True)
+        return preempt.exit_code()
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(spec, result))
     return 0 if result.status in TERMINAL else 1
+
+
+def clear_run(run_dir: Path) -> None:
+    """`--restart`: drop the run folder's checkpoints, summary, run id and outbox; a new MLflow run starts."""
+    import shutil
+
+    if not run_dir.is_dir():
+        return
+    for path in run_dir.iterdir():
+        if path.name == ".lock":
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    print(f"note: --restart: cleared {run_dir}; training from step 0 in a new MLflow run", file=sys.stderr)
 
 
 def main_translate(run_id: str, text: str, beam: int | None = None) -> int:

@@ -291,6 +291,7 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
 
 def _worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
     """Pop and run cells until none is waiting or running anywhere."""
+    from ablate.study import failfast
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
@@ -298,7 +299,7 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
     queue = CellQueue(Store(storage), plan.store_name, plan.direction)
     parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
     cells = {c.key: c for c in plan.cells}
-    while True:
+    while not failfast.stopped(queue.study):
         trial, busy = queue.claim()
         if trial is None:
             if not busy:
@@ -307,14 +308,20 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
             continue
         attrs = trial.user_attrs
         cell = cells.get(attrs["ablate.cell"]) or plan.rebuild(attrs)
-        _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1)
+        if _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1) == "failed":
+            failfast.stop_if_repeated(queue.study, queue.store)  # the same error twice first: stop
+    return 0
 
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
                 dry_run: bool = False, retry_failed: bool = False) -> int:
     """`ablate ablate SPEC`: run (or resume) every cell; 0 when all finished or diverged, 1 if some
     failed, 130 when interrupted. ``dry_run`` prints the cells and their diffs and writes nothing."""
+    from ablate.engine import preempt
+
+    preempt.install()
     plan = plan_study(spec_path, overrides)
+    from ablate.study import failfast
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
@@ -331,6 +338,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     store = Store(storage)
     queue = CellQueue(store, plan.store_name, plan.direction)
+    failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
     new, retried = queue.enqueue(_wanted(plan, queue), retry_failed)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
@@ -352,7 +360,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     try:
         while True:
             code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
-            if code == 130 or plan.design is None:
+            if code in (130, 143) or plan.design is None:
                 break
             added, _ = queue.enqueue(_wanted(plan, queue))  # the next round: open comparisons only
             if not added:
@@ -360,25 +368,36 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             print(format_progress(plan, plan.design, queue.records()))
             print(f"next round: {added} more cells for the comparisons still open", flush=True)
     except KeyboardInterrupt:
-        code = 130  # the running cell saved its checkpoint and went back to the queue
+        code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
     finally:
+        interrupted = code in (130, 143)
         records = queue.records()
         grid = format_grid(plan, records)
         print(grid)
         keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
         done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
+        why = None if interrupted else failfast.stopped(queue.study)
         if tracker is not None:
-            if done:
+            if why:
+                tracker.set_tags({"ablate.error": why})
+                tracker.end("failed")
+            elif done:
                 tracker.log_text(grid, "status.txt")
                 tracker.end("finished")
-            elif code == 130:
-                tracker.end("killed")
+            elif interrupted:
+                tracker.end("interrupted")
             else:
                 leave_open(tracker)  # cells still run in other processes or machines
     failed = [c for c in plan.cells if records.get(c.key) and records[c.key].status == "failed"]
-    if code == 130:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
+    if why:
+        print(f"error: study stopped: its first {failfast.FIRST} cells failed the same way: {why}; fix that "
+              "and run the same command again (the failed cells are queued again)", file=sys.stderr)
+        return 2
+    if interrupted:
+        again = " ".join(["ablate ablate", spec_path, *(f"--set {o}" for o in overrides)])
+        print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
+              f"`{again}`", file=sys.stderr)
+        return code
     if failed:
         print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
               file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.study import failfast
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
@@ -231,6 +232,8 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
     started = 0
     # Like Optuna's optimize(timeout=...): no trial starts after the deadline, but each worker runs one.
     while deadline is None or not started or time.time() < deadline:
+        if failfast.stopped(study):
+            break  # the first trials failed the same way: main_tune says why
         trial, busy = claim(study, store)
         if trial is None:
             if not busy:
@@ -238,15 +241,19 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
             time.sleep(min(5.0, float(store.heartbeat or 2)))  # others still run trials: one may die
             continue
         started += 1
-        run_trial(plan, study, store, trial, parent)
+        outcome = run_trial(plan, study, store, trial, parent)
+        if outcome == "failed" and failfast.stop_if_repeated(study, store):
+            break
     return 0
 
 
 def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
               trials: int | None = None) -> int:
     """`ablate tune SPEC`: run (or continue) the spec's search; print and log the results when it is done."""
+    from ablate.engine import preempt
     from ablate.study.space import plan_search
 
+    preempt.install()
     plan = plan_search(spec_path, overrides)
     search = plan.spec.search
     assert search is not None  # plan_search checked
@@ -255,6 +262,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     name = search_name(plan)
     study = open_study(store, name, plan.directions)
     assert study is not None
+    failfast.clear(study)  # stopped last time by a repeated failure: its cause may be fixed now
     added = _fill(study, store, plan, budget)
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
     print(f"search {name}: {budget} trials ({added} newly queued), sampler {search.sampler}, pruner "
@@ -271,16 +279,28 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         code = run_workers(_search_worker, (spec_path, list(overrides), storage, deadline, budget),
                            max(1, workers))
     except KeyboardInterrupt:
-        print("interrupted: the running trial went back to the queue; run the same command to continue",
-              file=sys.stderr)
+        code = preempt.exit_code()
     finally:
+        interrupted = code in (130, 143)
+        if interrupted:
+            again = " ".join(["ablate tune", spec_path, *(f"--set {o}" for o in overrides)])
+            print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "
+                  f"back to the queue; resume with `{again}`", file=sys.stderr)
         timed_out = deadline is not None and time.time() >= deadline
-        done = code != 130 and finish_search(plan, store, name, tracker, timed_out=timed_out)
+        why = None if interrupted else failfast.stopped(study)
+        done = not interrupted and not why and finish_search(plan, store, name, tracker, timed_out=timed_out)
+        if why:
+            print(f"error: search stopped: its first {failfast.FIRST} trials failed the same way: {why}; fix "
+                  "that and run the same command again (the failed trials are queued again)", file=sys.stderr)
+            code = 2
         if tracker is not None:
-            if done:
+            if why:
+                tracker.set_tags({"ablate.error": why})
+                tracker.end("failed")
+            elif done:
                 tracker.end("finished")
-            elif code == 130:
-                tracker.end("killed")
+            elif interrupted:
+                tracker.end("interrupted")
             else:
                 leave_open(tracker)
     return code

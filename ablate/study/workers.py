@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from ablate.engine import preempt
 
 
 def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int) -> int:
@@ -25,13 +28,27 @@ def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int)
         try:
             for p in procs:
                 p.join()
-        except KeyboardInterrupt:  # the workers got the same SIGINT: let them checkpoint and re-queue
+        except KeyboardInterrupt:
+            # Ctrl-C reached the workers too (one process group); a SIGTERM sent to this process only
+            # (Kubernetes, systemd) did not: pass it on, so each worker checkpoints and re-queues its cell.
+            # A worker counts the same signal twice within a second or two once (ablate/engine/preempt.py).
             interrupted = True
+            _forward(procs)
     codes = [p.exitcode or 0 for p in procs]
     if interrupted:
-        return 130
+        return preempt.exit_code()
     bad = [c if c > 0 else 1 for c in codes if c]  # a signal (negative code) counts as a failure
     return max(bad) if bad else 0
+
+
+def _forward(procs: list[Any]) -> None:
+    signum = preempt.requested() or signal.SIGINT
+    for p in procs:
+        if p.is_alive() and p.pid:
+            try:
+                os.kill(p.pid, signum)
+            except ProcessLookupError:
+                pass
 
 
 def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int, workers: int) -> None:
@@ -46,10 +63,11 @@ def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int,
     import torch
 
     torch.set_num_threads(threads_per_worker(workers))  # N workers share the cores, not oversubscribe them
+    preempt.install()
     try:
         code = target(*args, index, workers)
     except KeyboardInterrupt:
-        code = 130
+        code = preempt.exit_code()
     sys.exit(code)
 
 

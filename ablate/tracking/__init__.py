@@ -39,6 +39,7 @@ from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from ablate.errors import AblateError
+from ablate.tracking.outbox import Courier, send_outbox
 from ablate.tracking.store import (
     RunRow,
     artifact_root,
@@ -61,16 +62,16 @@ if TYPE_CHECKING:
 __all__ = [
     "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "check_reachable",
     "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
-    "resolve_tracking_uri",
+    "resolve_tracking_uri", "send_outbox",
 ]
 
-Status = Literal["finished", "diverged", "failed", "pruned", "killed"]
+Status = Literal["finished", "diverged", "failed", "pruned", "killed", "interrupted"]
 # A diverged run is a result (its last metrics say how it failed), so it is FINISHED for MLflow. A pruned
 # trial was stopped on purpose by the tuner and its metrics are valid up to the prune step: also FINISHED.
-# KILLED stays for interruptions (Ctrl-C, a dead worker) and FAILED for crashes; ablate.status tells all five.
+# KILLED for interruptions (SIGTERM/Ctrl-C: interrupted; a dead worker: killed), FAILED for crashes.
 MLFLOW_STATUS: dict[str, str] = {
     "finished": "FINISHED", "diverged": "FINISHED", "pruned": "FINISHED",
-    "failed": "FAILED", "killed": "KILLED",
+    "failed": "FAILED", "killed": "KILLED", "interrupted": "KILLED",
 }
 # MLflow's limits (mlflow.utils.validation): values longer than these are rejected, not truncated.
 MAX_PARAM_VALUE = 6000
@@ -114,6 +115,9 @@ class NullTracker:
     def last_step(self, key: str) -> int | None:
         return None
     def flush(self) -> None: ...
+    def use_outbox(self, folder: Path) -> None: ...
+    def delayed(self) -> int:
+        return 0
     def detach(self) -> None: ...
     def end(self, status: Status = "finished") -> None: ...
 
@@ -165,6 +169,7 @@ class Tracker(NullTracker):
         self._monitor: Any = None
         self._model_spec: ModelSpec | None = None  # what the run's model is built from (log_model)
         self._ended = False
+        self._outbox: Courier | None = None  # a tracking server's outage queue, set by `use_outbox`
         _OPEN.add(self)
 
     @classmethod
@@ -273,6 +278,9 @@ class Tracker(NullTracker):
                 continue
             self._last_step[key] = step
             items.append(Metric(key, float(value), now, int(step)))
+        if self._outbox is not None:
+            rows = [[m.key, m.value, m.timestamp, m.step] for m in items]
+            return self._outbox.send({"kind": "metrics", "items": rows}) if rows else None
         for i in range(0, len(items), MAX_METRICS_PER_BATCH):
             op = self.client.log_batch(self.run_id, metrics=items[i: i + MAX_METRICS_PER_BATCH],
                                        synchronous=not self.async_logging)
@@ -291,24 +299,34 @@ class Tracker(NullTracker):
                 self._last_step[key] = max(m.step for m in self.client.get_metric_history(self.run_id, key))
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if self._outbox is not None:
+            return self._outbox.send({"kind": "tags", "tags": {str(k): _tag_value(tags[k]) for k in tags}})
         items = [RunTag(str(k), _tag_value(v)) for k, v in tags.items()]
         for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, tags=items[i: i + MAX_PARAMS_PER_BATCH], synchronous=True)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        if self._outbox is not None:
+            return self._outbox.send_file(Path(path), artifact_path)
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def log_artifacts(self, directory: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(self.run_id, str(directory), artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
+        if self._outbox is not None:
+            return self._outbox.send_made(artifact_file, lambda p: p.write_text(text))
         self.client.log_text(self.run_id, text, artifact_file)
 
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
+        if self._outbox is not None:
+            return self._outbox.send_made(artifact_file, lambda p: p.write_text(json.dumps(dict(data))))
         self.client.log_dict(self.run_id, dict(data), artifact_file)
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         """A matplotlib (or plotly) figure, saved as ``artifact_file`` (.png, .svg, .html ...)."""
+        if self._outbox is not None and hasattr(figure, "savefig"):
+            return self._outbox.send_made(artifact_file, figure.savefig)
         self.client.log_figure(self.run_id, figure, artifact_file)
 
     def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None:
@@ -338,6 +356,8 @@ class Tracker(NullTracker):
         tag."""
         from ablate.tracking.models import log_model
 
+        if self._outbox is not None and self._outbox.down:
+            return None  # the server is away: the best checkpoint in the run folder is the model
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
                         step=step, model_spec=model_spec or self._model_spec)
         self.set_tags({"ablate.model_uri": uri})
@@ -370,13 +390,23 @@ class Tracker(NullTracker):
             return
         self._ended = True
         _OPEN.discard(self)
+        if self._monitor is not None:
+            self._monitor.finish()
+        if self._outbox is not None:  # the end waits in the queue too, after everything logged before it
+            return self._outbox.finish({"ablate.status": status}, MLFLOW_STATUS[status])
         try:
-            if self._monitor is not None:
-                self._monitor.finish()
             self.flush()
             self.set_tags({"ablate.status": status})
         finally:
             self.client.set_terminated(self.run_id, MLFLOW_STATUS[status])
+
+    def use_outbox(self, folder: Path) -> None:
+        """Queue what a silent tracking server cannot take in ``folder`` (ablate/tracking/outbox.py)."""
+        if is_server_uri(self.tracking_uri):
+            self._outbox = Courier(self.client, self.run_id, self.tracking_uri, folder, self._last_step)
+
+    def delayed(self) -> int:
+        return self._outbox.outbox.delayed() if self._outbox is not None else 0
 
     def _start_system_metrics(self, resumed: bool) -> None:
         # CPU, memory, disk, network (psutil) and GPU (pynvml, when present) as system/* metrics; the

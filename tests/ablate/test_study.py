@@ -230,7 +230,8 @@ def test_experiment_ablations_expand() -> None:
     assert {k: len(v.cells) for k, v in plans.items()} == {
         "modern-axes.yaml": 14, "quick-axes.yaml": 12, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8,
         # Multi30k studies with a seed range: every cell up to the maximum (adaptive rounds run fewer)
-        "modern-axes-multi30k.yaml": 56, "tutorial-axes-multi30k.yaml": 48, "warmup-vs-norm-multi30k.yaml": 24}
+        "modern-axes-multi30k.yaml": 56, "tutorial-axes-multi30k.yaml": 48,
+        "warmup-vs-norm-multi30k.yaml": 24}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]

@@ -245,7 +245,7 @@ def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: P
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     assert run.info.status == "KILLED"
-    assert run.data.tags["ablate.status"] == "killed"
+    assert run.data.tags["ablate.status"] == "interrupted"
 
 
 def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,175 @@
+"""Fault handling pieces on their own: verified checkpoints, the run lock, storage errors, the outbox queue,
+the repeated-failure rule, and the preemption handler. Fast (no training); the end-to-end fault-injection
+suite is tests/ablate/test_faults_inject.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from ablate.engine import preempt
+from ablate.engine.checkpoint import (
+    CheckpointError,
+    load_verified,
+    previous_path,
+    save_checkpoint,
+    sum_path,
+)
+from ablate.errors import StorageError, storage_problem
+from ablate.run.lock import RunLock, RunLocked
+from ablate.study.failfast import repeated_failure
+from ablate.tracking.outbox import Outbox
+
+
+def _payload(step: int) -> dict[str, object]:
+    return {"state": {"step": step}, "w": torch.full((64,), float(step))}
+
+
+def test_a_torn_checkpoint_falls_back_to_the_previous_good_one_in_one_line(tmp_path: Path) -> None:
+    last = tmp_path / "last.pt"
+    save_checkpoint(last, _payload(7), keep_previous=True)
+    save_checkpoint(last, _payload(14), keep_previous=True)
+    assert load_verified(last)[0]["state"]["step"] == 14  # type: ignore[index]
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])  # a node died while the file system flushed
+    payload, used, problems = load_verified(last)  # type: ignore[misc]
+    assert payload["state"]["step"] == 7 and used == previous_path(last)
+    assert len(problems) == 1 and "torn" in problems[0] and str(last) in problems[0]
+    # The same size but other bytes: the checksum, not the size, catches it.
+    last.write_bytes(bytes(b ^ 1 if i == 100 else b for i, b in enumerate(data)))
+    assert "checksum" in load_verified(last)[2][0]  # type: ignore[index]
+    previous_path(last).write_bytes(b"")
+    with pytest.raises(CheckpointError) as info:
+        load_verified(last)
+    assert "--restart" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_checkpoint_without_a_checksum_still_loads(tmp_path: Path) -> None:
+    old = tmp_path / "last.pt"
+    torch.save(_payload(21), old)  # what ablate wrote before checksums
+    assert not sum_path(old).exists()
+    assert load_verified(old)[0]["state"]["step"] == 21  # type: ignore[index]
+    old.write_bytes(old.read_bytes()[:50])  # and an old torn one is caught by the reader
+    with pytest.raises(CheckpointError, match="unreadable"):
+        load_verified(old)
+
+
+def test_a_second_writer_is_told_who_holds_the_run(tmp_path: Path) -> None:
+    with RunLock(tmp_path):
+        with pytest.raises(RunLocked) as info:
+            RunLock(tmp_path).acquire()
+        text = str(info.value)
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in text
+        assert "--wait" in text and "\n" not in text
+    RunLock(tmp_path).acquire()  # released: free again
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(gone.stdout)
+    (tmp_path / ".lock").write_text(json.dumps({"pid": dead_pid, "host": socket.gethostname(), "since": 0}))
+    lock = RunLock(tmp_path)
+    lock.acquire()
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    assert f"took over the lock of pid {dead_pid}" in capsys.readouterr().err
+    lock.release()
+    assert not (tmp_path / ".lock").exists()
+    # Another host's lock is never judged from here.
+    (tmp_path / ".lock").write_text(json.dumps({"pid": dead_pid, "host": "elsewhere", "since": 0}))
+    with pytest.raises(RunLocked, match="on elsewhere"):
+        RunLock(tmp_path).acquire()
+
+
+def test_storage_failures_become_one_line_naming_the_path() -> None:
+    full = OSError(errno.ENOSPC, "No space left on device", "/data/runs/x/.last.pt.1.tmp")
+    made = StorageError.from_os(full, what="a 2.0 MB checkpoint")
+    assert isinstance(made, StorageError) and made.exit_code == 1
+    assert "/data/runs/x/.last.pt.1.tmp" in str(made) and "2.0 MB checkpoint needs space" in str(made)
+    assert StorageError.from_os(OSError(errno.EBADF, "bad fd")).__class__ is OSError  # a bug stays a bug
+    try:  # MLflow wraps SQLAlchemy wraps sqlite3: found down the chain
+        try:
+            raise RuntimeError("(sqlite3.OperationalError) database or disk is full")
+        except RuntimeError as inner:
+            raise ValueError("API request failed") from inner
+    except ValueError as outer:
+        problem = storage_problem(outer)
+    assert problem is not None and "database or disk is full" in str(problem) and "\n" not in str(problem)
+    assert storage_problem(KeyError("x")) is None
+
+
+def test_the_outbox_sends_in_order_once_and_resumes_after_a_failed_send(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "outbox")
+    for i in range(5):
+        box.add({"kind": "metrics", "items": [["m", float(i), 1000 + i, i]]})
+    sent: list[int] = []
+
+    def flaky(op: dict[str, object]) -> None:
+        step = op["items"][0][3]  # type: ignore[index]
+        if step == 3 and 3 not in failed:
+            failed.add(3)
+            raise ConnectionError("server down")
+        sent.append(step)
+
+    failed: set[int] = set()
+    with pytest.raises(ConnectionError):
+        box.drain(flaky)
+    assert sent == [0, 1, 2] and box.pending() == 2
+    assert Outbox(tmp_path / "outbox").drain(flaky) == 2  # a new process picks up where the cursor is
+    assert sent == [0, 1, 2, 3, 4] and box.pending() == 0 and box.delayed() == 5
+
+
+def _trial(number: int, state: TrialState, error: str | None = None) -> optuna.trial.FrozenTrial:
+    attrs = {"status": "failed", "error": error} if state == TrialState.FAIL else {"status": "finished"}
+    t = optuna.trial.create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None,
+                                  user_attrs=attrs)
+    t.number = number
+    return t
+
+
+def test_only_a_failure_repeated_by_the_first_trials_stops_a_study() -> None:
+    missing = "AblateError: data folder runs/trial-0/x does not exist"
+    same = [_trial(0, TrialState.FAIL, missing),
+            _trial(1, TrialState.FAIL, missing.replace("trial-0", "trial-1"))]
+    found = repeated_failure(same)
+    assert found is not None and found[0] == missing and [t.number for t in found[1]] == [0, 1]
+    assert repeated_failure([_trial(0, TrialState.FAIL, missing), _trial(1, TrialState.FAIL, "OOM")]) is None
+    assert repeated_failure([_trial(0, TrialState.COMPLETE), *same]) is None  # it worked once: per trial
+    assert repeated_failure(same[:1]) is None
+
+
+def test_the_first_signal_waits_for_a_step_boundary_and_a_second_one_does_not() -> None:
+    before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    try:
+        preempt.install()
+        with preempt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode: only a flag
+            assert preempt.requested() == signal.SIGTERM and preempt.exit_code() == 143
+            os.kill(os.getpid(), signal.SIGTERM)  # a repeat within REPEAT_S (forwarded + group): once
+            preempt._received_at -= preempt.REPEAT_S + 1  # later: a real second request
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs between bytecodes
+                    pass
+        preempt.reset()
+        with pytest.raises(preempt.Preempted):  # outside a training loop: at once
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        assert preempt.exit_code() == 130
+    finally:
+        preempt.reset()
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
