@@ -23,32 +23,12 @@ from ablate.cli import main as cli_main
 from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.spec.load import SpecError
 from ablate.study.ablation import main_ablate, main_status, plan_study
-
-TINY = """\
-name: {name}
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 200, val_size: 16,
-              test_size: 16}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: {steps}
-  eval_every: {eval_every}
-  checkpoint_every: 5
-  divergence_factor: 1.5
-  schedule: {{name: inverse_sqrt, warmup_steps: 10}}
-eval: {{metric: exact_match, samples: 0}}
-tracking: {{log_checkpoint: false}}
-"""
+from tests.factories import STUDY_CELL, write_tiny_spec
 
 
 def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_every: int = 10) -> Path:
-    path = folder / f"{name}.yaml"
-    path.write_text(TINY.format(name=name, steps=steps, eval_every=eval_every) + ablation)
-    return path
+    changes = {"name": name, "train.max_steps": steps, "train.eval_every": eval_every}
+    return write_tiny_spec(folder, STUDY_CELL, changes, extra=ablation, filename=f"{name}.yaml")
 
 
 def study_runs(name: str) -> tuple[list, list]:

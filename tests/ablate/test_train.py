@@ -20,27 +20,9 @@ from ablate.hardware import cpu_has_fast_bf16, resolve_precision
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import TrainSpec
 from ablate.spec.load import load_spec
+from tests.factories import tiny_yaml
 
-TINY = """
-name: tiny
-seed: 3
-data:
-  source: synthetic
-  synthetic:
-    {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 400, val_size: 24, test_size: 24}
-  max_len: 10
-  batch_tokens: 256
-model: {d_model: 32, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 64, dropout: 0.1}
-train:
-  max_steps: 40
-  eval_every: 20
-  checkpoint_every: 5
-  schedule: {name: inverse_sqrt, warmup_steps: 10}
-  optimizer: {lr: 0.003}
-  threads: 1
-eval: {samples: 2, decode: {strategy: greedy}}
-tracking: {enabled: false}
-"""
+TINY = tiny_yaml()
 
 
 def write_spec(folder: Path, text: str = TINY, name: str = "tiny.yaml") -> Path:
@@ -153,9 +135,7 @@ def _checkpoint_step(run_root: Path) -> int | None:
         return None
 
 
-KILL_SPEC = (TINY.replace("max_steps: 40", "max_steps: 60")
-             .replace("checkpoint_every: 5", "checkpoint_every: 7")
-             .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+KILL_SPEC = tiny_yaml({"train.max_steps": 60, "train.checkpoint_every": 7, "tracking.enabled": True})
 
 
 @pytest.fixture(scope="module")
@@ -224,8 +204,7 @@ def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, u
 
 
 def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: Path) -> None:
-    text = (TINY.replace("max_steps: 40", "max_steps: 100000").replace("eval_every: 20", "eval_every: 100000")
-            .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+    text = tiny_yaml({"train.max_steps": 100000, "train.eval_every": 100000, "tracking.enabled": True})
     spec_path = write_spec(tmp_path, text)
     run_root = tmp_path / "runs" / "tiny"
     proc = _run_cli(spec_path, tmp_path)

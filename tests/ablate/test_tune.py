@@ -24,33 +24,15 @@ from ablate.study.search import _fill, main_tune, sample, search_name
 from ablate.study.space import derive, plan_search
 from ablate.study.store import HEARTBEAT, OWNER, Store, claim, open_study, reclaim
 from ablate.study.workers import threads_per_worker, usable_cores
+from tests.factories import STUDY_CELL, write_tiny_spec
 
-BASE = """\
-name: {name}
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 200, val_size: 16,
-              test_size: 16}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: {steps}
-  eval_every: 10
-  checkpoint_every: 5
-  divergence_factor: 1.5
-  optimizer: {{lr: 0.01}}
-  schedule: {{name: inverse_sqrt, warmup_steps: 10}}
-eval: {{metric: exact_match, samples: 0, bleu_during_training: false}}
-tracking: {{log_checkpoint: false}}
-"""
+# A search trial: a study cell with a higher learning rate and no BLEU during training.
+SEARCH_TRIAL = {"train.optimizer": {"lr": 0.01}, "eval.bleu_during_training": False}
 
 
 def write_spec(folder: Path, name: str, search: str, steps: int = 30) -> Path:
-    path = folder / f"{name}.yaml"
-    path.write_text(BASE.format(name=name, steps=steps) + search)
-    return path
+    changes = {"name": name, "train.max_steps": steps}
+    return write_tiny_spec(folder, STUDY_CELL, SEARCH_TRIAL, changes, extra=search, filename=f"{name}.yaml")
 
 
 def load(path: Path, storage: str | None = None) -> optuna.Study:
