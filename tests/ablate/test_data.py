@@ -380,6 +380,7 @@ MULTI30K = _multi30k_dir()
 @pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(),
                     reason=f"Multi30k raw files not found at {MULTI30K} (set ABLATE_DATA_DIR, or put shared/ "
                            "beside the repository)")
+@pytest.mark.slow
 def test_multi30k_padding_below_ten_percent(tmp_path: Path) -> None:
     files = {"root": str(MULTI30K), "train": {"src": "train.de.gz", "tgt": "train.en.gz"},
              "val": {"src": "val.de.gz", "tgt": "val.en.gz"},

@@ -150,6 +150,7 @@ ablation:
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
 
 
+@pytest.mark.slow
 def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
     trains on the same batches in the same order at every step (past an epoch boundary) and starts from
@@ -216,6 +217,7 @@ def test_experiment_ablations_expand() -> None:
 
 
 # ---------------------------------------------------------------- running
+@pytest.mark.slow
 def test_killed_study_resumes_without_rerunning_finished_cells(workdir: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = write_spec(workdir, "kill", """
@@ -254,6 +256,7 @@ ablation:
     assert parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_two_local_workers_finish_the_grid_once_with_a_diverging_cell(
         workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_spec(workdir, "par", """
@@ -274,6 +277,7 @@ ablation:
     assert len(study_runs("par")[1]) == 6
 
 
+@pytest.mark.slow
 def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
@@ -306,6 +310,7 @@ ablation:
     assert_each_cell_once(path, {f"ffn={crashing_ffn}": "failed"})
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -148,6 +148,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_training", "during_checkpoint_write"])
 def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, uninterrupted: Path,
                                                                kill_point: str) -> None:
@@ -203,6 +204,7 @@ def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, u
         assert sorted((m.step, m.value) for m in points) == sorted((m.step, m.value) for m in ref_points), key
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: Path) -> None:
     text = tiny_yaml({"train.max_steps": 100000, "train.eval_every": 100000, "tracking.enabled": True})
     spec_path = write_spec(tmp_path, text)
@@ -227,6 +229,7 @@ def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: P
     assert run.data.tags["ablate.status"] == "killed"
 
 
+@pytest.mark.slow
 def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded default really learns: the quickstart's own data and model, 800 of its 1000 steps and
     one evaluation at the end, pass 0.9 test exact match (measured here: 0.97 on one thread, 0.975 on two;
