@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -218,7 +218,7 @@ class _Walker:
                 return self.mapping(node, path)
             if isinstance(node, SequenceNode):
                 return self.sequence(node, path)
-            return self.scalar(node, path)
+            return self.scalar(cast(ScalarNode, node), path)  # yaml composes only these three node kinds
         finally:
             self.active.discard(id(node))
 
@@ -329,6 +329,7 @@ SpecDumper.add_representer(list, _represent_list)
 
 def dump_yaml(data: dict[str, Any]) -> str:
     """Plain data as block YAML in key order, readable by `parse_yaml` (and `yaml.safe_load`)."""
-    return yaml.dump(
+    text: str = yaml.dump(
         data, Dumper=SpecDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
-    )
+    )  # a str because no stream is given
+    return text

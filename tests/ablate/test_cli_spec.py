@@ -360,6 +360,7 @@ def test_cyclic_extends_names_the_chain(
     )
 
 
+@pytest.mark.slow
 def test_one_bad_file_alone_exits_2_and_good_files_still_print_ok(tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text("name: good\ntrain: {max_steps: 10}\n")
     (tmp_path / "bad.yaml").write_text("name: bad\nmodel:\n  residual: postnorm\n  d_model: 63\n")
@@ -390,6 +391,7 @@ SET_CASES = {
 }
 
 
+@pytest.mark.slow
 def test_bad_overrides_all_reported_in_one_pass(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("name: x\nmodel: {d_model: 64}\ntrain: {max_steps: 10}\n")
     args = [a for override in SET_CASES for a in ("--set", override)]
@@ -400,6 +402,7 @@ def test_bad_overrides_all_reported_in_one_pass(tmp_path: Path) -> None:
     assert listing(tmp_path) == {"x.yaml"}
 
 
+@pytest.mark.slow
 def test_set_fixes_a_file_and_changes_the_hash(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("name: x\nmodel: {d_model: 64, heads: 3}\ntrain: {max_steps: 10}\n")
     fixed = ablate("validate", "x.yaml", "--set", "model.heads=4", cwd=tmp_path)
@@ -411,6 +414,7 @@ def test_set_fixes_a_file_and_changes_the_hash(tmp_path: Path) -> None:
     assert hash_line and hash_line[0][len("# spec_hash: ") :] not in fixed.stdout
 
 
+@pytest.mark.slow
 def test_list_prints_every_component_with_its_doc(tmp_path: Path) -> None:
     result = ablate("list", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -422,6 +426,7 @@ def test_list_prints_every_component_with_its_doc(tmp_path: Path) -> None:
             assert entry.summary and entry.summary in result.stdout, f"{kind}/{entry.name} has no doc line"
 
 
+@pytest.mark.slow
 def test_list_filters_by_kind_and_pattern(tmp_path: Path) -> None:
     result = ablate("list", "norm", "c*", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

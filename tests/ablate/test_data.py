@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -368,31 +367,38 @@ def test_collate_shapes_and_special_tokens() -> None:
 
 
 # ------------------------------------------------------------------ the real corpus
-MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
+def _multi30k_dir() -> Path:
+    """ABLATE_DATA_DIR when set (as the local Multi30k spec reads it), else ../shared/data/multi30k beside the
+    repository root: where CI clones the repository, next to shared/."""
+    env = os.environ.get("ABLATE_DATA_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "multi30k"
+
+
+MULTI30K = _multi30k_dir()
 
 
 @pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(),
-                    reason=f"Multi30k raw files not found at {MULTI30K} (the shared folder beside the repo)")
+                    reason=f"Multi30k raw files not found at {MULTI30K} (set ABLATE_DATA_DIR, or put shared/ "
+                           "beside the repository)")
+@pytest.mark.slow
 def test_multi30k_padding_below_ten_percent(tmp_path: Path) -> None:
     files = {"root": str(MULTI30K), "train": {"src": "train.de.gz", "tgt": "train.en.gz"},
              "val": {"src": "val.de.gz", "tgt": "val.en.gz"},
              "test": {"src": "test_2016_flickr.de.gz", "tgt": "test_2016_flickr.en.gz"}}
     spec = files_spec(files, tmp_path / "cache", tokenizer={"kind": "bpe", "vocab_size": 8000, "joint": True},
                       batch_tokens=4096)
-    start = time.perf_counter()
     data: PreparedData = prepare_data(spec)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
+    assert not data.cached
     cached = prepare_data(spec)
-    second = time.perf_counter() - start
+    # The second call reads the cache (behaviour, not a wall time): same fingerprint, same token ids.
     assert cached.cached and cached.fingerprint == data.fingerprint
+    for name, split in data.splits.items():
+        assert cached.splits[name].src_ids == split.src_ids and cached.splits[name].tgt_ids == split.tgt_ids
     assert {k: len(v) for k, v in data.splits.items()} == {"train": 29000, "val": 1014, "test": 1000}
     assert data.tokenizers.src_vocab_size == 8000
     assert data.tokenizers.decode_tgt(data.splits["val"].tgt_ids[0]) == data.splits["val"].tgt_text[0]
     batcher = TokenBatcher(data.splits["train"], spec.batch_tokens, seed=0)
     fractions = [batcher.padding_fraction(epoch) for epoch in range(3)]
     print(f"\nMulti30k de-en, BPE 8000 joint, batch_tokens 4096: padding {fractions[0]:.2%} "
-          f"(epochs 0-2: {', '.join(f'{f:.2%}' for f in fractions)}), {batcher.num_batches()} batches; "
-          f"prepare_data {first:.2f}s first, {second:.2f}s cached")
+          f"(epochs 0-2: {', '.join(f'{f:.2%}' for f in fractions)}), {batcher.num_batches()} batches")
     assert max(fractions) < 0.10
-    assert second < 3.0

@@ -228,7 +228,11 @@ def test_beam_log_probability_is_never_below_greedy_on_a_trained_copy_model(
         beam_lp = sequence_logprob(model, one, beam[i], BOS, EOS)
         gaps.append(beam_lp - sequence_logprob(model, one, greedy[i], BOS, EOS))
     assert min(gaps) >= -1e-4, gaps
-    assert max(gaps) > -1e-4 and greedy != [[]] * len(greedy)
+    # Not vacuous: the hypotheses are real, and on some sentence the beam kept a hypothesis greedy dropped,
+    # one that scores strictly higher (greedy's first choice is not always the best sequence).
+    assert all(greedy) and all(beam)
+    differ = [gap for gap, g, b in zip(gaps, greedy, beam, strict=True) if g != b]
+    assert differ and min(differ) > 1e-4, (gaps, greedy, beam)
 
 
 @pytest.mark.parametrize("beam,alpha", [(2, 0.6), (4, 1.0)])

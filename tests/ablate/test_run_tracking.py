@@ -126,6 +126,7 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracked]:
     yield Tracked(folder, spec, data, RunResult(**json.loads(summary.read_text())), out.getvalue())
 
 
+@pytest.mark.slow
 def test_the_run_summary_names_metrics_cost_and_where_the_run_is(tracked: Tracked) -> None:
     text, result = tracked.stdout, tracked.result
     assert f"tracked [{tracked.spec.spec_hash}, seed 5]: finished" in text
@@ -198,6 +199,7 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
     assert dataset_input.dataset.digest == tracked.data.fingerprint[:36]
 
 
+@pytest.mark.slow
 def test_a_diverged_run_ends_terminal_with_its_real_last_metrics(workdir: Path) -> None:
     spec = load_spec(text_spec(workdir), [
         "model.residual=post_norm", "train.optimizer.lr=50.0", "train.clip_norm=null", "train.max_steps=60",

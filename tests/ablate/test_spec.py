@@ -525,7 +525,20 @@ def test_json_schema_is_json_and_enumerates_components() -> None:
     assert "name" not in schema.get("required", [])
 
 
-def test_committed_schema_is_up_to_date() -> None:
+def _builtin_components_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hide every component registered outside the `registry` package (plugins, test components)."""
+    registry.load_plugins()
+    builtin = {kind: {name: entry for name, entry in bucket.items()
+                      if getattr(entry.obj, "__module__", "").split(".")[0] == "registry"}
+               for kind, bucket in registry.REGISTRY._entries.items()}
+    monkeypatch.setattr(registry.REGISTRY, "_entries", builtin)
+
+
+def test_committed_schema_is_up_to_date(crashing_ffn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed schema lists this repository's components; a third-party plugin installed beside it
+    (here a test component registered like one) adds names to `ablate schema` but is no reason to fail."""
+    assert crashing_ffn in json_schema()["$defs"]["ModelSpec"]["properties"]["ffn"]["enum"]
+    _builtin_components_only(monkeypatch)
     committed = json.loads((REPO / "experiments" / "ablate.schema.json").read_text())
     assert committed == json_schema(), "regenerate: ablate schema --out experiments/ablate.schema.json"
 

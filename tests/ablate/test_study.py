@@ -23,32 +23,12 @@ from ablate.cli import main as cli_main
 from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.spec.load import SpecError
 from ablate.study.ablation import main_ablate, main_status, plan_study
-
-TINY = """\
-name: {name}
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 200, val_size: 16,
-              test_size: 16}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: {steps}
-  eval_every: {eval_every}
-  checkpoint_every: 5
-  divergence_factor: 1.5
-  schedule: {{name: inverse_sqrt, warmup_steps: 10}}
-eval: {{metric: exact_match, samples: 0}}
-tracking: {{log_checkpoint: false}}
-"""
+from tests.factories import STUDY_CELL, write_tiny_spec
 
 
 def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_every: int = 10) -> Path:
-    path = folder / f"{name}.yaml"
-    path.write_text(TINY.format(name=name, steps=steps, eval_every=eval_every) + ablation)
-    return path
+    changes = {"name": name, "train.max_steps": steps, "train.eval_every": eval_every}
+    return write_tiny_spec(folder, STUDY_CELL, changes, extra=ablation, filename=f"{name}.yaml")
 
 
 def study_runs(name: str) -> tuple[list, list]:
@@ -170,6 +150,7 @@ ablation:
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
 
 
+@pytest.mark.slow
 def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
     trains on the same batches in the same order at every step (past an epoch boundary) and starts from
@@ -242,6 +223,7 @@ def test_experiment_ablations_expand() -> None:
 
 
 # ---------------------------------------------------------------- running
+@pytest.mark.slow
 def test_killed_study_resumes_without_rerunning_finished_cells(workdir: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = write_spec(workdir, "kill", """
@@ -280,6 +262,7 @@ ablation:
     assert parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_two_local_workers_finish_the_grid_once_with_a_diverging_cell(
         workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_spec(workdir, "par", """
@@ -300,6 +283,7 @@ ablation:
     assert len(study_runs("par")[1]) == 6
 
 
+@pytest.mark.slow
 def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
@@ -332,6 +316,7 @@ ablation:
     assert_each_cell_once(path, {f"ffn={crashing_ffn}": "failed"})
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:

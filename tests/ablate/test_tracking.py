@@ -118,6 +118,7 @@ def test_artifacts_sit_beside_the_sqlite_file(tmp_path: Path, monkeypatch: pytes
     assert artifact_root("http://127.0.0.1:5000") is None
 
 
+@pytest.mark.slow
 def test_default_store_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """(a) cwd default store: params, metrics with steps, tags, artifacts and dataset read back."""
     monkeypatch.chdir(tmp_path)
@@ -195,6 +196,7 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+@pytest.mark.slow
 def test_environment_is_recorded_as_tags_and_artifact(store: str, tmp_path: Path) -> None:
     """The versions that decide results, the CPU (and GPU) are read back from the store, not from ablate."""
     tracker = Tracker.start(make_spec("environment", store))
@@ -496,6 +498,7 @@ def test_system_metrics(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------- listing
+@pytest.mark.slow
 def test_list_runs_and_main_runs_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"

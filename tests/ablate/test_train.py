@@ -20,27 +20,9 @@ from ablate.hardware import cpu_has_fast_bf16, resolve_precision
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import TrainSpec
 from ablate.spec.load import load_spec
+from tests.factories import tiny_yaml
 
-TINY = """
-name: tiny
-seed: 3
-data:
-  source: synthetic
-  synthetic:
-    {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 400, val_size: 24, test_size: 24}
-  max_len: 10
-  batch_tokens: 256
-model: {d_model: 32, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 64, dropout: 0.1}
-train:
-  max_steps: 40
-  eval_every: 20
-  checkpoint_every: 5
-  schedule: {name: inverse_sqrt, warmup_steps: 10}
-  optimizer: {lr: 0.003}
-  threads: 1
-eval: {samples: 2, decode: {strategy: greedy}}
-tracking: {enabled: false}
-"""
+TINY = tiny_yaml()
 
 
 def write_spec(folder: Path, text: str = TINY, name: str = "tiny.yaml") -> Path:
@@ -153,9 +135,7 @@ def _checkpoint_step(run_root: Path) -> int | None:
         return None
 
 
-KILL_SPEC = (TINY.replace("max_steps: 40", "max_steps: 60")
-             .replace("checkpoint_every: 5", "checkpoint_every: 7")
-             .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+KILL_SPEC = tiny_yaml({"train.max_steps": 60, "train.checkpoint_every": 7, "tracking.enabled": True})
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +148,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_training", "during_checkpoint_write"])
 def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, uninterrupted: Path,
                                                                kill_point: str) -> None:
@@ -223,9 +204,9 @@ def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, u
         assert sorted((m.step, m.value) for m in points) == sorted((m.step, m.value) for m in ref_points), key
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: Path) -> None:
-    text = (TINY.replace("max_steps: 40", "max_steps: 100000").replace("eval_every: 20", "eval_every: 100000")
-            .replace("tracking: {enabled: false}", "tracking: {enabled: true}"))
+    text = tiny_yaml({"train.max_steps": 100000, "train.eval_every": 100000, "tracking.enabled": True})
     spec_path = write_spec(tmp_path, text)
     run_root = tmp_path / "runs" / "tiny"
     proc = _run_cli(spec_path, tmp_path)
@@ -248,6 +229,7 @@ def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: P
     assert run.data.tags["ablate.status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded default really learns: the quickstart's own data and model, 800 of its 1000 steps and
     one evaluation at the end, pass 0.9 test exact match (measured here: 0.97 on one thread, 0.975 on two;

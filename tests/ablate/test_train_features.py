@@ -31,27 +31,12 @@ from ablate.errors import AblateError
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import EarlyStopping, TrainSpec
 from ablate.spec.load import load_spec
+from tests.factories import tiny_yaml
 
-TINY = """
-name: tiny
-seed: 3
-data:
-  source: synthetic
-  synthetic:
-    {task: reverse, vocab_size: 12, min_len: 2, max_len: 6, train_size: 200, val_size: 24, test_size: 24}
-  max_len: 10
-  batch_tokens: 128
-model: {d_model: 32, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 64, dropout: 0.0}
-train:
-  max_steps: 20
-  eval_every: 10
-  checkpoint_every: 10
-  schedule: {name: constant, warmup_steps: 0}
-  optimizer: {lr: 0.003}
-  threads: 1
-eval: {samples: 0, decode: {strategy: greedy}}
-tracking: {enabled: false}
-"""
+# Twenty steps at a constant learning rate, no dropout, no samples: the trainer's features in isolation.
+TINY = tiny_yaml({"data.synthetic.train_size": 200, "data.batch_tokens": 128, "model.dropout": 0.0,
+                  "train.max_steps": 20, "train.eval_every": 10, "train.checkpoint_every": 10,
+                  "train.schedule": {"name": "constant", "warmup_steps": 0}, "eval.samples": 0})
 
 
 @pytest.fixture(autouse=True)

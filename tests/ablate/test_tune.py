@@ -24,33 +24,15 @@ from ablate.study.search import _fill, main_tune, sample, search_name
 from ablate.study.space import derive, plan_search
 from ablate.study.store import HEARTBEAT, OWNER, Store, claim, open_study, reclaim
 from ablate.study.workers import threads_per_worker, usable_cores
+from tests.factories import STUDY_CELL, write_tiny_spec
 
-BASE = """\
-name: {name}
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 200, val_size: 16,
-              test_size: 16}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: {steps}
-  eval_every: 10
-  checkpoint_every: 5
-  divergence_factor: 1.5
-  optimizer: {{lr: 0.01}}
-  schedule: {{name: inverse_sqrt, warmup_steps: 10}}
-eval: {{metric: exact_match, samples: 0, bleu_during_training: false}}
-tracking: {{log_checkpoint: false}}
-"""
+# A search trial: a study cell with a higher learning rate and no BLEU during training.
+SEARCH_TRIAL = {"train.optimizer": {"lr": 0.01}, "eval.bleu_during_training": False}
 
 
 def write_spec(folder: Path, name: str, search: str, steps: int = 30) -> Path:
-    path = folder / f"{name}.yaml"
-    path.write_text(BASE.format(name=name, steps=steps) + search)
-    return path
+    changes = {"name": name, "train.max_steps": steps}
+    return write_tiny_spec(folder, STUDY_CELL, SEARCH_TRIAL, changes, extra=search, filename=f"{name}.yaml")
 
 
 def load(path: Path, storage: str | None = None) -> optuna.Study:
@@ -227,6 +209,7 @@ search:
 
 
 # ---------------------------------------------------------------- searching
+@pytest.mark.slow
 def test_search_prunes_survives_crashes_and_divergence_and_reproduces_its_best(
         workdir: Path, crashing_ffn: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Grid over lr {0.01, 1e-6, 100} x ffn {linear, crash}: the baseline (lr 0.01, linear), a grid point,
@@ -295,6 +278,7 @@ search:
     assert run_experiment(spec, quiet=True).metrics["val/loss"] == pytest.approx(best.value, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_two_local_workers_complete_n_trials_once(workdir: Path) -> None:
     path = write_spec(workdir, "two", """
 search:
@@ -333,6 +317,7 @@ def test_workers_split_the_cores() -> None:
     assert threads_per_worker(2) == max(1, usable_cores() // 2)
 
 
+@pytest.mark.slow
 def test_timeout_ends_the_search_with_the_trials_that_ran(workdir: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A timeout shorter than one trial: the worker runs one trial (the baseline) and starts no other; the
@@ -431,6 +416,7 @@ def assert_retried_once(study: optuna.Study, killed: int, budget: int, experimen
     return counted
 
 
+@pytest.mark.slow
 def test_killed_worker_on_the_journal_store_is_retried(workdir: Path) -> None:
     """Two `ablate tune` processes on the default journal store; one is SIGKILLed mid-trial. The other sees
     its owner process gone, fails and re-queues the trial, resumes it and completes the study."""
@@ -446,6 +432,7 @@ def test_killed_worker_on_the_journal_store_is_retried(workdir: Path) -> None:
     assert {t.user_attrs[OWNER]["pid"] for t in counted} == {survivor.pid}
 
 
+@pytest.mark.slow
 def test_rerunning_an_interrupted_search_continues_it(workdir: Path) -> None:
     """The only worker is SIGKILLed mid-trial; running the command again fails and retries that trial
     (resuming its checkpoint) and runs the remaining slots: no trial lost, none run twice."""
@@ -501,6 +488,7 @@ def test_journal_owner_on_another_host_is_judged_by_its_heartbeat(tmp_path: Path
     assert reclaim(theirs, other) == []  # failed once, re-queued once
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_workers_survive_a_killed_worker(workdir: Path, postgres_url: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import torch
 import registry
 from ablate.engine.model import build_model
 from ablate.spec.experiment import ModelSpec
+from registry.attention import SMALL_QUERY
 from registry.masking import clamp_fill, make_mask
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable (reference values).
@@ -46,6 +47,36 @@ def _blocked() -> torch.Tensor:
     return blocked
 
 
+# registry/attention.py's SDPAttention.attend takes two paths on CPU: F.scaled_dot_product_attention (the
+# fused kernel) or a matmul fallback (bf16 with grad enabled: training; <= SMALL_QUERY queries per row under
+# no_grad: decoding). Each "sdpa" case runs both, named so, and checks it ran the path its name says.
+IMPLEMENTATIONS = ["explicit", "sdpa-fused", "sdpa-matmul"]
+
+
+def _attend(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor,
+            fill: str) -> torch.Tensor:
+    """``impl``'s output for the first ``blocked.size(2)`` query rows: (B, heads, Tq, d_head) as float."""
+    attention = impl.split("-")[0]
+    attn = registry.get("attention", attention)(16, 2)
+    rows = q.size(-2)
+    if impl == "sdpa-fused":
+        # Under no_grad with more than SMALL_QUERY queries per row, every dtype reaches the fused kernel;
+        # the extra (unmasked) query rows change nothing in the rows under test (attention is per row).
+        extra = SMALL_QUERY + 1 - rows
+        q = torch.cat([q, q[:, :, :1].expand(-1, -1, extra, -1)], dim=2)
+        blocked = torch.cat([blocked, blocked[:, :, -1:].expand(-1, -1, extra, -1) & False], dim=2)
+    mask = make_mask(fill, float(fill)).build(blocked, q.dtype)
+    fallback_calls: list[int] = []
+    if attention == "sdpa":
+        matmul = attn._attend_matmul  # a spy: the real fallback, counted
+        attn._attend_matmul = lambda *a: (fallback_calls.append(1), matmul(*a))[1]  # type: ignore[method-assign]
+    with torch.no_grad():  # sdpa-matmul: the decoding condition (<= SMALL_QUERY queries), for every dtype
+        out = attn.attend(q, k, v, mask).float()
+    if attention == "sdpa":
+        assert len(fallback_calls) == (impl == "sdpa-matmul"), f"{impl} did not run the path it names"
+    return out[:, :, :rows]
+
+
 def _classify(row: torch.Tensor, v: torch.Tensor, unmasked: torch.Tensor) -> str:
     if torch.isnan(row).any():
         return "nan"
@@ -64,13 +95,12 @@ def test_every_registered_mask_has_documented_hazards() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("fill", FILLS)
-def test_fully_masked_row(fill: str, attention: str, dtype: torch.dtype) -> None:
-    attn = registry.get("attention", attention)(16, 2)
-    mask = make_mask(fill, float(fill)).build(_blocked(), dtype)
+def test_fully_masked_row(fill: str, impl: str, dtype: torch.dtype) -> None:
+    attention = impl.split("-")[0]
     q, k, v = _qkv(dtype)
-    out = attn.attend(q, k, v, mask).float()  # (B, heads, Tq, d_head)
+    out = _attend(impl, q, k, v, _blocked(), fill)  # (B, heads, Tq, d_head)
     reference = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1)
     unmasked = reference @ v.float()
     assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == FULLY_MASKED[(fill, attention)]
@@ -119,15 +149,15 @@ FULLY_MASKED_FP16 = {
 }
 
 
-@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("fill", FILLS)
-def test_fp16_fully_masked_row(fill: str, attention: str) -> None:
+def test_fp16_fully_masked_row(fill: str, impl: str) -> None:
     """fp16, every fill: no overflow error; the fully masked row as the table says; every other row finite
     and equal to the fp32 masked softmax (blocked keys get zero weight with the clamped fill too)."""
     assert {f for f, _ in FULLY_MASKED_FP16} == set(FILLS)
-    attn = registry.get("attention", attention)(16, 2)
+    attention = impl.split("-")[0]
     q, k, v = _qkv(torch.float16)
-    out = attn.attend(q, k, v, make_mask(fill, float(fill)).build(_blocked(), torch.float16)).float()
+    out = _attend(impl, q, k, v, _blocked(), fill)
     reference = torch.softmax(q.float() @ k.float().transpose(-1, -2) / 8**0.5, dim=-1)
     unmasked = reference @ v.float()
     assert _classify(out[0, :, 1], v[0].float(), unmasked[0, :, 1]) == FULLY_MASKED_FP16[(fill, attention)]
@@ -143,26 +173,39 @@ def _tiny(mask: str, attention: str) -> torch.nn.Module:
     return build_model(spec, 13, 13, seed=0).eval()
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+def _batch(src_len: int = 7, tgt_len: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    src = torch.randint(3, 13, (3, 7), generator=g)
+    src = torch.randint(3, 13, (3, src_len), generator=g)
     src[1, 4:] = 0
     src[2, 2:] = 0
-    tgt = torch.randint(3, 13, (3, 5), generator=g)
+    tgt = torch.randint(3, 13, (3, tgt_len), generator=g)
     tgt[2, 3:] = 0
     return src, tgt
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("mask", ["-1e9", "-1e6", "-inf"])
-def test_half_precision_autocast_forward(mask: str, attention: str, dtype: torch.dtype) -> None:
+def test_half_precision_autocast_forward(mask: str, impl: str, dtype: torch.dtype,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under no_grad, sentences longer than SMALL_QUERY reach sdpa's fused kernel in every attention of the
+    model; short ones take the matmul fallback in every one (the spy counts the real fallback's calls)."""
+    attention = impl.split("-")[0]
     model = _tiny(mask, attention)
-    src, tgt = _batch()
+    fused = impl == "sdpa-fused"
+    src, tgt = _batch(12, 10) if fused else _batch()
+    assert fused == (min(src.size(1), tgt.size(1)) > SMALL_QUERY)
+    calls: list[int] = []
+    sdpa = registry.get("attention", "sdpa")
+    matmul = sdpa._attend_matmul
+    monkeypatch.setattr(sdpa, "_attend_matmul", lambda *a: (calls.append(1), matmul(*a))[1])
     with torch.no_grad():
         full = model(src, tgt)
+        calls.clear()
         with torch.autocast("cpu", dtype=dtype):
             half = model(src, tgt)  # -1e9 in fp16 would raise without the clamp
+    attentions = 3  # encoder self, decoder self, decoder cross: one layer each
+    assert len(calls) == (attentions if impl == "sdpa-matmul" else 0)
     assert half.dtype == dtype
     assert torch.isfinite(half).all()
     torch.testing.assert_close(half.float(), full, atol=0.1, rtol=0.05)
