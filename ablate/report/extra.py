@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import ablate.tracking.record as R
 from ablate.report import figures as figs
 from ablate.report import stats as st
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
@@ -24,15 +25,15 @@ from ablate.report.render import Block, Figure, Note, Para, Section, Table
 if TYPE_CHECKING:
     from ablate.report.data import FactorialRow, Run, Study
 
-TRIAL_TAGS = ("ablate.trial", "optuna.trial_number")
-IMPORTANCES = ("importance.json", "importances.json")  # tune.py writes the first
+TRIAL_TAGS = (R.TRIAL, "optuna.trial_number")
+IMPORTANCES = (R.IMPORTANCE_ARTIFACT,)  # what ablate/study/results.py logs (one name, one artifact)
 TOP_TRIALS = 10
 
 
 # ---------------------------------------------------------------- environment
 # Tags every run carries -> the label shown; hardware first, then the software, then the code.
-ENV_TAGS = {"ablate.device": "device", "ablate.cpu": "CPU", "ablate.host": "host"}
-CODE_TAGS = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes"}
+ENV_TAGS = {R.DEVICE: "device", R.CPU: "CPU", R.HOST: "host"}
+CODE_TAGS = {R.GIT_COMMIT: "git commit", R.GIT_DIRTY: "uncommitted changes"}
 # environment.json keys (the first run's) shown when no tag says the same.
 ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
 ORDER = ["device", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]

@@ -27,7 +27,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +37,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.tracking.store import (
     RunRow,
@@ -49,6 +50,7 @@ from ablate.tracking.store import (
     experiment_id,
     is_server_uri,
     list_runs,
+    resolve_run_id,
     resolve_tracking_uri,
 )
 
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "check_reachable",
     "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
-    "resolve_tracking_uri",
+    "resolve_run_id", "resolve_tracking_uri",
 ]
 
 Status = Literal["finished", "diverged", "failed", "pruned", "killed"]
@@ -107,6 +109,9 @@ class NullTracker:
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None: ...
     def log_figure(self, figure: Any, artifact_file: str) -> None: ...
     def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None: ...
+    def log_loss_curve(self, train: Sequence[tuple[int, float]],
+                       val: Sequence[tuple[int, float]]) -> None: ...
+    def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None: ...
     def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0,
                   model_spec: ModelSpec | None = None) -> str | None:
         return None
@@ -127,7 +132,7 @@ class NullTracker:
             self.end("killed")
         else:
             try:
-                self.set_tags({"ablate.error": f"{exc_type.__name__}: {exc}"})
+                self.set_tags({R.ERROR: f"{exc_type.__name__}: {exc}"})
             finally:
                 self.end("failed")
 
@@ -169,10 +174,14 @@ class Tracker(NullTracker):
     @classmethod
     def start(cls, spec: ExperimentSpec, *, experiment: str | None = None, run_name: str | None = None,
               tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
-              resume_run_id: str | None = None) -> NullTracker:
+              resume_run_id: str | None = None, variant: str | None = None,
+              description: str | None = None) -> NullTracker:
         """Open a run (or reopen ``resume_run_id``, status back to RUNNING) and log the spec, tags, and the
         ``spec.yaml`` / ``environment.json`` artifacts. Experiment: ``experiment`` > ``tracking.experiment``
-        > ``spec.name``."""
+        > ``spec.name``. ``variant`` (default: the run name, else the spec's name) is the run's
+        ``ablate.variant``; ``description`` (default: the spec's) its description in the MLflow UI. A study's
+        parent run (``ablate.kind`` ablation or search in ``tags``) gets no seed or spec hash: the cells
+        have their own."""
         cfg = spec.tracking
         if not cfg.enabled:
             return NullTracker()
@@ -181,17 +190,21 @@ class Tracker(NullTracker):
         client = MlflowClient(uri)
         env = environment()
         exp_name = experiment or cfg.experiment or spec.name
+        is_study = (tags or {}).get(R.KIND) in R.STUDY_KINDS
         all_tags: dict[str, Any] = {
-            "ablate.study": exp_name, "ablate.variant": run_name or spec.name, "ablate.seed": spec.seed,
-            "ablate.spec_hash": spec.spec_hash, "mlflow.user": getpass.getuser(),
-            "mlflow.source.type": "LOCAL",
-            "mlflow.source.name": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+            R.STUDY: exp_name, R.VARIANT: variant or run_name or spec.name,
+            **({} if is_study else {R.SEED: spec.seed, R.SPEC_HASH: spec.spec_hash}),
+            R.USER: getpass.getuser(), R.SOURCE_TYPE: "LOCAL",
+            R.SOURCE_NAME: Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
             **environment_tags(),
         }
+        note = spec.description if description is None else description
+        if note:
+            all_tags[R.NOTE] = note
         if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
+            all_tags[R.PARENT_RUN] = parent_run_id
         all_tags.update(tags or {})
-        all_tags["ablate.status"] = "running"
+        all_tags[R.STATUS] = "running"
         if resume_run_id:
             try:
                 run = client.get_run(resume_run_id)
@@ -200,9 +213,9 @@ class Tracker(NullTracker):
             client.update_run(resume_run_id, status="RUNNING")
             run_id, exp_id = resume_run_id, str(run.info.experiment_id)
             # The run keeps the identity tags it was created with; only the caller's and the status change.
-            all_tags = {**(tags or {}), "ablate.status": "running"}
+            all_tags = {**(tags or {}), R.STATUS: "running"}
         else:
-            exp_id = experiment_id(client, exp_name, uri)
+            exp_id = experiment_id(client, exp_name, uri, description=spec.description)
             created = client.create_run(exp_id, run_name=run_name,
                                         tags={k: _tag_value(v) for k, v in all_tags.items()})
             run_id = created.info.run_id
@@ -227,19 +240,20 @@ class Tracker(NullTracker):
         changed params listed in ``ablate.params_changed``) or environment leaves them as they are, beside
         the params they explain, and adds ``spec.resumed.yaml`` / ``environment.resumed.json``."""
         if not resumed:
-            self.log_dict(env, "environment.json")
-            self.log_text(_spec_yaml(spec), "spec.yaml")
+            self.log_dict(env, R.ENVIRONMENT_ARTIFACT)
+            self.log_text(_spec_yaml(spec), R.SPEC_ARTIFACT)
             return
         if self._changed:
-            self.log_text(_spec_yaml(spec), "spec.resumed.yaml")
+            self.log_text(_spec_yaml(spec), R.SPEC_RESUMED_ARTIFACT)
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                before = json.loads(download_artifacts(self.run_id, "environment.json", tmp,
+                before = json.loads(download_artifacts(self.run_id, R.ENVIRONMENT_ARTIFACT, tmp,
                                                        tracking_uri=self.tracking_uri).read_text())
             except (MlflowException, OSError, ValueError):  # not there (a run ablate did not create)
                 before = None
         if before != dict(env):
-            self.log_dict(env, "environment.resumed.json" if before is not None else "environment.json")
+            name = R.ENVIRONMENT_RESUMED_ARTIFACT if before is not None else R.ENVIRONMENT_ARTIFACT
+            self.log_dict(env, name)
 
     # -- logging
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
@@ -259,7 +273,7 @@ class Tracker(NullTracker):
         self._params.update((p.key, p.value) for p in items)
         if changed:
             self._changed.update(changed)
-            self.set_tags({"ablate.params_changed": ",".join(sorted(self._changed))})
+            self.set_tags({R.PARAMS_CHANGED: ",".join(sorted(self._changed))})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log ``metrics`` at ``step``. A step at or below the last one logged for a key (a replay after a
@@ -329,6 +343,19 @@ class Tracker(NullTracker):
             time.sleep(0.2)
             self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
 
+    def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
+        """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table."""
+        self.client.log_table(self.run_id, data={k: list(v) for k, v in columns.items()},
+                              artifact_file=artifact_file)
+
+    def log_loss_curve(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
+        """``loss_curve.png``: (step, train loss) per logging window and (step, val loss) per evaluation."""
+        from ablate.tracking.figures import loss_curve
+
+        figure = loss_curve(train, val)
+        if figure is not None:
+            self.log_figure(figure, R.LOSS_CURVE_ARTIFACT)
+
     def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0,
                   model_spec: ModelSpec | None = None) -> str | None:
         """Log ``model`` with ``mlflow.pytorch``; an ablate model (built from ``model_spec``, by default the
@@ -339,7 +366,7 @@ class Tracker(NullTracker):
 
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
                         step=step, model_spec=model_spec or self._model_spec)
-        self.set_tags({"ablate.model_uri": uri})
+        self.set_tags({R.MODEL_URI: uri})
         return uri
 
     # -- ending
@@ -373,7 +400,7 @@ class Tracker(NullTracker):
             if self._monitor is not None:
                 self._monitor.finish()
             self.flush()
-            self.set_tags({"ablate.status": status})
+            self.set_tags({R.STATUS: status})
         finally:
             self.client.set_terminated(self.run_id, MLFLOW_STATUS[status])
 
