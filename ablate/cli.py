@@ -239,7 +239,8 @@ HANDLERS = {
     "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
     "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
     "ablate": lambda a: _call(
-        "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run, a.retry_failed
+        "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run,
+        a.retry_failed
     ),
     "status": lambda a: _call("ablate.study.ablation", "main_status", a.spec, a.overrides, a.storage),
     "tune": lambda a: _call("ablate.study.search", "main_tune", a.spec, a.overrides, a.workers, a.storage,

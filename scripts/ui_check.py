@@ -141,15 +141,14 @@ def main(argv: list[str] | None = None) -> int:
               "a cell has the training-time curve and the final evaluation under distinct names")
 
         exp_id, parent_id = exp["experiment_id"], parent["info"]["run_id"]
-        single = next(r for r in api(url, "runs/search", {"experiment_ids": [exps["ui-run"]["experiment_id"]]})
-                      ["runs"])
+        single_exp = exps["ui-run"]["experiment_id"]
+        single = api(url, "runs/search", {"experiment_ids": [single_exp]})["runs"][0]
+        ml = "?workflowType=machine_learning"
         pages = {
             "study": latest.group(1),
-            "study-parent-run": f"{url}/#/experiments/{exp_id}/runs/{parent_id}?workflowType=machine_learning",
-            "cell-run": f"{url}/#/experiments/{exp_id}/runs/{child['info']['run_id']}"
-                        "?workflowType=machine_learning",
-            "single-run": f"{url}/#/experiments/{exps['ui-run']['experiment_id']}/runs/"
-                          f"{single['info']['run_id']}?workflowType=machine_learning",
+            "study-parent-run": f"{url}/#/experiments/{exp_id}/runs/{parent_id}{ml}",
+            "cell-run": f"{url}/#/experiments/{exp_id}/runs/{child['info']['run_id']}{ml}",
+            "single-run": f"{url}/#/experiments/{single_exp}/runs/{single['info']['run_id']}{ml}",
         }
         doms = {}
         for name, page in pages.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,9 @@ class CellQueue:
         assert self.study is not None
         write_attrs(self.study, dict(attrs))
         if self.study.metric_names != [metric]:
-            self.study.set_metric_names([metric])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names([metric])
 
     def set_params(self, trial: optuna.Trial, choices: Mapping[str, Sequence[Any]],
                    values: Mapping[str, Any]) -> None:

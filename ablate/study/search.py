@@ -276,7 +276,9 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         assert study is not None
         write_attrs(study, study_attrs(search_key(plan), plan.spec.name, list(overrides), "search"))
     if study.metric_names != [R.final(m) for m in plan.metrics]:
-        study.set_metric_names([R.final(m) for m in plan.metrics])  # Optuna's dashboard names the objectives
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the dashboard reads the names
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([R.final(m) for m in plan.metrics])
     added = _fill(study, store, plan, budget)
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
     print(f"search {name}: {budget} trials ({added} newly queued), sampler {search.sampler}, pruner "

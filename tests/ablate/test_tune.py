@@ -55,7 +55,7 @@ def write_spec(folder: Path, name: str, search: str, steps: int = 30) -> Path:
 
 def load(path: Path, storage: str | None = None) -> optuna.Study:
     plan = plan_search(str(path))
-    return optuna.load_study(study_name=search_name(plan), storage=Store(storage).storage)
+    return optuna.load_study(study_name=search_name(plan, Store(storage)), storage=Store(storage).storage)
 
 
 def mlflow_runs(experiment: str) -> tuple[list, list]:
@@ -155,7 +155,7 @@ search:
 """)
     plan = plan_search(str(path))
     store = Store(str(tmp_path / "journal.log"))
-    study = open_study(store, search_name(plan), plan.directions)
+    study = open_study(store, search_name(plan, store), plan.directions)
     assert study is not None
     assert _fill(study, store, plan, 3) == 3
     out = capsys.readouterr().out
@@ -184,7 +184,7 @@ search:
     assert params is None and len(notes) == 1
     assert notes[0].startswith("search.space.model.residual has no choice pre_norm (the baseline's)")
     store = Store(str(tmp_path / "journal.log"))
-    study = open_study(store, search_name(plan), plan.directions)
+    study = open_study(store, search_name(plan, store), plan.directions)
     assert study is not None and _fill(study, store, plan, 2) == 2
     assert f"note: {notes[0]}" in capsys.readouterr().out
     trials = study.get_trials()  # two plain slots: nothing enqueued half-baseline, nothing tagged baseline
