@@ -43,9 +43,11 @@ def write_specs(folder: Path) -> tuple[Path, Path]:
               "data: {synthetic: {train_size: 800}}\n"
               "train: {max_steps: 40, eval_every: 20, checkpoint_every: 20}\n")
     run = folder / "ui-run.yaml"
-    run.write_text(f"{common}name: ui-run\ndescription: a quickstart-size run for the UI check\n")
+    run.write_text(f"{common}name: ui-run\ndescription: a quickstart-size run for the UI check\n"
+                   "tracking: {experiment: ui-run}\n")
     study = folder / "ui-study.yaml"
     study.write_text(f"{common}name: {STUDY}\ndescription: pre- vs post-norm, two seeds (UI check)\n"
+                     f"tracking: {{experiment: {STUDY}}}\n"
                      "ablation:\n  axes: {model.residual: [pre_norm, post_norm]}\n  seeds: [0, 1]\n")
     return run, study
 

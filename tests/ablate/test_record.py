@@ -116,3 +116,21 @@ def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tm
     assert [t.params for t in study.trials] == [{"residual": "pre_norm", "train.lr": 0.001},
                                                 {"residual": "post_norm", "train.lr": 0.001}]
     assert study.user_attrs[names.KEY] == "k"
+
+
+@pytest.mark.slow
+def test_the_ui_shows_runs_names_seeds_and_the_study_metric_in_a_browser(tmp_path: Path) -> None:
+    """scripts/ui_check.py end to end: a small real store, `ablate ui`, headless Chromium (Debian's
+    package; .ci/run installs it), MLflow's REST API; screenshots land in tmp_path."""
+    import shutil
+    import subprocess
+    import sys
+
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ui_check.py"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1200, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "FAIL" not in out.stdout
+    assert {p.name for p in tmp_path.glob("*.png")} == {"study.png", "study-parent-run.png", "cell-run.png",
+                                                       "single-run.png"}
