@@ -24,7 +24,7 @@ def parent_description(plan: Any, records: Mapping[str, Any]) -> str:
     table = cells_table(plan, records)
     lines += ["| variant | seed | status | " + metric + " | run |", "|---|---:|---|---:|---|"]
     for row in zip(*table.values(), strict=True):
-        lines.append("| " + " | ".join(str(v) for v in row) + " |")
+        lines.append("| " + " | ".join("-" if v in (None, "") else str(v) for v in row) + " |")
     return "\n".join(lines)
 
 

@@ -147,8 +147,8 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int 
 
 
 def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
-    """(what, url) of what was run last in the store: a study's parent run (its experiment's runs page,
-    where its cells are listed under it) or a single run (its run page); None for an empty store. URLs go
+    """(what, url) of what was run last in the store: a study's parent run or a single run (its run
+    page); None for an empty store. URLs go
     to MLflow 3's model-training view (the UI otherwise opens on its GenAI home)."""
     run = latest_root_run(uri)
     if run is None:
@@ -159,7 +159,8 @@ def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
         metric = tags.get(R.METRIC)
         what = f"{tags[R.KIND]} study {tags.get(R.STUDY, run.name)}" + (
             f" (ranked by {metric})" if metric else "")
-        return what, f"{base_url}/#/experiments/{exp}/runs{query}"
+        # The parent run's page: its child runs by name ('variant · seed N'), the metric, the cells table.
+        return what, f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
     return f"run {run.name or run_id}", f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
 
 
