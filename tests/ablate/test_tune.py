@@ -262,8 +262,13 @@ search:
     assert [t.params["train.optimizer.lr"] for t in pruned] == [1e-6] and pruned[0].state == TrialState.PRUNED
     finished = by_status["finished"]
     assert len(finished) == 1 and finished[0].state == TrialState.COMPLETE
-    # A pruned trial stops at its first evaluation: fewer logged steps than a finished one.
+    # One number: what Optuna stores is the run's final/ metric in MLflow; the dashboard names it.
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    final = client.get_run(finished[0].user_attrs["mlflow_run_id"]).data.metrics["final/val/loss"]
+    assert final == finished[0].value and study.metric_names == ["final/val/loss"]
+    assert f"trial {finished[0].number}: finished final/val/loss {final:.4g}" in out
+    assert study.study_name == "grid"  # readable; the identity hash is an attribute
+    # A pruned trial stops at its first evaluation: fewer logged steps than a finished one.
     steps = {t.number: sorted(m.step for m in client.get_metric_history(t.user_attrs["mlflow_run_id"],
                                                                          "train/loss"))
              for t in pruned + finished}  # train/loss: logged while training, not by the final evaluation
