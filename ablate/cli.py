@@ -90,9 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true",
                    help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
 
-    p = command("translate", "translate TEXT with the best checkpoint of an MLflow run")
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("text", metavar="TEXT")
+    p = command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
+                "checkpoint of an MLflow run")
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    p.add_argument("text", metavar="TEXT", nargs="?", default=None)
+    p.add_argument("--input", dest="input_path", metavar="FILE",
+                   help="translate every line of FILE ('-': standard input), batched")
+    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
+
+    p = command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)")
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
+    p.add_argument("--src", required=True, metavar="FILE", help="source sentences, one a line (.gz read too)")
+    p.add_argument("--ref", required=True, metavar="FILE", help="reference translations, one a line")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
 
     p = command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)")
@@ -259,7 +268,9 @@ HANDLERS = {
     "show": cmd_show,
     "schema": cmd_schema,
     "run": lambda a: _call("ablate.run.runner", "main_run", a.spec, a.overrides, a.wait, a.restart),
-    "translate": lambda a: _call("ablate.run.runner", "main_translate", a.run_id, a.text, a.beam),
+    "translate": lambda a: _call("ablate.run.translate", "main_translate", a.run_id, a.text, a.beam,
+                                 a.input_path),
+    "evaluate": lambda a: _call("ablate.run.translate", "main_evaluate", a.run_id, a.src, a.ref, a.beam),
     "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
     "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
     "ablate": lambda a: _call(

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+import ablate.tracking.record as R
 from ablate.report import stats as st
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
@@ -80,14 +81,16 @@ def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
     for rec in frame.to_dict("records"):
         tags = {k[5:]: str(v) for k, v in rec.items() if k.startswith("tags.") and isinstance(v, str)}
         params = {k[7:]: str(v) for k, v in rec.items() if k.startswith("params.") and isinstance(v, str)}
-        metrics = {k[8:]: float(v) for k, v in rec.items() if k.startswith("metrics.") and pd.notna(v)}
-        status = tags.get("ablate.status") or str(rec.get("status", "")).lower()
-        seed_text = tags.get("ablate.seed", params.get("seed", "0"))
+        # final/<name> (the run's result) read as <name>; older runs logged it as <name>'s last value
+        metrics = R.result_metrics({k[8:]: float(v) for k, v in rec.items()
+                                    if k.startswith("metrics.") and pd.notna(v)})
+        status = tags.get(R.STATUS) or str(rec.get("status", "")).lower()
+        seed_text = tags.get(R.SEED, params.get("seed", "0"))
         start = rec.get("start_time")
         out.append(Run(
-            run_id=str(rec["run_id"]), variant=tags.get("ablate.variant") or tags.get("mlflow.runName", "?"),
+            run_id=str(rec["run_id"]), variant=tags.get(R.VARIANT) or tags.get(R.RUN_NAME, "?"),
             seed=int(seed_text) if seed_text.lstrip("-").isdigit() else 0, status=status,
-            spec_hash=tags.get("ablate.spec_hash", ""), params=params, metrics=metrics, tags=tags,
+            spec_hash=tags.get(R.SPEC_HASH, ""), params=params, metrics=metrics, tags=tags,
             start_time=start.timestamp() if hasattr(start, "timestamp") else 0.0))
     return out
 
@@ -118,8 +121,8 @@ def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
 def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
     runs, dropped = _dedupe(_runs_from_frame(frame))
     tags, params = parent["tags"], parent["params"]
-    name = tags.get("ablate.study") or parent["run_name"] or parent["run_id"]
-    is_search = tags.get("ablate.kind") == "search" or any(r.tags.get("ablate.kind") == "trial" for r in runs)
+    name = tags.get(R.STUDY) or parent["run_name"] or parent["run_id"]
+    is_search = tags.get(R.KIND) == "search" or any(r.tags.get(R.KIND) == "trial" for r in runs)
     labels = sorted({r.variant for r in runs})
     baseline = "baseline" if "baseline" in labels else None
     notes = []

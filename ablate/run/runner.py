@@ -37,6 +37,10 @@ TERMINAL = ("finished", "diverged", "pruned")
 
 @dataclass
 class RunResult:
+    """What `run_experiment` returns (and ``summary.json`` holds). ``metrics`` is the run's result under
+    plain names (``val/bleu``: the best checkpoint on the whole split); MLflow holds the same numbers as
+    ``final/val/bleu`` (`ablate.tracking.record.final`), beside the training-time ``val/bleu`` curve."""
+
     status: str
     metrics: dict[str, float]
     spec_hash: str
@@ -46,6 +50,11 @@ class RunResult:
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     reason: str = ""
     delayed: int = 0  # tracking operations that waited in the outbox for a server that did not answer
+
+
+def run_label(variant: str, seed: int) -> str:
+    """An MLflow run name: 'baseline · seed 1' (two seeds of one variant read differently)."""
+    return f"{variant} · seed {seed}"
 
 
 def run_dir_for(spec: ExperimentSpec) -> Path:
@@ -110,26 +119,32 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
                    tags: dict[str, str] | None = None, parent_run_id: str | None = None,
                    experiment: str | None = None, run_name: str | None = None,
                    data: PreparedData | None = None, quiet: bool = False,
-                   on_start: Callable[[str | None], None] | None = None) -> RunResult:
+                   on_start: Callable[[str | None], None] | None = None,
+                   variant: str | None = None) -> RunResult:
     """Train and evaluate one spec; resume from its run directory when a checkpoint is there.
 
     ``on_start`` receives the MLflow run id (None when tracking is off) as soon as the run is open, so a
     study's cell or a tuner's trial knows its run even when training later crashes. ``quiet`` hides the
-    progress display. ``train.threads`` applies to this run only: torch's thread count is restored after.
+    progress display. ``variant`` is the run's ``ablate.variant`` (default: the run name, else the spec's
+    name; runs are named 'variant · seed N'). ``train.threads`` applies to this run only: torch's
+    thread count is restored after.
     """
     threads_before = torch.get_num_threads()
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     try:
         return _run(spec, hook=hook, run_dir=run_dir, tags=tags, parent_run_id=parent_run_id,
-                    experiment=experiment, run_name=run_name, data=data, quiet=quiet, on_start=on_start)
+                    experiment=experiment, run_name=run_name, data=data, quiet=quiet, on_start=on_start,
+                    variant=variant)
     finally:
         torch.set_num_threads(threads_before)
 
 
 def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, tags: dict[str, str] | None,
          parent_run_id: str | None, experiment: str | None, run_name: str | None,
-         data: PreparedData | None, quiet: bool, on_start: Callable[[str | None], None] | None) -> RunResult:
+         data: PreparedData | None, quiet: bool, on_start: Callable[[str | None], None] | None,
+         variant: str | None = None) -> RunResult:
+    import ablate.tracking.record as R
     from ablate.tracking import NullTracker, Tracker
 
     dist_info = init_distributed()
@@ -165,7 +180,8 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
     tracker: Any = NullTracker()
     if spec.tracking.enabled and is_main:
         tracker = Tracker.start(spec, experiment=experiment, tags=tags,
-                                run_name=run_name or f"{spec.name}-s{spec.seed}",
+                                run_name=run_name or run_label(spec.name, spec.seed),
+                                variant=variant or (None if run_name else spec.name),
                                 parent_run_id=parent_run_id, resume_run_id=resume_id)
         if tracker.run_id and tracker.run_id != read_run_id(run_dir):
             write_run_id(run_dir, tracker.run_id)
@@ -198,27 +214,31 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         status, state = outcome.status, outcome.state
         metrics = dict(state.history[-1][1]) if state.history else {}
         metrics.update(state.stop_metrics)  # a diverged run: the real (non-finite) loss it ended with
-        run_level = {"model/params": float(_count(model)), "data/padding_fraction": padding,
-                     "train/tokens_per_s": state.target_tokens / max(state.train_seconds, 1e-9)}
+        # Constants of the run (logged once at step 0 by log_run_start) and whole-run figures.
+        run_level = {R.MODEL_PARAMS: float(_count(model)), R.PADDING: padding,
+                     R.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9)}
         evaluated: dict[str, float] = {}
         if status in ("finished", "pruned") and is_main:
             evaluated = final_evaluation(spec, data, model, trainer, tracker, device)
         metrics.update(run_level)
         metrics.update(evaluated)
-        metrics["wall_time_s"] = time.time() - started
+        metrics[R.WALL_TIME] = time.time() - started
         peak = memory.metrics()
         metrics.update(peak)
         if status != "killed" and is_main:
-            # The final figures (best checkpoint on val/test, whole-run throughput and memory) go one step
-            # after the last training step: the last value of each metric is then the run's result.
-            final = {**evaluated, **run_level, **peak, "train/wall_time_s": metrics["wall_time_s"]}
-            tracker.log_metrics(final, step=state.step + 1)
+            # The run's result (best checkpoint on the whole val/test splits, whole-run throughput, time and
+            # memory) under final/ names at the last training step: the training-time curves of val/loss
+            # etc. end where training ended, and one name means one thing.
+            final = {**evaluated, R.TOKENS_PER_S: run_level[R.TOKENS_PER_S], **peak,
+                     R.WALL_TIME: metrics[R.WALL_TIME]}
+            tracker.log_metrics({R.final(k): v for k, v in final.items()}, step=state.step)
             if outcome.reason:
-                tracker.set_tags({"ablate.reason": outcome.reason})
+                tracker.set_tags({R.REASON: outcome.reason})
             kernels = model.attention_kernels()
             if kernels:  # sdpa's semantics through torch's fused kernel or two matmuls: which ones ran
-                tracker.set_tags({"ablate.attention_kernel": ", ".join(kernels)})
-            log_loss_curve(tracker, state)
+                tracker.set_tags({R.ATTENTION_KERNEL: ", ".join(kernels)})
+            val = [(s, m[R.VAL_LOSS]) for s, m in state.history if R.VAL_LOSS in m]
+            tracker.log_loss_curve(state.train_curve, val)
         result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
                            run_id=tracker.run_id,
                            checkpoint=str(trainer.best_path) if trainer.best_path.exists() else None,
@@ -273,23 +293,28 @@ def log_run_start(tracker: Any, data: PreparedData, device: torch.device, model:
     """What a new run records once (Tracker.start already logged the flattened spec, spec.yaml and the
     environment): the dataset input, the tokenizers (so `ablate translate` needs nothing but the run),
     the sacreBLEU signatures, the device, and step-0 metrics."""
+    import ablate.tracking.record as R
+
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
     tok = data.tokenizers
-    tracker.log_text(tok.to_json(), "tokenizer/tokenizers.json")  # both sides and the normalisation
-    tracker.log_text(tok.src.to_str(), "tokenizer/src.json")  # plain Hugging Face tokenizers files
-    tracker.log_text(tok.tgt.to_str(), "tokenizer/tgt.json")
-    tags = {"ablate.device": describe_device(device)}
+    tracker.log_text(tok.to_json(), R.TOKENIZERS_ARTIFACT)  # both sides and the normalisation
+    tracker.log_text(tok.src.to_str(), R.SRC_TOKENIZER_ARTIFACT)  # plain Hugging Face tokenizers files
+    tracker.log_text(tok.tgt.to_str(), R.TGT_TOKENIZER_ARTIFACT)
+    tags = {R.DEVICE: describe_device(device)}
     if data.is_text:
         sig = M.signatures()
-        tags.update({"eval.sacrebleu_signature": sig["bleu"], "eval.chrf_signature": sig["chrf"]})
+        tags.update({R.BLEU_SIGNATURE: sig["bleu"], R.CHRF_SIGNATURE: sig["chrf"]})
     tracker.set_tags(tags)
-    tracker.log_metrics({"model/params": float(_count(model)), "data/padding_fraction": padding}, step=0)
+    # Constants of the run: logged once (step 0), not again with the result.
+    tracker.log_metrics({R.MODEL_PARAMS: float(_count(model)), R.PADDING: padding}, step=0)
 
 
 def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTransformer, trainer: Trainer,
                      tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
+    import ablate.tracking.record as R
+
     best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
     if best is not None:
         model.load_state_dict(best[0]["model"])
@@ -301,9 +326,9 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
     if spec.eval.samples:
         samples = translate_split(model, data, "test" if "test" in data.splits else "val", spec, device,
                                   limit=spec.eval.samples)
-        tracker.log_text(format_samples(samples, spec.eval.samples), "samples.txt")
+        tracker.log_text(format_samples(samples, spec.eval.samples), R.SAMPLES_ARTIFACT)
     if spec.tracking.log_checkpoint and trainer.best_path.exists():
-        tracker.log_artifact(trainer.best_path, "checkpoints")
+        tracker.log_artifact(trainer.best_path, R.CHECKPOINT_DIR)
     if spec.tracking.log_model:
         tracker.log_model(model)
     return out
@@ -315,26 +340,6 @@ def describe_device(device: torch.device) -> str:
     import platform
 
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def log_loss_curve(tracker: Any, state: Any) -> None:
-    """loss_curve.png: mean train loss per logging window and validation loss per evaluation."""
-    if not state.train_curve and not state.history:
-        return
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 3.5), dpi=100)
-    ax = fig.add_subplot()
-    if state.train_curve:
-        ax.plot(*zip(*state.train_curve, strict=True), label="train/loss")
-    val = [(s, m["val/loss"]) for s, m in state.history if "val/loss" in m]
-    if val:
-        ax.plot(*zip(*val, strict=True), marker="o", label="val/loss")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy")
-    ax.legend()
-    fig.tight_layout()
-    tracker.log_figure(fig, "loss_curve.png")
 
 
 def write_summary(path: Path, result: RunResult) -> None:
@@ -349,21 +354,35 @@ def _count(model: torch.nn.Module) -> int:
 
 
 # ---------------------------------------------------------------- CLI entry points
+# The summary's rows: result metrics under their MLflow names (final/ for what the final evaluation and
+# the whole run measured, plain for the constants logged once), in reading order.
+SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",
+                "test/chrf", "test/exact_match", "train/loss", "model/params", "train/tokens_per_s",
+                "train/wall_time_s", "data/padding_fraction", "peak_memory_mb")
+
+
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
-    keys = ["val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",
-            "test/chrf", "test/exact_match", "train/loss", "model/params", "train/tokens_per_s",
-            "wall_time_s", "data/padding_fraction", "peak_memory_mb"]
+    import ablate.tracking.record as R
+
     lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
              + (f" ({result.reason})" if result.reason else "")]
-    for key in keys:
-        if key in result.metrics:
-            value = result.metrics[key]
-            lines.append(f"  {key:<22} {value:,.0f}" if abs(value) >= 1000 else f"  {key:<22} {value:.4g}")
-    lines.append(f"  run dir                {result.run_dir}")
+    whole_run = (R.TOKENS_PER_S, R.WALL_TIME, R.PEAK_MEMORY)
+    metrics = dict(result.metrics)
+    if "wall_time_s" in metrics:  # a summary.json written before train/wall_time_s
+        metrics.setdefault(R.WALL_TIME, metrics.pop("wall_time_s"))
+    final = result.status in ("finished", "pruned")  # a diverged run has its last training values only
+    for key in SUMMARY_KEYS:
+        if key in metrics:
+            value = metrics[key]
+            evaluated = final and key.startswith(("val/", "test/"))  # the best checkpoint, whole splits
+            shown = R.final(key) if evaluated or key in whole_run else key
+            text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+            lines.append(f"  {shown:<28} {text}")
+    lines.append(f"  {'run dir':<28} {result.run_dir}")
     if result.checkpoint:
-        lines.append(f"  best checkpoint        {result.checkpoint}")
+        lines.append(f"  {'best checkpoint':<28} {result.checkpoint}")
     if result.run_id:
-        lines.append(f"  MLflow run             {result.run_id} (open with `ablate ui`)")
+        lines.append(f"  {'MLflow run':<28} {result.run_id} (open with `ablate ui`)")
     return "\n".join(lines)
 
 
@@ -415,11 +434,3 @@ def clear_run(run_dir: Path) -> None:
         else:
             path.unlink()
     print(f"note: --restart: cleared {run_dir}; training from step 0 in a new MLflow run", file=sys.stderr)
-
-
-def main_translate(run_id: str, text: str, beam: int | None = None) -> int:
-    from ablate.run.translate import translate_with_run
-
-    for line in translate_with_run(run_id, [text], beam=beam):
-        print(line)
-    return 0

@@ -1,24 +1,32 @@
-"""`ablate translate RUN_ID TEXT`: decode with the model of a tracked run, from the run's record alone.
+"""`ablate translate RUN_ID TEXT | --input FILE` and `ablate evaluate RUN_ID --src FILE --ref FILE`: decode
+with the model of a tracked run, from the run's record alone.
 
 The run's artifacts hold all it takes: ``spec.yaml`` (model shape, decoding settings),
 ``tokenizer/tokenizers.json`` (both tokenizers and the normalisation: lowercasing, source reversal) and
 ``checkpoints/best.pt``; neither the training data nor its local cache is read. Runs recorded before the
 tokenizers were logged fall back to rebuilding them from the data (the cache, or the dataset itself).
+A run id may be given as a unique prefix (``ablate runs`` prints 8 characters).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ablate.data.tokenize import Tokenizers
+import ablate.tracking.record as R
+from ablate.data.tokenize import UNK_ID, Tokenizers
 from ablate.errors import AblateError
 
-SPEC_ARTIFACT = "spec.yaml"
-TOKENIZERS_ARTIFACT = "tokenizer/tokenizers.json"
-CHECKPOINT_ARTIFACT = "checkpoints/best.pt"
+SPEC_ARTIFACT = R.SPEC_ARTIFACT
+TOKENIZERS_ARTIFACT = R.TOKENIZERS_ARTIFACT
+CHECKPOINT_ARTIFACT = R.CHECKPOINT_ARTIFACT
+BATCH_SIZE = 64  # sentences decoded together (length-sorted, so batches carry little padding)
 
 
 def _fetch(run_id: str, path: str) -> Path:
@@ -38,14 +46,25 @@ def run_tokenizers(run_id: str, spec: object) -> Tokenizers:
     return Tokenizers.load(path)
 
 
-def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -> list[str]:
-    """Load the run's resolved spec, tokenizers and best checkpoint from MLflow and decode `texts`."""
-    from ablate.engine.decode import decode_batch
+@dataclass
+class RunModel:
+    """A tracked run's model, ready to decode."""
+
+    run_id: str
+    spec: Any  # ExperimentSpec
+    tok: Tokenizers
+    model: torch.nn.Module
+
+
+def load_run_model(run_id: str) -> RunModel:
+    """The run's resolved spec, tokenizers and best checkpoint from MLflow, as an eval-mode model."""
     from ablate.engine.model import build_model
     from ablate.engine.train import load_checkpoint
     from ablate.spec.load import load_spec
+    from ablate.tracking import resolve_run_id
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep stdout to translations
+    run_id = resolve_run_id(run_id)
     try:
         spec_file = _fetch(run_id, SPEC_ARTIFACT)
         ckpt_file = _fetch(run_id, CHECKPOINT_ARTIFACT)
@@ -57,16 +76,101 @@ def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -
     model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
     model.load_state_dict(load_checkpoint(ckpt_file)["model"])
     model.eval()
+    return RunModel(run_id, spec, tok, model)
+
+
+def unknown_words(tok: Tokenizers, text: str) -> list[str]:
+    """The words of ``text`` the source tokenizer maps (in part) to <unk>: the model never sees them."""
+    return [w for w in text.split() if UNK_ID in tok.encode_src(w)]
+
+
+def translate(run: RunModel, texts: Sequence[str], beam: int | None = None,
+              warn: Callable[[str], None] | None = None) -> list[str]:
+    """Decode ``texts`` in length-sorted batches; ``warn`` receives one line per sentence with words the
+    source vocabulary does not know (a silent <unk> would read as a bad translation)."""
+    from ablate.engine.decode import decode_batch, length_sorted_batches
+
+    spec, tok = run.spec, run.tok
     decode_spec = spec.eval.decode
     if beam is not None:
         strategy = "beam" if beam > 1 else "greedy"
         decode_spec = decode_spec.model_copy(update={"strategy": strategy, "beam": beam})
-    out = []
+    if warn is not None:
+        for i, text in enumerate(texts):
+            unknown = unknown_words(tok, text)
+            if unknown:
+                where = f"line {i + 1}: " if len(texts) > 1 else ""
+                warn(f"{where}{len(unknown)} word(s) unknown to the run's source vocabulary, read as <unk>: "
+                     + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""))
+    # lowercasing and source reversal as in training; truncated like val/test (positions in range)
+    ids = [tok.model_src(t)[: spec.data.max_len - 2] or [tok.eos_id] for t in texts]
+    out = [""] * len(texts)
     with torch.no_grad():
-        for text in texts:
-            # lowercasing and source reversal as in training; truncated like val/test (positions in range)
-            ids = tok.model_src(text)[: spec.data.max_len - 2]
-            src = torch.tensor([ids], dtype=torch.long)  # (1, S)
-            hyp = decode_batch(model, src, decode_spec, tok.bos_id, tok.eos_id)[0]
-            out.append(tok.decode_tgt(hyp))
+        for chunk, src in length_sorted_batches(ids, range(len(ids)), BATCH_SIZE, tok.pad_id):
+            for i, hyp in zip(chunk, decode_batch(run.model, src, decode_spec, tok.bos_id, tok.eos_id),
+                              strict=True):
+                out[i] = tok.decode_tgt(hyp)
     return out
+
+
+def translate_with_run(run_id: str, texts: list[str], beam: int | None = None) -> list[str]:
+    """Load the run's model from MLflow and decode `texts` (see `translate`)."""
+    return translate(load_run_model(run_id), texts, beam=beam)
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def _read_lines(path: str) -> list[str]:
+    """Sentences, one a line, from a file ('-': standard input); gzip by the .gz suffix."""
+    if path == "-":
+        return [line.rstrip("\n") for line in sys.stdin]
+    import gzip
+
+    try:
+        opener: Any = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            return [line.rstrip("\n") for line in handle]
+    except OSError as exc:
+        raise AblateError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def main_translate(run_id: str, text: str | None, beam: int | None = None,
+                   input_path: str | None = None) -> int:
+    """`ablate translate`: TEXT, or every line of ``--input FILE`` (or standard input), one output line
+    each."""
+    if text is not None and input_path is not None:
+        raise AblateError("give TEXT or --input FILE, not both")
+    if text is None and input_path is None:
+        if sys.stdin.isatty():
+            raise AblateError("nothing to translate: give TEXT, --input FILE, or sentences on standard input")
+        input_path = "-"
+    texts = [text] if text is not None else _read_lines(input_path or "-")
+    run = load_run_model(run_id)
+    for line in translate(run, texts, beam=beam, warn=_warn):
+        print(line)
+    return 0
+
+
+def main_evaluate(run_id: str, src_path: str, ref_path: str, beam: int | None = None) -> int:
+    """`ablate evaluate RUN_ID --src FILE --ref FILE`: BLEU and chrF of the run's best checkpoint on a new
+    test set, with sacreBLEU's signatures (so the numbers can be compared and recomputed)."""
+    from ablate.engine import metrics as M
+
+    sources, references = _read_lines(src_path), _read_lines(ref_path)
+    if len(sources) != len(references):
+        raise AblateError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}: "
+                          "one reference per source sentence")
+    if not sources:
+        raise AblateError(f"{src_path} is empty: nothing to evaluate")
+    run = load_run_model(run_id)
+    unknown = sum(1 for s in sources if unknown_words(run.tok, s))
+    hyps = translate(run, sources, beam=beam)
+    sig = M.signatures()
+    print(f"run {run.run_id} on {src_path} ({len(sources)} sentences)")
+    print(f"  BLEU  {M.bleu(hyps, references):.2f}  {sig['bleu']}")
+    print(f"  chrF  {M.chrf(hyps, references):.2f}  {sig['chrf']}")
+    if unknown:
+        print(f"  note: {unknown} source sentence(s) hold words unknown to the run's vocabulary")
+    return 0

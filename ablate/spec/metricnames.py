@@ -7,8 +7,9 @@
 - Every few training steps: ``train/loss``, ``train/lr``, ``train/tokens_per_s`` (MLflow only).
 - A run's result (ablate/run/runner.py: what a study compares and a search optimises): the best checkpoint's
   ``val/*`` and ``test/*`` (every split decoded, test when the data has a test split), ``model/params``,
-  ``train/tokens_per_s``, ``data/padding_fraction``, ``wall_time_s`` and ``peak_memory_mb`` (MLflow also
-  gets ``wall_time_s`` as ``train/wall_time_s``).
+  ``train/tokens_per_s``, ``data/padding_fraction``, ``train/wall_time_s`` and ``peak_memory_mb``. MLflow
+  holds the result under ``final/`` names (``final/val/bleu``) beside the training-time curves, and the
+  constants ``model/params`` and ``data/padding_fraction`` once, at step 0 (ablate/tracking/record.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
 SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
 TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
-RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "wall_time_s", "peak_memory_mb")
+RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
+               "peak_memory_mb")
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
 
 

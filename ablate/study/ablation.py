@@ -77,6 +77,8 @@ class StudyPlan:
     data: dict[str, Any]
     smap: SourceMap
     origin: str
+    overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
+    optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
 
     @property
     def name(self) -> str:
@@ -84,8 +86,41 @@ class StudyPlan:
         return self.spec.tracking.experiment or self.spec.name
 
     @property
-    def store_name(self) -> str:
+    def legacy_store_name(self) -> str:
+        """The Optuna study's name before readable names (stores written then resume under it)."""
         return f"{self.spec.name}-{self.baseline.spec_hash}"
+
+    @property
+    def store_name(self) -> str:
+        """The Optuna study of this plan: its readable name once `bind` looked at the store."""
+        return self.optuna_name or self.legacy_store_name
+
+    def bind(self, store: Any) -> str:
+        """Find (or choose) this study's Optuna name in ``store`` (see ablate/study/names.py)."""
+        from ablate.study import names
+
+        self.optuna_name = names.resolve(store, self.name, self.baseline.spec_hash, self.legacy_store_name)
+        return self.optuna_name
+
+    def axis_params(self) -> dict[str, list[Any]]:
+        """Every field some cell changes -> the values the cells give it (baseline's first), as Optuna
+        categorical choices (lists and dicts as JSON text): each cell's trial records its values, so the
+        dashboard's history, parallel-coordinate and importance views work for ablations too."""
+        fields = list(dict.fromkeys(k for c in self.cells for k in c.overrides))
+        choices: dict[str, list[Any]] = {}
+        for c in self.cells:
+            flat = flatten(c.spec.resolved())
+            for f in fields:
+                value = _choice(flat.get(f))
+                values = choices.setdefault(_short(f), [])
+                if value not in values:
+                    values.append(value)
+        return choices
+
+    def cell_params(self, cell: Cell) -> dict[str, Any]:
+        flat = flatten(cell.spec.resolved())
+        return {_short(f): _choice(flat.get(f))
+                for f in dict.fromkeys(k for c in self.cells for k in c.overrides)}
 
     @property
     def direction(self) -> str:
@@ -105,6 +140,13 @@ class StudyPlan:
         overrides = json.loads(attrs.get("overrides", "{}"))
         spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs["seed"]))
         return Cell(str(attrs.get("label", spec.spec_hash)), int(attrs["seed"]), spec, overrides)
+
+
+def _choice(value: Any) -> Any:
+    """A value Optuna can hold as a categorical choice: None, bool, int, float, str; else JSON text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True)
 
 
 def metric_direction(metric: str) -> str:
@@ -203,7 +245,8 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
         for label, overrides_, _ in variants:
             cell_spec = derive(data, smap, overrides_, origin, seed=seed)
             cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
-    return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin)
+    return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
+                     list(overrides))
 
 
 # ---------------------------------------------------------------- printing
@@ -257,21 +300,24 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- running
 def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
-    from ablate.run.runner import run_experiment
+    import ablate.tracking.record as R
+    from ablate.run.runner import run_experiment, run_label
     from ablate.study.workers import cached_data
 
     def hook(step: int, metrics: dict[str, float]) -> bool:
         queue.report(trial, step, metrics.get(plan.metric))  # the grid's "metric so far"
         return False
 
-    tags = {"ablate.variant": cell.label, "ablate.cell": cell.key, "ablate.kind": "cell",
-            "ablate.optuna_study": plan.store_name, "ablate.overrides": json.dumps(cell.overrides)}
+    queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
+    tags = {R.VARIANT: cell.label, R.CELL: cell.key, R.KIND: "cell",
+            R.OPTUNA_STUDY: plan.store_name, R.OVERRIDES: json.dumps(cell.overrides)}
     started = time.time()
     print(f"cell {cell.label} seed {cell.seed} [{cell.key}]: started", flush=True)
     try:
         with queue.store.beat(trial):
             result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
-                                    run_name=cell.label, data=cached_data(cell.spec), quiet=quiet,
+                                    run_name=run_label(cell.label, cell.seed), data=cached_data(cell.spec),
+                                    quiet=quiet,
                                     on_start=lambda run_id: queue.started(trial, run_id))
     except KeyboardInterrupt:
         queue.release(trial)  # resumes from its checkpoint next time
@@ -281,10 +327,10 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
         print(f"cell {cell.label} seed {cell.seed}: failed ({type(exc).__name__}: {exc})", file=sys.stderr,
               flush=True)
         return "failed"
-    value = result.metrics.get(plan.metric)
+    value = R.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
     queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
     shown = f"{value:.4g}" if value is not None else "-"
-    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {plan.metric} {shown} "
+    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} "
           f"({time.time() - started:.0f}s)", flush=True)
     return result.status
 
@@ -296,7 +342,9 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
     from ablate.study.store import Store
 
     plan = plan_study(spec_path, overrides)
-    queue = CellQueue(Store(storage), plan.store_name, plan.direction)
+    store = Store(storage)
+    plan.bind(store)
+    queue = CellQueue(store, plan.store_name, plan.direction)
     parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
     cells = {c.key: c for c in plan.cells}
     while not failfast.stopped(queue.study):
@@ -321,8 +369,10 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     preempt.install()
     plan = plan_study(spec_path, overrides)
-    from ablate.study import failfast
+    import ablate.tracking.record as R
+    from ablate.study import failfast, names
     from ablate.study.cells import CellQueue
+    from ablate.study.parent import cells_table, parent_description
     from ablate.study.store import Store
 
     if dry_run:
@@ -337,7 +387,11 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     from ablate.study.workers import leave_open, open_parent, run_workers
 
     store = Store(storage)
-    queue = CellQueue(store, plan.store_name, plan.direction)
+    with store.lock(plan.name):  # two processes starting one study agree on its name
+        plan.bind(store)
+        queue = CellQueue(store, plan.store_name, plan.direction)
+        queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
+                       R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
     new, retried = queue.enqueue(_wanted(plan, queue), retry_failed)
     print(format_plan(plan, diffs=False))
@@ -346,16 +400,17 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     tracker: Any = None
     if plan.spec.tracking.enabled:
         assert plan.spec.ablation is not None
-        tags = {"ablate.kind": "ablation", "ablate.variant": "study", "ablate.optuna_study": plan.store_name,
-                "ablate.design": plan.spec.ablation.design, "ablate.metric": plan.metric}
+        tags = {R.KIND: "ablation", R.VARIANT: "study", R.OPTUNA_STUDY: plan.store_name,
+                R.DESIGN: plan.spec.ablation.design, R.METRIC: R.final(plan.metric)}
         if plan.design is not None:  # what the report needs to state the sequential verdicts
             d = plan.design
-            tags["ablate.sequential"] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
-                                                     "min_effect": d.min_effect})
+            tags[R.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
+                                             "min_effect": d.min_effect})
         with store.lock(plan.store_name):  # one parent run however many processes start at once
-            tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT))
+            tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT),
+                                  description=parent_description(plan, {}))
             queue.set(PARENT, tracker.run_id)
-        tracker.log_text(format_plan(plan), "cells.txt")
+        tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
     code = 130
     try:
         while True:
@@ -378,11 +433,13 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
         why = None if interrupted else failfast.stopped(queue.study)
         if tracker is not None:
+            tracker.set_tags({R.NOTE: parent_description(plan, records)})
+            tracker.log_table(cells_table(plan, records), R.CELLS_TABLE_ARTIFACT)
             if why:
-                tracker.set_tags({"ablate.error": why})
+                tracker.set_tags({R.ERROR: why})
                 tracker.end("failed")
             elif done:
-                tracker.log_text(grid, "status.txt")
+                tracker.log_text(grid, R.STATUS_ARTIFACT)
                 tracker.end("finished")
             elif interrupted:
                 tracker.end("interrupted")
@@ -415,13 +472,30 @@ def _wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
     """`ablate status SPEC`: the grid of cells with status and metric so far; reads, never writes."""
+    from ablate.study import names
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
     plan = plan_study(spec_path, overrides)
     records: dict[str, Any] = {}
     if Store.exists(storage):
-        queue = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
-        records = queue.records()
+        store = Store(storage, create=False)
+        plan.bind(store)
+        queue = CellQueue(store, plan.store_name, plan.direction, create=False)
+        if queue.study is None:  # not with these overrides: say which the store has, show the latest
+            known = names.known_studies(store, plan.spec.name, "ablation")
+            if known:
+                print(f"no study of {spec_path} with " + (f"--set {' --set '.join(overrides)}" if overrides
+                      else "no --set overrides") + " in the store; it has:")
+                for k in known:
+                    sets = "unknown overrides (older store)" if k.overrides is None else (
+                        " ".join(f"--set {o}" for o in k.overrides) or "no overrides")
+                    print(f"  {k.name}: {sets} ({k.trials} cells)")
+                latest = next((k for k in reversed(known) if k.overrides is not None), None)
+                if latest is not None and latest.overrides != list(overrides):
+                    print(f"showing {latest.name}:")
+                    return main_status(spec_path, latest.overrides, storage)
+        else:
+            records = queue.records()
     print(format_grid(plan, records))
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,33 @@ class CellQueue:
                     requeue(self.study, t)
                     retried += 1
         return new, retried
+
+    def describe(self, attrs: Mapping[str, Any], metric: str) -> None:
+        """Record the study's identity attrs (once) and name its objective for Optuna's dashboard."""
+        from ablate.study.names import write_attrs
+
+        assert self.study is not None
+        write_attrs(self.study, dict(attrs))
+        if self.study.metric_names != [metric]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names([metric])
+
+    def set_params(self, trial: optuna.Trial, choices: Mapping[str, Sequence[Any]],
+                   values: Mapping[str, Any]) -> None:
+        """Record the cell's axis values as the trial's params (categorical over every value the study
+        gives that axis). Best effort: a store whose earlier trials hold other choices keeps going."""
+        from optuna.distributions import CategoricalDistribution
+
+        trial_id = self.store.trial_id(self.name, trial.number)
+        for name, value in values.items():
+            if name in trial.params or value not in choices.get(name, ()):
+                continue
+            dist = CategoricalDistribution(list(choices[name]))
+            try:
+                self.store.storage.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
+            except (ValueError, RuntimeError):
+                pass  # incompatible with the study's earlier trials (its axes were edited)
 
     def get(self, key: str) -> Any:
         return self.study.user_attrs.get(key) if self.study else None

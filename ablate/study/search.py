@@ -37,14 +37,25 @@ PARENT = "ablate.parent_run_id"
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
 
-def search_name(plan: Any) -> str:
-    """The Optuna study: the spec name and a hash of what the trials depend on (not the trial budget)."""
+def search_key(plan: Any) -> str:
+    """A hash of what the trials depend on (not the trial budget): the search's identity."""
     from ablate.spec.experiment import spec_hash
 
     s = plan.spec.search
     key = {"baseline": plan.spec.identity(), "objectives": [o.model_dump() for o in s.objectives],
            "space": {k: v.model_dump() for k, v in s.space.items()}, "sampler": s.sampler}
-    return f"{plan.spec.name}-search-{spec_hash(key)}"
+    return spec_hash(key)
+
+
+def search_name(plan: Any, store: Store | None = None) -> str:
+    """The Optuna study: the spec's name, readable (ablate/study/names.py), found in ``store``; without a
+    store, the legacy name (spec name and identity hash) that stores written before kept."""
+    legacy = f"{plan.spec.name}-search-{search_key(plan)}"
+    if store is None:
+        return legacy
+    from ablate.study.names import resolve
+
+    return resolve(store, plan.spec.name, search_key(plan), legacy)
 
 
 def _sampler(plan: Any, worker: int, store: Store, budget: int) -> Any:
@@ -171,6 +182,9 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
         return "failed"
     metrics, single = plan.metrics, len(plan.metrics) == 1
 
+    import ablate.tracking.record as R
+    from ablate.run.runner import run_label
+
     def hook(step: int, evaluation: dict[str, float]) -> bool:
         value = evaluation.get(metrics[0])
         if not single or value is None or not math.isfinite(value):
@@ -188,11 +202,12 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # failed as stale meanwhile: the hook stops the run
 
-    tags = {"ablate.trial": str(n), "ablate.kind": "trial", "ablate.optuna_study": study.study_name}
+    tags = {R.TRIAL: str(n), R.KIND: "trial", R.OPTUNA_STUDY: study.study_name}
     try:
         with store.beat(trial):
             result = run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags, parent_run_id=parent,
-                                    run_name=f"trial-{n}", data=cached_data(spec), quiet=True,
+                                    run_name=run_label(f"trial-{n}", spec.seed), data=cached_data(spec),
+                                    quiet=True, variant=f"trial-{n}",
                                     on_start=opened)
     except KeyboardInterrupt:
         if _tell(study, trial, "killed"):
@@ -203,7 +218,7 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
         print(f"trial {n}: failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
         return "failed"
     status = result.status
-    got = [result.metrics.get(m) for m in metrics]
+    got = [R.result_value(result.metrics, m) for m in metrics]  # what MLflow holds as final/<metric>
     if status == "finished" and any(v is None for v in got):
         missing = metrics[got.index(None)]
         status, error = "failed", f"no {missing} in the run's metrics: {sorted(result.metrics)}"
@@ -214,7 +229,7 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     _tell(study, trial, status, [float(v) for v in got] if status == "finished" else None,  # type: ignore[arg-type]
           mlflow_run_id=result.run_id, error=error)
     shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in values.items())
-    score = ", ".join(f"{m} {v:.4g}" for m, v in zip(metrics, got, strict=True) if v is not None)
+    score = ", ".join(f"{R.final(m)} {v:.4g}" for m, v in zip(metrics, got, strict=True) if v is not None)
     print(f"trial {n}: {status} {score} [{shown}]", flush=True)
     return status
 
@@ -225,7 +240,7 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
 
     plan = plan_search(spec_path, overrides)
     store = Store(storage)
-    study = open_study(store, search_name(plan), plan.directions,
+    study = open_study(store, search_name(plan, store), plan.directions,
                        sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
     assert study is not None
     parent = study.user_attrs.get(PARENT)
@@ -258,10 +273,19 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     search = plan.spec.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials
+    import ablate.tracking.record as R
+    from ablate.study.names import study_attrs, write_attrs
+
     store = Store(storage)
-    name = search_name(plan)
-    study = open_study(store, name, plan.directions)
-    assert study is not None
+    with store.lock(plan.spec.name):  # two processes starting one search agree on its name
+        name = search_name(plan, store)
+        study = open_study(store, name, plan.directions)
+        assert study is not None
+        write_attrs(study, study_attrs(search_key(plan), plan.spec.name, list(overrides), "search"))
+    if study.metric_names != [R.final(m) for m in plan.metrics]:
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the dashboard reads the names
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([R.final(m) for m in plan.metrics])
     failfast.clear(study)  # stopped last time by a repeated failure: its cause may be fixed now
     added = _fill(study, store, plan, budget)
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
@@ -270,8 +294,16 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     tracker: Any = None
     if plan.spec.tracking.enabled:
         with store.lock(name):  # one parent run however many processes start at once
-            tags = {"ablate.kind": "search", "ablate.variant": "search", "ablate.optuna_study": name}
-            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(PARENT))
+            tags = {R.KIND: "search", R.VARIANT: "search", R.OPTUNA_STUDY: name,
+                    R.METRIC: ", ".join(R.final(m) for m in plan.metrics)}
+            ranked = ", ".join(f"{d} {R.final(m)}"
+                               for m, d in zip(plan.metrics, plan.directions, strict=True))
+            note = (f"**Search {plan.spec.name}**: {budget} trials, sampler {search.sampler}; trials rank by "
+                    f"**{ranked}** (final/ values: the best checkpoint on the whole "
+                    f"validation split). The best trial's spec: `{R.BEST_SPEC_ARTIFACT}`."
+                    + (f"\n\n{plan.spec.description}" if plan.spec.description else ""))
+            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(PARENT),
+                                  description=note)
             study.set_user_attr(PARENT, tracker.run_id)
     deadline = time.time() + search.timeout if search.timeout else None
     code = 130

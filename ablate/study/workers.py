@@ -100,7 +100,8 @@ def leave_open(tracker: Any) -> None:
     tracker.detach()
 
 
-def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: str | None) -> Any:
+def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
+                description: str | None = None) -> Any:
     """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
     tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""
     from ablate.errors import AblateError
@@ -111,4 +112,4 @@ def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: s
             return Tracker.start(spec, run_name=run_name, tags=tags, resume_run_id=resume_run_id)
         except AblateError as exc:
             print(f"note: {exc}; starting a new parent run", file=sys.stderr)
-    return Tracker.start(spec, run_name=run_name, tags=tags)
+    return Tracker.start(spec, run_name=run_name, tags=tags, description=description)

@@ -1,7 +1,7 @@
 """The model of a run: `log_model` logs it with ``mlflow.pytorch`` (an MLflow Model, listed under the run's
 logged models), `load_model` loads it back for decoding.
 
-Safety (DESIGN.md: ``torch.load(..., weights_only=True)``). An MLflow pytorch model is a pickled module:
+Safety (``torch.load(..., weights_only=True)`` only). An MLflow pytorch model is a pickled module:
 ``mlflow.pytorch.load_model`` unpickles it with ``weights_only=False`` (MLflow 3.17 allows that unless
 ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false``) and imports the pickle module the model folder names, so
 loading one runs whatever code the store holds. MLflow's safe format, ``serialization_format="pt2"`` (a

@@ -18,11 +18,12 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.tracking.store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-STUDY_KINDS = ("ablation", "search")
+STUDY_KINDS = R.STUDY_KINDS
 
 
 def _uri() -> str:
@@ -79,16 +80,16 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
             parent = None
     if parent is None:
         found = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                   filter_string=f"tags.`ablate.study` = {_quote(study)}",
+                                   filter_string=f"tags.`{R.STUDY}` = {_quote(study)}",
                                    order_by=["attributes.start_time DESC", "attributes.run_id ASC"])
-        roots = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
-        studies = [r for r in roots if r.data.tags.get("ablate.kind") in STUDY_KINDS]
+        roots = [r for r in found if R.PARENT_RUN not in r.data.tags]
+        studies = [r for r in roots if r.data.tags.get(R.KIND) in STUDY_KINDS]
         if not roots:
             raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
                               f"in {_uri()}")
         parent = (studies or roots)[0]
     children = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")
+                                  filter_string=f"tags.`{R.PARENT_RUN}` = {_quote(parent.info.run_id)}")
     if not isinstance(children, pd.DataFrame) or children.empty:
         raise AblateError(f"study {study!r}: run {parent.info.run_id} has no child runs (not an ablation or "
                           "search study, or none of its cells has started)")
@@ -131,7 +132,7 @@ def read_text_artifact(run_id: str, path: str) -> str | None:
         return local.read_text() if local is not None and local.is_file() else None
 
 
-def log_report_artifacts(parent_run_id: str, folder: str | Path, artifact_path: str = "report") -> None:
+def log_report_artifacts(parent_run_id: str, folder: str | Path, artifact_path: str = R.REPORT_DIR) -> None:
     """Attach a written report folder to the study's parent run (replacing an earlier report)."""
     c = client()
     with tempfile.TemporaryDirectory() as tmp:

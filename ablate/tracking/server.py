@@ -21,8 +21,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import RunRow, artifact_root, is_server_uri, list_runs, resolve_tracking_uri
+from ablate.tracking.store import (
+    RunRow,
+    artifact_root,
+    is_server_uri,
+    latest_root_run,
+    list_runs,
+    resolve_tracking_uri,
+)
 
 
 class ServerError(AblateError):
@@ -138,26 +146,59 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int 
     return process.wait()
 
 
+def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
+    """(what, url) of what was run last in the store: a study's parent run or a single run (its run
+    page); None for an empty store. URLs go
+    to MLflow 3's model-training view (the UI otherwise opens on its GenAI home)."""
+    run = latest_root_run(uri)
+    if run is None:
+        return None
+    exp, run_id, tags = run.experiment_id, run.run_id, run.tags
+    query = f"?{R.WORKFLOW_QUERY}"
+    if tags.get(R.KIND) in R.STUDY_KINDS:
+        metric = tags.get(R.METRIC)
+        what = f"{tags[R.KIND]} study {tags.get(R.STUDY, run.name)}" + (
+            f" (ranked by {metric})" if metric else "")
+        # The parent run's page: its child runs by name ('variant · seed N'), the metric, the cells table.
+        return what, f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
+    return f"run {run.name or run_id}", f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
+
+
+class _Terminated(Exception):
+    """SIGTERM / SIGHUP reached `ablate ui`: stop the server like Ctrl-C does."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signal.Signals(signum).name)
+
+
 def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> int:
-    """`ablate ui`: serve the MLflow UI over the tracking store until Ctrl-C."""
+    """`ablate ui`: serve the MLflow UI over the tracking store until Ctrl-C or SIGTERM, which end the
+    server and its workers too (they run in their own process group: see `stop_server`). Prints the
+    direct URL of the latest study or run."""
     uri = resolve_tracking_uri(None)
     if is_server_uri(uri):
         print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
         return 0
     log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    process: subprocess.Popen[bytes] | None = None
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
-    except KeyboardInterrupt:  # Ctrl-C before it answered: start_server already stopped it
-        print("stopped", flush=True)
-        return 0
-    print(f"MLflow UI: {url}  (store {uri}, artifacts {artifact_root(uri)}, log {log}); Ctrl-C stops it",
-          flush=True)
-    try:
+        print(f"MLflow UI: {url}/#/experiments?{R.WORKFLOW_QUERY}  (store {uri}, artifacts "
+              f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
+        target = latest_target(uri, url)
+        if target is not None:
+            print(f"latest {target[0]}: {target[1]}", flush=True)
         code = process.wait()
-    except KeyboardInterrupt:
-        stop_server(process)
+    except (KeyboardInterrupt, _Terminated):  # start_server stops a server that was still starting
+        if process is not None:
+            stop_server(process)
         print("stopped", flush=True)
         return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"mlflow server exited with code {code}; its log ({log}):\n{_log_tail(log)}", file=sys.stderr)
     return 1
 
@@ -173,10 +214,11 @@ def _cell(value: float | None) -> str:
 
 def format_runs(rows: list[RunRow], experiment: str) -> str:
     """One experiment's runs as an aligned text table; metric columns only where some run has them."""
-    metrics = [m for m in METRIC_COLUMNS if any(m in r.metrics for r in rows)] or ["val/loss"]
+    metrics = [m for m in METRIC_COLUMNS if any(R.result_value(r.metrics, m) is not None for r in rows)] \
+        or [R.VAL_LOSS]
     header = ["run", "name", "variant", "seed", "status", *metrics]
-    body = [[r.run_id[:8], r.name, r.tags.get("ablate.variant", "-"), r.tags.get("ablate.seed", "-"),
-             r.status, *(_cell(r.metrics.get(m)) for m in metrics)] for r in rows]
+    body = [[r.run_id[:8], r.name, r.tags.get(R.VARIANT, "-"), r.tags.get(R.SEED, "-"),
+             r.status, *(_cell(R.result_value(r.metrics, m)) for m in metrics)] for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
     lines = [f"experiment {experiment} ({len(rows)} runs)"]
     for line in [header, *body]:

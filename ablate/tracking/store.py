@@ -112,16 +112,23 @@ def artifact_root(uri: str) -> Path | None:
     return Path.cwd() / ARTIFACTS_DIR
 
 
-def experiment_id(client: MlflowClient, name: str, uri: str) -> str:
-    """Get or create the experiment; two workers creating it at once both end up with the same id."""
+def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str = "") -> str:
+    """Get or create the experiment; two workers creating it at once both end up with the same id.
+
+    It is tagged as a model-training experiment (`record.EXPERIMENT_KIND`), so MLflow 3's UI opens it on
+    its runs, not on an empty GenAI traces page; an experiment ablate made before that tag gets it now.
+    ``description`` (the spec's) becomes the experiment's description when it has none."""
+    import ablate.tracking.record as R
+
     exp = client.get_experiment_by_name(name)
     if exp is None:
         root = artifact_root(uri)
         # One folder per experiment, named after it: runs then sit at mlartifacts/<name>/<run_id>/artifacts.
         location = (root / (re.sub(r"[^A-Za-z0-9_.\-]+", "_", name)[:100] or "experiment")).as_uri() \
             if root else None
+        tags = {R.EXPERIMENT_KIND: R.MODEL_TRAINING_KIND, **({R.NOTE: description} if description else {})}
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(name, artifact_location=location, tags=tags)
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
@@ -130,6 +137,10 @@ def experiment_id(client: MlflowClient, name: str, uri: str) -> str:
                 raise
     if exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
+    if R.EXPERIMENT_KIND not in exp.tags:
+        client.set_experiment_tag(exp.experiment_id, R.EXPERIMENT_KIND, R.MODEL_TRAINING_KIND)
+    if description and not exp.tags.get(R.NOTE):
+        client.set_experiment_tag(exp.experiment_id, R.NOTE, description)
     return str(exp.experiment_id)
 
 
@@ -218,14 +229,16 @@ def environment() -> dict[str, str]:
 
 def environment_tags() -> dict[str, str]:
     """The run tags of `environment`: host, CPU (and GPU), a version tag per package, the git commit."""
+    import ablate.tracking.record as R
+
     env = environment()
-    tags = {"ablate.host": env["host"], "ablate.cpu": env["cpu"],
-            **{f"ablate.version.{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
+    tags = {R.HOST: env["host"], R.CPU: env["cpu"],
+            **{f"{R.VERSION_PREFIX}{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
     if "gpu" in env:
-        tags["ablate.gpu"] = env["gpu"]
+        tags[R.GPU] = env["gpu"]
     if "git_commit" in env:
-        tags["mlflow.source.git.commit"] = env["git_commit"]
-        tags["ablate.git_dirty"] = env["git_dirty"]
+        tags[R.GIT_COMMIT] = env["git_commit"]
+        tags[R.GIT_DIRTY] = env["git_dirty"]
     return tags
 
 
@@ -275,6 +288,55 @@ def download_artifacts(run_id: str, path: str = "", dst: str | Path | None = Non
 
 
 @dataclass
+class RootRun:
+    """A run without a parent: a single run or a study's parent."""
+
+    experiment_id: str
+    run_id: str
+    name: str
+    tags: dict[str, str]
+
+
+def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
+    """The most recently started run that has no parent (what the user ran last), or None."""
+    import ablate.tracking.record as R
+
+    client = _client(tracking_uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return None
+    for run in client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=500):
+        if R.PARENT_RUN not in run.data.tags:
+            return RootRun(str(run.info.experiment_id), run.info.run_id, run.info.run_name or "",
+                           dict(run.data.tags))
+    return None
+
+
+def resolve_run_id(run_id: str, *, tracking_uri: str | None = None) -> str:
+    """A full run id from a unique prefix (`ablate runs` prints the first 8 characters); AblateError when
+    no run or several runs start with it."""
+    text = run_id.strip().lower()
+    if len(text) == 32 or not text:
+        return text
+    client = _client(tracking_uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    found: list[str] = []
+    token = None
+    while ids:
+        page = client.search_runs(ids, page_token=token, max_results=1000)
+        found += [r.info.run_id for r in page if r.info.run_id.startswith(text)]
+        token = page.token
+        if not token:
+            break
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise AblateError(f"no MLflow run id starts with {run_id!r} in {client.tracking_uri}")
+    raise AblateError(f"run id prefix {run_id!r} is ambiguous: {', '.join(sorted(found)[:5])}"
+                      + (" ..." if len(found) > 5 else ""))
+
+
+@dataclass
 class RunRow:
     """One run as `ablate runs` lists it."""
 
@@ -289,6 +351,8 @@ class RunRow:
 
 def list_runs(experiment: str | None = None, *, tracking_uri: str | None = None) -> list[RunRow]:
     """Runs of one experiment (AblateError if it does not exist) or of all, oldest first."""
+    import ablate.tracking.record as R
+
     client = _client(tracking_uri)
     if experiment is not None:
         exp = client.get_experiment_by_name(experiment)
@@ -307,7 +371,7 @@ def list_runs(experiment: str | None = None, *, tracking_uri: str | None = None)
             for run in page:
                 tags = dict(run.data.tags)
                 rows.append(RunRow(exp.name, run.info.run_id, run.info.run_name or "",
-                                   tags.get("ablate.status", run.info.status.lower()), tags,
+                                   tags.get(R.STATUS, run.info.status.lower()), tags,
                                    dict(run.data.metrics), run.info.start_time or 0))
             token = page.token
             if not token:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -130,16 +131,18 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracked]:
 def test_the_run_summary_names_metrics_cost_and_where_the_run_is(tracked: Tracked) -> None:
     text, result = tracked.stdout, tracked.result
     assert f"tracked [{tracked.spec.spec_hash}, seed 5]: finished" in text
-    for key in ("val/loss", "val/bleu", "val/chrf", "test/loss", "test/bleu", "test/chrf", "wall_time_s",
-                "peak_memory_mb"):
-        assert f"  {key}" in text, key
+    # the names MLflow holds: final/ for the run's result, plain for the constants logged once
+    for key in ("final/val/loss", "final/val/bleu", "final/val/chrf", "final/test/loss", "final/test/bleu",
+                "final/test/chrf", "final/train/wall_time_s", "final/peak_memory_mb"):
+        assert f"  {key} " in text, key
+    assert "  wall_time_s" not in text and "  val/loss" not in text
     lines = {line.split()[0]: line.split()[1] for line in text.splitlines() if line.startswith("  ")}
     assert lines["model/params"] == f"{result.metrics['model/params']:,.0f}"  # the parameter count
-    assert float(lines["train/tokens_per_s"].replace(",", "")) > 0
+    assert float(lines["final/train/tokens_per_s"].replace(",", "")) > 0
     assert float(lines["data/padding_fraction"]) == pytest.approx(result.metrics["data/padding_fraction"],
                                                                   abs=1e-3)
-    assert f"run dir                {result.run_dir}" in text
-    assert f"MLflow run             {result.run_id}" in text
+    assert re.search(rf"run dir +{re.escape(result.run_dir)}", text)
+    assert re.search(rf"MLflow run +{result.run_id}", text)
 
 
 def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
@@ -156,17 +159,22 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
         logged = run.data.params[key]
         assert (logged if isinstance(value, str) else json.loads(logged)) == value, key
 
-    # metrics: every evaluation of RunResult.history at its step; the run's result one step after the last
+    # metrics: every evaluation of RunResult.history at its step and nothing after it; the run's result
+    # under final/ names, once, at the last training step
     last_step = max(step for step, _ in result.history)
     for key in ("val/loss", "val/ppl", "val/bleu", "val/chrf"):
         logged = history(client, result.run_id, key)
-        assert {s: v for s, v in logged.items() if s <= last_step} == {s: m[key] for s, m in result.history}
-        assert logged[last_step + 1] == pytest.approx(result.metrics[key])
-    for key in ("test/loss", "test/bleu", "test/chrf", "model/params", "data/padding_fraction",
-                "peak_memory_mb", "train/tokens_per_s"):
-        assert run.data.metrics[key] == pytest.approx(result.metrics[key]), key
+        assert logged == {s: m[key] for s, m in result.history}
+        final = history(client, result.run_id, f"final/{key}")
+        assert list(final) == [tracked.spec.train.max_steps] and last_step <= tracked.spec.train.max_steps
+        assert final[tracked.spec.train.max_steps] == pytest.approx(result.metrics[key])
+    for key in ("test/loss", "test/bleu", "test/chrf", "peak_memory_mb", "train/tokens_per_s",
+                "train/wall_time_s"):
+        assert run.data.metrics[f"final/{key}"] == pytest.approx(result.metrics[key]), key
+    assert "test/loss" not in run.data.metrics  # test is evaluated once, at the end: a final/ name only
+    for key in ("model/params", "data/padding_fraction"):  # constants: logged once, at the start
+        assert history(client, result.run_id, key) == {0: pytest.approx(result.metrics[key])}, key
     assert 0.0 <= run.data.metrics["data/padding_fraction"] < 1.0
-    assert 0 in history(client, result.run_id, "data/padding_fraction")  # logged at the start too
     evaluations = {s for s, _ in result.history}
     assert evaluations <= set(history(client, result.run_id, "peak_memory_mb"))  # at each evaluation
     assert history(client, result.run_id, "train/loss")  # the training curve

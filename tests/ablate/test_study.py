@@ -298,7 +298,7 @@ ablation:
     crashed_key = plan.cells[1].key
 
     def attempts() -> int:
-        study = optuna.load_study(study_name=plan.store_name, storage=Store().storage)
+        study = optuna.load_study(study_name=plan.bind(Store()), storage=Store().storage)
         return sum(t.user_attrs.get("ablate.cell") == crashed_key for t in study.get_trials())
 
     assert main_ablate(str(path)) == 1  # the study completes; the exit code says a cell failed

@@ -36,6 +36,7 @@ from ablate.tracking import (
     main_runs,
     resolve_tracking_uri,
 )
+from ablate.tracking import models as tracking_models
 from ablate.tracking import store as tracking_store
 from ablate.tracking.server import free_port
 
@@ -442,7 +443,8 @@ def test_log_model_of_any_module_needs_allow_pickle(store: str, tmp_path: Path,
 def test_an_ablate_model_comes_back_without_unpickling(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """(g) a real ablate model, logged and loaded back: same weights, logits and greedy translations. It is
     rebuilt from its spec and a weights_only state dict: with MLflow's pickle loading switched off it still
-    loads, and both entry points (ablate.tracking.load_model, store.load_model) give the same model."""
+    loads, and both entry points (ablate.tracking.load_model, ablate.tracking.models.load_model) give the
+    same model."""
     spec = ExperimentSpec.model_validate({
         "name": "ablate-model", "seed": 3, "tracking": {"uri": store, "log_model": True},
         "model": {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 2,
@@ -454,7 +456,7 @@ def test_an_ablate_model_comes_back_without_unpickling(store: str, monkeypatch: 
     assert uri is not None
     monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "false")
     loaded = load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
-    again = tracking_store.load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
+    again = tracking_models.load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
     assert type(loaded) is type(model) and not loaded.training
     assert loaded.generator.weight is loaded.tgt_embed.weight  # tied stays tied
     reference = model.state_dict()

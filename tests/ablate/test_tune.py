@@ -37,7 +37,7 @@ def write_spec(folder: Path, name: str, search: str, steps: int = 30) -> Path:
 
 def load(path: Path, storage: str | None = None) -> optuna.Study:
     plan = plan_search(str(path))
-    return optuna.load_study(study_name=search_name(plan), storage=Store(storage).storage)
+    return optuna.load_study(study_name=search_name(plan, Store(storage)), storage=Store(storage).storage)
 
 
 def mlflow_runs(experiment: str) -> tuple[list, list]:
@@ -137,7 +137,7 @@ search:
 """)
     plan = plan_search(str(path))
     store = Store(str(tmp_path / "journal.log"))
-    study = open_study(store, search_name(plan), plan.directions)
+    study = open_study(store, search_name(plan, store), plan.directions)
     assert study is not None
     assert _fill(study, store, plan, 3) == 3
     out = capsys.readouterr().out
@@ -166,7 +166,7 @@ search:
     assert params is None and len(notes) == 1
     assert notes[0].startswith("search.space.model.residual has no choice pre_norm (the baseline's)")
     store = Store(str(tmp_path / "journal.log"))
-    study = open_study(store, search_name(plan), plan.directions)
+    study = open_study(store, search_name(plan, store), plan.directions)
     assert study is not None and _fill(study, store, plan, 2) == 2
     assert f"note: {notes[0]}" in capsys.readouterr().out
     trials = study.get_trials()  # two plain slots: nothing enqueued half-baseline, nothing tagged baseline
@@ -245,8 +245,13 @@ search:
     assert [t.params["train.optimizer.lr"] for t in pruned] == [1e-6] and pruned[0].state == TrialState.PRUNED
     finished = by_status["finished"]
     assert len(finished) == 1 and finished[0].state == TrialState.COMPLETE
-    # A pruned trial stops at its first evaluation: fewer logged steps than a finished one.
+    # One number: what Optuna stores is the run's final/ metric in MLflow; the dashboard names it.
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    final = client.get_run(finished[0].user_attrs["mlflow_run_id"]).data.metrics["final/val/loss"]
+    assert final == finished[0].value and study.metric_names == ["final/val/loss"]
+    assert f"trial {finished[0].number}: finished final/val/loss {final:.4g}" in out
+    assert study.study_name == "grid"  # readable; the identity hash is an attribute
+    # A pruned trial stops at its first evaluation: fewer logged steps than a finished one.
     steps = {t.number: sorted(m.step for m in client.get_metric_history(t.user_attrs["mlflow_run_id"],
                                                                          "train/loss"))
              for t in pruned + finished}  # train/loss: logged while training, not by the final evaluation

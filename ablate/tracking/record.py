@@ -1,0 +1,133 @@
+"""The MLflow record of ablate as one declared schema: every tag, param, metric and artifact name that
+writers (`ablate.tracking`, `ablate.run`, `ablate.study`) and readers (`ablate.tracking.read`,
+`ablate.report`) use. Change a name here, and keep the old one readable (see `result_metrics`,
+`first_artifact`): records already written must keep reading back.
+
+Layout: one MLflow experiment per study (tag `EXPERIMENT_KIND` so MLflow 3's UI opens it in its
+model-training view, description in `NOTE`); a study is a parent run, each cell or trial a child run
+(`PARENT_RUN`). Metric names come from `ablate.spec.metricnames` (what a spec may name); training-time
+evaluations keep them (``val/loss`` at each ``eval_every``), the run's result (the best checkpoint
+evaluated on whole val/test, whole-run throughput, time and memory) gets the `FINAL` prefix
+(``final/val/loss``), so no curve gets a point past its last training step. Constants of a run
+(`MODEL_PARAMS`, `PADDING`) are logged once, at step 0.
+
+This module imports nothing from mlflow: the runner, studies and reports read names from it cheaply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+# ---------------------------------------------------------------- MLflow's own tags
+PARENT_RUN = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
+NOTE = "mlflow.note.content"  # the description shown on an experiment's or run's page (markdown)
+GIT_COMMIT = "mlflow.source.git.commit"
+USER = "mlflow.user"
+SOURCE_TYPE = "mlflow.source.type"
+SOURCE_NAME = "mlflow.source.name"
+# Experiment tag that decides what MLflow 3's UI opens an experiment on: without it an experiment with no
+# traces opens on the GenAI "Traces" tab. Values are the UI's ExperimentKind enum.
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
+# The UI's query parameter for the home page's GenAI / model-training switch.
+WORKFLOW_QUERY = "workflowType=machine_learning"
+
+# ---------------------------------------------------------------- ablate's run tags
+STUDY = "ablate.study"  # the study (= MLflow experiment) a run belongs to
+VARIANT = "ablate.variant"  # 'baseline', 'residual=post_norm', 'trial-3'; 'study' / 'search' on a parent
+SEED = "ablate.seed"  # cells and single runs only: a study's parent has no seed of its own
+SPEC_HASH = "ablate.spec_hash"  # the resolved spec's hash: a run's identity (not on a study's parent)
+STATUS = "ablate.status"  # running | finished | diverged | failed | pruned | killed
+KIND = "ablate.kind"  # ablation | search (parent runs), cell | trial (child runs); absent on single runs
+CELL = "ablate.cell"  # a cell's <spec hash>-s<seed>
+TRIAL = "ablate.trial"  # a search trial's number
+OPTUNA_STUDY = "ablate.optuna_study"  # the Optuna study coordinating the cells or trials
+OVERRIDES = "ablate.overrides"  # JSON: the fields a cell changes from the baseline
+DESIGN = "ablate.design"  # an ablation study's design (one_at_a_time, full_factorial, variants)
+METRIC = "ablate.metric"  # the metric a study ranks its cells or trials by (a final/ name)
+REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, pruned)
+ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
+ERROR = "ablate.error"  # the exception a failed run ended with
+SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
+PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not change (MLflow params are final)
+MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
+DEVICE = "ablate.device"
+HOST = "ablate.host"
+CPU = "ablate.cpu"
+GPU = "ablate.gpu"
+GIT_DIRTY = "ablate.git_dirty"
+VERSION_PREFIX = "ablate.version."  # one tag per package that decides results: ablate.version.torch
+BEST_RUN = "ablate.best_run_id"  # a search's parent: the best trial's run
+BLEU_SIGNATURE = "eval.sacrebleu_signature"
+CHRF_SIGNATURE = "eval.chrf_signature"
+
+STUDY_KINDS = ("ablation", "search")
+CHILD_KINDS = ("cell", "trial")
+
+# ---------------------------------------------------------------- metrics
+FINAL = "final/"
+MODEL_PARAMS = "model/params"  # logged once, at step 0
+PADDING = "data/padding_fraction"  # logged once, at step 0
+TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
+WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
+PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
+TRAIN_LOSS = "train/loss"
+VAL_LOSS = "val/loss"
+CONSTANT_METRICS = (MODEL_PARAMS, PADDING)
+
+
+def final(metric: str) -> str:
+    """The name of a run's result for ``metric``: 'val/bleu' -> 'final/val/bleu' (idempotent)."""
+    return metric if metric.startswith(FINAL) else FINAL + metric
+
+
+def unfinal(metric: str) -> str:
+    """'final/val/bleu' -> 'val/bleu'; other names unchanged."""
+    return metric[len(FINAL):] if metric.startswith(FINAL) else metric
+
+
+def result_metrics(latest: Mapping[str, float]) -> dict[str, float]:
+    """A run's result under the plain names ('val/bleu', 'train/wall_time_s') from its latest metric
+    values: ``final/X`` where the run has it, else the latest ``X``. Runs recorded before the final/
+    prefix logged their result as the last value of ``X`` (one step past the last training step), so
+    both read back the same way."""
+    out = {k: float(v) for k, v in latest.items() if not k.startswith(FINAL)}
+    out.update({unfinal(k): float(v) for k, v in latest.items() if k.startswith(FINAL)})
+    return out
+
+
+def result_value(metrics: Mapping[str, float], metric: str) -> float | None:
+    """``metric``'s result in a run's metrics dict: the final/ value, else the plain one (a diverged run
+    has no final evaluation: its last training-time value), else None."""
+    name = unfinal(metric)
+    value = metrics.get(final(name), metrics.get(name))
+    return None if value is None else float(value)
+
+
+# ---------------------------------------------------------------- artifacts
+SPEC_ARTIFACT = "spec.yaml"
+SPEC_RESUMED_ARTIFACT = "spec.resumed.yaml"
+ENVIRONMENT_ARTIFACT = "environment.json"
+ENVIRONMENT_RESUMED_ARTIFACT = "environment.resumed.json"
+TOKENIZERS_ARTIFACT = "tokenizer/tokenizers.json"
+SRC_TOKENIZER_ARTIFACT = "tokenizer/src.json"
+TGT_TOKENIZER_ARTIFACT = "tokenizer/tgt.json"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_ARTIFACT = "checkpoints/best.pt"
+SAMPLES_ARTIFACT = "samples.txt"
+LOSS_CURVE_ARTIFACT = "loss_curve.png"
+SUMMARY_ARTIFACT = "summary.json"
+CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
+CELLS_TABLE_ARTIFACT = "cells.json"  # a study's parent: the cells table MLflow's artifact view shows
+STATUS_ARTIFACT = "status.txt"  # a finished study's parent: the grid of outcomes
+BEST_SPEC_ARTIFACT = "best.yaml"  # a search's parent: the best trial as a runnable spec
+IMPORTANCE_ARTIFACT = "importance.json"
+PARETO_ARTIFACT = "pareto.json"
+REPORT_DIR = "report"
+
+
+def first_artifact(available: Sequence[str], *names: str) -> str | None:
+    """The first of ``names`` (the current name first, then older ones) that ``available`` holds."""
+    have = set(available)
+    return next((n for n in names if n in have), None)

@@ -1,0 +1,191 @@
+"""Check what a person sees in `ablate ui`: a real small store in a real browser.
+
+    python scripts/ui_check.py [--out DIR] [--keep]
+
+In a fresh folder it runs a quickstart-size run and a 4-cell ablation study (residual pre/post-norm x
+seeds 0, 1; a few dozen steps each), starts `ablate ui` on a free port, and loads in headless Chromium
+(Debian's ``chromium``): the URL `ablate ui` prints for the latest study, the study's parent run, a
+cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``) and MLflow's REST API (what
+those pages render), that the runs are named ``variant · seed N``, both seeds appear, the experiment opens
+in the model-training view (not the GenAI traces page) and the metric the study ranks by is named. It
+saves a screenshot of each page under ``--out`` (default ``ui-check/``) for a person to look at, then
+stops the UI with SIGTERM and checks that its MLflow server went with it. Exit code 0 when every check
+passes; 77 when chromium is missing (CI skips then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = "ui-study"
+SKIP = 77
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def write_specs(folder: Path) -> tuple[Path, Path]:
+    quick = ROOT / "experiments" / "quickstart.yaml"
+    common = (f"extends: {quick}\n"
+              "data: {synthetic: {train_size: 800}}\n"
+              "train: {max_steps: 40, eval_every: 20, checkpoint_every: 20}\n")
+    run = folder / "ui-run.yaml"
+    run.write_text(f"{common}name: ui-run\ndescription: a quickstart-size run for the UI check\n"
+                   "tracking: {experiment: ui-run}\n")
+    study = folder / "ui-study.yaml"
+    study.write_text(f"{common}name: {STUDY}\ndescription: pre- vs post-norm, two seeds (UI check)\n"
+                     f"tracking: {{experiment: {STUDY}}}\n"
+                     "ablation:\n  axes: {model.residual: [pre_norm, post_norm]}\n  seeds: [0, 1]\n")
+    return run, study
+
+
+def ablate(folder: Path, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=folder, capture_output=True, text=True,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": ""}, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"ablate {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def api(base: str, path: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def browse(browser: str, url: str, shot: Path, budget_ms: int = 15000) -> str:
+    """The page's DOM after ``budget_ms`` of virtual time, and its screenshot at ``shot``."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+             "--window-size=1600,1000", f"--virtual-time-budget={budget_ms}"]
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([browser, *flags, f"--user-data-dir={profile}", f"--screenshot={shot}", url],
+                       capture_output=True, timeout=180, check=False)
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run([browser, *flags, f"--user-data-dir={profile}", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=180, check=False).stdout
+    return dom
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="ui-check", help="folder for the screenshots")
+    parser.add_argument("--keep", action="store_true", help="keep the store's folder (printed)")
+    parser.add_argument("--store", metavar="DIR", help="reuse the folder a --keep run left (no training)")
+    args = parser.parse_args(argv)
+    browser = chromium()
+    if browser is None:
+        print("chromium not found (apt-get install -y chromium): skipped", file=sys.stderr)
+        return SKIP
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    folder = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="ablate-ui-check-"))
+    failures: list[str] = []
+
+    def check(ok: bool, what: str) -> None:
+        print(f"{'ok  ' if ok else 'FAIL'} {what}", flush=True)
+        if not ok:
+            failures.append(what)
+
+    if not args.store:
+        run_spec, study_spec = write_specs(folder)
+        ablate(folder, "run", str(run_spec))
+        ablate(folder, "ablate", str(study_spec))
+    ui = subprocess.Popen([sys.executable, "-m", "ablate", "ui", "--port", "0"], cwd=folder,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    try:
+        assert ui.stdout is not None
+        lines = [ui.stdout.readline() for _ in range(2)]
+        print("".join(lines), end="")
+        base = re.search(r"MLflow UI: (http://[0-9.:]+)", lines[0])
+        latest = re.search(r"latest .*: (http://\S+)", lines[1])
+        check(base is not None and latest is not None, "`ablate ui` prints the UI and the latest study's URL")
+        if base is None or latest is None:
+            return 1
+        url = base.group(1)
+        check(f"ablation study {STUDY}" in lines[1] and "final/val/exact_match" in lines[1],
+              "the latest target is the study, with the metric it ranks by")
+
+        exps = {e["name"]: e for e in api(url, "experiments/search", {"max_results": 100})["experiments"]}
+        exp = exps[STUDY]
+        tags = {t["key"]: t["value"] for t in exp.get("tags", [])}
+        check(tags.get("mlflow.experimentKind") == "custom_model_development",
+              "the experiment is a model-training experiment (mlflow.experimentKind)")
+        check(tags.get("mlflow.note.content", "").startswith("pre- vs post-norm"),
+              "the spec's description is the experiment's description")
+        runs = api(url, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 100})["runs"]
+        names = sorted(r["info"]["run_name"] for r in runs)
+        want = sorted(f"{v} · seed {s}" for v in ("baseline", "residual=post_norm") for s in (0, 1))
+        check([n for n in names if "seed" in n] == want, f"cells are named variant · seed N: {names}")
+        parent = next(r for r in runs if r["info"]["run_name"] == STUDY)
+        ptags = {t["key"]: t["value"] for t in parent["data"].get("tags", [])}
+        check("ablate.seed" not in ptags and "ablate.spec_hash" not in ptags,
+              "the study's parent run has no seed or spec hash")
+        check("final/val/exact_match" in ptags.get("mlflow.note.content", ""),
+              "the parent's description names the metric the study ranks by")
+        child = next(r for r in runs if r["info"]["run_name"] == "residual=post_norm · seed 1")
+        metrics = {m["key"] for m in child["data"]["metrics"]}
+        check("final/val/exact_match" in metrics and "val/exact_match" in metrics,
+              "a cell has the training-time curve and the final evaluation under distinct names")
+
+        exp_id, parent_id = exp["experiment_id"], parent["info"]["run_id"]
+        single_exp = exps["ui-run"]["experiment_id"]
+        single = api(url, "runs/search", {"experiment_ids": [single_exp]})["runs"][0]
+        ml = "?workflowType=machine_learning"
+        check(parent_id in latest.group(1), "`ablate ui` links the study's parent run")
+        pages = {
+            "study": latest.group(1),
+            "study-runs": f"{url}/#/experiments/{exp_id}/runs{ml}",
+            "cell-run": f"{url}/#/experiments/{exp_id}/runs/{child['info']['run_id']}{ml}",
+            "single-run": f"{url}/#/experiments/{single_exp}/runs/{single['info']['run_id']}{ml}",
+        }
+        doms = {}
+        for name, page in pages.items():
+            doms[name] = browse(browser, page, out / f"{name}.png")
+            print(f"     {name}: {page} -> {out / (name + '.png')}", flush=True)
+        study_dom = doms["study"]
+        check(all(n in study_dom for n in want), "the study's page lists every cell by variant and seed")
+        check("final/val/exact_match" in study_dom, "the study's page names the metric it ranks by")
+        runs_dom = doms["study-runs"]
+        check(STUDY in runs_dom and "No data available" not in runs_dom and "Model training" in runs_dom,
+              "the experiment opens on its runs in the model-training view, not the GenAI traces page")
+        check("residual=post_norm · seed 1" in doms["cell-run"], "a cell's page shows its name")
+        check("ui-run · seed 0" in doms["single-run"], "the single run's page shows its name")
+
+        server = [int(p) for p in subprocess.run(["pgrep", "-f", f"mlflow server.*{url.rsplit(':', 1)[1]}"],
+                                                 capture_output=True, text=True).stdout.split()]
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(timeout=30)
+        time.sleep(1)
+        alive = [p for p in server if Path(f"/proc/{p}").exists()]
+        check(bool(server) and not alive, "SIGTERM ends `ablate ui` and its MLflow server together")
+    finally:
+        if ui.poll() is None:
+            ui.send_signal(signal.SIGTERM)
+            ui.wait(timeout=30)
+        if args.keep or args.store:
+            print(f"store kept in {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    print(f"{len(failures)} check(s) failed" if failures else "all checks passed; screenshots in " + str(out))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

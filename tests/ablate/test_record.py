@@ -1,0 +1,139 @@
+"""The MLflow record's names (ablate/tracking/record.py) and what reads them back: final/ results with old
+records as a fallback, the experiment kind MLflow 3's UI opens on, run id prefixes, readable Optuna study
+names that still resume old stores, and the dashboard's metric names and cell params."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+
+import ablate.tracking.record as R
+from ablate.errors import AblateError
+from ablate.run.runner import RunResult, format_summary, run_label
+from ablate.spec.load import load_spec
+from ablate.study import names
+from ablate.study.cells import CellQueue
+from ablate.study.store import Store
+from ablate.tracking.store import experiment_id, latest_root_run, resolve_run_id
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_final_names_read_back_and_old_records_fall_back() -> None:
+    assert R.final("val/bleu") == "final/val/bleu" == R.final("final/val/bleu")
+    assert R.unfinal("final/val/bleu") == "val/bleu" and R.unfinal("val/bleu") == "val/bleu"
+    new = {"val/bleu": 20.0, "final/val/bleu": 25.0, "final/test/bleu": 24.0, "model/params": 10.0}
+    assert R.result_metrics(new) == {"val/bleu": 25.0, "test/bleu": 24.0, "model/params": 10.0}
+    old = {"val/bleu": 25.0, "test/bleu": 24.0}  # the result as the last value of the plain name
+    assert R.result_metrics(old) == old
+    assert R.result_value(new, "val/bleu") == 25.0 == R.result_value(old, "final/val/bleu")
+    assert R.result_value({"val/loss": 3.0}, "val/loss") == 3.0  # a diverged run: its last value
+    assert R.result_value({}, "val/loss") is None
+    found = R.first_artifact(["a.json", "importance.json"], R.IMPORTANCE_ARTIFACT, "a.json")
+    assert found == "importance.json"
+
+
+def test_the_summary_uses_the_names_mlflow_has() -> None:
+    spec = load_spec(ROOT / "experiments" / "quickstart.yaml")
+    result = RunResult("finished", {"val/loss": 0.5, "test/exact_match": 0.9, "train/wall_time_s": 12.0,
+                                    "model/params": 12345.0, "train/tokens_per_s": 100.0}, "abc", "runs/x")
+    text = format_summary(spec, result)
+    assert "  final/val/loss " in text and "  final/test/exact_match " in text
+    assert "  final/train/wall_time_s " in text and "  final/train/tokens_per_s " in text
+    assert "  model/params " in text and "final/model/params" not in text  # a constant, logged once
+    old = RunResult("diverged", {"val/loss": 9.0, "wall_time_s": 3.0}, "abc", "runs/x")  # old summary.json
+    text = format_summary(spec, old)
+    assert "  val/loss " in text and "  final/train/wall_time_s " in text  # no final evaluation ran
+    assert run_label("residual=post_norm", 1) == "residual=post_norm · seed 1"
+
+
+def test_experiments_open_in_the_model_training_view_and_run_ids_take_prefixes(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = experiment_id(client, "study-a", uri, description="what it compares")
+    tags = client.get_experiment(exp).tags
+    assert tags[R.EXPERIMENT_KIND] == R.MODEL_TRAINING_KIND and tags[R.NOTE] == "what it compares"
+    old = client.create_experiment("made-before")  # an experiment ablate made before the tag
+    assert experiment_id(client, "made-before", uri) == old
+    assert client.get_experiment(old).tags[R.EXPERIMENT_KIND] == R.MODEL_TRAINING_KIND
+
+    parent = client.create_run(exp, run_name="study-a", tags={R.KIND: "ablation"}).info.run_id
+    client.create_run(exp, run_name="baseline · seed 0", tags={R.PARENT_RUN: parent})
+    latest = latest_root_run(uri)
+    assert latest is not None and latest.run_id == parent  # the child started later, but has a parent
+    assert resolve_run_id(parent[:8], tracking_uri=uri) == parent
+    assert resolve_run_id(parent, tracking_uri=uri) == parent
+    with pytest.raises(AblateError, match="no MLflow run id starts with"):
+        resolve_run_id("zzzzzzzz", tracking_uri=uri)
+    with pytest.raises(AblateError, match="ambiguous"):
+        resolve_run_id(_common_prefix(client, exp), tracking_uri=uri)
+
+
+def _common_prefix(client: MlflowClient, exp: str) -> str:
+    ids = [r.info.run_id for r in client.search_runs([exp])]
+    # a prefix shared by two runs: extend runs until two share a first character
+    while len({i[0] for i in ids}) == len(ids):
+        ids.append(client.create_run(exp).info.run_id)
+    first = [i[0] for i in ids]
+    return next(c for c in first if first.count(c) > 1)
+
+
+def test_readable_study_names_resume_old_stores_and_keep_identities_apart(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "journal.log"))
+    assert names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
+    study = optuna.create_study(study_name="quick-axes", storage=store.storage)
+    names.write_attrs(study, names.study_attrs("a" * 16, "quick-axes", [], "ablation"))
+    assert names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
+    # the same spec name with other overrides: another identity, another (still readable) name
+    assert names.resolve(store, "quick-axes", "b" * 16, "quick-axes-" + "b" * 16) == "quick-axes-bbbbbbbb"
+    other = optuna.create_study(study_name="quick-axes-bbbbbbbb", storage=store.storage)
+    names.write_attrs(other, names.study_attrs("b" * 16, "quick-axes", ["train.max_steps=5"], "ablation"))
+    # a store written before readable names: its study is found under the old name
+    optuna.create_study(study_name="quick-axes-" + "c" * 16, storage=store.storage)
+    assert names.resolve(store, "quick-axes", "c" * 16, "quick-axes-" + "c" * 16) == "quick-axes-" + "c" * 16
+    known = {k.name: k.overrides for k in names.known_studies(store, "quick-axes", "ablation")}
+    assert known == {"quick-axes": [], "quick-axes-bbbbbbbb": ["train.max_steps=5"],
+                     "quick-axes-" + "c" * 16: None}
+
+
+def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "journal.log"))
+    queue = CellQueue(store, "s", "maximize")
+    queue.describe(names.study_attrs("k", "s", [], "ablation"), "final/val/exact_match")
+    queue.enqueue([{"ablate.cell": "h1-s0", "label": "baseline", "seed": 0},
+                   {"ablate.cell": "h2-s0", "label": "residual=post_norm", "seed": 0}])
+    choices = {"residual": ["pre_norm", "post_norm"], "train.lr": [0.001, 0.01]}
+    for values in ({"residual": "pre_norm", "train.lr": 0.001}, {"residual": "post_norm", "train.lr": 0.001}):
+        trial, _ = queue.claim()
+        assert trial is not None
+        queue.set_params(trial, choices, values)
+        queue.finish(trial, "finished", 0.5)
+    study = optuna.load_study(study_name="s", storage=store.storage)
+    assert study.metric_names == ["final/val/exact_match"]
+    assert [t.params for t in study.trials] == [{"residual": "pre_norm", "train.lr": 0.001},
+                                                {"residual": "post_norm", "train.lr": 0.001}]
+    assert study.user_attrs[names.KEY] == "k"
+
+
+@pytest.mark.slow
+def test_the_ui_shows_runs_names_seeds_and_the_study_metric_in_a_browser(tmp_path: Path) -> None:
+    """scripts/ui_check.py end to end: a small real store, `ablate ui`, headless Chromium (Debian's
+    package; .ci/run installs it), MLflow's REST API; screenshots land in tmp_path."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    if os.environ.get("ABLATE_UI_CHECK") != "1":  # ~2 min of training and browsing: over the suite's budget
+        pytest.skip("set ABLATE_UI_CHECK=1 to run the browser check (or run scripts/ui_check.py)")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ui_check.py"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1200, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "FAIL" not in out.stdout
+    assert {p.name for p in tmp_path.glob("*.png")} == {"study.png", "study-runs.png", "cell-run.png",
+                                                       "single-run.png"}
