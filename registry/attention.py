@@ -224,15 +224,15 @@ class SDPAttention(MultiHeadAttention):
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
         self.kernels.add("fused")
-        scale = {} if self.score_scale is None else {"scale": self.score_scale}
+        scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, **scale)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale)
         if mask.is_causal:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, **scale)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, **scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale)
 
     def _attend_matmul(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, p: float) -> Tensor:
         """The same math as sdpa's math path, where torch's fused CPU kernels are slow.

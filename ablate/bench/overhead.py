@@ -139,9 +139,9 @@ def timed_checkpoint_writes(clock: Clock, labels: dict[Path, str]) -> Iterator[N
 
     original = train_module.save_checkpoint
 
-    def timed(path: Path, payload: dict[str, Any]) -> None:
+    def timed(path: Path, payload: dict[str, Any], **options: Any) -> None:
         started = time.perf_counter()
-        original(path, payload)
+        original(path, payload, **options)
         clock.times[f"{labels.get(Path(path).parent, '?')}/{Path(path).name}"].append(
             time.perf_counter() - started)
 
@@ -164,7 +164,7 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
     from ablate.data.prepare import TokenBatcher, prepare_data
     from ablate.engine.model import Seq2SeqTransformer, build_model
     from ablate.engine.train import Trainer, build_optimizer, lr_factor
-    from ablate.run.runner import describe_device, log_loss_curve
+    from ablate.run.runner import describe_device
     from ablate.tracking import Tracker
 
     folder = Path(out_dir)
@@ -246,7 +246,8 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
             state = tracked.state
             tracker.log_metrics({"train/tokens_per_s": state.target_tokens / max(state.train_seconds, 1e-9),
                                  "model/params": float(tracked.model.num_parameters())}, step=state.step + 1)
-            log_loss_curve(tracker, state)
+            val = [(s, m["val/loss"]) for s, m in state.history if "val/loss" in m]
+            tracker.log_loss_curve(state.train_curve, val)  # what the runner draws at the end of a run
             if ospec.tracking.log_checkpoint and tracked.best_path.exists():
                 tracker.log_artifact(tracked.best_path, "checkpoints")
             if ospec.tracking.log_model:

@@ -128,7 +128,8 @@ def model_macs(model: nn.Module) -> tuple[int, int, int, int, int]:
     from ablate.engine.model import Seq2SeqTransformer
 
     assert isinstance(model, Seq2SeqTransformer)
-    cross_kv = sum(layer.cross_attn.kv.weight.numel() for layer in model.decoder.layers)  # type: ignore[union-attr]
+    kv: list[torch.Tensor] = [layer.cross_attn.kv.weight for layer in model.decoder.layers]  # type: ignore[union-attr,misc]
+    cross_kv = sum(w.numel() for w in kv)
     per_src = _matmul_weights(model.encoder) + cross_kv
     per_tgt = _matmul_weights(model.decoder, skip=("cross_attn.kv",)) + model.generator.weight.numel()
     d = model.generator.weight.size(1)

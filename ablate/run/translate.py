@@ -107,8 +107,8 @@ def translate(run: RunModel, texts: Sequence[str], beam: int | None = None,
     out = [""] * len(texts)
     with torch.no_grad():
         for chunk, src in length_sorted_batches(ids, range(len(ids)), BATCH_SIZE, tok.pad_id):
-            for i, hyp in zip(chunk, decode_batch(run.model, src, decode_spec, tok.bos_id, tok.eos_id),
-                              strict=True):
+            hyps = decode_batch(run.model, src, decode_spec, tok.bos_id, tok.eos_id)  # type: ignore[arg-type]
+            for i, hyp in zip(chunk, hyps, strict=True):
                 out[i] = tok.decode_tgt(hyp)
     return out
 

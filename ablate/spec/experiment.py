@@ -143,7 +143,7 @@ class ExperimentSpec(Strict):
     description: str = ""
     seed: Seed = 0
     data: DataSpec = DataSpec()
-    model: ModelSpec = ModelSpec()
+    model: ModelSpec = ModelSpec()  # type: ignore[call-arg]  # a dynamic model: its axes have defaults
     train: TrainSpec = TrainSpec()
     eval: EvalSpec = EvalSpec()
     tracking: TrackingSpec = TrackingSpec()

@@ -136,7 +136,7 @@ class ModelSpecBase(Strict):
 
     @property
     def mask_fill(self) -> float:
-        return parse_mask_fill(self.mask)
+        return parse_mask_fill(getattr(self, "mask"))  # noqa: B009  # a dynamic axis field
 
     def option_values(self, axis: str, variant: str | None = None) -> dict[str, Any]:
         """Constructor keywords of the chosen (or given) variant of ``axis``: axis-wide and own options."""

@@ -494,7 +494,7 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
                 latest = next((k for k in reversed(known) if k.overrides is not None), None)
                 if latest is not None and latest.overrides != list(overrides):
                     print(f"showing {latest.name}:")
-                    return main_status(spec_path, latest.overrides, storage)
+                    return main_status(spec_path, latest.overrides or [], storage)
         else:
             records = queue.records()
     print(format_grid(plan, records))

@@ -11,12 +11,13 @@
 * `ablate.tracking.transfer` writes runs to files and recreates them (`ablate export` / `ablate import`);
 * `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables.
 
-The record (docs/architecture.md, "The MLflow record"): one experiment per study; a study is a parent run and every cell or
-trial a child run with ``mlflow.parentRunId`` set explicitly; params are the resolved spec flattened to
-dotted keys (short JSON values); tags ``ablate.study``, ``ablate.variant``, ``ablate.seed``,
-``ablate.spec_hash``, ``ablate.status``, the git commit, host, CPU (and GPU) and one
+The record (docs/architecture.md, "The MLflow record"): one experiment per study; a study is a parent run
+and every cell or trial a child run with ``mlflow.parentRunId`` set explicitly; params are the resolved
+spec flattened to dotted keys (short JSON values); tags ``ablate.study``, ``ablate.variant``,
+``ablate.seed``, ``ablate.spec_hash``, ``ablate.status``, the git commit, host, CPU (and GPU) and one
 ``ablate.version.<package>`` per package that decides results; artifacts ``spec.yaml`` and
-``environment.json``. A run ends FINISHED (finished, diverged, pruned), FAILED or KILLED: `MLFLOW_STATUS`.
+``environment.json``. A run ends FINISHED (finished, diverged, pruned), FAILED or KILLED:
+`MLFLOW_STATUS`.
 
 Everything goes through an ``MlflowClient`` bound to the run's store (a parent and its child runs can be
 open in one process at once), except ``mlflow.pytorch``, which reads the process-wide URI: `log_model` and
