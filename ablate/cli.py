@@ -277,7 +277,7 @@ HANDLERS = {
         "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run,
         a.retry_failed
     ),
-    "status": lambda a: _call("ablate.study.ablation", "main_status", a.spec, a.overrides, a.storage),
+    "status": lambda a: _call("ablate.study.status", "main_status", a.spec, a.overrides, a.storage),
     "tune": lambda a: _call("ablate.study.search", "main_tune", a.spec, a.overrides, a.workers, a.storage,
                             a.trials),
     "report": lambda a: _call("ablate.report.build", "main_report", a.study, a.out),

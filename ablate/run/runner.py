@@ -398,6 +398,10 @@ def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: 
     run_dir = run_dir_for(spec)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     command = " ".join(["ablate run", spec_path, *(f"--set {o}" for o in overrides)])
+    if rank0 and spec.tracking.enabled and not (run_dir / "summary.json").exists():
+        from ablate.tracking import check_reachable, resolve_tracking_uri
+
+        check_reachable(resolve_tracking_uri(spec.tracking.uri))  # a dead server: nothing written, no lock
     try:
         lock = RunLock(run_dir, wait=wait) if rank0 else None
         if lock is not None:

@@ -28,8 +28,8 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
 from ablate.errors import AblateError
-from ablate.study.ablation import PARENT, metric_direction
 from ablate.study.cells import CELL, RUN_ID, CellQueue
+from ablate.study.plan import PARENT, metric_direction
 from ablate.study.store import Store
 
 FORMAT = "ablate-study-export/1"

@@ -22,7 +22,8 @@ from mlflow import MlflowClient
 from ablate.cli import main as cli_main
 from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.spec.load import SpecError
-from ablate.study.ablation import main_ablate, main_status, plan_study
+from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.status import main_status
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 

@@ -58,7 +58,8 @@ def test_checkpoint_write_is_atomic_and_loads_with_weights_only(tmp_path: Path) 
     save_checkpoint(target, {"a": torch.ones(2), "step": 1})
     save_checkpoint(target, {"a": torch.zeros(2), "step": 2})
     assert load_checkpoint(target)["step"] == 2
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temp file left behind
+    # no temp file left behind: the checkpoint and the checksum written with it, nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "last.pt.sha256"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])

@@ -1,0 +1,279 @@
+"""An ablation study's plan: the spec is the baseline, its ``ablation`` section the design, and every cell
+(variant x seed) a spec of its own, identified by its hash and seed (`plan_study`); and how a plan and
+its cells' states read in a terminal (`format_plan`, `format_grid`). Running the cells:
+ablate/study/ablation.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.errors import AblateError
+from ablate.spec.experiment import ExperimentSpec, flatten
+from ablate.spec.load import SpecError, load_spec, load_spec_data
+from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study.adaptive import design_of, format_progress, needed_keys
+from ablate.study.sequential import Design
+from ablate.study.space import derive, show
+
+PARENT = "ablate.parent_run_id"  # Optuna study user attr: the study's parent MLflow run
+TERMINAL = ("finished", "diverged", "failed")
+_NOT_COMPARED = ("seed", "ablation", "search", "description")
+
+
+@dataclass(frozen=True)
+class Cell:
+    label: str  # 'baseline', 'residual=post_norm', 'train.schedule.warmup_steps=0'
+    seed: int
+    spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
+    overrides: dict[str, Any] = field(default_factory=dict)
+    diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
+
+    @property
+    def key(self) -> str:
+        """The cell's identity, also the name of its run directory: <spec hash>-s<seed>."""
+        return f"{self.spec.spec_hash}-s{self.seed}"
+
+    def attrs(self) -> dict[str, Any]:
+        """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
+        return {"ablate.cell": self.key, "label": self.label, "seed": self.seed,
+                "spec_hash": self.spec.spec_hash, "overrides": json.dumps(self.overrides, sort_keys=True)}
+
+
+@dataclass
+class StudyPlan:
+    spec: ExperimentSpec  # as loaded: the baseline plus its ablation section
+    baseline: ExperimentSpec  # the baseline as a plain experiment (no study sections)
+    cells: list[Cell]
+    seeds: list[int]
+    metric: str
+    data: dict[str, Any]
+    smap: SourceMap
+    origin: str
+    overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
+    optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
+
+    @property
+    def name(self) -> str:
+        """The study's name: its MLflow experiment and the ``ablate.study`` tag of its runs."""
+        return self.spec.tracking.experiment or self.spec.name
+
+    @property
+    def legacy_store_name(self) -> str:
+        """The Optuna study's name before readable names (stores written then resume under it)."""
+        return f"{self.spec.name}-{self.baseline.spec_hash}"
+
+    @property
+    def store_name(self) -> str:
+        """The Optuna study of this plan: its readable name once `bind` looked at the store."""
+        return self.optuna_name or self.legacy_store_name
+
+    def bind(self, store: Any) -> str:
+        """Find (or choose) this study's Optuna name in ``store`` (see ablate/study/names.py)."""
+        from ablate.study import names
+
+        self.optuna_name = names.resolve(store, self.name, self.baseline.spec_hash, self.legacy_store_name)
+        return self.optuna_name
+
+    def axis_params(self) -> dict[str, list[Any]]:
+        """Every field some cell changes -> the values the cells give it (baseline's first), as Optuna
+        categorical choices (lists and dicts as JSON text): each cell's trial records its values, so the
+        dashboard's history, parallel-coordinate and importance views work for ablations too."""
+        fields = list(dict.fromkeys(k for c in self.cells for k in c.overrides))
+        choices: dict[str, list[Any]] = {}
+        for c in self.cells:
+            flat = flatten(c.spec.resolved())
+            for f in fields:
+                value = _choice(flat.get(f))
+                values = choices.setdefault(_short(f), [])
+                if value not in values:
+                    values.append(value)
+        return choices
+
+    def cell_params(self, cell: Cell) -> dict[str, Any]:
+        flat = flatten(cell.spec.resolved())
+        return {_short(f): _choice(flat.get(f))
+                for f in dict.fromkeys(k for c in self.cells for k in c.overrides)}
+
+    @property
+    def direction(self) -> str:
+        return metric_direction(self.metric)
+
+    @property
+    def design(self) -> Design | None:
+        """The sequential design when the seeds are a range (adaptive), else None."""
+        return design_of(self.spec.ablation)
+
+    @property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.label for c in self.cells))
+
+    def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
+        """A cell of this baseline the store holds but the spec no longer lists (an axis was edited)."""
+        overrides = json.loads(attrs.get("overrides", "{}"))
+        spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs["seed"]))
+        return Cell(str(attrs.get("label", spec.spec_hash)), int(attrs["seed"]), spec, overrides)
+
+
+def _choice(value: Any) -> Any:
+    """A value Optuna can hold as a categorical choice: None, bool, int, float, str; else JSON text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def metric_direction(metric: str) -> str:
+    return "minimize" if any(w in metric for w in ("loss", "ppl", "time", "memory")) else "maximize"
+
+
+def study_metric(spec: ExperimentSpec) -> str:
+    """ablation.metric, where 'auto' is BLEU on text and exact match on synthetic tasks."""
+    assert spec.ablation is not None
+    if spec.ablation.metric != "auto":
+        return spec.ablation.metric
+    if spec.eval.metric != "auto":
+        return f"val/{spec.eval.metric}"
+    return "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+
+
+def _short(field_path: str) -> str:
+    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm'.
+    return field_path[len("model."):] if field_path.startswith("model.") else field_path
+
+
+def _label(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{_short(k)}={show(v)}" for k, v in overrides.items()) or "baseline"
+
+
+def _compared(spec: ExperimentSpec) -> dict[str, Any]:
+    data = spec.resolved()
+    for key in _NOT_COMPARED:
+        data.pop(key, None)
+    return flatten(data)
+
+
+def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str, Any, Any]]:
+    """Fields whose resolved values differ (the seed aside): what a report says distinguishes two runs."""
+    a, b = _compared(baseline), _compared(other)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
+    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis."""
+    spec = load_spec(spec_path, overrides)
+    abl = spec.ablation
+    if abl is None:
+        raise AblateError(f"{spec_path} has no ablation section: nothing to ablate (see `ablate run`)")
+    data, smap = load_spec_data(spec_path, overrides)
+    origin = str(spec_path)
+    baseline = derive(data, smap, {}, origin)
+    variants: list[tuple[str, dict[str, Any], ExperimentSpec]] = [("baseline", {}, baseline)]
+    seen, problems = {baseline.spec_hash}, list[Problem]()
+
+    def add(overrides_: dict[str, Any], at: str, label: str | None = None) -> None:
+        label = label or _label(overrides_)
+        where = smap.where(at, origin)
+        try:
+            variant = derive(data, smap, overrides_, where)
+        except SpecError as exc:  # name the axis (or variant) at fault, then what the cell's spec says
+            shown = ", ".join(f"{k}={show(v)}" for k, v in overrides_.items())
+            problems.extend(Problem(where, at, f"{shown} gives an invalid spec: {p.path}: {p.message}")
+                            for p in exc.problems)
+            return
+        if variant.spec_hash not in seen:  # a value equal to the baseline's is the baseline
+            seen.add(variant.spec_hash)
+            variants.append((label, overrides_, variant))
+
+    def is_base(key: str, value: Any) -> bool:
+        try:
+            return derive(data, smap, {key: value}, origin).spec_hash == baseline.spec_hash
+        except SpecError:
+            return False  # invalid alone, valid with another axis' value (full factorial)
+
+    axes = abl.axes
+    if abl.design == "one_at_a_time":
+        for key, values in axes.items():
+            for i, value in enumerate(values):
+                add({key: value}, join(f"ablation.axes.{key}", i))
+    elif abl.design == "full_factorial":
+        keys = list(axes)
+        for combo in itertools.product(*(list(enumerate(axes[k])) for k in keys)):
+            chosen = {k: v for k, (_, v) in zip(keys, combo, strict=True)}
+            changed = {k: v for k, v in chosen.items() if not is_base(k, v)}
+            add(chosen, "ablation.axes", _label(changed))
+    else:
+        for i, entry in enumerate(abl.variants):
+            entry = dict(entry)
+            label = entry.pop("label", None)
+            add(flatten(entry), f"ablation.variants.{i}", str(label) if label else None)
+    if problems:
+        raise SpecError(problems)
+    if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
+        seeds = [spec.seed + i for i in range(abl.seeds.max)]
+    else:
+        seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
+    cells = []
+    for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
+        base_at_seed = derive(data, smap, {}, origin, seed=seed)
+        for label, overrides_, _ in variants:
+            cell_spec = derive(data, smap, overrides_, origin, seed=seed)
+            cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
+    return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
+                     list(overrides))
+
+
+# ---------------------------------------------------------------- printing
+def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
+    abl = plan.spec.ablation
+    assert abl is not None
+    seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''}"
+    design, shown = plan.design, plan.cells
+    if design is None:
+        count = f"{len(plan.cells)} cells"
+    else:
+        first = design.looks[0]
+        seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
+        count = f"{first * len(plan.variants)} to {len(plan.cells)} cells"
+        shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
+    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
+             f"= {count}; metric {plan.metric} ({plan.direction})"]
+    if design is not None:
+        lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
+                     "each later round adds seeds only to the comparisons still open")
+    width = max(len(c.label) for c in plan.cells)
+    for c in shown:
+        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
+        if diffs and c.seed == plan.seeds[0]:
+            lines.extend(f"      {k}: {show(a)} -> {show(b)}" for k, a, b in c.diff)
+    return "\n".join(lines)
+
+
+def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+    width = max([len(c.label) for c in plan.cells] + [4])
+    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {plan.metric:>16}  {'step':>6}  run"
+    cells = plan.cells
+    if plan.design is not None:  # adaptive: the cells needed so far and those already run
+        needed = set(needed_keys(plan, plan.design, records)) | set(records)
+        cells = [c for c in plan.cells if c.key in needed]
+    lines = [f"study {plan.name} ({len(cells)} cells, metric {plan.metric}, {plan.direction})", head]
+    counts: Counter[str] = Counter()
+    for c in cells:
+        r = records.get(c.key)
+        status = r.status if r else "pending"
+        counts[status] += 1
+        metric = f"{r.metric:.4g}" if r and r.metric is not None else "-"
+        step = str(r.step) if r and r.step is not None else "-"
+        lines.append(f"  {c.label:<{width}}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
+                     f"{(r.run_id or '-') if r else '-'}")
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    if plan.design is not None:
+        lines.append(format_progress(plan, plan.design, records))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- running
