@@ -40,14 +40,14 @@ from ablate.tracking.store import (
     resolve_run_id,
     resolve_tracking_uri,
 )
-from ablate.tracking.tracker import MLFLOW_STATUS, NullTracker, Status, Tracker
+from ablate.tracking.tracker import MAX_PARAM_VALUE, MLFLOW_STATUS, NullTracker, Status, Tracker
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root", "check_reachable",
-    "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
+    "MAX_PARAM_VALUE", "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root",
+    "check_reachable", "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
     "resolve_run_id", "resolve_tracking_uri", "send_outbox",
 ]
 

@@ -373,24 +373,25 @@ class Tracker(NullTracker):
         """Let go of the run without ending it: it stays RUNNING for other processes that still log to it
         (a study's parent run while workers elsewhere add cells). Flushes first; later calls are no-ops,
         and the exit hook no longer ends it as killed."""
+        if self._release():
+            self.flush()
+
+    def _release(self) -> bool:
+        """Mark the run let go of (once): False when it already was; stops the system-metrics monitor."""
         if self._ended:
-            return
+            return False
         self._ended = True
         _OPEN.discard(self)
         if self._monitor is not None:
             self._monitor.finish()
-        self.flush()
+        return True
 
     def end(self, status: Status = "finished") -> None:
         """Tag ``ablate.status`` and end the MLflow run (see MLFLOW_STATUS); ending twice is a no-op."""
         if status not in MLFLOW_STATUS:
             raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(MLFLOW_STATUS)}")
-        if self._ended:
+        if not self._release():
             return
-        self._ended = True
-        _OPEN.discard(self)
-        if self._monitor is not None:
-            self._monitor.finish()
         if self._outbox is not None:  # the end waits in the queue too, after everything logged before it
             return self._outbox.finish({R.STATUS: status}, MLFLOW_STATUS[status])
         try:

@@ -393,7 +393,7 @@ def test_context_manager_statuses(store: str) -> None:
 
 def test_detach_leaves_the_run_open_for_others(store: str) -> None:
     """A study's parent handed over to other processes: RUNNING, and the exit hook leaves it alone."""
-    from ablate import tracking
+    from ablate.tracking import tracker as tracking
 
     parent = Tracker.start(make_spec("detached", store), run_name="study")
     parent.detach()
