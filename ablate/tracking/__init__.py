@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PARAM_VALUE", "MLFLOW_STATUS", "NullTracker", "RunRow", "Status", "Tracker", "artifact_root",
-    "check_reachable", "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model", "main_runs", "main_ui",
-    "resolve_run_id", "resolve_tracking_uri", "send_outbox",
+    "check_reachable", "download_artifacts", "environment", "is_server_uri", "list_runs", "load_model",
+    "main_runs", "main_ui", "resolve_run_id", "resolve_tracking_uri", "send_outbox",
 ]
 
 
