@@ -12,12 +12,13 @@ import json
 import math
 from typing import Any
 
+import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
 from ablate.report.render import Para, Section, Table
 from ablate.study.sequential import METHOD, POWER, Design, Look, run_sequence
 
-SEQUENTIAL_TAG = "ablate.sequential"
+SEQUENTIAL_TAG = R.SEQUENTIAL
 
 
 def design_of(study: Study) -> Design | None:
@@ -68,7 +69,7 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
     design = design_of(study)
     if design is None or study.baseline is None:
         return None
-    metric = study.parent["tags"].get("ablate.metric") or study.primary
+    metric = R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary  # runs read plain names
     unit, dec, higher = quality_meta(metric)
     rows, records = [], []
     for v in study.variants[1:]:

@@ -29,13 +29,16 @@ def _studies(store: Any) -> dict[str, Any]:
 
 def resolve(store: Any, readable: str, key: str, legacy: str) -> str:
     """The Optuna study name for identity ``key``: the legacy name if the store has it (old stores
-    resume), else ``readable`` when it is free or already holds ``key``, else ``readable-<key[:8]>``."""
+    resume), else ``readable`` when it is free or holds ``key`` (or no key yet), else
+    ``readable-<key[:8]>``."""
     studies = _studies(store)
     if legacy in studies:
         return legacy
     for name in (readable, f"{readable}-{key[:8]}"):
         found = studies.get(name)
-        if found is None or found.user_attrs.get(KEY) == key:
+        # no identity recorded: an imported study (`ablate import` knows its name, not its key) or one whose
+        # creator died before writing it; the opener records its key (write_attrs)
+        if found is None or found.user_attrs.get(KEY) in (None, key):
             return name
     return legacy  # both readable forms taken by other identities: the unambiguous full name
 
