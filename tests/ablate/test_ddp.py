@@ -110,9 +110,12 @@ def test_torchrun_two_ranks_matches_one_process_with_the_same_global_batch(tmp_p
     assert {p.name for _, p in run_files} >= {"last.pt", "best.pt", "summary.json"}
     assert {rank for rank, _ in run_files} == {"0"}, run_files
     (run_dir,) = {p.parent for _, p in run_files}
-    # (and `run_id`, where the runner records the MLflow run as soon as it opens: a kill resumes into it)
-    listing = sorted(p.name for p in run_dir.iterdir() if p.name != "run_id")
-    assert listing == ["best.pt", "last.pt", "summary.json"]
+    # (and `run_id`, where the runner records the MLflow run as soon as it opens: a kill resumes into it;
+    # `.lock`, rank 0's hold on the run folder; each checkpoint's checksum, and the previous last.pt kept
+    # until the new one was complete)
+    listing = sorted(p.name for p in run_dir.iterdir() if p.name not in ("run_id", ".lock"))
+    assert listing == ["best.pt", "best.pt.sha256", "last.prev.pt", "last.prev.pt.sha256", "last.pt",
+                       "last.pt.sha256", "summary.json"]
 
     # Only rank 0 logged: one MLflow run in the DDP store; its loss curve equals the single process's.
     n_ddp, ddp_curve = losses(tmp_path / "ddp.db")
