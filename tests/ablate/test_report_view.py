@@ -62,8 +62,9 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("view")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        client = MlflowClient()
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        client = MlflowClient(uri)  # named: an earlier test may have set mlflow's process-wide URI
         # ---- the ablation, at the floor of exact match
         exp = client.create_experiment("view-abl")
         parent = client.create_run(exp, run_name="view-abl", tags={
