@@ -222,7 +222,8 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_pat
     again the same command ends exactly where the uninterrupted run ends."""
     (small_disk / "spec.yaml").write_text(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's store elsewhere: only the run folder is full
-    proc = _start(small_disk, uri, delay=0.15)
+    # each checkpoint lingers 0.5 s after its write: the disk fills within that window on a busy machine too
+    proc = _start(small_disk, uri, delay=0.5)
     at = rng.randint(1, 40)
     _when(proc, lambda: _step(small_disk) >= at)
     with open(small_disk / "filler", "wb") as fh:
