@@ -137,6 +137,55 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    try:
+        made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                              capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("no mount command here")
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_path: Path, reference: Path,
+                                                                         small_disk: Path,
+                                                                         rng: random.Random) -> None:
+    """The run folder on an 8 MB tmpfs, filled up at a random step: exit 1 with one line naming the file
+    and what needs space, the MLflow run FAILED (terminal), the last good checkpoint intact; with space
+    again the same command ends exactly where the uninterrupted run ends."""
+    (small_disk / "spec.yaml").write_text(SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's store elsewhere: only the run folder is full
+    # each checkpoint lingers 0.5 s after its write: the disk fills within that window on a busy machine too
+    proc = _start(small_disk, uri, delay=0.5)
+    at = rng.randint(1, 40)
+    _when(proc, lambda: _step(small_disk) >= at)
+    with open(small_disk / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * (1 << 16))
+                fh.flush()
+        except OSError:
+            pass
+    out, err = proc.communicate(timeout=120)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 1, err
+    (line,) = _messages(err)
+    assert line.startswith("error: no space left on device writing ") and "runs/tiny/" in line, line
+    (run,) = _runs(uri)
+    assert run.info.status == "FAILED"
+    (small_disk / "filler").unlink()
+    again = _run(small_disk, uri)
+    assert again.returncode == 0, again.stderr
+    _assert_same_as(reference, small_disk, uri)
+
+
 def test_sigterm_at_a_random_step_then_a_torn_checkpoint_resume_exactly(tmp_path: Path, reference: Path,
                                                                         rng: random.Random) -> None:
     """SIGTERM (what SLURM and Kubernetes send) at a random step: checkpoint at the next step boundary,
@@ -195,55 +244,6 @@ def test_two_launches_of_one_run_then_sigkill_and_a_stale_lock(tmp_path: Path, r
     assert f"took over the lock of pid {first.pid}" in note
     _assert_same_as(reference, tmp_path, uri)
     assert not list(tmp_path.glob("runs/tiny/*/.lock"))
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    try:
-        made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                              capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no mount command here")
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_path: Path, reference: Path,
-                                                                         small_disk: Path,
-                                                                         rng: random.Random) -> None:
-    """The run folder on an 8 MB tmpfs, filled up at a random step: exit 1 with one line naming the file
-    and what needs space, the MLflow run FAILED (terminal), the last good checkpoint intact; with space
-    again the same command ends exactly where the uninterrupted run ends."""
-    (small_disk / "spec.yaml").write_text(SPEC)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's store elsewhere: only the run folder is full
-    # each checkpoint lingers 0.5 s after its write: the disk fills within that window on a busy machine too
-    proc = _start(small_disk, uri, delay=0.5)
-    at = rng.randint(1, 40)
-    _when(proc, lambda: _step(small_disk) >= at)
-    with open(small_disk / "filler", "wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * (1 << 16))
-                fh.flush()
-        except OSError:
-            pass
-    out, err = proc.communicate(timeout=120)
-    _no_traceback(proc, out, err)
-    assert proc.returncode == 1, err
-    (line,) = _messages(err)
-    assert line.startswith("error: no space left on device writing ") and "runs/tiny/" in line, line
-    (run,) = _runs(uri)
-    assert run.info.status == "FAILED"
-    (small_disk / "filler").unlink()
-    again = _run(small_disk, uri)
-    assert again.returncode == 0, again.stderr
-    _assert_same_as(reference, small_disk, uri)
 
 
 def _free_port() -> int:
