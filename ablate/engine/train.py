@@ -291,7 +291,10 @@ class Trainer:
     def decide_stop(self, step: int, metrics: dict[str, float]) -> None:
         """After an evaluation: the tuner's prune or early stopping, kept in the state (saved next)."""
         es = self.spec.train.early_stopping
-        if self.hook is not None and self.hook(step, metrics):
+        pruned = self.hook is not None and self.hook(step, metrics)  # the tuner hears every evaluation
+        # At the last evaluation the training is done: pruning would save nothing and only take the run's
+        # final evaluation (and the trial's place in the ranking) away, so the run finishes.
+        if pruned and not self.finished_budget():
             self.state.stop_status, self.state.stop_reason = "pruned", f"stopped by the tuner at step {step}"
         elif es is not None and self.state.bad_evals >= es.patience:
             self.state.stop_status = "finished"

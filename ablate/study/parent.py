@@ -3,7 +3,8 @@ ranks by, the cells and their outcome so far) and the cells table artifact."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ablate.tracking.record as R
@@ -40,3 +41,41 @@ def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
         cols[R.final(plan.metric)].append(round(r.metric, 4) if r and r.metric is not None else None)
         cols["run"].append((r.run_id or "")[:8] if r else "")
     return cols
+
+
+def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
+    """Columns of a search's trials table (trial, state, each objective's final/ value, the sampled values,
+    the MLflow run id): what the search's parent run shows as a description and a table artifact."""
+    metrics = [R.final(m) for m in plan.metrics]
+    fields = sorted({k for t in trials for k in t.params})
+    cols: dict[str, list[Any]] = {"trial": [], "state": [], **{m: [] for m in metrics},
+                                  **{f: [] for f in fields}, "run": []}
+    for t in sorted(trials, key=lambda t: t.number):
+        cols["trial"].append(t.number)
+        cols["state"].append(t.state.name.lower())
+        values = t.values or [None] * len(metrics)
+        for m, v in zip(metrics, values, strict=True):
+            cols[m].append(round(v, 4) if v is not None and math.isfinite(v) else None)
+        for f in fields:
+            cols[f].append(plan.decode(f, t.params[f]) if f in t.params else None)
+        cols["run"].append(str(t.user_attrs.get("mlflow_run_id") or "")[:8])
+    return cols
+
+
+def search_description(plan: Any, name: str, budget: int, trials: Sequence[Any] = ()) -> str:
+    """The search parent run's description: what it searches, the metric(s) trials rank by, where the best
+    trial's spec is, and (once trials ran) the trials table."""
+    search = plan.spec.search
+    ranked = ", ".join(f"{d} **{R.final(m)}**" for m, d in zip(plan.metrics, plan.directions, strict=True))
+    lines = [f"**Search {plan.spec.name}** (Optuna study `{name}`): {budget} trials, sampler "
+             f"{search.sampler}, pruner {search.pruner.name}. Trials rank by {ranked}: the best checkpoint "
+             f"on the whole validation split. The best trial's spec: `{R.BEST_SPEC_ARTIFACT}`; child runs "
+             "are named `trial-N · seed S`.", ""]
+    if plan.spec.description:
+        lines += [plan.spec.description, ""]
+    if trials:
+        table = trials_table(plan, trials)
+        lines += ["| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
+        for row in zip(*table.values(), strict=True):
+            lines.append("| " + " | ".join("-" if v in (None, "") else str(v) for v in row) + " |")
+    return "\n".join(lines)

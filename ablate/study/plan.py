@@ -254,13 +254,16 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 
 
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+    import ablate.tracking.record as R
+
     width = max([len(c.label) for c in plan.cells] + [4])
-    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {plan.metric:>16}  {'step':>6}  run"
+    metric_name = R.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
+    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
     cells = plan.cells
     if plan.design is not None:  # adaptive: the cells needed so far and those already run
         needed = set(needed_keys(plan, plan.design, records)) | set(records)
         cells = [c for c in plan.cells if c.key in needed]
-    lines = [f"study {plan.name} ({len(cells)} cells, metric {plan.metric}, {plan.direction})", head]
+    lines = [f"study {plan.name} ({len(cells)} cells, metric {metric_name}, {plan.direction})", head]
     counts: Counter[str] = Counter()
     for c in cells:
         r = records.get(c.key)

@@ -132,21 +132,24 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
     folder = Path(plan.spec.train.out_dir) / plan.spec.name / name
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec_for(lead.params, f"{plan.origin} (trial {lead.number})")
+    import ablate.tracking.record as R
+
     text = (f"# best trial {lead.number} of Optuna study {name}: "
-            + ", ".join(f"{m} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
+            + ", ".join(f"{R.final(m)} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
             + "\n# retrain it with: ablate run best.yaml\n" + dump_spec_yaml(spec))
     (folder / "best.yaml").write_text(text)
     title = "Pareto front" if multi else "best trial"
-    print(f"{title} ({', '.join(f'{d} {m}' for m, d in zip(plan.metrics, plan.directions, strict=True))}):")
+    goals = ", ".join(f"{d} {R.final(m)}" for m, d in zip(plan.metrics, plan.directions, strict=True))
+    print(f"{title} ({goals}):")
     for t in sorted(best, key=lambda t: t.number):
-        values = ", ".join(f"{m} {v:.4g}" for m, v in zip(plan.metrics, t.values, strict=True))
+        values = ", ".join(f"{R.final(m)} {v:.4g}" for m, v in zip(plan.metrics, t.values, strict=True))
         shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in t.params.items())
         print(f"  trial {t.number}: {values} [{shown}] run {t.user_attrs.get('mlflow_run_id', '-')}")
     print(f"best spec: {folder / 'best.yaml'}")
     evaluator, found = importances(study, plan)
     for metric, scores in found.items():
         ranked = ", ".join(f"{k} {v:.3f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1]))
-        print(f"importance of {metric} ({evaluator}): {ranked}")
+        print(f"importance of {R.final(metric)} ({evaluator}): {ranked}")
     pictures = figures(study, plan, folder / "figures")
     if tracker is not None:
         _log(tracker, plan, lead, best, text, evaluator, found, pictures, len(trials) - waiting)

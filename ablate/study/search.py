@@ -275,6 +275,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     budget = trials or search.trials
     import ablate.tracking.record as R
     from ablate.study.names import study_attrs, write_attrs
+    from ablate.study.parent import search_description, trials_table
 
     store = Store(storage)
     with store.lock(plan.spec.name):  # two processes starting one search agree on its name
@@ -296,12 +297,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         with store.lock(name):  # one parent run however many processes start at once
             tags = {R.KIND: "search", R.VARIANT: "search", R.OPTUNA_STUDY: name,
                     R.METRIC: ", ".join(R.final(m) for m in plan.metrics)}
-            ranked = ", ".join(f"{d} {R.final(m)}"
-                               for m, d in zip(plan.metrics, plan.directions, strict=True))
-            note = (f"**Search {plan.spec.name}**: {budget} trials, sampler {search.sampler}; trials rank by "
-                    f"**{ranked}** (final/ values: the best checkpoint on the whole "
-                    f"validation split). The best trial's spec: `{R.BEST_SPEC_ARTIFACT}`."
-                    + (f"\n\n{plan.spec.description}" if plan.spec.description else ""))
+            note = search_description(plan, name, budget)
             tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(PARENT),
                                   description=note)
             study.set_user_attr(PARENT, tracker.run_id)
@@ -326,6 +322,9 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
                   "that and run the same command again (the failed trials are queued again)", file=sys.stderr)
             code = 2
         if tracker is not None:
+            all_trials = study.get_trials(deepcopy=False)
+            tracker.set_tags({R.NOTE: search_description(plan, name, budget, all_trials)})
+            tracker.log_table(trials_table(plan, all_trials), R.TRIALS_TABLE_ARTIFACT)
             if why:
                 tracker.set_tags({"ablate.error": why})
                 tracker.end("failed")

@@ -121,6 +121,7 @@ SUMMARY_ARTIFACT = "summary.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
 CELLS_TABLE_ARTIFACT = "cells.json"  # a study's parent: the cells table MLflow's artifact view shows
 STATUS_ARTIFACT = "status.txt"  # a finished study's parent: the grid of outcomes
+TRIALS_TABLE_ARTIFACT = "trials.json"  # a search's parent: the trials table (state, values, params)
 BEST_SPEC_ARTIFACT = "best.yaml"  # a search's parent: the best trial as a runnable spec
 IMPORTANCE_ARTIFACT = "importance.json"
 PARETO_ARTIFACT = "pareto.json"

@@ -221,6 +221,18 @@ def test_a_tuner_prune_survives_a_restart(tmp_path: Path, monkeypatch: pytest.Mo
     assert again.status == "pruned" and again.history == first.history
 
 
+def test_a_prune_at_the_last_evaluation_lets_the_run_finish(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training is over at the last evaluation: a tuner that says "prune" there saves nothing, so the run
+    finishes with its final evaluation (and its trial keeps its place in a search report's ranking)."""
+    monkeypatch.chdir(tmp_path)
+    spec = tiny_spec(tmp_path, ["train.max_steps=10", "train.eval_every=5"])
+    seen: list[int] = []
+    result = run_experiment(spec, quiet=True, hook=lambda step, _m: seen.append(step) or step >= 10)
+    assert seen == [5, 10]  # the tuner still heard the last evaluation
+    assert result.status == "finished" and "val/loss" in result.metrics
+
+
 def test_an_unmeasured_early_stopping_metric_is_an_error_not_a_switch(tmp_path: Path) -> None:
     valid = tiny_spec(tmp_path, ["eval.bleu_during_training=false"])
     # past spec validation (model_copy does not validate), as a spec from an older version could be

@@ -6,6 +6,7 @@ specs (d_model 16, 1+1 layers, a few dozen steps).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -262,7 +263,7 @@ search:
 
     # Results: the best trial printed, logged on the parent, best.yaml runnable, importances named.
     best = study.best_trial
-    assert f"trial {best.number}: val/loss {best.value:.4g}" in out
+    assert f"trial {best.number}: final/val/loss {best.value:.4g}" in out
     assert "PedAnovaImportanceEvaluator" in out
     parent = mlflow_runs("grid")[0][0]
     assert parent.info.status == "FINISHED"
@@ -270,7 +271,19 @@ search:
     assert parent.data.tags["ablate.best_trial"] == str(best.number)
     assert parent.data.params["best.model.ffn"] == "linear"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"best.yaml", "importance.json", "figures"} <= artifacts
+    assert {"best.yaml", "importance.json", "figures", "trials.json"} <= artifacts
+    # The parent shows every trial: its state, its final/ value and what it sampled, in its description
+    # (MLflow's run page) and as a table artifact.
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "trials.json", str(workdir)))
+                       .read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert [r["trial"] for r in rows] == [t.number for t in trials]
+    assert [r["state"] for r in rows] == [t.state.name.lower() for t in trials]
+    assert rows[best.number]["final/val/loss"] == pytest.approx(best.value, abs=1e-4)
+    assert [r["model.ffn"] for r in rows] == [t.params["model.ffn"] for t in trials]
+    assert rows[best.number]["run"] == best.user_attrs["mlflow_run_id"][:8]
+    note = parent.data.tags["mlflow.note.content"]
+    assert "| trial | state | final/val/loss |" in note and note.count("\n| ") == len(trials) + 1
     figures = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "figures")}
     assert {"optimization_history.png", "param_importances.png", "parallel_coordinate.png"} <= figures
     best_yaml = workdir / "runs" / "grid" / study.study_name / "best.yaml"
@@ -344,7 +357,7 @@ search:
     best = study.best_trial
     assert best.number == 0 and best.user_attrs["ablate.baseline"] is True
     assert "search.timeout (0.001 s) reached: 2 trials not started" in out
-    assert f"trial 0: val/loss {best.value:.4g}" in out
+    assert f"trial 0: final/val/loss {best.value:.4g}" in out
     assert (workdir / "runs" / "late" / study.study_name / "best.yaml").exists()
     parent = mlflow_runs("late")[0][0]
     assert parent.info.status == "FINISHED" and parent.data.tags["ablate.trials_left"] == "2"
