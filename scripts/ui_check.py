@@ -1,6 +1,6 @@
 """Check what a person sees in `ablate ui`: a real small store in a real browser.
 
-    python scripts/ui_check.py [--out DIR] [--keep]
+    python scripts/ui_check.py [--out DIR] [--keep] [--steps N]
 
 In a fresh folder it runs a quickstart-size run and a 4-cell ablation study (residual pre/post-norm x
 seeds 0, 1; a few dozen steps each), starts `ablate ui` on a free port, and loads in headless Chromium
@@ -37,11 +37,12 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def write_specs(folder: Path) -> tuple[Path, Path]:
+def write_specs(folder: Path, steps: int) -> tuple[Path, Path]:
     quick = ROOT / "experiments" / "quickstart.yaml"
+    every = max(1, steps // 2)
     common = (f"extends: {quick}\n"
-              "data: {synthetic: {train_size: 800}}\n"
-              "train: {max_steps: 40, eval_every: 20, checkpoint_every: 20}\n")
+              "data: {synthetic: {train_size: 800, val_size: 64, test_size: 64}}\n"
+              f"train: {{max_steps: {steps}, eval_every: {every}, checkpoint_every: {every}}}\n")
     run = folder / "ui-run.yaml"
     run.write_text(f"{common}name: ui-run\ndescription: a quickstart-size run for the UI check\n"
                    "tracking: {experiment: ui-run}\n")
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="ui-check", help="folder for the screenshots")
     parser.add_argument("--keep", action="store_true", help="keep the store's folder (printed)")
     parser.add_argument("--store", metavar="DIR", help="reuse the folder a --keep run left (no training)")
+    parser.add_argument("--steps", type=int, default=40,
+                        help="training steps per run (the pages need runs, not trained models: the test "
+                             "suite uses a few)")
     args = parser.parse_args(argv)
     browser = chromium()
     if browser is None:
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(what)
 
     if not args.store:
-        run_spec, study_spec = write_specs(folder)
+        run_spec, study_spec = write_specs(folder, args.steps)
         ablate(folder, "run", str(run_spec))
         ablate(folder, "ablate", str(study_spec))
     ui = subprocess.Popen([sys.executable, "-m", "ablate", "ui", "--port", "0"], cwd=folder,

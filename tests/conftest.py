@@ -102,7 +102,17 @@ def crashing_ffn() -> Iterator[str]:
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in a temporary folder with its own MLflow sqlite store (inherited by subprocesses)."""
+    """Run in a temporary folder with its own, empty MLflow sqlite store (inherited by subprocesses)."""
+    from tests.stores import mlflow_store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def bare_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`workdir` without the store in it: for tests that check a command writes nothing there."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     return tmp_path

@@ -19,6 +19,7 @@ from ablate.spec.load import SpecError
 from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.adaptive import needed_keys, progress
 from ablate.study.cells import CellRecord
+from tests.stores import mlflow_store
 
 SPEC = """\
 name: {name}
@@ -104,7 +105,8 @@ def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
     assert set(needed_keys(plan, plan.design, records)) <= set(records)  # and asks for no more seeds
 
 
-def test_dry_run_states_the_adaptive_plan(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_states_the_adaptive_plan(bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workdir = bare_workdir
     path = write(workdir, "dry")
     assert main_ablate(str(path), dry_run=True) == 0
     out = capsys.readouterr().out
@@ -115,7 +117,8 @@ def test_dry_run_states_the_adaptive_plan(workdir: Path, capsys: pytest.CaptureF
 
 
 def test_import_of_a_folder_that_is_no_export_is_a_one_line_error(
-        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workdir = bare_workdir
     (workdir / "notes").mkdir()
     assert cli_main(["import", str(workdir / "notes")]) == 2
     err = capsys.readouterr().err
@@ -210,7 +213,7 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     fresh = workdir / "fresh"
     fresh.mkdir()
     monkeypatch.chdir(fresh)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(fresh))
     assert cli_main(["import", str(export)]) == 0
     assert cli_main(["import", str(export)]) == 2  # the study is there now: refused, nothing doubled
     assert "already in this MLflow store" in capsys.readouterr().err

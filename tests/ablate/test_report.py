@@ -1,6 +1,8 @@
-"""`ablate report` on real tiny studies: an ablation (2 variants x 3 seeds + a variant that diverges), a
-2 x 2 full factorial with 2 seeds, a one-seed ablation with explicit attention, and a 3-trial search, all
-trained by the project's own `main_ablate` / `main_tune` into a sqlite MLflow store in a temporary folder.
+"""`ablate report` on real tiny studies: an ablation (2 variants x 3 seeds + a variant that diverges) and a
+2 x 2 full factorial with 2 seeds, imported from their committed exports (tests/report_studies.py says how
+they were trained and how to regenerate them), plus a one-seed ablation with explicit attention and a
+3-trial search trained end to end by the project's own `main_ablate` / `main_tune`, all in a sqlite MLflow
+store in a temporary folder.
 
 Every number in the main table is recomputed here from the runs with scipy; the HTML must be
 self-contained; two renderings of the same runs must agree byte for byte apart from the timestamp line.
@@ -27,77 +29,31 @@ from ablate.errors import AblateError
 from ablate.report import stats as st
 from ablate.report.build import main_report
 from ablate.report.render import STAMP_PREFIX
+from tests.report_studies import EXPORTED, EXPORTS, ONE_SEED, SEARCH
+from tests.stores import mlflow_store
 
 pytestmark = pytest.mark.slow
-
-COMMON = """
-data:
-  source: synthetic
-  synthetic: {task: copy, vocab_size: 8, min_len: 1, max_len: 3, train_size: 200, val_size: 16, test_size: 16}
-  max_len: 5
-  batch_tokens: 256
-model: {d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0, ATTN}
-train:
-  max_steps: 30
-  eval_every: 10
-  checkpoint_every: 10
-  threads: 1
-  optimizer: {lr: 0.01}
-  schedule: {name: constant, warmup_steps: 0}
-eval: {samples: 2}
-"""
-ABLATION = "name: rep-abl\nseed: 0\n" + COMMON.replace(", ATTN", "") + """
-ablation:
-  design: variants
-  variants:
-    - {model: {residual: post_norm}}
-    - {label: lr=50, train: {optimizer: {lr: 50}}}
-  seeds: [0, 1, 2]
-"""
-ONE_SEED = "name: rep-one\nseed: 0\n" + COMMON.replace("ATTN", "attention: explicit") + """
-ablation:
-  axes: {model.residual: [pre_norm, post_norm]}
-  seeds: [0]
-"""
-SHORT = COMMON.replace(", ATTN", "").replace("max_steps: 30", "max_steps: 20")
-FACTORIAL = "name: rep-fac\nseed: 0\n" + SHORT.replace("max_steps: 20", "max_steps: 10") + """
-ablation:
-  design: full_factorial
-  axes:
-    model.residual: [pre_norm, post_norm]
-    train.schedule.warmup_steps: [0, 5]
-  seeds: [0, 1]
-"""
-SEARCH = "name: rep-search\nseed: 0\n" + SHORT + """
-search:
-  trials: 3
-  sampler: random
-  pruner: {name: none}
-  space:
-    train.optimizer.lr: {low: 0.001, high: 0.05, log: true}
-    model.residual: {choice: [pre_norm, post_norm]}
-"""
 
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A working folder holding the MLflow store of the three studies and their reports."""
+    """A working folder holding the MLflow store of the four studies and their reports."""
     import torch
 
     from ablate.study.ablation import main_ablate
     from ablate.study.search import main_tune
+    from ablate.study.transfer import main_import
 
     root = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_store(root))
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        for name, text in (("abl.yaml", ABLATION), ("one.yaml", ONE_SEED), ("search.yaml", SEARCH),
-                           ("fac.yaml", FACTORIAL)):
+        for name, text in (("one.yaml", ONE_SEED), ("search.yaml", SEARCH)):
             (root / name).write_text(text)
-        assert main_ablate("abl.yaml") == 0
-        assert main_ablate("fac.yaml") == 0
+        for study in EXPORTED:  # trained once and committed; imported as a study moved between hosts is
+            assert main_import(str(EXPORTS / study)) == 0
         assert main_ablate("one.yaml") == 0
         assert main_tune("search.yaml") == 0
         assert main_report("rep-abl", "out/abl") == 0

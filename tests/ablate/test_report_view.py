@@ -23,6 +23,7 @@ from ablate.report.build import cost_points, main_report
 from ablate.report.data import Run, build_study, load_study
 from ablate.report.environment import dataset_rows
 from ablate.report.search import best_spec_path
+from tests.stores import mlflow_store
 
 # variant -> seed -> (val/loss history, wall time s); mask=-1e9 repeats the baseline exactly.
 LOSS = {0: [2.0, 1.5, 1.2], 1: [2.1, 1.6, 1.3]}
@@ -62,7 +63,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("view")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        uri = f"sqlite:///{root / 'mlflow.db'}"
+        uri = mlflow_store(root)
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         client = MlflowClient(uri)  # named: an earlier test may have set mlflow's process-wide URI
         # ---- the ablation, at the floor of exact match

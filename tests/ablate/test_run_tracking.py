@@ -27,6 +27,7 @@ from ablate.engine.train import load_checkpoint
 from ablate.run.runner import RunResult, run_experiment
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import load_spec
+from tests.stores import mlflow_store
 
 DE = ["ein hund läuft", "zwei kinder spielen", "eine frau liest", "der mann kocht", "ein vogel singt",
       "die katze schläft", "ein kind lacht", "der hund schläft"]
@@ -116,7 +117,7 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracked]:
     folder = tmp_path_factory.mktemp("tracked")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_store(folder))
         spec_path = text_spec(folder)
         out = io.StringIO()
         with redirect_stdout(out):

@@ -137,8 +137,9 @@ ablation:
     assert "error:" in capsys.readouterr().err
 
 
-def test_dry_run_prints_cells_and_diffs_and_writes_nothing(workdir: Path, capsys: pytest.CaptureFixture[str]
-                                                           ) -> None:
+def test_dry_run_prints_cells_and_diffs_and_writes_nothing(bare_workdir: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    workdir = bare_workdir
     path = write_spec(workdir, "dry", """
 ablation:
   axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
@@ -327,7 +328,7 @@ def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
 ablation:
   axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
   seeds: [0, 1]
-""")
+""", steps=6, eval_every=3)  # the cells only need to exist: what is tested is who runs them
     cmd = [sys.executable, "-m", "ablate", "ablate", str(path), "--storage", postgres_url]
     logs = [open(workdir / f"worker{i}.log", "w") for i in range(2)]
     procs = [subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT) for log in logs]

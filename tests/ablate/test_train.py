@@ -21,6 +21,7 @@ from ablate.run.runner import run_experiment
 from ablate.spec.experiment import TrainSpec
 from ablate.spec.load import load_spec
 from tests.factories import tiny_yaml
+from tests.stores import mlflow_store
 
 TINY = tiny_yaml()
 
@@ -106,7 +107,7 @@ def _final_state(run_dir: Path) -> tuple[float, dict[str, torch.Tensor]]:
 
 def _env(folder: Path, checkpoint_delay: float = 0.0) -> dict[str, str]:
     return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-                MLFLOW_TRACKING_URI=f"sqlite:///{folder / 'mlflow.db'}",
+                MLFLOW_TRACKING_URI=mlflow_store(folder),
                 ABLATE_FAULT_CHECKPOINT_DELAY_S=str(checkpoint_delay))
 
 
