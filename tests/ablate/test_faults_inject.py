@@ -1,6 +1,7 @@
-"""Fault injection, end to end: real `ablate` processes, real signals, a real `mlflow server` on 127.0.0.1,
-a real tmpfs filled up. Each fault ends in the uninterrupted run's final weights and MLflow metrics (every
-step once), a terminal MLflow state, and one-line messages without tracebacks.
+"""Fault injection, end to end: real `ablate` processes, real signals, a real `mlflow server` on 127.0.0.1
+(killed, restarted, frozen) and a real tmpfs filled up. Each fault ends in the uninterrupted run's final
+weights and MLflow metrics (every step once), a terminal MLflow state, and one-line messages without
+tracebacks.
 
 The run is tiny (60 optimizer steps of a 1+1-layer reverse task, a few seconds); the instant of each
 fault is drawn at random (the seed is printed: ABLATE_FAULT_SEED=N repeats a draw).
@@ -105,19 +106,19 @@ def _final(root: Path) -> tuple[float, dict[str, torch.Tensor]]:
     return payload["state"]["history"][-1][1]["val/loss"], payload["model"]
 
 
-def _runs(uri: str) -> list:  # type: ignore[type-arg]
+def _runs(uri: str, experiment: str = "tiny") -> list:  # type: ignore[type-arg]
     client = MlflowClient(uri)
-    return client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    return client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
 
 
-def _assert_same_as(reference: Path, root: Path, uri: str) -> None:
+def _assert_same_as(reference: Path, root: Path, uri: str, experiment: str = "tiny") -> None:
     """Final loss and weights bit for bit, one FINISHED MLflow run, every metric step once with the
     reference's values."""
     ref_loss, ref_w = _final(reference)
     loss, w = _final(root)
     assert loss == ref_loss
     assert all(torch.equal(t, w[k]) for k, t in ref_w.items())
-    (run,) = _runs(uri)
+    (run,) = _runs(uri, experiment)
     assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
     client, ref_client = MlflowClient(uri), MlflowClient(f"sqlite:///{reference / 'mlflow.db'}")
     (ref_run,) = _runs(f"sqlite:///{reference / 'mlflow.db'}")
@@ -269,50 +270,144 @@ def _server(folder: Path, port: int) -> subprocess.Popen[bytes]:
     pytest.fail("mlflow server did not start")
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+class Server:
+    """One `mlflow server` (its own folder, one port) that a test may kill, start again on the same port
+    and store, or freeze (SIGSTOP: the port still takes connections, nothing answers)."""
+
+    def __init__(self, site: Path) -> None:
+        self.site, self.port = site, _free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc = _server(site, self.port)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.proc = _server(self.site, self.port)
+
+    def freeze(self, frozen: bool) -> None:
+        os.killpg(self.proc.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("site"))
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.freeze(False)
+            server.kill()
+
+
+@pytest.fixture
+def server(tracking_server: Server) -> Server:
+    """The module's tracking server, up (a test before may have killed it). Each test logs to its own
+    experiment (`_spec`)."""
+    if tracking_server.proc.poll() is not None:
+        tracking_server.restart()
+    return tracking_server
+
+
+def _spec(experiment: str) -> str:
+    # The tracking section is not part of the run's identity: the same run as the reference's.
+    return SPEC.replace("log_checkpoint: false}", f"log_checkpoint: false, experiment: {experiment}}}")
+
+
+def _summary(root: Path) -> dict:  # type: ignore[type-arg]
+    import json
+
+    (summary,) = root.glob("runs/tiny/*/summary.json")
+    return dict(json.loads(summary.read_text()))
 
 
 @pytest.mark.slow
 def test_a_tracking_server_killed_mid_run_delays_records_without_losing_or_doubling_one(
-        tmp_path: Path, reference: Path, rng: random.Random) -> None:
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
     """The `mlflow server` SIGKILLed at a random step: training goes on (records queue in the run
     folder's outbox), the run ends with one warning line and a complete summary.json counting the delayed
     records; with the server back, the same command sends them in order: the MLflow run ends FINISHED with
     every metric step of the uninterrupted run exactly once."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (tmp_path / "spec.yaml").write_text(SPEC)
-    port = _free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = _server(site, port)
-    try:
-        proc = _start(tmp_path, uri, delay=0.15)
-        at = rng.randint(1, 40)
-        _when(proc, lambda: _step(tmp_path) >= at)
-        _kill(server)
-        out, err = proc.communicate(timeout=180)
-        _no_traceback(proc, out, err)
-        assert proc.returncode == 0, err
-        messages = _messages(err)
-        assert any("does not answer" in m for m in messages) and "is down" in messages[-1], messages
-        import json
+    (tmp_path / "spec.yaml").write_text(_spec("killed"))
+    uri = server.uri
+    proc = _start(tmp_path, uri, delay=0.15)
+    at = rng.randint(1, 40)
+    _when(proc, lambda: _step(tmp_path) >= at)
+    server.kill()
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    messages = _messages(err)
+    assert any("does not answer" in m for m in messages) and "is down" in messages[-1], messages
+    result = _summary(tmp_path)
+    assert result["status"] == "finished" and result["delayed"] > 0 and "test/loss" in result["metrics"]
+    server.restart()
+    again = _run(tmp_path, uri)
+    assert again.returncode == 0, again.stderr
+    assert any(m.startswith("note: sent the records") for m in _messages(again.stderr)), again.stderr
+    _assert_same_as(reference, tmp_path, uri, "killed")
+    (run,) = _runs(uri, "killed")
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
+    assert {"summary.json", "spec.yaml"} <= artifacts
 
-        (summary,) = tmp_path.glob("runs/tiny/*/summary.json")
-        result = json.loads(summary.read_text())
-        assert result["status"] == "finished" and result["delayed"] > 0 and "test/loss" in result["metrics"]
-        server = _server(site, port)
-        again = _run(tmp_path, uri)
-        assert again.returncode == 0, again.stderr
-        assert any(m.startswith("note: sent the records") for m in _messages(again.stderr)), again.stderr
-        _assert_same_as(reference, tmp_path, uri)
-        (run,) = _runs(uri)
-        artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
-        assert {"summary.json", "spec.yaml"} <= artifacts
+
+@pytest.mark.slow
+def test_a_tracking_server_restarted_mid_run_gets_the_queued_records_during_that_same_run(
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
+    """The `mlflow server` SIGKILLed at a random step and started again (same port, same store) while the
+    run still trains: the run says once that the server does not answer and once that it answers again, and
+    by the time it exits (no second command) its MLflow record is complete: FINISHED, every metric step of
+    the uninterrupted run exactly once, its artifacts, nothing left in the outbox."""
+    (tmp_path / "spec.yaml").write_text(_spec("restarted"))
+    # Each checkpoint lingers 2 s: the run outlives the server's restart (several seconds on a busy machine).
+    proc = _start(tmp_path, server.uri, delay=2.0)
+    _when(proc, lambda: _step(tmp_path) >= rng.randint(1, 6))
+    time.sleep(rng.uniform(0, 1.5))
+    server.kill()
+    server.restart()
+    assert proc.poll() is None and _step(tmp_path) < 60, "the run ended before its server was back"
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    messages = _messages(err)
+    down = [m for m in messages if "does not answer" in m]
+    back = [m for m in messages if "answers again" in m]
+    assert len(down) == len(back) == 1 and messages.index(down[0]) < messages.index(back[0]), messages
+    assert not any(m.startswith("warning:") for m in messages), messages
+    assert _summary(tmp_path)["delayed"] > 0
+    assert not list(tmp_path.glob("runs/tiny/*/outbox/queue.jsonl"))
+    _assert_same_as(reference, tmp_path, server.uri, "restarted")
+    (run,) = _runs(server.uri, "restarted")
+    artifacts = {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
+    assert {"summary.json", "spec.yaml"} <= artifacts
+
+
+@pytest.mark.slow
+def test_a_tracking_server_that_hangs_mid_run_holds_up_no_training_step(
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
+    """The `mlflow server` frozen (SIGSTOP: connections are taken, nothing answers, a request waits for
+    MLflow's 10 s timeout) at a random step until training has reached its last step: training never waits
+    for it (no gap of seconds between the timestamps of its metrics, which are taken when they are logged),
+    and once the server answers again (SIGCONT) the run delivers everything, every metric step once."""
+    (tmp_path / "spec.yaml").write_text(_spec("hung"))
+    proc = _start(tmp_path, server.uri, delay=0.15)
+    _when(proc, lambda: _step(tmp_path) >= rng.randint(1, 30))
+    server.freeze(True)
+    try:
+        _when(proc, lambda: _step(tmp_path) >= 60)
     finally:
-        if server.poll() is None:
-            _kill(server)
+        server.freeze(False)
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    _assert_same_as(reference, tmp_path, server.uri, "hung")
+    (run,) = _runs(server.uri, "hung")
+    client = MlflowClient(server.uri)
+    stamps = sorted({m.timestamp for key in ("train/loss", "val/loss")
+                     for m in client.get_metric_history(run.info.run_id, key)})
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert max(gaps) < 5000, gaps  # waiting on the frozen server would leave one of 10 s or more
 
 
 NO_DATA = """
