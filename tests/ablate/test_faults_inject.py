@@ -247,6 +247,47 @@ def test_two_launches_of_one_run_then_sigkill_and_a_stale_lock(tmp_path: Path, r
     assert not list(tmp_path.glob("runs/tiny/*/.lock"))
 
 
+STUCK = """
+import os, signal, sys, time
+from ablate.engine import train
+
+def stuck(self):
+    os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's stop comes during an evaluation that does not end
+    while True:
+        time.sleep(0.05)
+
+train.Trainer.run_evaluation = stuck
+from ablate.cli import main
+sys.exit(main(["run", "spec.yaml"]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_longer_than_the_grace_stops_without_a_new_checkpoint(
+        tmp_path: Path, reference: Path) -> None:
+    """The first evaluation (step 20) never ends and SIGTERM comes during it: after the grace
+    (ABLATE_PREEMPT_GRACE_S, 1 s here) the run stops without waiting for a step boundary, in one line
+    saying so, exit 143, the MLflow run KILLED/interrupted; the rerun resumes from the checkpoint of step 14
+    and ends exactly where the uninterrupted run ends."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**_env(uri), "ABLATE_PREEMPT_GRACE_S": "1"}
+    done = subprocess.run([sys.executable, "-c", STUCK], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    _no_traceback(done, done.stdout, done.stderr)
+    assert done.returncode == 143, done.stderr
+    (line,) = [m for m in _messages(done.stderr) if m.startswith("interrupted")]
+    assert line.startswith("interrupted by SIGTERM: no step boundary came within 1 s "
+                           "(ABLATE_PREEMPT_GRACE_S), so it stopped without a new checkpoint; resume from "
+                           "the last checkpoint in runs/tiny/")
+    assert _step(tmp_path) == 14
+    (run,) = _runs(uri)
+    assert run.info.status == "KILLED" and run.data.tags["ablate.status"] == "interrupted"
+    again = _run(tmp_path, uri)
+    assert again.returncode == 0, again.stderr
+    _assert_same_as(reference, tmp_path, uri)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

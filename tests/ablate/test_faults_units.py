@@ -1,5 +1,5 @@
 """Fault handling pieces on their own: verified checkpoints, the run lock, storage errors, the outbox queue
-and its sender thread, the repeated-failure rule, and the preemption handler. Fast (no
+and its sender thread, the repeated-failure rule, and the preemption handler with its grace bound. Fast (no
 training); the end-to-end fault-injection suite is tests/ablate/test_faults_inject.py."""
 
 from __future__ import annotations
@@ -287,3 +287,48 @@ def test_the_first_signal_waits_for_a_step_boundary_and_a_second_one_does_not() 
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
 
+
+GRACE = """
+import os, signal, sys, time
+from ablate.engine import preempt
+preempt.install()
+try:
+    with preempt.deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("signalled", flush=True)
+        while True:  # a step (or an evaluation) that does not reach its boundary
+            time.sleep(0.01)
+except preempt.Preempted:
+    print(preempt.late(), flush=True)
+    sys.exit(preempt.exit_code())
+"""
+
+
+def test_the_first_signal_waits_for_a_step_boundary_no_longer_than_the_grace() -> None:
+    env = dict(os.environ, ABLATE_PREEMPT_GRACE_S="0.5")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", GRACE], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+    assert time.monotonic() - started >= 0.5
+    signalled, line = done.stdout.splitlines()
+    assert signalled == "signalled" and line.startswith(
+        "no step boundary came within 0.5 s (ABLATE_PREEMPT_GRACE_S), so it stopped without a new checkpoint")
+
+
+def test_a_step_boundary_within_the_grace_disarms_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)]
+    monkeypatch.setenv(preempt.GRACE_ENV, "0.2")
+    try:
+        preempt.install()
+        with preempt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+            assert preempt.requested() == signal.SIGTERM
+            preempt.at_boundary()  # what the trainer calls before its checkpoint
+            time.sleep(0.5)  # the grace would have run out here
+        assert preempt.late() == ""
+    finally:
+        preempt.reset()
+        for signum, handler in zip((signal.SIGTERM, signal.SIGINT, signal.SIGALRM), before, strict=True):
+            signal.signal(signum, handler)
