@@ -1,7 +1,7 @@
 """Fault injection, end to end: real `ablate` processes, real signals, a real `mlflow server` on 127.0.0.1
-(killed, restarted, frozen) and a real tmpfs filled up. Each fault ends in the uninterrupted run's final
-weights and MLflow metrics (every step once), a terminal MLflow state, and one-line messages without
-tracebacks.
+(killed, restarted, frozen), a real tmpfs filled up, a real PostgreSQL study store. Each fault ends in the
+uninterrupted run's final weights and MLflow metrics (every step once), a terminal MLflow state, and
+one-line messages without tracebacks.
 
 The run is tiny (60 optimizer steps of a 1+1-layer reverse task, a few seconds); the instant of each
 fault is drawn at random (the seed is printed: ABLATE_FAULT_SEED=N repeats a draw).
@@ -526,15 +526,17 @@ ablation:
 """
 
 
-def _study(folder: Path, delay: float = 0.0) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ablate", "ablate", "spec.yaml", "--workers", "2"],
+def _study(folder: Path, delay: float = 0.0, storage: str | None = None) -> subprocess.Popen[str]:
+    shared = ["--storage", storage] if storage else []
+    return subprocess.Popen([sys.executable, "-m", "ablate", "ablate", "spec.yaml", "--workers", "2",
+                             *shared],
                             cwd=folder, env=_env(f"sqlite:///{folder / 'mlflow.db'}", delay),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _cell_steps(folder: Path) -> int:
     best = -1
-    for ckpt in folder.glob("runs/duo/*/last.pt"):
+    for ckpt in folder.glob("runs/*/*/last.pt"):
         try:
             best = max(best, int(load_checkpoint(ckpt)["state"]["step"]))
         except Exception:  # noqa: BLE001 - replaced while read
@@ -543,22 +545,24 @@ def _cell_steps(folder: Path) -> int:
 
 
 @pytest.mark.slow
-def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path,
+@pytest.mark.postgres
+def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path, postgres_url: str,
                                                                          rng: random.Random) -> None:
-    """`ablate ablate --workers 2`: SIGTERM to the parent alone (Kubernetes) at a random step (the workers
-    get it forwarded, checkpoint and re-queue their cells; exit 143, every MLflow run terminal), then a
-    SIGKILL at another random step (the workers die with the parent), then the same command to the end:
-    every cell has exactly one MLflow run, FINISHED, with the weights and metric steps of an uninterrupted
-    two-worker study."""
+    """`ablate ablate --workers 2 --storage postgresql://...` (the study a cluster's machines share): SIGTERM
+    to the parent alone (Kubernetes) at a random step (the workers get it forwarded, checkpoint and re-queue
+    their cells; exit 143, every MLflow run terminal), then a SIGKILL at another random step (the workers die
+    with the parent), then the same command to the end: every cell has exactly one MLflow run, FINISHED,
+    with the weights and metric steps of an uninterrupted two-worker study."""
+    name = f"duo-{os.getpid()}-{int(time.time())}"  # its own study in a store other sessions may share
     ref, box = tmp_path / "ref", tmp_path / "faulty"
     for folder in (ref, box):
         folder.mkdir()
-        (folder / "spec.yaml").write_text(STUDY)
-    done = _study(ref)
+        (folder / "spec.yaml").write_text(STUDY.replace("name: duo\n", f"name: {name}\n"))
+    done = _study(ref)  # the reference on the default journal store: only its results are compared
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, err
 
-    proc = _study(box, delay=0.1)
+    proc = _study(box, delay=0.1, storage=postgres_url)
     _when(proc, lambda: _cell_steps(box) >= rng.randint(1, 50), timeout=300)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -567,20 +571,20 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
     (line,) = [m for m in _messages(err) if m.startswith("interrupted")]
     assert line.startswith("interrupted by SIGTERM:") and "`ablate ablate spec.yaml`" in line
     uri = f"sqlite:///{box / 'mlflow.db'}"
-    statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, "duo")}
+    statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, name)}
     assert "RUNNING" not in statuses.values() and statuses.get("interrupted") == "KILLED", statuses
 
-    proc = _study(box, delay=0.1)
+    proc = _study(box, delay=0.1, storage=postgres_url)
     _when(proc, lambda: _cell_steps(box) >= rng.randint(1, 55), timeout=300)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    again = _study(box)
+    again = _study(box, storage=postgres_url)
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     _no_traceback(again, out, err)
 
-    runs = _runs_of(uri, "duo")
-    ref_runs = _runs_of(f"sqlite:///{ref / 'mlflow.db'}", "duo")
+    runs = _runs_of(uri, name)
+    ref_runs = _runs_of(f"sqlite:///{ref / 'mlflow.db'}", name)
     cells = [r for r in runs if "ablate.cell" in r.data.tags]
     assert sorted(r.data.tags["ablate.cell"] for r in cells) == sorted(
         r.data.tags["ablate.cell"] for r in ref_runs if "ablate.cell" in r.data.tags)  # each cell once
@@ -594,6 +598,6 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
             assert len({s for s, _ in got}) == len(got), (key, metric)
             want = [(m.step, m.value) for m in ref_client.get_metric_history(twin.info.run_id, metric)]
             assert sorted(got) == sorted(want), (key, metric)
-        a = load_checkpoint(box / "runs" / "duo" / key / "last.pt")["model"]
-        b = load_checkpoint(ref / "runs" / "duo" / key / "last.pt")["model"]
+        a = load_checkpoint(box / "runs" / name / key / "last.pt")["model"]
+        b = load_checkpoint(ref / "runs" / name / key / "last.pt")["model"]
         assert all(torch.equal(t, a[k]) for k, t in b.items()), key
