@@ -314,6 +314,7 @@ class Trainer:
                     # A SIGTERM/SIGINT during the last step: checkpoint at this boundary and stop (all DDP
                     # ranks agree on the step, so none waits in an all-reduce for a rank that left).
                     if self.global_sum(1.0 if preempt.requested() else 0.0) > 0:
+                        preempt.at_boundary()
                         self.save()
                         return TrainOutcome("killed", st, f"interrupted by {preempt.signal_name()} at step "
                                             f"{st.step}; checkpoint saved")
@@ -357,8 +358,9 @@ class Trainer:
                     elif step % tspec.checkpoint_every == 0:
                         self.save()
             except KeyboardInterrupt:
-                # A second signal (or one outside `preempt.deferred`) stopped a step half-way: its state is
-                # not a boundary, so the last checkpoint written stays the resume point.
+                # A second signal, one outside `preempt.deferred`, or the first one's grace running out
+                # stopped a step half-way: its state is not a boundary, so the last checkpoint written stays
+                # the resume point.
                 return TrainOutcome("killed", self.state, "interrupted mid-step; resumes from the last "
                                     "checkpoint")
             finally:

@@ -416,8 +416,8 @@ def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: 
     except KeyboardInterrupt as exc:
         step = exc.step if isinstance(exc, Interrupted) else None
         where = f"checkpoint at step {step}" if step is not None else "the last checkpoint"
-        print(f"interrupted by {preempt.signal_name()}: resume from {where} in {run_dir} with `{command}`",
-              file=sys.stderr, flush=True)
+        print(f"interrupted by {preempt.signal_name()}: {preempt.late()}resume from {where} in {run_dir} "
+              f"with `{command}`", file=sys.stderr, flush=True)
         return preempt.exit_code()
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(spec, result))

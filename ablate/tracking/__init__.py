@@ -3,7 +3,8 @@
 * `ablate.tracking.tracker` writes runs (`Tracker`, `NullTracker` when tracking is off); this module
   re-exports the public API;
 * `ablate.tracking.record` names every tag, param, metric and artifact of the record;
-* `ablate.tracking.outbox` queues what a tracking server that does not answer could not take;
+* `ablate.tracking.outbox` sends a run's records from a thread through a queue written ahead on disk,
+  where what a tracking server that does not answer could not take waits;
 * `ablate.tracking.store` picks the store (URI precedence, artifact folder, experiment), checks that a
   network store answers, records the environment, and lists runs and downloads artifacts;
 * `ablate.tracking.models` logs a run's model with ``mlflow.pytorch`` and loads it back safely;

@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.outbox import Courier
+from ablate.tracking.outbox import FINISH_WAIT_S, Courier
 from ablate.tracking.store import (
     check_reachable,
     dataset_source,
@@ -355,8 +355,8 @@ class Tracker(NullTracker):
         tag."""
         from ablate.tracking.models import log_model
 
-        if self._outbox is not None and self._outbox.down:
-            return None  # the server is away: the best checkpoint in the run folder is the model
+        if self._outbox is not None and not self._outbox.settle(FINISH_WAIT_S):
+            return None  # the server is away or behind: the best checkpoint in the run folder is the model
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
                         step=step, model_spec=model_spec or self._model_spec)
         self.set_tags({R.MODEL_URI: uri})
@@ -401,7 +401,8 @@ class Tracker(NullTracker):
             self.client.set_terminated(self.run_id, MLFLOW_STATUS[status])
 
     def use_outbox(self, folder: Path) -> None:
-        """Queue what a silent tracking server cannot take in ``folder`` (ablate/tracking/outbox.py)."""
+        """Send the run's records from a thread through a queue written ahead in ``folder``: training never
+        waits on the server, and what a silent one cannot take waits there (ablate/tracking/outbox.py)."""
         if is_server_uri(self.tracking_uri):
             self._outbox = Courier(self.client, self.run_id, self.tracking_uri, folder, self._last_step)
 

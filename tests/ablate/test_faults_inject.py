@@ -1,6 +1,7 @@
-"""Fault injection, end to end: real `ablate` processes, real signals, a real `mlflow server` on 127.0.0.1,
-a real tmpfs filled up. Each fault ends in the uninterrupted run's final weights and MLflow metrics (every
-step once), a terminal MLflow state, and one-line messages without tracebacks.
+"""Fault injection, end to end: real `ablate` processes, real signals, a real `mlflow server` on 127.0.0.1
+(killed, restarted, frozen), a real tmpfs filled up, a real PostgreSQL study store. Each fault ends in the
+uninterrupted run's final weights and MLflow metrics (every step once), a terminal MLflow state, and
+one-line messages without tracebacks.
 
 The run is tiny (60 optimizer steps of a 1+1-layer reverse task, a few seconds); the instant of each
 fault is drawn at random (the seed is printed: ABLATE_FAULT_SEED=N repeats a draw).
@@ -105,19 +106,19 @@ def _final(root: Path) -> tuple[float, dict[str, torch.Tensor]]:
     return payload["state"]["history"][-1][1]["val/loss"], payload["model"]
 
 
-def _runs(uri: str) -> list:  # type: ignore[type-arg]
+def _runs(uri: str, experiment: str = "tiny") -> list:  # type: ignore[type-arg]
     client = MlflowClient(uri)
-    return client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    return client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
 
 
-def _assert_same_as(reference: Path, root: Path, uri: str) -> None:
+def _assert_same_as(reference: Path, root: Path, uri: str, experiment: str = "tiny") -> None:
     """Final loss and weights bit for bit, one FINISHED MLflow run, every metric step once with the
     reference's values."""
     ref_loss, ref_w = _final(reference)
     loss, w = _final(root)
     assert loss == ref_loss
     assert all(torch.equal(t, w[k]) for k, t in ref_w.items())
-    (run,) = _runs(uri)
+    (run,) = _runs(uri, experiment)
     assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
     client, ref_client = MlflowClient(uri), MlflowClient(f"sqlite:///{reference / 'mlflow.db'}")
     (ref_run,) = _runs(f"sqlite:///{reference / 'mlflow.db'}")
@@ -246,6 +247,47 @@ def test_two_launches_of_one_run_then_sigkill_and_a_stale_lock(tmp_path: Path, r
     assert not list(tmp_path.glob("runs/tiny/*/.lock"))
 
 
+STUCK = """
+import os, signal, sys, time
+from ablate.engine import train
+
+def stuck(self):
+    os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's stop comes during an evaluation that does not end
+    while True:
+        time.sleep(0.05)
+
+train.Trainer.run_evaluation = stuck
+from ablate.cli import main
+sys.exit(main(["run", "spec.yaml"]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_longer_than_the_grace_stops_without_a_new_checkpoint(
+        tmp_path: Path, reference: Path) -> None:
+    """The first evaluation (step 20) never ends and SIGTERM comes during it: after the grace
+    (ABLATE_PREEMPT_GRACE_S, 1 s here) the run stops without waiting for a step boundary, in one line
+    saying so, exit 143, the MLflow run KILLED/interrupted; the rerun resumes from the checkpoint of step 14
+    and ends exactly where the uninterrupted run ends."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**_env(uri), "ABLATE_PREEMPT_GRACE_S": "1"}
+    done = subprocess.run([sys.executable, "-c", STUCK], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    _no_traceback(done, done.stdout, done.stderr)
+    assert done.returncode == 143, done.stderr
+    (line,) = [m for m in _messages(done.stderr) if m.startswith("interrupted")]
+    assert line.startswith("interrupted by SIGTERM: no step boundary came within 1 s "
+                           "(ABLATE_PREEMPT_GRACE_S), so it stopped without a new checkpoint; resume from "
+                           "the last checkpoint in runs/tiny/")
+    assert _step(tmp_path) == 14
+    (run,) = _runs(uri)
+    assert run.info.status == "KILLED" and run.data.tags["ablate.status"] == "interrupted"
+    again = _run(tmp_path, uri)
+    assert again.returncode == 0, again.stderr
+    _assert_same_as(reference, tmp_path, uri)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -269,50 +311,144 @@ def _server(folder: Path, port: int) -> subprocess.Popen[bytes]:
     pytest.fail("mlflow server did not start")
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+class Server:
+    """One `mlflow server` (its own folder, one port) that a test may kill, start again on the same port
+    and store, or freeze (SIGSTOP: the port still takes connections, nothing answers)."""
+
+    def __init__(self, site: Path) -> None:
+        self.site, self.port = site, _free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc = _server(site, self.port)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.proc = _server(self.site, self.port)
+
+    def freeze(self, frozen: bool) -> None:
+        os.killpg(self.proc.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("site"))
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.freeze(False)
+            server.kill()
+
+
+@pytest.fixture
+def server(tracking_server: Server) -> Server:
+    """The module's tracking server, up (a test before may have killed it). Each test logs to its own
+    experiment (`_spec`)."""
+    if tracking_server.proc.poll() is not None:
+        tracking_server.restart()
+    return tracking_server
+
+
+def _spec(experiment: str) -> str:
+    # The tracking section is not part of the run's identity: the same run as the reference's.
+    return SPEC.replace("log_checkpoint: false}", f"log_checkpoint: false, experiment: {experiment}}}")
+
+
+def _summary(root: Path) -> dict:  # type: ignore[type-arg]
+    import json
+
+    (summary,) = root.glob("runs/tiny/*/summary.json")
+    return dict(json.loads(summary.read_text()))
 
 
 @pytest.mark.slow
 def test_a_tracking_server_killed_mid_run_delays_records_without_losing_or_doubling_one(
-        tmp_path: Path, reference: Path, rng: random.Random) -> None:
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
     """The `mlflow server` SIGKILLed at a random step: training goes on (records queue in the run
     folder's outbox), the run ends with one warning line and a complete summary.json counting the delayed
     records; with the server back, the same command sends them in order: the MLflow run ends FINISHED with
     every metric step of the uninterrupted run exactly once."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (tmp_path / "spec.yaml").write_text(SPEC)
-    port = _free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = _server(site, port)
-    try:
-        proc = _start(tmp_path, uri, delay=0.15)
-        at = rng.randint(1, 40)
-        _when(proc, lambda: _step(tmp_path) >= at)
-        _kill(server)
-        out, err = proc.communicate(timeout=180)
-        _no_traceback(proc, out, err)
-        assert proc.returncode == 0, err
-        messages = _messages(err)
-        assert any("does not answer" in m for m in messages) and "is down" in messages[-1], messages
-        import json
+    (tmp_path / "spec.yaml").write_text(_spec("killed"))
+    uri = server.uri
+    proc = _start(tmp_path, uri, delay=0.15)
+    at = rng.randint(1, 40)
+    _when(proc, lambda: _step(tmp_path) >= at)
+    server.kill()
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    messages = _messages(err)
+    assert any("does not answer" in m for m in messages) and "is down" in messages[-1], messages
+    result = _summary(tmp_path)
+    assert result["status"] == "finished" and result["delayed"] > 0 and "test/loss" in result["metrics"]
+    server.restart()
+    again = _run(tmp_path, uri)
+    assert again.returncode == 0, again.stderr
+    assert any(m.startswith("note: sent the records") for m in _messages(again.stderr)), again.stderr
+    _assert_same_as(reference, tmp_path, uri, "killed")
+    (run,) = _runs(uri, "killed")
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
+    assert {"summary.json", "spec.yaml"} <= artifacts
 
-        (summary,) = tmp_path.glob("runs/tiny/*/summary.json")
-        result = json.loads(summary.read_text())
-        assert result["status"] == "finished" and result["delayed"] > 0 and "test/loss" in result["metrics"]
-        server = _server(site, port)
-        again = _run(tmp_path, uri)
-        assert again.returncode == 0, again.stderr
-        assert any(m.startswith("note: sent the records") for m in _messages(again.stderr)), again.stderr
-        _assert_same_as(reference, tmp_path, uri)
-        (run,) = _runs(uri)
-        artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
-        assert {"summary.json", "spec.yaml"} <= artifacts
+
+@pytest.mark.slow
+def test_a_tracking_server_restarted_mid_run_gets_the_queued_records_during_that_same_run(
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
+    """The `mlflow server` SIGKILLed at a random step and started again (same port, same store) while the
+    run still trains: the run says once that the server does not answer and once that it answers again, and
+    by the time it exits (no second command) its MLflow record is complete: FINISHED, every metric step of
+    the uninterrupted run exactly once, its artifacts, nothing left in the outbox."""
+    (tmp_path / "spec.yaml").write_text(_spec("restarted"))
+    # Each checkpoint lingers 2 s: the run outlives the server's restart (several seconds on a busy machine).
+    proc = _start(tmp_path, server.uri, delay=2.0)
+    _when(proc, lambda: _step(tmp_path) >= rng.randint(1, 6))
+    time.sleep(rng.uniform(0, 1.5))
+    server.kill()
+    server.restart()
+    assert proc.poll() is None and _step(tmp_path) < 60, "the run ended before its server was back"
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    messages = _messages(err)
+    down = [m for m in messages if "does not answer" in m]
+    back = [m for m in messages if "answers again" in m]
+    assert len(down) == len(back) == 1 and messages.index(down[0]) < messages.index(back[0]), messages
+    assert not any(m.startswith("warning:") for m in messages), messages
+    assert _summary(tmp_path)["delayed"] > 0
+    assert not list(tmp_path.glob("runs/tiny/*/outbox/queue.jsonl"))
+    _assert_same_as(reference, tmp_path, server.uri, "restarted")
+    (run,) = _runs(server.uri, "restarted")
+    artifacts = {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
+    assert {"summary.json", "spec.yaml"} <= artifacts
+
+
+@pytest.mark.slow
+def test_a_tracking_server_that_hangs_mid_run_holds_up_no_training_step(
+        tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
+    """The `mlflow server` frozen (SIGSTOP: connections are taken, nothing answers, a request waits for
+    MLflow's 10 s timeout) at a random step until training has reached its last step: training never waits
+    for it (no gap of seconds between the timestamps of its metrics, which are taken when they are logged),
+    and once the server answers again (SIGCONT) the run delivers everything, every metric step once."""
+    (tmp_path / "spec.yaml").write_text(_spec("hung"))
+    proc = _start(tmp_path, server.uri, delay=0.15)
+    _when(proc, lambda: _step(tmp_path) >= rng.randint(1, 30))
+    server.freeze(True)
+    try:
+        _when(proc, lambda: _step(tmp_path) >= 60)
     finally:
-        if server.poll() is None:
-            _kill(server)
+        server.freeze(False)
+    out, err = proc.communicate(timeout=180)
+    _no_traceback(proc, out, err)
+    assert proc.returncode == 0, err
+    _assert_same_as(reference, tmp_path, server.uri, "hung")
+    (run,) = _runs(server.uri, "hung")
+    client = MlflowClient(server.uri)
+    stamps = sorted({m.timestamp for key in ("train/loss", "val/loss")
+                     for m in client.get_metric_history(run.info.run_id, key)})
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert max(gaps) < 5000, gaps  # waiting on the frozen server would leave one of 10 s or more
 
 
 NO_DATA = """
@@ -390,15 +526,17 @@ ablation:
 """
 
 
-def _study(folder: Path, delay: float = 0.0) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ablate", "ablate", "spec.yaml", "--workers", "2"],
+def _study(folder: Path, delay: float = 0.0, storage: str | None = None) -> subprocess.Popen[str]:
+    shared = ["--storage", storage] if storage else []
+    return subprocess.Popen([sys.executable, "-m", "ablate", "ablate", "spec.yaml", "--workers", "2",
+                             *shared],
                             cwd=folder, env=_env(f"sqlite:///{folder / 'mlflow.db'}", delay),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _cell_steps(folder: Path) -> int:
     best = -1
-    for ckpt in folder.glob("runs/duo/*/last.pt"):
+    for ckpt in folder.glob("runs/*/*/last.pt"):
         try:
             best = max(best, int(load_checkpoint(ckpt)["state"]["step"]))
         except Exception:  # noqa: BLE001 - replaced while read
@@ -407,22 +545,24 @@ def _cell_steps(folder: Path) -> int:
 
 
 @pytest.mark.slow
-def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path,
+@pytest.mark.postgres
+def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path, postgres_url: str,
                                                                          rng: random.Random) -> None:
-    """`ablate ablate --workers 2`: SIGTERM to the parent alone (Kubernetes) at a random step (the workers
-    get it forwarded, checkpoint and re-queue their cells; exit 143, every MLflow run terminal), then a
-    SIGKILL at another random step (the workers die with the parent), then the same command to the end:
-    every cell has exactly one MLflow run, FINISHED, with the weights and metric steps of an uninterrupted
-    two-worker study."""
+    """`ablate ablate --workers 2 --storage postgresql://...` (the study a cluster's machines share): SIGTERM
+    to the parent alone (Kubernetes) at a random step (the workers get it forwarded, checkpoint and re-queue
+    their cells; exit 143, every MLflow run terminal), then a SIGKILL at another random step (the workers die
+    with the parent), then the same command to the end: every cell has exactly one MLflow run, FINISHED,
+    with the weights and metric steps of an uninterrupted two-worker study."""
+    name = f"duo-{os.getpid()}-{int(time.time())}"  # its own study in a store other sessions may share
     ref, box = tmp_path / "ref", tmp_path / "faulty"
     for folder in (ref, box):
         folder.mkdir()
-        (folder / "spec.yaml").write_text(STUDY)
-    done = _study(ref)
+        (folder / "spec.yaml").write_text(STUDY.replace("name: duo\n", f"name: {name}\n"))
+    done = _study(ref)  # the reference on the default journal store: only its results are compared
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, err
 
-    proc = _study(box, delay=0.1)
+    proc = _study(box, delay=0.1, storage=postgres_url)
     _when(proc, lambda: _cell_steps(box) >= rng.randint(1, 50), timeout=300)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -431,20 +571,20 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
     (line,) = [m for m in _messages(err) if m.startswith("interrupted")]
     assert line.startswith("interrupted by SIGTERM:") and "`ablate ablate spec.yaml`" in line
     uri = f"sqlite:///{box / 'mlflow.db'}"
-    statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, "duo")}
+    statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, name)}
     assert "RUNNING" not in statuses.values() and statuses.get("interrupted") == "KILLED", statuses
 
-    proc = _study(box, delay=0.1)
+    proc = _study(box, delay=0.1, storage=postgres_url)
     _when(proc, lambda: _cell_steps(box) >= rng.randint(1, 55), timeout=300)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    again = _study(box)
+    again = _study(box, storage=postgres_url)
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     _no_traceback(again, out, err)
 
-    runs = _runs_of(uri, "duo")
-    ref_runs = _runs_of(f"sqlite:///{ref / 'mlflow.db'}", "duo")
+    runs = _runs_of(uri, name)
+    ref_runs = _runs_of(f"sqlite:///{ref / 'mlflow.db'}", name)
     cells = [r for r in runs if "ablate.cell" in r.data.tags]
     assert sorted(r.data.tags["ablate.cell"] for r in cells) == sorted(
         r.data.tags["ablate.cell"] for r in ref_runs if "ablate.cell" in r.data.tags)  # each cell once
@@ -458,6 +598,6 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
             assert len({s for s, _ in got}) == len(got), (key, metric)
             want = [(m.step, m.value) for m in ref_client.get_metric_history(twin.info.run_id, metric)]
             assert sorted(got) == sorted(want), (key, metric)
-        a = load_checkpoint(box / "runs" / "duo" / key / "last.pt")["model"]
-        b = load_checkpoint(ref / "runs" / "duo" / key / "last.pt")["model"]
+        a = load_checkpoint(box / "runs" / name / key / "last.pt")["model"]
+        b = load_checkpoint(ref / "runs" / name / key / "last.pt")["model"]
         assert all(torch.equal(t, a[k]) for k, t in b.items()), key

@@ -1,6 +1,6 @@
-"""Fault handling pieces on their own: verified checkpoints, the run lock, storage errors, the outbox queue,
-the repeated-failure rule, and the preemption handler. Fast (no training); the end-to-end fault-injection
-suite is tests/ablate/test_faults_inject.py."""
+"""Fault handling pieces on their own: verified checkpoints, the run lock, storage errors, the outbox queue
+and its sender thread, the repeated-failure rule, and the preemption handler with its grace bound. Fast (no
+training); the end-to-end fault-injection suite is tests/ablate/test_faults_inject.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -29,7 +32,8 @@ from ablate.engine.checkpoint import (
 from ablate.errors import StorageError, storage_problem
 from ablate.run.lock import RunLock, RunLocked
 from ablate.study.failfast import repeated_failure
-from ablate.tracking.outbox import Outbox
+from ablate.tracking import outbox
+from ablate.tracking.outbox import Courier, Outbox, send_outbox
 
 
 def _payload(step: int) -> dict[str, object]:
@@ -131,6 +135,115 @@ def test_the_outbox_sends_in_order_once_and_resumes_after_a_failed_send(tmp_path
     assert sent == [0, 1, 2, 3, 4] and box.pending() == 0 and box.delayed() == 5
 
 
+def test_an_operation_appended_while_the_queue_empties_is_not_deleted_with_it(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "outbox")
+    (tmp_path / "outbox").mkdir()
+    box.queue.write_text('{"kind":"metrics","items":[["m",0.0,1000,0]]}\n{"kind":"met')  # a kill mid-line
+    box.mend()
+    for step in (1, 2):
+        box.add({"kind": "metrics", "items": [["m", float(step), 1000 + step, step]]}, delayed=False)
+    sent: list[int] = []
+
+    def send(op: dict[str, Any]) -> None:
+        step = op["items"][0][3]
+        sent.append(step)
+        if step == 2:  # the training thread appends after the sender read the queue, before it is emptied
+            box.add({"kind": "metrics", "items": [["m", 3.0, 1003, 3]]}, delayed=False)
+
+    assert box.drain(send) == 4
+    assert sent == [0, 1, 2, 3] and not box.queue.exists() and box.delayed() == 0
+
+
+class HungServer:
+    """A tracking client whose server takes each request and answers only once `answer` is set."""
+
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+        self.asked = threading.Event()
+        self.got: list[tuple[Any, ...]] = []
+
+    def _wait(self) -> None:
+        self.asked.set()
+        assert self.answer.wait(timeout=60)
+
+    def log_batch(self, run_id: str, metrics: Any = (), tags: Any = (), synchronous: bool = True) -> None:
+        self._wait()
+        self.got.extend(("metric", m.key, m.step, m.value, m.timestamp) for m in metrics)
+        self.got.extend(("tag", t.key, t.value) for t in tags)
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
+        self._wait()
+        self.got.append(("artifact", artifact_path, Path(path).name, Path(path).read_text()))
+
+    def set_terminated(self, run_id: str, status: str) -> None:
+        self._wait()
+        self.got.append(("end", status))
+
+
+def _fill(courier: Courier, steps: range) -> None:
+    for step in steps:
+        courier.send({"kind": "metrics", "items": [["train/loss", float(step), 1000 + step, step]]})
+
+
+def _metrics(steps: range) -> list[tuple[Any, ...]]:
+    return [("metric", "train/loss", s, float(s), 1000 + s) for s in steps]
+
+
+ARTIFACT = ("artifact", "notes", "a.txt", "hello")
+END = [("tag", "ablate.status", "finished"), ("end", "FINISHED")]
+
+
+@pytest.fixture
+def fail_fast_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `Courier` sets these for its process: give the test process its own values back afterwards.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+def test_sending_never_waits_for_a_hung_server_and_delivers_everything_once_in_order(
+        tmp_path: Path, fail_fast_env: None) -> None:
+    server = HungServer()
+    courier = Courier(server, "run0", "http://hung", tmp_path / "outbox", {})  # type: ignore[arg-type]
+    started = time.monotonic()
+    _fill(courier, range(20))
+    assert server.asked.wait(timeout=30)  # the sender is inside its first request, which hangs
+    _fill(courier, range(20, 40))
+    courier.send_made("notes/a.txt", lambda p: p.write_text("hello"))
+    assert time.monotonic() - started < 10  # a blocking send would sit out the hung request (60 s here)
+    assert server.got == [] and Outbox(tmp_path / "outbox").pending() == 41
+    server.answer.set()
+    courier.finish({"ablate.status": "finished"}, "FINISHED")
+    assert server.got == [*_metrics(range(40)), ARTIFACT, *END]
+    assert not (tmp_path / "outbox" / "queue.jsonl").exists() and courier.outbox.delayed() == 0
+
+
+def test_the_end_of_a_run_waits_for_a_hung_server_a_bounded_time_and_leaves_the_rest_to_the_next_run(
+        tmp_path: Path, fail_fast_env: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(outbox, "FINISH_WAIT_S", 0.5)
+    server = HungServer()
+    courier = Courier(server, "run0", "http://hung", tmp_path / "outbox", {})  # type: ignore[arg-type]
+    _fill(courier, range(5))
+    courier.send_made("notes/a.txt", lambda p: p.write_text("hello"))
+    started = time.monotonic()
+    courier.finish({"ablate.status": "finished"}, "FINISHED")
+    assert time.monotonic() - started < 10
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: the tracking server http://hung is down or too slow: 8 records of run ")
+    server.answer.set()  # the request in flight ends now; it stays queued (this process let go of the outbox)
+    deadline = time.monotonic() + 30
+    while not server.got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert server.got == _metrics(range(1))
+    later = HungServer()
+    later.answer.set()
+    monkeypatch.setattr(outbox, "MlflowClient", lambda uri: later)
+    assert send_outbox(tmp_path / "outbox", "run0", "http://hung") == 0  # the next run of the command
+    assert later.got == [*_metrics(range(5)), ARTIFACT, *END]  # step 0 again: MLflow drops the repeat
+    assert not (tmp_path / "outbox" / "queue.jsonl").exists()
+
+
 def _trial(number: int, state: TrialState, error: str | None = None) -> optuna.trial.FrozenTrial:
     attrs = {"status": "failed", "error": error} if state == TrialState.FAIL else {"status": "finished"}
     t = optuna.trial.create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None,
@@ -173,3 +286,49 @@ def test_the_first_signal_waits_for_a_step_boundary_and_a_second_one_does_not() 
         preempt.reset()
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
+
+
+GRACE = """
+import os, signal, sys, time
+from ablate.engine import preempt
+preempt.install()
+try:
+    with preempt.deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("signalled", flush=True)
+        while True:  # a step (or an evaluation) that does not reach its boundary
+            time.sleep(0.01)
+except preempt.Preempted:
+    print(preempt.late(), flush=True)
+    sys.exit(preempt.exit_code())
+"""
+
+
+def test_the_first_signal_waits_for_a_step_boundary_no_longer_than_the_grace() -> None:
+    env = dict(os.environ, ABLATE_PREEMPT_GRACE_S="0.5")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", GRACE], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+    assert time.monotonic() - started >= 0.5
+    signalled, line = done.stdout.splitlines()
+    assert signalled == "signalled" and line.startswith(
+        "no step boundary came within 0.5 s (ABLATE_PREEMPT_GRACE_S), so it stopped without a new checkpoint")
+
+
+def test_a_step_boundary_within_the_grace_disarms_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)]
+    monkeypatch.setenv(preempt.GRACE_ENV, "0.2")
+    try:
+        preempt.install()
+        with preempt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+            assert preempt.requested() == signal.SIGTERM
+            preempt.at_boundary()  # what the trainer calls before its checkpoint
+            time.sleep(0.5)  # the grace would have run out here
+        assert preempt.late() == ""
+    finally:
+        preempt.reset()
+        for signum, handler in zip((signal.SIGTERM, signal.SIGINT, signal.SIGALRM), before, strict=True):
+            signal.signal(signum, handler)
