@@ -26,6 +26,7 @@ import torch
 from mlflow import MlflowClient
 
 from ablate.engine.checkpoint import load_checkpoint
+from tests.stores import mlflow_store
 
 SPEC = """
 name: tiny
@@ -59,6 +60,9 @@ def rng(request: pytest.FixtureRequest) -> random.Random:
 
 def _env(uri: str, delay: float = 0.0) -> dict[str, str]:
     # A checkpoint delay keeps the run alive long enough to be hit; it changes nothing it computes.
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        mlflow_store(db.parent, db.name)  # an empty store, unless the folder has one from a first launch
     return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MLFLOW_TRACKING_URI=uri,
                 ABLATE_FAULT_CHECKPOINT_DELAY_S=str(delay), MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
 
@@ -297,6 +301,7 @@ def _free_port() -> int:
 def _server(folder: Path, port: int) -> subprocess.Popen[bytes]:
     """`mlflow server` with its defaults in ``folder`` (sqlite:///mlflow.db, ./mlartifacts)."""
     log = open(folder / "server.log", "ab")  # noqa: SIM115 - the process keeps it
+    mlflow_store(folder)  # the server's default store (sqlite:///mlflow.db): empty, or the one it had
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
                              str(port), "--workers", "1"], cwd=folder, stdout=log, stderr=subprocess.STDOUT,
                             env=_env(""), start_new_session=True)
