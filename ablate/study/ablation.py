@@ -132,7 +132,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
                 print(f"so far ({len(records)} cells in the store):")
                 print(format_progress(plan, plan.design, records))
         return 0
-    from ablate.study.workers import leave_open, open_parent, run_workers
+    from ablate.study.workers import leave_open, open_parent, resume_command, run_workers
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name
@@ -199,7 +199,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
               "and run the same command again (the failed cells are queued again)", file=sys.stderr)
         return 2
     if interrupted:
-        again = " ".join(["ablate ablate", spec_path, *(f"--set {o}" for o in overrides)])
+        again = resume_command("ablate", spec_path, overrides, workers, storage)
         print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
               f"`{again}`", file=sys.stderr)
         return code

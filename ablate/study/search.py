@@ -31,7 +31,7 @@ from ablate.study import failfast
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
-from ablate.study.workers import cached_data, leave_open, open_parent, run_workers
+from ablate.study.workers import cached_data, leave_open, open_parent, resume_command, run_workers
 
 PARENT = "ablate.parent_run_id"
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
@@ -311,7 +311,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     finally:
         interrupted = code in (130, 143)
         if interrupted:
-            again = " ".join(["ablate tune", spec_path, *(f"--set {o}" for o in overrides)])
+            again = resume_command("tune", spec_path, overrides, workers, storage)
             print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "
                   f"back to the queue; resume with `{again}`", file=sys.stderr)
         timed_out = deadline is not None and time.time() >= deadline

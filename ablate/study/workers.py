@@ -6,7 +6,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ablate.engine import preempt
@@ -113,3 +113,19 @@ def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: s
         except AblateError as exc:
             print(f"note: {exc}; starting a new parent run", file=sys.stderr)
     return Tracker.start(spec, run_name=run_name, tags=tags, description=description)
+
+
+def resume_command(verb: str, spec_path: str, overrides: Sequence[str], workers: int = 1,
+                   storage: str | None = None) -> str:
+    """The command that continues a study or search as it was started: the same overrides, workers and
+    storage (a password in the storage URL shown as ***: it is not the message's to repeat)."""
+    parts = [f"ablate {verb}", spec_path, *(f"--set {o}" for o in overrides)]
+    if workers > 1:
+        parts.append(f"--workers {workers}")
+    if storage:
+        head, sep, tail = storage.partition("://")
+        login, at, host = tail.rpartition("@")
+        if sep and at and ":" in login:
+            storage = f"{head}://{login.split(':', 1)[0]}:***@{host}"
+        parts.append(f"--storage {storage}")
+    return " ".join(parts)

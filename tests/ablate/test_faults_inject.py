@@ -574,7 +574,9 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
     _no_traceback(proc, out, err)
     assert proc.returncode == 143, err
     (line,) = [m for m in _messages(err) if m.startswith("interrupted")]
-    assert line.startswith("interrupted by SIGTERM:") and "`ablate ablate spec.yaml`" in line
+    # The resume command is the one that was started: its workers and its shared store.
+    assert line.startswith("interrupted by SIGTERM:")
+    assert f"`ablate ablate spec.yaml --workers 2 --storage {postgres_url}`" in line
     uri = f"sqlite:///{box / 'mlflow.db'}"
     statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, name)}
     assert "RUNNING" not in statuses.values() and statuses.get("interrupted") == "KILLED", statuses

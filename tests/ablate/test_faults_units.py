@@ -332,3 +332,12 @@ def test_a_step_boundary_within_the_grace_disarms_it(monkeypatch: pytest.MonkeyP
         preempt.reset()
         for signum, handler in zip((signal.SIGTERM, signal.SIGINT, signal.SIGALRM), before, strict=True):
             signal.signal(signum, handler)
+
+
+def test_the_resume_line_repeats_workers_and_storage_but_not_a_password() -> None:
+    from ablate.study.workers import resume_command
+
+    assert resume_command("ablate", "s.yaml", []) == "ablate ablate s.yaml"
+    assert (resume_command("tune", "s.yaml", ["seed=3"], workers=2, storage="postgresql://bob:hunter2@db:5432/x")
+            == "ablate tune s.yaml --set seed=3 --workers 2 --storage postgresql://bob:***@db:5432/x")
+    assert resume_command("ablate", "s.yaml", [], storage="j.log") == "ablate ablate s.yaml --storage j.log"
