@@ -159,6 +159,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.soak
 def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_path: Path, reference: Path,
                                                                          small_disk: Path,
                                                                          rng: random.Random) -> None:
@@ -224,6 +225,8 @@ def test_sigterm_at_a_random_step_then_a_torn_checkpoint_resume_exactly(tmp_path
     _assert_same_as(reference, tmp_path, uri)
 
 
+@pytest.mark.slow
+@pytest.mark.soak
 def test_two_launches_of_one_run_then_sigkill_and_a_stale_lock(tmp_path: Path, reference: Path,
                                                                rng: random.Random) -> None:
     """A second `ablate run` of a run being trained says who holds it and exits 2; the holder SIGKILLed at a
@@ -266,6 +269,7 @@ sys.exit(main(["run", "spec.yaml"]))
 """
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_sigterm_during_an_evaluation_longer_than_the_grace_stops_without_a_new_checkpoint(
         tmp_path: Path, reference: Path) -> None:
@@ -368,6 +372,7 @@ def _summary(root: Path) -> dict:  # type: ignore[type-arg]
     return dict(json.loads(summary.read_text()))
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_tracking_server_killed_mid_run_delays_records_without_losing_or_doubling_one(
         tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:
@@ -549,6 +554,7 @@ def _cell_steps(folder: Path) -> int:
     return best
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path, postgres_url: str,

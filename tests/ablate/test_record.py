@@ -118,6 +118,7 @@ def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tm
     assert study.user_attrs[names.KEY] == "k"
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_the_ui_shows_runs_names_seeds_and_the_study_metric_in_a_browser(tmp_path: Path) -> None:
     """scripts/ui_check.py end to end: a small real store, `ablate ui`, headless Chromium (Debian's

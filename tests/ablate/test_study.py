@@ -264,6 +264,7 @@ ablation:
     assert parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_two_local_workers_finish_the_grid_once_with_a_diverging_cell(
         workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -151,7 +151,9 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_training", "during_checkpoint_write"])
+@pytest.mark.parametrize("kill_point", [
+    pytest.param("before_first_checkpoint", marks=pytest.mark.soak), "mid_training",
+    pytest.param("during_checkpoint_write", marks=pytest.mark.soak)])
 def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, uninterrupted: Path,
                                                                kill_point: str) -> None:
     """SIGKILL (1) after the MLflow run opened but while its step-0 checkpoint is written, (2) after a
@@ -231,6 +233,7 @@ def test_ctrl_c_saves_a_checkpoint_and_ends_the_mlflow_run_as_killed(tmp_path: P
     assert run.data.tags["ablate.status"] == "interrupted"
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_quickstart_learns_its_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded default really learns: the quickstart's own data and model, 800 of its 1000 steps and

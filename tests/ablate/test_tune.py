@@ -296,6 +296,7 @@ search:
     assert run_experiment(spec, quiet=True).metrics["val/loss"] == pytest.approx(best.value, rel=1e-5)
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_two_local_workers_complete_n_trials_once(workdir: Path) -> None:
     path = write_spec(workdir, "two", """
@@ -434,6 +435,7 @@ def assert_retried_once(study: optuna.Study, killed: int, budget: int, experimen
     return counted
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_killed_worker_on_the_journal_store_is_retried(workdir: Path) -> None:
     """Two `ablate tune` processes on the default journal store; one is SIGKILLed mid-trial. The other sees
@@ -450,6 +452,7 @@ def test_killed_worker_on_the_journal_store_is_retried(workdir: Path) -> None:
     assert {t.user_attrs[OWNER]["pid"] for t in counted} == {survivor.pid}
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_rerunning_an_interrupted_search_continues_it(workdir: Path) -> None:
     """The only worker is SIGKILLed mid-trial; running the command again fails and retries that trial
@@ -506,6 +509,7 @@ def test_journal_owner_on_another_host_is_judged_by_its_heartbeat(tmp_path: Path
     assert reclaim(theirs, other) == []  # failed once, re-queued once
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_workers_survive_a_killed_worker(workdir: Path, postgres_url: str,

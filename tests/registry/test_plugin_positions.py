@@ -96,6 +96,7 @@ def _run(cwd: Path, site: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_plugin_rotary_scheme_is_validated_and_ablated_without_editing_the_repo(tmp_path: Path) -> None:
     site, work = tmp_path / "site", tmp_path / "work"
