@@ -31,7 +31,6 @@ from ablate.bench.train import (
 from ablate.engine.model import build_model
 from ablate.spec.experiment import ModelSpec
 from ablate.spec.model import options_of
-from tests.stores import mlflow_store
 
 # A spec file whose variant differs from the default in two components and sets its own train cadence: the
 # bench must measure this variant (the "default" row) and project the overhead to this cadence.
@@ -46,7 +45,6 @@ train: {max_steps: 400, eval_every: 50, checkpoint_every: 25}
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("bench")
     (folder / "bench-spec.yaml").write_text(SPEC)
-    mlflow_store(folder)  # the overhead pass tracks into ./mlflow.db: an empty one, without the migrations
     return folder
 
 
