@@ -18,11 +18,9 @@ from ablate.report.data import Study, quality_meta
 from ablate.report.render import Para, Section, Table
 from ablate.study.sequential import METHOD, POWER, Design, Look, run_sequence
 
-SEQUENTIAL_TAG = R.SEQUENTIAL
-
 
 def design_of(study: Study) -> Design | None:
-    text = study.parent["tags"].get(SEQUENTIAL_TAG)
+    text = study.parent["tags"].get(R.SEQUENTIAL)
     if not text:
         return None
     d = json.loads(text)

@@ -22,11 +22,18 @@ def parent_description(plan: Any, records: Mapping[str, Any]) -> str:
              "split; child runs are named `variant · seed N`.", ""]
     if plan.spec.description:
         lines += [plan.spec.description, ""]
-    table = cells_table(plan, records)
-    lines += ["| variant | seed | status | " + metric + " | run |", "|---|---:|---|---:|---|"]
-    for row in zip(*table.values(), strict=True):
-        lines.append("| " + " | ".join("-" if v in (None, "") else str(v) for v in row) + " |")
+    lines += markdown_table(cells_table(plan, records), "lrlrl")
     return "\n".join(lines)
+
+
+def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> list[str]:
+    """The lines of a markdown table of ``columns`` (as MLflow's log_table takes them); ``align`` has an
+    ``l`` or ``r`` per column (default left); an empty cell reads ``-``."""
+    rule = ["---:" if a == "r" else "---" for a in align.ljust(len(columns), "l")]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(rule) + "|"]
+    for row in zip(*columns.values(), strict=True):
+        lines.append("| " + " | ".join("-" if v in (None, "") else str(v) for v in row) + " |")
+    return lines
 
 
 def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -74,8 +81,5 @@ def search_description(plan: Any, name: str, budget: int, trials: Sequence[Any] 
     if plan.spec.description:
         lines += [plan.spec.description, ""]
     if trials:
-        table = trials_table(plan, trials)
-        lines += ["| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
-        for row in zip(*table.values(), strict=True):
-            lines.append("| " + " | ".join("-" if v in (None, "") else str(v) for v in row) + " |")
+        lines += markdown_table(trials_table(plan, trials))
     return "\n".join(lines)

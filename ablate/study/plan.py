@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
@@ -254,8 +255,6 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 
 
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
-    import ablate.tracking.record as R
-
     width = max([len(c.label) for c in plan.cells] + [4])
     metric_name = R.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
     head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"

@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+import ablate.tracking.record as R
 from ablate.study.store import Store, open_study, reclaim
 
 FIGURE_DPI = 120
@@ -132,8 +133,6 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
     folder = Path(plan.spec.train.out_dir) / plan.spec.name / name
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec_for(lead.params, f"{plan.origin} (trial {lead.number})")
-    import ablate.tracking.record as R
-
     text = (f"# best trial {lead.number} of Optuna study {name}: "
             + ", ".join(f"{R.final(m)} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
             + "\n# retrain it with: ablate run best.yaml\n" + dump_spec_yaml(spec))

@@ -127,8 +127,7 @@ class Outbox:
             self.folder.mkdir(parents=True, exist_ok=True)
             with open(self.queue, "a") as fh:
                 fh.write(line)
-            if delayed:
-                self._write_int(DELAYED, self.delayed() + 1)
+            self.count_delayed(1 if delayed else 0)
 
     def add_file(self, src: Path, op: dict[str, Any], *, delayed: bool = True) -> None:
         """Queue an artifact: a copy of ``src`` waits here (the original may change or go)."""
