@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ablate.report import attention, environment, factorial, search
+from ablate.report import attention, environment, factorial, published, search
 from ablate.report import figures as figs
 from ablate.report import stats as st
 from ablate.report.bounds import at_bounds, bound_suffix, bound_text
@@ -369,6 +369,7 @@ def build_report(study: Study, out_dir: Path) -> Path:
         for r in rows:
             if r.metric == study.primary:
                 r.verdict += bound_suffix(bounds, r.variant, study.baseline)
+        doc.intro += published.published_checks(study, rows, data)  # first: what the study set out to check
         doc.intro += [Note(w) for w in warnings]
         verdicts = [r.verdict for r in rows if r.metric == study.primary]
         if verdicts:

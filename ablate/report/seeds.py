@@ -28,7 +28,7 @@ def design_of(study: Study) -> Design | None:
                   None if d.get("min_effect") is None else float(d["min_effect"]))
 
 
-def _differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
+def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
     """Per-seed variant - baseline over the variant's seeds in order (None where either run did not
     finish); and whether no seed has a pair."""
     assert study.baseline is not None
@@ -71,7 +71,7 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
     unit, dec, higher = quality_meta(metric)
     rows, records = [], []
     for v in study.variants[1:]:
-        diffs, lost = _differences(study, v, metric)
+        diffs, lost = paired_differences(study, v, metric)
         look = run_sequence(diffs, design)
         text = _verdict(look, lost, design, higher, unit, dec)
         ci = "—"

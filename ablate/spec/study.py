@@ -33,6 +33,20 @@ class SeedRange(Strict):
         return self
 
 
+class Expectation(Strict):
+    """A published result the study checks: how one variant compares with the baseline on the study's
+    metric. The report opens by saying, for each, whether the runs reproduce it, contradict it, or cannot
+    tell yet (ablate/report/published.py)."""
+
+    variant: Annotated[str, Field(min_length=1)]  # a variant's label, as `ablate ablate --dry-run` lists it
+    # better / worse than the baseline; none: within +-margin; identical: the same value in every seed
+    effect: Literal["better", "worse", "none", "identical"]
+    source: Annotated[str, Field(min_length=1)]  # who found it, e.g. "Xiong et al. 2020, Fig. 3"
+    # For effect none: the largest difference that still counts as no effect (the metric's units);
+    # default: ablation.min_effect.
+    margin: Annotated[Float, Field(gt=0)] | None = None
+
+
 class AblationSpec(Strict):
     axes: dict[str, list[Any]] = {}
     design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
@@ -44,6 +58,7 @@ class AblationSpec(Strict):
     # decided as "no effect that large" and gets no more seeds.
     min_effect: Annotated[Float, Field(gt=0)] | None = None
     alpha: Annotated[Float, Field(gt=0, lt=0.5)] = 0.05  # overall two-sided level of each comparison
+    expect: list[Expectation] = []  # published results this study checks (the report's opening lines)
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:
@@ -63,6 +78,14 @@ class AblationSpec(Strict):
         if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
             checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
                         "seeds: {min: ..., max: ...}", "seeds")
+        for i, claim in enumerate(self.expect):
+            if claim.effect == "none" and claim.margin is None and self.min_effect is None:
+                # Finding no significant difference is not evidence of none: the check needs a width.
+                checks.fail(f"expect.{i}.margin", "effect: none needs a margin (the largest difference that "
+                            "counts as none, in the metric's units) or ablation.min_effect", "effect")
+            if claim.effect != "none" and claim.margin is not None:
+                checks.fail(f"expect.{i}.margin", f"margin applies to effect: none only (this one is "
+                            f"{claim.effect})", "effect")
         checks.raise_any()
         return self
 

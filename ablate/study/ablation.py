@@ -154,6 +154,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             d = plan.design
             tags[R.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
                                              "min_effect": d.min_effect})
+        # A tag, not a param: a reopened study may state its expectations anew (params are final).
+        tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in plan.spec.ablation.expect])
         with store.lock(plan.store_name):  # one parent run however many processes start at once
             tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT),
                                   description=parent_description(plan, {}))

@@ -212,6 +212,13 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             entry = dict(entry)
             label = entry.pop("label", None)
             add(flatten(entry), f"ablation.variants.{i}", str(label) if label else None)
+    labels = [label for label, _, _ in variants]
+    for i, claim in enumerate(abl.expect):  # a published result about a variant the study does not run
+        if claim.variant not in labels[1:]:
+            at = f"ablation.expect.{i}.variant"
+            known = ", ".join(repr(v) for v in labels[1:]) or "none"
+            problems.append(Problem(smap.where(at, origin), at,
+                                    f"no variant {claim.variant!r} in this study; its variants: {known}"))
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
@@ -251,6 +258,10 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
         lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
         if diffs and c.seed == plan.seeds[0]:
             lines.extend(f"      {k}: {show(a)} -> {show(b)}" for k, a, b in c.diff)
+    if abl.expect:  # what the report will say each run reproduces or contradicts
+        lines.append(f"checks {len(abl.expect)} published result{'s' if len(abl.expect) > 1 else ''} "
+                     "(the report opens with each):")
+        lines.extend(f"  {claim.variant}: {claim.effect} ({claim.source})" for claim in abl.expect)
     return "\n".join(lines)
 
 

@@ -50,6 +50,7 @@ REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, p
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
+EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
 PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not change (MLflow params are final)
 MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
 DEVICE = "ablate.device"

@@ -41,6 +41,7 @@ tracking: {{log_checkpoint: false}}
 ablation:
   axes: {{model.mask: [-1e9], model.positions: [learned]}}
   metric: val/loss
+  expect: [{{variant: mask=-1e9, effect: identical, source: "no row is fully masked"}}]
 {seeds}
 """
 
@@ -203,6 +204,9 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     assert cli_main(["report", "seq", "--out", str(workdir / "rep1")]) == 0
     report = (workdir / "rep1" / "report.md").read_text()
     assert "## Adaptive seeds" in report and "identical to the baseline in every seed" in report
+    assert report.index("**Published results this study checks** (on `val/loss`") < report.index("## Setup")
+    assert "**Reproduced** (no row is fully masked): `mask=-1e9` identical to the baseline in every seed. " \
+        "This study: the same value in all 2 paired seeds" in report
     assert cli_main(["export", "seq", "--out", str(workdir / "export")]) == 0
     export = workdir / "export"
     meta = json.loads((export / "study.json").read_text())

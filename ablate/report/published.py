@@ -1,0 +1,179 @@
+"""The report's opening lines: for each published result a study checks (``ablation.expect``), whether its
+runs reproduce it, contradict it, or cannot tell yet.
+
+A claim is judged on the evidence the report's verdicts already use, never on a looser one:
+
+- a study with adaptive seeds: the repeated confidence interval and verdict of its group-sequential test
+  (ablate/report/seeds.py, valid whenever the study stopped), on the metric the study decided by;
+- any other study: the fixed-sample effect on the report's primary metric (ablate/report/stats.py).
+
+``worse`` / ``better`` are reproduced by a significant difference in that direction, contradicted by one in
+the other, by seeds identical to the baseline's, or by an interval inside ±``min_effect`` (no effect worth
+knowing). ``none`` is reproduced when the interval lies within ±``margin`` (equivalence: a difference that
+is merely not significant proves nothing) and contradicted when it lies wholly beyond it. ``identical`` is
+reproduced when every paired seed gives exactly the baseline's value and contradicted by any seed that
+does not. A variant that diverged in at least half of its runs while the baseline never did failed to
+train: that is the "fails" of a paper such as Xiong et al. 2020 (post-LN without warm-up), so it reproduces
+``worse`` and contradicts the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.report import stats as st
+from ablate.report.data import EffectRow, Study, quality_meta
+from ablate.report.render import Block, Bullets, Para
+from ablate.report.seeds import design_of, paired_differences
+from ablate.study.sequential import run_sequence
+
+REPRODUCED, CONTRADICTED, OPEN = "reproduced", "contradicted", "not settled"
+_EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
+             "none": "no effect", "identical": "identical to the baseline in every seed"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    variant: str
+    effect: str  # 'better' | 'worse' | 'none' | 'identical'
+    source: str
+    margin: float | None  # for 'none': the equivalence margin
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runs say about one variant against the baseline on ``metric``."""
+
+    metric: str
+    diff: float  # variant - baseline (NaN: nothing to compare)
+    lo: float  # the interval the verdict rests on (NaN: none)
+    hi: float
+    interval: str  # e.g. 'repeated 95% CI' or '95% CI'
+    n: int  # pairs or seeds behind it
+    significant: bool  # the interval excludes zero by the report's own test
+    differing: int  # paired seeds whose values differ from the baseline's (for 'identical')
+    identical: bool  # paired, at least one pair, every pair exactly equal
+    min_effect: float | None  # the study's smallest effect worth knowing
+    diverged: int  # the variant's runs that diverged
+    runs: int
+    base_diverged: int
+
+
+def claims_of(study: Study) -> list[Claim]:
+    """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
+    text = study.parent["tags"].get(R.EXPECT)
+    if not text:
+        return []
+    return [Claim(str(c["variant"]), str(c["effect"]), str(c["source"]),
+                  None if c.get("margin") is None else float(c["margin"])) for c in json.loads(text)]
+
+
+def evidence(study: Study, variant: str, rows: list[EffectRow]) -> Evidence:
+    assert study.baseline is not None
+    design = design_of(study)
+    metric = (R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary) if design else study.primary
+    runs = study.of(variant)
+    diverged = sum(r.status == "diverged" for r in runs)
+    base_diverged = sum(r.status == "diverged" for r in study.of(study.baseline))
+    diffs = [d for d in paired_differences(study, variant, metric)[0] if d is not None and math.isfinite(d)]
+    differing = sum(d != 0 for d in diffs)
+    identical = bool(diffs) and differing == 0
+    nan = math.nan
+    if design is not None:
+        look = run_sequence(paired_differences(study, variant, metric)[0], design)
+        if look is None:
+            return Evidence(metric, nan, nan, nan, "repeated 95% CI", 0, False, differing, identical,
+                            design.min_effect, diverged, len(runs), base_diverged)
+        return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
+                        look.state == "effect", differing, identical, design.min_effect, diverged, len(runs),
+                        base_diverged)
+    row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
+    if row is None or not row.effect.tested:
+        diff = row.effect.diff if row is not None else nan
+        return Evidence(metric, diff, nan, nan, "95% CI", row.effect.n_min if row else 0, False, differing,
+                        identical, None, diverged, len(runs), base_diverged)
+    e = row.effect
+    kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
+    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, e.p < st.ALPHA, differing, identical, None,
+                    diverged, len(runs), base_diverged)
+
+
+def judge(claim: Claim, ev: Evidence, higher_is_better: bool) -> tuple[str, str]:
+    """(outcome, why) of one claim on its evidence; see the module docstring for the rules."""
+    failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
+    has_ci = math.isfinite(ev.lo) and math.isfinite(ev.hi)
+    if claim.effect == "identical":
+        if ev.identical:
+            return REPRODUCED, f"the same value in all {ev.n} paired seeds"
+        if ev.differing:
+            return CONTRADICTED, f"{ev.differing} paired seed(s) differ from the baseline"
+        if failed:
+            return CONTRADICTED, "it diverged where the baseline did not"
+        return OPEN, "no seed where both it and the baseline finished"
+    if claim.effect == "none":
+        margin = claim.margin if claim.margin is not None else ev.min_effect
+        assert margin is not None  # the spec refuses 'none' without one
+        if ev.identical:
+            return REPRODUCED, "identical to the baseline in every paired seed"
+        if failed:
+            return CONTRADICTED, "it diverged where the baseline did not"
+        if has_ci and -margin <= ev.lo and ev.hi <= margin:
+            return REPRODUCED, f"the interval lies within ±{margin:g}"
+        if has_ci and (ev.lo > margin or ev.hi < -margin):
+            return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
+        return OPEN, (f"the interval reaches beyond ±{margin:g}: more seeds would tell" if has_ci
+                      else "too few seeds for an interval")
+    wanted_better = claim.effect == "better"
+    if failed:
+        return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
+    if ev.significant:
+        found_better = (ev.diff > 0) == higher_is_better
+        found = "better" if found_better else "worse"
+        return (REPRODUCED if found_better == wanted_better else CONTRADICTED), f"significantly {found}"
+    if ev.identical:
+        return CONTRADICTED, "identical to the baseline in every paired seed"
+    m = ev.min_effect
+    if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
+        return CONTRADICTED, f"no effect as large as ±{m:g}"
+    return OPEN, ("no significant difference yet" if has_ci else "too few seeds for an interval")
+
+
+def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) -> list[Block]:
+    """The report's first blocks (empty when the study checks no published result); adds
+    ``data['published']``."""
+    claims = claims_of(study)
+    if not claims or study.baseline is None:
+        return []
+    lines, records = [], []
+    for claim in claims:
+        ev = evidence(study, claim.variant, rows) if claim.variant in study.variants else None
+        if ev is None:
+            outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
+        else:
+            unit, dec, higher = quality_meta(ev.metric)
+            outcome, why = judge(claim, ev, higher)
+            found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
+            if math.isfinite(ev.lo) and math.isfinite(ev.hi):
+                found += f" [{st.fmt(ev.lo, dec, True)}, {st.fmt(ev.hi, dec, True)}] ({ev.interval})"
+            found += f", {ev.n} seed{'s' if ev.n != 1 else ''}"
+            if ev.diverged:
+                found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"
+        expected = _EXPECTED[claim.effect]
+        if claim.effect == "none":
+            design = design_of(study)
+            margin = claim.margin if claim.margin is not None else design.min_effect if design else None
+            expected += f" (within ±{margin:g})" if margin is not None else ""
+        lines.append(f"**{outcome.capitalize()}** ({claim.source}): `{claim.variant}` {expected}. "
+                     f"This study: {why}" + (f" ({found})." if found else "."))
+        records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
+                        "margin": claim.margin, "outcome": outcome, "why": why,
+                        "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
+                        "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
+    data["published"] = records
+    metric = next((r["metric"] for r in records if r["metric"]), study.primary)
+    return [Para(f"**Published results this study checks** (on `{metric}`, each variant against "
+                 f"`{study.baseline}`):"), Bullets(lines)]

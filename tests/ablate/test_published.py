@@ -1,0 +1,180 @@
+"""Published results a study checks (``ablation.expect``): the spec's checks, the rules that judge a claim,
+and the report's opening lines, on studies built from run records (no training, no MLflow)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate.report.data import build_study, effects
+from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Claim, Evidence, judge, published_checks
+from ablate.report.render import Bullets, Para
+from ablate.spec.load import SpecError
+from ablate.study.ablation import plan_study
+from ablate.study.plan import format_plan
+from tests.factories import write_tiny_spec
+
+AXES = "ablation:\n  axes: {model.positions: [learned], model.residual: [post_norm]}\n"
+
+
+def _plan_error(folder: Path, extra: str) -> str:
+    with pytest.raises(SpecError) as err:
+        plan_study(str(write_tiny_spec(folder, extra=AXES + extra)))
+    return str(err.value)
+
+
+def test_an_expectation_names_a_variant_the_study_runs(tmp_path: Path) -> None:
+    entry = "{variant: positions=rope, effect: worse, source: a paper}"
+    text = _plan_error(tmp_path, f"  expect:\n    - {entry}\n")
+    assert "tiny.yaml:" in text and "ablation.expect.0.variant" in text
+    assert "no variant 'positions=rope' in this study; its variants: 'positions=learned', " \
+        "'residual=post_norm'" in text
+    ok = write_tiny_spec(tmp_path, extra=AXES + "  expect:\n    - {variant: positions=learned, effect: none, "
+                         "source: a paper, margin: 0.5}\n", filename="ok.yaml")
+    plan = plan_study(str(ok))
+    claim = plan.spec.ablation.expect[0]  # type: ignore[union-attr]
+    assert (claim.variant, claim.effect, claim.margin) == ("positions=learned", "none", 0.5)
+    assert format_plan(plan).endswith("checks 1 published result (the report opens with each):\n"
+                                      "  positions=learned: none (a paper)")
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("{variant: positions=learned, effect: none, source: a paper}", "effect: none needs a margin"),
+    ("{variant: positions=learned, effect: worse, source: a paper, margin: 1}",
+     "margin applies to effect: none only (this one is worse)"),
+    ("{variant: positions=learned, effect: slower, source: a paper}", "ablation.expect.0.effect"),
+    ("{variant: positions=learned, effect: worse, source: ''}", "ablation.expect.0.source"),
+])
+def test_an_expectation_is_checked_where_it_is_written(tmp_path: Path, entry: str, message: str) -> None:
+    text = _plan_error(tmp_path, f"  expect:\n    - {entry}\n")
+    assert message in text and "tiny.yaml:" in text
+
+
+def _ev(diff: float = math.nan, lo: float = math.nan, hi: float = math.nan, *, significant: bool = False,
+        differing: int = 0, identical: bool = False, min_effect: float | None = None, diverged: int = 0,
+        runs: int = 4, base_diverged: int = 0, n: int = 4) -> Evidence:
+    return Evidence("val/bleu", diff, lo, hi, "95% CI", n, significant, differing, identical, min_effect,
+                    diverged, runs, base_diverged)
+
+
+def _claim(effect: str, margin: float | None = None) -> Claim:
+    return Claim("v", effect, "a paper", margin)
+
+
+@pytest.mark.parametrize(("effect", "margin", "evidence", "outcome"), [
+    # worse / better: the direction of a significant difference decides, BLEU is higher-is-better
+    ("worse", None, _ev(-2.0, -3.0, -1.0, significant=True), REPRODUCED),
+    ("better", None, _ev(-2.0, -3.0, -1.0, significant=True), CONTRADICTED),
+    ("worse", None, _ev(-0.2, -1.5, 1.1), OPEN),
+    # an interval inside +-min_effect: no effect worth knowing, which a claimed effect is not
+    ("worse", None, _ev(-0.1, -0.4, 0.3, min_effect=0.5), CONTRADICTED),
+    ("worse", None, _ev(0.0, 0.0, 0.0, identical=True), CONTRADICTED),
+    # diverged in at least half of its runs, the baseline never: failed to train
+    ("worse", None, _ev(diverged=2, runs=4), REPRODUCED),
+    ("better", None, _ev(diverged=3, runs=3), CONTRADICTED),
+    ("worse", None, _ev(diverged=2, runs=4, base_diverged=1), OPEN),
+    # none: equivalence within the margin, not mere non-significance
+    ("none", 1.0, _ev(0.1, -0.6, 0.8), REPRODUCED),
+    ("none", 0.5, _ev(0.1, -0.6, 0.8), OPEN),
+    ("none", 0.5, _ev(1.5, 0.9, 2.1, significant=True), CONTRADICTED),
+    ("none", 0.5, _ev(0.7, 0.1, 1.3, significant=True), OPEN),
+    ("none", 0.5, _ev(diverged=4), CONTRADICTED),
+    # identical: every paired seed exactly equal
+    ("identical", None, _ev(0.0, 0.0, 0.0, identical=True), REPRODUCED),
+    ("identical", None, _ev(0.01, -0.02, 0.04, differing=1), CONTRADICTED),
+    ("identical", None, _ev(n=0), OPEN),
+])
+def test_claims_are_judged_by_the_documented_rules(effect: str, margin: float | None, evidence: Evidence,
+                                                   outcome: str) -> None:
+    assert judge(_claim(effect, margin), evidence, higher_is_better=True)[0] == outcome
+
+
+def test_none_takes_the_studys_min_effect_when_it_gives_no_margin() -> None:
+    assert judge(_claim("none"), _ev(0.1, -0.6, 0.8, min_effect=1.0), True) == \
+        (REPRODUCED, "the interval lies within ±1")
+
+
+BASE = [24.1, 25.3, 23.8, 24.9]
+VARIANTS = {"residual=post_norm": [22.7, 24.0, 22.9, 23.5],  # about -1.25, significant
+            "positions=learned": [24.2, 25.1, 23.95, 24.85],  # within +-1
+            "ffn=conv1d": BASE}  # exactly the same
+
+
+def _study(claims: list[dict[str, object]], tags: dict[str, str] | None = None,
+           diverged: str | None = None) -> object:
+    rows = []
+    for variant, values in [("baseline", BASE), *VARIANTS.items()]:
+        for seed, value in enumerate(values):
+            status = "diverged" if variant == diverged else "finished"
+            rows.append({"run_id": f"{variant}-{seed}", "status": "FINISHED",
+                         "start_time": pd.Timestamp(seed, unit="s", tz="UTC"), "tags.ablate.variant": variant,
+                         "tags.ablate.seed": str(seed), "tags.ablate.status": status,
+                         "metrics.val/bleu": math.nan if status == "diverged" else value})
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation",
+                                      "ablate.expect": json.dumps(claims), **(tags or {})}}
+    return build_study(parent, pd.DataFrame(rows))
+
+
+def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
+    claims = [{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"},
+              {"variant": "residual=post_norm", "effect": "better", "source": "a contrary paper"},
+              {"variant": "positions=learned", "effect": "none", "source": "Vaswani et al. 2017",
+               "margin": 1.0},
+              {"variant": "ffn=conv1d", "effect": "identical", "source": "the same function"},
+              {"variant": "norm=rms", "effect": "none", "source": "Zhang & Sennrich 2019", "margin": 0.5}]
+    study = _study(claims)
+    data: dict = {}
+    blocks = published_checks(study, effects(study), data)  # type: ignore[arg-type]
+    assert isinstance(blocks[0], Para)
+    assert "(on `val/bleu`, each variant against `baseline`)" in blocks[0].text
+    assert isinstance(blocks[1], Bullets)
+    lines = blocks[1].items
+    diffs = [v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)]
+    lo, hi = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert lines[0] == ("**Reproduced** (Xiong et al. 2020): `residual=post_norm` worse than the baseline. "
+                        "This study: significantly worse "
+                        f"(Δ -1.25 BLEU [{lo:+.2f}, {hi:+.2f}] (95% CI), 4 seeds).")
+    assert lines[1].startswith("**Contradicted** (a contrary paper): `residual=post_norm` better than the "
+                               "baseline. This study: significantly worse")
+    assert lines[2].startswith("**Reproduced** (Vaswani et al. 2017): `positions=learned` no effect "
+                               "(within ±1). This study: the interval lies within ±1")
+    assert lines[3].startswith("**Reproduced** (the same function): `ffn=conv1d` identical to the "
+                               "baseline in every seed. This study: the same value in all 4 paired seeds")
+    assert lines[4] == ("**Not settled** (Zhang & Sennrich 2019): `norm=rms` no effect (within ±0.5). "
+                        "This study: the study has no runs of this variant yet.")
+    outcomes = [r["outcome"] for r in data["published"]]
+    assert outcomes == [REPRODUCED, CONTRADICTED, REPRODUCED, REPRODUCED, OPEN]
+    assert data["published"][0]["lo"] == pytest.approx(lo) and data["published"][0]["hi"] == pytest.approx(hi)
+
+
+def test_an_adaptive_study_is_judged_on_its_sequential_interval_and_divergence_counts() -> None:
+    from ablate.study.sequential import Design, run_sequence
+
+    sequential = {"ablate.metric": "final/val/bleu",
+                  "ablate.sequential": json.dumps({"looks": [3, 4], "alpha": 0.05, "min_effect": 1.0})}
+    claims = [{"variant": "positions=learned", "effect": "none", "source": "Vaswani et al. 2017"},
+              {"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"}]
+    study = _study(claims, sequential, diverged="residual=post_norm")
+    data: dict = {}
+    lines = published_checks(study, effects(study), data)[1].items  # type: ignore[arg-type, attr-defined]
+    look = run_sequence([v - b for v, b in zip(VARIANTS["positions=learned"], BASE, strict=True)],
+                        Design((3, 4), 0.05, 1.0))
+    assert look is not None and -1.0 <= look.lo and look.hi <= 1.0
+    got = data["published"][0]
+    assert got["outcome"] == REPRODUCED and (got["lo"], got["hi"]) == (look.lo, look.hi)
+    assert f"(repeated 95% CI), {look.n} seeds" in lines[0] and "no effect (within ±1)" in lines[0]
+    assert lines[1].startswith("**Reproduced** (Xiong et al. 2020): `residual=post_norm` worse than the "
+                               "baseline. This study: it failed to train (diverged)")
+    assert "4 of 4 runs diverged (the baseline: 0)" in lines[1]
+
+
+def test_a_study_without_expectations_gets_no_opening_lines() -> None:
+    study = _study([])
+    data: dict = {}
+    assert published_checks(study, effects(study), data) == [] and "published" not in data  # type: ignore[arg-type]
