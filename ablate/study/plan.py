@@ -236,6 +236,11 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
 
 
 # ---------------------------------------------------------------- printing
+def _shown(value: Any) -> str:
+    # A variant's own option (rope_base, glu_hidden) is absent from a spec without that variant.
+    return "(not used)" if value is None else show(value)
+
+
 def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     abl = plan.spec.ablation
     assert abl is not None
@@ -257,7 +262,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     for c in shown:
         lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
         if diffs and c.seed == plan.seeds[0]:
-            lines.extend(f"      {k}: {show(a)} -> {show(b)}" for k, a, b in c.diff)
+            lines.extend(f"      {k}: {_shown(a)} -> {_shown(b)}" for k, a, b in c.diff)
     if abl.expect:  # what the report will say each run reproduces or contradicts
         lines.append(f"checks {len(abl.expect)} published result{'s' if len(abl.expect) > 1 else ''} "
                      "(the report opens with each):")

@@ -142,13 +142,14 @@ def test_dry_run_prints_cells_and_diffs_and_writes_nothing(bare_workdir: Path,
     workdir = bare_workdir
     path = write_spec(workdir, "dry", """
 ablation:
-  axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d]}
+  axes: {model.residual: [pre_norm, post_norm], model.ffn: [linear, conv1d], model.positions: [rope]}
   seeds: [0, 1]
 """)
     assert main_ablate(str(path), dry_run=True) == 0
     out = capsys.readouterr().out
-    assert "3 variants x 2 seeds = 6 cells" in out
+    assert "4 variants x 2 seeds = 8 cells" in out
     assert "model.residual: pre_norm -> post_norm" in out and "model.ffn: linear -> conv1d" in out
+    assert "model.rope_base: (not used) -> 10000" in out  # rope's own option: the baseline has none
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
 
 
