@@ -26,6 +26,8 @@ IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search
 IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads")
 STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "interrupted": 4,
                "running": 5}
+# A cell in one of these states is no result yet: `ablate ablate` resumes it from its checkpoint.
+IN_PROGRESS = ("killed", "interrupted", "running")
 QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
     "bleu": ("BLEU", 2, True), "chrf": ("chrF", 2, True), "exact_match": ("exact match", 3, True),
     "loss": ("loss", 3, False),
@@ -120,12 +122,19 @@ def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
 
 def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
     runs, dropped = _dedupe(_runs_from_frame(frame))
+    waiting = sorted(f"{r.variant} seed {r.seed}" for r in runs if r.status in IN_PROGRESS)
+    runs = [r for r in runs if r.status not in IN_PROGRESS]
     tags, params = parent["tags"], parent["params"]
     name = tags.get(R.STUDY) or parent["run_name"] or parent["run_id"]
     is_search = tags.get(R.KIND) == "search" or any(r.tags.get(R.KIND) == "trial" for r in runs)
     labels = sorted({r.variant for r in runs})
     baseline = "baseline" if "baseline" in labels else None
     notes = []
+    if waiting:  # an interrupted study's report: say what it does not cover yet
+        cells = "; ".join(waiting)
+        notes.append(f"{len(waiting)} cell(s) interrupted or still running are left out ({cells}): "
+                     "`ablate ablate` resumes them from their checkpoints, and a report made after that "
+                     "includes them")
     if baseline is None and labels and not is_search:
         baseline = labels[0]
         notes.append(f"no variant is labelled 'baseline': effects are measured against {baseline!r}")

@@ -282,6 +282,22 @@ def test_build_study_dedupes_cells_orders_variants_and_picks_the_metric() -> Non
     assert detect_quality(study.runs, "val/bleu") == "bleu"
 
 
+def test_interrupted_cells_are_left_out_and_named_in_a_note() -> None:
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    frame = _frame([
+        _row("r1", "baseline", 0, "finished", 1, val_bleu=30.0),
+        _row("r2", "baseline", 1, "killed", 2, val_bleu=12.0),  # SIGTERM mid-training: resumes later
+        _row("r3", "residual=post_norm", 0, "running", 3),
+        _row("r4", "residual=post_norm", 1, "diverged", 4),  # a result: stays
+    ])
+    study = build_study(parent, frame)
+    assert [(r.run_id, r.status) for r in study.runs] == [("r1", "finished"), ("r4", "diverged")]
+    assert study.notes == ["2 cell(s) interrupted or still running are left out (baseline seed 1; "
+                           "residual=post_norm seed 0): `ablate ablate` resumes them from their checkpoints, "
+                           "and a report made after that includes them"]
+
+
 def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
     a = {"name": "x", "seed": "0", "tracking.experiment": "e", "model.residual": "pre_norm",
          "train.out_dir": "a"}
