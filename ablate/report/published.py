@@ -85,9 +85,10 @@ def evidence(study: Study, variant: str, rows: list[EffectRow]) -> Evidence:
     nan = math.nan
     if design is not None:
         look = run_sequence(paired_differences(study, variant, metric)[0], design)
-        if look is None:
-            return Evidence(metric, nan, nan, nan, "repeated 95% CI", 0, False, differing, identical,
-                            design.min_effect, diverged, len(runs), base_diverged)
+        if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
+            mean = sum(diffs) / len(diffs) if diffs else nan
+            return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
+                            identical, design.min_effect, diverged, len(runs), base_diverged)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         look.state == "effect", differing, identical, design.min_effect, diverged, len(runs),
                         base_diverged)
@@ -126,7 +127,7 @@ def judge(claim: Claim, ev: Evidence, higher_is_better: bool) -> tuple[str, str]
         if has_ci and (ev.lo > margin or ev.hi < -margin):
             return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
         return OPEN, (f"the interval reaches beyond ±{margin:g}: more seeds would tell" if has_ci
-                      else "too few seeds for an interval")
+                      else _too_few(ev))
     wanted_better = claim.effect == "better"
     if failed:
         return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
@@ -139,7 +140,13 @@ def judge(claim: Claim, ev: Evidence, higher_is_better: bool) -> tuple[str, str]
     m = ev.min_effect
     if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
         return CONTRADICTED, f"no effect as large as ±{m:g}"
-    return OPEN, ("no significant difference yet" if has_ci else "too few seeds for an interval")
+    return OPEN, ("no significant difference yet" if has_ci else _too_few(ev))
+
+
+def _too_few(ev: Evidence) -> str:
+    if ev.n:
+        return "too few paired seeds for an interval yet"
+    return "no seed where both it and the baseline finished"
 
 
 def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) -> list[Block]:

@@ -174,6 +174,19 @@ def test_an_adaptive_study_is_judged_on_its_sequential_interval_and_divergence_c
     assert "4 of 4 runs diverged (the baseline: 0)" in lines[1]
 
 
+def test_before_the_first_look_the_line_gives_the_mean_so_far_without_an_interval() -> None:
+    sequential = {"ablate.metric": "final/val/bleu",
+                  "ablate.sequential": json.dumps({"looks": [5, 6], "alpha": 0.05, "min_effect": 1.0})}
+    study = _study([{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"}],
+                   sequential)
+    data: dict = {}
+    (line,) = published_checks(study, effects(study), data)[1].items  # type: ignore[arg-type, attr-defined]
+    mean = sum(v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)) / 4
+    assert line.endswith(f"This study: too few paired seeds for an interval yet (Δ {mean:+.2f} BLEU, "
+                         "4 seeds).")
+    assert data["published"][0]["outcome"] == OPEN
+
+
 def test_a_study_without_expectations_gets_no_opening_lines() -> None:
     study = _study([])
     data: dict = {}
