@@ -68,8 +68,11 @@ def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics
     """One panel per metric; per variant the mean over seeds with a min-max band, each variant in its own
     colour, line style and marker.
 
-    ``curves[variant][metric]`` holds one (step, value) list per seed.
+    ``curves[variant][metric]`` holds one (step, value) list per seed. A metric no run logged during
+    training (BLEU measured only at the end: ``eval.bleu_during_training: false``) gets no empty panel.
     """
+    metrics = [m for m in metrics if any(run for per in curves.values() for run in per.get(m, []))] \
+        or list(metrics)[:1]
     with _style():
         fig = Figure(figsize=(4.2 * len(metrics), 3.6), layout="constrained")
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]

@@ -244,6 +244,15 @@ def test_markdown_and_html_render_the_same_blocks(tmp_path: Path) -> None:
     assert sum(STAMP_PREFIX in line for line in page.splitlines()) == 1
 
 
+def test_a_metric_without_history_gets_no_learning_curve_panel(tmp_path: Path) -> None:
+    from PIL import Image
+
+    curves = {"baseline": {"train/loss": [[(10, 3.0), (20, 2.0)]], "val/bleu": [[]]}}
+    two = Image.open(figs.learning_curves(curves, ["train/loss", "val/bleu"], tmp_path / "a.png"))
+    one = Image.open(figs.learning_curves(curves, ["train/loss"], tmp_path / "b.png"))
+    assert two.size == one.size  # the BLEU panel (no value logged during training) is left out
+
+
 def test_figures_are_byte_identical_on_rerun(tmp_path: Path) -> None:
     curves = {"baseline": {"val/loss": [[(10, 2.0), (20, 1.5)], [(10, 2.2), (20, 1.4)]]}}
     a = figs.learning_curves(curves, ["val/loss"], tmp_path / "a.png")
