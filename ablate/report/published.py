@@ -28,20 +28,13 @@ import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import EffectRow, Study, quality_meta
 from ablate.report.render import Block, Bullets, Para
-from ablate.report.seeds import design_of, paired_differences
-from ablate.study.sequential import run_sequence
+from ablate.report.seeds import decided_metric, design_of, paired_differences
+from ablate.spec.study import Expectation
+from ablate.study.sequential import Design, run_sequence
 
 REPRODUCED, CONTRADICTED, OPEN = "reproduced", "contradicted", "not settled"
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
              "none": "no effect", "identical": "identical to the baseline in every seed"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    variant: str
-    effect: str  # 'better' | 'worse' | 'none' | 'identical'
-    source: str
-    margin: float | None  # for 'none': the equivalence margin
 
 
 @dataclass(frozen=True)
@@ -63,28 +56,25 @@ class Evidence:
     base_diverged: int
 
 
-def claims_of(study: Study) -> list[Claim]:
+def claims_of(study: Study) -> list[Expectation]:
     """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
     text = study.parent["tags"].get(R.EXPECT)
-    if not text:
-        return []
-    return [Claim(str(c["variant"]), str(c["effect"]), str(c["source"]),
-                  None if c.get("margin") is None else float(c["margin"])) for c in json.loads(text)]
+    return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
 
 
-def evidence(study: Study, variant: str, rows: list[EffectRow]) -> Evidence:
+def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None) -> Evidence:
     assert study.baseline is not None
-    design = design_of(study)
-    metric = (R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary) if design else study.primary
+    metric = decided_metric(study) if design else study.primary
     runs = study.of(variant)
     diverged = sum(r.status == "diverged" for r in runs)
     base_diverged = sum(r.status == "diverged" for r in study.of(study.baseline))
-    diffs = [d for d in paired_differences(study, variant, metric)[0] if d is not None and math.isfinite(d)]
+    paired = paired_differences(study, variant, metric)[0]
+    diffs = [d for d in paired if d is not None and math.isfinite(d)]
     differing = sum(d != 0 for d in diffs)
     identical = bool(diffs) and differing == 0
     nan = math.nan
     if design is not None:
-        look = run_sequence(paired_differences(study, variant, metric)[0], design)
+        look = run_sequence(paired, design)
         if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
@@ -103,7 +93,12 @@ def evidence(study: Study, variant: str, rows: list[EffectRow]) -> Evidence:
                     diverged, len(runs), base_diverged)
 
 
-def judge(claim: Claim, ev: Evidence, higher_is_better: bool) -> tuple[str, str]:
+def _margin(claim: Expectation, min_effect: float | None) -> float | None:
+    """The equivalence margin of an ``effect: none`` claim: its own, else the study's min_effect."""
+    return claim.margin if claim.margin is not None else min_effect
+
+
+def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str, str]:
     """(outcome, why) of one claim on its evidence; see the module docstring for the rules."""
     failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
     has_ci = math.isfinite(ev.lo) and math.isfinite(ev.hi)
@@ -116,7 +111,7 @@ def judge(claim: Claim, ev: Evidence, higher_is_better: bool) -> tuple[str, str]
             return CONTRADICTED, "it diverged where the baseline did not"
         return OPEN, "no seed where both it and the baseline finished"
     if claim.effect == "none":
-        margin = claim.margin if claim.margin is not None else ev.min_effect
+        margin = _margin(claim, ev.min_effect)
         assert margin is not None  # the spec refuses 'none' without one
         if ev.identical:
             return REPRODUCED, "identical to the baseline in every paired seed"
@@ -155,9 +150,10 @@ def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) 
     claims = claims_of(study)
     if not claims or study.baseline is None:
         return []
+    design = design_of(study)
     lines, records = [], []
     for claim in claims:
-        ev = evidence(study, claim.variant, rows) if claim.variant in study.variants else None
+        ev = evidence(study, claim.variant, rows, design) if claim.variant in study.variants else None
         if ev is None:
             outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
         else:
@@ -170,10 +166,9 @@ def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) 
             if ev.diverged:
                 found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"
         expected = _EXPECTED[claim.effect]
-        if claim.effect == "none":
-            design = design_of(study)
-            margin = claim.margin if claim.margin is not None else design.min_effect if design else None
-            expected += f" (within ±{margin:g})" if margin is not None else ""
+        margin = _margin(claim, design.min_effect if design else None)
+        if claim.effect == "none" and margin is not None:
+            expected += f" (within ±{margin:g})"
         lines.append(f"**{outcome.capitalize()}** ({claim.source}): `{claim.variant}` {expected}. "
                      f"This study: {why}" + (f" ({found})." if found else "."))
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,

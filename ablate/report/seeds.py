@@ -28,6 +28,11 @@ def design_of(study: Study) -> Design | None:
                   None if d.get("min_effect") is None else float(d["min_effect"]))
 
 
+def decided_metric(study: Study) -> str:
+    """The metric the study added seeds by (its ``ablate.metric`` tag, read as runs name it)."""
+    return R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary
+
+
 def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
     """Per-seed variant - baseline over the variant's seeds in order (None where either run did not
     finish); and whether no seed has a pair."""
@@ -67,7 +72,7 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
     design = design_of(study)
     if design is None or study.baseline is None:
         return None
-    metric = R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary  # runs read plain names
+    metric = decided_metric(study)
     unit, dec, higher = quality_meta(metric)
     rows, records = [], []
     for v in study.variants[1:]:

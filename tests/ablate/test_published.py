@@ -12,9 +12,10 @@ import pytest
 from scipy import stats
 
 from ablate.report.data import build_study, effects
-from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Claim, Evidence, judge, published_checks
+from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge, published_checks
 from ablate.report.render import Bullets, Para
 from ablate.spec.load import SpecError
+from ablate.spec.study import Expectation
 from ablate.study.ablation import plan_study
 from ablate.study.plan import format_plan
 from tests.factories import write_tiny_spec
@@ -62,8 +63,8 @@ def _ev(diff: float = math.nan, lo: float = math.nan, hi: float = math.nan, *, s
                     diverged, runs, base_diverged)
 
 
-def _claim(effect: str, margin: float | None = None) -> Claim:
-    return Claim("v", effect, "a paper", margin)
+def _claim(effect: str, margin: float | None = None) -> Expectation:
+    return Expectation(variant="v", effect=effect, source="a paper", margin=margin)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("effect", "margin", "evidence", "outcome"), [
