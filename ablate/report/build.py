@@ -56,7 +56,7 @@ from ablate.report.render import (
     render_html,
     render_markdown,
 )
-from ablate.report.seeds import seeds_section
+from ablate.report.seeds import decided_metric, seeds_section, sequential_summary
 
 __all__ = ["build_report", "load_study", "main_report"]
 
@@ -371,13 +371,18 @@ def build_report(study: Study, out_dir: Path) -> Path:
                 r.verdict += bound_suffix(bounds, r.variant, study.baseline)
         doc.intro += published.published_checks(study, rows, data)  # first: what the study set out to check
         doc.intro += [Note(w) for w in warnings]
-        verdicts = [r.verdict for r in rows if r.metric == study.primary]
-        if verdicts:
+        sequential = sequential_summary(study)
+        if sequential is not None:  # the verdicts the study stopped by, as in its Adaptive seeds section
+            doc.intro += [Para(f"**Summary** on `{decided_metric(study)}`, each variant against "
+                               f"`{study.baseline}`, by the group-sequential test this study chose its seeds "
+                               "by (see Adaptive seeds below):"), Bullets(sequential)]
+        elif verdicts := [r.verdict for r in rows if r.metric == study.primary]:
             doc.intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                                "(details, tests and caveats below):"), Bullets(verdicts)]
         if factorial_rows:
+            fixed = "; fixed-sample tests, blind to the adaptive stopping" if sequential is not None else ""
             doc.intro += [Para("**Main effects and interactions** (full factorial, cells matched by seed and "
-                               "the other axes):"),
+                               f"the other axes{fixed}):"),
                           Bullets([r.verdict for r in factorial_rows if r.metric == study.primary])]
         data["warnings"] = warnings
         doc.sections += [s for s in [axes_section(study)] if s]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import ablate.tracking.record as R
@@ -49,8 +50,30 @@ def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[fl
     return out, bool(out) and all(d is None for d in out)
 
 
-def _verdict(look: Look | None, lost: bool, design: Design, higher: bool, unit: str, dec: int) -> str:
-    if lost:
+@dataclass(frozen=True)
+class Comparison:
+    """One variant against the baseline under the study's sequential design."""
+
+    variant: str
+    seeds: int  # the variant's runs, finished or not
+    look: Look | None  # the deciding (or latest) look; None before the first planned look
+    lost: bool  # no seed where both it and the baseline finished
+    finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
+
+
+def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
+    """Every variant's sequential comparison, walked with the study's own code."""
+    out = []
+    for v in study.variants[1:]:
+        diffs, lost = paired_differences(study, v, metric)
+        finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
+        out.append(Comparison(v, len(diffs), run_sequence(diffs, design), lost, finite))
+    return out
+
+
+def _verdict(c: Comparison, design: Design, higher: bool, unit: str) -> str:
+    look = c.look
+    if c.lost:
         return "no seed where both it and the baseline finished (diverged or failed): nothing to test"
     if look is None:
         return f"open: fewer than {design.looks[0]} complete seeds so far"
@@ -67,6 +90,43 @@ def _verdict(look: Look | None, lost: bool, design: Design, higher: bool, unit: 
             else "open: the study has not finished its rounds")
 
 
+def _interval(look: Look | None, dec: int) -> str:
+    if look is None or math.isnan(look.lo):
+        return "—"
+    return f"[{st.fmt(look.lo, dec, True)}, {st.fmt(look.hi, dec, True)}]"
+
+
+def sequential_summary(study: Study) -> list[str] | None:
+    """The report's summary lines for an adaptive study: each variant's verdict by the test the study
+    stopped by (None for a study with a fixed seed list, whose summary is the fixed-sample verdicts).
+
+    The fixed-sample tests ignore the stopping rule and, with the 2-3 seeds a first round has, cannot
+    reach p < 0.05 at all; a summary built from them would contradict the Adaptive seeds section."""
+    design = design_of(study)
+    if design is None or study.baseline is None:
+        return None
+    metric = decided_metric(study)
+    unit, dec, higher = quality_meta(metric)
+    lines = []
+    for c in comparisons(study, design, metric):
+        text = _verdict(c, design, higher, unit)
+        look = c.look
+        if look is None and c.finite:  # before the first look: the mean so far, no interval yet
+            n = len(c.finite)
+            mean = st.fmt(sum(c.finite) / n, dec, True)
+            lines.append(f"{c.variant}: {mean} {unit} so far ({n} paired seed{'s' * (n != 1)}), {text}")
+            continue
+        if look is None or math.isnan(look.diff):
+            lines.append(f"{c.variant}: {text}")
+            continue
+        where = f"{look.n} paired seed{'s' * (look.n != 1)}, look {look.look} of {len(design.looks)}"
+        ci = _interval(look, dec)
+        shown = f"{st.fmt(look.diff, dec, True)} {unit}" + (
+            f" {ci} (repeated {1 - design.alpha:.0%} CI)" if ci != "—" and look.sd > 0 else "")
+        lines.append(f"{c.variant}: {shown}, {text} ({where})")
+    return lines
+
+
 def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
     """The section (None for a study with a fixed seed list); adds ``data['sequential']``."""
     design = design_of(study)
@@ -75,18 +135,14 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
     metric = decided_metric(study)
     unit, dec, higher = quality_meta(metric)
     rows, records = [], []
-    for v in study.variants[1:]:
-        diffs, lost = paired_differences(study, v, metric)
-        look = run_sequence(diffs, design)
-        text = _verdict(look, lost, design, higher, unit, dec)
-        ci = "—"
-        if look is not None and not math.isnan(look.lo):
-            ci = f"[{st.fmt(look.lo, dec, True)}, {st.fmt(look.hi, dec, True)}]"
-        rows.append([v, str(len(diffs)), str(look.n) if look else "0",
-                     st.fmt(look.diff, dec, True) if look else "—", ci,
+    for c in comparisons(study, design, metric):
+        look = c.look
+        text = _verdict(c, design, higher, unit)
+        rows.append([c.variant, str(c.seeds), str(look.n) if look else "0",
+                     st.fmt(look.diff, dec, True) if look else "—", _interval(look, dec),
                      st.fmt(look.detectable, dec) if look else "—", text])
-        records.append({"variant": v, "seeds": len(diffs), "pairs": look.n if look else 0,
-                        "look": look.look if look else None, "state": "no_pairs" if lost else
+        records.append({"variant": c.variant, "seeds": c.seeds, "pairs": look.n if look else 0,
+                        "look": look.look if look else None, "state": "no_pairs" if c.lost else
                         (look.state if look else "open"), "diff": look.diff if look else None,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text})

@@ -132,11 +132,12 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
 
     from ablate.report.data import build_study
     from ablate.report.render import Table
-    from ablate.report.seeds import seeds_section
+    from ablate.report.seeds import seeds_section, sequential_summary
     from ablate.study.sequential import Design, run_sequence
 
     base = [30.0, 31.0, 29.5, 30.4, 30.9]
     learned = [30.3, 30.2, 30.6, 29.9, 31.5]  # open: small differences of both signs
+    worse = [30.0, 29.1, 30.8]  # decided at the first look: about 30 BLEU worse in all 3 seeds
     rows = []
     for seed, value in enumerate(base):
         rows.append(("baseline", seed, "finished", value))
@@ -144,6 +145,9 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
         if seed < 3:
             rows.append(("mask=-1e9", seed, "finished", value))
             rows.append(("residual=post_norm", seed, "diverged", float("nan")))
+            rows.append(("warmup=0", seed, "finished", value - worse[seed]))
+        if seed < 2:  # before the first look
+            rows.append(("ffn=conv1d", seed, "finished", value + 0.5 * (seed + 1)))
     frame = pd.DataFrame([{"run_id": f"r{i}", "status": "FINISHED", "start_time": pd.Timestamp(i, unit="s"),
                            "tags.ablate.variant": v, "tags.ablate.seed": str(s), "tags.ablate.status": st,
                            "metrics.val/bleu": x} for i, (v, s, st, x) in enumerate(rows)])
@@ -164,6 +168,22 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     got = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "positions=learned")
     assert (got["lo"], got["hi"], got["detectable"]) == (expected.lo, expected.hi, expected.detectable)
     assert data["sequential"]["nominal_level"] == Design((3, 4, 5)).nominal < 0.05
+    # The report's summary says the same as the section: by the sequential test, not by the fixed-sample
+    # one, which cannot reach p < 0.05 with 3 seeds and would call a 30 BLEU gap untestable.
+    summary = {line.split(": ", 1)[0]: line for line in sequential_summary(build_study(parent, frame)) or []}
+    decided = run_sequence([-w for w in worse], Design((3, 4, 5), 0.05, 0.5))
+    assert decided is not None and decided.state == "effect" and decided.look == 1
+    ci = f"[{decided.lo:+.2f}, {decided.hi:+.2f}]"
+    assert summary["warmup=0"] == (f"warmup=0: {decided.diff:+.2f} BLEU {ci} (repeated 95% CI), effect: "
+                                   "worse than the baseline (3 paired seeds, look 1 of 3)")
+    assert summary["mask=-1e9"].endswith("identical to the baseline in every seed (3 paired seeds, look 1 "
+                                         "of 3)")
+    assert summary["positions=learned"].endswith("undecided at the maximum of 5 seeds (5 paired seeds, "
+                                                 "look 3 of 3)")
+    assert summary["ffn=conv1d"] == ("ffn=conv1d: +0.75 BLEU so far (2 paired seeds), open: fewer than 3 "
+                                     "complete seeds so far")
+    assert summary["residual=post_norm"] == ("residual=post_norm: no seed where both it and the baseline "
+                                             "finished (diverged or failed): nothing to test")
 
 
 def _children(name: str) -> list:
@@ -204,6 +224,9 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     assert cli_main(["report", "seq", "--out", str(workdir / "rep1")]) == 0
     report = (workdir / "rep1" / "report.md").read_text()
     assert "## Adaptive seeds" in report and "identical to the baseline in every seed" in report
+    assert "by the group-sequential test this study chose its seeds by" in report
+    assert next(line for line in report.splitlines() if line.startswith("- mask=-1e9: ")).endswith(
+        "identical to the baseline in every seed (2 paired seeds, look 1 of 2)")
     assert report.index("**Published results this study checks** (on `val/loss`") < report.index("## Setup")
     assert "**Reproduced** (no row is fully masked): `mask=-1e9` identical to the baseline in every seed. " \
         "This study: the same value in all 2 paired seeds" in report

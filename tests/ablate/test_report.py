@@ -215,7 +215,7 @@ def test_full_factorial_gets_main_effects_and_an_interaction(ws: Path) -> None:
         assert inter["diff"] == pytest.approx(dd.mean())
         assert (inter["lo"], inter["hi"], inter["p"]) == (
             pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12), pytest.approx(p))
-        assert "no detectable effect with 2 seeds" in inter["verdict"]
+        assert "not testable with 2 seeds" in inter["verdict"]
     assert "## Factorial effects" in md and "**Main effects and interactions**" in md
     assert "|  | train.schedule.warmup_steps=0 | train.schedule.warmup_steps=5 |" in md
     assert "- train.schedule.warmup_steps=5 vs 0 (main effect): " in md

@@ -103,7 +103,7 @@ def test_two_or_three_shared_seeds_get_a_bootstrap_interval_and_an_exact_sign_fl
     assert e.p == pytest.approx(perm.pvalue) == pytest.approx(_sign_flip_p(list(d))) == 0.25
     assert e.p_min == 0.25
     text = st.verdict("x", e, "loss", higher_is_better=False, decimals=3)
-    assert "no detectable effect with 3 seeds (bootstrap interval [" in text
+    assert "not testable with 3 seeds (bootstrap interval [" in text
     assert "exact permutation (sign flips) p=0.250" in text
     assert "p < 0.05 is out of reach with 3 seeds" in text
     assert "significant" not in text
@@ -115,7 +115,7 @@ def test_a_constant_two_seed_difference_is_never_significant() -> None:
     assert e.p == 0.5 == _sign_flip_p([-0.03, -0.03]) and e.p_min == 0.5
     assert e.lo == pytest.approx(-0.03) and e.hi == pytest.approx(-0.03)
     text = st.verdict("ffn=conv1d", e, "exact match", True, 3)
-    assert text.startswith("ffn=conv1d: -0.030 exact match, no detectable effect with 2 seeds (bootstrap "
+    assert text.startswith("ffn=conv1d: -0.030 exact match, not testable with 2 seeds (bootstrap "
                            "interval [-0.030, -0.030], exact permutation (sign flips) p=0.500; p < 0.05 is "
                            "out of reach with 2 seeds")
     assert f"use >= {st.TINY + 1} seeds" in text and "significant" not in text
@@ -398,7 +398,7 @@ def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
           - (y[("post_norm", "400")][s] - y[("pre_norm", "400")][s]) for s in (0, 1)]
     assert inter.kind == "interaction" and inter.incomplete == 1
     assert inter.effect.diff == pytest.approx(np.mean(dd)) and inter.effect.p == _sign_flip_p(dd) == 0.5
-    assert "no detectable effect with 2 seeds" in inter.verdict and "out of reach" in inter.verdict
+    assert "not testable with 2 seeds" in inter.verdict and "out of reach" in inter.verdict
     # The same family on val/loss (= 1 - exact match here): every difference flips sign.
     loss = rows[("residual=post_norm vs pre_norm (main effect)", "val/loss")]
     assert loss.effect.diff == pytest.approx(-main.effect.diff)
@@ -463,7 +463,7 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
     # Same mean but not the same per seed: an effect of 0 that is not identical.
     moved = st.compare({0: 0.96, 1: 0.975}, {0: 0.975, 1: 0.96})
     assert not moved.identical
-    assert "no detectable effect with 2 seeds" in st.verdict("v", moved, "EM", True, 3)
+    assert "not testable with 2 seeds" in st.verdict("v", moved, "EM", True, 3)
     # A matched-pairs interaction that is exactly 0 everywhere.
     inter = st.compare_differences([0.0, 0.0, 0.0, 0.0, 0.0])
     assert inter.identical and st.verdict("a=1 × b=2", inter, "BLEU", True, noun="pair", reference=None) == (
