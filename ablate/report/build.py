@@ -56,7 +56,7 @@ from ablate.report.render import (
     render_html,
     render_markdown,
 )
-from ablate.report.seeds import decided_metric, seeds_section, sequential_summary
+from ablate.report.seeds import decided_metric, design_of, seeds_section, sequential_summary
 
 __all__ = ["build_report", "load_study", "main_report"]
 
@@ -220,22 +220,28 @@ def results_section(study: Study, summary: dict[str, dict[str, Any]], rows: list
     none = [v for v in study.variants if summary[v]["finished"] == 0]
     few = [v for v in study.variants if summary[v]["finished"] == 1]
     tiny = [(v, summary[v]["finished"]) for v in study.variants if 2 <= summary[v]["finished"] <= st.TINY]
+    # Labels can hold commas (two axes changed); quoted and joined with ";" they stay readable.
+    def names(labels: list[str]) -> str:
+        return "; ".join(f"`{v}`" for v in labels)
+
+    more = (f"Re-run with {st.TINY + 1} or more seeds (ablation.seeds)" if design_of(study) is None else
+            "This study adds seeds itself where a verdict is still open (ablate ablate); meanwhile the "
+            "summary judges it by the group-sequential test (Adaptive seeds)")
     if none:
-        blocks.append(Note("no finished run for " + ", ".join(none) + ": every run diverged or failed, so "
+        blocks.append(Note(f"no finished run for {names(none)}: every run diverged or failed, so "
                            "there is no quality to compare (see Divergence and failures)."))
     if few:
-        blocks.append(Note("too few seeds: " + ", ".join(few) + " ha" + ("s" if len(few) == 1 else "ve")
+        blocks.append(Note(f"too few seeds: {names(few)} ha" + ("s" if len(few) == 1 else "ve")
                            + " a single finished run, so differences involving "
                            + ("it" if len(few) == 1 else "them") + " are reported without interval or "
-                           f"test. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) before drawing "
-                           "conclusions."))
+                           f"test. {more} before drawing conclusions."))
     if tiny:
         blocks.append(Note(
-            f"too few seeds to conclude: {', '.join(f'{v} ({n})' for v, n in tiny)} ha"
+            f"too few seeds to conclude: {'; '.join(f'`{v}` ({n})' for v, n in tiny)} ha"
             + ("s" if len(tiny) == 1 else "ve") + " only 2–3 finished seeds. Their effects get a bootstrap "
             "interval and an exact permutation p-value, and with 2–3 seeds on each side such a test cannot "
             "reach p < 0.05 (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25), so those effects are never called "
-            f"significant. Re-run with {st.TINY + 1} or more seeds (ablation.seeds) to test them."))
+            f"significant. {more}."))
     blocks.append(main_table(study, summary))
     blocks += [t for t in [cost_table(study)] if t]
     out = [Section("Results", blocks)]

@@ -230,7 +230,7 @@ def test_a_diverged_cell_appears_in_the_report(ws: Path) -> None:
     section = md[md.index("## Divergence and failures"):]
     rows = _md_table(section, "variant", "status")
     assert [(r["variant"], r["seed"], r["status"]) for r in rows] == [("lr=50", s, "diverged") for s in "012"]
-    assert "no finished run for lr=50" in md
+    assert "no finished run for `lr=50`" in md
 
 
 def test_html_is_self_contained_and_embeds_every_figure(ws: Path) -> None:
