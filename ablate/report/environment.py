@@ -16,11 +16,12 @@ if TYPE_CHECKING:
     from ablate.report.data import Run, Study
 
 # Tags every run carries -> the label shown; hardware first, then the software, then the code.
-ENV_TAGS = {"ablate.device": "device", "ablate.cpu": "CPU", "ablate.host": "host"}
+ENV_TAGS = {"ablate.device": "device", "ablate.precision": "precision", "ablate.cpu": "CPU",
+            "ablate.host": "host"}
 CODE_TAGS = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes"}
 # environment.json keys (the first run's) shown when no tag says the same.
 ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
-ORDER = ["device", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
+ORDER = ["device", "precision", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
 
 
 def environment(study: Study) -> dict[str, list[str]]:

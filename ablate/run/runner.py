@@ -208,7 +208,7 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
             trainer.flush()
         else:
             trainer.state.run_id = tracker.run_id
-            log_run_start(tracker, data, device, model, padding)
+            log_run_start(tracker, data, device, trainer.precision, model, padding)
             trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
         outcome = trainer.fit()
         status, state = outcome.status, outcome.state
@@ -288,11 +288,11 @@ def _resume_point(path: Path) -> dict[str, Any] | None:
     return payload
 
 
-def log_run_start(tracker: Any, data: PreparedData, device: torch.device, model: torch.nn.Module,
-                  padding: float) -> None:
+def log_run_start(tracker: Any, data: PreparedData, device: torch.device, precision: str,
+                  model: torch.nn.Module, padding: float) -> None:
     """What a new run records once (Tracker.start already logged the flattened spec, spec.yaml and the
     environment): the dataset input, the tokenizers (so `ablate translate` needs nothing but the run),
-    the sacreBLEU signatures, the device, and step-0 metrics."""
+    the sacreBLEU signatures, the device and the precision it resolved to, and step-0 metrics."""
     import ablate.tracking.record as R
 
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
@@ -300,7 +300,8 @@ def log_run_start(tracker: Any, data: PreparedData, device: torch.device, model:
     tracker.log_text(tok.to_json(), R.TOKENIZERS_ARTIFACT)  # both sides and the normalisation
     tracker.log_text(tok.src.to_str(), R.SRC_TOKENIZER_ARTIFACT)  # plain Hugging Face tokenizers files
     tracker.log_text(tok.tgt.to_str(), R.TGT_TOKENIZER_ARTIFACT)
-    tags = {R.DEVICE: describe_device(device)}
+    # precision: auto trains in bf16 on one machine and fp32 on another: the run says which it got
+    tags = {R.DEVICE: describe_device(device), R.PRECISION: precision}
     if data.is_text:
         sig = M.signatures()
         tags.update({R.BLEU_SIGNATURE: sig["bleu"], R.CHRF_SIGNATURE: sig["chrf"]})

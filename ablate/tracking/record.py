@@ -54,6 +54,7 @@ EXPECT = "ablate.expect"  # the published results a study checks (JSON list of a
 PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not change (MLflow params are final)
 MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
 DEVICE = "ablate.device"
+PRECISION = "ablate.precision"  # what train.precision resolved to here (auto: bf16, fp16 or fp32)
 HOST = "ablate.host"
 CPU = "ablate.cpu"
 GPU = "ablate.gpu"

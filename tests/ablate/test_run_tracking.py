@@ -24,6 +24,7 @@ from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine.decode import decode_batch
 from ablate.engine.model import build_model
 from ablate.engine.train import load_checkpoint
+from ablate.hardware import cpu_has_fast_bf16
 from ablate.run.runner import RunResult, run_experiment
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import load_spec
@@ -186,6 +187,10 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
     assert tags["ablate.seed"] == "5"
     # sdpa's semantics, computed by torch's fused kernel or by two matmuls: the run says which ran
     assert set(tags["ablate.attention_kernel"].split(", ")) <= {"fused", "matmul"}
+    # The precision the run trained in, also for precision: auto (bf16 on a CPU with bf16 units, else fp32)
+    asked = spec.train.precision
+    auto = "bf16" if cpu_has_fast_bf16() else "fp32"
+    assert tags["ablate.precision"] == (auto if asked == "auto" else asked)
     assert tags["eval.sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|")
     assert tags["eval.chrf_signature"].startswith("nrefs:1|")
 
