@@ -31,7 +31,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.dburl import with_installed_driver
+from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
@@ -58,7 +58,7 @@ class Store:
             self.kind = "rdb"
             url = with_installed_driver(url)
             if not url.startswith(("postgresql", "sqlite:///")):
-                raise AblateError(f"--storage {url!r}: expected postgresql://... (or sqlite:///file.db)")
+                raise AblateError(f"--storage {redacted(url)!r}: expected postgresql://... (or sqlite:///file.db)")
             interval, grace = heartbeat_settings()
             for attempt in range(3):  # workers starting together on a fresh database race to create tables
                 try:
@@ -87,8 +87,7 @@ class Store:
     def describe(self) -> str:
         if not self.url or "://" not in self.url:
             return f"journal file {self.url or DEFAULT_JOURNAL}"
-        head, _, tail = self.url.partition("://")
-        return f"{head}://{tail.rpartition('@')[2]}"  # no credentials in messages
+        return redacted(self.url)
 
     @property
     def heartbeat(self) -> int | None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ablate.dburl import redacted
 from ablate.engine import preempt
 
 
@@ -123,9 +124,5 @@ def resume_command(verb: str, spec_path: str, overrides: Sequence[str], workers:
     if workers > 1:
         parts.append(f"--workers {workers}")
     if storage:
-        head, sep, tail = storage.partition("://")
-        login, at, host = tail.rpartition("@")
-        if sep and at and ":" in login:
-            storage = f"{head}://{login.split(':', 1)[0]}:***@{host}"
-        parts.append(f"--storage {storage}")
+        parts.append(f"--storage {redacted(storage)}")
     return " ".join(parts)

@@ -30,7 +30,7 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from ablate.dburl import with_installed_driver
+from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
 
 if TYPE_CHECKING:
@@ -88,16 +88,8 @@ def check_reachable(uri: str, *, attempts: int = 3, timeout: float = 5.0) -> Non
                 time.sleep(0.5 * (attempt + 1))  # a server still starting gets a moment
     what = "MLflow server" if scheme in ("http", "https") else f"{scheme} database"
     reason = getattr(error, "strerror", None) or str(error)
-    raise AblateError(f"cannot reach the {what} of tracking URI {_redacted(uri)} ({parsed.hostname}:{port}: "
+    raise AblateError(f"cannot reach the {what} of tracking URI {redacted(uri)} ({parsed.hostname}:{port}: "
                       f"{reason}); start it, or set tracking.uri / MLFLOW_TRACKING_URI to a running store")
-
-
-def _redacted(uri: str) -> str:
-    """The URI without a password (postgresql://user:secret@host/db -> postgresql://user:***@host/db)."""
-    parsed = urlparse(uri)
-    if parsed.password is None:
-        return uri
-    return uri.replace(f":{parsed.password}@", ":***@", 1)
 
 
 def artifact_root(uri: str) -> Path | None:
