@@ -127,9 +127,9 @@ class TimedSink:
         self.tracker, self.clock = tracker, clock
         self.values = 0  # metric values handed to MLflow
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         self.values += len(metrics)
-        self.clock.wrap("flush", self.tracker.log_metrics)(dict(metrics), step)
+        self.clock.wrap("flush", self.tracker.log_metrics)(dict(metrics), step, timestamp_ms)
 
 
 @contextmanager

@@ -42,7 +42,9 @@ class TrainState:
     window_loss: float = 0.0
     window_tokens: int = 0
     window_seconds: float = 0.0
-    pending: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # metrics not yet flushed
+    # Metrics not yet flushed: (step, metrics, wall-clock ms when measured). Flushes come at checkpoints, so
+    # the time travels with them: MLflow's wall-time axis then shows when a value was measured.
+    pending: list[tuple[int, dict[str, float], int | None]] = field(default_factory=list)
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # every evaluation
     train_curve: list[tuple[int, float]] = field(default_factory=list)  # (step, mean train loss) per window
     run_id: str | None = None
@@ -200,7 +202,9 @@ def state_to_dict(state: TrainState) -> dict[str, Any]:
 
 def state_from_dict(data: dict[str, Any]) -> TrainState:
     state = TrainState(**{k: v for k, v in data.items() if k in TrainState.__dataclass_fields__})
-    state.pending = [(int(s), dict(m)) for s, m in state.pending]
+    # A checkpoint written before the time was kept has (step, metrics): logged at flush time, as then.
+    state.pending = [(int(p[0]), dict(p[1]), int(p[2]) if len(p) > 2 and p[2] is not None else None)
+                     for p in state.pending]
     state.history = [(int(s), dict(m)) for s, m in state.history]
     state.train_curve = [(int(s), float(v)) for s, v in state.train_curve]
     return state

@@ -49,7 +49,7 @@ EvalHook = Callable[[int, dict[str, float]], bool]  # (step, metrics) -> True to
 
 
 class MetricSink(Protocol):
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None: ...
 
 
 # ---------------------------------------------------------------- optimisation
@@ -176,12 +176,12 @@ class Trainer:
 
     def flush(self) -> None:
         if self.sink is not None and self.is_main:
-            for step, metrics in self.state.pending:
-                self.sink.log_metrics(metrics, step)
+            for step, metrics, measured in self.state.pending:
+                self.sink.log_metrics(metrics, step, measured)
         self.state.pending = []
 
     def record(self, metrics: dict[str, float], step: int) -> None:
-        self.state.pending.append((step, metrics))
+        self.state.pending.append((step, metrics, int(time.time() * 1000)))
 
     # -- one optimizer step
     def loss_on(self, batch: Any, model: nn.Module, smoothing: float) -> torch.Tensor:

@@ -75,7 +75,8 @@ class NullTracker:
 
     def log_params_from_spec(self, spec: ExperimentSpec) -> None: ...
     def log_params(self, params: Mapping[str, Any]) -> None: ...
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int,
+                    timestamp_ms: int | None = None) -> None: ...
     def set_tags(self, tags: Mapping[str, Any]) -> None: ...
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_artifacts(self, directory: str | Path, artifact_path: str | None = None) -> None: ...
@@ -253,10 +254,11 @@ class Tracker(NullTracker):
             self._changed.update(changed)
             self.set_tags({R.PARAMS_CHANGED: ",".join(sorted(self._changed))})
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log ``metrics`` at ``step``. A step at or below the last one logged for a key (a replay after a
-        resume from an earlier checkpoint) is dropped, so every step of every metric appears once."""
-        now = int(time.time() * 1000)
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        """Log ``metrics`` at ``step``, stamped ``timestamp_ms`` (when they were measured; default now). A
+        step at or below the last one logged for a key (a replay after a resume from an earlier checkpoint)
+        is dropped, so every step of every metric appears once."""
+        now = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         items = []
         for key, value in metrics.items():
             last = self._last_step.get(key)

@@ -268,6 +268,22 @@ def test_parent_and_child_runs(store: str) -> None:
     assert "mlflow.parentRunId" not in client.get_run(parent.run_id).data.tags
 
 
+def test_a_metric_keeps_the_time_it_was_measured(store: str) -> None:
+    """The trainer flushes a window of metrics at once; each value is stamped when it was measured (MLflow's
+    wall-time axis), and a value given no time is stamped when it is logged."""
+    tracker = Tracker.start(make_spec("stamps", store), run_name="cell")
+    measured = [1_700_000_000_000 + 250 * i for i in range(3)]
+    for step, stamp in zip((10, 20, 30), measured, strict=True):
+        tracker.log_metrics({"train/loss": float(step)}, step=step, timestamp_ms=stamp)
+    before = int(time.time() * 1000)
+    tracker.log_metrics({"train/loss": 40.0}, step=40)
+    tracker.end("finished")
+    points = MlflowClient(store).get_metric_history(tracker.run_id, "train/loss")
+    logged = sorted(points, key=lambda m: m.step)
+    assert [m.timestamp for m in logged[:3]] == measured
+    assert before <= logged[3].timestamp <= int(time.time() * 1000)
+
+
 def test_resume_reopens_the_same_run_and_logs_each_step_once(store: str) -> None:
     """(c) killed at step 40, resumed from the checkpoint at step 20: steps 30, 40 replayed are dropped."""
     spec = make_spec("resume", store)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from torch import nn
 from ablate.data.prepare import prepare_data
 from ablate.engine import evaluate as evaluate_module
 from ablate.engine import progress as progress_module
+from ablate.engine.checkpoint import state_from_dict
 from ablate.engine.model import build_model
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.engine.train import (
@@ -51,9 +53,11 @@ def one_thread() -> Iterator[None]:
 class ListSink:
     def __init__(self) -> None:
         self.logged: list[tuple[int, dict[str, float]]] = []
+        self.stamps: list[tuple[int, int | None, float]] = []  # (step, timestamp given, when it arrived)
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         self.logged.append((step, dict(metrics)))
+        self.stamps.append((step, timestamp_ms, time.time() * 1000))
 
     def series(self, key: str) -> dict[int, float]:
         return {step: m[key] for step, m in self.logged if key in m}
@@ -162,6 +166,37 @@ def test_cosine_with_epochs_only_decays_over_the_whole_run(tmp_path: Path) -> No
     assert lrs[max(lrs)] == pytest.approx(0.01 * lr_factor(outcome.state.step - 1, trainer.spec.train,
                                                            trainer.total_steps))
     assert lrs[max(lrs)] < 0.15 * 0.01  # near the floor at the end
+
+
+def test_metrics_carry_the_time_they_were_measured_not_the_time_of_the_flush(tmp_path: Path) -> None:
+    """Metrics reach MLflow at checkpoints and evaluations, a window's worth in one batch; each keeps the
+    wall-clock time of its step, so MLflow's time axis shows training as it went."""
+    sink = ListSink()
+    # eval_every 20: train/loss logged every 5 steps, flushed at the evaluation
+    trainer = make_trainer(tmp_path, ["train.eval_every=20", "train.checkpoint_every=20"], sink)
+    step_once = trainer.loss_on
+
+    def slow_step(*args: Any, **kwargs: Any) -> torch.Tensor:
+        time.sleep(0.01)  # at least 10 ms a step: 50 ms between two logged windows
+        return step_once(*args, **kwargs)
+
+    trainer.loss_on = slow_step  # type: ignore[method-assign]
+    started = time.time() * 1000
+    assert trainer.fit().status == "finished"
+    logged = [(step, stamp, arrived) for (step, metrics), (_, stamp, arrived)
+              in zip(sink.logged, sink.stamps, strict=True) if "train/loss" in metrics]
+    assert [step for step, _, _ in logged] == [5, 10, 15, 20]
+    stamps = [int(stamp) for _, stamp, _ in logged if stamp is not None]
+    assert len(stamps) == 4 and started <= stamps[0]
+    assert all(b - a >= 49 for a, b in zip(stamps, stamps[1:], strict=False))  # 5 steps of >= 10 ms, in ms
+    arrived = [a for _, _, a in logged]
+    assert max(arrived) - min(arrived) < 49  # yet all four came in one flush, at the evaluation of step 20
+    assert all(stamp <= a for stamp, a in zip(stamps, arrived, strict=True))
+
+
+def test_a_checkpoint_from_before_the_timestamps_still_resumes() -> None:
+    state = state_from_dict({"step": 10, "pending": [(10, {"train/loss": 2.0})]})
+    assert state.pending == [(10, {"train/loss": 2.0}, None)]  # logged at flush time, as it used to be
 
 
 # ---------------------------------------------------------------- early stopping and stops that survive
