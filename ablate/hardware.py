@@ -89,10 +89,11 @@ def keep_freed_memory_in_process() -> bool:
 
     glibc serves every allocation above 32 MB with its own mmap and unmaps it on free, so the next step's
     (tokens x vocab) logits, their log-softmax and gradients (131 MB each at 4096 tokens x 8000 BPE) are
-    fresh pages that the kernel zeroes on first touch. On the Multi30k study cell (2 CPU cores) that page
-    faulting was a fifth of the process's CPU time (sys 16 s of 77 s) and a train step took 2.17 s instead
-    of 1.61 s (scripts/step_speed.py). With mmap off and no trimming, freed blocks stay in the heap and the
-    next step reuses them; the heap's high-water mark is the price (a training step's peak, reused).
+    fresh pages that the kernel zeroes on first touch. On the Multi30k study cell as it was (2 CPU cores,
+    4096-token batches) a train step took 2.11 s instead of 1.59 s, 8.9 s of system time in 12 steps
+    against 0.1 s (scripts/step_speed.py). With mmap off and no trimming, freed blocks stay in the heap and
+    later steps reuse them; the price is that the heap keeps its high-water mark (a Multi30k run with
+    2048-token batches peaked at 1.5 GB).
     Numerics are untouched. A no-op (False) off glibc; CUDA tensors are not malloc's.
     """
     name = ctypes.util.find_library("c")
