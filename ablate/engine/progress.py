@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ablate.hardware import release_freed_memory
+
 
 class Progress:
     """A tqdm bar on a terminal; plain periodic lines (no carriage returns) when stderr is not a TTY.
@@ -90,6 +92,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.per_run = True
             return
+        release_freed_memory()  # what an earlier run in this process freed is not this run's peak
         try:
             Path("/proc/self/clear_refs").write_text("5")
             self.per_run = _vm_hwm_kib() is not None

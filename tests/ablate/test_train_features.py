@@ -30,6 +30,7 @@ from ablate.engine.train import (
     planned_steps,
 )
 from ablate.errors import AblateError
+from ablate.hardware import keep_freed_memory_in_process
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import EarlyStopping, TrainSpec
 from ablate.spec.load import load_spec
@@ -326,6 +327,9 @@ def test_eta_counts_only_the_steps_of_this_process(monkeypatch: pytest.MonkeyPat
 
 
 def test_peak_memory_is_measured_per_run_not_per_process() -> None:
+    # As `ablate run` does on a CPU: the heap then keeps what a run freed, and the next run's meter must
+    # not count it (a study worker trains several cells in one process).
+    keep_freed_memory_in_process()
     meter = PeakMemory(torch.device("cpu"))
     meter.reset()
     if not meter.per_run:
