@@ -37,6 +37,9 @@ class TrainState:
     bad_evals: int = 0
     train_seconds: float = 0.0
     target_tokens: int = 0
+    # Wall-clock seconds of the run up to this checkpoint, over every segment it was resumed in: a resumed
+    # run's train/wall_time_s then counts the time before the kill, not its last segment only.
+    wall_seconds: float = 0.0
     # The logging window lives in the state so that a resumed run logs the same averages.
     window_steps: int = 0
     window_loss: float = 0.0

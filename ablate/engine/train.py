@@ -138,6 +138,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.pad_id = self.data.tokenizers.pad_id
         self.is_main = self.rank == 0
+        self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
 
     # -- checkpoints
     @property
@@ -167,10 +168,18 @@ class Trainer:
         self.scaler.load_state_dict(payload["scaler"])
         set_rng_state(payload["rng"])
         self.state = state_from_dict(payload["state"])
+        self.segment_started = time.time()
+
+    def wall_seconds(self) -> float:
+        """The run's wall time so far: earlier segments up to the checkpoint resumed from, plus this one."""
+        return self.state.wall_seconds + time.time() - self.segment_started
 
     def save(self) -> None:
         """Checkpoint first, then flush metrics: a kill in between re-flushes (deduplicated) on resume."""
         if self.is_main:
+            now = time.time()
+            self.state.wall_seconds += now - self.segment_started
+            self.segment_started = now
             save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
         self.flush()
 

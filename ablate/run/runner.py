@@ -13,7 +13,6 @@ import json
 import os
 import random
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -190,7 +189,6 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         tracker.use_outbox(run_dir / OUTBOX)  # a server outage queues records here; training goes on
     if on_start is not None:
         on_start(tracker.run_id)
-    started = time.time()
     try:
         train_model: torch.nn.Module = model
         if spec.train.compile:
@@ -224,7 +222,7 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
             evaluated = final_evaluation(spec, data, model, trainer, tracker, device)
         metrics.update(run_level)
         metrics.update(evaluated)
-        metrics[R.WALL_TIME] = time.time() - started
+        metrics[R.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included
         peak = memory.metrics()
         metrics.update(peak)
         if status != "killed" and is_main:

@@ -19,7 +19,7 @@ from torch import nn
 from ablate.data.prepare import prepare_data
 from ablate.engine import evaluate as evaluate_module
 from ablate.engine import progress as progress_module
-from ablate.engine.checkpoint import state_from_dict
+from ablate.engine.checkpoint import save_checkpoint, state_from_dict
 from ablate.engine.model import build_model
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.engine.train import (
@@ -198,6 +198,24 @@ def test_metrics_carry_the_time_they_were_measured_not_the_time_of_the_flush(tmp
 def test_a_checkpoint_from_before_the_timestamps_still_resumes() -> None:
     state = state_from_dict({"step": 10, "pending": [(10, {"train/loss": 2.0})]})
     assert state.pending == [(10, {"train/loss": 2.0}, None)]  # logged at flush time, as it used to be
+
+
+def test_a_resumed_run_counts_the_wall_time_before_its_kill(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """train/wall_time_s is the whole run's: the segments before a kill (up to the checkpoint resumed from)
+    plus the resumed one, not the last segment alone (a study's cost table and compute total read it)."""
+    monkeypatch.chdir(tmp_path)
+    spec = tiny_spec(tmp_path, ["train.max_steps=20", "train.checkpoint_every=10"])
+    first = run_experiment(spec, quiet=True)
+    last = Path(first.run_dir) / "last.pt"
+    payload = load_checkpoint(last)
+    assert 0 < payload["state"]["wall_seconds"] <= first.metrics["train/wall_time_s"]
+    payload["state"]["wall_seconds"] = 1000.0  # as if the run had trained 1000 s before its last checkpoint
+    save_checkpoint(last, payload)
+    (Path(first.run_dir) / "summary.json").unlink()  # killed before its summary: the next call resumes
+    resumed = run_experiment(spec, quiet=True)
+    assert resumed.status == "finished"
+    assert 1000.0 < resumed.metrics["train/wall_time_s"] < 1000.0 + first.metrics["train/wall_time_s"] + 60
 
 
 # ---------------------------------------------------------------- early stopping and stops that survive
