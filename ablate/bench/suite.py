@@ -113,7 +113,7 @@ def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
-        keep_freed_memory_in_process()  # as `ablate run` trains on a CPU: both models' steps measured so
+        keep_freed_memory_in_process()  # as `ablate run` trains: so the timed steps are a run's
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     bf16 = cuda_has_native_bf16() if device.type == "cuda" else cpu_has_fast_bf16()
