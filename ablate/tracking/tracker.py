@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import getpass
 import json
+import math
 import sys
 import tempfile
 import time
@@ -52,6 +53,15 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MAX_PARAMS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
+
+
+# The run tag listing the artifacts MLflow's UI shows in a special view (log_table's tables).
+_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
+
+
+def _json_cell(value: Any) -> Any:
+    """A table cell as JSON has it: a non-finite float (a diverged cell's metric) becomes null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _param_value(value: Any) -> str:
@@ -337,9 +347,23 @@ class Tracker(NullTracker):
             self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
 
     def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
-        """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table."""
-        self.client.log_table(self.run_id, data={k: list(v) for k, v in columns.items()},
-                              artifact_file=artifact_file)
+        """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table,
+        replacing an earlier one of that name.
+
+        Not ``MlflowClient.log_table``: it appends to an existing artifact, so a study parent that logs its
+        cells table each time `ablate ablate` stops would list every cell once per invocation. The file is
+        the one log_table writes (pandas' "split" JSON: columns, then rows; NaN as null) and the run's
+        ``mlflow.loggedArtifacts`` tag marks it as a table, which is how the UI knows to show it as one.
+        """
+        names = list(columns)
+        rows = [[_json_cell(v) for v in row] for row in zip(*(columns[k] for k in names), strict=True)]
+        self.log_text(json.dumps({"columns": names, "data": rows}), artifact_file)
+        logged: list[dict[str, str]] = []  # with an outbox the store is away: list this table alone
+        if self._outbox is None:
+            logged = json.loads(self.client.get_run(self.run_id).data.tags.get(_LOGGED_ARTIFACTS, "[]"))
+        entry = {"path": artifact_file, "type": "table"}
+        if entry not in logged:
+            self.set_tags({_LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
 
     def log_loss_curve(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
         """``loss_curve.png``: (step, train loss) per logging window and (step, val loss) per evaluation."""

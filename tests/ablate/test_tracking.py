@@ -237,6 +237,28 @@ def test_disabled_tracking_is_a_null_tracker(tmp_path: Path, monkeypatch: pytest
 
 
 # ---------------------------------------------------------------- layout
+def test_a_table_logged_again_replaces_the_earlier_one(store: str, tmp_path: Path) -> None:
+    """A study parent logs its cells table each time `ablate ablate` stops: the table MLflow shows is the
+    latest (MlflowClient.log_table would append every invocation's rows), in the format MLflow's own table
+    reader takes, with a diverged cell's NaN as null, and listed once as a table for the UI."""
+    tracker = Tracker.start(make_spec("tables", store), run_name="study")
+    assert isinstance(tracker, Tracker)
+    client = MlflowClient(store)
+    tracker.log_table({"cell": ["a", "b"], "bleu": [31.5, float("nan")]}, "cells.json")
+    first = json.loads(Path(client.download_artifacts(tracker.run_id, "cells.json", str(tmp_path)))
+                       .read_text())
+    assert first == {"columns": ["cell", "bleu"], "data": [["a", 31.5], ["b", None]]}
+    tracker.log_table({"cell": ["a", "b", "c"], "bleu": [31.5, 0.6, 30.2]}, "cells.json")
+    tracker.end("finished")
+
+    tracking_store.use_uri(store)  # load_table finds the runs with MLflow's fluent search
+    table = client.load_table(tracker.experiment_id, "cells.json", run_ids=[tracker.run_id])
+    assert table["cell"].tolist() == ["a", "b", "c"]
+    assert table["bleu"].tolist() == pytest.approx([31.5, 0.6, 30.2])  # pandas parses JSON floats loosely
+    tags = client.get_run(tracker.run_id).data.tags
+    assert json.loads(tags["mlflow.loggedArtifacts"]) == [{"path": "cells.json", "type": "table"}]
+
+
 def test_long_and_many_params(store: str) -> None:
     tracker = Tracker.start(make_spec("params", store))
     assert isinstance(tracker, Tracker)
