@@ -59,11 +59,6 @@ MAX_METRICS_PER_BATCH = 1000
 _LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 
 
-def _json_cell(value: Any) -> Any:
-    """A table cell as JSON has it: a non-finite float (a diverged cell's metric) becomes null."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def _param_value(value: Any) -> str:
     """Short strings: strings as they are, everything else (lists, bools, None) as compact JSON."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
@@ -348,15 +343,12 @@ class Tracker(NullTracker):
 
     def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
         """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table,
-        replacing an earlier one of that name.
-
-        Not ``MlflowClient.log_table``: it appends to an existing artifact, so a study parent that logs its
-        cells table each time `ablate ablate` stops would list every cell once per invocation. The file is
-        the one log_table writes (pandas' "split" JSON: columns, then rows; NaN as null) and the run's
-        ``mlflow.loggedArtifacts`` tag marks it as a table, which is how the UI knows to show it as one.
-        """
+        replacing an earlier one. Not ``MlflowClient.log_table``, which appends to an existing artifact (a
+        study parent logs its cells table each time `ablate ablate` stops): the same "split" JSON (columns,
+        rows; NaN as null, e.g. a diverged cell's metric), listed once in ``mlflow.loggedArtifacts``."""
         names = list(columns)
-        rows = [[_json_cell(v) for v in row] for row in zip(*(columns[k] for k in names), strict=True)]
+        rows = [[None if isinstance(v, float) and not math.isfinite(v) else v for v in row]
+                for row in zip(*(columns[k] for k in names), strict=True)]
         self.log_text(json.dumps({"columns": names, "data": rows}), artifact_file)
         logged: list[dict[str, str]] = []  # with an outbox the store is away: list this table alone
         if self._outbox is None:
