@@ -26,6 +26,7 @@ GIT_COMMIT = "mlflow.source.git.commit"
 USER = "mlflow.user"
 SOURCE_TYPE = "mlflow.source.type"
 SOURCE_NAME = "mlflow.source.name"
+LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"  # artifacts the UI shows in a special view (tables)
 # Experiment tag that decides what MLflow 3's UI opens an experiment on: without it an experiment with no
 # traces opens on the GenAI "Traces" tab. Values are the UI's ExperimentKind enum.
 EXPERIMENT_KIND = "mlflow.experimentKind"

@@ -55,10 +55,6 @@ MAX_PARAMS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
 
 
-# The run tag listing the artifacts MLflow's UI shows in a special view (log_table's tables).
-_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
-
-
 def _param_value(value: Any) -> str:
     """Short strings: strings as they are, everything else (lists, bools, None) as compact JSON."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
@@ -352,10 +348,10 @@ class Tracker(NullTracker):
         self.log_text(json.dumps({"columns": names, "data": rows}), artifact_file)
         logged: list[dict[str, str]] = []  # with an outbox the store is away: list this table alone
         if self._outbox is None:
-            logged = json.loads(self.client.get_run(self.run_id).data.tags.get(_LOGGED_ARTIFACTS, "[]"))
+            logged = json.loads(self.client.get_run(self.run_id).data.tags.get(R.LOGGED_ARTIFACTS, "[]"))
         entry = {"path": artifact_file, "type": "table"}
         if entry not in logged:
-            self.set_tags({_LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
+            self.set_tags({R.LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
 
     def log_loss_curve(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
         """``loss_curve.png``: (step, train loss) per logging window and (step, val loss) per evaluation."""
