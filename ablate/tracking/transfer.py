@@ -24,6 +24,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+import ablate.tracking.record as R
 from ablate.tracking.read import client
 from ablate.tracking.store import experiment_id, quiet_transfers, resolve_tracking_uri
 
@@ -34,8 +35,7 @@ SKIPPED = ("checkpoints", "model", "weights", "report", "tokenizer")
 SKIPPED_SUFFIXES = (".pt", ".pth", ".safetensors", ".png", ".pdf", ".svg")
 MAX_ARTIFACT_BYTES = 2_000_000  # a bigger single file is left out too (and listed in run.json)
 _BATCH = 1000  # MLflow's limit of metrics per log_batch
-_MLFLOW_OWN = ("mlflow.user", "mlflow.source.name", "mlflow.source.type", "mlflow.runName",
-               "mlflow.parentRunId", "mlflow.log-model.history")
+_MLFLOW_OWN = (R.USER, R.SOURCE_NAME, R.SOURCE_TYPE, R.RUN_NAME, R.PARENT_RUN, "mlflow.log-model.history")
 
 
 def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
@@ -97,7 +97,7 @@ def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) 
     tags = {k: v for k, v in record["tags"].items() if k not in _MLFLOW_OWN}
     tags[ORIGIN] = origin_id(record["run_id"], record["tags"])
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[R.PARENT_RUN] = parent_run_id
     run = c.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
     new_id = run.info.run_id
     params = [Param(k, v) for k, v in record["params"].items()]
@@ -107,7 +107,7 @@ def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) 
         c.log_batch(new_id, params=params[i:i + 100])
     for i in range(0, len(metrics), _BATCH):
         c.log_batch(new_id, metrics=metrics[i:i + _BATCH])
-    c.log_batch(new_id, tags=[RunTag("mlflow.runName", record["run_name"] or "")])
+    c.log_batch(new_id, tags=[RunTag(R.RUN_NAME, record["run_name"] or "")])
     inputs = [DatasetInput(DatasetEntity(d["name"], d["digest"], d["source_type"], d["source"], d["schema"],
                                          d["profile"]), [InputTag(k, v) for k, v in d["tags"].items()])
               for d in record.get("inputs", [])]
