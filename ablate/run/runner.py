@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import metrics as M
 from ablate.engine.checkpoint import load_verified
@@ -143,7 +144,6 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
          parent_run_id: str | None, experiment: str | None, run_name: str | None,
          data: PreparedData | None, quiet: bool, on_start: Callable[[str | None], None] | None,
          variant: str | None = None) -> RunResult:
-    import ablate.tracking.record as R
     from ablate.tracking import NullTracker, Tracker
 
     dist_info = init_distributed()
@@ -293,7 +293,6 @@ def log_run_start(tracker: Any, data: PreparedData, device: torch.device, precis
     """What a new run records once (Tracker.start already logged the flattened spec, spec.yaml and the
     environment): the dataset input, the tokenizers (so `ablate translate` needs nothing but the run),
     the sacreBLEU signatures, the device and the precision it resolved to, and step-0 metrics."""
-    import ablate.tracking.record as R
 
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
     tok = data.tokenizers
@@ -314,7 +313,6 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
                      tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
-    import ablate.tracking.record as R
 
     best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
     if best is not None:
@@ -363,7 +361,6 @@ SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match"
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
-    import ablate.tracking.record as R
 
     lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
              + (f" ({result.reason})" if result.reason else "")]

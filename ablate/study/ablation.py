@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import ablate.tracking.record as R
 from ablate.study.adaptive import format_progress, needed_keys
 from ablate.study.plan import (  # noqa: F401  # the plan's names, importable from here too
     PARENT,
@@ -48,7 +49,6 @@ from ablate.study.plan import (  # noqa: F401  # the plan's names, importable fr
 
 
 def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
-    import ablate.tracking.record as R
     from ablate.run.runner import run_experiment, run_label
     from ablate.study.workers import cached_data
 
@@ -117,7 +117,6 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     preempt.install()
     plan = plan_study(spec_path, overrides)
-    import ablate.tracking.record as R
     from ablate.study import failfast, names
     from ablate.study.cells import CellQueue
     from ablate.study.parent import cells_table, parent_description

@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+import ablate.tracking.record as R
 from ablate.study import failfast
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
@@ -182,7 +183,6 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
         return "failed"
     metrics, single = plan.metrics, len(plan.metrics) == 1
 
-    import ablate.tracking.record as R
     from ablate.run.runner import run_label
 
     def hook(step: int, evaluation: dict[str, float]) -> bool:
@@ -273,7 +273,6 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     search = plan.spec.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials
-    import ablate.tracking.record as R
     from ablate.study.names import study_attrs, write_attrs
     from ablate.study.parent import search_description, trials_table
 

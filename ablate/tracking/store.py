@@ -23,18 +23,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+import ablate.tracking.record as R
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_DB = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
@@ -110,7 +108,6 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
     It is tagged as a model-training experiment (`record.EXPERIMENT_KIND`), so MLflow 3's UI opens it on
     its runs, not on an empty GenAI traces page; an experiment ablate made before that tag gets it now.
     ``description`` (the spec's) becomes the experiment's description when it has none."""
-    import ablate.tracking.record as R
 
     exp = client.get_experiment_by_name(name)
     if exp is None:
@@ -221,7 +218,6 @@ def environment() -> dict[str, str]:
 
 def environment_tags() -> dict[str, str]:
     """The run tags of `environment`: host, CPU (and GPU), a version tag per package, the git commit."""
-    import ablate.tracking.record as R
 
     env = environment()
     tags = {R.HOST: env["host"], R.CPU: env["cpu"],
@@ -291,7 +287,6 @@ class RootRun:
 
 def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
     """The most recently started run that has no parent (what the user ran last), or None."""
-    import ablate.tracking.record as R
 
     client = _client(tracking_uri)
     ids = [e.experiment_id for e in client.search_experiments()]
@@ -343,7 +338,6 @@ class RunRow:
 
 def list_runs(experiment: str | None = None, *, tracking_uri: str | None = None) -> list[RunRow]:
     """Runs of one experiment (AblateError if it does not exist) or of all, oldest first."""
-    import ablate.tracking.record as R
 
     client = _client(tracking_uri)
     if experiment is not None:
