@@ -10,11 +10,12 @@ A claim is judged on the evidence the report's verdicts already use, never on a 
 ``worse`` / ``better`` are reproduced by a significant difference in that direction, contradicted by one in
 the other, by seeds identical to the baseline's, or by an interval inside ±``min_effect`` (no effect worth
 knowing). ``none`` is reproduced when the interval lies within ±``margin`` (equivalence: a difference that
-is merely not significant proves nothing) and contradicted when it lies wholly beyond it. ``identical`` is
-reproduced when every paired seed gives exactly the baseline's value and contradicted by any seed that
-does not. A variant that diverged in at least half of its runs while the baseline never did failed to
-train: that is the "fails" of a paper such as Xiong et al. 2020 (post-LN without warm-up), so it reproduces
-``worse`` and contradicts the others.
+is merely not significant proves nothing) and contradicted when it lies wholly beyond it; a significant
+difference whose interval still reaches inside the margin settles neither (an adaptive study stops adding
+seeds to it, and its line says so). ``identical`` is reproduced when every paired seed gives exactly the
+baseline's value and contradicted by any seed that does not. A variant that diverged in at least half of
+its runs while the baseline never did failed to train: that is the "fails" of a paper such as Xiong et al.
+2020 (post-LN without warm-up), so it reproduces ``worse`` and contradicts the others.
 """
 
 from __future__ import annotations
@@ -121,6 +122,12 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
             return REPRODUCED, f"the interval lies within ±{margin:g}"
         if has_ci and (ev.lo > margin or ev.hi < -margin):
             return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
+        if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
+            found = "better" if (ev.diff > 0) == higher_is_better else "worse"
+            # Adaptive seeds (evidence with a min_effect) stop a comparison once it is significant.
+            more = ("the study adds no seeds to a significant comparison" if ev.min_effect is not None
+                    else "more seeds would tell")
+            return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
         return OPEN, (f"the interval reaches beyond ±{margin:g}: more seeds would tell" if has_ci
                       else _too_few(ev))
     wanted_better = claim.effect == "better"

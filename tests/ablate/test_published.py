@@ -95,6 +95,16 @@ def test_claims_are_judged_by_the_documented_rules(effect: str, margin: float | 
     assert judge(_claim(effect, margin), evidence, higher_is_better=True)[0] == outcome
 
 
+def test_a_significant_difference_that_reaches_inside_the_margin_says_why_it_stays_open() -> None:
+    """The adaptive rule stops a significant comparison: its line must not promise more seeds."""
+    adaptive = judge(_claim("none", 0.5), _ev(-1.48, -2.76, -0.19, significant=True, min_effect=0.5), True)
+    assert adaptive == (OPEN, "significantly worse, but the interval still reaches within ±0.5: the study "
+                              "adds no seeds to a significant comparison")
+    fixed = judge(_claim("none", 0.5), _ev(0.7, 0.1, 1.3, significant=True), True)
+    assert fixed == (OPEN, "significantly better, but the interval still reaches within ±0.5: more seeds "
+                           "would tell")
+
+
 def test_none_takes_the_studys_min_effect_when_it_gives_no_margin() -> None:
     assert judge(_claim("none"), _ev(0.1, -0.6, 0.8, min_effect=1.0), True) == \
         (REPRODUCED, "the interval lies within ±1")
