@@ -123,7 +123,7 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
         if has_ci and (ev.lo > margin or ev.hi < -margin):
             return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
         if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
-            found = "better" if (ev.diff > 0) == higher_is_better else "worse"
+            found = "better" if _found_better(ev, higher_is_better) else "worse"
             # Adaptive seeds (evidence with a min_effect) stop a comparison once it is significant.
             more = ("the study adds no seeds to a significant comparison" if ev.min_effect is not None
                     else "more seeds would tell")
@@ -134,7 +134,7 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
     if failed:
         return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
     if ev.significant:
-        found_better = (ev.diff > 0) == higher_is_better
+        found_better = _found_better(ev, higher_is_better)
         found = "better" if found_better else "worse"
         return (REPRODUCED if found_better == wanted_better else CONTRADICTED), f"significantly {found}"
     if ev.identical:
@@ -143,6 +143,10 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
     if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
         return CONTRADICTED, f"no effect as large as ±{m:g}"
     return OPEN, ("no significant difference yet" if has_ci else _too_few(ev))
+
+
+def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
+    return (ev.diff > 0) == higher_is_better
 
 
 def _too_few(ev: Evidence) -> str:

@@ -293,7 +293,6 @@ def log_run_start(tracker: Any, data: PreparedData, device: torch.device, precis
     """What a new run records once (Tracker.start already logged the flattened spec, spec.yaml and the
     environment): the dataset input, the tokenizers (so `ablate translate` needs nothing but the run),
     the sacreBLEU signatures, the device and the precision it resolved to, and step-0 metrics."""
-
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
     tok = data.tokenizers
     tracker.log_text(tok.to_json(), R.TOKENIZERS_ARTIFACT)  # both sides and the normalisation
@@ -313,7 +312,6 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
                      tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
-
     best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
     if best is not None:
         model.load_state_dict(best[0]["model"])
@@ -361,7 +359,6 @@ SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match"
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
-
     lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
              + (f" ({result.reason})" if result.reason else "")]
     whole_run = (R.TOKENS_PER_S, R.WALL_TIME, R.PEAK_MEMORY)

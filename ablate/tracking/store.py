@@ -108,7 +108,6 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
     It is tagged as a model-training experiment (`record.EXPERIMENT_KIND`), so MLflow 3's UI opens it on
     its runs, not on an empty GenAI traces page; an experiment ablate made before that tag gets it now.
     ``description`` (the spec's) becomes the experiment's description when it has none."""
-
     exp = client.get_experiment_by_name(name)
     if exp is None:
         root = artifact_root(uri)
@@ -218,7 +217,6 @@ def environment() -> dict[str, str]:
 
 def environment_tags() -> dict[str, str]:
     """The run tags of `environment`: host, CPU (and GPU), a version tag per package, the git commit."""
-
     env = environment()
     tags = {R.HOST: env["host"], R.CPU: env["cpu"],
             **{f"{R.VERSION_PREFIX}{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
@@ -287,7 +285,6 @@ class RootRun:
 
 def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
     """The most recently started run that has no parent (what the user ran last), or None."""
-
     client = _client(tracking_uri)
     ids = [e.experiment_id for e in client.search_experiments()]
     if not ids:
@@ -338,7 +335,6 @@ class RunRow:
 
 def list_runs(experiment: str | None = None, *, tracking_uri: str | None = None) -> list[RunRow]:
     """Runs of one experiment (AblateError if it does not exist) or of all, oldest first."""
-
     client = _client(tracking_uri)
     if experiment is not None:
         exp = client.get_experiment_by_name(experiment)
