@@ -237,6 +237,15 @@ def test_plain_mlflow_ui_in_the_folder_shows_runs_and_artifacts(server: str, sit
         assert b"name: seeded" in r.read()
 
 
+def command_line(process: psutil.Process) -> list[str]:
+    """A child's arguments, or none for one that has exited: mlflow spawns short-lived helpers beside its
+    server, and one caught between exit and reaping is a zombie whose command line cannot be read."""
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
+
+
 def test_main_ui_with_a_server_uri_just_points_at_it(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
@@ -258,7 +267,7 @@ def test_ctrl_c_while_the_ui_starts_stops_its_server(site: tuple[Path, str]) -> 
     deadline = time.monotonic() + STARTUP
     while not servers:  # the mlflow server has been spawned but needs seconds before it answers
         assert ui.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
-        servers = [c for c in parent.children() if "server" in c.cmdline()]
+        servers = [c for c in parent.children() if "server" in command_line(c)]
         time.sleep(0.02)
     ui.send_signal(signal.SIGINT)
     code = ui.wait(timeout=60)
@@ -266,4 +275,4 @@ def test_ctrl_c_while_the_ui_starts_stops_its_server(site: tuple[Path, str]) -> 
     assert code == 0, output
     assert "stopped" in output and "Traceback" not in output and "MLflow UI:" not in output
     gone, alive = psutil.wait_procs(servers, timeout=20)
-    assert not alive, [p.cmdline() for p in alive]
+    assert not alive, [command_line(p) for p in alive]
