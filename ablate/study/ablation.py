@@ -140,7 +140,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
-    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed)
+    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed, **_params(plan))
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
@@ -166,7 +166,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
             if code in (130, 143) or plan.design is None:
                 break
-            added, _ = queue.enqueue(_wanted(plan, queue))  # the next round: open comparisons only
+            # the next round: open comparisons only
+            added, _ = queue.enqueue(_wanted(plan, queue), **_params(plan))
             if not added:
                 break
             print(format_progress(plan, plan.design, queue.records()))
@@ -209,6 +210,11 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
               file=sys.stderr)
         return 1
     return code
+
+
+def _params(plan: StudyPlan) -> dict[str, Any]:
+    """Every cell's axis values as Optuna params, for enqueue to record on the waiting trials."""
+    return {"choices": plan.axis_params(), "values": {c.key: plan.cell_params(c) for c in plan.cells}}
 
 
 def _wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:

@@ -47,16 +47,25 @@ class CellQueue:
                 out[t.user_attrs[CELL]] = t  # trials come in number order: the last one wins
         return out
 
-    def enqueue(self, cells: Sequence[Mapping[str, Any]], retry_failed: bool = False) -> tuple[int, int]:
-        """Enqueue cells the store has not seen (and failed ones with retry_failed): (new, retried)."""
+    def enqueue(self, cells: Sequence[Mapping[str, Any]], retry_failed: bool = False, *,
+                choices: Mapping[str, Sequence[Any]] | None = None,
+                values: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[int, int]:
+        """Enqueue cells the store has not seen (and failed ones with retry_failed): (new, retried).
+
+        `values` (cell key -> axis values, over `choices`) become the waiting trial's params at once, so
+        Optuna's dashboard tells a queued cell's variant from the others before any worker takes it."""
         assert self.study is not None
         new = retried = 0
+        study_id = self.store.storage.get_study_id_from_name(self.name)
         with self.store.lock(self.name):
             latest = self.latest()
             for cell in cells:
                 t = latest.get(cell[CELL])
                 if t is None:
-                    self.study.enqueue_trial({}, user_attrs=dict(cell))
+                    waiting = optuna.trial.create_trial(state=TrialState.WAITING, user_attrs=dict(cell))
+                    trial_id = self.store.storage.create_new_trial(study_id, waiting)
+                    if choices is not None and values is not None and cell[CELL] in values:
+                        self._record_params(trial_id, {}, choices, values[cell[CELL]])
                     new += 1
                 elif t.state == TrialState.FAIL and retry_failed:
                     requeue(self.study, t)
@@ -78,11 +87,14 @@ class CellQueue:
                    values: Mapping[str, Any]) -> None:
         """Record the cell's axis values as the trial's params (categorical over every value the study
         gives that axis). Best effort: a store whose earlier trials hold other choices keeps going."""
+        self._record_params(self.store.trial_id(self.name, trial.number), trial.params, choices, values)
+
+    def _record_params(self, trial_id: int, recorded: Mapping[str, Any], choices: Mapping[str, Sequence[Any]],
+                       values: Mapping[str, Any]) -> None:
         from optuna.distributions import CategoricalDistribution
 
-        trial_id = self.store.trial_id(self.name, trial.number)
         for name, value in values.items():
-            if name in trial.params or value not in choices.get(name, ()):
+            if name in recorded or value not in choices.get(name, ()):
                 continue
             dist = CategoricalDistribution(list(choices[name]))
             try:

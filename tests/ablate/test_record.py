@@ -5,10 +5,12 @@ names that still resume old stores, and the dashboard's metric names and cell pa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from mlflow import MlflowClient
+from optuna.trial import TrialState
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
@@ -105,7 +107,7 @@ def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tm
     queue.describe(names.study_attrs("k", "s", [], "ablation"), "final/val/exact_match")
     queue.enqueue([{"ablate.cell": "h1-s0", "label": "baseline", "seed": 0},
                    {"ablate.cell": "h2-s0", "label": "residual=post_norm", "seed": 0}])
-    choices = {"residual": ["pre_norm", "post_norm"], "train.lr": [0.001, 0.01]}
+    choices: dict[str, list[Any]] = {"residual": ["pre_norm", "post_norm"], "train.lr": [0.001, 0.01]}
     for values in ({"residual": "pre_norm", "train.lr": 0.001}, {"residual": "post_norm", "train.lr": 0.001}):
         trial, _ = queue.claim()
         assert trial is not None
@@ -116,6 +118,30 @@ def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tm
     assert [t.params for t in study.trials] == [{"residual": "pre_norm", "train.lr": 0.001},
                                                 {"residual": "post_norm", "train.lr": 0.001}]
     assert study.user_attrs[names.KEY] == "k"
+
+
+def test_queued_cells_show_their_axis_values_before_a_worker_takes_them(tmp_path: Path) -> None:
+    """Waiting trials carry their params from enqueue on (the dashboard's table of a running study), a
+    worker's claim keeps them, and a re-queued failed cell has them too."""
+    store = Store(str(tmp_path / "journal.log"))
+    queue = CellQueue(store, "s", "maximize")
+    choices = {"residual": ["pre_norm", "post_norm"]}
+    values = {"h1-s0": {"residual": "pre_norm"}, "h2-s0": {"residual": "post_norm"}}
+    assert queue.enqueue([{"ablate.cell": "h1-s0", "label": "baseline", "seed": 0},
+                          {"ablate.cell": "h2-s0", "label": "residual=post_norm", "seed": 0}],
+                         choices=choices, values=values) == (2, 0)
+    study = optuna.load_study(study_name="s", storage=store.storage)
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.user_attrs["label"], t.params) for t in waiting] == [
+        ("baseline", {"residual": "pre_norm"}), ("residual=post_norm", {"residual": "post_norm"})]
+    trial, _ = queue.claim()
+    assert trial is not None and trial.params == {"residual": "pre_norm"}
+    queue.set_params(trial, choices, values["h1-s0"])
+    queue.finish(trial, "failed", None, error="boom")
+    assert queue.enqueue([{"ablate.cell": "h1-s0", "label": "baseline", "seed": 0}], retry_failed=True,
+                         choices=choices, values=values) == (0, 1)
+    latest = queue.latest()["h1-s0"]
+    assert latest.state == TrialState.WAITING and latest.params == {"residual": "pre_norm"}
 
 
 @pytest.mark.soak
