@@ -50,6 +50,7 @@ class RunResult:
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     reason: str = ""
     delayed: int = 0  # tracking operations that waited in the outbox for a server that did not answer
+    resumed_at: int | None = None  # the checkpoint step this process went on from; None: trained from step 0
 
 
 def run_label(variant: str, seed: int) -> str:
@@ -242,7 +243,8 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         result = RunResult(status=status, metrics=metrics, spec_hash=spec.spec_hash, run_dir=str(run_dir),
                            run_id=tracker.run_id,
                            checkpoint=str(trainer.best_path) if trainer.best_path.exists() else None,
-                           history=state.history, reason=outcome.reason, delayed=tracker.delayed())
+                           history=state.history, reason=outcome.reason, delayed=tracker.delayed(),
+                           resumed_at=int(resume["state"]["step"]) if resume is not None else None)
         if is_main and status != "killed":
             write_summary(summary_path, result)
             tracker.log_artifact(summary_path)

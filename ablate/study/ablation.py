@@ -78,8 +78,12 @@ def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str |
     value = R.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
     queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
     shown = f"{value:.4g}" if value is not None else "-"
-    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} "
-          f"({time.time() - started:.0f}s)", flush=True)
+    took = f"{time.time() - started:.0f}s"
+    if result.resumed_at is not None and R.WALL_TIME in result.metrics:  # MLflow's wall time counts them all
+        total = result.metrics[R.WALL_TIME]
+        took += f" from step {result.resumed_at}; {total:.0f}s of training over all its segments"
+    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} ({took})",
+          flush=True)
     return result.status
 
 

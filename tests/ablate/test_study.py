@@ -7,6 +7,7 @@ synthetic specs (d_model 16, 1+1 layers, a few dozen steps).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,8 +254,15 @@ ablation:
     grid = capsys.readouterr().out
     assert "1 finished" in grid and "1 interrupted" in grid and "1 pending" in grid
 
+    capsys.readouterr()
     assert main_ablate(str(path)) == 0
+    out = capsys.readouterr().out
     assert (dirs[0] / "summary.json").stat().st_mtime_ns == finished_at  # not retrained
+    lines = {c.key: next(x for x in out.splitlines() if x.startswith(f"cell {c.label} seed {c.seed}: "))
+             for c in plan.cells[1:]}
+    resumed_line, fresh_line = lines[plan.cells[1].key], lines[plan.cells[2].key]
+    assert re.search(r"\(\d+s from step \d+; \d+s of training over all its segments\)$", resumed_line)
+    assert re.search(r"\(\d+s\)$", fresh_line)
     children = assert_each_cell_once(path)
     resumed = next(r for r in children if r.data.tags["ablate.cell"] == plan.cells[1].key)
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
