@@ -144,7 +144,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
-    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed, **_params(plan))
+    params = _params(plan)  # the same for every round: each cell's axis values
+    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed, **params)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
@@ -171,7 +172,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
             if code in (130, 143) or plan.design is None:
                 break
             # the next round: open comparisons only
-            added, _ = queue.enqueue(_wanted(plan, queue), **_params(plan))
+            added, _ = queue.enqueue(_wanted(plan, queue), **params)
             if not added:
                 break
             print(format_progress(plan, plan.design, queue.records()))

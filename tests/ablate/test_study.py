@@ -254,7 +254,6 @@ ablation:
     grid = capsys.readouterr().out
     assert "1 finished" in grid and "1 interrupted" in grid and "1 pending" in grid
 
-    capsys.readouterr()
     assert main_ablate(str(path)) == 0
     out = capsys.readouterr().out
     assert (dirs[0] / "summary.json").stat().st_mtime_ns == finished_at  # not retrained
