@@ -55,6 +55,7 @@ class Evidence:
     diverged: int  # the variant's runs that diverged
     runs: int
     base_diverged: int
+    max_seeds: int | None = None  # an adaptive study's last planned look: no seeds beyond it
 
 
 def claims_of(study: Study) -> list[Expectation]:
@@ -82,7 +83,7 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
                             identical, design.min_effect, diverged, len(runs), base_diverged)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         look.state == "effect", differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged)
+                        base_diverged, design.looks[-1])
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
         diff = row.effect.diff if row is not None else nan
@@ -128,7 +129,7 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
             more = ("the study adds no seeds to a significant comparison" if ev.min_effect is not None
                     else "more seeds would tell")
             return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
-        return OPEN, (f"the interval reaches beyond ±{margin:g}: more seeds would tell" if has_ci
+        return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci
                       else _too_few(ev))
     wanted_better = claim.effect == "better"
     if failed:
@@ -142,7 +143,21 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
     m = ev.min_effect
     if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
         return CONTRADICTED, f"no effect as large as ±{m:g}"
-    return OPEN, ("no significant difference yet" if has_ci else _too_few(ev))
+    if not has_ci:
+        return OPEN, _too_few(ev)
+    return OPEN, ("no significant difference at the study's maximum of "
+                  f"{ev.max_seeds} seeds" if _at_max(ev) else "no significant difference yet")
+
+
+def _at_max(ev: Evidence) -> bool:
+    """The variant ran every seed its adaptive study allows: more would take a larger ``seeds.max``."""
+    return ev.max_seeds is not None and ev.runs >= ev.max_seeds
+
+
+def _more_seeds(ev: Evidence) -> str:
+    if _at_max(ev):
+        return f"the study's maximum of {ev.max_seeds} seeds is reached (a larger seeds.max would tell)"
+    return "more seeds would tell"
 
 
 def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
