@@ -27,11 +27,11 @@ What is measured, all in one process on the same synthetic batches:
   time reported apart (method: ``ablate/bench/overhead.py``).
 
 Throughput needs a quiet machine: on shared cores the figures are noise (``machine.busy`` flags a load
-average above half the cores). There, ``--set train.threads=1`` gives steadier ratios: with several
-threads every op waits at a thread barrier for a core the other processes hold. The train settings the
-bench reads: ``train.threads`` (0: torch's default), and for the overhead ``eval_every``,
-``checkpoint_every`` and ``max_steps`` (the cadence and run length it projects to) and the ``tracking``
-options (its store is always a temporary one).
+average above half the cores, read before the bench starts: its own threads raise it afterwards). There,
+``--set train.threads=1`` gives steadier ratios: with several threads every op waits at a thread barrier for
+a core the other processes hold. The train settings the bench reads: ``train.threads`` (0: torch's default),
+and for the overhead ``eval_every``, ``checkpoint_every`` and ``max_steps`` (the cadence and run length it
+projects to) and the ``tracking`` options (its store is always a temporary one).
 """
 
 from __future__ import annotations
@@ -92,7 +92,14 @@ def resolve_config(spec_path: str | None, overrides: list[str], quick: bool
     return spec, replace(cfg, batch_tokens=spec.data.batch_tokens, vocab=vocab)
 
 
-def machine_info(device: torch.device, peaks: dict[str, float]) -> dict[str, Any]:
+def load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def machine_info(device: torch.device, peaks: dict[str, float], load: float) -> dict[str, Any]:
+    """The machine the figures were measured on; ``load``: the load average before the bench ran (read
+    after it, a 2-core machine is always "busy" with the bench's own two threads)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     if device.type == "cpu":
         try:
@@ -100,7 +107,6 @@ def machine_info(device: torch.device, peaks: dict[str, float]) -> dict[str, Any
             name = next(x.split(":", 1)[1].strip() for x in lines if x.startswith("model name"))
         except (OSError, StopIteration):
             pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return {"device": str(device), "name": name, "platform": platform.platform(), "torch": torch.__version__,
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average_1m": load,
             "busy": load > 0.5 * (os.cpu_count() or 1), "bf16": "bf16" in peaks,
@@ -111,6 +117,7 @@ def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
     from ablate.engine.model import build_model
     from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, keep_freed_memory_in_process
 
+    load_before = load_average()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         keep_freed_memory_in_process()  # as `ablate run` trains: so the timed steps are a run's
@@ -158,7 +165,7 @@ def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
               "target_padding_fraction": padding, "bench": asdict(cfg), "flops_formula": FLOP_FORMULA,
               "timing": f"median of {cfg.iters} steps after {cfg.warmup} warm-up steps per model and "
                         "precision; steps of all rows interleaved round-robin"}
-    doc = {"machine": machine_info(device, peaks), "config": config, "train": rows,
+    doc = {"machine": machine_info(device, peaks, load_before), "config": config, "train": rows,
            "torch_nn_transformer": [{k: v for k, v in r.items() if k != "variant"} for r in baseline],
            "decode": decode, "framework_overhead": overhead}
     doc["targets"] = targets(doc)
@@ -199,7 +206,7 @@ def format_table(doc: dict[str, Any]) -> str:
     busy = ", BUSY: figures unreliable" if m["busy"] else ""
     peaks = ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in m["matmul_peak_flops"].items())
     lines = [f"machine: {m['name']} ({m['device']}, {m['torch_threads']} threads, torch {m['torch']}, "
-             f"load {m['load_average_1m']:.1f}{busy})", f"matmul peak: {peaks}",
+             f"load before {m['load_average_1m']:.1f}{busy})", f"matmul peak: {peaks}",
              f"model: d {dims['d_model']}, {dims['heads']} heads, {dims['encoder_layers']}+"
              f"{dims['decoder_layers']} layers, d_ff {dims['d_ff']}, vocab {c['vocab']}; batches of ~"
              f"{c['mean_target_tokens']:.0f} target tokens, {100 * c['target_padding_fraction']:.1f}% pad",

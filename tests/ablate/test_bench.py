@@ -19,7 +19,7 @@ import torch
 
 import registry
 from ablate.bench.overhead import saves_per_step, temporary_tracking_store
-from ablate.bench.suite import resolve_config, targets
+from ablate.bench.suite import machine_info, resolve_config, targets
 from ablate.bench.train import (
     QUICK,
     QUICK_MODEL,
@@ -283,3 +283,13 @@ def test_targets_flag_the_issue_thresholds() -> None:
     assert checks["framework overhead in ablate run (fraction, at most)"]["met"] is True
     tracking = checks["MLflow tracking on vs off (fraction, at most)"]
     assert tracking["value"] == 0.04 and tracking["target"] == 0.03 and tracking["met"] is False
+
+
+def test_busy_flags_the_load_the_bench_found_not_its_own() -> None:
+    """The flag reads the load average given (run_bench reads it before any work): after the bench, its own
+    threads hold a 2-core machine's load near 2, which flagged every full run here as unreliable."""
+    cores = os.cpu_count() or 1
+    cpu = torch.device("cpu")
+    quiet, loaded = machine_info(cpu, {}, 0.4 * cores), machine_info(cpu, {}, 0.6 * cores)
+    assert (quiet["busy"], loaded["busy"]) == (False, True)
+    assert quiet["load_average_1m"] == 0.4 * cores
