@@ -7,8 +7,11 @@ and figures are left out (listed in run.json): the export is meant to be committ
 nothing a report computes reads them.
 
 Importing recreates the run in the current store (MLflow gives it a new id; the exported one is kept in the
-tag ``ablate.origin_run_id`` so reports show the same ids before and after) with the same times, so that
-everything read back (`ablate.tracking.read`) is what the exporting store held.
+tag ``ablate.origin_run_id`` so reports show the same ids before and after) with the same times, tags (the
+user and source included) and the list of what the export left out (tag ``ablate.artifacts_left_out``), so
+that everything read back (`ablate.tracking.read`) is what the exporting store held. Exporting an imported
+run undoes both tags and writes the original ids, parent included: a study imported, continued and exported
+again changes only the files of what changed.
 """
 
 from __future__ import annotations
@@ -29,13 +32,16 @@ from ablate.tracking.read import client
 from ablate.tracking.store import experiment_id, quiet_transfers, resolve_tracking_uri
 
 ORIGIN = "ablate.origin_run_id"  # tag: the run id in the store the run was exported from
+LEFT_OUT = "ablate.artifacts_left_out"  # tag of an imported run: JSON list of what its export left out
 # Left out: checkpoints and models (large, and no report reads them), tokenizers (rebuilt from the data by
 # the spec), a parent's earlier report, and figures (redrawn from the metric histories).
 SKIPPED = ("checkpoints", "model", "weights", "report", "tokenizer")
 SKIPPED_SUFFIXES = (".pt", ".pth", ".safetensors", ".png", ".pdf", ".svg")
 MAX_ARTIFACT_BYTES = 2_000_000  # a bigger single file is left out too (and listed in run.json)
 _BATCH = 1000  # MLflow's limit of metrics per log_batch
-_MLFLOW_OWN = (R.USER, R.SOURCE_NAME, R.SOURCE_TYPE, R.RUN_NAME, R.PARENT_RUN, "mlflow.log-model.history")
+_MAX_TAG = 5000  # well under MLflow's tag value limit: a longer list is not carried (never seen: names only)
+# Set by the import itself (name, parent) or about what is not exported (logged models).
+_SET_ON_IMPORT = (R.RUN_NAME, R.PARENT_RUN, "mlflow.log-model.history")
 
 
 def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
@@ -57,11 +63,17 @@ def export_run(run_id: str, folder: Path) -> dict[str, Any]:
                "tags": {t.key: t.value for t in d.tags}}
               for d in (run.inputs.dataset_inputs if run.inputs else [])]
     folder.mkdir(parents=True, exist_ok=True)
-    left_out = _export_artifacts(c, run_id, folder / "artifacts")
-    record = {"run_id": run_id, "run_name": run.info.run_name, "status": run.info.status,
+    tags = dict(run.data.tags)
+    earlier = json.loads(tags.pop(LEFT_OUT, "[]"))  # what an earlier export of an imported run left out
+    left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
+    if R.PARENT_RUN in tags:
+        parent = c.get_run(tags[R.PARENT_RUN])
+        tags[R.PARENT_RUN] = origin_id(parent.info.run_id, parent.data.tags)
+    record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
               "experiment": c.get_experiment(run.info.experiment_id).name,
               "start_time": run.info.start_time, "end_time": run.info.end_time,
-              "tags": dict(sorted(run.data.tags.items())), "params": dict(sorted(run.data.params.items())),
+              "tags": dict(sorted((k, v) for k, v in tags.items() if k != ORIGIN)),
+              "params": dict(sorted(run.data.params.items())),
               "metrics": metrics, "inputs": inputs, "artifacts_left_out": left_out}
     (folder / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
@@ -94,8 +106,11 @@ def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) 
     record = json.loads((folder / "run.json").read_text())
     c = client()
     exp_id = experiment_id(c, experiment, resolve_tracking_uri(None))
-    tags = {k: v for k, v in record["tags"].items() if k not in _MLFLOW_OWN}
+    tags = {k: v for k, v in record["tags"].items() if k not in _SET_ON_IMPORT}
     tags[ORIGIN] = origin_id(record["run_id"], record["tags"])
+    left_out = json.dumps(record.get("artifacts_left_out", []))
+    if left_out != "[]" and len(left_out) <= _MAX_TAG:
+        tags[LEFT_OUT] = left_out
     if parent_run_id:
         tags[R.PARENT_RUN] = parent_run_id
     run = c.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])

@@ -19,6 +19,7 @@ from ablate.spec.load import SpecError
 from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.adaptive import needed_keys, progress
 from ablate.study.cells import CellRecord
+from tests.report_studies import EXPORTS
 from tests.stores import mlflow_store
 
 SPEC = """\
@@ -125,6 +126,31 @@ def test_import_of_a_folder_that_is_no_export_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "not a study export" in err and len(err.splitlines()) == 1
     assert not (workdir / "mlflow.db").exists() and not (workdir / ".ablate").exists()  # nothing written
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_imported_study_exports_again_byte_for_byte(workdir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import, then export: the same files (original run and parent ids, MLflow's user and source tags, the
+    list of artifacts the first export left out), so a study moved between stores, continued and exported
+    again changes only the files of the cells that changed; and the same once more from a second store."""
+    committed = EXPORTS / "rep-abl"  # exported by `ablate export` from the store that trained it
+    assert cli_main(["import", str(committed)]) == 0
+    assert cli_main(["export", "rep-abl", "--out", str(workdir / "again")]) == 0
+    assert _files(workdir / "again") == _files(committed)
+    record = json.loads(next((committed / "cells").glob("*/run.json")).read_text())
+    assert record["artifacts_left_out"] and {"mlflow.user", "mlflow.source.name"} <= set(record["tags"])
+
+    second = workdir / "second"
+    second.mkdir()
+    monkeypatch.chdir(second)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(second))
+    assert cli_main(["import", str(workdir / "again")]) == 0
+    assert cli_main(["export", "rep-abl", "--out", str(second / "twice")]) == 0
+    assert _files(second / "twice") == _files(committed)
 
 
 def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
