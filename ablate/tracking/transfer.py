@@ -25,6 +25,7 @@ from typing import Any
 
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 import ablate.tracking.record as R
@@ -67,8 +68,11 @@ def export_run(run_id: str, folder: Path) -> dict[str, Any]:
     earlier = json.loads(tags.pop(LEFT_OUT, "[]"))  # what an earlier export of an imported run left out
     left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
     if R.PARENT_RUN in tags:
-        parent = c.get_run(tags[R.PARENT_RUN])
-        tags[R.PARENT_RUN] = origin_id(parent.info.run_id, parent.data.tags)
+        try:
+            parent = c.get_run(tags[R.PARENT_RUN])
+            tags[R.PARENT_RUN] = origin_id(parent.info.run_id, parent.data.tags)
+        except MlflowException:  # a parent purged from the store: its id here is all there is
+            pass
     record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
               "experiment": c.get_experiment(run.info.experiment_id).name,
               "start_time": run.info.start_time, "end_time": run.info.end_time,
