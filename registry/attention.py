@@ -216,6 +216,13 @@ class SDPAttention(MultiHeadAttention):
         super().__init__(d_model, heads, dropout, cross)
         self.kernels: set[str] = set()  # "fused", "matmul": an implementation detail a run records
 
+    def _ran(self, kernel: str) -> None:
+        # Eager calls only: a set mutated inside a compiled forward is a guard that fails once per module and
+        # shape, so torch.compile recompiled until its limit (8) and fell back to eager (seen on an H100).
+        # Evaluation runs the plain module, so a compiled run still records its kernels there.
+        if not torch.compiler.is_compiling():
+            self.kernels.add(kernel)
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         p = self.dropout if self.training else 0.0
         if q.device.type == "cpu":
@@ -223,7 +230,7 @@ class SDPAttention(MultiHeadAttention):
                 return self._attend_matmul(q, k, v, mask, p)
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
-        self.kernels.add("fused")
+        self._ran("fused")
         scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale)
@@ -242,7 +249,7 @@ class SDPAttention(MultiHeadAttention):
         fused kernel's per-call set-up costs more than two batched matmuls. ``ablate bench`` measures both.
         Fully masked rows give zeros, as sdpa's fused kernel does (nan_to_num on the -inf rows).
         """
-        self.kernels.add("matmul")
+        self._ran("matmul")
         scale = 1.0 / math.sqrt(self.d_head) if self.score_scale is None else self.score_scale
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, Tq, Tk)
         if mask is not None and mask.is_causal:

@@ -193,6 +193,10 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
     try:
         train_model: torch.nn.Module = model
         if spec.train.compile:
+            # A study worker compiles one model per cell in the same process: dynamo's cache for the model's
+            # forward would count every earlier cell's graphs toward its recompile limit (8) and, past it,
+            # silently run eager. Each run compiles its own model anyway.
+            torch._dynamo.reset()
             train_model = torch.compile(model)  # type: ignore[assignment]
         if dist_info.enabled:
             from torch.nn.parallel import DistributedDataParallel

@@ -85,3 +85,24 @@ def test_compile_flag_wraps_the_training_model_only(tmp_path: Path, monkeypatch:
     assert len(compiled) == 1 and type(compiled[0]).__name__ == "Seq2SeqTransformer"
     state = load_checkpoint(Path(result.run_dir) / "best.pt")["model"]
     assert not any(key.startswith("_orig_mod.") for key in state)  # checkpoints hold the plain model's keys
+
+
+def test_a_compiled_forward_compiles_once_for_one_shape() -> None:
+    """The attention core records which kernel ran only outside compilation: a set mutated in a compiled
+    forward is a failing guard, and the model recompiled at every call until dynamo's limit."""
+    from ablate.engine.model import build_model
+    from ablate.spec.experiment import ModelSpec
+
+    torch._dynamo.reset()
+    model = build_model(ModelSpec(d_model=16, heads=2, encoder_layers=1, decoder_layers=1, d_ff=32,
+                                  dropout=0.0), 12, 12, 0, 0).eval()
+    compiled = torch.compile(model, backend="eager")  # dynamo's guards without inductor's C++ compile
+    src, tgt = torch.randint(3, 12, (2, 5)), torch.randint(3, 12, (2, 4))
+    with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
+        first = compiled(src, tgt)
+        second = compiled(src, tgt)  # raises RecompileError when a guard failed
+    assert torch.equal(first, second)
+    assert model.attention_kernels() == []  # nothing recorded while compiled
+    with torch.no_grad():
+        model(src, tgt)
+    assert model.attention_kernels()  # the eager module still records what it ran
