@@ -55,7 +55,7 @@ class Evidence:
     diverged: int  # the variant's runs that diverged
     runs: int
     base_diverged: int
-    max_seeds: int | None = None  # an adaptive study's last planned look: no seeds beyond it
+    max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
 
 
 def claims_of(study: Study) -> list[Expectation]:
@@ -83,7 +83,7 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
                             identical, design.min_effect, diverged, len(runs), base_diverged)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         look.state == "effect", differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged, design.looks[-1])
+                        base_diverged, design.looks[-1] if look.final else None)
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
         diff = row.effect.diff if row is not None else nan
@@ -146,17 +146,12 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
     if not has_ci:
         return OPEN, _too_few(ev)
     return OPEN, ("no significant difference at the study's maximum of "
-                  f"{ev.max_seeds} seeds" if _at_max(ev) else "no significant difference yet")
-
-
-def _at_max(ev: Evidence) -> bool:
-    """The variant ran every seed its adaptive study allows: more would take a larger ``seeds.max``."""
-    return ev.max_seeds is not None and ev.runs >= ev.max_seeds
+                  f"{ev.max_reached} seeds" if ev.max_reached else "no significant difference yet")
 
 
 def _more_seeds(ev: Evidence) -> str:
-    if _at_max(ev):
-        return f"the study's maximum of {ev.max_seeds} seeds is reached (a larger seeds.max would tell)"
+    if ev.max_reached:  # only a larger seeds.max could settle it
+        return f"the study's maximum of {ev.max_reached} seeds is reached (a larger seeds.max would tell)"
     return "more seeds would tell"
 
 

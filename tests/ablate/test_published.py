@@ -58,9 +58,9 @@ def test_an_expectation_is_checked_where_it_is_written(tmp_path: Path, entry: st
 
 def _ev(diff: float = math.nan, lo: float = math.nan, hi: float = math.nan, *, significant: bool = False,
         differing: int = 0, identical: bool = False, min_effect: float | None = None, diverged: int = 0,
-        runs: int = 4, base_diverged: int = 0, n: int = 4, max_seeds: int | None = None) -> Evidence:
+        runs: int = 4, base_diverged: int = 0, n: int = 4, max_reached: int | None = None) -> Evidence:
     return Evidence("val/bleu", diff, lo, hi, "95% CI", n, significant, differing, identical, min_effect,
-                    diverged, runs, base_diverged, max_seeds)
+                    diverged, runs, base_diverged, max_reached)
 
 
 def _claim(effect: str, margin: float | None = None) -> Expectation:
@@ -107,16 +107,17 @@ def test_a_significant_difference_that_reaches_inside_the_margin_says_why_it_sta
 
 def test_an_open_claim_at_the_studys_maximum_of_seeds_does_not_promise_more() -> None:
     """Only a larger seeds.max could settle a claim whose variant ran every seed the study allows."""
-    def rms(seeds: int) -> Evidence:  # RMSNorm in the modern study: undecided against ±0.5
-        return _ev(0.25, -0.52, 1.01, min_effect=0.5, runs=seeds, n=seeds, max_seeds=8)
+    def rms(seeds: int) -> Evidence:  # RMSNorm in the modern study (seeds.max 8): undecided against ±0.5
+        final = 8 if seeds == 8 else None
+        return _ev(0.25, -0.52, 1.01, min_effect=0.5, runs=seeds, n=seeds, max_reached=final)
 
     none = _claim("none", 0.5)
     assert judge(none, rms(6), True) == (OPEN, "the interval reaches beyond ±0.5: more seeds would tell")
     assert judge(none, rms(8), True) == (OPEN, "the interval reaches beyond ±0.5: the study's maximum of 8 "
                                                "seeds is reached (a larger seeds.max would tell)")
-    worse = judge(_claim("worse"), _ev(-1.1, -3.1, 0.8, min_effect=0.5, runs=8, n=8, max_seeds=8), True)
+    worse = judge(_claim("worse"), _ev(-1.1, -3.1, 0.8, min_effect=0.5, runs=8, n=8, max_reached=8), True)
     assert worse == (OPEN, "no significant difference at the study's maximum of 8 seeds")
-    assert judge(_claim("worse"), _ev(-1.1, -3.1, 0.8, min_effect=0.5, runs=6, n=6, max_seeds=8), True) == \
+    assert judge(_claim("worse"), _ev(-1.1, -3.1, 0.8, min_effect=0.5, runs=6, n=6), True) == \
         (OPEN, "no significant difference yet")
 
 
