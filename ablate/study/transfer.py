@@ -58,7 +58,7 @@ def main_export(study: str, out: str | None = None) -> int:
     try:
         record = export_run(parent["run_id"], staging / "parent")
         for key, rec in sorted(latest.items()):
-            export_run(str(rec["run_id"]), staging / "cells" / key)
+            export_run(str(rec["run_id"]), staging / "cells" / key, parent_id=record["run_id"])
         meta = {"format": FORMAT, "study": name, "experiment": record["experiment"],
                 "optuna_study": tags.get("ablate.optuna_study"), "metric": tags.get("ablate.metric"),
                 "cells": sorted(latest)}

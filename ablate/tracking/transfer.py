@@ -25,7 +25,6 @@ from typing import Any
 
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 import ablate.tracking.record as R
@@ -50,8 +49,9 @@ def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ORIGIN, run_id)
 
 
-def export_run(run_id: str, folder: Path) -> dict[str, Any]:
-    """Write one run into ``folder`` (run.json + artifacts/); returns the run.json content."""
+def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[str, Any]:
+    """Write one run into ``folder`` (run.json + artifacts/); returns the run.json content. ``parent_id``:
+    the id the run's parent is exported with (its origin id), written as the run's parent."""
     c = client()
     run = c.get_run(run_id)
     metrics: dict[str, list[list[float]]] = {}
@@ -67,12 +67,8 @@ def export_run(run_id: str, folder: Path) -> dict[str, Any]:
     tags = dict(run.data.tags)
     earlier = json.loads(tags.pop(LEFT_OUT, "[]"))  # what an earlier export of an imported run left out
     left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
-    if R.PARENT_RUN in tags:
-        try:
-            parent = c.get_run(tags[R.PARENT_RUN])
-            tags[R.PARENT_RUN] = origin_id(parent.info.run_id, parent.data.tags)
-        except MlflowException:  # a parent purged from the store: its id here is all there is
-            pass
+    if parent_id is not None:
+        tags[R.PARENT_RUN] = parent_id
     record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
               "experiment": c.get_experiment(run.info.experiment_id).name,
               "start_time": run.info.start_time, "end_time": run.info.end_time,
