@@ -221,6 +221,7 @@ load_plugins = REGISTRY.load_plugins  # lookups call it; explicit calls (tests, 
 # One file per axis, in the order `ablate list`, the spec and the schema show them.
 _BUILTIN_MODULES = (
     "residual", "positions", "ffn", "activation", "norm", "masking", "attention", "embeddings",
+    "embedding_dropout",
 )
 
 for _module in _BUILTIN_MODULES:

@@ -162,9 +162,12 @@ class Seq2SeqTransformer(nn.Module):
         mask: MaskFill,
         pad_id: int = 0,
         embed_scale: float = 1.0,
+        embed_dropout: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.src_embed, self.tgt_embed = src_embed, tgt_embed
+        # The embedding_dropout axis: applied to the scaled token embeddings, before the positions.
+        self.embed_dropout = embed_dropout if embed_dropout is not None else nn.Identity()
         self.src_pos, self.tgt_pos = src_pos, tgt_pos
         self.encoder, self.decoder = encoder, decoder
         self.generator = generator
@@ -182,7 +185,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
         x = table(ids)  # (B, T, d)
-        return x * self.embed_scale if self.embed_scale != 1.0 else x
+        return self.embed_dropout(x * self.embed_scale if self.embed_scale != 1.0 else x)
 
     def _key_mask(self, pad: Tensor, dtype: torch.dtype) -> AttnMask:
         return self.mask.build(pad[:, None, None, :], dtype)  # (B, 1, 1, S) broadcasts over heads, queries
@@ -433,6 +436,7 @@ def build_model(
         make_mask(s.mask, s.mask_fill),
         pad_id=pad_id,
         embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
+        embed_dropout=component("embedding_dropout", s.dropout),
     )
     init_parameters(model, seed, s.init)
     for layer in [*encoder.layers, *decoder.layers]:

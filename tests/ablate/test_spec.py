@@ -422,6 +422,17 @@ def test_hash_ignores_key_order_and_tracking_but_not_fields(tmp_path: Path) -> N
     assert load_spec(tmp_path / "a.yaml", ["seed=2"]).spec_hash != a.spec_hash
 
 
+def test_an_axis_added_later_leaves_the_hash_of_older_specs_alone(tmp_path: Path) -> None:
+    """embedding_dropout came after runs were recorded: at its default it is not part of a run's identity
+    (a spec that never names it and one that names its default are one run), away from it it is."""
+    path = write(tmp_path, "a.yaml", MINIMAL)
+    before = load_spec(path)
+    assert before.model.embedding_dropout == "none"
+    assert "embedding_dropout" not in before.identity()["model"]
+    assert load_spec(path, ["model.embedding_dropout=none"]).spec_hash == before.spec_hash
+    assert load_spec(path, ["model.embedding_dropout=before_positions"]).spec_hash != before.spec_hash
+
+
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[str(p.relative_to(REPO)) for p in EXPERIMENTS])
 def test_every_experiment_validates_and_round_trips(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -209,3 +209,27 @@ def test_tied_decoder_embeddings_tie_target_input_and_output_only() -> None:
     assert model.generator.weight is model.tgt_embed.weight
     assert model.src_embed.weight.shape == (13, 16)  # the source vocabulary may differ
     assert model.src_embed.weight.data_ptr() != model.tgt_embed.weight.data_ptr()
+
+
+
+# ---------------------------------------------------------------- embedding dropout
+@pytest.mark.parametrize("variant", ["none", "before_positions"])
+def test_embedding_dropout_before_positions_drops_the_scaled_embedding_then_the_sum(variant: str) -> None:
+    """``before_positions`` is the 2019 Multi30k blog's ``drop(drop(emb * sqrt(d)) + pe)``; ``none`` the
+    paper's ``drop(emb * sqrt(d) + pe)`` (section 5.4); in the encoder and the decoder alike."""
+    from registry.dropout import Dropout
+    from registry.positions import sinusoid_table
+
+    p, d = 0.3, 16
+    model = build_model(ModelSpec(d_model=d, heads=2, d_ff=32, dropout=p, embedding_dropout=variant), 13, 11)
+    model.train()
+    ids = torch.randint(1, 11, (3, 7), generator=_gen(4))
+    drop, pe = Dropout(p), sinusoid_table(7, d)
+    for table, positions in ((model.src_embed, model.src_pos), (model.tgt_embed, model.tgt_pos)):
+        torch.manual_seed(5)  # the model's draws and the formula's come from one RNG stream, in order
+        got = positions.embed(model._embed(table, ids))  # type: ignore[operator]
+        torch.manual_seed(5)
+        scaled = table(ids) * math.sqrt(d)
+        expected = drop(drop(scaled) + pe) if variant == "before_positions" else drop(scaled + pe)
+        torch.testing.assert_close(got, expected)
+        assert (got == 0).any()  # the dropout was live: the comparison is not between two identities
