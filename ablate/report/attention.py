@@ -7,32 +7,32 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ablate.report import figures as figs
+from ablate.report.part import Inputs, Part
 from ablate.report.render import Figure, Note, Section
 
-if TYPE_CHECKING:
-    from ablate.report.data import Study
 
-
-def attention_section(study: Study, fig_dir: Path) -> Section | None:
-    """Heat maps for one sample when a finished run used ``model.attention: explicit``; never fatal."""
+def part(inp: Inputs) -> Part | None:
+    """Heat maps for one sample when a finished run used ``model.attention: explicit``. Never fatal, and
+    never ``failed``: a figure that cannot be drawn is an optional extra, so a note says why."""
+    study = inp.study
     candidates = [r for r in study.runs
                   if r.status == "finished" and r.params.get("model.attention") == "explicit"]
     if not candidates:
         return None
     run = candidates[0]
     try:
-        caption = draw_attention(run.run_id, fig_dir / "attention.png")
+        caption = draw_attention(run.run_id, inp.fig_dir / "attention.png")
     except Exception as exc:  # noqa: BLE001 - an optional figure: report why, keep the report
         why = f"{type(exc).__name__}: {exc}"
-        return Section("Attention", [Note(f"attention maps of run {run.variant} (seed {run.seed}) could not "
-                                          f"be drawn: {why}", "info")])
-    return Section("Attention", [Figure("figures/attention.png",
-                                        f"{run.variant}, seed {run.seed}: {caption}")])
+        return Part("attention", [Section("Attention", [Note(
+            f"attention maps of run {run.variant} (seed {run.seed}) could not be drawn: {why}", "info")])])
+    return Part("attention", [Section("Attention", [Figure("figures/attention.png",
+                                                           f"{run.variant}, seed {run.seed}: {caption}")])])
 
 
 def draw_attention(run_id: str, path: Path) -> str:

@@ -9,11 +9,14 @@ the runs did not all see the same data.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ablate.report.data import design_params, padding_text
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Section, Table
+
 if TYPE_CHECKING:
-    from ablate.report.data import Run, Study
+    from ablate.report.data import Study
 
 # Tags every run carries -> the label shown; hardware first, then the software, then the code.
 ENV_TAGS = {"ablate.device": "device", "ablate.precision": "precision", "ablate.cpu": "CPU",
@@ -61,53 +64,26 @@ def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
     return rows or [["(none recorded)", "—"]]
 
 
-
-
-# ---------------------------------------------------------------- datasets
-Inputs = tuple[tuple[str, str], ...]  # sorted (dataset name, digest) pairs of one run
-
-
-def _cells(runs: Sequence[Run], everyone: Sequence[Run]) -> str:
-    """The runs of one digest group in few words: 'every run', 'seeds 0, 1' (every variant of those
-    seeds), else 'variant (seeds ...)' per variant."""
-    if len(runs) == len(everyone):
-        return "every run"
-    seeds = sorted({r.seed for r in runs})
-    if {r.run_id for r in runs} == {r.run_id for r in everyone if r.seed in seeds}:
-        return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
-    by_variant: dict[str, list[int]] = {}
-    for r in runs:
-        by_variant.setdefault(r.variant, []).append(r.seed)
-    return "; ".join(f"{v} (seed{'s' * (len(s) > 1)} {', '.join(map(str, sorted(s)))})"
-                     for v, s in by_variant.items())
-
-
-def dataset_rows(runs: Sequence[Run], inputs_of: Callable[[str], Inputs]) -> list[list[str]]:
-    """``[["dataset", text], ...]``: one row per dataset name when every run saw the same digest, else one
-    row per distinct digest naming the seeds or variants that saw it (``inputs_of(run_id)`` gives a
-    run's sorted (name, digest) pairs). Runs that logged no dataset (older records) are left out."""
-    seen = {r.run_id: inputs_of(r.run_id) for r in runs}
-    logged = [r for r in runs if seen[r.run_id]]
-    names = sorted({name for pairs in seen.values() for name, _ in pairs})
-    rows = []
-    for name in names:
-        groups: dict[str, list[Run]] = {}
-        for r in logged:
-            for digest in sorted({d for n, d in seen[r.run_id] if n == name}):
-                groups.setdefault(digest, []).append(r)
-        if len(groups) == 1:
-            rows.append(["dataset", f"{name} (digest `{next(iter(groups))}`)"])
-            continue
-        for digest, members in sorted(groups.items(), key=lambda g: (min(r.seed for r in g[1]), g[0])):
-            rows.append(["dataset", f"{name} (digest `{digest}`): {_cells(members, logged)}"])
-    return rows
-
-
-def study_dataset_rows(study: Study) -> list[list[str]]:
-    """``dataset_rows`` of every run of the study, read from MLflow."""
-    from ablate.tracking.read import dataset_inputs
-
-    def inputs_of(run_id: str) -> Inputs:
-        return tuple(sorted({(name, digest) for name, digest, _ in dataset_inputs(run_id)}))
-
-    return dataset_rows(study.runs, inputs_of)
+# ---------------------------------------------------------------- the section
+def part(inp: Inputs) -> Part:
+    """The reference tables (data, hardware and versions, the baseline's every param), after the results;
+    ``data['datasets']``."""
+    study = inp.study
+    runs = study.runs
+    ref = study.of(study.baseline)[0].params if study.baseline else (runs[0].params if runs else {})
+    data = sorted((k, v) for k, v in design_params(ref).items() if k.startswith("data.") and v != "null")
+    data_rows = [[f"`{k}`", v] for k, v in data] + [["dataset", d.text] for d in inp.datasets]
+    padding = padding_text(study)
+    if padding:
+        data_rows.append(["padding (`data/padding_fraction`)", padding])
+    blocks: list[Block] = []
+    if data_rows:
+        blocks.append(Table(["data", "value"], data_rows, "ll", "Data"))
+    blocks.append(Table(["environment", "value"], hardware_rows(environment(study)), "ll",
+                        "Hardware, versions and code"))
+    if ref:
+        spec_rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items())]
+        title = f"Baseline spec ({study.baseline or 'first run'}): every resolved param"
+        blocks.append(Table(["param", "value"], spec_rows, "ll", title, collapsed=True))
+    return Part("environment", [Section("Data, hardware and code", blocks)],
+                data={"datasets": [d.text for d in inp.datasets]})

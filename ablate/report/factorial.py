@@ -1,26 +1,40 @@
-"""The report section of a full-factorial study: main effects and interactions, a cell-means grid for two
-axes, and their forest plot. The effects themselves are computed in ``ablate.report.data``.
+"""The report section of a full-factorial study: main effects and interactions (also among the report's
+opening lines), a cell-means grid for two axes, and their forest plot. The effects themselves are
+computed in ``ablate.report.data``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ablate.report import figures as figs
 from ablate.report import stats as st
-from ablate.report.render import Block, Figure, Para, Section, Table
+from ablate.report.data import FactorialRow, Study, cell_means, quality_meta
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Bullets, Figure, Para, Section, Table
+from ablate.report.seeds import design_of
 
-if TYPE_CHECKING:
-    from ablate.report.data import FactorialRow, Study
 
-
-def factorial_section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section | None:
-    """Main effects and interactions of a full-factorial study, with a cell-means grid for two axes."""
-    from ablate.report.data import cell_means, quality_meta
-
+def part(inp: Inputs) -> Part:
+    """The opening lines and the section (none when the study is not a full factorial); ``data['factorial']``
+    (empty then)."""
+    study, rows = inp.study, inp.factorial
+    data = {"factorial": [{"kind": r.kind, "label": r.label, "metric": r.metric, "diff": r.effect.diff,
+                           "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
+                           "test": r.effect.test, "interval": r.effect.interval, "n": r.effect.n_min,
+                           "incomplete": r.incomplete, "verdict": r.verdict} for r in rows]}
     if not rows:
-        return None
+        return Part("factorial", data=data)
+    adaptive = design_of(study) is not None and study.baseline is not None
+    fixed = "; fixed-sample tests, blind to the adaptive stopping" if adaptive else ""
+    intro: list[Block] = [Para("**Main effects and interactions** (full factorial, cells matched by seed and "
+                               f"the other axes{fixed}):"),
+                          Bullets([r.verdict for r in rows if r.metric == study.primary])]
+    return Part("factorial", [section(study, rows, inp.fig_dir)], intro=intro, data=data)
+
+
+def section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section:
+    """Main effects and interactions of a full-factorial study, with a cell-means grid for two axes."""
     blocks: list[Block] = [Para(
         "A main effect compares each axis value with the baseline's value of that axis over cells matched "
         "on every other axis and on the seed (one difference per matched pair, so it averages over the "
@@ -56,5 +70,3 @@ def factorial_section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> 
     blocks.append(Figure("figures/factorial.png", f"Main effects and interactions on {study.primary} "
                          "(dot: mean matched difference; bar: 95% CI)"))
     return Section("Factorial effects", blocks)
-
-

@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import EffectRow, Study, quality_meta
-from ablate.report.render import Block, Bullets, Para
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Bullets, Para
 from ablate.report.seeds import decided_metric, design_of, paired_differences
 from ablate.spec.study import Expectation
 from ablate.study.sequential import Design, run_sequence
@@ -165,16 +165,17 @@ def _too_few(ev: Evidence) -> str:
     return "no seed where both it and the baseline finished"
 
 
-def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) -> list[Block]:
-    """The report's first blocks (empty when the study checks no published result); adds
-    ``data['published']``."""
+def part(inp: Inputs) -> Part | None:
+    """The report's first blocks (None when the study checks no published result); ``data['published']``:
+    one record per claim."""
+    study = inp.study
     claims = claims_of(study)
     if not claims or study.baseline is None:
-        return []
+        return None
     design = design_of(study)
     lines, records = [], []
     for claim in claims:
-        ev = evidence(study, claim.variant, rows, design) if claim.variant in study.variants else None
+        ev = evidence(study, claim.variant, inp.effects, design) if claim.variant in study.variants else None
         if ev is None:
             outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
         else:
@@ -196,7 +197,7 @@ def published_checks(study: Study, rows: list[EffectRow], data: dict[str, Any]) 
                         "margin": claim.margin, "outcome": outcome, "why": why,
                         "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
                         "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
-    data["published"] = records
     metric = next((r["metric"] for r in records if r["metric"]), study.primary)
-    return [Para(f"**Published results this study checks** (on `{metric}`, each variant against "
-                 f"`{study.baseline}`):"), Bullets(lines)]
+    return Part("published", intro=[Para(f"**Published results this study checks** (on `{metric}`, each "
+                                         f"variant against `{study.baseline}`):"), Bullets(lines)],
+                data={"published": records})

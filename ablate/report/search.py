@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import ablate.tracking.record as R
 from ablate.report import figures as figs
 from ablate.report import stats as st
+from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Figure, Note, Para, Section, Table
 
 if TYPE_CHECKING:
@@ -26,8 +28,8 @@ if TYPE_CHECKING:
 
     from ablate.report.data import Run, Study
 
-TRIAL_TAGS = ("ablate.trial", "optuna.trial_number")
-IMPORTANCES = ("importance.json", "importances.json")  # study/results.py writes the first
+TRIAL_TAGS = (R.TRIAL, "optuna.trial_number")
+IMPORTANCES = (R.IMPORTANCE_ARTIFACT, "importances.json")  # study/results.py writes the first
 TOP_TRIALS = 10
 # Below this many finished trials an importance is a rough ordering: the evaluators fit a model of the
 # objective over the searched space, and a handful of points cannot pin it down.
@@ -105,6 +107,15 @@ def fmt_importance(value: float) -> str:
 
 
 # ---------------------------------------------------------------- the trials, ranked
+@dataclass(frozen=True)
+class Importances:
+    """What the tuner logged, kept to the parameters that varied over the finished trials."""
+
+    evaluator: str
+    values: list[tuple[str, float]]  # (param, importance), most important first
+    constant: list[str]  # params with one value in every finished trial: no importance
+
+
 @dataclass
 class Trials:
     objectives: list[tuple[str, bool]]  # [(metric, maximize)]; the first one ranks
@@ -136,17 +147,17 @@ def best_spec_path(study: Study) -> str | None:
     the folder the search ran in), from the parent's params and tags; None for records without them."""
     params, tags = study.parent["params"], study.parent["tags"]
     out_dir, name = params.get("train.out_dir"), params.get("name")
-    optuna_study = tags.get("ablate.optuna_study")
+    optuna_study = tags.get(R.OPTUNA_STUDY)
     if not (out_dir and name and optuna_study):
         return None
-    return str(PurePosixPath(out_dir) / name / optuna_study / "best.yaml")
+    return str(PurePosixPath(out_dir) / name / optuna_study / R.BEST_SPEC_ARTIFACT)
 
 
 def _has_best_artifact(study: Study) -> bool:
     from ablate.tracking.read import list_artifacts
 
     try:
-        return "best.yaml" in list_artifacts(study.parent["run_id"])
+        return R.BEST_SPEC_ARTIFACT in list_artifacts(study.parent["run_id"])
     except Exception:  # noqa: BLE001 - an unreadable artifact store only loses the hint
         return False
 
@@ -159,7 +170,7 @@ def search_summary(study: Study, trials: Trials | None = None) -> list[Block]:
         return [Note(f"no trial of the {len(t.trials)} finished with a value of `{t.metric}`: there is no "
                      "best trial (see the trials below).")]
     by_number = dict(t.trials)
-    tag = study.parent["tags"].get("ablate.best_trial", "")
+    tag = study.parent["tags"].get(R.BEST_TRIAL, "")
     tuner_best = int(tag) if tag.isdigit() and int(tag) in by_number else None
     number, run = t.ranked[0]
     values = ", ".join(f"`{m}` {st.fmt(run.metrics[m], 4)}" for m, _ in t.objectives if m in run.metrics)
@@ -204,23 +215,28 @@ def importance_rows(imp: list[tuple[str, float]], done: list[tuple[int, Run]]
     return kept, [name for name, _ in constant]
 
 
-def search_sections(study: Study, fig_dir: Path, data: dict[str, Any]) -> list[Section]:
-    t = read_trials(study)
-    objs, metric, trials, done, ranked, varied = t.objectives, t.metric, t.trials, t.done, t.ranked, t.varied
-    maximize = objs[0][1]
+def _overview(study: Study, t: Trials) -> list[Block]:
+    """How many trials ended how, the objectives, the sampler and pruner, the tuner's best trial."""
+    objs, trials = t.objectives, t.trials
     counts = {s: sum(1 for _, r in trials if r.status == s) for s in sorted({r.status for _, r in trials})}
     p = study.parent["params"]
     goals = ", ".join(f"`{m}` ({'max' if mx else 'min'}imise)" for m, mx in objs)
-    overview: list[Block] = [Para(
+    best_tag = study.parent["tags"].get(R.BEST_TRIAL)
+    blocks: list[Block] = [Para(
         f"{len(trials)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}); objective"
         f"{'s' if len(objs) > 1 else ''}: " + goals
         + (f"; sampler `{p['search.sampler']}`" if "search.sampler" in p else "")
         + (f"; pruner `{p['search.pruner.name']}`" if "search.pruner.name" in p else "")
-        + (f"; best trial (tuner): {best_tag}" if (best_tag := study.parent["tags"].get("ablate.best_trial"))
-           else "") + ".")]
-    if len(done) < len(trials):
-        overview.append(Note(f"{len(trials) - len(done)} trial(s) were pruned, diverged or failed: they are "
-                             "left out of the ranking (their last values are not comparable).", "info"))
+        + (f"; best trial (tuner): {best_tag}" if best_tag else "") + ".")]
+    if len(t.done) < len(trials):
+        blocks.append(Note(f"{len(trials) - len(t.done)} trial(s) were pruned, diverged or failed: they are "
+                           "left out of the ranking (their last values are not comparable).", "info"))
+    return blocks
+
+
+def _ranking(study: Study, t: Trials) -> tuple[list[Block], list[int] | None]:
+    """The top trials by the first objective, and with two objectives their Pareto front (trial numbers)."""
+    objs, done, varied = t.objectives, t.done, t.varied
     obj_cols = [m for m, _ in objs]
     # model/params: a sampled component can change the parameter count, so the ranking shows it.
     extra = [k for k in (f"test/{study.quality}", "train/wall_time_s", "model/params")
@@ -229,44 +245,52 @@ def search_sections(study: Study, fig_dir: Path, data: dict[str, Any]) -> list[S
     rows = [[str(i + 1), str(n), r.variant,
              *[st.fmt(r.metrics.get(m, math.nan), DECIMALS.get(m, 4)) for m in shown_metrics],
              *[_shown(r.params.get(k, "—")) for k in varied]]
-            for i, (n, r) in enumerate(ranked[:TOP_TRIALS])]
-    best = Table(["rank", "trial", "run", *obj_cols, *extra, *[f"`{k}`" for k in varied]], rows,
-                 "rrl" + "r" * len(obj_cols + extra) + "l" * len(varied),
-                 f"Top {min(TOP_TRIALS, len(ranked))} finished trials by {metric}")
-    best_blocks: list[Block] = [best]
-    if len(objs) == 2:
-        (m0, max0), (m1, max1) = objs
-        both = [(n, r) for n, r in done if m1 in r.metrics]
-        # Objective 0 as a cost (lower is better after the sign flip), objective 1 as the quality.
-        front = st.pareto_front([-r.metrics[m0] if max0 else r.metrics[m0] for _, r in both],
-                                [r.metrics[m1] for _, r in both], higher_quality_is_better=max1)
-        on = [str(n) for (n, _), f in zip(both, front, strict=True) if f]
-        best_blocks.append(Para(f"Pareto front of `{m0}` and `{m1}`: trials {', '.join(on) or '—'}."))
-        data["pareto_trials"] = [int(n) for n in on]
-    sections = [Section("Search", overview), Section("Best trials", best_blocks)]
-    evaluator, logged_imp = importances(study, metric)
-    imp, constant = importance_rows(logged_imp, done)
-    if logged_imp:
-        by = f" ({evaluator})" if evaluator else ""
-        n = len(done)
-        imp_blocks: list[Block] = []
-        if n < FEW_TRIALS:
-            imp_blocks.append(Note(f"these importances rest on {n} finished trial{'s' * (n != 1)} (fewer "
-                                   f"than {FEW_TRIALS}): read them as a rough ordering, not a measurement; "
-                                   "run more trials before trusting a small difference."))
-        imp_blocks.append(Table(
-            ["param", "importance"],
-            [[f"`{k}`", fmt_importance(v)] for k, v in imp] + [[f"`{k}`", NOT_VARIED] for k in constant],
-            "lr", f"Importance of each searched parameter for {metric}{by}, as logged by the tuner, from {n} "
-                  "finished trials; a parameter that kept one value gets none"))
-        if imp:
-            figs.importances_bar(imp, fig_dir / "importances.png")
-            imp_blocks.append(Figure("figures/importances.png", f"Parameter importances for {metric}{by}"))
-    else:
-        imp_blocks = [Note(f"the parent run has no {IMPORTANCES[0]} (too few complete trials?): no parameter "
-                           "importances to show.", "info")]
-    sections.append(Section("Parameter importances", imp_blocks))
-    figs.optimisation_history([(n, r.metrics[metric]) for n, r in done], metric, maximize,
+            for i, (n, r) in enumerate(t.ranked[:TOP_TRIALS])]
+    blocks: list[Block] = [Table(["rank", "trial", "run", *obj_cols, *extra, *[f"`{k}`" for k in varied]],
+                                 rows, "rrl" + "r" * len(obj_cols + extra) + "l" * len(varied),
+                                 f"Top {min(TOP_TRIALS, len(t.ranked))} finished trials by {t.metric}")]
+    if len(objs) != 2:
+        return blocks, None
+    (m0, max0), (m1, max1) = objs
+    both = [(n, r) for n, r in done if m1 in r.metrics]
+    # Objective 0 as a cost (lower is better after the sign flip), objective 1 as the quality.
+    front = st.pareto_front([-r.metrics[m0] if max0 else r.metrics[m0] for _, r in both],
+                            [r.metrics[m1] for _, r in both], higher_quality_is_better=max1)
+    on = [n for (n, _), f in zip(both, front, strict=True) if f]
+    blocks.append(Para(f"Pareto front of `{m0}` and `{m1}`: trials {', '.join(map(str, on)) or '—'}."))
+    return blocks, on
+
+
+def _importance(study: Study, t: Trials, fig_dir: Path) -> tuple[list[Block], Importances]:
+    """The tuner's importances of the parameters that varied, their bar chart, and a caveat for few trials."""
+    metric, n = t.metric, len(t.done)
+    evaluator, logged = importances(study, metric)
+    imp, constant = importance_rows(logged, t.done)
+    found = Importances(evaluator, imp, constant)
+    if not logged:
+        return [Note(f"the parent run has no {IMPORTANCES[0]} (too few complete trials?): no parameter "
+                     "importances to show.", "info")], found
+    by = f" ({evaluator})" if evaluator else ""
+    blocks: list[Block] = []
+    if n < FEW_TRIALS:
+        blocks.append(Note(f"these importances rest on {n} finished trial{'s' * (n != 1)} (fewer than "
+                           f"{FEW_TRIALS}): read them as a rough ordering, not a measurement; run more "
+                           "trials before trusting a small difference."))
+    blocks.append(Table(
+        ["param", "importance"],
+        [[f"`{k}`", fmt_importance(v)] for k, v in imp] + [[f"`{k}`", NOT_VARIED] for k in constant],
+        "lr", f"Importance of each searched parameter for {metric}{by}, as logged by the tuner, from {n} "
+              "finished trials; a parameter that kept one value gets none"))
+    if imp:
+        figs.importances_bar(imp, fig_dir / "importances.png")
+        blocks.append(Figure("figures/importances.png", f"Parameter importances for {metric}{by}"))
+    return blocks, found
+
+
+def _history(t: Trials, fig_dir: Path) -> list[Block]:
+    """The objective per finished trial with the best so far, and the parallel coordinates of the search."""
+    metric, done, varied = t.metric, t.done, t.varied
+    figs.optimisation_history([(n, r.metrics[metric]) for n, r in done], metric, t.objectives[0][1],
                               fig_dir / "optimisation_history.png")
     plots: list[Block] = [Figure("figures/optimisation_history.png",
                                  f"{metric} per finished trial and the best so far")]
@@ -277,12 +301,28 @@ def search_sections(study: Study, fig_dir: Path, data: dict[str, Any]) -> list[S
         plots.append(Figure("figures/parallel_coords.png",
                             f"Parallel coordinates of the searched parameters, coloured by {metric} "
                             "(colour scale on the right)"))
-    sections.append(Section("Optimisation history", plots))
-    data.update({"objectives": [{"metric": m, "maximize": mx} for m, mx in objs],
-                 "importances": dict(imp), "importance_evaluator": evaluator, "did_not_vary": constant,
-                 "importance_trials": len(done), "best_spec": best_spec_path(study),
-                 "trials": [{"number": n, "run": r.variant, "status": r.status,
-                             "values": {m: r.metrics.get(m) for m in obj_cols},
-                             "params": {k: r.params.get(k) for k in varied}} for n, r in trials],
-                 "best_trial": ranked[0][0] if ranked else None})
-    return sections
+    return plots
+
+
+def part(inp: Inputs) -> Part:
+    """The search report: the best trial as the opening lines, then the search, its ranking, importances
+    and history; ``data``: objectives, trials, importances, best trial and spec (and the Pareto front)."""
+    study = inp.study
+    t = read_trials(study)
+    best, pareto = _ranking(study, t)
+    imp_blocks, imp = _importance(study, t, inp.fig_dir)
+    sections = [Section("Search", _overview(study, t)), Section("Best trials", best),
+                Section("Parameter importances", imp_blocks),
+                Section("Optimisation history", _history(t, inp.fig_dir))]
+    obj_cols = [m for m, _ in t.objectives]
+    data: dict[str, Any] = {
+        "objectives": [{"metric": m, "maximize": mx} for m, mx in t.objectives],
+        "importances": dict(imp.values), "importance_evaluator": imp.evaluator,
+        "did_not_vary": imp.constant, "importance_trials": len(t.done), "best_spec": best_spec_path(study),
+        "trials": [{"number": n, "run": r.variant, "status": r.status,
+                    "values": {m: r.metrics.get(m) for m in obj_cols},
+                    "params": {k: r.params.get(k) for k in t.varied}} for n, r in t.trials],
+        "best_trial": t.ranked[0][0] if t.ranked else None}
+    if pareto is not None:
+        data["pareto_trials"] = pareto
+    return Part("search", sections, intro=search_summary(study, t), data=data)

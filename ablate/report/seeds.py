@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
+from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
 from ablate.study.sequential import METHOD, POWER, Design, Look, run_sequence
 
@@ -127,8 +127,10 @@ def sequential_summary(study: Study) -> list[str] | None:
     return lines
 
 
-def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
-    """The section (None for a study with a fixed seed list); adds ``data['sequential']``."""
+def part(inp: Inputs) -> Part | None:
+    """The section (None for a study with a fixed seed list); ``data['sequential']``: the design and each
+    comparison's look and verdict."""
+    study = inp.study
     design = design_of(study)
     if design is None or study.baseline is None:
         return None
@@ -146,11 +148,11 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
                         (look.state if look else "open"), "diff": look.diff if look else None,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text})
-    data["sequential"] = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,
+    data = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,
                           "nominal_level": design.nominal, "min_effect": design.min_effect, "metric": metric,
                           "comparisons": records}
     width = f"±{design.min_effect:g} {unit}" if design.min_effect is not None else "no min_effect given"
-    return Section("Adaptive seeds", [
+    return Part("seeds", [Section("Adaptive seeds", [
         Para(f"The study chose its seeds by the evidence on `{metric}`: {design.describe()}. Each variant "
              "got seeds round by round until its repeated confidence interval (simultaneous over all "
              f"{len(design.looks)} looks, so valid whenever the study stopped) excluded zero or lay within "
@@ -164,4 +166,4 @@ def seeds_section(study: Study, data: dict[str, Any]) -> Section | None:
              "verdicts below."),
         Table(["variant", "seeds", "pairs", "Δ vs baseline", "repeated CI", "smallest detectable", "verdict"],
               rows, "lrrrrrl", f"Sequential verdicts on {metric}, each against the baseline"),
-    ])
+    ])], data={"sequential": data})

@@ -62,6 +62,7 @@ GPU = "ablate.gpu"
 GIT_DIRTY = "ablate.git_dirty"
 VERSION_PREFIX = "ablate.version."  # one tag per package that decides results: ablate.version.torch
 BEST_RUN = "ablate.best_run_id"  # a search's parent: the best trial's run
+BEST_TRIAL = "ablate.best_trial"  # a search's parent: the best trial's number (the one best.yaml retrains)
 BLEU_SIGNATURE = "eval.sacrebleu_signature"
 CHRF_SIGNATURE = "eval.chrf_signature"
 

@@ -157,8 +157,9 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     import pandas as pd
 
     from ablate.report.data import build_study
+    from ablate.report.part import Inputs
     from ablate.report.render import Table
-    from ablate.report.seeds import seeds_section, sequential_summary
+    from ablate.report.seeds import part, sequential_summary
     from ablate.study.sequential import Design, run_sequence
 
     base = [30.0, 31.0, 29.5, 30.4, 30.9]
@@ -181,9 +182,10 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
             "ablate.sequential": json.dumps({"looks": [3, 4, 5], "alpha": 0.05, "min_effect": 0.5})}
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
               "metrics": {}, "tags": tags}
-    data: dict = {}
-    section = seeds_section(build_study(parent, frame), data)
-    assert section is not None and "3 planned looks at n = 3, 4, 5 seeds" in section.blocks[0].text
+    made = part(Inputs(build_study(parent, frame), Path("unused")))  # the section draws no figure
+    assert made is not None and made.name == "seeds" and len(made.sections) == 1
+    section, data = made.sections[0], made.data
+    assert "3 planned looks at n = 3, 4, 5 seeds" in section.blocks[0].text
     table = next(b for b in section.blocks if isinstance(b, Table))
     verdicts = {row[0]: row[-1] for row in table.rows}
     assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report.data import build_study, effects
-from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge, published_checks
+from ablate.report.data import Study, build_study
+from ablate.report.part import Inputs, Part
+from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge, part
 from ablate.report.render import Bullets, Para
 from ablate.spec.load import SpecError
 from ablate.spec.study import Expectation
@@ -133,7 +134,7 @@ VARIANTS = {"residual=post_norm": [22.7, 24.0, 22.9, 23.5],  # about -1.25, sign
 
 
 def _study(claims: list[dict[str, object]], tags: dict[str, str] | None = None,
-           diverged: str | None = None) -> object:
+           diverged: str | None = None) -> Study:
     rows = []
     for variant, values in [("baseline", BASE), *VARIANTS.items()]:
         for seed, value in enumerate(values):
@@ -148,6 +149,12 @@ def _study(claims: list[dict[str, object]], tags: dict[str, str] | None = None,
     return build_study(parent, pd.DataFrame(rows))
 
 
+def _part(study: Study) -> Part:
+    made = part(Inputs(study, Path("unused")))  # the opening lines draw no figure
+    assert made is not None and made.name == "published" and made.sections == []
+    return made
+
+
 def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
     claims = [{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"},
               {"variant": "residual=post_norm", "effect": "better", "source": "a contrary paper"},
@@ -156,8 +163,8 @@ def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
               {"variant": "ffn=conv1d", "effect": "identical", "source": "the same function"},
               {"variant": "norm=rms", "effect": "none", "source": "Zhang & Sennrich 2019", "margin": 0.5}]
     study = _study(claims)
-    data: dict = {}
-    blocks = published_checks(study, effects(study), data)  # type: ignore[arg-type]
+    made = _part(study)
+    blocks, data = made.intro, made.data
     assert isinstance(blocks[0], Para)
     assert "(on `val/bleu`, each variant against `baseline`)" in blocks[0].text
     assert isinstance(blocks[1], Bullets)
@@ -188,8 +195,8 @@ def test_an_adaptive_study_is_judged_on_its_sequential_interval_and_divergence_c
     claims = [{"variant": "positions=learned", "effect": "none", "source": "Vaswani et al. 2017"},
               {"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"}]
     study = _study(claims, sequential, diverged="residual=post_norm")
-    data: dict = {}
-    lines = published_checks(study, effects(study), data)[1].items  # type: ignore[arg-type, attr-defined]
+    made = _part(study)
+    lines, data = made.intro[1].items, made.data  # type: ignore[union-attr]
     look = run_sequence([v - b for v, b in zip(VARIANTS["positions=learned"], BASE, strict=True)],
                         Design((3, 4), 0.05, 1.0))
     assert look is not None and -1.0 <= look.lo and look.hi <= 1.0
@@ -206,8 +213,8 @@ def test_before_the_first_look_the_line_gives_the_mean_so_far_without_an_interva
                   "ablate.sequential": json.dumps({"looks": [5, 6], "alpha": 0.05, "min_effect": 1.0})}
     study = _study([{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"}],
                    sequential)
-    data: dict = {}
-    (line,) = published_checks(study, effects(study), data)[1].items  # type: ignore[arg-type, attr-defined]
+    made = _part(study)
+    (line,), data = made.intro[1].items, made.data  # type: ignore[union-attr]
     mean = sum(v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)) / 4
     assert line.endswith(f"This study: too few paired seeds for an interval yet (Δ {mean:+.2f} BLEU, "
                          "4 seeds).")
@@ -216,5 +223,4 @@ def test_before_the_first_look_the_line_gives_the_mean_so_far_without_an_interva
 
 def test_a_study_without_expectations_gets_no_opening_lines() -> None:
     study = _study([])
-    data: dict = {}
-    assert published_checks(study, effects(study), data) == [] and "published" not in data  # type: ignore[arg-type]
+    assert part(Inputs(study, Path("unused"))) is None

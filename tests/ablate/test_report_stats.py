@@ -316,6 +316,7 @@ def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ablate.report import search as report_search
+    from ablate.report.part import Inputs
 
     monkeypatch.setattr(report_search, "importances", lambda study, metric: ("", []))
     objectives = json.dumps([{"metric": "val/loss", "direction": "minimize"},
@@ -330,8 +331,8 @@ def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch
                     for n, loss, cost, lr in trials])
     study = build_study(parent, frame)
     assert study.kind == "search"
-    data: dict[str, object] = {}
-    sections = report_search.search_sections(study, tmp_path, data)
+    made = report_search.part(Inputs(study, tmp_path))
+    sections, data = made.sections, made.data
     # Trial 2 is beaten by trial 1 on both objectives; every other trial is best at some trade-off.
     assert data["pareto_trials"] == [0, 1, 3]
     best = next(s for s in sections if s.title == "Best trials").blocks[0]

@@ -18,10 +18,14 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
 
+from ablate.report import build
 from ablate.report import stats as st
-from ablate.report.build import cost_points, main_report
+from ablate.report.build import main_report
+from ablate.report.costs import cost_points
 from ablate.report.data import Run, build_study, load_study
-from ablate.report.environment import dataset_rows
+from ablate.report.datasets import DatasetRow, dataset_rows
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Para, Section, Table
 from ablate.report.search import best_spec_path
 from tests.stores import mlflow_store
 
@@ -192,11 +196,14 @@ def test_dataset_rows_group_runs_by_digest() -> None:
     runs = [_run("a0", "a", 0), _run("b0", "b", 0), _run("a1", "a", 1), _run("b1", "b", 1),
             _run("old", "a", 2)]
     same = {"a0": (("d", "x"),), "b0": (("d", "x"),), "a1": (("d", "x"),), "b1": (("d", "x"),), "old": ()}
-    assert dataset_rows(runs, lambda r: same[r]) == [["dataset", "d (digest `x`)"]]
+    assert dataset_rows(runs, lambda r: same[r]) == [DatasetRow("d", "x", None)]
+    assert dataset_rows(runs, lambda r: same[r])[0].text == "d (digest `x`)"
     # One variant saw other data in seed 1 only: named by variant and seed, not by seed alone.
     odd = {**same, "b1": (("d", "y"),)}
-    assert dataset_rows(runs, lambda r: odd[r]) == [["dataset", "d (digest `x`): a (seeds 0, 1); b (seed 0)"],
-                                                    ["dataset", "d (digest `y`): b (seed 1)"]]
+    rows = dataset_rows(runs, lambda r: odd[r])
+    assert rows == [DatasetRow("d", "x", "a (seeds 0, 1); b (seed 0)"), DatasetRow("d", "y", "b (seed 1)")]
+    assert [r.text for r in rows] == ["d (digest `x`): a (seeds 0, 1); b (seed 0)",
+                                      "d (digest `y`): b (seed 1)"]
     assert dataset_rows(runs, lambda r: ()) == []  # records older than dataset logging: no row
 
 
@@ -239,3 +246,66 @@ def test_an_old_search_record_without_spec_location_still_says_where_best_yaml_i
     parent["tags"]["ablate.optuna_study"] = "s-search-abc"
     assert best_spec_path(study) == "out/s/s-search-abc/best.yaml"
     assert math.isfinite(study.runs[0].metrics["val/loss"])
+
+
+# ---------------------------------------------------------------- sections as parts (docs/architecture.md)
+def _spread(inp: Inputs) -> Part | None:
+    """The recipe of "Adding a report section", followed once: the spread of val/loss per variant."""
+    study = inp.study
+    if study.baseline is None:
+        return None
+    spread = {v: max(xs) - min(xs) for v in study.variants
+              if (xs := [r.metrics["val/loss"] for r in study.finished(v) if "val/loss" in r.metrics])}
+    rows = [[v, st.fmt(x, 2)] for v, x in spread.items()]
+    return Part("spread", [Section("Spread", [Table(["variant", "val/loss range"], rows)])],
+                intro=[Para("**Spread** first, as a part's intro opens the report.")],
+                data={"spread": spread})
+
+
+def test_a_new_section_is_one_function_listed_in_build(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "ABLATION_PARTS", (*build.ABLATION_PARTS[:-1], _spread,
+                                                  build.ABLATION_PARTS[-1]))
+    assert main_report("view-abl", "out/spread") == 0
+    md = (ws / "out/spread/report.md").read_text()
+    # Its section before the last one (the reference tables), its intro after the others' intro.
+    assert md.index("## Divergence and failures") < md.index("## Spread") < md.index("## Data, hardware")
+    assert md.index("**Summary**") < md.index("**Spread** first") < md.index("\n## ")
+    assert "| residual=post_norm | 0.10 |" in md and "<h2" in (ws / "out/spread/report.html").read_text()
+    data = json.loads((ws / "out/spread/report.json").read_text())
+    assert data["spread"]["baseline"] == pytest.approx(0.1) and "effects" in data
+    # Every other file and number is as before: the new part only adds.
+    before = json.loads((ws / "out/abl/report.json").read_text())
+    assert {k: v for k, v in data.items() if k != "spread"} == before
+
+
+def test_a_failed_part_fails_the_command_whatever_its_words(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(inp: Inputs) -> Part:  # words that do not say "could not": the exit status reads the flag
+        return Part("broken", [Section("Broken", [Para("nothing to show")])], failed=True)
+
+    monkeypatch.setattr(build, "ABLATION_PARTS", (*build.ABLATION_PARTS, broken))
+    capsys.readouterr()
+    assert main_report("view-abl", "out/broken") == 1
+    assert "## Broken" in (ws / "out/broken/report.md").read_text()  # the files are written all the same
+    assert "section(s) broken could not be made" in capsys.readouterr().err
+
+
+def test_a_report_that_cannot_be_logged_exits_1(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ablate.tracking.read
+
+    def refuse(run_id: str, folder: Path) -> None:
+        raise PermissionError("read-only store")
+
+    monkeypatch.setattr(ablate.tracking.read, "log_report_artifacts", refuse)
+    assert main_report("view-abl", "out/unlogged") == 1
+    assert (ws / "out/unlogged/report.md").is_file()
+
+
+def test_two_parts_never_write_the_same_number() -> None:
+    one, two = Part("one", data={"x": 1}), Part("two", data={"x": 2})
+    with pytest.raises(ValueError, match="'two' repeats the data key"):
+        build.assemble("t", [one, two])
+    doc, data = build.assemble("t", [Part("a", intro=[Para("a")], data={"x": 1}),
+                                     Part("b", [Section("B")], intro=[Para("b")], data={"y": 2})])
+    assert doc.intro == [Para("a"), Para("b")] and [s.title for s in doc.sections] == ["B"]
+    assert data == {"x": 1, "y": 2}

@@ -1,0 +1,72 @@
+"""What one report section hands the assembler (``Part``), and what every section may read (``Inputs``).
+
+A section is a function ``Inputs -> Part | None`` in a module named for its concept. It returns its own
+blocks and its own numbers; ``ablate.report.build`` only puts the parts in order, renders their blocks
+and merges their data into ``report.json``. No section writes into another's data, and the report's exit
+status is read from ``Part.failed``, never from the wording of a line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ablate.report.bounds import AtBound, at_bounds, bound_suffix
+from ablate.report.data import EffectRow, FactorialRow, Study, effects, factorial_effects, summarise
+from ablate.report.datasets import DatasetRow, study_dataset_rows
+from ablate.report.render import Block, Section
+
+
+@dataclass
+class Part:
+    """One section's contribution to a report.
+
+    ``intro`` blocks open the report (before the first section), in the order of the parts; ``sections``
+    follow in the same order. ``data`` goes into ``report.json`` at its top level: two parts never share
+    a key (the assembler refuses it). ``failed``: the section could not be made from the study's records;
+    the report is still written, and ``ablate report`` exits 1.
+    """
+
+    name: str
+    sections: list[Section] = field(default_factory=list)
+    intro: list[Block] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
+
+
+@dataclass
+class Inputs:
+    """The study and what several sections derive from it, each computed once, on first use."""
+
+    study: Study
+    fig_dir: Path  # figures are written here and referred to as ``figures/<name>.png``
+
+    @cached_property
+    def bounds(self) -> list[AtBound]:
+        """The primary metric at its floor or ceiling, per variant (warnings, and a caveat on verdicts)."""
+        return at_bounds(self.study, self.study.primary)
+
+    @cached_property
+    def effects(self) -> list[EffectRow]:
+        """Each variant against the baseline; a verdict on the primary metric carries the bounds caveat."""
+        rows = effects(self.study)
+        for r in rows:
+            if r.metric == self.study.primary:
+                r.verdict += bound_suffix(self.bounds, r.variant, self.study.baseline)
+        return rows
+
+    @cached_property
+    def factorial(self) -> list[FactorialRow]:
+        return factorial_effects(self.study)
+
+    @cached_property
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per variant: run counts by status and each metric's mean and interval (``data.summarise``)."""
+        return summarise(self.study)
+
+    @cached_property
+    def datasets(self) -> list[DatasetRow]:
+        """The datasets the runs logged, grouped by digest (read from MLflow once)."""
+        return study_dataset_rows(self.study)

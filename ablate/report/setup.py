@@ -1,0 +1,49 @@
+"""The report's "Setup" section: what was run, in a few lines (the study, its seeds, the metric it is
+judged on, the compute spent), and the study's identity in ``report.json``.
+"""
+
+from __future__ import annotations
+
+from ablate.report import search
+from ablate.report.data import QUALITY
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Bullets, Note, Section
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s ({seconds:,.1f} s)"
+
+
+def part(inp: Inputs) -> Part:
+    """``data``: the study's name, kind and parent run id (as exported, for an imported study)."""
+    from ablate.tracking.transfer import origin_id  # an imported study shows the id it was exported with
+
+    study = inp.study
+    runs = study.runs
+    seeds = sorted({r.seed for r in runs})
+    total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in runs)
+    p = study.parent
+    parent_id = origin_id(p["run_id"], p["tags"])
+    items = [f"Study `{study.name}` ({study.kind}), parent run `{parent_id}`, "
+             f"{len(study.variants)} variants, {len(runs)} runs",
+             f"Seeds: {', '.join(map(str, seeds)) or '—'}",
+             f"Quality metric: `{study.primary}` "
+             f"({'higher' if QUALITY[study.quality][2] else 'lower'} is better)",
+             f"Total compute time (sum of run wall times): {fmt_duration(total)}"]
+    if study.kind == "search":  # the tuner optimised its objectives; the quality metric is reported beside
+        goals = ", ".join(f"`{m}` ({'maximise' if up else 'minimise'})" for m, up in search.objectives(study))
+        items[2] = f"Objective: {goals}; also reported: `{study.primary}`"
+    if p["params"].get("ablation.design"):
+        items.insert(1, f"Design: `{p['params']['ablation.design']}`")
+    items.append("Data, hardware, versions and the baseline's full spec: see the last section")
+    blocks: list[Block] = [Bullets(items)]
+    if study.dropped:
+        blocks.append(Note(f"{study.dropped} superseded run(s) of an already covered (variant, seed) cell "
+                           "were ignored (a retried cell keeps its best, latest run).", "info"))
+    blocks += [Note(n, "info") for n in study.notes]
+    if any(d.who is not None for d in inp.datasets):  # some dataset was seen with more than one digest
+        blocks.append(Note("the runs did not all train on the same data: the dataset digests differ between "
+                           "seeds or variants (listed per group in the Data table at the end)."))
+    return Part("setup", [Section("Setup", blocks)],
+                data={"study": study.name, "kind": study.kind, "parent_run_id": parent_id})
