@@ -216,7 +216,7 @@ def test_experiment_ablations_expand() -> None:
         "modern-axes.yaml": 14, "quick-axes.yaml": 12, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8,
         # Multi30k studies with a seed range: every cell up to the maximum (adaptive rounds run fewer)
         "modern-axes-multi30k.yaml": 56, "tutorial-axes-multi30k.yaml": 48,
-        "warmup-vs-norm-multi30k.yaml": 24}
+        "warmup-vs-norm-multi30k.yaml": 24, "presets-multi30k.yaml": 48}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
@@ -224,6 +224,9 @@ def test_experiment_ablations_expand() -> None:
     assert plans["quick-axes.yaml"].variants == axes and plans["tutorial-axes.yaml"].variants == axes
     assert plans["tutorial-axes.yaml"].seeds == [0, 1, 2] and plans["tutorial-axes.yaml"].metric == "val/bleu"
     assert plans["warmup-vs-norm.yaml"].variants[-1] == "residual=post_norm, train.schedule.warmup_steps=0"
+    assert plans["presets-multi30k.yaml"].variants == [  # the five tutorial designs against the cell
+        "baseline", "a-blog-2025", "b-github-readme", "c-lightning-2024", "d-multi30k-2019",
+        "e-notebook-2024"]
 
 
 # ---------------------------------------------------------------- running
