@@ -2,9 +2,11 @@
 
 Component contract: a factory ``fn(src_vocab: int, tgt_vocab: int, d_model: int) -> (src_embed:
 nn.Embedding, tgt_embed: nn.Embedding, generator: nn.Linear)`` whose result may share tensors; attribute
-``needs_joint_vocabulary: bool`` (the spec refuses it unless ``data.tokenizer.joint: true``). The builder
-keeps the model's attribute names (``src_embed``, ``tgt_embed``, ``generator``) whatever the variant, and
-controlled init draws a shared tensor once, under the first name it is registered with.
+``needs_joint_vocabulary: bool`` (the spec refuses it unless ``data.tokenizer.joint: true``); optional
+attribute ``decoder_only: bool`` (default true), false for a variant that only means something with a
+source side (a decoder-only model uses ``tgt_embed`` and ``generator``; the spec refuses the others).
+The builder keeps the model's attribute names (``src_embed``, ``tgt_embed``, ``generator``) whatever
+the variant, and controlled init draws a shared tensor once, under the first name it is registered with.
 """
 
 from __future__ import annotations
@@ -82,3 +84,6 @@ def shared(src_vocab: int, tgt_vocab: int, d_model: int) -> Embeddings:
     _check_joint("shared", src_vocab, tgt_vocab)
     src = nn.Embedding(src_vocab, d_model)
     return src, src, nn.Linear(d_model, tgt_vocab)
+
+
+shared.decoder_only = False  # type: ignore[attr-defined]  # ties source to target: no source in an LM

@@ -5,7 +5,8 @@ Component contract: ``cls(d_model: int, heads: int, max_positions: int, dropout:
 
 * ``embed(x (B, T, d), start_pos: int = 0) -> (B, T, d)``: at the (already sqrt(d)-scaled) token
   embeddings of positions ``start_pos .. start_pos+T-1``; additive tables add themselves here, every
-  variant applies the position dropout here;
+  variant applies the position dropout here; additive tables also have ``embed_at(x, positions (B, T))``
+  for explicit positions (a decoder-only model's packed documents each restart at 0);
 * ``attention(q_start: int, q_len: int, k_len: int, device) -> PositionHooks | None``: once per forward,
   what each self-attention layer of the stack needs for queries at absolute positions
   ``q_start .. q_start+q_len-1`` and keys at ``0 .. k_len-1``: a ``rotate`` applied to the queries and to
@@ -103,6 +104,11 @@ class SinusoidalPositions(_Positions):
         _check_range(start_pos, x.size(1), self.max_positions)
         return self.dropout(x + self.table[start_pos:start_pos + x.size(1)])  # (T, d) broadcasts over B
 
+    def embed_at(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0."""
+        _check_range(0, int(positions.max()) + 1, self.max_positions)
+        return self.dropout(x + self.table[positions])  # (B, T, d)
+
 
 @register("positions", "learned")
 class LearnedPositions(_Positions):
@@ -120,6 +126,11 @@ class LearnedPositions(_Positions):
     def embed(self, x: Tensor, start_pos: int = 0) -> Tensor:
         _check_range(start_pos, x.size(1), self.max_positions)
         return self.dropout(x + self.table.weight[start_pos:start_pos + x.size(1)])
+
+    def embed_at(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0."""
+        _check_range(0, int(positions.max()) + 1, self.max_positions)
+        return self.dropout(x + self.table(positions))  # (B, T, d)
 
 
 @register("positions", "none")

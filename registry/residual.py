@@ -124,8 +124,11 @@ class SandwichNorm(nn.Module):
 def deepnorm_constants(depth: Depth) -> tuple[float, float]:
     """(alpha, beta) of DeepNet's encoder-decoder table (Wang et al. 2022, table 1), N encoder and M
     decoder layers: encoder ``alpha = 0.81 (N^4 M)^(1/16)``, ``beta = 0.87 (N^4 M)^(-1/16)``; decoder
-    ``alpha = (3M)^(1/4)``, ``beta = (12M)^(-1/4)``."""
+    ``alpha = (3M)^(1/4)``, ``beta = (12M)^(-1/4)``; a decoder-only stack (no encoder, N = 0) takes the
+    table's decoder-only row, ``alpha = (2M)^(1/4)``, ``beta = (8M)^(-1/4)``."""
     n, m = depth.encoder_layers, depth.decoder_layers
+    if n == 0:
+        return (2 * m) ** (1 / 4), (8 * m) ** (-1 / 4)
     if depth.stack == "encoder":
         return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
     return (3 * m) ** (1 / 4), (12 * m) ** (-1 / 4)

@@ -55,6 +55,15 @@ class Batch:
     def size(self) -> int:
         return int(self.src.shape[0])
 
+    @property
+    def targets(self) -> torch.Tensor:
+        """What the loss compares the logits with (the trainer reads any batch through this)."""
+        return self.tgt_out
+
+    def model_inputs(self) -> tuple[torch.Tensor, ...]:
+        """What the model is called with: ``model(src, tgt_in)``."""
+        return self.src, self.tgt_in
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return replace(self, src=self.src.to(device, non_blocking=non_blocking),
                        tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),

@@ -26,7 +26,6 @@ import io
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,6 +44,7 @@ from ablate.data.corpus import (
     resolve_files,
     sha256_json,
 )
+from ablate.data.prepared import PreparedData, Split
 from ablate.data.tokenize import Tokenizers, fixed_wordlevel, load_or_train, normalize, tokenizer_key
 
 if TYPE_CHECKING:
@@ -56,35 +56,17 @@ log = logging.getLogger(__name__)
 PREPARED_VERSION = 1
 
 
-@dataclass
-class Split:
-    src_ids: list[list[int]]  # source ids, no bos/eos; reversed when reverse_source (what the model reads)
-    tgt_ids: list[list[int]]  # target ids, no bos/eos
-    src_text: list[str]  # normalised source sentence, never reversed: model_src(src_text[i]) == src_ids[i]
-    tgt_text: list[str]  # normalised target sentence: the reference
-
-    def __len__(self) -> int:
-        return len(self.src_ids)
-
-
-@dataclass
-class PreparedData:
-    tokenizers: Tokenizers
-    splits: dict[str, Split]  # 'train', 'val' and 'test' (test absent when a files source gives none)
-    fingerprint: str  # digest of the prepared data (content + every option that shapes it)
-    name: str  # dataset name for mlflow.log_input, e.g. 'multi30k.de-en', 'synthetic-reverse'
-    is_text: bool  # True: BLEU/chrF; False (synthetic): exact match
-    source: str = ""  # where it came from: folder, hf://name, synthetic:task
-    stats: dict[str, int] = field(default_factory=dict)  # pair counts, filtered, vocab sizes
-    cached: bool = False  # True when read from the prepared cache
-
-
 def prepare_data(spec: ExperimentSpec | DataSpec, seed: int | None = None) -> PreparedData:
     """Load, check, tokenize and split the data a spec names; raises DataError (one line) on bad data."""
     data = cast("DataSpec", getattr(spec, "data", spec))  # an ExperimentSpec or its DataSpec
     seed = seed if seed is not None else int(getattr(spec, "seed", 0))
     start = time.perf_counter()
-    if data.source == "synthetic":
+    model = getattr(spec, "model", None)
+    if data.is_lm or getattr(model, "arch", "") == "decoder_only":
+        from ablate.data.lm import prepare_lm  # decoder-only language modelling: documents, blocks
+
+        prepared: PreparedData = prepare_lm(data, seed)
+    elif data.source == "synthetic":
         prepared = _prepare_synthetic(data, seed)
     else:
         prepared = _prepare_corpus(data)

@@ -8,9 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.data.lm import LMData
 from ablate.data.prepare import PreparedData, TokenBatcher
 from ablate.engine import metrics as M
 from ablate.engine.decode import decode_batch, length_sorted_batches
+from ablate.engine.lm import DecoderOnlyLM
+from ablate.engine.lm_eval import evaluate_lm, sample_texts
 from ablate.engine.model import Seq2SeqTransformer
 from ablate.hardware import autocast_context
 from ablate.spec.experiment import ExperimentSpec
@@ -66,15 +69,20 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
 
 
 @torch.no_grad()
-def evaluate(model: Seq2SeqTransformer, data: PreparedData, split: str, spec: ExperimentSpec,
+def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, split: str, spec: ExperimentSpec,
              device: torch.device, precision: str, decode: bool = True,
              limit: int | None = None) -> dict[str, float]:
     """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`.
 
     Decodes the first `limit` sentences, the whole split when None: the trainer passes
     ``eval.max_sentences`` (a cap that keeps evaluations during training cheap); the final val/test
-    figures of a run decode every sentence.
+    figures of a run decode every sentence. A language model (``LMData``) gets
+    :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing.
     """
+    if isinstance(data, LMData):
+        assert isinstance(model, DecoderOnlyLM)
+        return evaluate_lm(model, data, split, spec, device, precision)
+    assert isinstance(model, Seq2SeqTransformer)
 
     was_training = model.training
     model.eval()
@@ -95,6 +103,26 @@ def quality(tr: Translations, is_text: bool, split: str) -> dict[str, float]:
         return {f"{split}/bleu": M.bleu(tr.hypotheses, tr.references),
                 f"{split}/chrf": M.chrf(tr.hypotheses, tr.references)}
     return {f"{split}/exact_match": M.exact_match(tr.hypothesis_ids, tr.reference_ids)}
+
+
+def has_split(data: PreparedData, split: str) -> bool:
+    """Whether the prepared data has a non-empty ``split`` (sentence pairs or documents)."""
+    if isinstance(data, LMData):
+        return bool(data.documents.get(split) and data.documents[split].docs)
+    return split in data.splits and bool(data.splits[split].src_ids)
+
+
+def samples_text(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, spec: ExperimentSpec,
+                 device: torch.device) -> str:
+    """The run's sample artifact: translations of test (else val) sentences, or a language model's greedy
+    continuations of document openings."""
+    if isinstance(data, LMData):
+        assert isinstance(model, DecoderOnlyLM)
+        return sample_texts(model, data, spec.eval.samples)
+    assert isinstance(model, Seq2SeqTransformer)
+    samples = translate_split(model, data, "test" if "test" in data.splits else "val", spec, device,
+                              limit=spec.eval.samples)
+    return format_samples(samples, spec.eval.samples)
 
 
 def format_samples(tr: Translations, count: int) -> str:

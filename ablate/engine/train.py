@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.data.lm import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
 from ablate.engine import preempt
 from ablate.engine.checkpoint import (
@@ -35,6 +36,7 @@ from ablate.engine.checkpoint import (
     state_to_dict,
 )
 from ablate.engine.evaluate import evaluate
+from ablate.engine.lm import DecoderOnlyLM
 from ablate.engine.model import Seq2SeqTransformer
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.errors import AblateError
@@ -111,7 +113,7 @@ class TrainOutcome:
 class Trainer:
     spec: ExperimentSpec
     data: PreparedData
-    model: Seq2SeqTransformer  # the plain module (evaluation, checkpoints)
+    model: Seq2SeqTransformer | DecoderOnlyLM  # the plain module (evaluation, checkpoints)
     run_dir: Path
     device: torch.device
     sink: MetricSink | None = None
@@ -130,8 +132,15 @@ class Trainer:
         self.select_mode = es.mode if es is not None else "min"
         self.precision = resolve_precision(tspec.precision, self.device)
         self.optimizer = build_optimizer(self.model, tspec)
-        self.batcher = TokenBatcher(self.data.splits["train"], self.spec.data.batch_tokens, self.spec.seed,
-                                    shuffle=True, rank=self.rank, world_size=self.world_size)
+        self.batcher: TokenBatcher | PackedBatcher
+        if isinstance(self.data, LMData):  # a language model: packed blocks of data.max_len tokens
+            self.batcher = PackedBatcher(self.data.documents["train"], self.data.block_len,
+                                         self.spec.data.batch_tokens, self.spec.seed, shuffle=True,
+                                         rank=self.rank, world_size=self.world_size)
+        else:
+            self.batcher = TokenBatcher(self.data.splits["train"], self.spec.data.batch_tokens,
+                                        self.spec.seed, shuffle=True, rank=self.rank,
+                                        world_size=self.world_size)
         self.total_steps = planned_steps(tspec, self.batcher.num_batches(0))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
@@ -194,20 +203,21 @@ class Trainer:
 
     # -- one optimizer step
     def loss_on(self, batch: Any, model: nn.Module, smoothing: float) -> torch.Tensor:
-        src = batch.src.to(self.device, non_blocking=True)
-        tgt_in = batch.tgt_in.to(self.device, non_blocking=True)
-        tgt_out = batch.tgt_out.to(self.device, non_blocking=True)
+        # (src, tgt_in) for translation, (ids, segments) for a language model's packed block
+        inputs = [t.to(self.device, non_blocking=True) for t in batch.model_inputs()]
+        targets = batch.targets.to(self.device, non_blocking=True)
         with autocast_context(self.precision, self.device):
-            logits = model(src, tgt_in)  # (B, T, V)
+            logits = model(*inputs)  # (B, T, V)
         # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small probabilities.
-        return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=self.pad_id,
+        ignore = IGNORE if isinstance(batch, LMBatch) else self.pad_id
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore,
                                label_smoothing=smoothing)
 
-    def next_batches(self, count: int) -> list[Batch]:
+    def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
         as an epoch's last batch is taken, so the `epochs` budget ends exactly at an epoch's end."""
         st = self.state
-        batches: list[Batch] = []
+        batches: list[Batch | LMBatch] = []
         while len(batches) < count:
             n = self.batcher.num_batches(st.epoch)
             if st.batch_in_epoch >= n:  # a checkpoint written before the roll-over moved here

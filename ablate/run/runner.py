@@ -25,8 +25,9 @@ import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import metrics as M
 from ablate.engine.checkpoint import load_verified
-from ablate.engine.evaluate import evaluate, format_samples, translate_split
-from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.engine.evaluate import evaluate, has_split, samples_text
+from ablate.engine.lm import DecoderOnlyLM, build_any
+from ablate.engine.model import Seq2SeqTransformer
 from ablate.engine.progress import PeakMemory
 from ablate.engine.train import EvalHook, Trainer
 from ablate.hardware import keep_freed_memory_in_process, resolve_precision
@@ -172,8 +173,8 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
     data = data if data is not None else prepare_data(spec)
     spec.selection_metric()  # a user error, before any MLflow run exists
     tok = data.tokenizers
-    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
-                        seed=spec.seed).to(device)
+    model = build_any(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id,
+                      seed=spec.seed).to(device)
     resume = _resume_point(run_dir / "last.pt")
     # The checkpoint's run id, else the one recorded when the run opened (killed before any checkpoint).
     resume_id = (resume["state"].get("run_id") if resume else None) or read_run_id(run_dir)
@@ -314,8 +315,8 @@ def log_run_start(tracker: Any, data: PreparedData, device: torch.device, precis
     tracker.log_metrics({R.MODEL_PARAMS: float(_count(model)), R.PADDING: padding}, step=0)
 
 
-def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTransformer, trainer: Trainer,
-                     tracker: Any, device: torch.device) -> dict[str, float]:
+def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTransformer | DecoderOnlyLM,
+                     trainer: Trainer, tracker: Any, device: torch.device) -> dict[str, float]:
     """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
     ``eval.max_sentences`` cap); log samples and artifacts."""
     best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
@@ -324,12 +325,10 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Seq2SeqTra
     precision = resolve_precision(spec.train.precision, device)
     out: dict[str, float] = {}
     for split in ("val", "test"):
-        if split in data.splits and data.splits[split].src_ids:
+        if has_split(data, split):
             out.update(evaluate(model, data, split, spec, device, precision, decode=True, limit=None))
     if spec.eval.samples:
-        samples = translate_split(model, data, "test" if "test" in data.splits else "val", spec, device,
-                                  limit=spec.eval.samples)
-        tracker.log_text(format_samples(samples, spec.eval.samples), R.SAMPLES_ARTIFACT)
+        tracker.log_text(samples_text(model, data, spec, device), R.SAMPLES_ARTIFACT)
     if spec.tracking.log_checkpoint and trainer.best_path.exists():
         tracker.log_artifact(trainer.best_path, R.CHECKPOINT_DIR)
     if spec.tracking.log_model:
@@ -359,9 +358,9 @@ def _count(model: torch.nn.Module) -> int:
 # ---------------------------------------------------------------- CLI entry points
 # The summary's rows: result metrics under their MLflow names (final/ for what the final evaluation and
 # the whole run measured, plain for the constants logged once), in reading order.
-SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bleu", "val/chrf", "val/exact_match", "test/loss", "test/bleu",
-                "test/chrf", "test/exact_match", "train/loss", "model/params", "train/tokens_per_s",
-                "train/wall_time_s", "data/padding_fraction", "peak_memory_mb")
+SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bpb", "val/bleu", "val/chrf", "val/exact_match", "test/loss",
+                "test/bpb", "test/bleu", "test/chrf", "test/exact_match", "train/loss", "model/params",
+                "train/tokens_per_s", "train/wall_time_s", "data/padding_fraction", "peak_memory_mb")
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:

@@ -1,6 +1,8 @@
-"""The spec's `data` section: where sentence pairs come from and how they are tokenized and batched.
+"""The spec's `data` section: where sentence pairs (or, for a language model, documents) come from and
+how they are tokenized and batched.
 
-Read by ablate/data/prepare.py (synthetic tasks, local files, the Hugging Face Hub) and
+Read by ablate/data/prepare.py (synthetic tasks, local files, the Hugging Face Hub), ablate/data/lm.py
+(language-modelling text: ``source: text``, a hub text column, the synthetic LM tasks) and
 ablate/data/tokenize.py.
 """
 
@@ -12,9 +14,12 @@ from pydantic import Field, model_validator
 
 from ablate.spec.base import BIG, Bool, Checks, Int, SpecFieldError, Strict
 
+# Synthetic tasks of a decoder-only language model (ablate/data/lm_tasks.py); the others are translation.
+LM_TASKS = ("recall", "copy_far")
+
 
 class SyntheticData(Strict):
-    task: Literal["copy", "reverse", "sort", "grammar"] = "reverse"
+    task: Literal["copy", "reverse", "sort", "grammar", "recall", "copy_far"] = "reverse"
     vocab_size: Annotated[Int, Field(ge=4, le=10_000)] = 20
     min_len: Annotated[Int, Field(ge=1, le=1000)] = 3
     max_len: Annotated[Int, Field(ge=1, le=1000)] = 12
@@ -67,6 +72,16 @@ class HubData(Strict):
     field: str | None = "translation"
 
 
+class TextFiles(Strict):
+    """Language-modelling text (``source: text``): one file per split (``.gz`` or not), one line each a
+    sentence or paragraph; ``document_lines`` consecutive lines form one document."""
+
+    train: str
+    val: str
+    test: str | None = None
+    root: str | None = None  # base folder of relative paths; ${VAR} expanded at load time
+
+
 class TokenizerSpec(Strict):
     kind: Literal["bpe", "wordlevel", "char"] = "bpe"
     vocab_size: Annotated[Int, Field(ge=8, le=1_000_000)] = 8000
@@ -75,10 +90,14 @@ class TokenizerSpec(Strict):
 
 
 class DataSpec(Strict):
-    source: Literal["synthetic", "files", "hub"] = "synthetic"
+    source: Literal["synthetic", "files", "hub", "text"] = "synthetic"
     synthetic: SyntheticData | None = None
     files: FilesData | None = None
     hub: HubData | None = None
+    text: TextFiles | None = None  # language modelling only (model.arch: decoder_only)
+    # Language modelling: consecutive lines (captions, task instances) joined into one document; attention
+    # never crosses documents inside a training block (ablate/data/lm.py).
+    document_lines: Annotated[Int, Field(ge=1, le=BIG)] = 1
     src_lang: str = "src"
     tgt_lang: str = "tgt"
     lowercase: Bool = False
@@ -98,11 +117,19 @@ class DataSpec(Strict):
             missing = f"source is {self.source!r} but the data.{self.source} section is missing"
             checks.fail(self.source, missing, "source")
         synthetic = self.synthetic if self.source == "synthetic" else None
-        if synthetic is not None and self.max_len < synthetic.max_len + 2:
+        # An LM task's instances flow across blocks of max_len tokens: no length bound between the two.
+        if synthetic is not None and synthetic.task not in LM_TASKS and self.max_len < synthetic.max_len + 2:
             checks.fail("max_len", f"max_len {self.max_len} is too short for synthetic max_len "
                         f"{synthetic.max_len} plus bos/eos", "synthetic.max_len")
         checks.raise_any()
         return self
+
+    @property
+    def is_lm(self) -> bool:
+        """Language-modelling data: text files, or a synthetic LM task (a hub source can be either; the
+        model's ``arch`` decides, see ExperimentSpec)."""
+        return self.source == "text" or (self.source == "synthetic" and self.synthetic is not None
+                                         and self.synthetic.task in LM_TASKS)
 
     @property
     def is_text(self) -> bool:
@@ -114,6 +141,8 @@ class DataSpec(Strict):
         """Whether runs evaluate a test split (a synthetic task always has one)."""
         if self.source == "files":
             return self.files is not None and self.files.test is not None
+        if self.source == "text":
+            return self.text is not None and self.text.test is not None
         if self.source == "hub":
             return self.hub is not None and self.hub.test_split is not None
         return True

@@ -22,7 +22,16 @@ import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, SpecFieldError, Strict
-from ablate.spec.data import DataSpec, FilePair, FilesData, HubData, SyntheticData, TokenizerSpec
+from ablate.spec.data import (
+    LM_TASKS,
+    DataSpec,
+    FilePair,
+    FilesData,
+    HubData,
+    SyntheticData,
+    TextFiles,
+    TokenizerSpec,
+)
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
 
@@ -30,7 +39,7 @@ __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
     "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
-    "TokenizerSpec", "TrackingSpec", "TrainSpec", "flatten", "format_mask_fill", "is_valid_name",
+    "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "flatten", "format_mask_fill", "is_valid_name",
     "parse_mask_fill", "spec_hash",
 ]
 
@@ -124,6 +133,11 @@ class EvalSpec(Strict):
     samples: Annotated[Int, Field(ge=0, le=1000)] = 5
     max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None  # cap decoding at each evaluation
     bleu_during_training: Bool = True
+    # Language models: perplexity at each of these evaluation lengths (tokens per window), e.g. [L, 2L,
+    # 4L, 8L] for a model trained on blocks of L = data.max_len: non-overlapping windows, and sliding
+    # windows scoring sliding_stride new tokens each when that is set (Press et al. 2022, section 4).
+    lengths: list[Annotated[Int, Field(ge=2, le=1_000_000)]] = []
+    sliding_stride: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
 
 
 # ---------------------------------------------------------------- tracking
@@ -154,8 +168,18 @@ class ExperimentSpec(Strict):
     def _cross(self) -> ExperimentSpec:
         checks = Checks()
         data, model = self.data, self.model
+        if self.is_lm:
+            self._check_lm(checks)
+        else:
+            if data.is_lm:
+                what = "source: text" if data.source == "text" else f"synthetic task {data.synthetic.task!r}"  # type: ignore[union-attr]
+                checks.fail("data.source", f"{what} is language-modelling data: it needs model.arch: "
+                            "decoder_only", "model.arch")
+            if self.eval.lengths or self.eval.sliding_stride is not None:
+                checks.fail("eval.lengths", "eval.lengths and eval.sliding_stride measure a language model's "
+                            "perplexity: they need model.arch: decoder_only", "model.arch")
         joint = getattr(registry.get("embeddings", model.embeddings), "needs_joint_vocabulary", False)
-        if joint and not data.tokenizer.joint and data.is_text:
+        if joint and not data.tokenizer.joint and data.is_text and not self.is_lm:
             checks.fail(
                 "model.embeddings",
                 f"model.embeddings {model.embeddings!r} needs one vocabulary: set data.tokenizer.joint: true",
@@ -168,23 +192,50 @@ class ExperimentSpec(Strict):
                 f"data.max_len {data.max_len} exceeds model.max_positions {model.max_positions}",
                 "model.max_positions",
             )
-        if self.eval.metric not in ("auto", *metricnames.quality_metrics(data.is_text)):
+        if not self.is_lm and self.eval.metric not in ("auto", *metricnames.quality_metrics(data.is_text)):
             kind = "text data (files, hub)" if self.eval.metric == "bleu" else "a synthetic task"
             checks.fail("eval.metric", f"{self.eval.metric} needs {kind}; or use auto", "data.source")
         self._check_metrics(checks)
         checks.raise_any()
         return self
 
+    @property
+    def is_lm(self) -> bool:
+        """A decoder-only language model (``model.arch: decoder_only``)."""
+        return self.model.arch == "decoder_only"
+
+    def _check_lm(self, checks: Checks) -> None:
+        """What a decoder-only spec must (not) say: LM data, axis values that apply to one stack."""
+        data, model = self.data, self.model
+        if data.source == "files" or (data.source == "synthetic" and not data.is_lm):
+            task = f"synthetic task {data.synthetic.task!r}" if data.synthetic else "parallel files"
+            checks.fail("data.source", f"model.arch decoder_only trains a language model, not on a "
+                        f"translation {task}: use source: text, hub, or synthetic task "
+                        f"{' / '.join(LM_TASKS)}", "model.arch")
+        if data.source == "hub" and data.hub is not None and data.hub.field in (None, "translation"):
+            checks.fail("data.hub.field", "a language model reads one text column: set data.hub.field "
+                        "to its name (e.g. text)", "model.arch")
+        entry = registry.get("embeddings", model.embeddings)
+        if not getattr(entry, "decoder_only", True):
+            checks.fail("model.embeddings", f"model.embeddings {model.embeddings!r} does not apply to "
+                        "model.arch decoder_only (there is no source side): use separate or tied",
+                        "model.arch")
+        if "encoder_layers" in model.model_fields_set:
+            checks.fail("model.encoder_layers", "model.encoder_layers does not apply to model.arch "
+                        "decoder_only: its depth is model.decoder_layers", "model.arch")
+        if self.eval.metric != "auto":
+            checks.fail("eval.metric", f"{self.eval.metric} scores translations; a language model reports "
+                        "perplexity and bits per byte: leave eval.metric out", "model.arch")
+
     def _check_metrics(self, checks: Checks) -> None:
         """Every metric the spec names must be one its runs report (a typo would silently fall back)."""
         data_fields = ("data.source", "data.files.test", "data.hub.test_split")
         is_text, es = self.data.is_text, self.train.early_stopping
         if es is not None:
-            each_eval = metricnames.evaluation_metrics(is_text, decode=self.eval.bleu_during_training)
-            problem = metricnames.problem(es.metric, each_eval, is_text, at_evaluation=True)
+            problem = metricnames.problem(es.metric, self.evaluation_metrics(), is_text, at_evaluation=True)
             if problem:
                 checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
-        result = metricnames.result_metrics(is_text, has_test=self.data.has_test)
+        result = metricnames.result_metrics(is_text, has_test=self.data.has_test, **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
             problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)
@@ -195,13 +246,23 @@ class ExperimentSpec(Strict):
             if problem:
                 checks.fail(f"search.objectives.{i}.metric", problem, *data_fields)
 
+    def _lm_names(self) -> dict[str, Any]:
+        """The keywords of metricnames' lists that a language model's metrics depend on."""
+        return {"lm": self.is_lm, "lengths": tuple(self.eval.lengths),
+                "sliding": self.eval.sliding_stride is not None}
+
+    def evaluation_metrics(self) -> list[str]:
+        """The names each evaluation during training measures."""
+        return metricnames.evaluation_metrics(self.data.is_text, decode=self.eval.bleu_during_training,
+                                              **self._lm_names())
+
     def selection_metric(self) -> str:
         """The metric that picks the best checkpoint and drives early stopping (``val/loss`` without early
         stopping). A metric the evaluations of this run do not measure is an AblateError, never a silent
         switch (validation rules it out; a spec built without validation still gets the error here)."""
         es = self.train.early_stopping
         key = es.metric if es is not None else "val/loss"
-        measured = metricnames.evaluation_metrics(self.data.is_text, decode=self.eval.bleu_during_training)
+        measured = self.evaluation_metrics()
         if key not in measured:
             raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations "
                               f"of this run (they measure {', '.join(measured)}; decoding metrics need "
@@ -222,11 +283,29 @@ class ExperimentSpec(Strict):
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
         data["model"] = identity_of(data["model"])
+        _drop_later_defaults(data)
         return data
 
     @property
     def spec_hash(self) -> str:
         return spec_hash(self.identity())
+
+
+# Fields added after the first record format (language modelling), left out of a run's identity at their
+# defaults: a spec written before them keeps its hash.
+_LATER_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("data", "text"): None, ("data", "document_lines"): 1,
+    ("eval", "lengths"): [], ("eval", "sliding_stride"): None,
+}
+
+
+def _drop_later_defaults(data: dict[str, Any]) -> None:
+    for (section, key), default in _LATER_DEFAULTS.items():
+        part = data.get(section)
+        if isinstance(part, dict) and key in part and part[key] == default:
+            del part[key]
+    if data.get("model", {}).get("arch") == "decoder_only":
+        data["model"].pop("encoder_layers", None)  # one stack: its depth is decoder_layers
 
 
 def spec_hash(data: dict[str, Any]) -> str:

@@ -10,6 +10,11 @@
   ``train/tokens_per_s``, ``data/padding_fraction``, ``train/wall_time_s`` and ``peak_memory_mb``. MLflow
   holds the result under ``final/`` names (``final/val/bleu``) beside the training-time curves, and the
   constants ``model/params`` and ``data/padding_fraction`` once, at step 0 (ablate/tracking/record.py).
+- A decoder-only language model (``model.arch: decoder_only``, ablate/engine/lm_eval.py) decodes nothing:
+  each evaluation measures ``val/loss``, ``val/ppl`` and ``val/bpb`` (bits per byte: the summed negative
+  log-likelihood in bits over the UTF-8 bytes of the text, comparable across tokenizers), and with
+  ``eval.lengths`` the perplexity at each evaluation length, ``val/ppl_at_<n>`` (non-overlapping windows)
+  and ``val/ppl_at_<n>_sliding`` (sliding windows, with ``eval.sliding_stride``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Literal
 SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
 SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
+LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decoding)
 TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
 RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
                "peak_memory_mb")
@@ -32,17 +38,31 @@ def quality_metrics(is_text: bool) -> tuple[str, ...]:
     return TEXT_METRICS if is_text else SYNTHETIC_METRICS
 
 
-def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val") -> list[str]:
-    """The names in one evaluation's dict (`decode`: whether it decoded, i.e. bleu_during_training)."""
-    names = SPLIT_METRICS + (quality_metrics(is_text) if decode else ())
-    return [f"{split}/{name}" for name in names]
+def length_metric(split: str, length: int, sliding: bool = False) -> str:
+    """A language model's perplexity at evaluation length ``length``: ``val/ppl_at_256`` (non-overlapping
+    windows) or ``val/ppl_at_256_sliding``."""
+    return f"{split}/ppl_at_{length}" + ("_sliding" if sliding else "")
 
 
-def result_metrics(is_text: bool, *, has_test: bool) -> list[str]:
+def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val", lm: bool = False,
+                       lengths: tuple[int, ...] = (), sliding: bool = False) -> list[str]:
+    """The names in one evaluation's dict (`decode`: whether it decoded, i.e. bleu_during_training; `lm`:
+    a language model's, with perplexity at each of its evaluation ``lengths``)."""
+    if lm:
+        names = [f"{split}/{name}" for name in LM_METRICS]
+        for n in lengths:
+            names += [length_metric(split, n)] + ([length_metric(split, n, True)] if sliding else [])
+        return names
+    names_ = SPLIT_METRICS + (quality_metrics(is_text) if decode else ())
+    return [f"{split}/{name}" for name in names_]
+
+
+def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
+                   sliding: bool = False) -> list[str]:
     """The names in a finished run's result metrics."""
-    names = evaluation_metrics(is_text)
+    names = evaluation_metrics(is_text, lm=lm, lengths=lengths, sliding=sliding)
     if has_test:
-        names += evaluation_metrics(is_text, split="test")
+        names += evaluation_metrics(is_text, split="test", lm=lm, lengths=lengths, sliding=sliding)
     return names + [m for m in RUN_METRICS if m not in names]
 
 
@@ -50,7 +70,7 @@ def all_metrics() -> list[str]:
     """Every name any run can produce (for "did you mean" against typos)."""
     names: list[str] = []
     for split in ("val", "test"):
-        names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS]
+        names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS + ("bpb",)]
     return names + [m for m in TRAINING_METRICS + RUN_METRICS if m not in names]
 
 

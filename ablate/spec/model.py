@@ -164,6 +164,9 @@ def _axis_fields() -> dict[str, Any]:
 
 
 _TAIL: dict[str, Any] = {
+    # encoder_decoder: translation (Vaswani et al. 2017); decoder_only: a causal language model
+    # (ablate/engine/lm.py). Left out of a run's identity at its default (identity_of).
+    "arch": (Literal["encoder_decoder", "decoder_only"], "encoder_decoder"),
     "position_dropout": (Bool, True),
     "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], 512),
     "embed_scale": (Bool, True),  # multiply embeddings by sqrt(d_model)
@@ -188,6 +191,7 @@ if TYPE_CHECKING:
         max_positions: int
         embed_scale: bool
         init: str
+        arch: str
 
         def __getattr__(self, name: str) -> Any: ...
 else:
@@ -203,6 +207,8 @@ def identity_of(model: dict[str, Any]) -> dict[str, Any]:
     for axis in registry.axes():
         if axis.added_later and out.get(axis.kind) == axis.default:
             out.pop(axis.kind, None)
+    if out.get("arch") == "encoder_decoder":  # came after the first record format: old hashes stay
+        out.pop("arch")
     return out
 
 

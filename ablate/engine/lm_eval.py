@@ -1,0 +1,121 @@
+"""A language model's evaluation (loss, perplexity, bits per byte, perplexity by evaluation length) and
+sampling through the KV cache.
+
+The metric names are ablate/spec/metricnames.py's: ``{split}/loss`` and ``{split}/ppl`` over
+non-overlapping windows of the training length ``data.max_len``, ``{split}/bpb`` from the same sum, and
+for each of ``eval.lengths`` ``{split}/ppl_at_<n>`` (and ``_sliding`` with ``eval.sliding_stride``), the
+curve of Press et al. 2022's figure 1. Every target of every document is scored exactly once at each
+length, so the perplexities differ only by how much context each prediction had and by whether the
+model copes with positions it never trained on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ablate.data.lm import IGNORE, LMData, bits_per_byte, window_batches
+from ablate.engine.lm import DecoderOnlyLM
+from ablate.hardware import autocast_context
+from ablate.spec import metricnames
+from ablate.spec.experiment import ExperimentSpec
+
+
+def window_nll(model: DecoderOnlyLM, docs: Sequence[Sequence[int]], length: int, stride: int | None,
+               batch_tokens: int, device: torch.device, precision: str) -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, scored targets) over the documents' windows."""
+    model.check_length(length)  # one line before any work, not an error half-way through the split
+    total, count = 0.0, 0
+    for batch in window_batches(docs, length, stride, batch_tokens):
+        with autocast_context(precision, device):
+            logits = model(batch.ids.to(device))  # (B, T, V)
+        total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.targets.to(device).flatten(),
+                                       ignore_index=IGNORE, reduction="sum"))
+        count += batch.n_tgt_tokens
+    return total, count
+
+
+@torch.no_grad()
+def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: ExperimentSpec, device: torch.device,
+                precision: str) -> dict[str, float]:
+    """``{split}/loss``, ``/ppl``, ``/bpb`` at the training length, and the perplexity at each of
+    ``eval.lengths`` (non-overlapping; sliding too with ``eval.sliding_stride``)."""
+    was_training = model.training
+    model.eval()
+    try:
+        part = data.documents[split]
+        tokens = spec.data.batch_tokens
+        nll, count = window_nll(model, part.docs, data.block_len, None, tokens, device, precision)
+        loss = nll / max(1, count)
+        out = {f"{split}/loss": loss, f"{split}/ppl": _ppl(loss),
+               f"{split}/bpb": bits_per_byte(nll, part.n_bytes)}
+        stride = spec.eval.sliding_stride
+        for length in spec.eval.lengths:
+            nll, count = window_nll(model, part.docs, length, None, tokens, device, precision)
+            out[metricnames.length_metric(split, length)] = _ppl(nll / max(1, count))
+            if stride is not None:
+                nll, count = window_nll(model, part.docs, length, stride, tokens, device, precision)
+                out[metricnames.length_metric(split, length, sliding=True)] = _ppl(nll / max(1, count))
+        return out
+    finally:
+        model.train(was_training)
+
+
+def _ppl(loss: float) -> float:
+    return math.exp(min(loss, 100.0))  # a diverged model's perplexity stays a (huge) finite number
+
+
+@torch.no_grad()
+def generate(model: DecoderOnlyLM, prompt: Sequence[int], max_new: int, *, temperature: float = 1.0,
+             top_k: int | None = None, greedy: bool = False, eos_id: int | None = None,
+             generator: torch.Generator | None = None) -> list[int]:
+    """Continue ``prompt`` (ids, bos first) by up to ``max_new`` tokens through the KV cache: the prompt in
+    one forward, then one position per step. Greedy takes the argmax; otherwise a sample from
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely tokens (Fan et al. 2018).
+    Stops at ``eos_id`` or at the model's last position."""
+    if not prompt:
+        raise ValueError("generate needs a prompt of at least one token (bos)")
+    model.eval()
+    device = model.generator.weight.device
+    cache = model.init_cache()
+    ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
+    out: list[int] = []
+    max_new = min(max_new, model.max_positions - len(prompt))
+    logits = model(ids, cache=cache, start_pos=0)[0, -1]  # (V,)
+    for _ in range(max(0, max_new)):
+        nxt = _pick(logits.float(), temperature, top_k, greedy, generator)
+        if eos_id is not None and nxt == eos_id:
+            break
+        out.append(nxt)
+        step = torch.tensor([[nxt]], dtype=torch.long, device=device)
+        if cache.length + 1 > model.max_positions:
+            break
+        logits = model(step, cache=cache, start_pos=cache.length)[0, -1]
+    return out
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, greedy: bool,
+          generator: torch.Generator | None) -> int:
+    if greedy or temperature <= 0:
+        return int(logits.argmax())
+    scaled = logits / temperature
+    if top_k is not None and top_k < scaled.numel():
+        kth = scaled.topk(top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1).cpu()
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def sample_texts(model: DecoderOnlyLM, data: LMData, count: int, max_new: int = 64) -> str:
+    """Greedy continuations of the first words of ``count`` validation documents (the run's samples)."""
+    tok = data.tokenizers
+    part = data.documents["test"] if "test" in data.documents else data.documents["val"]
+    lines = []
+    for doc, text in list(zip(part.docs, part.texts, strict=True))[:count]:
+        head = doc[: max(1, min(len(doc) // 2, 16))]
+        cont = generate(model, [tok.bos_id, *head], max_new, greedy=True, eos_id=tok.eos_id)
+        lines += [f"PROMPT: {tok.decode_tgt(head)}", f"REF:    {text}", f"GEN:    {tok.decode_tgt(cont)}", ""]
+    return "\n".join(lines)
