@@ -55,7 +55,8 @@ STATED: dict[str, dict[str, Any]] = {
         "model.activation": "relu", "model.mask": "-inf", "model.attention": "explicit",
         "model.init": "xavier", "model.embeddings": "separate", "data.tokenizer.kind": "bpe",
         "data.tokenizer.joint": True, "train.optimizer.name": "adam", "train.optimizer.lr": 1e-4,
-        "train.optimizer.betas": (0.9, 0.98), "train.optimizer.eps": 1e-9, "train.schedule.name": "constant",
+        "train.optimizer.betas": (0.9, 0.98), "train.optimizer.eps": 1e-9,
+        "train.optimizer.weight_decay": 0.0, "train.schedule.name": "constant",
         "train.schedule.warmup_steps": 0, "train.label_smoothing": 0.0, "train.precision": "fp16",
         "train.accumulation": 4, "train.clip_norm": 1.0, "eval.decode.strategy": "beam",
         "eval.decode.beam": 3, "eval.decode.length_penalty": 0.0, "eval.decode.max_len_a": 0.0,
@@ -80,18 +81,19 @@ STATED: dict[str, dict[str, Any]] = {
     # 512/6+6/8/2048, dropout 0.1, Xavier; Adam (0.9, 0.98, 1e-9) under Noam factor 1, warm-up 2000; no
     # label smoothing; clip 1; 10 epochs.
     "d-multi30k-2019-postnorm-conv1d": {
-        "data.lowercase": True, "data.reverse_source": True, "data.tokenizer.kind": "wordlevel",
-        "data.tokenizer.joint": False, "data.tokenizer.min_freq": 2, "model.mask": "-1e10",
-        "model.attention_dropout": 0.1, "model.ffn": "conv1d", "model.activation": "relu",
+        "data.src_lang": "de", "data.tgt_lang": "en", "data.lowercase": True, "data.reverse_source": True,
+        "data.tokenizer.kind": "wordlevel", "data.tokenizer.joint": False, "data.tokenizer.min_freq": 2,
+        "model.mask": "-1e10", "model.attention_dropout": 0.1, "model.ffn": "conv1d",
+        "model.activation": "relu",
         "model.positions": "sinusoidal", "model.position_dropout": True, "model.residual": "post_norm",
         "model.shared_layer_norm": True, "model.norm": "builtin", "model.norm_eps": 1e-5,
         "model.embed_scale": True, "model.embedding_dropout": "before_positions", "model.d_model": 512,
         "model.encoder_layers": 6, "model.decoder_layers": 6, "model.heads": 8, "model.d_ff": 2048,
         "model.dropout": 0.1, "model.init": "xavier", "model.embeddings": "separate",
         "train.optimizer.name": "adam", "train.optimizer.betas": (0.9, 0.98), "train.optimizer.eps": 1e-9,
-        "train.schedule.name": "inverse_sqrt", "train.schedule.warmup_steps": 2000,
-        "train.optimizer.lr": NOAM_FACTOR_1, "train.label_smoothing": 0.0, "train.clip_norm": 1.0,
-        "train.epochs": 10, "train.max_steps": None},
+        "train.optimizer.weight_decay": 0.0, "train.schedule.name": "inverse_sqrt",
+        "train.schedule.warmup_steps": 2000, "train.optimizer.lr": NOAM_FACTOR_1,
+        "train.label_smoothing": 0.0, "train.clip_norm": 1.0, "train.epochs": 10, "train.max_steps": None},
     # 2024 notebook: sqrt(d) scale, sinusoids with dropout, hand-written LN with scalar gain and bias (eps
     # 1e-6), Linear ReLU FFN, -1e9 with attention dropout, pre-norm with a final norm, 512/6+6/8/2048,
     # dropout 0.1, separate embeddings, Xavier, word-level tokenizer per language, 350 tokens, greedy up to
@@ -107,7 +109,8 @@ STATED: dict[str, dict[str, Any]] = {
         "model.max_positions": 350, "eval.decode.strategy": "greedy", "eval.decode.max_len_a": 0.0,
         "eval.decode.max_len_b": 349, "train.optimizer.name": "adam", "train.optimizer.lr": 1e-4,
         "train.optimizer.betas": (0.9, 0.999), "train.optimizer.eps": 1e-9,
-        "train.schedule.name": "constant", "train.schedule.warmup_steps": 0, "train.clip_norm": None},
+        "train.optimizer.weight_decay": 0.0, "train.schedule.name": "constant",
+        "train.schedule.warmup_steps": 0, "train.clip_norm": None},
 }
 # The blog's reported size: "Total number of parameters of the model = 40,433,968", at its joint BPE
 # vocabulary of 30000 (its BpeTrainer's vocab_size, [SOS]/[EOS] among the special tokens already).
