@@ -94,9 +94,12 @@ class DecoderOnlyLM(nn.Module):
     """Token embedding -> position scheme -> causal layers -> final norm -> logits over the vocabulary."""
 
     def __init__(self, embed: nn.Embedding, positions: nn.Module, decoder: Stack, generator: nn.Linear,
-                 mask: MaskFill, pad_id: int = 0, embed_scale: float = 1.0) -> None:
+                 mask: MaskFill, pad_id: int = 0, embed_scale: float = 1.0,
+                 embed_dropout: nn.Module | None = None) -> None:
         super().__init__()
         self.embed, self.positions, self.decoder = embed, positions, decoder
+        # the embedding_dropout axis: on the scaled token embeddings, before the positions are added
+        self.embed_dropout = embed_dropout if embed_dropout is not None else nn.Identity()
         self.generator = generator
         self.mask = mask
         self.pad_id = pad_id
@@ -123,6 +126,7 @@ class DecoderOnlyLM(nn.Module):
         x = self.embed(ids)  # (B, T, d)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
+        x = self.embed_dropout(x)
         embed_at: Callable[[Tensor, Tensor], Tensor] | None = getattr(self.positions, "embed_at", None)
         if positions is not None and embed_at is not None:
             return embed_at(x, positions)  # absolute tables restart at each document of a packed block
@@ -232,6 +236,7 @@ def build_lm(model_spec: ModelSpec, vocab_size: int, pad_id: int = 0, seed: int 
         embed, component("positions", d, s.heads, s.max_positions, pos_dropout, causal=True), decoder,
         generator, make_mask(s.mask, s.mask_fill), pad_id=pad_id,
         embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
+        embed_dropout=component("embedding_dropout", s.dropout),
     )
     init_parameters(model, seed, s.init)
     for layer in layers:

@@ -24,6 +24,7 @@ from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec
 
 
+@torch.no_grad()
 def window_nll(model: DecoderOnlyLM, docs: Sequence[Sequence[int]], length: int, stride: int | None,
                batch_tokens: int, device: torch.device, precision: str) -> tuple[float, int]:
     """(summed negative log-likelihood in nats, scored targets) over the documents' windows."""

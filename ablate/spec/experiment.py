@@ -220,6 +220,13 @@ class ExperimentSpec(Strict):
             checks.fail("model.embeddings", f"model.embeddings {model.embeddings!r} does not apply to "
                         "model.arch decoder_only (there is no source side): use separate or tied",
                         "model.arch")
+        for i, n in enumerate(self.eval.lengths):
+            if n > model.max_positions:
+                checks.fail(f"eval.lengths.{i}", f"evaluation length {n} is past model.max_positions "
+                            f"{model.max_positions}, the model's position table (learned positions cannot "
+                            "extrapolate beyond it; the others' buffers stop there): raise "
+                            "model.max_positions",
+                            "model.max_positions")
         if "encoder_layers" in model.model_fields_set:
             checks.fail("model.encoder_layers", "model.encoder_layers does not apply to model.arch "
                         "decoder_only: its depth is model.decoder_layers", "model.arch")

@@ -6,10 +6,14 @@ that one variant (the rest default) and checks what any variant must keep: shape
 future target positions; padding that changes no real position; KV-cached greedy and beam decoding equal
 to re-decoding the whole prefix; finite outputs under bf16 and fp16 autocast with every mask fill;
 gradients into every parameter; a state-dict round trip; and controlled initialisation (the same seed
-gives the baseline's values in every parameter the variant shares with it).
+gives the baseline's values in every parameter the variant shares with it). The decoder-only language
+model (``model.arch: decoder_only``) gets the same contract over every variant that applies to it, plus
+packing: documents packed into one block with segment ids equal each document alone.
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -17,7 +21,9 @@ from torch import nn
 
 import registry
 from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
-from ablate.engine.model import Seq2SeqTransformer, build_model
+from ablate.engine.lm import DecoderOnlyLM, build_lm
+from ablate.engine.lm_eval import generate
+from ablate.engine.model import OWNED_BY_TYPE, Seq2SeqTransformer, build_model, stable_seed
 from ablate.spec.experiment import ModelSpec
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable.
@@ -190,3 +196,130 @@ def test_controlled_init_shares_values_with_the_baseline(kind: str, name: str) -
     other = _params(model_for(kind, name, seed=4))
     differ = [k for k in variant if not torch.equal(variant[k], other[k])]
     assert len(differ) >= 0.5 * len(variant), "another seed must draw other weights"
+
+
+@pytest.mark.parametrize("kind,name", CASES, ids=IDS)
+def test_every_component_parameter_keeps_its_own_init(kind: str, name: str) -> None:
+    """After ``build_model``, a parameter that a component creates itself (not a Linear, Conv1d or
+    Embedding weight, which the builder draws) holds exactly what the component's ``reset_parameters``
+    gives under that parameter's seed: the builder never overwrites a variant's own init (QK-norm's g0,
+    T5's bias table, ReZero's zero gate, ScaleNorm's sqrt(d)). The values each paper prescribes are checked
+    in tests/registry/test_formulas.py."""
+    seed = 3
+    model = model_for(kind, name, seed=seed)
+    for mod_name, module in model.named_modules():
+        if isinstance(module, OWNED_BY_TYPE):
+            continue
+        for pname, p in module.named_parameters(recurse=False):
+            full = f"{mod_name}.{pname}" if mod_name else pname
+            assert hasattr(module, "reset_parameters"), f"{full}: a component parameter needs its own init"
+            fresh = copy.deepcopy(module)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(stable_seed(seed, full, tuple(p.shape)))
+                fresh.reset_parameters()
+            if getattr(module, "init_sublayer", None) is None:  # DeepNorm scales sub-layers, not itself
+                assert torch.equal(p.detach(), getattr(fresh, pname).detach()), full
+
+
+# ---------------------------------------------------------------- the decoder-only architecture
+# The same contract for every variant that applies to a decoder-only language model (ablate/engine/lm.py):
+# variants that only mean something with a source side (embeddings: shared) are refused by the spec
+# (tests/ablate/test_lm.py) and left out here.
+LM_CASES = [(k, n) for k, n in CASES
+            if getattr(registry.get(k, n), "decoder_only", True)]
+LM_IDS = [f"{k}:{n}" for k, n in LM_CASES]
+DOCS = [[5, 9, 3, 12, 7, 4], [4, 8, 15], [6, 11, 10, 13, 14, 7, 9, 3], [3, 5]]
+
+
+def lm_for(kind: str, name: str, seed: int = 0, **extra: object) -> DecoderOnlyLM:
+    section = {**settings(kind, name), "arch": "decoder_only", **extra}
+    section.pop("encoder_layers")
+    return build_lm(ModelSpec(**section), V, seed=seed).eval()
+
+
+def test_lm_cases_leave_out_only_what_has_no_meaning_without_a_source() -> None:
+    assert set(CASES) - set(LM_CASES) == {("embeddings", "shared")}
+
+
+@pytest.mark.parametrize("kind,name", LM_CASES, ids=LM_IDS)
+def test_lm_causality_padding_and_packing(kind: str, name: str) -> None:
+    model = lm_for(kind, name)
+    ids = pad(DOCS)
+    with torch.no_grad():
+        logits = model(ids)
+        assert logits.shape == (len(DOCS), ids.size(1), V) and torch.isfinite(logits).all()
+        # No leakage from the future: changing tokens 3.. leaves logits 0..2 alone.
+        changed = ids.clone()
+        changed[:, 3:] = torch.randint(3, V, changed[:, 3:].shape, generator=torch.Generator().manual_seed(1))
+        later = model(changed)
+        torch.testing.assert_close(later[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)
+        assert (later[:, 3:] - logits[:, 3:]).abs().max() > 1e-4, "later positions must see the change"
+        # Padding: each document alone equals its (right-padded) row at every real position.
+        alone = [model(torch.tensor([d]))[0] for d in DOCS]
+        for i, d in enumerate(DOCS):
+            torch.testing.assert_close(logits[i, : len(d)], alone[i], atol=1e-5, rtol=1e-5)
+        # Packing: the documents in one block, separated by segment ids, equal each document alone.
+        packed = torch.tensor([[t for d in DOCS for t in d]])
+        segments = torch.tensor([[i for i, d in enumerate(DOCS) for _ in d]])
+        out = model(packed, segments)[0]
+        at = 0
+        for i, d in enumerate(DOCS):
+            torch.testing.assert_close(out[at : at + len(d)], alone[i], atol=1e-5, rtol=1e-5)
+            at += len(d)
+
+
+@pytest.mark.parametrize("kind,name", LM_CASES, ids=LM_IDS)
+def test_lm_cached_decoding_equals_the_full_forward(kind: str, name: str) -> None:
+    model = perturbed(lm_for(kind, name), seed=11).eval()  # type: ignore[assignment]
+    ids = pad(DOCS)
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.init_cache()
+        steps = [model(ids[:, t : t + 1], cache=cache, start_pos=t) for t in range(ids.size(1))]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+        # A prompt in one call, then one token at a time: the same logits as the whole sequence.
+        cache = model.init_cache()
+        head = model(ids[:, :4], cache=cache, start_pos=0)
+        tail = [model(ids[:, t : t + 1], cache=cache, start_pos=t) for t in range(4, ids.size(1))]
+        torch.testing.assert_close(torch.cat([head, *tail], dim=1), full, atol=1e-5, rtol=1e-5)
+    # Greedy generation through the cache equals re-running the whole prefix every step.
+    prompt = [BOS, 5, 9]
+    expected = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            expected.append(int(model(torch.tensor([expected]))[0, -1].argmax()))
+    assert generate(model, prompt, 8, greedy=True) == expected[len(prompt):]
+
+
+@pytest.mark.parametrize("kind,name", LM_CASES, ids=LM_IDS)
+def test_lm_half_precision_with_every_mask_fill(kind: str, name: str) -> None:
+    packed = torch.tensor([[t for d in DOCS for t in d]])
+    segments = torch.tensor([[i for i, d in enumerate(DOCS) for _ in d]])
+    for fill in ("-inf", "-1e9"):
+        if kind == "mask" and fill != name:
+            continue
+        model = lm_for(kind, name, **({} if kind == "mask" else {"mask": fill}))
+        with torch.no_grad():
+            for inputs in ((pad(DOCS),), (packed, segments)):
+                reference = model(*inputs)
+                for dtype in (torch.bfloat16, torch.float16):
+                    with torch.autocast("cpu", dtype=dtype):
+                        low = model(*inputs)
+                    assert torch.isfinite(low).all(), f"{dtype} with mask {fill}"
+                    assert (low.float() - reference).abs().max() <= 0.05 * reference.abs().max() + 0.05
+
+
+@pytest.mark.parametrize("kind,name", LM_CASES, ids=LM_IDS)
+def test_lm_gradients_and_state_dict_round_trip(kind: str, name: str) -> None:
+    model = perturbed(lm_for(kind, name), seed=5).train()
+    packed = torch.tensor([[t for d in DOCS for t in d]])
+    segments = torch.tensor([[i for i, d in enumerate(DOCS) for _ in d]])
+    model(packed, segments).logsumexp(-1).mean().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, f"no gradient reaches {pname}"
+    fresh = lm_for(kind, name, seed=1)
+    fresh.load_state_dict(model.state_dict())
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(fresh(packed, segments), model(packed, segments))
