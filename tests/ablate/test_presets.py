@@ -23,6 +23,8 @@ from ablate.spec.load import load_spec
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 # Operational settings of a machine, not of a design: they may come from anywhere.
 OPERATIONAL = {"train.out_dir", "train.threads"}
+# Evaluation settings of decoder-only language models only (a spec error on a translation model).
+LM_ONLY = {"eval.lengths", "eval.sliding_stride"}
 # The data fields that shape what the model sees (the corpus and its files come from the extended spec).
 DATA_DESIGN = ("data.lowercase", "data.reverse_source", "data.max_len", "data.tokenizer.",
                "data.batch_tokens")
@@ -47,6 +49,7 @@ STATED: dict[str, dict[str, Any]] = {
     # no label smoothing, fp16 + GradScaler, accumulation 4, clip 1.0, beam 3 on raw log-probabilities up to
     # 50 tokens.
     "a-blog-2025-prenorm-custom-ln": {
+        "model.arch": "encoder_decoder",
         "model.d_model": 256, "model.heads": 8, "model.encoder_layers": 6, "model.decoder_layers": 6,
         "model.d_ff": 2048, "model.dropout": 0.1, "model.attention_dropout": 0.1, "model.embed_scale": True,
         "model.positions": "sinusoidal", "model.position_dropout": True, "model.max_positions": 512,
@@ -65,12 +68,14 @@ STATED: dict[str, dict[str, Any]] = {
     # 512 (its example), a two-layer ReLU FFN, -1e6, attention probabilities returned for plots (explicit),
     # no attention dropout (drop_prob defaults to None), beam search.
     "b-github-readme": {
+        "model.arch": "encoder_decoder",
         "model.residual": "pre_norm", "model.positions": "sinusoidal", "model.d_model": 512,
         "model.ffn": "linear", "model.activation": "relu", "model.mask": "-1e6",
         "model.attention": "explicit", "model.attention_dropout": 0.0, "eval.decode.strategy": "beam"},
     # 2024 Lightning blog: d_model 512, sqrt(d) scale, sinusoids with dropout, nn.LayerNorm (eps 1e-5),
     # Linear ReLU FFN, -1e9, no attention dropout.
     "c-lightning-2024": {
+        "model.arch": "encoder_decoder",
         "model.d_model": 512, "model.embed_scale": True, "model.positions": "sinusoidal",
         "model.position_dropout": True, "model.norm": "builtin", "model.norm_eps": 1e-5,
         "model.ffn": "linear", "model.activation": "relu", "model.mask": "-1e9",
@@ -81,6 +86,7 @@ STATED: dict[str, dict[str, Any]] = {
     # 512/6+6/8/2048, dropout 0.1, Xavier; Adam (0.9, 0.98, 1e-9) under Noam factor 1, warm-up 2000; no
     # label smoothing; clip 1; 10 epochs.
     "d-multi30k-2019-postnorm-conv1d": {
+        "model.arch": "encoder_decoder",
         "data.src_lang": "de", "data.tgt_lang": "en", "data.lowercase": True, "data.reverse_source": True,
         "data.tokenizer.kind": "wordlevel", "data.tokenizer.joint": False, "data.tokenizer.min_freq": 2,
         "model.mask": "-1e10", "model.attention_dropout": 0.1, "model.ffn": "conv1d",
@@ -99,6 +105,7 @@ STATED: dict[str, dict[str, Any]] = {
     # dropout 0.1, separate embeddings, Xavier, word-level tokenizer per language, 350 tokens, greedy up to
     # 349 new tokens, Adam 1e-4 eps 1e-9 with torch's default betas, constant, no clipping.
     "e-notebook-2024-scalar-ln": {
+        "model.arch": "encoder_decoder",
         "model.embed_scale": True, "model.positions": "sinusoidal", "model.position_dropout": True,
         "model.norm": "custom", "model.norm_affine": "scalar", "model.norm_eps": 1e-6,
         "model.ffn": "linear", "model.activation": "relu", "model.mask": "-1e9",
@@ -138,7 +145,7 @@ def test_there_is_one_preset_per_tutorial_design() -> None:
 def test_preset_states_every_setting_it_relies_on(name: str) -> None:
     resolved = flatten(_load(name).resolved())
     relied_on = {k for k in resolved if k.startswith(("model.", "train.", "eval.", *DATA_DESIGN))}
-    missing = sorted(relied_on - OPERATIONAL - _own_keys(name))
+    missing = sorted(relied_on - OPERATIONAL - LM_ONLY - _own_keys(name))
     assert missing == [], f"{name} inherits these settings silently: {missing}"
 
 
