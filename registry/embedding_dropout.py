@@ -29,8 +29,9 @@ AXIS = declare_axis(Axis(
 
 @register("embedding_dropout", "none")
 class NoEmbeddingDropout(nn.Module):
-    """No dropout before the positions: only the position dropout on embeddings + positions (Vaswani et
-    al. 2017, section 5.4; the tutorials a-blog-2025, b-github-readme, c-lightning-2024, e-notebook-2024)."""
+    """No dropout before the positions: at most the position dropout on embeddings + positions (Vaswani et
+    al. 2017, section 5.4, and the tutorials a-blog-2025, c-lightning-2024, e-notebook-2024; the README of
+    b-github-readme prints no dropout at the embeddings at all)."""
 
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()

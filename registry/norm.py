@@ -77,11 +77,12 @@ class CustomLayerNorm(_AffineNorm):
     """The tutorials' hand-written LayerNorm: ``gamma * (x - mean) / (std + eps) + beta``.
 
     ``std`` is torch's default *unbiased* estimate (divides by d-1) and ``eps`` sits outside the square
-    root, as in the pre-norm tutorials (a-blog-2025, b-github-readme, e-notebook-2024 with one scalar
-    gamma/beta: ``norm_affine: scalar``). Versus ``builtin`` the output is scaled by about
-    ``sqrt((d-1)/d)``: a relative gap of ``1 - sqrt((d-1)/d)``, about ``1/(2d)``, and eps placement is
-    negligible next to it (tests/registry/test_equivalence.py measures both at d = 32, 128, 512). Small, but
-    not rounding error: a different function, whose gain the model must absorb.
+    root, as in the tutorials that print theirs (a-blog-2025; e-notebook-2024 with one scalar gamma/beta:
+    ``norm_affine: scalar``; preset b-github-readme assumes it for a class its README does not print).
+    Versus ``builtin`` the output is scaled by about ``sqrt((d-1)/d)``: a relative gap of
+    ``1 - sqrt((d-1)/d)``, about ``1/(2d)``, and eps placement is negligible next to it
+    (tests/registry/test_equivalence.py measures both at d = 32, 128, 512). Small, but not rounding error:
+    a different function, whose gain the model must absorb.
     """
 
     def forward(self, x: Tensor) -> Tensor:
