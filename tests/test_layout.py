@@ -10,6 +10,7 @@ passes ~400 lines by far. """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,40 @@ def test_no_module_imports_round_a_circle() -> None:
         if start not in state:
             visit(start, [start])
     assert cycles == []
+
+
+# Where the names ablate writes to MLflow and Optuna are declared; everywhere else reads them from there.
+NAME_SCHEMAS = ("ablate.tracking.record", "ablate.study.attrs")
+_NAME = re.compile(r"(tags\.|params\.|metrics\.)?ablate\.[a-z_]+(\.[a-z_]*)?")
+
+
+def inline_names(source: str, where: str) -> list[str]:
+    """``"ablate.…"`` strings in code (not docstrings) that name no module: MLflow or Optuna names."""
+    tree = ast.parse(source, where)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                and _NAME.fullmatch(node.value) and node.value not in MODULES):
+            found.append(f"{where}:{node.lineno}: {node.value!r}")
+    return sorted(found)
+
+
+def test_mlflow_and_optuna_names_are_written_through_their_declared_constants() -> None:
+    """A tag, param, metric or Optuna attribute named inline would drift from the schema readers use."""
+    found = [hit for m, p in MODULES.items() if m.startswith("ablate.") and m not in NAME_SCHEMAS
+             for hit in inline_names(p.read_text(), str(p.relative_to(ROOT)))]
+    assert found == []
+
+
+def test_an_inline_name_is_found() -> None:
+    probe = ('"""ablate.status in a docstring is prose."""\nTAGS = {"ablate.status": 1}\n'
+             'MODULE = "ablate.tracking"\nCOLUMN = "tags.ablate.cell"\nPREFIX = "ablate.version."\n')
+    assert inline_names(probe, "p.py") == ["p.py:2: 'ablate.status'", "p.py:4: 'tags.ablate.cell'",
+                                           "p.py:5: 'ablate.version.'"]
 
 
 def test_no_module_is_far_over_the_size_budget() -> None:

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import ablate.tracking.record as R
 from ablate.bench.train import BenchConfig, sync
 from ablate.spec.experiment import ExperimentSpec
 
@@ -216,7 +217,7 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
             tracked = Trainer(ospec, data, build(), arms["tracked"], device, sink=sink)
             tracked.state.run_id = tracker.run_id
             tracker.log_dataset(data.name, data.fingerprint, source=data.source)
-            tracker.set_tags({"ablate.device": describe_device(device)})
+            tracker.set_tags({R.DEVICE: describe_device(device)})
             tracker.log_metrics({"model/params": float(tracked.model.num_parameters())}, step=0)
             clock.times["tracked/start"].append(time.perf_counter() - started)
             tracked.save()  # run_experiment's step-0 checkpoint

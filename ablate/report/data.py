@@ -291,7 +291,7 @@ def axis_value(params: dict[str, str], key: str) -> str:
 def factorial_axes(study: Study) -> dict[str, list[str]] | None:
     """Axis -> values (the baseline's first, then in spec order) of a full-factorial study, else None."""
     params = study.parent["params"]
-    design = params.get("ablation.design") or study.parent["tags"].get("ablate.design")
+    design = params.get("ablation.design") or study.parent["tags"].get(R.DESIGN)
     if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
         return None
     base = study.of(study.baseline)[0].params

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import ablate.tracking.record as R
 from ablate.report.data import design_params, padding_text
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Section, Table
@@ -19,9 +20,8 @@ if TYPE_CHECKING:
     from ablate.report.data import Study
 
 # Tags every run carries -> the label shown; hardware first, then the software, then the code.
-ENV_TAGS = {"ablate.device": "device", "ablate.precision": "precision", "ablate.cpu": "CPU",
-            "ablate.host": "host"}
-CODE_TAGS = {"mlflow.source.git.commit": "git commit", "ablate.git_dirty": "uncommitted changes"}
+ENV_TAGS = {R.DEVICE: "device", R.PRECISION: "precision", R.CPU: "CPU", R.HOST: "host"}
+CODE_TAGS = {R.GIT_COMMIT: "git commit", R.GIT_DIRTY: "uncommitted changes"}
 # environment.json keys (the first run's) shown when no tag says the same.
 ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
 ORDER = ["device", "precision", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
@@ -35,9 +35,9 @@ def environment(study: Study) -> dict[str, list[str]]:
     env: dict[str, set[str]] = {}
     for r in study.runs:
         for tag, value in r.tags.items():
-            version = tag.startswith("ablate.version.")
+            version = tag.startswith(R.VERSION_PREFIX)
             label = ENV_TAGS.get(tag) or CODE_TAGS.get(tag) or (
-                tag.removeprefix("ablate.version.") + " version" if version else None)
+                tag.removeprefix(R.VERSION_PREFIX) + " version" if version else None)
             if label and value:
                 env.setdefault(label, set()).add(value)
     if study.runs:

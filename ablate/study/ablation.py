@@ -34,8 +34,8 @@ from typing import Any
 
 import ablate.tracking.record as R
 from ablate.study.adaptive import format_progress, needed_keys
+from ablate.study.attrs import CELL, PARENT
 from ablate.study.plan import (  # noqa: F401  # the plan's names, importable from here too
-    PARENT,
     TERMINAL,
     Cell,
     StudyPlan,
@@ -107,7 +107,7 @@ def _worker(spec_path: str, overrides: list[str], storage: str | None, index: in
             time.sleep(min(5.0, float(queue.store.heartbeat or 2)))  # another worker's cell may yet die
             continue
         attrs = trial.user_attrs
-        cell = cells.get(attrs["ablate.cell"]) or plan.rebuild(attrs)
+        cell = cells.get(attrs[CELL]) or plan.rebuild(attrs)
         if _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1) == "failed":
             failfast.stop_if_repeated(queue.study, queue.store)  # the same error twice first: stop
     return 0

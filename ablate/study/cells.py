@@ -14,10 +14,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.study.attrs import CELL, ERROR, RUN_ID, STATUS
 from ablate.study.store import Store, claim, open_study, requeue, trial_alive
-
-CELL = "ablate.cell"
-RUN_ID = "mlflow_run_id"  # user attr: the cell's MLflow run, set as soon as the run opens
 
 
 @dataclass
@@ -133,11 +131,11 @@ class CellQueue:
         """finished/diverged -> COMPLETE (user attr status; no value counts as the worst), else FAIL."""
         assert self.study is not None
         try:
-            trial.set_user_attr("status", status)
+            trial.set_user_attr(STATUS, status)
             if run_id:
                 trial.set_user_attr(RUN_ID, run_id)
             if error:
-                trial.set_user_attr("error", error[-2000:])
+                trial.set_user_attr(ERROR, error[-2000:])
             if status in ("finished", "diverged"):
                 if value is None or not math.isfinite(value):
                     value = math.inf if self.study.direction.name == "MINIMIZE" else -math.inf
@@ -153,7 +151,7 @@ class CellQueue:
         """An interrupted cell: FAIL this trial and queue the cell again (it resumes from its checkpoint)."""
         assert self.study is not None
         try:
-            trial.set_user_attr("status", "killed")
+            trial.set_user_attr(STATUS, "killed")
             self.study.tell(trial, state=TrialState.FAIL)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
             return
@@ -166,12 +164,12 @@ class CellQueue:
             metric = t.value if t.state == TrialState.COMPLETE else (
                 t.intermediate_values[last] if last is not None else None)
             status = {TrialState.WAITING: "pending", TrialState.RUNNING: "running",
-                      TrialState.FAIL: "failed"}.get(t.state, t.user_attrs.get("status", "finished"))
+                      TrialState.FAIL: "failed"}.get(t.state, t.user_attrs.get(STATUS, "finished"))
             if t.state == TrialState.RUNNING and not trial_alive(t, self.store):
                 status = "interrupted"
             if metric is not None and not math.isfinite(metric):
                 metric = None
             out[key] = CellRecord(status, metric, last, t.user_attrs.get(RUN_ID), t.number,
-                                  t.user_attrs.get("error"))
+                                  t.user_attrs.get(ERROR))
         return out
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.study.attrs import ERROR, RETRY_HISTORY, STATUS, STOP
 from ablate.study.store import Store, requeue
 
 FIRST = 2
-STOP = "ablate.stopped"  # Optuna study user attr: why the study stopped; cleared by the next command
 
 
 def _normalised(error: str) -> str:
@@ -31,18 +31,18 @@ def _normalised(error: str) -> str:
 def repeated_failure(trials: Sequence[FrozenTrial]) -> tuple[str, list[FrozenTrial]] | None:
     """The error shared by the first FIRST failed trials when no trial succeeded before them."""
     failed: list[FrozenTrial] = []
-    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}  # queued again: anew
+    retried = {n for t in trials for n in t.system_attrs.get(RETRY_HISTORY, [])}  # queued again: anew
     for t in sorted(trials, key=lambda t: t.number):
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             return None
-        if t.state == TrialState.FAIL and t.user_attrs.get("status") == "failed" and t.number not in retried:
+        if t.state == TrialState.FAIL and t.user_attrs.get(STATUS) == "failed" and t.number not in retried:
             failed.append(t)
             if len(failed) == FIRST:
                 break
-    errors = {_normalised(str(t.user_attrs.get("error") or "")) for t in failed}
+    errors = {_normalised(str(t.user_attrs.get(ERROR) or "")) for t in failed}
     if len(failed) < FIRST or len(errors) != 1 or not next(iter(errors)):
         return None
-    message = " ".join(str(failed[0].user_attrs["error"]).split())  # one line, whatever the error held
+    message = " ".join(str(failed[0].user_attrs[ERROR]).split())  # one line, whatever the error held
     return message, failed
 
 

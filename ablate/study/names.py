@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KEY = "ablate.study_key"  # study user attr: the identity hash
-SPEC_NAME = "ablate.spec_name"  # study user attr: the spec's name
-OVERRIDES = "ablate.overrides"  # study user attr: JSON list of the --set overrides it was started with
-KIND = "ablate.kind"  # study user attr: ablation | search
+from ablate.study.attrs import KEY, KIND, OVERRIDES, SPEC_NAME
+
+__all__ = ["KEY", "KIND", "OVERRIDES", "SPEC_NAME"]
 
 
 def _studies(store: Any) -> dict[str, Any]:

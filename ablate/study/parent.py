@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ablate.tracking.record as R
+from ablate.study import attrs as A
 
 
 def parent_description(plan: Any, records: Mapping[str, Any]) -> str:
@@ -65,7 +66,7 @@ def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
             cols[m].append(round(v, 4) if v is not None and math.isfinite(v) else None)
         for f in fields:
             cols[f].append(plan.decode(f, t.params[f]) if f in t.params else None)
-        cols["run"].append(str(t.user_attrs.get("mlflow_run_id") or "")[:8])
+        cols["run"].append(str(t.user_attrs.get(A.RUN_ID) or "")[:8])
     return cols
 
 

@@ -18,11 +18,11 @@ from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study import attrs as A
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
 
-PARENT = "ablate.parent_run_id"  # Optuna study user attr: the study's parent MLflow run
 TERMINAL = ("finished", "diverged", "failed")
 _NOT_COMPARED = ("seed", "ablation", "search", "description")
 
@@ -42,8 +42,9 @@ class Cell:
 
     def attrs(self) -> dict[str, Any]:
         """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
-        return {"ablate.cell": self.key, "label": self.label, "seed": self.seed,
-                "spec_hash": self.spec.spec_hash, "overrides": json.dumps(self.overrides, sort_keys=True)}
+        return {A.CELL: self.key, A.CELL_LABEL: self.label, A.CELL_SEED: self.seed,
+                A.CELL_SPEC_HASH: self.spec.spec_hash,
+                A.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
 
 
 @dataclass
@@ -116,9 +117,9 @@ class StudyPlan:
 
     def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
         """A cell of this baseline the store holds but the spec no longer lists (an axis was edited)."""
-        overrides = json.loads(attrs.get("overrides", "{}"))
-        spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs["seed"]))
-        return Cell(str(attrs.get("label", spec.spec_hash)), int(attrs["seed"]), spec, overrides)
+        overrides = json.loads(attrs.get(A.CELL_OVERRIDES, "{}"))
+        spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs[A.CELL_SEED]))
+        return Cell(str(attrs.get(A.CELL_LABEL, spec.spec_hash)), int(attrs[A.CELL_SEED]), spec, overrides)
 
 
 def _choice(value: Any) -> Any:

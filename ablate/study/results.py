@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import ablate.tracking.record as R
+from ablate.study import attrs as A
 from ablate.study.store import Store, open_study, reclaim
 
 FIGURE_DPI = 120
@@ -123,7 +124,7 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
         print(f"search.timeout ({plan.spec.search.timeout:g} s) reached: {waiting} trials not started; the "
               "results below cover the trials that ran; run the same command again to continue")
     if tracker is not None:
-        tracker.set_tags({"ablate.trials_left": waiting})
+        tracker.set_tags({R.TRIALS_LEFT: waiting})
     if not any(t.state == TrialState.COMPLETE for t in trials):
         print("no trial completed: there is no best trial")
         return True
@@ -143,7 +144,7 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
     for t in sorted(best, key=lambda t: t.number):
         values = ", ".join(f"{R.final(m)} {v:.4g}" for m, v in zip(plan.metrics, t.values, strict=True))
         shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in t.params.items())
-        print(f"  trial {t.number}: {values} [{shown}] run {t.user_attrs.get('mlflow_run_id', '-')}")
+        print(f"  trial {t.number}: {values} [{shown}] run {t.user_attrs.get(A.RUN_ID, '-')}")
     print(f"best spec: {folder / 'best.yaml'}")
     evaluator, found = importances(study, plan)
     for metric, scores in found.items():
@@ -159,8 +160,8 @@ def _log(tracker: Any, plan: Any, lead: FrozenTrial, best: list[FrozenTrial], te
          found: dict[str, dict[str, float]], pictures: list[Path], step: int) -> None:
     params = {f"best.{k}": plan.decode(k, v) for k, v in lead.params.items()}
     tracker.log_text(text, "best.yaml")
-    tracker.set_tags({**params, "ablate.best_trial": lead.number,
-                      "ablate.best_run_id": lead.user_attrs.get("mlflow_run_id", "")})
+    tracker.set_tags({**params, R.BEST_TRIAL: lead.number,
+                      R.BEST_RUN: lead.user_attrs.get(A.RUN_ID, "")})
     try:
         tracker.log_params(params)
     except Exception:  # noqa: BLE001 - a longer rerun found a new best: params are immutable, the tags hold it
@@ -172,6 +173,6 @@ def _log(tracker: Any, plan: Any, lead: FrozenTrial, best: list[FrozenTrial], te
     if len(plan.metrics) > 1:
         tracker.log_dict({"objectives": plan.metrics, "directions": plan.directions, "pareto": [
             {"trial": t.number, "values": t.values, "params": t.params,
-             "run_id": t.user_attrs.get("mlflow_run_id")} for t in best]}, "pareto.json")
+             "run_id": t.user_attrs.get(A.RUN_ID)} for t in best]}, "pareto.json")
     for path in pictures:
         tracker.log_artifact(path, "figures")

@@ -28,13 +28,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import ablate.tracking.record as R
+from ablate.study import attrs as A
 from ablate.study import failfast
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
 from ablate.study.workers import cached_data, leave_open, open_parent, resume_command, run_workers
 
-PARENT = "ablate.parent_run_id"
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
 
@@ -90,7 +90,7 @@ def _pruner(plan: Any) -> Any:
 
 
 def _retried(trials: Sequence[FrozenTrial]) -> set[int]:
-    return {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+    return {n for t in trials for n in t.system_attrs.get(A.RETRY_HISTORY, [])}
 
 
 def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
@@ -108,7 +108,7 @@ def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
             for note in notes:
                 print(f"note: {note}", flush=True)
             if base is not None:
-                todo.append((base, {"ablate.baseline": True}))
+                todo.append((base, {A.BASELINE: True}))
         if grid:
             points = plan.grid_points()
             extra = base is not None and point_key(base) not in {point_key(p) for p in points}
@@ -126,7 +126,7 @@ def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
 
 def _params(t: FrozenTrial) -> dict[str, Any]:
     """A trial's point: its values once sampled, the enqueued ones while it waits."""
-    return dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
+    return dict(t.params) or dict(t.system_attrs.get(A.FIXED_PARAMS, {}))
 
 
 def _suggest(trial: optuna.Trial, name: str, p: Any, encoded: bool) -> Any:
@@ -143,7 +143,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[fl
     """Record the outcome; False when the trial was taken over meanwhile (its heartbeat went stale)."""
     state = STATE_OF.get(status, TrialState.FAIL)
     try:
-        trial.set_user_attr("status", status)
+        trial.set_user_attr(A.STATUS, status)
         for key, value in attrs.items():
             if value is not None:
                 trial.set_user_attr(key, value)
@@ -173,9 +173,9 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     from ablate.spec.load import SpecError
 
     n, values = trial.number, sample(trial, plan)
-    run_dir = trial.user_attrs.get("ablate.run_dir") or str(
+    run_dir = trial.user_attrs.get(A.RUN_DIR) or str(
         Path(plan.spec.train.out_dir) / plan.spec.name / study.study_name / f"trial-{n}")
-    trial.set_user_attr("ablate.run_dir", run_dir)  # a retry resumes this checkpoint (and MLflow run)
+    trial.set_user_attr(A.RUN_DIR, run_dir)  # a retry resumes this checkpoint (and MLflow run)
     try:
         spec = plan.spec_for(values, f"{plan.origin} (trial {n})")
     except SpecError as exc:
@@ -198,7 +198,7 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     def opened(run_id: str | None) -> None:  # the trial knows its run even if training then crashes
         if run_id:
             try:
-                trial.set_user_attr("mlflow_run_id", run_id)
+                trial.set_user_attr(A.RUN_ID, run_id)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # failed as stale meanwhile: the hook stops the run
 
@@ -243,7 +243,7 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
     study = open_study(store, search_name(plan, store), plan.directions,
                        sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
     assert study is not None
-    parent = study.user_attrs.get(PARENT)
+    parent = study.user_attrs.get(A.PARENT)
     started = 0
     # Like Optuna's optimize(timeout=...): no trial starts after the deadline, but each worker runs one.
     while deadline is None or not started or time.time() < deadline:
@@ -297,9 +297,9 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
             tags = {R.KIND: "search", R.VARIANT: "search", R.OPTUNA_STUDY: name,
                     R.METRIC: ", ".join(R.final(m) for m in plan.metrics)}
             note = search_description(plan, name, budget)
-            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(PARENT),
+            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(A.PARENT),
                                   description=note)
-            study.set_user_attr(PARENT, tracker.run_id)
+            study.set_user_attr(A.PARENT, tracker.run_id)
     deadline = time.time() + search.timeout if search.timeout else None
     code = 130
     try:
@@ -325,7 +325,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
             tracker.set_tags({R.NOTE: search_description(plan, name, budget, all_trials)})
             tracker.log_table(trials_table(plan, all_trials), R.TRIALS_TABLE_ARTIFACT)
             if why:
-                tracker.set_tags({"ablate.error": why})
+                tracker.set_tags({R.ERROR: why})
                 tracker.end("failed")
             elif done:
                 tracker.end("finished")

@@ -33,10 +33,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
+from ablate.study.attrs import HEARTBEAT, OWNER
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
-OWNER = "ablate.owner"  # user attr: the process running a trial
-HEARTBEAT = "ablate.heartbeat"  # system attr (journal stores): time.time() of the owner's last beat
 MAX_RETRY = 3  # re-queues of a trial whose worker died (an interrupted one is re-queued without limit)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -27,9 +27,11 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
+import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.study.cells import CELL, RUN_ID, CellQueue
-from ablate.study.plan import PARENT, metric_direction
+from ablate.study import attrs as A
+from ablate.study.cells import CellQueue
+from ablate.study.plan import metric_direction
 from ablate.study.store import Store
 
 FORMAT = "ablate-study-export/1"
@@ -44,15 +46,15 @@ def main_export(study: str, out: str | None = None) -> int:
 
     parent, frame = find_study_runs(study)
     tags = parent["tags"]
-    if tags.get("ablate.kind") != "ablation":
-        raise AblateError(f"study {study!r} is not an ablation study (ablate.kind "
-                          f"{tags.get('ablate.kind')!r}): only ablation studies are exported")
-    name = tags.get("ablate.study", study)
+    if tags.get(R.KIND) != "ablation":
+        raise AblateError(f"study {study!r} is not an ablation study ({R.KIND} "
+                          f"{tags.get(R.KIND)!r}): only ablation studies are exported")
+    name = tags.get(R.STUDY, study)
     dest = Path(out or Path("reports") / name / "export")
     latest: dict[str, dict[str, Any]] = {}  # cell key -> its latest finished or diverged run
     for rec in frame.sort_values("start_time").to_dict("records"):
-        if rec.get("tags.ablate.status") in RESULTS and isinstance(rec.get("tags.ablate.cell"), str):
-            latest[rec["tags.ablate.cell"]] = rec
+        if rec.get(f"tags.{R.STATUS}") in RESULTS and isinstance(rec.get(f"tags.{R.CELL}"), str):
+            latest[rec[f"tags.{R.CELL}"]] = rec
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
     try:
@@ -60,7 +62,7 @@ def main_export(study: str, out: str | None = None) -> int:
         for key, rec in sorted(latest.items()):
             export_run(str(rec["run_id"]), staging / "cells" / key, parent_id=record["run_id"])
         meta = {"format": FORMAT, "study": name, "experiment": record["experiment"],
-                "optuna_study": tags.get("ablate.optuna_study"), "metric": tags.get("ablate.metric"),
+                "optuna_study": tags.get(R.OPTUNA_STUDY), "metric": tags.get(R.METRIC),
                 "cells": sorted(latest)}
         (staging / "study.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         if dest.exists():
@@ -116,7 +118,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
     for key in meta["cells"]:
         try:
             runs[key] = json.loads((src / "cells" / key / "run.json").read_text())
-            missing = {"ablate.seed", "ablate.status"} - set(runs[key]["tags"])
+            missing = {R.SEED, R.STATUS} - set(runs[key]["tags"])
             if missing:
                 raise KeyError(f"tags {sorted(missing)} missing")
         except (OSError, ValueError, KeyError) as exc:
@@ -128,7 +130,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
     assert queue.study is not None
     have = set(queue.latest())
     parent_id = import_run(src / "parent", meta["experiment"])
-    queue.set(PARENT, parent_id)
+    queue.set(A.PARENT, parent_id)
     added = 0
     for key in meta["cells"]:
         run = runs[key]
@@ -137,10 +139,10 @@ def main_import(folder: str, storage: str | None = None) -> int:
             continue  # the Optuna store already knows the cell: its trial stays
         tags = run["tags"]
         value, history = _value(run, metric, direction)
-        attrs = {CELL: key, "label": tags.get("ablate.variant", key), "seed": int(tags["ablate.seed"]),
-                 "spec_hash": tags.get("ablate.spec_hash", ""),
-                 "overrides": json.dumps(json.loads(tags.get("ablate.overrides", "{}")), sort_keys=True),
-                 "status": tags["ablate.status"], RUN_ID: run_id}
+        attrs = {A.CELL: key, A.CELL_LABEL: tags.get(R.VARIANT, key), A.CELL_SEED: int(tags[R.SEED]),
+                 A.CELL_SPEC_HASH: tags.get(R.SPEC_HASH, ""),
+                 A.CELL_OVERRIDES: json.dumps(json.loads(tags.get(R.OVERRIDES, "{}")), sort_keys=True),
+                 A.STATUS: tags[R.STATUS], A.RUN_ID: run_id}
         dists: dict[str, BaseDistribution] = {}
         queue.study.add_trial(optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=value, params={}, distributions=dists, user_attrs=attrs,

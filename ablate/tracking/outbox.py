@@ -39,6 +39,8 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, RunTag
 
+import ablate.tracking.record as R
+
 QUEUE = "queue.jsonl"
 CURSOR = "sent"
 DELAYED = "delayed"  # how many operations waited for a silent server over the run's life (summary.json)
@@ -292,7 +294,7 @@ class Courier:
         """Send the queue; on a failure the server is down and the queue waits for the next try."""
         def send(op: dict[str, Any]) -> None:
             if self._inherited and op["kind"] == "tags":
-                op = {**op, "tags": {k: v for k, v in op["tags"].items() if k != "ablate.status"}}
+                op = {**op, "tags": {k: v for k, v in op["tags"].items() if k != R.STATUS}}
             if not (self._inherited and op["kind"] == "end"):
                 deliver(self.client, self.run_id, op)
             self._inherited = max(0, self._inherited - 1)

@@ -63,6 +63,9 @@ GIT_DIRTY = "ablate.git_dirty"
 VERSION_PREFIX = "ablate.version."  # one tag per package that decides results: ablate.version.torch
 BEST_RUN = "ablate.best_run_id"  # a search's parent: the best trial's run
 BEST_TRIAL = "ablate.best_trial"  # a search's parent: the best trial's number (the one best.yaml retrains)
+TRIALS_LEFT = "ablate.trials_left"  # a search's parent: trials not started when search.timeout was reached
+ORIGIN_RUN = "ablate.origin_run_id"  # an imported run: its run id in the store it was exported from
+ARTIFACTS_LEFT_OUT = "ablate.artifacts_left_out"  # an imported run: JSON list of what its export left out
 BLEU_SIGNATURE = "eval.sacrebleu_signature"
 CHRF_SIGNATURE = "eval.chrf_signature"
 

@@ -31,8 +31,6 @@ import ablate.tracking.record as R
 from ablate.tracking.read import client
 from ablate.tracking.store import experiment_id, quiet_transfers, resolve_tracking_uri
 
-ORIGIN = "ablate.origin_run_id"  # tag: the run id in the store the run was exported from
-LEFT_OUT = "ablate.artifacts_left_out"  # tag of an imported run: JSON list of what its export left out
 # Left out: checkpoints and models (large, and no report reads them), tokenizers (rebuilt from the data by
 # the spec), a parent's earlier report, and figures (redrawn from the metric histories).
 SKIPPED = ("checkpoints", "model", "weights", "report", "tokenizer")
@@ -46,7 +44,7 @@ _SET_ON_IMPORT = (R.RUN_NAME, R.PARENT_RUN, "mlflow.log-model.history")
 
 def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
     """The run's id in the store it was first logged in (itself unless it was imported)."""
-    return tags.get(ORIGIN, run_id)
+    return tags.get(R.ORIGIN_RUN, run_id)
 
 
 def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[str, Any]:
@@ -65,14 +63,15 @@ def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[
               for d in (run.inputs.dataset_inputs if run.inputs else [])]
     folder.mkdir(parents=True, exist_ok=True)
     tags = dict(run.data.tags)
-    earlier = json.loads(tags.pop(LEFT_OUT, "[]"))  # what an earlier export of an imported run left out
+    # What an earlier export of an imported run left out.
+    earlier = json.loads(tags.pop(R.ARTIFACTS_LEFT_OUT, "[]"))
     left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
     if parent_id is not None:
         tags[R.PARENT_RUN] = parent_id
     record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
               "experiment": c.get_experiment(run.info.experiment_id).name,
               "start_time": run.info.start_time, "end_time": run.info.end_time,
-              "tags": dict(sorted((k, v) for k, v in tags.items() if k != ORIGIN)),
+              "tags": dict(sorted((k, v) for k, v in tags.items() if k != R.ORIGIN_RUN)),
               "params": dict(sorted(run.data.params.items())),
               "metrics": metrics, "inputs": inputs, "artifacts_left_out": left_out}
     (folder / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -107,10 +106,10 @@ def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) 
     c = client()
     exp_id = experiment_id(c, experiment, resolve_tracking_uri(None))
     tags = {k: v for k, v in record["tags"].items() if k not in _SET_ON_IMPORT}
-    tags[ORIGIN] = origin_id(record["run_id"], record["tags"])
+    tags[R.ORIGIN_RUN] = origin_id(record["run_id"], record["tags"])
     left_out = json.dumps(record.get("artifacts_left_out", []))
     if left_out != "[]" and len(left_out) <= _MAX_TAG:
-        tags[LEFT_OUT] = left_out
+        tags[R.ARTIFACTS_LEFT_OUT] = left_out
     if parent_run_id:
         tags[R.PARENT_RUN] = parent_run_id
     run = c.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
