@@ -12,8 +12,10 @@ import argparse
 import difflib
 import importlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,12 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_workers(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
+    )
+
+
 def _add_storage(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage",
@@ -51,7 +59,169 @@ def _add_storage(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# ---------------------------------------------------------------- each command's arguments
+# Every dest is the name of the handler's parameter it fills: handlers are called with keyword arguments
+# (``dispatch``), so an argument can never reach the wrong parameter.
+def _validate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="YAML spec file(s)")
+    _add_set(p)
+
+
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "kind", nargs="?", help="a kind (residual, positions, ffn, norm, mask, attention) or a name pattern"
+    )
+    p.add_argument("pattern", nargs="?", default="*",
+                   help="shell-style name pattern, e.g. 'c*' or -inf (names may start with '-')")
+
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", metavar="SPEC")
+    _add_set(p)
+
+
+def _schema_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead of stdout")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", metavar="SPEC")
+    _add_set(p)
+    p.add_argument("--wait", action="store_true",
+                   help="if another process trains this run, wait for it instead of exiting 2")
+    p.add_argument("--restart", action="store_true",
+                   help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
+
+
+def _translate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    p.add_argument("text", metavar="TEXT", nargs="?", default=None)
+    p.add_argument("--input", dest="input_path", metavar="FILE",
+                   help="translate every line of FILE ('-': standard input), batched")
+    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
+    p.add_argument("--src", dest="src_path", required=True, metavar="FILE",
+                   help="source sentences, one a line (.gz read too)")
+    p.add_argument("--ref", dest="ref_path", required=True, metavar="FILE",
+                   help="reference translations, one a line")
+    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
+
+
+def _ui_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+
+
+def _runs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--experiment", metavar="NAME", help="only this MLflow experiment (study)")
+
+
+def _ablate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", metavar="SPEC")
+    _add_set(p)
+    _add_workers(p)
+    _add_storage(p)
+    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run failed cells again (diverged cells are results and stay)")
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", metavar="SPEC")
+    _add_set(p)
+    _add_storage(p)
+
+
+def _tune_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", metavar="SPEC")
+    _add_set(p)
+    _add_workers(p)
+    _add_storage(p)
+    p.add_argument(
+        "--trials", type=int, default=None, metavar="N", help="number of trials (default: the spec's)"
+    )
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", metavar="STUDY",
+                   help="study name or parent run id (the study's MLflow experiment or its parent run)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", metavar="STUDY", help="study name or parent run id")
+    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY/export)")
+
+
+def _import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="DIR", help="a folder written by `ablate export`")
+    _add_storage(p)
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_path", nargs="?", metavar="SPEC",
+                   help="spec to benchmark (default: a built-in config)")
+    _add_set(p)
+    p.add_argument("--json", dest="as_json", action="store_true", help="print results as JSON")
+    p.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
+
+
+# ---------------------------------------------------------------- the command table
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, its arguments, and the function that does the work, named as
+    (module, function) so that its module is imported only when the command runs."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    module: str
+    function: str
+
+
+# In the order `ablate --help` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why",
+            _validate_args, "ablate.cli", "cmd_validate"),
+    Command("list", "list the registered components (with their one-line docs), grouped by kind",
+            _list_args, "ablate.cli", "cmd_list"),
+    Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",
+            _show_args, "ablate.cli", "cmd_show"),
+    Command("schema", "print the spec's JSON Schema (for editor completion and checking)",
+            _schema_args, "ablate.cli", "cmd_schema"),
+    Command("run", "train and evaluate one model from a spec, tracked in MLflow",
+            _run_args, "ablate.run.runner", "main_run"),
+    Command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
+            "checkpoint of an MLflow run", _translate_args, "ablate.run.translate", "main_translate"),
+    Command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)",
+            _evaluate_args, "ablate.run.translate", "main_evaluate"),
+    Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)",
+            _ui_args, "ablate.tracking", "main_ui"),
+    Command("runs", "list tracked runs with their status and main metrics",
+            _runs_args, "ablate.tracking", "main_runs"),
+    Command("ablate", "run an ablation study: every variant x seed of the spec's ablation section",
+            _ablate_args, "ablate.study.ablation", "main_ablate"),
+    Command("status", "show which cells of a study are done, running, failed or pending",
+            _status_args, "ablate.study.status", "main_status"),
+    Command("tune", "hyper-parameter search (Optuna) over the spec's search space",
+            _tune_args, "ablate.study.search", "main_tune"),
+    Command("report", "write a comparison report (tables, figures, significance) for a study",
+            _report_args, "ablate.report.build", "main_report"),
+    Command("export", "write a study's finished cells to a small folder (no checkpoints) to commit",
+            _export_args, "ablate.study.transfer", "main_export"),
+    Command("import", "recreate an exported study in this MLflow store and Optuna storage",
+            _import_args, "ablate.study.transfer", "main_import"),
+    Command("bench", "throughput benchmark of the model against torch.nn.Transformer",
+            _bench_args, "ablate.bench.suite", "main_bench"),
+)
+COMMAND = {c.name: c for c in COMMANDS}
+GLOBAL_DESTS = ("command",)  # parsed for every command, passed to none
+
+
+def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ablate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -59,114 +229,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="Controlled ablation studies of encoder-decoder Transformer design choices.",
     )
     parser.add_argument("--version", action="version", version=f"ablate {__version__}")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser, then one subparser per entry of ``COMMANDS`` with its own arguments."""
+    parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, description=text)
-
-    p = command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why")
-    p.add_argument("specs", nargs="+", metavar="SPEC", help="YAML spec file(s)")
-    _add_set(p)
-
-    p = command("list", "list the registered components (with their one-line docs), grouped by kind")
-    p.add_argument(
-        "kind", nargs="?", help="a kind (residual, positions, ffn, norm, mask, attention) or a name pattern"
-    )
-    p.add_argument("pattern", nargs="?", default="*",
-                   help="shell-style name pattern, e.g. 'c*' or -inf (names may start with '-')")
-
-    p = command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash")
-    p.add_argument("spec", metavar="SPEC")
-    _add_set(p)
-
-    p = command("schema", "print the spec's JSON Schema (for editor completion and checking)")
-    p.add_argument("--out", metavar="FILE", help="write it to FILE instead of stdout")
-
-    p = command("run", "train and evaluate one model from a spec, tracked in MLflow")
-    p.add_argument("spec", metavar="SPEC")
-    _add_set(p)
-    p.add_argument("--wait", action="store_true",
-                   help="if another process trains this run, wait for it instead of exiting 2")
-    p.add_argument("--restart", action="store_true",
-                   help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
-
-    p = command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
-                "checkpoint of an MLflow run")
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
-    p.add_argument("text", metavar="TEXT", nargs="?", default=None)
-    p.add_argument("--input", dest="input_path", metavar="FILE",
-                   help="translate every line of FILE ('-': standard input), batched")
-    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
-
-    p = command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)")
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
-    p.add_argument("--src", required=True, metavar="FILE", help="source sentences, one a line (.gz read too)")
-    p.add_argument("--ref", required=True, metavar="FILE", help="reference translations, one a line")
-    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
-
-    p = command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
-
-    p = command("runs", "list tracked runs with their status and main metrics")
-    p.add_argument("--experiment", metavar="NAME", help="only this MLflow experiment (study)")
-
-    p = command("ablate", "run an ablation study: every variant x seed of the spec's ablation section")
-    p.add_argument("spec", metavar="SPEC")
-    _add_set(p)
-    p.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
-    )
-    _add_storage(p)
-    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="run failed cells again (diverged cells are results and stay)")
-
-    p = command("status", "show which cells of a study are done, running, failed or pending")
-    p.add_argument("spec", metavar="SPEC")
-    _add_set(p)
-    _add_storage(p)
-
-    p = command("tune", "hyper-parameter search (Optuna) over the spec's search space")
-    p.add_argument("spec", metavar="SPEC")
-    _add_set(p)
-    p.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
-    )
-    _add_storage(p)
-    p.add_argument(
-        "--trials", type=int, default=None, metavar="N", help="number of trials (default: the spec's)"
-    )
-
-    p = command("report", "write a comparison report (tables, figures, significance) for a study")
-    p.add_argument("study", metavar="STUDY",
-                   help="study name or parent run id (the study's MLflow experiment or its parent run)")
-    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
-
-    p = command("export", "write a study's finished cells to a small folder (no checkpoints) to commit")
-    p.add_argument("study", metavar="STUDY", help="study name or parent run id")
-    p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY/export)")
-
-    p = command("import", "recreate an exported study in this MLflow store and Optuna storage")
-    p.add_argument("folder", metavar="DIR", help="a folder written by `ablate export`")
-    _add_storage(p)
-
-    p = command("bench", "throughput benchmark of the model against torch.nn.Transformer")
-    p.add_argument("spec", nargs="?", metavar="SPEC", help="spec to benchmark (default: a built-in config)")
-    _add_set(p)
-    p.add_argument("--json", dest="as_json", action="store_true", help="print results as JSON")
-    p.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
+    for c in COMMANDS:
+        c.arguments(sub.add_parser(c.name, help=c.help, description=c.help))
     return parser
 
 
 # ---------------------------------------------------------------- spec commands
-def cmd_validate(args: argparse.Namespace) -> int:
+def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
     from ablate.spec.load import SpecError, load_spec
 
     failed: list[str] = []
-    for path in args.specs:
+    for path in specs:
         try:
-            spec = load_spec(path, args.overrides)
+            spec = load_spec(path, list(overrides))
         except SpecError as exc:
             failed.extend(str(p) for p in exc.problems)
             continue
@@ -176,14 +258,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
     import registry
 
     kinds = [axis.kind for axis in registry.axes()]  # declaration order, plugins' axes after the built-ins
-    kind, pattern = args.kind, args.pattern
     if kind is not None and kind not in kinds:
-        if args.pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
-            kind, pattern = None, kind  # `ablate list 'c*'` or `ablate list -inf`: a name over every kind
+        if pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
+            pattern = kind  # `ablate list 'c*'` or `ablate list -inf`: a name over every kind
+            kind = None
         else:
             close = difflib.get_close_matches(kind, kinds, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -228,63 +310,49 @@ def _option_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def cmd_show(spec_path: str, overrides: Sequence[str] = ()) -> int:
     from ablate.spec.load import dump_spec_yaml, load_spec
 
-    spec = load_spec(args.spec, args.overrides)
-    print(f"# resolved from {args.spec}" + "".join(f" --set {o}" for o in args.overrides))
+    spec = load_spec(spec_path, list(overrides))
+    print(f"# resolved from {spec_path}" + "".join(f" --set {o}" for o in overrides))
     print(f"# spec_hash: {spec.spec_hash}")
     sys.stdout.write(dump_spec_yaml(spec))
     return 0
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def cmd_schema(out: str | None = None) -> int:
     from ablate.spec.load import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+    if out:
+        Path(out).write_text(text)
+        print(f"wrote {out}")
     else:
         sys.stdout.write(text)
     return 0
 
 
-# ---------------------------------------------------------------- commands implemented elsewhere
-def _call(module: str, function: str, *args: Any) -> int:
+# ---------------------------------------------------------------- dispatch
+def handler(command: Command) -> Callable[..., Any]:
+    """The command's function, its module imported now (lazily: `ablate list` never imports torch)."""
     try:
-        mod = importlib.import_module(module)
+        mod = importlib.import_module(command.module)
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("ablate."):
             raise  # a missing third-party dependency: the traceback says which
         raise AblateError(f"this command needs {exc.name}, which is missing from this build") from None
-    result = getattr(mod, function)(*args)
-    return int(result or 0)
+    fn: Callable[..., Any] = getattr(mod, command.function)
+    return fn
 
 
-HANDLERS = {
-    "validate": cmd_validate,
-    "list": cmd_list,
-    "show": cmd_show,
-    "schema": cmd_schema,
-    "run": lambda a: _call("ablate.run.runner", "main_run", a.spec, a.overrides, a.wait, a.restart),
-    "translate": lambda a: _call("ablate.run.translate", "main_translate", a.run_id, a.text, a.beam,
-                                 a.input_path),
-    "evaluate": lambda a: _call("ablate.run.translate", "main_evaluate", a.run_id, a.src, a.ref, a.beam),
-    "ui": lambda a: _call("ablate.tracking", "main_ui", a.host, a.port),
-    "runs": lambda a: _call("ablate.tracking", "main_runs", a.experiment),
-    "ablate": lambda a: _call(
-        "ablate.study.ablation", "main_ablate", a.spec, a.overrides, a.workers, a.storage, a.dry_run,
-        a.retry_failed
-    ),
-    "status": lambda a: _call("ablate.study.status", "main_status", a.spec, a.overrides, a.storage),
-    "tune": lambda a: _call("ablate.study.search", "main_tune", a.spec, a.overrides, a.workers, a.storage,
-                            a.trials),
-    "report": lambda a: _call("ablate.report.build", "main_report", a.study, a.out),
-    "export": lambda a: _call("ablate.study.transfer", "main_export", a.study, a.out),
-    "import": lambda a: _call("ablate.study.transfer", "main_import", a.folder, a.storage),
-    "bench": lambda a: _call("ablate.bench.suite", "main_bench", a.spec, a.overrides, a.as_json, a.quick),
-}
+def handler_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed arguments as the handler's keyword arguments (each dest names a parameter)."""
+    return {k: v for k, v in vars(args).items() if k not in GLOBAL_DESTS}
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Call the command's handler with keyword arguments: the one place a handler is called."""
+    return int(handler(COMMAND[args.command])(**handler_arguments(args)) or 0)
 
 
 def _list_names_may_start_with_dash(argv: list[str]) -> list[str]:
@@ -311,7 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = _list_names_may_start_with_dash(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        return HANDLERS[args.command](args)
+        code = dispatch(args)
+        sys.stdout.flush()  # inside the try: a reader that went away is noticed here, not at exit
+        return code
+    except BrokenPipeError:  # `ablate list | head -1`: the reader has what it wanted
+        _silence_stdout()
+        return 0
     except Exception as exc:
         storage = storage_problem(exc)  # a full or read-only disk: one line, exit 1, the run resumable
         if storage is not None:
@@ -326,6 +399,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"interrupted by {preempt.signal_name()}", file=sys.stderr)
         return preempt.exit_code()
-    except BrokenPipeError:  # `ablate list | head`
-        sys.stderr.close()
-        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter flushes it once more at exit, and a closed pipe would
+    fail that flush with a second BrokenPipeError (and exit code 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (a test's capture): nothing to flush
+        pass

@@ -58,7 +58,7 @@ class RunModel:
 
 def load_run_model(run_id: str) -> RunModel:
     """The run's resolved spec, tokenizers and best checkpoint from MLflow, as an eval-mode model."""
-    from ablate.engine.model import build_model
+    from ablate.engine.lm import build_any
     from ablate.engine.train import load_checkpoint
     from ablate.spec.load import load_spec
     from ablate.tracking import resolve_run_id
@@ -73,7 +73,7 @@ def load_run_model(run_id: str) -> RunModel:
             f"run {run_id}: cannot fetch its {SPEC_ARTIFACT} and {CHECKPOINT_ARTIFACT} ({exc})") from None
     spec = load_spec(spec_file, check_hardware=False)  # a finished run: read, not trained here
     tok = run_tokenizers(run_id, spec)
-    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
+    model = build_any(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
     model.load_state_dict(load_checkpoint(ckpt_file)["model"])
     model.eval()
     return RunModel(run_id, spec, tok, model)
@@ -148,6 +148,8 @@ def main_translate(run_id: str, text: str | None, beam: int | None = None,
         input_path = "-"
     texts = [text] if text is not None else _read_lines(input_path or "-")
     run = load_run_model(run_id)
+    if run.spec.model.arch == "decoder_only":
+        raise AblateError(f"run {run.run_id} is a decoder-only language model: use `ablate generate`")
     for line in translate(run, texts, beam=beam, warn=_warn):
         print(line)
     return 0

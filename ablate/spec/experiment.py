@@ -227,7 +227,8 @@ class ExperimentSpec(Strict):
                             "extrapolate beyond it; the others' buffers stop there): raise "
                             "model.max_positions",
                             "model.max_positions")
-        if "encoder_layers" in model.model_fields_set:
+        default_depth = type(model).model_fields["encoder_layers"].default
+        if "encoder_layers" in model.model_fields_set and model.encoder_layers != default_depth:
             checks.fail("model.encoder_layers", "model.encoder_layers does not apply to model.arch "
                         "decoder_only: its depth is model.decoder_layers", "model.arch")
         if self.eval.metric != "auto":
@@ -281,6 +282,8 @@ class ExperimentSpec(Strict):
         what is logged and dumped."""
         data = self.model_dump(mode="json")
         data["model"] = drop_unset_options(data["model"])
+        if self.is_lm:
+            data["model"].pop("encoder_layers", None)  # one stack: its depth is decoder_layers
         return data
 
     def identity(self) -> dict[str, Any]:
