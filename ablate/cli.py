@@ -101,6 +101,17 @@ def _translate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
 
 
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    p.add_argument("--prompt", default="", help="the text to continue (default: from the start)")
+    p.add_argument("--max-new", dest="max_new", type=int, default=64, metavar="N", help="tokens to add")
+    p.add_argument("--greedy", action="store_true", help="the most likely token each step")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
+    p.add_argument("--top-k", dest="top_k", type=int, default=None, metavar="K",
+                   help="sample among the K most likely tokens")
+    p.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
+
+
 def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
     p.add_argument("--src", dest="src_path", required=True, metavar="FILE",
@@ -196,6 +207,8 @@ COMMANDS: tuple[Command, ...] = (
             _run_args, "ablate.run.runner", "main_run"),
     Command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
             "checkpoint of an MLflow run", _translate_args, "ablate.run.translate", "main_translate"),
+    Command("generate", "continue a prompt with the best checkpoint of a decoder-only MLflow run",
+            _generate_args, "ablate.run.generate", "main_generate"),
     Command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)",
             _evaluate_args, "ablate.run.translate", "main_evaluate"),
     Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)",

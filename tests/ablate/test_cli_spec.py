@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import registry
-from ablate.cli import HANDLERS, build_parser, main
+from ablate.cli import COMMAND, build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -453,7 +453,7 @@ def test_list_takes_mask_names_that_look_like_options(
 def test_every_command_has_help_saying_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(commands.choices) == set(HANDLERS)
+    assert set(commands.choices) == set(COMMAND)
     for name, sub in commands.choices.items():
         with pytest.raises(SystemExit) as exit_info:
             main([name, "--help"])
