@@ -33,6 +33,7 @@ from ablate.report import (
     environment,
     factorial,
     failures,
+    lengths,
     published,
     results,
     search,
@@ -52,7 +53,7 @@ PartFn = Callable[[Inputs], Part | None]
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
     setup.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
-    factorial.part, curves.part, costs.part, failures.part, attention.part, environment.part)
+    factorial.part, curves.part, lengths.part, costs.part, failures.part, attention.part, environment.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)
 
