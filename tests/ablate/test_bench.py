@@ -293,3 +293,28 @@ def test_busy_flags_the_load_the_bench_found_not_its_own() -> None:
     quiet, loaded = machine_info(cpu, {}, 0.4 * cores), machine_info(cpu, {}, 0.6 * cores)
     assert (quiet["busy"], loaded["busy"]) == (False, True)
     assert quiet["load_average_1m"] == 0.4 * cores
+
+
+def test_lm_flops_count_the_decoder_only_model_as_built() -> None:
+    """Decoder-only: per token, the layers' matmuls (4d^2 attention + 2 d d_ff FFN) and the output
+    projection; attention 2d per layer per (query, key) pair of each block."""
+    from ablate.bench.lm import lm_flops, lm_spec
+    from ablate.engine.lm import build_lm
+
+    base = ModelSpec(d_model=8, heads=2, decoder_layers=2, d_ff=16)
+    d, ff, v, batch, block = 8, 16, 11, 3, 5
+    model = build_lm(lm_spec(base), v)
+    dense = batch * block * (2 * (4 * d * d + 2 * d * ff) + d * v)
+    attention = 2 * d * 2 * batch * block * block
+    assert lm_flops(model, batch, block) == 6 * (dense + attention)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_bench_covers_the_decoder_only_stack_for_every_position_scheme(doc: dict) -> None:
+    rows = doc["lm_train"]
+    precisions = {r["precision"] for r in doc["torch_nn_transformer"]}
+    expected = {"default"} | {f"positions={n}" for n in registry.names("positions") if n != "sinusoidal"}
+    assert {(r["variant"], r["precision"]) for r in rows} == {(v, p) for v in expected for p in precisions}
+    for r in rows:
+        assert positive_finite(r["tokens_per_s"]) and positive_finite(r["mfu"]) and r["mfu"] < 1.5
