@@ -130,14 +130,17 @@ def _choice(value: Any) -> Any:
 
 
 def metric_direction(metric: str) -> str:
-    return "minimize" if any(w in metric for w in ("loss", "ppl", "time", "memory")) else "maximize"
+    return "minimize" if any(w in metric for w in ("loss", "ppl", "bpb", "time", "memory")) else "maximize"
 
 
 def study_metric(spec: ExperimentSpec) -> str:
-    """ablation.metric, where 'auto' is BLEU on text and exact match on synthetic tasks."""
+    """ablation.metric, where 'auto' is BLEU on text, exact match on synthetic tasks and perplexity for a
+    decoder-only language model."""
     assert spec.ablation is not None
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
+    if spec.is_lm:
+        return "val/ppl"
     if spec.eval.metric != "auto":
         return f"val/{spec.eval.metric}"
     return "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"

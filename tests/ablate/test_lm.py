@@ -178,3 +178,11 @@ def test_alibi_trained_at_l_keeps_its_loss_at_2l_and_learned_positions_stop_at_t
         window_nll(learned, docs, 64, None, 2048, torch.device("cpu"), "fp32")
     message = str(info.value)
     assert "\n" not in message and "learned positions cannot extrapolate beyond their table" in message
+
+
+def test_an_lm_study_ranks_by_perplexity_and_lower_is_better() -> None:
+    from ablate.study.plan import metric_direction, study_metric
+
+    spec = lm_spec(ablation={"axes": {"model.positions": ["sinusoidal", "alibi"]}})
+    assert study_metric(spec) == "val/ppl"
+    assert {metric_direction(m) for m in ("val/ppl", "val/bpb", "val/ppl_at_256", "test/loss")} == {"minimize"}
