@@ -50,6 +50,10 @@ class Entry:
     options: tuple[Option, ...] = ()
     takes: tuple[str, ...] = ()
     check: Check | None = None  # the model section -> a problem or None
+    # The implementation version: raised when a fix changes what the variant computes (its init included).
+    # Above 1 it enters the identity of the runs that choose this variant, and of no other run, so a fix
+    # makes exactly this variant's old cells stale (ablate.spec.model.identity_of).
+    version: int = 1
 
     @property
     def summary(self) -> str:
@@ -130,19 +134,21 @@ class Registry:
         return names | {o.name for e in entries for o in e.options}
 
     def register(self, kind: str, name: str, *, options: tuple[Option, ...] = (),
-                 takes: tuple[str, ...] = (), check: Check | None = None) -> Callable[[T], T]:
+                 takes: tuple[str, ...] = (), check: Check | None = None, version: int = 1
+                 ) -> Callable[[T], T]:
         """Decorator: register ``obj`` as variant ``name`` of ``kind``, with its own ``options``, the
         sub-axes it ``takes`` (their components are passed to its constructor by keyword) and a ``check``
-        of the model section the spec runs when the variant is chosen (``d_model`` must be even, ...)."""
+        of the model section the spec runs when the variant is chosen (``d_model`` must be even, ...) and
+        its implementation ``version`` (raise it when a fix changes what the variant computes)."""
 
         def decorator(obj: T) -> T:
-            self.add(kind, name, obj, options=options, takes=takes, check=check)
+            self.add(kind, name, obj, options=options, takes=takes, check=check, version=version)
             return obj
 
         return decorator
 
     def add(self, kind: str, name: str, obj: Any, *, options: tuple[Option, ...] = (),
-            takes: tuple[str, ...] = (), check: Check | None = None) -> None:
+            takes: tuple[str, ...] = (), check: Check | None = None, version: int = 1) -> None:
         if kind not in self._axes:
             raise RegistryError(f"{kind} component {name!r}: no axis {kind!r} is declared (declare it first)")
         bucket = self._entries[kind]
@@ -161,7 +167,10 @@ class Registry:
                 raise RegistryError(
                     f"{kind} component {name!r}: option {option.name!r} is already declared differently"
                 )
-        bucket[name] = Entry(kind, name, obj, tuple(options), tuple(takes), check)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise RegistryError(f"{kind} component {name!r}: version must be an integer >= 1, "
+                                f"not {version!r}")
+        bucket[name] = Entry(kind, name, obj, tuple(options), tuple(takes), check, version)
 
     def _option(self, name: str) -> Option | None:
         for axis in self._axes.values():

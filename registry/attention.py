@@ -20,7 +20,8 @@ one it used (:attr:`SDPAttention.kernels`) so that a run can record it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -267,11 +268,30 @@ class SDPAttention(MultiHeadAttention):
         return torch.matmul(weights, v)
 
 
-@register("attention", "qk_norm", options=(Option(
-    "qk_norm_scale", float, 12.0,
-    "initial value of the learned per-head score scale g (Henry et al.'s g0 = log2(L^2 - L) at L = 64)",
-    gt=0.0, le=1000.0,
-),))
+def henry_g0(length: int) -> float:
+    """Henry et al.'s initial score scale for sequences of ``length`` tokens: ``g0 = log2(L^2 - L)``
+    (section 3.2; they take L as the 97.5th percentile of the training lengths)."""
+    return math.log2(length * length - length)
+
+
+QK_NORM_OPTIONS = (
+    Option("qk_norm_scale", float, 12.0,
+           "initial value g0 of the learned per-head score scale (12 ~ Henry et al.'s log2(L^2 - L) at "
+           "L = 64); ignored when qk_norm_length is set", gt=0.0, le=1000.0),
+    Option("qk_norm_length", int, 0,
+           "L for Henry et al.'s rule g0 = log2(L^2 - L) (the 97.5th percentile of training lengths); "
+           "0 uses qk_norm_scale", ge=0, le=1_000_000),
+)
+
+
+def _qk_norm_check(model: Mapping[str, Any]) -> str | None:
+    length = model.get("qk_norm_length") or 0
+    if length == 0 or length >= 2:
+        return None
+    return "qk_norm_length must be 0 (use qk_norm_scale) or at least 2"
+
+
+@register("attention", "qk_norm", options=QK_NORM_OPTIONS, check=_qk_norm_check, version=2)
 class QKNormAttention(SDPAttention):
     """Query-key normalisation (Henry et al. 2020, "Query-Key Normalization for Transformers", eq. 3).
 
@@ -280,15 +300,21 @@ class QKNormAttention(SDPAttention):
     every logit by ``g`` (the attention-logit growth that Dehghani et al. 2023 fix with normalised
     queries/keys in ViT-22B). Runs on the sdpa core, so it composes with every position scheme: a
     rotation keeps norms, and score biases are added after the scaling.
+
+    Initialisation (the paper's, section 3.2): every head's ``g`` starts at ``g0``, the number
+    ``qk_norm_scale`` or, with ``qk_norm_length`` L, ``log2(L^2 - L)`` (:func:`henry_g0`); the
+    projections are the shared ones. Version 2: version 1 let the builder's Xavier draw overwrite ``g``
+    (U(+-1.1) instead of g0, half the heads negative), so its runs did not measure QK-norm.
     """
 
     score_scale = 1.0  # g is folded into the queries
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
-                 qk_norm_scale: float = 12.0) -> None:
+                 qk_norm_scale: float = 12.0, qk_norm_length: int = 0) -> None:
         super().__init__(d_model, heads, dropout, cross)
-        self.init_scale = qk_norm_scale
-        self.gain = nn.Parameter(torch.full((heads, 1, 1), qk_norm_scale))  # (heads, 1, 1) broadcasts on T, d
+        self.init_scale = henry_g0(qk_norm_length) if qk_norm_length >= 2 else qk_norm_scale
+        # (heads, 1, 1): broadcasts over positions and features
+        self.gain = nn.Parameter(torch.full((heads, 1, 1), self.init_scale))
 
     def reset_parameters(self) -> None:
         with torch.no_grad():

@@ -203,26 +203,67 @@ def alibi_slopes(heads: int) -> Tensor:
     return torch.tensor(power_of_two(lower) + power_of_two(2 * lower)[0::2][: heads - lower])
 
 
-@register("positions", "alibi")
+ALIBI_OPTIONS = (Option(
+    "alibi_encoder", str, "directional",
+    "ALiBi without a causal mask (the encoder): 'directional' makes every other head Press et al.'s causal "
+    "bias read left to right and the rest its mirror image, read right to left, so the encoder tells "
+    "directions apart; 'symmetric' is -m|i-j| on both sides (ablate's version 1), which cannot",
+    choices=("directional", "symmetric"),
+),)
+
+# The bias of keys a one-directional encoder head does not look at: finite, so that a padding query whose
+# visible side is all padding never gets a row of -inf (NaN in explicit attention), and representable in
+# fp16; exp(-1e4) is 0 in the fp32 softmax, as good as masked.
+ALIBI_HIDDEN = -1.0e4
+
+
+@register("positions", "alibi", options=ALIBI_OPTIONS, version=2)
 class ALiBiPositions(_Positions):
     """ALiBi, attention with linear biases (Press et al. 2022, eq. in section 3).
 
-    Self-attention scores get ``-m_h * |i - j|`` for query i and key j, one slope ``m_h`` per head
-    (:func:`alibi_slopes`); nothing is added at the embedding. The decoder's causal mask hides j > i, so
-    there the bias is the paper's ``-m_h * (i - j)``; the encoder uses the symmetric distance.
+    Self-attention scores get ``-m_h * (i - j)`` for query i and key j <= i, one slope ``m_h`` per head
+    (:func:`alibi_slopes`); nothing is added at the embedding, and cross-attention gets no bias. Press et
+    al. define ALiBi for causal language models, where the causal mask hides j > i: that is the decoder's
+    bias here. An encoder sees keys on both sides, which the paper does not define. The default
+    (``alibi_encoder: directional``) keeps the paper's causal bias in the even-numbered heads (keys to the
+    right hidden) and its mirror image ``-m_h * (j - i)`` for j >= i in the odd ones (keys to the left
+    hidden), like the two directions of a bidirectional RNN: every head is the paper's own form, and the
+    encoder can tell a token's left from its right, which it needs to order the source when cross-attention
+    carries no positions. ``symmetric`` uses ``-m_h * |i - j|`` on both sides (version 1's only form): such
+    an encoder is blind to direction and cannot learn to reverse a sequence. ALiBi has no parameters, so no
+    init.
+
+    Version 2: the directional encoder became the default.
     """
 
     def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
-                 *, causal: bool = False) -> None:
+                 *, causal: bool = False, alibi_encoder: str = "directional") -> None:
         super().__init__(d_model, heads, max_positions, dropout, causal=causal)
+        if alibi_encoder not in ("directional", "symmetric"):
+            raise ValueError(f"alibi_encoder must be 'directional' or 'symmetric', not {alibi_encoder!r}")
+        self.encoder_form = alibi_encoder
         self.slopes: Tensor
-        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+        self.looks_right: Tensor
+        # (heads,) True for the heads that read right to left (odd heads of a directional encoder)
+        one_sided = alibi_encoder == "directional" and not causal
+        slopes = alibi_slopes(heads)
+        if one_sided:  # each pair of heads reads both ways at the pair's steeper slope
+            slopes = slopes[torch.arange(heads) // 2 * 2]
+        self.register_buffer("slopes", slopes, persistent=False)
+        self.register_buffer("looks_right", (torch.arange(heads) % 2 == 1) & one_sided, persistent=False)
+        self.one_sided = one_sided
 
     def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks:
         _check_range(q_start, q_len, self.max_positions)
         q_pos = torch.arange(q_start, q_start + q_len, device=device)[:, None]
-        distance = (q_pos - torch.arange(k_len, device=device)[None, :]).abs().float()  # (Tq, Tk)
-        return PositionHooks(bias=-self.slopes.to(device)[:, None, None] * distance)  # (heads, Tq, Tk)
+        offset = (torch.arange(k_len, device=device)[None, :] - q_pos).float()  # (Tq, Tk): key - query
+        slopes = self.slopes.to(device)[:, None, None]  # (heads, 1, 1)
+        if not self.one_sided:  # causal (the mask hides j > i), or the symmetric encoder
+            return PositionHooks(bias=-slopes * offset.abs())  # (heads, Tq, Tk)
+        looks_right = self.looks_right.to(device)[:, None, None]
+        ahead = torch.where(looks_right, offset, -offset)  # distance in the direction the head reads
+        bias = torch.where(ahead >= 0, -slopes * ahead, torch.full_like(ahead, ALIBI_HIDDEN))
+        return PositionHooks(bias=bias)  # (heads, Tq, Tk)
 
 
 def relative_buckets(relative: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -246,17 +287,20 @@ def relative_buckets(relative: Tensor, bidirectional: bool, num_buckets: int, ma
 
 
 class RelativeBias(nn.Module):
-    """The learned (num_buckets, heads) table of T5's relative attention bias."""
+    """The learned (num_buckets, heads) table of T5's relative attention bias, initialised as T5's
+    released implementation does: N(0, d_model^-1/2) (Mesh TensorFlow's T5, as ported to transformers'
+    ``T5PreTrainedModel._init_weights`` with ``initializer_factor`` 1)."""
 
-    def __init__(self, num_buckets: int, heads: int) -> None:
+    def __init__(self, num_buckets: int, heads: int, d_model: int) -> None:
         super().__init__()
+        self.std = d_model ** -0.5
         self.weight = nn.Parameter(torch.zeros(num_buckets, heads))
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.weight, 0.0, 0.1)  # small: the scores start close to the unbiased ones
+        nn.init.normal_(self.weight, 0.0, self.std)
 
 
-@register("positions", "t5_bias", options=(
+@register("positions", "t5_bias", version=2, options=(
     Option("t5_buckets", int, 32, "relative-position buckets of the T5 bias", ge=4, le=1024),
     Option("t5_max_distance", int, 128, "distance from which all positions share the last T5 bucket",
            ge=2, le=1_000_000),
@@ -266,7 +310,10 @@ class T5RelativeBias(_Positions):
 
     A learned scalar per (bucket of ``key - query``, head) is added to the self-attention scores; one table
     per stack, shared by its layers (as T5 does); bidirectional buckets in the encoder, causal ones in the
-    decoder (:func:`relative_buckets`). Nothing is added at the embedding.
+    decoder (:func:`relative_buckets`). Nothing is added at the embedding. Initialisation: the table is
+    drawn from N(0, d_model^-1/2), as T5's released implementation does (:class:`RelativeBias`).
+
+    Version 2: version 1 let the builder's Xavier draw overwrite the table.
     """
 
     def __init__(self, d_model: int, heads: int = 1, max_positions: int = 512, dropout: float = 0.0,
@@ -275,7 +322,7 @@ class T5RelativeBias(_Positions):
         if t5_max_distance <= t5_buckets // (2 if causal else 4):
             raise ValueError("t5_max_distance must exceed the exact-distance buckets")
         self.num_buckets, self.max_distance = t5_buckets, t5_max_distance
-        self.relative = RelativeBias(t5_buckets, heads)
+        self.relative = RelativeBias(t5_buckets, heads, d_model)
 
     def attention(self, q_start: int, q_len: int, k_len: int, device: torch.device) -> PositionHooks:
         _check_range(q_start, q_len, self.max_positions)

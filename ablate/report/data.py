@@ -20,6 +20,7 @@ import pandas as pd
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
+from ablate.tracking.versions import stale_reason
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
 IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search")
@@ -120,8 +121,20 @@ def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
     return "loss"
 
 
+def _superseded_note(stale: list[tuple[Run, str]]) -> str:
+    """The report's note on the runs it leaves out because their variant's implementation changed."""
+    whys = sorted({why for _, why in stale})
+    cells = "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in stale))
+    return (f"{len(stale)} run(s) of a variant whose implementation changed since they ran are left out "
+            f"({', '.join(whys)}): {cells}. They stay in the store, tagged {R.SUPERSEDED}; "
+            "`ablate ablate` retrains those cells under the new version")
+
+
 def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
-    runs, dropped = _dedupe(_runs_from_frame(frame))
+    every = _runs_from_frame(frame)
+    stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags)) is not None]
+    left_out = {r.run_id for r, _ in stale}
+    runs, dropped = _dedupe([r for r in every if r.run_id not in left_out])
     waiting = sorted(f"{r.variant} seed {r.seed}" for r in runs if r.status in IN_PROGRESS)
     runs = [r for r in runs if r.status not in IN_PROGRESS]
     tags, params = parent["tags"], parent["params"]
@@ -129,7 +142,7 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
     is_search = tags.get(R.KIND) == "search" or any(r.tags.get(R.KIND) == "trial" for r in runs)
     labels = sorted({r.variant for r in runs})
     baseline = "baseline" if "baseline" in labels else None
-    notes = []
+    notes = [_superseded_note(stale)] if stale else []
     if waiting:  # an interrupted study's report: say what it does not cover yet
         cells = "; ".join(waiting)
         notes.append(f"{len(waiting)} cell(s) interrupted or still running are left out ({cells}): "

@@ -17,12 +17,15 @@ Validation (every failing check at once, each located at its field):
 * a chosen variant's ``check`` of the section (``sinusoidal`` needs an even ``d_model``).
 
 A run's identity (:func:`identity_of`) leaves out options that do not apply and axes declared
-``added_later`` at their default: the hash of a spec written before an axis existed does not change.
+``added_later`` at their default: the hash of a spec written before an axis existed does not change. A
+chosen variant whose implementation version is above 1 adds ``<axis>_version`` to it
+(:func:`component_versions`): fixing a variant makes its own runs stale and no other run's.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, create_model, model_validator
@@ -32,7 +35,8 @@ from ablate.spec.base import Bool, Checks, Float, Int, Strict
 from registry import Axis, Option
 from registry.masking import format_mask_fill, parse_mask_fill
 
-__all__ = ["ModelSpec", "drop_unset_options", "format_mask_fill", "identity_of", "option_owner", "options_of",
+__all__ = ["ModelSpec", "component_versions", "drop_unset_options", "format_mask_fill", "identity_of",
+           "stale_components", "option_owner", "options_of",
            "parse_mask_fill"]
 
 
@@ -209,7 +213,38 @@ def identity_of(model: dict[str, Any]) -> dict[str, Any]:
             out.pop(axis.kind, None)
     if out.get("arch") == "encoder_decoder":  # came after the first record format: old hashes stay
         out.pop("arch")
+    out.update({f"{kind}_version": version for kind, version in component_versions(model).items()})
     return out
+
+
+def stale_components(model: Mapping[str, Any], recorded: Mapping[str, int]) -> list[str]:
+    """What changed in the variants a run chose since it ran: ``'attention=qk_norm v1, now v2'`` for each
+    chosen variant whose version differs from ``recorded`` (the run's :func:`component_versions`; a variant
+    it does not name ran at version 1). ``model``: the run's axis values (``{'attention': 'qk_norm'}``)."""
+    stale = []
+    for axis in registry.axes():
+        name = model.get(axis.kind)
+        if isinstance(name, str) and name in registry.names(axis.kind):
+            now, then = registry.REGISTRY.entry(axis.kind, name).version, int(recorded.get(axis.kind, 1))
+            if now != then:
+                stale.append(f"{axis.kind}={name} v{then}, now v{now}")
+    return stale
+
+
+def component_versions(model: Mapping[str, Any]) -> dict[str, int]:
+    """{axis: implementation version} of the variants a model section chooses whose version is above 1.
+
+    Version 1 is left out, so a run recorded before versions existed keeps its identity until its own
+    variant is fixed. Open values that are not registered (a mask fill of -3e4) have no version.
+    """
+    versions: dict[str, int] = {}
+    for axis in registry.axes():
+        name = model.get(axis.kind)
+        if isinstance(name, str) and name in registry.names(axis.kind):
+            version = registry.REGISTRY.entry(axis.kind, name).version
+            if version > 1:
+                versions[axis.kind] = version
+    return versions
 
 
 def _option_names() -> set[str]:

@@ -136,6 +136,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
                 print(format_progress(plan, plan.design, records))
         return 0
     from ablate.study.workers import leave_open, open_parent, resume_command, run_workers
+    from ablate.tracking.supersede import mark_study
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name
@@ -165,6 +166,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
                                   description=parent_description(plan, {}))
             queue.set(PARENT, tracker.run_id)
         tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
+        _say_superseded(mark_study(tracker.run_id))
     code = 130
     try:
         while True:
@@ -215,6 +217,14 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
               file=sys.stderr)
         return 1
     return code
+
+
+def _say_superseded(stale: list[str]) -> None:
+    """One line per cell whose variant's implementation changed since it ran (now tagged superseded)."""
+    if stale:
+        cells = "; ".join(stale)
+        print(f"{len(stale)} cells ran an older implementation of their variant and are superseded (kept in "
+              f"MLflow, left out of reports, retrained under the new version): {cells}", flush=True)
 
 
 def _params(plan: StudyPlan) -> dict[str, Any]:

@@ -40,6 +40,11 @@ VARIANT = "ablate.variant"  # 'baseline', 'residual=post_norm', 'trial-3'; 'stud
 SEED = "ablate.seed"  # cells and single runs only: a study's parent has no seed of its own
 SPEC_HASH = "ablate.spec_hash"  # the resolved spec's hash: a run's identity (not on a study's parent)
 STATUS = "ablate.status"  # running | finished | diverged | failed | pruned | killed
+# JSON {axis: version} of the chosen variants whose implementation version is above 1 (absent: all 1)
+COMPONENT_VERSIONS = "ablate.component_versions"
+# Set by `ablate ablate` on a cell whose variant's implementation changed since it ran: why it is stale.
+# The run stays in the store; reports leave it out and the study retrains the cell under its new identity.
+SUPERSEDED = "ablate.superseded"
 KIND = "ablate.kind"  # ablation | search (parent runs), cell | trial (child runs); absent on single runs
 CELL = "ablate.cell"  # a cell's <spec hash>-s<seed>
 TRIAL = "ablate.trial"  # a search trial's number

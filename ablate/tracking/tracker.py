@@ -1,5 +1,7 @@
-"""`Tracker`: one MLflow run written through an MlflowClient bound to its store (`NullTracker` when
-tracking is off); statuses, MLflow's value limits, the outbox for a server that does not answer."""
+"""`Tracker`: one MLflow run (`NullTracker` when tracking is off): what a run records, its statuses and
+MLflow's value limits. How the records travel is its transport's (ablate/tracking/transport.py): straight
+to a local store, or through the run folder's outbox to a server that may not answer; chosen once, when
+the run opens."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset as DatasetEntity
-from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 import ablate.tracking.record as R
@@ -33,6 +35,8 @@ from ablate.tracking.store import (
     is_server_uri,
     resolve_tracking_uri,
 )
+from ablate.tracking.transport import Direct, Queued, Transport
+from ablate.tracking.versions import versions_tag
 
 if TYPE_CHECKING:
     import torch
@@ -51,8 +55,6 @@ MLFLOW_STATUS: dict[str, str] = {
 # MLflow's limits (mlflow.utils.validation): values longer than these are rejected, not truncated.
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
-MAX_PARAMS_PER_BATCH = 100
-MAX_METRICS_PER_BATCH = 1000
 
 
 def _param_value(value: Any) -> str:
@@ -94,7 +96,6 @@ class NullTracker:
     def last_step(self, key: str) -> int | None:
         return None
     def flush(self) -> None: ...
-    def use_outbox(self, folder: Path) -> None: ...
     def delayed(self) -> int:
         return 0
     def detach(self) -> None: ...
@@ -135,33 +136,34 @@ class Tracker(NullTracker):
     Ctrl-C, finished otherwise."""
 
     def __init__(self, client: MlflowClient, run_id: str, experiment_id: str, tracking_uri: str, *,
-                 async_logging: bool = False) -> None:
+                 async_logging: bool = False, last_step: Mapping[str, int] | None = None,
+                 outbox: Path | None = None) -> None:
         self.client = client
         self.run_id: str = run_id
         self.experiment_id: str = experiment_id
         self.tracking_uri: str = tracking_uri
-        self.async_logging = async_logging
-        self._pending: list[Any] = []  # RunOperations of asynchronous log_batch calls, awaited by flush()
-        self._last_step: dict[str, int] = {}
+        self._last_step: dict[str, int] = dict(last_step or {})
+        self._transport: Transport = _transport(client, run_id, tracking_uri, async_logging, outbox,
+                                                self._last_step)
         self._params: dict[str, str] = {}  # what the run holds already (MLflow params cannot change)
         self._changed: set[str] = set()
         self._monitor: Any = None
         self._model_spec: ModelSpec | None = None  # what the run's model is built from (log_model)
         self._ended = False
-        self._outbox: Courier | None = None  # a tracking server's outage queue, set by `use_outbox`
         _OPEN.add(self)
 
     @classmethod
     def start(cls, spec: ExperimentSpec, *, experiment: str | None = None, run_name: str | None = None,
               tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
               resume_run_id: str | None = None, variant: str | None = None,
-              description: str | None = None) -> NullTracker:
+              description: str | None = None, outbox: Path | None = None) -> NullTracker:
         """Open a run (or reopen ``resume_run_id``, status back to RUNNING) and log the spec, tags, and the
         ``spec.yaml`` / ``environment.json`` artifacts. Experiment: ``experiment`` > ``tracking.experiment``
         > ``spec.name``. ``variant`` (default: the run name, else the spec's name) is the run's
         ``ablate.variant``; ``description`` (default: the spec's) its description in the MLflow UI. A study's
         parent run (``ablate.kind`` ablation or search in ``tags``) gets no seed or spec hash: the cells
-        have their own."""
+        have their own. ``outbox``: over a tracking server, every record of the run goes through this
+        folder's queue and a sending thread (`transport.Queued`), so training never waits on the server."""
         cfg = spec.tracking
         if not cfg.enabled:
             return NullTracker()
@@ -174,6 +176,7 @@ class Tracker(NullTracker):
         all_tags: dict[str, Any] = {
             R.STUDY: exp_name, R.VARIANT: variant or run_name or spec.name,
             **({} if is_study else {R.SEED: spec.seed, R.SPEC_HASH: spec.spec_hash}),
+            **({} if is_study else versions_tag(spec)),
             R.USER: getpass.getuser(), R.SOURCE_TYPE: "LOCAL",
             R.SOURCE_NAME: Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
             **environment_tags(),
@@ -199,12 +202,18 @@ class Tracker(NullTracker):
             created = client.create_run(exp_id, run_name=run_name,
                                         tags={k: _tag_value(v) for k, v in all_tags.items()})
             run_id = created.info.run_id
-        tracker = cls(client, run_id, exp_id, uri, async_logging=cfg.async_logging)
+        try:
+            # Read before the transport starts: a resumed run drops the steps it logged already.
+            last = _last_steps(client, run_id) if resume_run_id else {}
+        except BaseException:
+            client.set_terminated(run_id, MLFLOW_STATUS["failed"])  # never leave it RUNNING
+            raise
+        tracker = cls(client, run_id, exp_id, uri, async_logging=cfg.async_logging, last_step=last,
+                      outbox=outbox)
         tracker._model_spec = spec.model
         try:
             if resume_run_id:
                 tracker.set_tags(all_tags)
-                tracker._load_last_steps()
                 tracker._params = dict(run.data.params)
             tracker.log_params_from_spec(spec)
             tracker._log_spec_and_environment(spec, env, resumed=resume_run_id is not None)
@@ -248,8 +257,7 @@ class Tracker(NullTracker):
         new = {str(k): _param_value(v) for k, v in params.items()}
         changed = sorted(k for k, v in new.items() if self._params.get(k, v) != v)
         items = [Param(k, v) for k, v in new.items() if k not in self._params]
-        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[i: i + MAX_PARAMS_PER_BATCH], synchronous=True)
+        self._transport.params(items)
         self._params.update((p.key, p.value) for p in items)
         if changed:
             self._changed.update(changed)
@@ -267,56 +275,30 @@ class Tracker(NullTracker):
                 continue
             self._last_step[key] = step
             items.append(Metric(key, float(value), now, int(step)))
-        if self._outbox is not None:
-            rows = [[m.key, m.value, m.timestamp, m.step] for m in items]
-            return self._outbox.send({"kind": "metrics", "items": rows}) if rows else None
-        for i in range(0, len(items), MAX_METRICS_PER_BATCH):
-            op = self.client.log_batch(self.run_id, metrics=items[i: i + MAX_METRICS_PER_BATCH],
-                                       synchronous=not self.async_logging)
-            if op is not None:
-                self._pending.append(op)
-        if len(self._pending) > 256:  # keep the backlog (and memory) bounded on long runs
-            self.flush()
+        self._transport.metrics(items)
 
     def last_step(self, key: str) -> int | None:
         """The last step logged for ``key`` (this session or, after a resume, before it)."""
         return self._last_step.get(key)
 
-    def _load_last_steps(self) -> None:
-        for key in self.client.get_run(self.run_id).data.metrics:
-            if not key.startswith("system/"):
-                self._last_step[key] = max(m.step for m in self.client.get_metric_history(self.run_id, key))
-
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        if self._outbox is not None:
-            return self._outbox.send({"kind": "tags", "tags": {str(k): _tag_value(tags[k]) for k in tags}})
-        items = [RunTag(str(k), _tag_value(v)) for k, v in tags.items()]
-        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=items[i: i + MAX_PARAMS_PER_BATCH], synchronous=True)
+        self._transport.tags({str(k): _tag_value(v) for k, v in tags.items()})
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        if self._outbox is not None:
-            return self._outbox.send_file(Path(path), artifact_path)
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        self._transport.artifact(Path(path), artifact_path)
 
     def log_artifacts(self, directory: str | Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifacts(self.run_id, str(directory), artifact_path)
+        self._transport.artifacts(Path(directory), artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        if self._outbox is not None:
-            return self._outbox.send_made(artifact_file, lambda p: p.write_text(text))
-        self.client.log_text(self.run_id, text, artifact_file)
+        self._transport.text(text, artifact_file)
 
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
-        if self._outbox is not None:
-            return self._outbox.send_made(artifact_file, lambda p: p.write_text(json.dumps(dict(data))))
-        self.client.log_dict(self.run_id, dict(data), artifact_file)
+        self._transport.mapping(data, artifact_file)
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         """A matplotlib (or plotly) figure, saved as ``artifact_file`` (.png, .svg, .html ...)."""
-        if self._outbox is not None and hasattr(figure, "savefig"):
-            return self._outbox.send_made(artifact_file, figure.savefig)
-        self.client.log_figure(self.run_id, figure, artifact_file)
+        self._transport.figure(figure, artifact_file)
 
     def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None:
         """Record the dataset as a run input (Datasets column of the UI): name, digest (fingerprint, at most
@@ -325,17 +307,7 @@ class Tracker(NullTracker):
 
         dataset = MetaDataset(dataset_source(source), name=name, digest=digest[:36])  # type: ignore[abstract]
         entity = DatasetEntity(**dataset.to_dict())  # name, digest, source_type, source
-        tag = InputTag("mlflow.data.context", context)
-        try:
-            self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
-        except MlflowException as e:
-            # Two workers logging the same dataset at once (ablate ablate/tune --workers N): the store's
-            # check-then-insert fails for one of them on the unique (experiment, name, digest) key. The
-            # row exists now, so a second try links it to this run.
-            if "unique constraint" not in str(e).lower() and "integrityerror" not in str(e).lower():
-                raise
-            time.sleep(0.2)
-            self.client.log_inputs(self.run_id, [DatasetInput(entity, [tag])])
+        self._transport.dataset(entity, context)
 
     def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
         """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table,
@@ -346,9 +318,7 @@ class Tracker(NullTracker):
         rows = [[None if isinstance(v, float) and not math.isfinite(v) else v for v in row]
                 for row in zip(*(columns[k] for k in names), strict=True)]
         self.log_text(json.dumps({"columns": names, "data": rows}), artifact_file)
-        logged: list[dict[str, str]] = []  # with an outbox the store is away: list this table alone
-        if self._outbox is None:
-            logged = json.loads(self.client.get_run(self.run_id).data.tags.get(R.LOGGED_ARTIFACTS, "[]"))
+        logged = self._transport.logged_artifacts()
         entry = {"path": artifact_file, "type": "table"}
         if entry not in logged:
             self.set_tags({R.LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
@@ -369,7 +339,7 @@ class Tracker(NullTracker):
         tag."""
         from ablate.tracking.models import log_model
 
-        if self._outbox is not None and not self._outbox.settle(FINISH_WAIT_S):
+        if not self._transport.settle(FINISH_WAIT_S):
             return None  # the server is away or behind: the best checkpoint in the run folder is the model
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
                         step=step, model_spec=model_spec or self._model_spec)
@@ -379,9 +349,7 @@ class Tracker(NullTracker):
     # -- ending
     def flush(self) -> None:
         """Wait for asynchronous metric batches to reach the store."""
-        pending, self._pending = self._pending, []
-        for op in pending:
-            op.wait()
+        self._transport.flush()
 
     def detach(self) -> None:
         """Let go of the run without ending it: it stays RUNNING for other processes that still log to it
@@ -406,22 +374,11 @@ class Tracker(NullTracker):
             raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(MLFLOW_STATUS)}")
         if not self._release():
             return
-        if self._outbox is not None:  # the end waits in the queue too, after everything logged before it
-            return self._outbox.finish({R.STATUS: status}, MLFLOW_STATUS[status])
-        try:
-            self.flush()
-            self.set_tags({R.STATUS: status})
-        finally:
-            self.client.set_terminated(self.run_id, MLFLOW_STATUS[status])
-
-    def use_outbox(self, folder: Path) -> None:
-        """Send the run's records from a thread through a queue written ahead in ``folder``: training never
-        waits on the server, and what a silent one cannot take waits there (ablate/tracking/outbox.py)."""
-        if is_server_uri(self.tracking_uri):
-            self._outbox = Courier(self.client, self.run_id, self.tracking_uri, folder, self._last_step)
+        # Queued, the end waits in the queue too, after everything logged before it.
+        self._transport.end({R.STATUS: status}, MLFLOW_STATUS[status])
 
     def delayed(self) -> int:
-        return self._outbox.outbox.delayed() if self._outbox is not None else 0
+        return self._transport.delayed()
 
     def _start_system_metrics(self, resumed: bool) -> None:
         # CPU, memory, disk, network (psutil) and GPU (pynvml, when present) as system/* metrics; the
@@ -431,6 +388,22 @@ class Tracker(NullTracker):
         self._monitor = SystemMetricsMonitor(self.run_id, resume_logging=resumed,
                                              tracking_uri=self.tracking_uri)
         self._monitor.start()
+
+
+def _transport(client: MlflowClient, run_id: str, uri: str, async_logging: bool, outbox: Path | None,
+               last_step: dict[str, int]) -> Transport:
+    """The run's transport, chosen once: the outbox over a tracking server when the run has a folder for
+    it (records an earlier process left there go first and count as logged in ``last_step``), else
+    direct."""
+    if outbox is not None and is_server_uri(uri):
+        return Queued(Courier(client, run_id, uri, outbox, last_step))
+    return Direct(client, run_id, async_logging=async_logging)
+
+
+def _last_steps(client: MlflowClient, run_id: str) -> dict[str, int]:
+    """The last step the run holds for each of its metrics (system metrics are MLflow's own)."""
+    return {key: max(m.step for m in client.get_metric_history(run_id, key))
+            for key in client.get_run(run_id).data.metrics if not key.startswith("system/")}
 
 
 def _spec_yaml(spec: ExperimentSpec) -> str:

@@ -161,10 +161,10 @@ REF_VARIANTS = {
     ("residual", "deepnorm"): [2.57882, -0.144864, 1.11558],
     ("residual", "rezero"): [5.14926, -0.157155, 1.68044],
     ("residual", "sandwich"): [6.6104, -0.934681, 1.0465],
-    ("positions", "alibi"): [6.17618, -1.71285, 1.02903],
+    ("positions", "alibi"): [6.54726, -1.31224, 1.05516],  # v2: the directional encoder
     ("positions", "none"): [6.16339, -1.71643, 1.02796],
     ("positions", "rope"): [5.40307, -1.74048, 1.03645],
-    ("positions", "t5_bias"): [6.0876, -1.84244, 1.02402],
+    ("positions", "t5_bias"): [6.41001, -1.74658, 1.02149],  # v2: T5 own init of its table
     ("ffn", "geglu"): [5.69851, 0.0260924, 1.12919],
     ("ffn", "swiglu"): [5.97955, 0.0888733, 1.12856],
     ("activation", "gelu"): [6.79836, -1.26634, 1.04216],
@@ -172,7 +172,7 @@ REF_VARIANTS = {
     ("activation", "silu"): [6.28209, -1.19083, 1.03468],
     ("norm", "rms"): [6.70341, -1.33716, 1.01522],
     ("norm", "scale"): [6.70341, -1.33716, 1.01522],  # = rms at init: g = sqrt(d) vs ones, see equivalence
-    ("attention", "qk_norm"): [7.29394, -0.908409, 1.10147],
+    ("attention", "qk_norm"): [6.30226, -1.04131, 1.04658],  # v2: g starts at g0 = 12
     ("embeddings", "separate"): [7.47105, -1.19925, 1.06454],
     ("embeddings", "shared"): [6.79169, 1.21219, 1.24074],
     ("embeddings", "tied"): [10.6153, -2.83046, 1.46122],

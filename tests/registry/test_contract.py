@@ -21,9 +21,10 @@ from torch import nn
 
 import registry
 from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
+from ablate.engine.init import OWNED_BY_TYPE, stable_seed
 from ablate.engine.lm import DecoderOnlyLM, build_lm
 from ablate.engine.lm_eval import generate
-from ablate.engine.model import OWNED_BY_TYPE, Seq2SeqTransformer, build_model, stable_seed
+from ablate.engine.model import Seq2SeqTransformer, build_model
 from ablate.spec.experiment import ModelSpec
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable.

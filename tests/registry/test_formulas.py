@@ -233,3 +233,56 @@ def test_embedding_dropout_before_positions_drops_the_scaled_embedding_then_the_
         expected = drop(drop(scaled) + pe) if variant == "before_positions" else drop(scaled + pe)
         torch.testing.assert_close(got, expected)
         assert (got == 0).any()  # the dropout was live: the comparison is not between two identities
+
+
+# ---------------------------------------------------------------- each variant's own init, after the builder
+SMALL_MODEL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2}
+
+
+def _built(**choice: object) -> nn.Module:
+    return build_model(ModelSpec(**SMALL_MODEL, **choice), 11, 11, seed=5)
+
+
+def test_qk_norm_gain_starts_at_g0_a_number_or_henry_et_al_rule() -> None:
+    """Henry et al. 2020, section 3.2: g starts at g0 = log2(L^2 - L), one value for every head."""
+    gains = [m.gain for m in _built(attention="qk_norm").modules() if hasattr(m, "gain")]
+    assert len(gains) == 6 and all((g == 12.0).all() for g in gains)  # 2 encoder self, 2+2 decoder
+    ruled = [m.gain for m in _built(attention="qk_norm", qk_norm_length=30).modules() if hasattr(m, "gain")]
+    assert all(torch.allclose(g, torch.full_like(g, math.log2(30 * 30 - 30))) for g in ruled)
+    assert ruled[0].flatten().tolist() == pytest.approx([9.7649] * 2, abs=1e-4)  # log2(870)
+
+
+def test_t5_bias_table_is_drawn_from_n0_over_root_d_as_t5_does() -> None:
+    model = _built(positions="t5_bias", t5_buckets=512, t5_max_distance=1024)
+    for table in (model.src_pos.relative.weight, model.tgt_pos.relative.weight):  # (512, 2) each
+        assert table.mean().abs().item() < 0.05
+        assert table.std().item() == pytest.approx(16 ** -0.5, rel=0.1)
+    assert not torch.equal(model.src_pos.relative.weight, model.tgt_pos.relative.weight)
+
+
+def test_rezero_gates_start_at_zero_and_scale_norm_gains_at_root_d_after_the_builder() -> None:
+    rezero = [m.alpha for m in _built(residual="rezero").modules() if hasattr(m, "alpha")]
+    assert len(rezero) == 10 and all(a.item() == 0.0 for a in rezero)  # 2x2 encoder + 2x3 decoder sub-layers
+    scale = [m.weight for m in _built(norm="scale").modules() if type(m).__name__ == "ScaleNorm"]
+    assert scale and all(w.item() == pytest.approx(4.0) for w in scale)
+
+
+def test_alibi_encoder_heads_read_one_direction_each_and_symmetric_stays_available() -> None:
+    cpu = torch.device("cpu")
+    enc = registry.get("positions", "alibi")(16, 4, 32, 0.0, causal=False)
+    bias = enc.attention(0, 6, 6, cpu).bias  # (heads, Tq, Tk)
+    m = alibi_slopes(4)[[0, 0, 2, 2]]  # each pair of heads shares the steeper slope
+    for h in range(4):
+        for i in range(6):
+            for j in range(6):
+                ahead = (j - i) if h % 2 else (i - j)  # odd heads read right to left
+                want = -m[h].item() * ahead if ahead >= 0 else -1.0e4
+                assert bias[h, i, j].item() == pytest.approx(want), (h, i, j)
+    # so the encoder's attention tells left from right: its bias is not symmetric in (i, j)
+    assert not torch.equal(bias, bias.transpose(-2, -1))
+    symmetric = registry.get("positions", "alibi")(16, 4, 32, 0.0, causal=False, alibi_encoder="symmetric")
+    sym = symmetric.attention(0, 6, 6, cpu).bias
+    assert torch.equal(sym, sym.transpose(-2, -1))
+    # the decoder keeps the paper's causal bias whatever the encoder's form
+    dec = registry.get("positions", "alibi")(16, 4, 32, 0.0, causal=True)
+    assert torch.equal(dec.attention(0, 6, 6, cpu).bias, sym)
