@@ -185,4 +185,27 @@ def test_an_lm_study_ranks_by_perplexity_and_lower_is_better() -> None:
 
     spec = lm_spec(ablation={"axes": {"model.positions": ["sinusoidal", "alibi"]}})
     assert study_metric(spec) == "val/ppl"
-    assert {metric_direction(m) for m in ("val/ppl", "val/bpb", "val/ppl_at_256", "test/loss")} == {"minimize"}
+    metrics = ("val/ppl", "val/bpb", "val/ppl_at_256", "test/loss")
+    assert {metric_direction(m) for m in metrics} == {"minimize"}
+
+
+def test_a_hub_dataset_text_column_becomes_documents(tmp_path: Path) -> None:
+    """A hub source reads one text column (here a local dataset folder, as load_dataset accepts)."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = {"train": ["a b c", "d e", "f g h i"], "validation": ["a b", "c d"], "test": ["e f"]}
+    for split, texts in lines.items():
+        (folder / f"{split}.jsonl").write_text("".join(f'{{"text": "{t}", "id": 1}}\n' for t in texts))
+    spec = ExperimentSpec.model_validate({
+        "name": "h", "tracking": {"enabled": False}, "model": {"arch": "decoder_only"},
+        "data": {"source": "hub", "hub": {"name": str(folder), "field": "text"}, "document_lines": 2,
+                 "tokenizer": {"kind": "wordlevel", "vocab_size": 50}, "cache_dir": str(tmp_path / "c")}})
+    data = prepare_lm(spec)
+    assert [data.documents[s].texts for s in ("train", "val", "test")] == [["a b c d e", "f g h i"],
+                                                                          ["a b c d"], ["e f"]]
+
+
+def test_a_hub_lm_spec_must_name_its_text_column(tmp_path: Path) -> None:
+    message = _error_of(tmp_path, "name: x\nmodel: {arch: decoder_only}\ndata:\n  source: hub\n"
+                        "  hub: {name: some/dataset}\n")
+    assert "data.hub.field" in message and "one text column" in message
