@@ -163,7 +163,10 @@ def prepare_lm(spec: ExperimentSpec | DataSpec, seed: int = 0) -> LMData:
         name = data.source
         if data.source == "text":
             assert data.text is not None
-            name, source = Path(data.text.train).name.split(".")[0], str(data.text.train)
+            folder = Path(expand_env(data.text.root)).name if data.text.root else ""
+            train = Path(data.text.train).name
+            name = f"{folder}/{train}" if folder else train  # e.g. 'multi30k/train.en.gz'
+            source = str(Path(expand_env(data.text.root or "")) / data.text.train)
         else:
             assert data.hub is not None
             name, source = data.hub.name, f"hf://{data.hub.name}"
@@ -251,13 +254,17 @@ class PackedBatcher:
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
         if len(self.inputs) < world_size:
             raise ValueError(f"{len(self.inputs)} blocks cannot feed {world_size} ranks")
+        self._memo: tuple[int, list[np.ndarray]] | None = None  # the trainer asks once per micro-batch
 
     def all_batches(self, epoch: int) -> list[np.ndarray]:
+        if self._memo is not None and self._memo[0] == epoch:
+            return self._memo[1]
         n = len(self.inputs)
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
         batches = [order[i:i + self.rows] for i in range(0, n, self.rows)]
         usable = len(batches) - len(batches) % self.world_size  # every rank the same number of steps
-        return batches[:max(usable, self.world_size)]
+        self._memo = (epoch, batches[:max(usable, self.world_size)])
+        return self._memo[1]
 
     def num_batches(self, epoch: int = 0) -> int:
         return len(self.all_batches(epoch)) // self.world_size
