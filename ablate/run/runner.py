@@ -185,10 +185,10 @@ def _run(spec: ExperimentSpec, *, hook: EvalHook | None, run_dir: Path | None, t
         tracker = Tracker.start(spec, experiment=experiment, tags=tags,
                                 run_name=run_name or run_label(spec.name, spec.seed),
                                 variant=variant or (None if run_name else spec.name),
-                                parent_run_id=parent_run_id, resume_run_id=resume_id)
+                                parent_run_id=parent_run_id, resume_run_id=resume_id,
+                                outbox=run_dir / OUTBOX)  # a server outage queues records there
         if tracker.run_id and tracker.run_id != read_run_id(run_dir):
             write_run_id(run_dir, tracker.run_id)
-        tracker.use_outbox(run_dir / OUTBOX)  # a server outage queues records here; training goes on
     if on_start is not None:
         on_start(tracker.run_id)
     try:

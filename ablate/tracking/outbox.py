@@ -1,7 +1,8 @@
 """The outbox: a run's tracking operations, written ahead on local disk and sent in order by a thread.
 
-Over an HTTP tracking server, `Tracker` hands each operation (a metric batch with its original
-timestamps, tags, an artifact copied aside, the run's end) to its `Courier`, which appends it as one line
+Over an HTTP tracking server, `Tracker`'s transport (`transport.Queued`) hands each operation (params, a
+metric batch with its original timestamps, tags, a dataset input, an artifact or a folder of them copied
+aside, the run's end) to its `Courier`, which appends it as one line
 to ``<run dir>/outbox/queue.jsonl`` and returns: the training thread never waits on the network. A daemon
 thread sends the queue in order. A cursor file counts the operations sent, so a process killed at any
 instant resends at most the one operation in flight (MLflow drops a metric sent twice with the same key,
@@ -37,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import Dataset as DatasetEntity
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 
 import ablate.tracking.record as R
 
@@ -140,6 +143,15 @@ class Outbox:
             shutil.copyfile(src, copy)
             self.add({**op, "file": str(copy)}, delayed=delayed)
 
+    def add_dir(self, src: Path, op: dict[str, Any], *, delayed: bool = True) -> None:
+        """Queue a folder of artifacts: a copy of the tree waits here (its files may change or go)."""
+        with self.lock:
+            files = self.folder / "files"
+            files.mkdir(parents=True, exist_ok=True)
+            copy = Path(tempfile.mkdtemp(dir=files)) / "dir"
+            shutil.copytree(src, copy)
+            self.add({**op, "dir": str(copy)}, delayed=delayed)
+
     def sync(self) -> None:
         """Flush the queue to the disk (a power loss; a killed process loses nothing the kernel holds)."""
         try:
@@ -203,12 +215,35 @@ def deliver(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
         tags = [RunTag(k, v) for k, v in op["tags"].items()]
         for i in range(0, len(tags), 100):
             client.log_batch(run_id, tags=tags[i: i + 100], synchronous=True)
+    elif kind == "params":
+        params = [Param(k, v) for k, v in op["params"].items()]
+        for i in range(0, len(params), 100):
+            client.log_batch(run_id, params=params[i: i + 100], synchronous=True)
     elif kind == "artifact":
         client.log_artifact(run_id, op["file"], op.get("artifact_path"))
+    elif kind == "artifacts":
+        client.log_artifacts(run_id, op["dir"], op.get("artifact_path"))
+    elif kind == "dataset":
+        log_dataset(client, run_id, DatasetEntity(**op["dataset"]), op["context"])
     elif kind == "end":
         client.set_terminated(run_id, op["status"])
     else:
         raise ValueError(f"unknown outbox operation {kind!r}")
+
+
+def log_dataset(client: MlflowClient, run_id: str, entity: DatasetEntity, context: str) -> None:
+    """Record a dataset as a run input (the Datasets column of the UI)."""
+    tag = InputTag("mlflow.data.context", context)
+    try:
+        client.log_inputs(run_id, [DatasetInput(entity, [tag])])
+    except MlflowException as e:
+        # Two workers logging the same dataset at once (ablate ablate/tune --workers N): the store's
+        # check-then-insert fails for one of them on the unique (experiment, name, digest) key. The row
+        # exists now, so a second try links it to this run.
+        if "unique constraint" not in str(e).lower() and "integrityerror" not in str(e).lower():
+            raise
+        time.sleep(0.2)
+        client.log_inputs(run_id, [DatasetInput(entity, [tag])])
 
 
 def _fail_fast() -> None:
@@ -242,7 +277,9 @@ class Courier:
         self._queued = bool(inherited)  # the sender has something to send
         self._asked = self._answered = 0  # requests to try now (`settle`); the last one a pass began after
         self._closed = False  # `finish` let go of the outbox: the sender touches its files no more
-        threading.Thread(target=self._run, name=f"ablate-courier-{run_id[:8]}", daemon=True).start()
+        # The sender; it returns once `finish` let go of the outbox (tests join it to see nothing follows).
+        self.sender = threading.Thread(target=self._run, name=f"ablate-courier-{run_id[:8]}", daemon=True)
+        self.sender.start()
 
     @property
     def down(self) -> bool:
@@ -257,6 +294,12 @@ class Courier:
         with self.outbox.lock:
             op = {"kind": "artifact", "artifact_path": artifact_path}
             self.outbox.add_file(path, op, delayed=self.down)
+        self._wake()
+
+    def send_dir(self, directory: Path, artifact_path: str | None) -> None:
+        with self.outbox.lock:
+            self.outbox.add_dir(directory, {"kind": "artifacts", "artifact_path": artifact_path},
+                                delayed=self.down)
         self._wake()
 
     def send_made(self, artifact_file: str, write: Callable[[Path], Any]) -> None:

@@ -521,7 +521,7 @@ def test_async_logging_is_flushed_by_end(store: str) -> None:
     assert isinstance(tracker, Tracker)
     for step in range(60):
         tracker.log_metrics({"train/loss": 1.0 / (step + 1), "train/lr": step * 1e-4}, step=step)
-    assert tracker._pending  # really asynchronous: futures waiting to be flushed
+    assert tracker._transport._pending  # type: ignore[attr-defined]  # really asynchronous: futures waiting
     tracker.end()
     client = MlflowClient(store)
     assert [s for s, _ in history(client, tracker.run_id, "train/loss")] == list(range(60))
