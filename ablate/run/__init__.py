@@ -1,8 +1,10 @@
 """One spec -> one tracked run, and the commands that use a finished run.
 
-Owns ``ablate run`` (``runner``: seeds, devices, torchrun, resume from checkpoints, the MLflow record of
-one run through ``ablate.tracking``, the run folder and its summary) and ``ablate translate`` /
-``ablate evaluate`` over a run read back from MLflow (``translate``).
+Owns ``ablate run`` (``runner``: the steps of one run, seeds, resume from checkpoints, the MLflow record
+of one run through ``ablate.tracking``; ``distributed``: torchrun and the device; ``rundir``: the run
+folder and its summary; ``evaluation``: the best checkpoint on whole val/test), ``ablate translate`` /
+``ablate evaluate`` over a run read back from MLflow (``translate``) and ``ablate generate``
+(``generate``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

@@ -162,7 +162,7 @@ def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.Mon
     import ablate.run.runner
 
     seen: dict[tuple[str, int], tuple[dict[str, torch.Tensor], list[tuple[torch.Tensor, ...]]]] = {}
-    build = ablate.run.runner.build_model
+    build = ablate.run.runner.build_any
 
     def recording_build(model_spec: Any, *args: Any, seed: int, **kwargs: Any) -> torch.nn.Module:
         model = build(model_spec, *args, seed=seed, **kwargs)
@@ -177,7 +177,7 @@ def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.Mon
         seen[(model_spec.model_dump_json(), seed)] = (weights, batches)
         return model
 
-    monkeypatch.setattr(ablate.run.runner, "build_model", recording_build)
+    monkeypatch.setattr(ablate.run.runner, "build_any", recording_build)
     path = write_spec(workdir, "ctl", """
 ablation:
   axes: {model.residual: [pre_norm, post_norm], model.positions: [sinusoidal, learned]}

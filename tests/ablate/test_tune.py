@@ -21,9 +21,9 @@ from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.spec.load import SpecError, load_spec
+from ablate.study.attrs import HEARTBEAT, OWNER
 from ablate.study.search import _fill, main_tune, sample, search_name
 from ablate.study.space import derive, plan_search
-from ablate.study.attrs import HEARTBEAT, OWNER
 from ablate.study.store import Store, claim, open_study, reclaim
 from ablate.study.workers import threads_per_worker, usable_cores
 from tests.factories import STUDY_CELL, write_tiny_spec

@@ -1,0 +1,52 @@
+"""The end of a run's training: its best checkpoint evaluated on the whole val and test splits, with
+samples, the checkpoint and the model logged as the spec asks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+import ablate.tracking.record as R
+from ablate.data.prepare import PreparedData
+from ablate.engine.checkpoint import load_verified
+from ablate.engine.evaluate import evaluate, has_split, samples_text
+from ablate.engine.lm import DecoderOnlyLM
+from ablate.engine.model import Seq2SeqTransformer
+from ablate.engine.train import Trainer
+from ablate.hardware import resolve_precision
+from ablate.spec.experiment import ExperimentSpec
+
+if TYPE_CHECKING:
+    from ablate.tracking import NullTracker
+
+Model = Seq2SeqTransformer | DecoderOnlyLM
+
+
+def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, trainer: Trainer,
+                     tracker: NullTracker, device: torch.device) -> dict[str, float]:
+    """Evaluate the best checkpoint (by the validation metric) on the whole val and test splits (no
+    ``eval.max_sentences`` cap); log samples and artifacts."""
+    best = load_verified(trainer.best_path)  # a torn best.pt is one line, not a zip-reader traceback
+    if best is not None:
+        model.load_state_dict(best[0]["model"])
+    precision = resolve_precision(spec.train.precision, device)
+    out: dict[str, float] = {}
+    for split in ("val", "test"):
+        if has_split(data, split):
+            out.update(evaluate(model, data, split, spec, device, precision, decode=True, limit=None))
+    if spec.eval.samples:
+        tracker.log_text(samples_text(model, data, spec, device), R.SAMPLES_ARTIFACT)
+    if spec.tracking.log_checkpoint and trainer.best_path.exists():
+        tracker.log_artifact(trainer.best_path, R.CHECKPOINT_DIR)
+    if spec.tracking.log_model:
+        tracker.log_model(model)
+    return out
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
