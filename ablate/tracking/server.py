@@ -16,9 +16,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import ablate.tracking.record as R
@@ -96,18 +99,38 @@ def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | N
     env = dict(os.environ)
     if not jobs:
         env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    with open(log, "ab") as out:
-        # Its own session: Ctrl-C in the terminal reaches only us, and stop_server ends the whole group.
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
     url = _url(host, port)
+    process: subprocess.Popen[bytes] | None = None
     try:
+        with _interrupt_after(), open(log, "ab") as out:
+            # Its own session: Ctrl-C in the terminal reaches only us, and stop_server ends the whole group.
+            process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       env=env, start_new_session=True)
         _wait_for_health(process, url, log, timeout)
     except BaseException:
         # Ctrl-C (or any error) while it starts: leave no server behind.
-        stop_server(process)
+        if process is not None:
+            stop_server(process)
         raise
     return process, url
+
+
+@contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Hold a Ctrl-C back until the block ends, then raise it. Around the server's creation: an interrupt
+    inside `subprocess.Popen` (the child forked, its handle not returned yet) would leave a server that
+    nothing stops. Only the main thread receives signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _wait_for_health(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
@@ -185,9 +208,9 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> i
     process: subprocess.Popen[bytes] | None = None
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
+        target = latest_target(uri, url)  # before the line: once it is shown, the UI has started
         print(f"MLflow UI: {url}/#/experiments?{R.WORKFLOW_QUERY}  (store {uri}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
-        target = latest_target(uri, url)
         if target is not None:
             print(f"latest {target[0]}: {target[1]}", flush=True)
         code = process.wait()

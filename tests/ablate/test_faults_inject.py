@@ -230,18 +230,23 @@ def test_sigterm_at_a_random_step_then_a_torn_checkpoint_resume_exactly(tmp_path
 def test_two_launches_of_one_run_then_sigkill_and_a_stale_lock(tmp_path: Path, reference: Path,
                                                                rng: random.Random) -> None:
     """A second `ablate run` of a run being trained says who holds it and exits 2; the holder SIGKILLed at a
-    random step leaves its lock behind, which the next launch takes over (pid gone) to finish exactly."""
+    random step leaves its lock behind, which the next launch takes over (pid gone) to finish exactly.
+
+    The holder is stopped (SIGSTOP) while the second launch starts: on a slow machine that launch takes
+    longer than the whole tiny run, which would otherwise end (and release its lock) before the kill."""
     (tmp_path / "spec.yaml").write_text(SPEC)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = _start(tmp_path, uri, delay=0.3)
     _when(first, lambda: _step(tmp_path) >= 0)
+    first.send_signal(signal.SIGSTOP)  # it holds the lock, alive, and trains no further meanwhile
     second = _run(tmp_path, uri)
     assert second.returncode == 2, second.stderr
     (line,) = _messages(second.stderr)
     assert f"is being trained by pid {first.pid} on {socket.gethostname()}" in line and "--wait" in line
-    at = rng.randint(1, 45)
+    at = rng.randint(1, 42)  # a checkpoint (every 7 steps) before the last one, at 56
+    first.send_signal(signal.SIGCONT)
     _when(first, lambda: _step(tmp_path) >= at)
-    time.sleep(rng.uniform(0, 0.3))
+    first.send_signal(signal.SIGSTOP)  # where it is now: the kill cannot come after the run ended
     first.send_signal(signal.SIGKILL)
     first.communicate()
     assert list(tmp_path.glob("runs/tiny/*/.lock"))  # left behind by the killed holder

@@ -371,3 +371,26 @@ def test_the_resume_line_repeats_workers_and_storage_but_not_a_password() -> Non
     assert (resume_command("tune", "s.yaml", ["seed=3"], workers=2, storage="postgresql://bob:hunter2@db:5432/x")
             == "ablate tune s.yaml --set seed=3 --workers 2 --storage postgresql://bob:***@db:5432/x")
     assert resume_command("ablate", "s.yaml", [], storage="j.log") == "ablate ablate s.yaml --storage j.log"
+
+
+def test_ctrl_c_while_the_server_process_is_created_stops_that_server(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interrupt lands inside `subprocess.Popen` (the child exists, its handle not returned yet): it is
+    held until the handle is there, then raised, and the server is stopped, not left running."""
+    from ablate.tracking import server
+
+    stopped: list[object] = []
+    child = object()
+
+    def popen_interrupted(*args: Any, **kwargs: Any) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C now, before Popen returns
+        return child
+
+    monkeypatch.setattr(server.subprocess, "Popen", popen_interrupted)
+    monkeypatch.setattr(server, "stop_server", stopped.append)
+    monkeypatch.setattr(server, "_wait_for_health", lambda *a: pytest.fail("the interrupt came first"))
+    with pytest.raises(KeyboardInterrupt):
+        server.start_server("127.0.0.1", 0, f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "art",
+                            log_path=tmp_path / "log")
+    assert stopped == [child]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before

@@ -215,7 +215,9 @@ def test_main_ui_serves_the_folder_store_until_ctrl_c(site: tuple[Path, str]) ->
                               cwd=folder, env=child_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until_up(url, ui, log)
-        wait_for_line(log, "MLflow UI: ", ui)  # what the user waits for before pressing Ctrl-C
+        # What the user waits for before pressing Ctrl-C: the UI has started (the line comes after the
+        # store was read), so the interrupt below never lands in the middle of the start.
+        wait_for_line(log, "MLflow UI: ", ui)
         assert run_id in [r["info"]["run_id"] for r in search_runs(url, "seeded")]
         files = get_json(f"{url}/api/2.0/mlflow/artifacts/list?run_id={run_id}")["files"]
         assert {"spec.yaml", "environment.json"} <= {f["path"] for f in files}

@@ -531,10 +531,15 @@ def test_async_logging_is_flushed_by_end(store: str) -> None:
 def test_system_metrics(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     tracker = Tracker.start(make_spec("system", store, system_metrics=True))
-    time.sleep(1.0)
+    wanted = {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"}
+    client = MlflowClient(store)
+    deadline = time.monotonic() + 60  # the sampler logs every 0.2 s; a busy machine may take far longer
+    while not wanted <= set(client.get_run(tracker.run_id).data.metrics):  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, "MLflow's system-metrics sampler logged nothing in 60 s"
+        time.sleep(0.1)
     tracker.end()
-    metrics = MlflowClient(store).get_run(tracker.run_id).data.metrics  # type: ignore[arg-type]
-    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(metrics)
+    metrics = client.get_run(tracker.run_id).data.metrics  # type: ignore[arg-type]
+    assert wanted <= set(metrics)
 
 
 # ---------------------------------------------------------------- listing
