@@ -64,7 +64,8 @@ def claims_of(study: Study) -> list[Expectation]:
     return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
 
 
-def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None) -> Evidence:
+def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None,
+             claim: Expectation | None = None) -> Evidence:
     assert study.baseline is not None
     metric = decided_metric(study) if design else study.primary
     runs = study.of(variant)
@@ -76,7 +77,7 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     identical = bool(diffs) and differing == 0
     nan = math.nan
     if design is not None:
-        look = run_sequence(paired, design)
+        look = run_sequence(paired, design, claim.effect if claim else None, claim.margin if claim else None)
         if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
@@ -175,7 +176,8 @@ def part(inp: Inputs) -> Part | None:
     design = design_of(study)
     lines, records = [], []
     for claim in claims:
-        ev = evidence(study, claim.variant, inp.effects, design) if claim.variant in study.variants else None
+        ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
+              else None)
         if ev is None:
             outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
         else:

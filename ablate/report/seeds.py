@@ -17,16 +17,26 @@ from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
-from ablate.study.sequential import METHOD, POWER, Design, Look, run_sequence
+from ablate.study.sequential import METHOD, POWER, Design, Look, Question, run_sequence
 
 
 def design_of(study: Study) -> Design | None:
+    """The study's sequential design from its parent's tag. The family is the study's comparisons (every
+    variant but the baseline): a study recorded before family-wise correction is judged with it too."""
     text = study.parent["tags"].get(R.SEQUENTIAL)
     if not text:
         return None
     d = json.loads(text)
+    family = int(d.get("family") or max(1, len(study.variants) - 1))
     return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]))
+                  None if d.get("min_effect") is None else float(d["min_effect"]), family)
+
+
+def claim_questions(study: Study) -> dict[str, tuple[Question, float | None]]:
+    """{variant: (its claim's question, the claim's own margin)} from the parent's ``ablate.expect`` tag."""
+    text = study.parent["tags"].get(R.EXPECT)
+    claims = json.loads(text) if text else []
+    return {str(c["variant"]): (c.get("effect"), c.get("margin")) for c in claims if isinstance(c, dict)}
 
 
 def decided_metric(study: Study) -> str:
@@ -64,10 +74,12 @@ class Comparison:
 def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     """Every variant's sequential comparison, walked with the study's own code."""
     out = []
+    asked = claim_questions(study)
     for v in study.variants[1:]:
         diffs, lost = paired_differences(study, v, metric)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
-        out.append(Comparison(v, len(diffs), run_sequence(diffs, design), lost, finite))
+        out.append(Comparison(v, len(diffs), run_sequence(diffs, design, *asked.get(v, (None, None))), lost,
+                              finite))
     return out
 
 

@@ -158,7 +158,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         if plan.design is not None:  # what the report needs to state the sequential verdicts
             d = plan.design
             tags[R.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
-                                             "min_effect": d.min_effect})
+                                             "min_effect": d.min_effect, "family": d.family})
         # A tag, not a param: a reopened study may state its expectations anew (params are final).
         tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in plan.spec.ablation.expect])
         with store.lock(plan.store_name):  # one parent run however many processes start at once

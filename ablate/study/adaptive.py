@@ -1,9 +1,11 @@
 """Adaptive seeds: which cells an ablation study with ``seeds: {min, max, step}`` still needs.
 
-Every comparison is a variant against the baseline, paired by seed. Round one runs ``min`` seeds of every
-variant; after each round every comparison is walked through its planned looks (each judged by
-``ablate.study.sequential.evaluate``) and one whose verdict is still open gets the next look's seeds, up to
-``max``; a decided one gets none. The baseline runs as many seeds as its most demanding comparison.
+Every comparison is a variant against the baseline, paired by seed, and the study's comparisons are one
+family (each tested at alpha over the family size). Round one runs ``min`` seeds of every variant; after
+each round every comparison is walked through its planned looks (each judged by
+``ablate.study.sequential.evaluate`` against the question of the variant's ``expect:`` claim, if any) and
+one whose question is still open gets the next look's seeds, up to ``max``; a decided one gets none. The
+baseline runs as many seeds as its most demanding comparison.
 Everything is recomputed from the cell records in the store, so a rerun, a second worker or another machine
 reaches the same plan (idempotent, resumable) and enqueues only what is missing.
 
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.study.sequential import Design, Look, evaluate, planned_looks
+from ablate.study.sequential import Design, Look, Question, evaluate, planned_looks
 
 TERMINAL = ("finished", "diverged", "failed")
 
@@ -38,12 +40,19 @@ class Progress:
         return self.state in ("effect", "no_effect", "identical", "no_pairs", "undecided")
 
 
-def design_of(ablation: Any) -> Design | None:
-    """The sequential design of an ablation section with a seed range, else None (a fixed seed list)."""
+def design_of(ablation: Any, family: int = 1) -> Design | None:
+    """The sequential design of an ablation section with a seed range, else None (a fixed seed list);
+    ``family``: the number of comparisons the study makes (variants other than the baseline)."""
     seeds = getattr(ablation, "seeds", None)
     if seeds is None or isinstance(seeds, list):
         return None
-    return Design(planned_looks(seeds.min, seeds.max, seeds.step), ablation.alpha, ablation.min_effect)
+    return Design(planned_looks(seeds.min, seeds.max, seeds.step), ablation.alpha, ablation.min_effect,
+                  max(1, family))
+
+
+def questions(ablation: Any) -> dict[str, tuple[Question, float | None]]:
+    """{variant label: (the question its claim asks, the claim's margin or None)} from ``ablation.expect``."""
+    return {claim.variant: (claim.effect, claim.margin) for claim in getattr(ablation, "expect", None) or []}
 
 
 def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
@@ -67,9 +76,11 @@ def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
 def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str, Progress]:
     """Each comparison's state from the store's cell records (``CellQueue.records()``)."""
     out: dict[str, Progress] = {}
+    asked = questions(plan.spec.ablation)
     for label in plan.variants:
         if label == "baseline":
             continue
+        question, margin = asked.get(label, (None, None))
         result: Progress | None = None
         last: Look | None = None
         for k, n in enumerate(design.looks):
@@ -80,9 +91,11 @@ def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str,
             if all(d is None for d in diffs):
                 result = Progress(label, n, last, "no_pairs")
                 break
-            look = last = evaluate([math.nan if d is None else d for d in diffs], design, k + 1)
+            values = [math.nan if d is None else d for d in diffs]
+            look = last = evaluate(values, design, k + 1, question, margin)
             if look.decided:
-                result = Progress(label, n, look, look.state)
+                # decided while 'open' only inside a none-claim's margin: no effect that large
+                result = Progress(label, n, look, "no_effect" if look.state == "open" else look.state)
                 break
         out[label] = result or Progress(label, design.looks[-1], last, "undecided")
     return out

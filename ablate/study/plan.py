@@ -109,7 +109,7 @@ class StudyPlan:
     @property
     def design(self) -> Design | None:
         """The sequential design when the seeds are a range (adaptive), else None."""
-        return design_of(self.spec.ablation)
+        return design_of(self.spec.ablation, family=len(self.variants) - 1)
 
     @property
     def variants(self) -> list[str]:

@@ -20,10 +20,16 @@ more often than 5% of the time, so the boundaries are those of a group-sequentia
   ``mean +- t(1 - p*/2, n - 1) * s / sqrt(n)``: the K intervals cover the true effect simultaneously
   with probability 1 - alpha, so the interval at whatever look the study stopped is valid however the
   stopping was decided (by this metric or any other).
-* A comparison is decided at the first look where its interval excludes 0 (an effect, sign known) or lies
-  inside ``[-min_effect, +min_effect]`` (no effect as large as min_effect: an equivalence verdict from the
-  same simultaneous interval). Otherwise it stays open: it straddles zero and reaches past +-min_effect
-  (without min_effect it stays open until it excludes 0 or reaches ``max``).
+* The comparisons of one study are one family: each is tested at ``alpha / family`` (Bonferroni, inside the
+  group-sequential design: Pocock's per-look level is calibrated at that level), so the chance that any
+  comparison of the study gives a false effect stays at or below ``alpha``.
+* A comparison is decided by its own question. Without a claim, or with a ``better`` / ``worse`` claim: at
+  the first look where its interval excludes 0 (an effect, sign known) or lies inside
+  ``[-min_effect, +min_effect]`` (no effect as large as min_effect: an equivalence verdict from the same
+  simultaneous interval). With a ``none`` claim (no effect within ``+-margin``): at the first look where
+  the interval lies within the margin or wholly beyond it; an interval that excludes 0 but still reaches
+  inside the margin answers a question nobody asked, so the comparison gets more seeds. Otherwise it stays
+  open up to ``max`` (without min_effect, until it excludes 0).
 * The smallest detectable effect at n seeds is ``(t(1 - p*/2, n-1) + t(power, n-1)) * s / sqrt(n)``: the
   true effect this test would find with probability ``power`` (80%) given the spread s the seeds showed.
 
@@ -50,6 +56,8 @@ _CHUNK = 20_000
 METHOD = "Pocock group-sequential paired t-test"
 
 State = Literal["effect", "no_effect", "identical", "open", "untestable"]
+# The question a study's claim asks of a comparison (ablation.expect's effect); None: no claim.
+Question = Literal["better", "worse", "none", "identical"] | None
 
 
 def planned_looks(minimum: int, maximum: int, step: int = 1) -> tuple[int, ...]:
@@ -95,10 +103,16 @@ class Design:
     looks: tuple[int, ...]
     alpha: float = ALPHA
     min_effect: float | None = None
+    family: int = 1  # comparisons in the study: each is tested at alpha / family (Bonferroni)
+
+    @property
+    def level(self) -> float:
+        """The overall two-sided level of one comparison: the study's alpha shared by its family."""
+        return self.alpha / max(1, self.family)
 
     @property
     def nominal(self) -> float:
-        return nominal_level(self.looks, self.alpha)
+        return nominal_level(self.looks, self.level)
 
     def critical(self, n: int) -> float:
         """|t| a look with n paired seeds must pass (df n - 1)."""
@@ -107,9 +121,11 @@ class Design:
     def describe(self) -> str:
         looks = ", ".join(str(n) for n in self.looks)
         tail = f"; min_effect {self.min_effect:g}" if self.min_effect is not None else ""
+        family = (f"family-wise two-sided alpha {self.alpha:g} over {self.family} comparisons "
+                  f"(Bonferroni: each at {self.level:.4g})" if self.family > 1
+                  else f"overall two-sided alpha {self.alpha:g}")
         return (f"{METHOD}: {len(self.looks)} planned look{'s' * (len(self.looks) > 1)} at n = {looks} "
-                f"seeds, overall two-sided alpha {self.alpha:g}, nominal level per look {self.nominal:.4f}"
-                + tail)
+                f"seeds, {family}, nominal level per look {self.nominal:.4f}" + tail)
 
 
 @dataclass(frozen=True)
@@ -125,24 +141,38 @@ class Look:
     detectable: float  # smallest effect found with POWER at this n and spread (NaN below 2 pairs)
     state: State
     final: bool  # the last planned look: an open comparison stays undecided
-
-    @property
-    def decided(self) -> bool:
-        return self.state in ("effect", "no_effect", "identical")
+    decided: bool = False  # the comparison's own question is answered (see answers())
 
 
-def evaluate(differences: Sequence[float], design: Design, look: int) -> Look:
-    """The verdict at planned look ``look`` (1-based) from its per-seed differences (non-finite dropped)."""
+def answers(state: State, lo: float, hi: float, question: Question, margin: float | None) -> bool:
+    """Whether a look answers the comparison's question (module doc): a ``none`` claim needs its interval
+    within ``+-margin`` or wholly beyond it; any other comparison an effect or no effect as large as
+    min_effect."""
+    if state == "identical":
+        return True
+    if state == "untestable":
+        return False
+    if question == "none" and margin is not None:
+        return (-margin <= lo and hi <= margin) or lo > margin or hi < -margin
+    return state in ("effect", "no_effect")
+
+
+def evaluate(differences: Sequence[float], design: Design, look: int, question: Question = None,
+             margin: float | None = None) -> Look:
+    """The verdict at planned look ``look`` (1-based) from its per-seed differences (non-finite dropped);
+    ``question`` and ``margin`` (a ``none`` claim's; default min_effect) decide whether it is decided."""
     d = np.asarray([float(v) for v in differences], dtype=float)
     d = d[np.isfinite(d)]
     n, final = len(d), look >= len(design.looks)
+    margin = design.min_effect if margin is None else margin
     if n < 2:
         diff = float(d.mean()) if n else math.nan
         return Look(n, look, diff, math.nan, math.nan, math.nan, math.nan, "untestable", final)
     diff, sd = float(d.mean()), float(d.std(ddof=1))
     if sd == 0.0:  # t undefined: every seed moved by exactly the same amount (0: e.g. mask -inf vs -1e9)
         state: State = "identical" if diff == 0.0 else "effect"
-        return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final)
+        return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final,
+                    answers(state, diff, diff, question, margin))
     crit = design.critical(n)
     half = crit * sd / math.sqrt(n)
     lo, hi = diff - half, diff + half
@@ -153,19 +183,21 @@ def evaluate(differences: Sequence[float], design: Design, look: int) -> Look:
     else:
         state = "open"
     detectable = (crit + _quantile(POWER, n - 1)) * sd / math.sqrt(n)
-    return Look(n, look, diff, lo, hi, sd, detectable, state, final)
+    return Look(n, look, diff, lo, hi, sd, detectable, state, final, answers(state, lo, hi, question, margin))
 
 
-def run_sequence(differences: Sequence[float | None], design: Design) -> Look | None:
+def run_sequence(differences: Sequence[float | None], design: Design, question: Question = None,
+                 margin: float | None = None) -> Look | None:
     """Walk the planned looks over per-seed differences in seed order (None: the pair has no value, e.g.
-    a diverged run) and return the look that decided, else the last look the data reach (None if the
-    first look is not reached yet). A later look is never consulted once an earlier one decided."""
+    a diverged run) and return the look that decided the comparison's ``question``, else the last look the
+    data reach (None if the first look is not reached yet). A later look is never consulted once an
+    earlier one decided."""
     last: Look | None = None
     for k, n in enumerate(design.looks, start=1):
         if len(differences) < n:
             break
         values = [math.nan if v is None else float(v) for v in differences[:n]]
-        last = evaluate(values, design, k)
+        last = evaluate(values, design, k, question, margin)
         if last.decided:
             break
     return last

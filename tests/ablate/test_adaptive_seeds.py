@@ -190,16 +190,18 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     verdicts = {row[0]: row[-1] for row in table.rows}
     assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"
     assert verdicts["residual=post_norm"].startswith("no seed where both it and the baseline finished")
-    expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], Design((3, 4, 5), 0.05, 0.5))
+    # a tag without a family (recorded before family-wise correction): the study's 5 comparisons are one
+    family = Design((3, 4, 5), 0.05, 0.5, family=5)
+    expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], family)
     assert expected is not None and expected.state == "open" and expected.final
     assert verdicts["positions=learned"] == "undecided at the maximum of 5 seeds"
     got = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "positions=learned")
     assert (got["lo"], got["hi"], got["detectable"]) == (expected.lo, expected.hi, expected.detectable)
-    assert data["sequential"]["nominal_level"] == Design((3, 4, 5)).nominal < 0.05
+    assert data["sequential"]["nominal_level"] == family.nominal < Design((3, 4, 5)).nominal < 0.05
     # The report's summary says the same as the section: by the sequential test, not by the fixed-sample
     # one, which cannot reach p < 0.05 with 3 seeds and would call a 30 BLEU gap untestable.
     summary = {line.split(": ", 1)[0]: line for line in sequential_summary(build_study(parent, frame)) or []}
-    decided = run_sequence([-w for w in worse], Design((3, 4, 5), 0.05, 0.5))
+    decided = run_sequence([-w for w in worse], family)
     assert decided is not None and decided.state == "effect" and decided.look == 1
     ci = f"[{decided.lo:+.2f}, {decided.hi:+.2f}]"
     assert summary["warmup=0"] == (f"warmup=0: {decided.diff:+.2f} BLEU {ci} (repeated 95% CI), effect: "

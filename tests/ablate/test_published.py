@@ -197,8 +197,9 @@ def test_an_adaptive_study_is_judged_on_its_sequential_interval_and_divergence_c
     study = _study(claims, sequential, diverged="residual=post_norm")
     made = _part(study)
     lines, data = made.intro[1].items, made.data  # type: ignore[union-attr]
-    look = run_sequence([v - b for v, b in zip(VARIANTS["positions=learned"], BASE, strict=True)],
-                        Design((3, 4), 0.05, 1.0))
+    family = Design((3, 4), 0.05, 1.0, family=len(study.variants) - 1)  # the study's comparisons are one
+    look = run_sequence([v - b for v, b in zip(VARIANTS["positions=learned"], BASE, strict=True)], family,
+                        "none")
     assert look is not None and -1.0 <= look.lo and look.hi <= 1.0
     got = data["published"][0]
     assert got["outcome"] == REPRODUCED and (got["lo"], got["hi"]) == (look.lo, look.hi)

@@ -91,3 +91,60 @@ def test_degenerate_streams() -> None:
     wide = run_sequence([1.0, -1.0, 1.2, -0.9, 1.1, -1.0, 0.9, -1.1], design)
     assert wide is not None and wide.state == "open" and wide.final and wide.n == 8
     assert wide.detectable > abs(wide.diff)
+
+
+# ---------------------------------------------------------------- a study's comparisons are one family
+FAMILY = 6  # the modern-axes study: six variants against one baseline
+
+
+def _any_false_effect(design: Design, seed: int, studies: int = REPS) -> float:
+    """Share of simulated null studies (FAMILY comparisons, no true effect anywhere) in which at least one
+    comparison is decided as an effect."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(studies):
+        rows = rng.normal(0.0, 1.0, size=(FAMILY, LOOKS[-1]))
+        looks = [run_sequence(list(row), design) for row in rows]
+        hits += any(lk is not None and lk.state == "effect" for lk in looks)
+    return hits / studies
+
+
+def test_family_wise_false_positive_rate_stays_at_alpha_with_bonferroni_inside_the_design() -> None:
+    corrected = _any_false_effect(Design(LOOKS, 0.05, None, family=FAMILY), seed=11)
+    uncorrected = _any_false_effect(Design(LOOKS, 0.05, None, family=1), seed=11)
+    assert corrected <= 0.05 + SLACK
+    assert uncorrected > 0.15  # six comparisons each at the full alpha: about 1 - 0.95^6 = 26%
+    assert Design(LOOKS, 0.05, family=FAMILY).nominal == nominal_level(LOOKS, 0.05 / FAMILY)
+    assert "over 6 comparisons (Bonferroni: each at 0.008333)" in Design(LOOKS, family=FAMILY).describe()
+
+
+def test_a_none_claim_gets_seeds_until_its_interval_is_inside_or_beyond_the_margin() -> None:
+    # Significant at the first look, but the interval straddles the 0.5 margin: a plain comparison stops
+    # there ("effect"), a none-claim's question is not answered, so it takes the next looks' seeds.
+    stream = [0.35, 0.45, 0.40, 0.38, 0.42, 0.41, 0.39, 0.40]
+    design = Design(LOOKS, 0.05, 0.5)
+    plain = run_sequence(stream, design)
+    asked = run_sequence(stream, design, "none")
+    assert plain is not None and plain.look == 1 and plain.state == "effect" and plain.decided
+    assert plain.hi > 0.5  # ... straddling the margin
+    assert asked is not None and asked.decided and asked.look > 1
+    assert -0.5 <= asked.lo and asked.hi <= 0.5  # settled: no effect as large as the margin
+    # a claim margin of its own is what counts, not the study's min_effect
+    wide = run_sequence(stream, design, "none", margin=2.0)
+    assert wide is not None and wide.look == 1 and wide.decided
+
+
+def test_claim_aware_stopping_keeps_each_question_at_its_error_rate() -> None:
+    """Simulated: a none-claim whose true effect is 0 is called 'beyond the margin' (a false contradiction)
+    in at most alpha of the runs; a better-claim with no true effect is falsely reproduced in at most
+    alpha/2 (one side of a two-sided test); and a none-claim with a true effect of twice the margin is
+    settled beyond it in most runs."""
+    design = Design(LOOKS, 0.05, 0.5)
+    none_null = [run_sequence(list(row), design, "none") for row in _streams(0.0, 21, sd=0.6)]
+    beyond = sum(lk is not None and (lk.lo > 0.5 or lk.hi < -0.5) for lk in none_null)
+    assert beyond / REPS <= 0.05 + SLACK
+    better_null = [run_sequence(list(row), design, "better") for row in _streams(0.0, 22, sd=0.6)]
+    false_better = sum(lk is not None and lk.state == "effect" and lk.lo > 0 for lk in better_null)
+    assert false_better / REPS <= 0.025 + SLACK
+    none_large = [run_sequence(list(row), design, "none") for row in _streams(1.0, 23, sd=0.3)]
+    assert sum(lk is not None and lk.decided and lk.lo > 0.5 for lk in none_large) / REPS > 0.8
