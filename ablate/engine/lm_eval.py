@@ -55,11 +55,14 @@ def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: Experiment
                f"{split}/bpb": bits_per_byte(nll, part.n_bytes)}
         stride = spec.eval.sliding_stride
         for length in spec.eval.lengths:
-            nll, count = window_nll(model, part.docs, length, None, tokens, device, precision)
-            out[metricnames.length_metric(split, length)] = _ppl(nll / max(1, count))
+            if length == data.block_len:  # its non-overlapping windows were just scored: the same numbers
+                n, c = nll, count
+            else:
+                n, c = window_nll(model, part.docs, length, None, tokens, device, precision)
+            out[metricnames.length_metric(split, length)] = _ppl(n / max(1, c))
             if stride is not None:
-                nll, count = window_nll(model, part.docs, length, stride, tokens, device, precision)
-                out[metricnames.length_metric(split, length, sliding=True)] = _ppl(nll / max(1, count))
+                n, c = window_nll(model, part.docs, length, stride, tokens, device, precision)
+                out[metricnames.length_metric(split, length, sliding=True)] = _ppl(n / max(1, c))
         return out
     finally:
         model.train(was_training)

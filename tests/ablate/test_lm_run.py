@@ -46,6 +46,7 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
     for name in ("val/loss", "val/ppl", "val/bpb", "val/ppl_at_16", "val/ppl_at_32_sliding", "test/bpb"):
         assert name in result.metrics, name
     assert result.metrics[R.PADDING] == 0.0  # packed blocks
+    assert result.metrics["val/ppl_at_16"] == result.metrics["val/ppl"]  # 16 is the training length
     logged = MlflowClient().get_run(result.run_id).data.metrics
     assert R.final("val/ppl_at_32") in logged and "val/ppl_at_16" in logged  # the curve and the result
     assert set(spec.evaluation_metrics()) <= {k for k in logged if not k.startswith(R.FINAL)}
