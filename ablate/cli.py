@@ -12,6 +12,7 @@ import argparse
 import difflib
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -231,7 +232,12 @@ COMMANDS: tuple[Command, ...] = (
             _bench_args, "ablate.bench.suite", "main_bench"),
 )
 COMMAND = {c.name: c for c in COMMANDS}
-GLOBAL_DESTS = ("command",)  # parsed for every command, passed to none
+GLOBAL_DESTS = ("command", "verbose")  # parsed for every command, passed to none
+# What other libraries print unless --verbose: MLflow's INFO lines ("Creating initial MLflow database
+# tables...", one per new store, and its run links) and the "Generating ... split" progress bars of
+# datasets, a dozen per prepared corpus. Environment variables, so study workers and torchrun's processes
+# inherit them; a value the user set wins.
+QUIET_ENV = {"MLFLOW_LOGGING_LEVEL": "WARNING", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -250,8 +256,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for c in COMMANDS:
-        c.arguments(sub.add_parser(c.name, help=c.help, description=c.help))
+        p = sub.add_parser(c.name, help=c.help, description=c.help)
+        c.arguments(p)
+        _add_verbose(p)
     return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show what MLflow and datasets print (INFO lines, progress bars)")
+
+
+def quiet_libraries() -> None:
+    """Keep the terminal to ablate's own lines (see QUIET_ENV); also for libraries imported already (a
+    caller of `main` in the same process)."""
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if "mlflow" in sys.modules:
+        logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
+        datasets.disable_progress_bars()
 
 
 # ---------------------------------------------------------------- spec commands
@@ -391,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ablate` console script and of `python -m ablate`; returns the exit code."""
     argv = _list_names_may_start_with_dash(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        quiet_libraries()
     try:
         code = dispatch(args)
         sys.stdout.flush()  # inside the try: a reader that went away is noticed here, not at exit

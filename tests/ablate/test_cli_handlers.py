@@ -93,3 +93,32 @@ def test_a_broken_pipe_inside_a_handler_is_exit_0(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(cli, "handler", lambda command: reader_gone)
     assert main(["runs"]) == 0
+
+
+def test_the_terminal_shows_mlflow_lines_only_with_verbose(tmp_path: Path) -> None:
+    """A new store makes MLflow log "Creating initial MLflow database tables" at INFO: hidden by default."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", *cli.QUIET_ENV)}
+    for flags, shown in (([], False), (["--verbose"], True)):
+        folder = tmp_path / ("verbose" if shown else "quiet")
+        folder.mkdir()
+        done = subprocess.run([sys.executable, "-m", "ablate", "runs", *flags], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("no runs in sqlite:///")
+        assert ("Creating initial MLflow database tables" in done.stderr) is shown, done.stderr
+
+
+def test_quiet_turns_off_the_progress_bars_of_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    for key in cli.QUIET_ENV:  # recorded, so the test leaves the environment as it found it
+        monkeypatch.setenv(key, "unset")
+        monkeypatch.delenv(key)
+    datasets.enable_progress_bars()
+    try:
+        cli.quiet_libraries()
+        assert os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"  # also for the workers it starts
+        assert not datasets.is_progress_bar_enabled()
+    finally:
+        os.environ.pop("HF_DATASETS_DISABLE_PROGRESS_BARS", None)  # it has priority over the call below
+        datasets.enable_progress_bars()
