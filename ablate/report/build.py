@@ -40,6 +40,7 @@ from ablate.report import (
     seeds,
     setup,
     summary,
+    verdicts,
 )
 from ablate.report.data import Study, design_params, load_study
 from ablate.report.part import Inputs, Part
@@ -52,7 +53,7 @@ PartFn = Callable[[Inputs], Part | None]
 # The report of an ablation, top to bottom. A part's intro blocks open the report in this order too:
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    setup.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
+    setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
     factorial.part, curves.part, lengths.part, costs.part, failures.part, attention.part, environment.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)

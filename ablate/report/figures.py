@@ -124,6 +124,37 @@ def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, pa
         return save(fig, path)
 
 
+Interval = tuple[float, float, float]  # (difference, low, high)
+
+
+def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: float | None, xlabel: str,
+                   labels: tuple[str, str], path: Path) -> Path:
+    """The report's opening picture: per variant, the interval its verdict rests on (filled marker, upper
+    bar) and the same interval on the test split (open marker, lower bar), with ±``band`` shaded."""
+    with _style():
+        fig = Figure(figsize=(7.0, 1.4 + 0.55 * max(1, len(rows))), layout="constrained")
+        ax = fig.subplots()
+        if band is not None:
+            ax.axvspan(-band, band, color="#dddddd", zorder=0, label=f"±{band:g}")
+        ys = np.arange(len(rows))[::-1].astype(float)
+        for y, (_, val, test) in zip(ys, rows, strict=True):
+            diff, lo, hi = val
+            ax.plot([lo, hi], [y + 0.12, y + 0.12], color="#1f77b4", linewidth=2.2)
+            ax.plot([diff], [y + 0.12], "o", color="#1f77b4", label=labels[0] if y == ys[0] else None)
+            if test is not None:
+                t_diff, t_lo, t_hi = test
+                ax.plot([t_lo, t_hi], [y - 0.12, y - 0.12], color="#ff7f0e", linewidth=1.6)
+                ax.plot([t_diff], [y - 0.12], "o", markerfacecolor="white", color="#ff7f0e",
+                        label=labels[1] if y == ys[0] else None)
+        ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
+        ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+        return save(fig, path)
+
+
 @dataclass(frozen=True)
 class CostPoint:
     """One variant in the quality-vs-cost plot: the means over finished seeds and the seeds' range."""

@@ -28,8 +28,9 @@ import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import EffectRow, Study, quality_meta
 from ablate.report.part import Inputs, Part
-from ablate.report.render import Bullets, Para
+from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.seeds import decided_metric, design_of, paired_differences
+from ablate.report.verdicts import regime
 from ablate.spec.study import Expectation
 from ablate.study.sequential import Design, run_sequence
 
@@ -138,7 +139,9 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
     if ev.significant:
         found_better = _found_better(ev, higher_is_better)
         found = "better" if found_better else "worse"
-        return (REPRODUCED if found_better == wanted_better else CONTRADICTED), f"significantly {found}"
+        if found_better != wanted_better:
+            return CONTRADICTED, f"significantly {found}"
+        return REPRODUCED, f"significantly {found}{_how_much(ev)}"
     if ev.identical:
         return CONTRADICTED, "identical to the baseline in every paired seed"
     m = ev.min_effect
@@ -148,6 +151,17 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
         return OPEN, _too_few(ev)
     return OPEN, ("no significant difference at the study's maximum of "
                   f"{ev.max_reached} seeds" if ev.max_reached else "no significant difference yet")
+
+
+def _how_much(ev: Evidence) -> str:
+    """Whether a reproduced direction also clears the study's min_effect, in the metric's unit."""
+    m = ev.min_effect
+    if m is None or not (math.isfinite(ev.lo) and math.isfinite(ev.hi)):
+        return ""
+    unit = quality_meta(ev.metric)[0]
+    if min(abs(ev.lo), abs(ev.hi)) >= m:
+        return f", by at least {m:g} {unit}"
+    return f" in direction only: its interval does not clear the {m:g} {unit} this study cares about"
 
 
 def _more_seeds(ev: Evidence) -> str:
@@ -174,7 +188,11 @@ def part(inp: Inputs) -> Part | None:
     if not claims or study.baseline is None:
         return None
     design = design_of(study)
-    lines, records = [], []
+    reg = regime(study)
+    unconverged = reg is not None and reg.converged is False
+    lines: list[str] = []
+    checks: list[str] = []
+    records: list[dict[str, object]] = []
     for claim in claims:
         ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
               else None)
@@ -193,13 +211,25 @@ def part(inp: Inputs) -> Part | None:
         margin = _margin(claim, design.min_effect if design else None)
         if claim.effect == "none" and margin is not None:
             expected += f" (within ±{margin:g})"
-        lines.append(f"**{outcome.capitalize()}** ({claim.source}): `{claim.variant}` {expected}. "
-                     f"This study: {why}" + (f" ({found})." if found else "."))
+        scoped = claim.kind == "published" and claim.at_convergence and unconverged
+        label = outcome.capitalize() + (", not tested at convergence" if scoped else "")
+        line = (f"**{label}** ({claim.source}): `{claim.variant}` {expected}. "
+                f"This study: {why}" + (f" ({found})." if found else "."))
+        (checks if claim.kind == "identity" else lines).append(line)
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
+                        "kind": claim.kind, "not_tested_at_convergence": scoped,
                         "margin": claim.margin, "outcome": outcome, "why": why,
                         "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
                         "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
     metric = next((r["metric"] for r in records if r["metric"]), study.primary)
-    return Part("published", intro=[Para(f"**Published results this study checks** (on `{metric}`, each "
-                                         f"variant against `{study.baseline}`):"), Bullets(lines)],
-                data={"published": records})
+    against = f"on `{metric}`, each variant against `{study.baseline}`"
+    intro: list[Block] = []
+    if lines:
+        scope = ("; the study did not converge (see Regime above), so a result a paper reports for "
+                 "converged models is not tested at convergence") if any(
+            r["not_tested_at_convergence"] for r in records) else ""
+        intro = [Para(f"**Published results this study checks** ({against}{scope}):"), Bullets(lines)]
+    sections = [Section("Implementation checks", [
+        Para(f"Two spellings of one function, checked {against}: these are tests of the implementation, "
+             "not results from the literature."), Bullets(checks)])] if checks else []
+    return Part("published", sections, intro=intro, data={"published": records})

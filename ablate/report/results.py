@@ -111,11 +111,15 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     header = ["variant", "metric", "Δ vs baseline", "95% CI", "test", "n (base/ var)", "p", "p (Holm)"]
     blocks.append(Table(header, table_rows, "llrrlrrr", "Effects against the baseline (n: finished "
                         "seeds of the baseline / of the variant)"))
-    prim = [r for r in rows if r.metric == study.primary]
-    figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
-                     f"Δ {study.primary} vs {study.baseline} (95% CI)", inp.fig_dir / "forest.png")
-    blocks.append(Figure("figures/forest.png", f"Effect of each variant on {study.primary} "
-                         "against the baseline (dot: difference of means; bar: 95% CI)"))
+    if design_of(study) is None:  # an adaptive study opens with the forest plot of its own verdicts
+        prim = [r for r in rows if r.metric == study.primary]
+        figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
+                         f"Δ {study.primary} vs {study.baseline} (95% CI)", inp.fig_dir / "forest.png")
+        blocks.append(Figure("figures/forest.png", f"Effect of each variant on {study.primary} "
+                             "against the baseline (dot: difference of means; bar: 95% CI)"))
+    else:
+        blocks.append(Para("These fixed-sample effects ignore the study's stopping rule and its pairing by "
+                           "seed: the verdicts are the sequential ones at the top and in Adaptive seeds."))
     blocks.append(Para("Method: " + st.METHOD_NOTE))
     return Section("Effects", blocks)
 

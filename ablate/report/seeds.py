@@ -109,7 +109,13 @@ def _interval(look: Look | None, dec: int) -> str:
 
 
 def sequential_summary(study: Study) -> list[str] | None:
-    """The report's summary lines for an adaptive study: each variant's verdict by the test the study
+    """The report's summary lines for an adaptive study (:func:`sequential_lines` without the names)."""
+    lines = sequential_lines(study)
+    return None if lines is None else [line for _, line in lines]
+
+
+def sequential_lines(study: Study) -> list[tuple[str, str]] | None:
+    """(variant, summary line) for an adaptive study: each variant's verdict by the test the study
     stopped by (None for a study with a fixed seed list, whose summary is the fixed-sample verdicts).
 
     The fixed-sample tests ignore the stopping rule and, with the 2-3 seeds a first round has, cannot
@@ -126,16 +132,17 @@ def sequential_summary(study: Study) -> list[str] | None:
         if look is None and c.finite:  # before the first look: the mean so far, no interval yet
             n = len(c.finite)
             mean = st.fmt(sum(c.finite) / n, dec, True)
-            lines.append(f"{c.variant}: {mean} {unit} so far ({n} paired seed{'s' * (n != 1)}), {text}")
+            lines.append((c.variant, f"{c.variant}: {mean} {unit} so far ({n} paired seed{'s' * (n != 1)}), "
+                                     f"{text}"))
             continue
         if look is None or math.isnan(look.diff):
-            lines.append(f"{c.variant}: {text}")
+            lines.append((c.variant, f"{c.variant}: {text}"))
             continue
         where = f"{look.n} paired seed{'s' * (look.n != 1)}, look {look.look} of {len(design.looks)}"
         ci = _interval(look, dec)
         shown = f"{st.fmt(look.diff, dec, True)} {unit}" + (
             f" {ci} (repeated {1 - design.alpha:.0%} CI)" if ci != "—" and look.sd > 0 else "")
-        lines.append(f"{c.variant}: {shown}, {text} ({where})")
+        lines.append((c.variant, f"{c.variant}: {shown}, {text} ({where})"))
     return lines
 
 

@@ -8,9 +8,11 @@ by each variant's fixed-sample verdict (``stats``): the summary never contradict
 from __future__ import annotations
 
 from ablate.report.bounds import bound_text
+from ablate.report.data import quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Para
-from ablate.report.seeds import decided_metric, sequential_summary
+from ablate.report.seeds import decided_metric, design_of, sequential_lines
+from ablate.report.verdicts import regime, test_text, verdicts
 
 
 def part(inp: Inputs) -> Part:
@@ -18,12 +20,24 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     warnings = [bound_text(b) for b in inp.bounds]
     intro: list[Block] = [Note(w) for w in warnings]
-    sequential = sequential_summary(study)
-    if sequential is not None:  # the verdicts the study stopped by, as in its Adaptive seeds section
-        intro += [Para(f"**Summary** on `{decided_metric(study)}`, each variant against `{study.baseline}`, "
-                       "by the group-sequential test this study chose its seeds by (see Adaptive seeds "
-                       "below):"), Bullets(sequential)]
-    elif verdicts := [r.verdict for r in inp.effects if r.metric == study.primary]:
+    sequential = sequential_lines(study)
+    design = design_of(study)
+    if sequential is not None and design is not None:  # the verdicts the study stopped by (Adaptive seeds)
+        metric = decided_metric(study)
+        unit, dec, _ = quality_meta(metric)
+        rows = verdicts(study, design)
+        beside = {v.variant: test_text(v, dec, unit) for v in rows}
+        lines = [line + beside.get(variant, "") for variant, line in sequential]
+        flagged = [v for v in rows if v.agrees is False]
+        where = " They hold for the regime stated above." if regime(study) is not None else ""
+        intro += [Para(f"**Summary** on `{metric}`, each variant against `{study.baseline}`, by the "
+                       "group-sequential test this study chose its seeds by (see Adaptive seeds below), "
+                       f"with the test split beside each on the same seeds.{where}"), Bullets(lines)]
+        if flagged:
+            intro.append(Note(f"the test set disagrees with {len(flagged)} validation verdict(s): "
+                              + ", ".join(f"`{v.variant}`" for v in flagged)
+                              + ". Validation decides; the test set is a second sample of sentences."))
+    elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
-                       "(details, tests and caveats below):"), Bullets(verdicts)]
+                       "(details, tests and caveats below):"), Bullets(fixed)]
     return Part("summary", intro=intro, data={"warnings": warnings})

@@ -45,6 +45,12 @@ class Expectation(Strict):
     # For effect none: the largest difference that still counts as no effect (the metric's units);
     # default: ablation.min_effect.
     margin: Annotated[Float, Field(gt=0)] | None = None
+    # published: a result from the literature; identity: an implementation check (two spellings of one
+    # function, e.g. conv1d = linear), reported in its own section, never as literature reproduced.
+    kind: Literal["published", "identity"] = "published"
+    # The paper's result holds for converged models (most do): on a study that did not converge, the
+    # report says the claim was not tested at convergence. false: a claim about early training.
+    at_convergence: Bool = True
 
 
 class AblationSpec(Strict):
@@ -59,6 +65,11 @@ class AblationSpec(Strict):
     min_effect: Annotated[Float, Field(gt=0)] | None = None
     alpha: Annotated[Float, Field(gt=0, lt=0.5)] = 0.05  # overall two-sided level of each comparison
     expect: list[Expectation] = []  # published results this study checks (the report's opening lines)
+    # The regime the verdicts hold for, stated on each: which variant the shared hyperparameters (learning
+    # rate, warm-up, dropout, sizes) were tuned on, and whether the cell converged (None: judged from the
+    # baseline's validation loss over its last evaluations).
+    tuned_on: Annotated[str, Field(min_length=1)] = "baseline"
+    converged: Bool | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:

@@ -225,3 +225,45 @@ def test_before_the_first_look_the_line_gives_the_mean_so_far_without_an_interva
 def test_a_study_without_expectations_gets_no_opening_lines() -> None:
     study = _study([])
     assert part(Inputs(study, Path("unused"))) is None
+
+
+def test_a_reproduced_direction_says_whether_it_clears_the_studys_min_effect() -> None:
+    clears = judge(_claim("better"), _ev(1.2, 0.6, 1.8, significant=True, min_effect=0.5), True)
+    assert clears == (REPRODUCED, "significantly better, by at least 0.5 BLEU")
+    # SwiGLU's old line: significant, but the lower bound is far below the study's own min_effect
+    direction = judge(_claim("better"), _ev(0.56, 0.03, 1.08, significant=True, min_effect=0.5), True)
+    assert direction == (REPRODUCED, "significantly better in direction only: its interval does not clear "
+                                     "the 0.5 BLEU this study cares about")
+    assert judge(_claim("worse"), _ev(-2.0, -3.0, -0.7, significant=True, min_effect=0.5), True) == \
+        (REPRODUCED, "significantly worse, by at least 0.5 BLEU")
+
+
+def test_identities_are_implementation_checks_not_published_results() -> None:
+    claims = [{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020"},
+              {"variant": "ffn=conv1d", "effect": "identical", "source": "the same function",
+               "kind": "identity"}]
+    made = part(Inputs(_study(claims), Path("unused")))
+    assert made is not None
+    intro = made.intro[1]
+    assert isinstance(intro, Bullets) and len(intro.items) == 1 and "residual=post_norm" in intro.items[0]
+    assert [s.title for s in made.sections] == ["Implementation checks"]
+    checks = made.sections[0].blocks[1]
+    assert isinstance(checks, Bullets) and checks.items[0].startswith("**Reproduced** (the same function): "
+                                                                        "`ffn=conv1d` identical")
+    assert [r["kind"] for r in made.data["published"]] == ["published", "identity"]
+
+
+@pytest.mark.parametrize(("at_convergence", "label"), [(True, "**Reproduced, not tested at convergence**"),
+                                                       (False, "**Reproduced**")])
+def test_a_claim_about_converged_models_on_an_unconverged_study_says_so(at_convergence: bool,
+                                                                         label: str) -> None:
+    claims = [{"variant": "residual=post_norm", "effect": "worse", "source": "Xiong et al. 2020",
+               "at_convergence": at_convergence}]
+    study = _study(claims)
+    study.parent["params"]["ablation.converged"] = "False"  # the study declares it did not converge
+    made = part(Inputs(study, Path("unused")))
+    assert made is not None
+    line = made.intro[1].items[0]  # type: ignore[attr-defined]
+    assert line.startswith(label + " (Xiong et al. 2020)")
+    scoped = "not tested at convergence" in made.intro[0].text  # type: ignore[attr-defined]
+    assert scoped is at_convergence

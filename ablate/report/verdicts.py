@@ -1,0 +1,182 @@
+"""Each comparison's verdict as a reviewer reads it: decided on validation, the test set beside it on the
+same seeds and at the same look, and the regime the verdict holds for; and the picture the report opens
+with, a forest plot of those very intervals.
+
+Validation decides (the study added seeds by it). The test split is evaluated with the same paired,
+repeated interval at the same look, so the two can be set side by side; a verdict the test set does not
+give the same answer to is flagged. The regime is read from the records: the baseline's size and steps,
+which variant the shared hyperparameters were tuned on (``ablation.tuned_on``), and whether the baseline's
+validation loss had stopped falling (``ablation.converged`` overrides the judgement).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ablate.report import figures as figs
+from ablate.report import stats as st
+from ablate.report.data import Study, quality_meta
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Figure, Para
+from ablate.report.seeds import claim_questions, comparisons, decided_metric, design_of, paired_differences
+from ablate.study.sequential import Design, Look, evaluate
+
+# The baseline is still learning when its validation loss fell by more than this share over its last
+# evaluation interval.
+STILL_FALLING = 0.01
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One variant against the baseline: the deciding validation look and the test look beside it."""
+
+    variant: str
+    val: Look | None
+    test: Look | None  # the same seeds and look on the test split; None without one
+    val_answer: str
+    test_answer: str | None
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether the test split gives the same answer (None: nothing to compare)."""
+        if self.test_answer is None or self.val is None or self.val_answer == "open":
+            return None
+        return self.test_answer == self.val_answer
+
+
+@dataclass(frozen=True)
+class Regime:
+    """What the verdicts hold for."""
+
+    d_model: str
+    layers: str
+    steps: str
+    params: float | None  # the baseline's parameter count
+    tuned_on: str
+    converged: bool | None  # None: no validation history to judge by
+    declared: bool  # the study declared convergence instead of it being judged
+    last_drop: float | None  # the share the baseline's val loss fell over its last evaluation interval
+
+    def text(self) -> str:
+        size = f"{self.params / 1e6:.2f} M parameters, " if self.params else ""
+        if self.converged is None:
+            conv = "convergence not known (no validation history)"
+        elif self.declared:
+            conv = "converged (declared by the study)" if self.converged else "not converged (declared)"
+        elif self.converged:
+            conv = "converged (the baseline's val loss stopped falling)"
+        else:
+            conv = (f"not converged (the baseline's val loss still fell {self.last_drop:.0%} over its last "
+                    "evaluation interval)")
+        return (f"{self.layers} layers, d_model {self.d_model} ({size}baseline), {self.steps} steps, "
+                f"hyperparameters tuned on `{self.tuned_on}`, {conv}")
+
+
+def test_metric(metric: str) -> str | None:
+    split, _, name = metric.partition("/")
+    return f"test/{name}" if split == "val" and name else None
+
+
+def answer(look: Look | None, higher: bool) -> str:
+    """A look's answer in words: better / worse / no effect / identical / open."""
+    if look is None:
+        return "open"
+    if look.state == "identical":
+        return "identical"
+    if look.state == "effect":
+        return "better" if (look.diff > 0) == higher else "worse"
+    if look.state == "no_effect":
+        return "no effect"
+    return "open"
+
+
+def verdicts(study: Study, design: Design) -> list[Verdict]:
+    """Every comparison's deciding validation look, with the test split's look on the same seeds."""
+    metric = decided_metric(study)
+    _, _, higher = quality_meta(metric)
+    test = test_metric(metric)
+    has_test = test is not None and any(test in r.metrics for r in study.runs)
+    asked = claim_questions(study)
+    out = []
+    for c in comparisons(study, design, metric):
+        look, test_look = c.look, None
+        if look is not None and has_test and test is not None:
+            diffs = paired_differences(study, c.variant, test)[0][: design.looks[look.look - 1]]
+            values = [math.nan if d is None else d for d in diffs]
+            test_look = evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))
+        out.append(Verdict(c.variant, look, test_look, answer(look, higher),
+                           answer(test_look, higher) if test_look is not None else None))
+    return out
+
+
+def regime(study: Study) -> Regime | None:
+    """The baseline's regime (None without a baseline run)."""
+    from ablate.tracking.read import metric_history
+
+    if study.baseline is None or not study.of(study.baseline):
+        return None
+    first = min(study.of(study.baseline), key=lambda r: r.seed)
+    p = first.params
+    params = [r.metrics["model/params"] for r in study.of(study.baseline) if "model/params" in r.metrics]
+    declared_text = study.parent["params"].get("ablation.converged", "None")
+    tuned_on = study.parent["params"].get("ablation.tuned_on", "baseline")
+    drop: float | None = None
+    declared = declared_text in ("True", "False")
+    if not declared:  # judged from the baseline's last evaluations
+        losses = [v for _, v in metric_history(first.run_id, "val/loss")]
+        if len(losses) >= 2 and losses[-2] > 0:
+            drop = (losses[-2] - losses[-1]) / losses[-2]
+    converged = (declared_text == "True") if declared else (None if drop is None else drop <= STILL_FALLING)
+    layers = f"{p.get('model.encoder_layers', '?')}+{p.get('model.decoder_layers', '?')}"
+    return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
+                  params[0] if params else None, tuned_on, converged, declared, drop)
+
+
+def test_text(v: Verdict, dec: int, unit: str) -> str:
+    """The test split's figure beside a validation verdict, flagged where it answers differently."""
+    t = v.test
+    if t is None or math.isnan(t.diff):
+        return ""
+    ci = f" [{st.fmt(t.lo, dec, True)}, {st.fmt(t.hi, dec, True)}]" if not math.isnan(t.lo) else ""
+    text = f"; test: {st.fmt(t.diff, dec, True)} {unit}{ci}"
+    if v.agrees is False:
+        text += f" — **the test set disagrees** ({v.test_answer} on test, {v.val_answer} on validation)"
+    return text
+
+
+def part(inp: Inputs) -> Part | None:
+    """The opening forest plot of the verdicts' own intervals, val and test side by side, with the
+    ±min_effect band; ``data['verdicts']``: each comparison's val and test look and whether they agree."""
+    study = inp.study
+    design = design_of(study)
+    if design is None or study.baseline is None:
+        return None
+    rows = verdicts(study, design)
+    metric = decided_metric(study)
+    unit, dec, _ = quality_meta(metric)
+    shown = [(v.variant, v.val, v.test) for v in rows if v.val is not None and not math.isnan(v.val.lo)]
+    intro: list[Block] = []
+    if shown:
+        test = test_metric(metric) or "test"
+        path = figs.verdict_forest(
+            [(name, (val.diff, val.lo, val.hi),
+              None if t is None or math.isnan(t.lo) else (t.diff, t.lo, t.hi)) for name, val, t in shown],
+            design.min_effect, f"Δ vs {study.baseline} ({unit}), repeated {1 - design.alpha:.0%} CI",
+            (metric, test), inp.fig_dir / "verdicts.png")
+        band = f", the shaded band ±{design.min_effect:g} {unit} (the smallest effect worth knowing)" if (
+            design.min_effect is not None) else ""
+        intro = [Figure(f"figures/{path.name}",
+                        f"Each variant against `{study.baseline}`: the paired, repeated interval its verdict "
+                        f"rests on, on `{metric}` (filled, decides) and on `{test}` (open, same seeds and "
+                        f"look){band}. {design.family} comparisons, each at level {design.level:.4g}.")]
+    reg = regime(study)
+    if reg is not None:
+        intro.append(Para(f"**Regime** these verdicts hold for: {reg.text()}."))
+    data = {"verdicts": [{"variant": v.variant, "val_answer": v.val_answer, "test_answer": v.test_answer,
+                          "agrees": v.agrees, "test_diff": v.test.diff if v.test else None,
+                          "test_lo": v.test.lo if v.test else None, "test_hi": v.test.hi if v.test else None}
+                         for v in rows],
+            "regime": None if reg is None else {"text": reg.text(), "converged": reg.converged,
+                                                "tuned_on": reg.tuned_on, "steps": reg.steps}}
+    return Part("verdicts", intro=intro, data=data)

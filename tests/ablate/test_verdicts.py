@@ -1,0 +1,79 @@
+"""The report's verdicts as a reviewer reads them (ablate/report/verdicts.py): validation decides, the test
+split is shown beside each verdict on the same seeds and look and flagged where it disagrees, the regime is
+stated, and the report opens with the forest plot of those intervals. Studies built from run records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ablate.report.data import build_study
+from ablate.report.part import Inputs
+from ablate.report.render import Figure, Note, Para
+from ablate.report.seeds import design_of
+from ablate.report.summary import part as summary_part
+from ablate.report.verdicts import part, verdicts
+
+BASE_VAL = [30.0, 31.0, 29.5]
+BASE_TEST = [31.0, 30.0, 30.5]
+# (val, test) per seed: "swiglu" is better on val and on test; "rope" better on val, worse on test
+VARIANTS = {"ffn=swiglu": ([32.0, 33.1, 31.4], [33.0, 32.1, 32.4]),
+            "positions=rope": ([32.0, 33.1, 31.4], [29.0, 28.1, 28.4])}
+
+
+def _study(params: dict[str, str]):  # type: ignore[no-untyped-def]
+    rows = []
+    for seed in range(3):
+        rows.append(("baseline", seed, BASE_VAL[seed], BASE_TEST[seed]))
+        for name, (val, test) in VARIANTS.items():
+            rows.append((name, seed, val[seed], test[seed]))
+    frame = pd.DataFrame([{"run_id": f"r{i}", "status": "FINISHED", "start_time": pd.Timestamp(i, unit="s"),
+                           "tags.ablate.variant": v, "tags.ablate.seed": str(s),
+                           "tags.ablate.status": "finished",
+                           "params.model.d_model": "256", "params.model.encoder_layers": "2",
+                           "params.model.decoder_layers": "2", "params.train.max_steps": "720",
+                           "metrics.model/params": 7.25e6, "metrics.val/bleu": val, "metrics.test/bleu": test}
+                          for i, (v, s, val, test) in enumerate(rows)])
+    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.metric": "val/bleu",
+            "ablate.sequential": json.dumps({"looks": [3, 4], "alpha": 0.05, "min_effect": 0.5, "family": 2})}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": params,
+              "metrics": {}, "tags": tags}
+    return build_study(parent, frame)
+
+
+def test_the_test_split_is_judged_on_the_same_seeds_and_look_and_a_disagreement_is_flagged(
+        tmp_path: Path) -> None:
+    study = _study({"ablation.converged": "False", "ablation.tuned_on": "baseline"})
+    design = design_of(study)
+    assert design is not None and design.family == 2
+    rows = {v.variant: v for v in verdicts(study, design)}
+    swiglu, rope = rows["ffn=swiglu"], rows["positions=rope"]
+    assert swiglu.val is not None and swiglu.val.look == 1 and swiglu.val_answer == "better"
+    assert swiglu.test is not None and swiglu.test.n == 3 and swiglu.test_answer == "better" and swiglu.agrees
+    assert rope.val_answer == "better" and rope.test_answer == "worse" and rope.agrees is False
+
+    made = summary_part(Inputs(study, tmp_path))
+    lines = made.intro[1].items  # type: ignore[attr-defined]
+    rope_line = next(line for line in lines if line.startswith("positions=rope"))
+    assert "; test: -2.00 BLEU [-2.48, -1.52]" in rope_line
+    assert rope_line.endswith("**the test set disagrees** (worse on test, better on validation)")
+    assert "disagrees" not in next(line for line in lines if line.startswith("ffn=swiglu"))
+    flags = [b for b in made.intro if isinstance(b, Note)]
+    assert len(flags) == 1 and "`positions=rope`" in flags[0].text and "`ffn=swiglu`" not in flags[0].text
+
+
+def test_the_report_opens_with_the_forest_plot_of_its_verdicts_and_states_the_regime(tmp_path: Path) -> None:
+    made = part(Inputs(_study({"ablation.converged": "False", "ablation.tuned_on": "baseline"}), tmp_path))
+    assert made is not None and made.name == "verdicts"
+    figure, regime = made.intro
+    assert isinstance(figure, Figure) and figure.path == "figures/verdicts.png"
+    assert (tmp_path / "verdicts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "±0.5 BLEU" in figure.caption and "2 comparisons, each at level 0.025" in figure.caption
+    assert isinstance(regime, Para)
+    assert regime.text == ("**Regime** these verdicts hold for: 2+2 layers, d_model 256 (7.25 M "
+                           "parameters, baseline), 720 steps, hyperparameters tuned on `baseline`, not "
+                           "converged (declared).")
+    assert made.data["verdicts"][1]["agrees"] is False
+    assert made.data["regime"]["converged"] is False
