@@ -84,6 +84,7 @@ PADDING = "data/padding_fraction"  # logged once, at step 0
 TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
 WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
+RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
 CONSTANT_METRICS = (MODEL_PARAMS, PADDING)

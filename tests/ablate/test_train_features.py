@@ -370,3 +370,19 @@ def test_peak_memory_is_measured_per_run_not_per_process() -> None:
     assert before is not None and during is not None and after is not None
     assert during > before + 150
     assert after < during - 150
+
+
+def test_a_runs_own_footprint_does_not_count_what_the_process_held_before_it() -> None:
+    # A worker's earlier cells leave memory in the process (here: a 200 MB block still alive): the run's
+    # peak_memory_mb counts it, its run_memory_mb (what reports show) does not.
+    keep_freed_memory_in_process()
+    held = torch.ones(50_000_000)  # 200 MB, touched: left by "an earlier cell"
+    meter = PeakMemory(torch.device("cpu"))
+    meter.reset()
+    if not meter.per_run:
+        pytest.skip("no /proc/self/clear_refs here: no per-run reading to subtract from")
+    block = torch.ones(25_000_000)  # this run's 100 MB
+    found = meter.metrics()
+    del block, held
+    assert found["peak_memory_mb"] > 300  # the process: the held block and the run's own
+    assert 90 < found["run_memory_mb"] < 150  # the run alone
