@@ -35,4 +35,4 @@ def mark_superseded(children: pd.DataFrame) -> list[str]:
         if tags.get(R.SUPERSEDED) != why:
             c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
         marked.append(f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}: {why}")
-    return marked
+    return sorted(marked)
