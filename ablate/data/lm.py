@@ -22,7 +22,6 @@ by the UTF-8 bytes of the documents plus one per document for its ``eos`` (a new
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -336,9 +335,3 @@ def _collate_windows(chunk: list[Window]) -> LMBatch:
 def bits_per_byte(nats: float, n_bytes: int) -> float:
     """Summed negative log-likelihood (nats) -> bits per UTF-8 byte of the text."""
     return nats / math.log(2) / max(1, n_bytes)
-
-
-def describe(data: LMData) -> str:
-    """One line of the splits' sizes, for logs."""
-    return json.dumps({k: {"documents": len(v.docs), "targets": v.n_targets, "bytes": v.n_bytes}
-                       for k, v in data.documents.items()})
