@@ -71,13 +71,14 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
 @torch.no_grad()
 def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, split: str, spec: ExperimentSpec,
              device: torch.device, precision: str, decode: bool = True,
-             limit: int | None = None) -> dict[str, float]:
+             limit: int | None = None, keep: dict[str, Translations] | None = None) -> dict[str, float]:
     """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`.
 
     Decodes the first `limit` sentences, the whole split when None: the trainer passes
     ``eval.max_sentences`` (a cap that keeps evaluations during training cheap); the final val/test
     figures of a run decode every sentence. A language model (``LMData``) gets
-    :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing.
+    :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing. ``keep``: the
+    split's translations (the ones its metrics were computed on) are stored there under ``split``.
     """
     if isinstance(data, LMData):
         assert isinstance(model, DecoderOnlyLM)
@@ -93,6 +94,8 @@ def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, spli
             with autocast_context(precision, device):
                 tr = translate_split(model, data, split, spec, device, limit=limit)
             out.update(quality(tr, data.is_text, split))
+            if keep is not None:
+                keep[split] = tr
         return out
     finally:
         model.train(was_training)

@@ -28,6 +28,7 @@ from typing import Any
 
 from ablate.report import (
     attention,
+    bootstrap,
     costs,
     curves,
     environment,
@@ -54,7 +55,8 @@ PartFn = Callable[[Inputs], Part | None]
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
     setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
-    factorial.part, curves.part, lengths.part, costs.part, failures.part, attention.part, environment.part)
+    bootstrap.part, factorial.part, curves.part, lengths.part, costs.part, failures.part, attention.part,
+    environment.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)
 

@@ -3,6 +3,8 @@ samples, the checkpoint and the model logged as the spec asks."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -10,12 +12,13 @@ import torch
 import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData
 from ablate.engine.checkpoint import load_verified
-from ablate.engine.evaluate import evaluate, has_split, samples_text
+from ablate.engine.evaluate import Translations, evaluate, has_split, samples_text
 from ablate.engine.lm import DecoderOnlyLM
 from ablate.engine.model import Seq2SeqTransformer
 from ablate.engine.train import Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import translations
 
 if TYPE_CHECKING:
     from ablate.tracking import NullTracker
@@ -32,9 +35,13 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
         model.load_state_dict(best[0]["model"])
     precision = resolve_precision(spec.train.precision, device)
     out: dict[str, float] = {}
+    decoded: dict[str, Translations] = {}
     for split in ("val", "test"):
         if has_split(data, split):
-            out.update(evaluate(model, data, split, spec, device, precision, decode=True, limit=None))
+            out.update(evaluate(model, data, split, spec, device, precision, decode=True, limit=None,
+                                keep=decoded))
+    if data.is_text:
+        log_translations(tracker, decoded)
     if spec.eval.samples:
         tracker.log_text(samples_text(model, data, spec, device), R.SAMPLES_ARTIFACT)
     if spec.tracking.log_checkpoint and trainer.best_path.exists():
@@ -42,6 +49,15 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
     if spec.tracking.log_model:
         tracker.log_model(model)
     return out
+
+
+def log_translations(tracker: NullTracker, decoded: dict[str, Translations]) -> None:
+    """Each split's final hypotheses with their references (``record.translations_artifact``): what the
+    report's paired bootstrap resamples (`ablate.report.bootstrap`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for split, tr in decoded.items():
+            tracker.log_artifact(translations.write(Path(tmp), split, tr.hypotheses, tr.references),
+                                 R.TRANSLATIONS_DIR)
 
 
 def describe_device(device: torch.device) -> str:

@@ -129,6 +129,17 @@ TGT_TOKENIZER_ARTIFACT = "tokenizer/tgt.json"
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_ARTIFACT = "checkpoints/best.pt"
 SAMPLES_ARTIFACT = "samples.txt"
+# A text run's final translations of each split its final BLEU was computed on: one JSON object
+# {"hyp": ..., "ref": ...} a line, in corpus order, gzipped (`ablate.tracking.translations`). The
+# report's paired bootstrap (`ablate.report.bootstrap`) reads them; exports carry them (~25 KB a split).
+TRANSLATIONS_DIR = "translations"
+
+
+def translations_artifact(split: str) -> str:
+    """'val' -> 'translations/val.jsonl.gz'."""
+    return f"{TRANSLATIONS_DIR}/{split}.jsonl.gz"
+
+
 LOSS_CURVE_ARTIFACT = "loss_curve.png"
 SUMMARY_ARTIFACT = "summary.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
