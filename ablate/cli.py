@@ -1,23 +1,21 @@
 """The `ablate` command: parses arguments and calls the module that does the work (imported lazily).
 
-Spec commands (validate, list, show, schema) live here; the others hand their arguments to
-the packages that do the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`,
-`ablate.bench`).
+Every command is one entry of `COMMANDS` (its arguments, and the function that does the work, called
+with keyword arguments by `dispatch`): the spec commands (validate, list, show, schema) in
+`ablate.spec.commands`, the others in the packages that do the work (`ablate.run`, `ablate.study`,
+`ablate.tracking`, `ablate.report`, `ablate.bench`).
 A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
-import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ablate import __version__
@@ -197,13 +195,13 @@ class Command:
 # In the order `ablate --help` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why",
-            _validate_args, "ablate.cli", "cmd_validate"),
+            _validate_args, "ablate.spec.commands", "cmd_validate"),
     Command("list", "list the registered components (with their one-line docs), grouped by kind",
-            _list_args, "ablate.cli", "cmd_list"),
+            _list_args, "ablate.spec.commands", "cmd_list"),
     Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",
-            _show_args, "ablate.cli", "cmd_show"),
+            _show_args, "ablate.spec.commands", "cmd_show"),
     Command("schema", "print the spec's JSON Schema (for editor completion and checking)",
-            _schema_args, "ablate.cli", "cmd_schema"),
+            _schema_args, "ablate.spec.commands", "cmd_schema"),
     Command("run", "train and evaluate one model from a spec, tracked in MLflow",
             _run_args, "ablate.run.runner", "main_run"),
     Command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
@@ -277,97 +275,6 @@ def quiet_libraries() -> None:
     datasets = sys.modules.get("datasets")
     if datasets is not None and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
         datasets.disable_progress_bars()
-
-
-# ---------------------------------------------------------------- spec commands
-def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
-    from ablate.spec.load import SpecError, load_spec
-
-    failed: list[str] = []
-    for path in specs:
-        try:
-            spec = load_spec(path, list(overrides))
-        except SpecError as exc:
-            failed.extend(str(p) for p in exc.problems)
-            continue
-        print(f"ok {path} ({spec.spec_hash})")
-    for line in failed:
-        print(f"error: {line}", file=sys.stderr)
-    return 2 if failed else 0
-
-
-def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
-    import registry
-
-    kinds = [axis.kind for axis in registry.axes()]  # declaration order, plugins' axes after the built-ins
-    if kind is not None and kind not in kinds:
-        if pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
-            pattern = kind  # `ablate list 'c*'` or `ablate list -inf`: a name over every kind
-            kind = None
-        else:
-            close = difflib.get_close_matches(kind, kinds, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AblateError(f"unknown component kind {kind!r}; known: {', '.join(kinds)}{hint}")
-    entries = registry.REGISTRY.entries(kind, pattern)
-    if not entries:
-        raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else ""))
-    width = max(len(e.name) for e in entries)
-    details = pattern == "*"  # a filtered list shows the matching names only
-    for group in [k for k in kinds if kind in (None, k)]:
-        rows = [e for e in entries if e.kind == group]
-        if not rows:
-            continue
-        axis = registry.axis(group)
-        print(group)
-        if details:
-            for line in _axis_lines(axis, registry):
-                print(f"    {line}")
-        for e in rows:
-            options = ", ".join(f"{o.name}={_option_value(o.default)}" for o in e.options)
-            print(f"  {e.name:<{width}}  {e.summary}{f'  [{options}]' if options else ''}".rstrip())
-        if group == "mask":
-            print(f"  {'':<{width}}  (any other negative number is accepted too, e.g. -1e6, -1e10)")
-        if group == "attention":
-            print(f"  {'':<{width}}  (sdpa may run as torch's fused kernel or as two matmuls where those are "
-                  "faster: the same function, an implementation detail recorded in the run, not a variant)")
-    return 0
-
-
-def _axis_lines(axis: Any, registry: Any) -> list[str]:
-    """What `ablate list` says of an axis: its field, default, contract, hook sites and axis-wide options."""
-    lines = [f"model.{axis.kind} (default {axis.default}): {axis.doc}", f"contract: {axis.contract}"]
-    lines += [f"hook: {hook}" for hook in axis.hooks]
-    if axis.parent is not None:
-        takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]
-        lines.append(f"taken by {axis.parent}: {', '.join(takers)}")
-    lines += [f"option {o.name}={_option_value(o.default)}: {o.doc}" for o in axis.options]
-    return lines
-
-
-def _option_value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def cmd_show(spec_path: str, overrides: Sequence[str] = ()) -> int:
-    from ablate.spec.load import dump_spec_yaml, load_spec
-
-    spec = load_spec(spec_path, list(overrides))
-    print(f"# resolved from {spec_path}" + "".join(f" --set {o}" for o in overrides))
-    print(f"# spec_hash: {spec.spec_hash}")
-    sys.stdout.write(dump_spec_yaml(spec))
-    return 0
-
-
-def cmd_schema(out: str | None = None) -> int:
-    from ablate.spec.load import json_schema
-
-    text = json.dumps(json_schema(), indent=2) + "\n"
-    if out:
-        Path(out).write_text(text)
-        print(f"wrote {out}")
-    else:
-        sys.stdout.write(text)
-    return 0
 
 
 # ---------------------------------------------------------------- dispatch

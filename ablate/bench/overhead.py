@@ -44,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,13 @@ import torch.nn.functional as F
 import ablate.tracking.record as R
 from ablate.bench.train import BenchConfig, sync
 from ablate.spec.experiment import ExperimentSpec
+
+if TYPE_CHECKING:
+    from ablate.data.batching import Batch
+    from ablate.data.prepare import PreparedData
+    from ablate.engine.model import Seq2SeqTransformer
+    from ablate.engine.train import Trainer
+    from ablate.tracking import NullTracker
 
 ASSUMED_RUN_STEPS = 10_000  # the run length one-time costs are spread over when the spec has no max_steps
 
@@ -162,102 +169,141 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
                        out_dir: str) -> tuple[dict[str, Any], Any, ExperimentSpec]:
     """The three arms of the module docstring: the JSON section, and the prepared data and the spec they
     trained on (the decode benchmark reuses both)."""
-    from ablate.data.prepare import TokenBatcher, prepare_data
-    from ablate.engine.model import Seq2SeqTransformer, build_model
-    from ablate.engine.train import Trainer, build_optimizer, lr_factor
-    from ablate.run.runner import describe_device
-    from ablate.tracking import Tracker
+    from ablate.data.prepare import prepare_data
+    from ablate.engine.train import Trainer
 
     folder = Path(out_dir)
     clock = Clock()
+    warm, chunks = max(1, cfg.warmup), 4
+    per_chunk = max(1, cfg.overhead_steps // chunks)
     with temporary_tracking_store(folder) as uri:
         ospec = overhead_spec(spec, cfg, out_dir, uri)
         data = prepare_data(ospec)
-        tok, tspec = data.tokenizers, ospec.train
-        warm, chunks = max(1, cfg.warmup), 4
-        per_chunk = max(1, cfg.overhead_steps // chunks)
-        batcher = TokenBatcher(data.splits["train"], ospec.data.batch_tokens, ospec.seed, shuffle=True)
-        order: list[list[int]] = []
-        for epoch in range(1000):
-            if len(order) >= warm + chunks * per_chunk:
-                break
-            order += batcher.epoch_batches(epoch)
-        batches = iter([batcher.collate(i) for i in order])  # the trainers' batches, in their order
-
-        def build() -> Seq2SeqTransformer:
-            model = build_model(ospec.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.pad_id, ospec.seed)
-            return model.to(device)
-
-        raw = build().train()
-        optimizer = build_optimizer(raw, tspec)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, tspec))
-
-        def raw_step() -> None:
-            b = next(batches)  # pre-collated: a bare loop does no data work
-            optimizer.zero_grad(set_to_none=True)
-            logits = raw(b.src.to(device), b.tgt_in.to(device))
-            loss = F.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.to(device).flatten(),
-                                   ignore_index=tok.pad_id)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(raw.parameters(), tspec.clip_norm or math.inf)
-            optimizer.step()
-            scheduler.step()
-            float(loss.detach())  # the trainer reads the loss every step too
-
+        batches = _trainer_batches(data, ospec, warm + chunks * per_chunk)
+        raw_step = _raw_arm(ospec, data, device, batches)
         timed_raw = clock.wrap("raw/step", raw_step, device)
         arms = {"tracked": folder / "run-tracked", "untracked": folder / "run-untracked"}
         with timed_checkpoint_writes(clock, {path: arm for arm, path in arms.items()}):
-            # A project's first run creates the store (schema migrations: seconds); later runs open it.
-            started = time.perf_counter()
-            Tracker.start(ospec, run_name="bench-overhead-store").end("finished")
-            clock.times["store/create"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            tracker = Tracker.start(ospec, run_name="bench-overhead")
-            sink = TimedSink(tracker, clock)
-            tracked = Trainer(ospec, data, build(), arms["tracked"], device, sink=sink)
-            tracked.state.run_id = tracker.run_id
-            tracker.log_dataset(data.name, data.fingerprint, source=data.source)
-            tracker.set_tags({R.DEVICE: describe_device(device)})
-            tracker.log_metrics({"model/params": float(tracked.model.num_parameters())}, step=0)
-            clock.times["tracked/start"].append(time.perf_counter() - started)
-            tracked.save()  # run_experiment's step-0 checkpoint
-            untracked = Trainer(ospec, data, build(), arms["untracked"], device)
+            tracker, sink, tracked = _open_tracked_arm(ospec, data, device, arms["tracked"], clock)
+            untracked = Trainer(ospec, data, _model(ospec, data, device), arms["untracked"], device)
             untracked.save()
             first_saves = {arm: len(clock.times[f"{arm}/last.pt"]) for arm in arms}
             flushes_before = len(clock.times["flush"])
-            for trainer, arm in ((tracked, "tracked"), (untracked, "untracked")):
-                evaluation = clock.wrap(f"{arm}/evaluation", trainer.run_evaluation)
-                trainer.run_evaluation = evaluation  # type: ignore[method-assign]
-                trainer.save = clock.wrap(f"{arm}/save", trainer.save)  # type: ignore[method-assign]
-            for _ in range(warm):  # the same warm-up batches in all arms (train_step does not count steps)
-                raw_step()
-                tracked.train_step()
-                untracked.train_step()
-            for trainer, arm in ((tracked, "tracked"), (untracked, "untracked")):
-                step = clock.wrap(f"{arm}/step", trainer.train_step, device)
-                trainer.train_step = step  # type: ignore[method-assign]
+            trainers = {"tracked": tracked, "untracked": untracked}
+            _time_trainers(clock, trainers, raw_step, warm, device)
             for c in range(chunks):
                 for _ in range(per_chunk):
                     timed_raw()
-                tspec.max_steps = (c + 1) * per_chunk  # fit() trains to the budget, evaluates, saves, returns
-                for trainer, arm in ((tracked, "tracked"), (untracked, "untracked")):
+                ospec.train.max_steps = (c + 1) * per_chunk  # fit() trains to the budget, evaluates, saves
+                for arm, trainer in trainers.items():
                     clock.wrap(f"{arm}/fit", trainer.fit)()
             flushes_in_saves = clock.times["flush"][flushes_before:]
-            started = time.perf_counter()  # run_experiment's end of a run, tracking side
-            state = tracked.state
-            tracker.log_metrics({"train/tokens_per_s": state.target_tokens / max(state.train_seconds, 1e-9),
-                                 "model/params": float(tracked.model.num_parameters())}, step=state.step + 1)
-            val = [(s, m["val/loss"]) for s, m in state.history if "val/loss" in m]
-            tracker.log_loss_curve(state.train_curve, val)  # what the runner draws at the end of a run
-            if ospec.tracking.log_checkpoint and tracked.best_path.exists():
-                tracker.log_artifact(tracked.best_path, "checkpoints")
-            if ospec.tracking.log_model:
-                tracker.log_model(tracked.model)
-            tracker.end("finished")
-            clock.times["tracked/end"].append(time.perf_counter() - started)
+            _end_tracked_arm(tracker, tracked, ospec, clock)
     section = summarize(clock, spec, per_chunk * chunks, per_chunk, first_saves, flushes_in_saves,
                         sink.values)
     return section, data, ospec
+
+
+def _model(ospec: ExperimentSpec, data: PreparedData, device: torch.device) -> Seq2SeqTransformer:
+    """One arm's model: the same weights in every arm (built from the spec's seed)."""
+    from ablate.engine.model import build_model
+
+    tok = data.tokenizers
+    return build_model(ospec.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.pad_id, ospec.seed).to(device)
+
+
+def _trainer_batches(data: PreparedData, ospec: ExperimentSpec, count: int) -> Iterator[Batch]:
+    """The trainers' first ``count`` batches in their order, collated ahead: a bare loop does no data work."""
+    from ablate.data.prepare import TokenBatcher
+
+    batcher = TokenBatcher(data.splits["train"], ospec.data.batch_tokens, ospec.seed, shuffle=True)
+    order: list[list[int]] = []
+    for epoch in range(1000):
+        if len(order) >= count:
+            break
+        order += batcher.epoch_batches(epoch)
+    return iter([batcher.collate(i) for i in order])
+
+
+def _raw_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.device,
+             batches: Iterator[Batch]) -> Callable[[], None]:
+    """The bare training step (no framework): the same model, optimizer, schedule and clipping."""
+    from ablate.engine.train import build_optimizer, lr_factor
+
+    tspec, pad_id = ospec.train, data.tokenizers.pad_id
+    raw = _model(ospec, data, device).train()
+    optimizer = build_optimizer(raw, tspec)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, tspec))
+
+    def raw_step() -> None:
+        b = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        logits = raw(b.src.to(device), b.tgt_in.to(device))
+        loss = F.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.to(device).flatten(),
+                               ignore_index=pad_id)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(raw.parameters(), tspec.clip_norm or math.inf)
+        optimizer.step()
+        scheduler.step()
+        float(loss.detach())  # the trainer reads the loss every step too
+
+    return raw_step
+
+
+def _open_tracked_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.device, run_dir: Path,
+                      clock: Clock) -> tuple[NullTracker, TimedSink, Trainer]:
+    """The tracked arm as `run_experiment` starts a run: the store created (timed apart: a project's
+    first run migrates its schema, later runs open it), the run opened, what a run records at its start,
+    the step-0 checkpoint."""
+    from ablate.engine.train import Trainer
+    from ablate.run.runner import describe_device
+    from ablate.tracking import Tracker
+
+    started = time.perf_counter()
+    Tracker.start(ospec, run_name="bench-overhead-store").end("finished")
+    clock.times["store/create"].append(time.perf_counter() - started)
+    started = time.perf_counter()
+    tracker = Tracker.start(ospec, run_name="bench-overhead")
+    sink = TimedSink(tracker, clock)
+    tracked = Trainer(ospec, data, _model(ospec, data, device), run_dir, device, sink=sink)
+    tracked.state.run_id = tracker.run_id
+    tracker.log_dataset(data.name, data.fingerprint, source=data.source)
+    tracker.set_tags({R.DEVICE: describe_device(device)})
+    tracker.log_metrics({R.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=0)
+    clock.times["tracked/start"].append(time.perf_counter() - started)
+    tracked.save()  # run_experiment's step-0 checkpoint
+    return tracker, sink, tracked
+
+
+def _time_trainers(clock: Clock, trainers: Mapping[str, Trainer], raw_step: Callable[[], None], warm: int,
+                   device: torch.device) -> None:
+    """Time each trainer's evaluations, saves and (after the warm-up, the same batches in every arm) steps."""
+    for arm, trainer in trainers.items():
+        trainer.run_evaluation = clock.wrap(f"{arm}/evaluation", trainer.run_evaluation)  # type: ignore[method-assign]
+        trainer.save = clock.wrap(f"{arm}/save", trainer.save)  # type: ignore[method-assign]
+    for _ in range(warm):  # train_step does not count steps
+        raw_step()
+        for trainer in trainers.values():
+            trainer.train_step()
+    for arm, trainer in trainers.items():
+        trainer.train_step = clock.wrap(f"{arm}/step", trainer.train_step, device)  # type: ignore[method-assign]
+
+
+def _end_tracked_arm(tracker: NullTracker, tracked: Trainer, ospec: ExperimentSpec, clock: Clock) -> None:
+    """The tracking side of `run_experiment`'s end of a run: result metrics, the loss curve, the
+    checkpoint and model as the spec asks, the run's end."""
+    started = time.perf_counter()
+    state = tracked.state
+    tracker.log_metrics({R.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9),
+                         R.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=state.step + 1)
+    val = [(s, m[R.VAL_LOSS]) for s, m in state.history if R.VAL_LOSS in m]
+    tracker.log_loss_curve(state.train_curve, val)  # what the runner draws at the end of a run
+    if ospec.tracking.log_checkpoint and tracked.best_path.exists():
+        tracker.log_artifact(tracked.best_path, R.CHECKPOINT_DIR)
+    if ospec.tracking.log_model:
+        tracker.log_model(tracked.model)
+    tracker.end("finished")
+    clock.times["tracked/end"].append(time.perf_counter() - started)
 
 
 def summarize(clock: Clock, spec: ExperimentSpec, steps: int, per_chunk: int, first_saves: dict[str, int],

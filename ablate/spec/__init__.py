@@ -4,7 +4,8 @@ Owns the spec's pydantic models (``experiment``: the whole spec and its model se
 and tokenizers, ``study``: ablation and search sections, ``base``: strict field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
 located one-line errors and the JSON Schema (``errors``, ``schema``), the names of the metrics a run
-reports (``metricnames``) and the spec hash, a run's identity.
+reports (``metricnames``), the spec hash, a run's identity, and the commands that read specs and the
+registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``).
 
 May import: ``ablate.errors`` and ``registry`` (the model section names registry components). Nothing
 else of ablate: every other layer reads the spec, the spec reads none of them.

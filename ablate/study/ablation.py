@@ -30,7 +30,8 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
 from ablate.study.adaptive import format_progress, needed_keys
@@ -46,6 +47,10 @@ from ablate.study.plan import (  # noqa: F401  # the plan's names, importable fr
     spec_diff,
     study_metric,
 )
+
+if TYPE_CHECKING:
+    from ablate.study.cells import CellQueue
+    from ablate.tracking import NullTracker
 
 
 def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
@@ -121,22 +126,42 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     preempt.install()
     plan = plan_study(spec_path, overrides)
-    from ablate.study import failfast, names
+    if dry_run:
+        return _dry_run(plan, storage)
+    queue, params = _queue_cells(plan, storage, retry_failed)
+    tracker = _open_study_run(plan, queue) if plan.spec.tracking.enabled else None
+    code = 130
+    try:
+        code = _run_rounds(plan, queue, params, (spec_path, list(overrides), storage), workers)
+    except KeyboardInterrupt:
+        code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
+    finally:
+        ended = _close_study(plan, queue, tracker, interrupted=code in (130, 143))
+    return _exit_code(plan, ended, code, (spec_path, overrides, workers, storage))
+
+
+def _dry_run(plan: StudyPlan, storage: str | None) -> int:
+    """The cells and their diffs; where a started study stands (read only)."""
     from ablate.study.cells import CellQueue
-    from ablate.study.parent import cells_table, parent_description
     from ablate.study.store import Store
 
-    if dry_run:
-        print(format_plan(plan))
-        if plan.design is not None and Store.exists(storage):  # where a started study stands; reads only
-            found = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
-            records = found.records()
-            if records:
-                print(f"so far ({len(records)} cells in the store):")
-                print(format_progress(plan, plan.design, records))
-        return 0
-    from ablate.study.workers import leave_open, open_parent, resume_command, run_workers
-    from ablate.tracking.supersede import mark_study
+    print(format_plan(plan))
+    if plan.design is not None and Store.exists(storage):
+        found = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
+        records = found.records()
+        if records:
+            print(f"so far ({len(records)} cells in the store):")
+            print(format_progress(plan, plan.design, records))
+    return 0
+
+
+def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
+                 ) -> tuple[CellQueue, dict[str, Any]]:
+    """The study's queue in the Optuna store, with the cells it still needs (and, asked to, the failed
+    ones again) enqueued; the Optuna params every cell's trial carries."""
+    from ablate.study import failfast, names
+    from ablate.study.cells import CellQueue
+    from ablate.study.store import Store
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name
@@ -150,68 +175,105 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
-    tracker: Any = None
-    if plan.spec.tracking.enabled:
-        assert plan.spec.ablation is not None
-        tags = {R.KIND: "ablation", R.VARIANT: "study", R.OPTUNA_STUDY: plan.store_name,
-                R.DESIGN: plan.spec.ablation.design, R.METRIC: R.final(plan.metric)}
-        if plan.design is not None:  # what the report needs to state the sequential verdicts
-            d = plan.design
-            tags[R.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
-                                             "min_effect": d.min_effect, "family": d.family})
-        # A tag, not a param: a reopened study may state its expectations anew (params are final).
-        tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in plan.spec.ablation.expect])
-        with store.lock(plan.store_name):  # one parent run however many processes start at once
-            tracker = open_parent(plan.spec, plan.name, tags, queue.get(PARENT),
-                                  description=parent_description(plan, {}))
-            queue.set(PARENT, tracker.run_id)
-        tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
-        _say_superseded(mark_study(tracker.run_id))
-    code = 130
-    try:
-        while True:
-            code = run_workers(_worker, (spec_path, list(overrides), storage), max(1, workers))
-            if code in (130, 143) or plan.design is None:
-                break
-            # the next round: open comparisons only
-            added, _ = queue.enqueue(_wanted(plan, queue), **params)
-            if not added:
-                break
-            print(format_progress(plan, plan.design, queue.records()))
-            print(f"next round: {added} more cells for the comparisons still open", flush=True)
-    except KeyboardInterrupt:
-        code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
-    finally:
-        interrupted = code in (130, 143)
-        records = queue.records()
-        grid = format_grid(plan, records)
-        print(grid)
-        keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
-        done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
-        why = None if interrupted else failfast.stopped(queue.study)
-        if tracker is not None:
-            tracker.set_tags({R.NOTE: parent_description(plan, records)})
-            tracker.log_table(cells_table(plan, records), R.CELLS_TABLE_ARTIFACT)
-            if why:
-                tracker.set_tags({R.ERROR: why})
-                tracker.end("failed")
-            elif done:
-                tracker.log_text(grid, R.STATUS_ARTIFACT)
-                tracker.end("finished")
-            elif interrupted:
-                tracker.end("interrupted")
-            else:
-                leave_open(tracker)  # cells still run in other processes or machines
-    failed = [c for c in plan.cells if records.get(c.key) and records[c.key].status == "failed"]
-    if why:
-        print(f"error: study stopped: its first {failfast.FIRST} cells failed the same way: {why}; fix that "
-              "and run the same command again (the failed cells are queued again)", file=sys.stderr)
+    return queue, params
+
+
+def _parent_tags(plan: StudyPlan) -> dict[str, str]:
+    """What the study's parent run says about it: its kind, design, metric, and what the report needs to
+    state the sequential verdicts and the published results it checks."""
+    abl = plan.spec.ablation
+    assert abl is not None
+    tags = {R.KIND: "ablation", R.VARIANT: "study", R.OPTUNA_STUDY: plan.store_name, R.DESIGN: abl.design,
+            R.METRIC: R.final(plan.metric)}
+    if plan.design is not None:
+        d = plan.design
+        tags[R.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha, "min_effect": d.min_effect,
+                                         "family": d.family})
+    # A tag, not a param: a reopened study may state its expectations anew (params are final).
+    tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
+    return tags
+
+
+def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
+    """The study's parent MLflow run: the one the store remembers, else a new one; cells of an older
+    implementation of their variant are marked superseded (and retrained)."""
+    from ablate.study.parent import parent_description
+    from ablate.study.workers import open_parent
+    from ablate.tracking.supersede import mark_study
+
+    with queue.store.lock(plan.store_name):  # one parent run however many processes start at once
+        tracker = open_parent(plan.spec, plan.name, _parent_tags(plan), queue.get(PARENT),
+                              description=parent_description(plan, {}))
+        queue.set(PARENT, tracker.run_id)
+    assert tracker.run_id is not None  # tracking is on: a real run
+    tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
+    _say_superseded(mark_study(tracker.run_id))
+    return tracker
+
+
+def _run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker_args: tuple[Any, ...],
+                workers: int) -> int:
+    """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
+    open. The workers' exit code."""
+    from ablate.study.workers import run_workers
+
+    while True:
+        code = run_workers(_worker, worker_args, max(1, workers))
+        if code in (130, 143) or plan.design is None:
+            return code
+        added, _ = queue.enqueue(_wanted(plan, queue), **params)  # the next round: open comparisons only
+        if not added:
+            return code
+        print(format_progress(plan, plan.design, queue.records()))
+        print(f"next round: {added} more cells for the comparisons still open", flush=True)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the study's run ended: its cells' records, and why a repeated failure stopped it (if it did)."""
+
+    records: dict[str, Any]
+    why: str | None
+    interrupted: bool
+
+
+def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None, interrupted: bool) -> Ended:
+    """Print the grid of outcomes and bring the parent run up to date, ending it as the study ended."""
+    from ablate.study import failfast
+    from ablate.study.parent import cells_table, close_parent, parent_description
+
+    records = queue.records()
+    grid = format_grid(plan, records)
+    print(grid)
+    keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
+    done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
+    why = None if interrupted else failfast.stopped(queue.study)
+    if tracker is not None:
+        close_parent(tracker, note=parent_description(plan, records), table=cells_table(plan, records),
+                     table_artifact=R.CELLS_TABLE_ARTIFACT, why=why, done=done, interrupted=interrupted,
+                     done_text=(grid, R.STATUS_ARTIFACT))
+    return Ended(records, why, interrupted)
+
+
+def _exit_code(plan: StudyPlan, ended: Ended, code: int, command: tuple[str, Sequence[str], int, str | None]
+               ) -> int:
+    """2 for a study stopped by a repeated failure, the signal's code when interrupted (with the command
+    that resumes it), 1 when cells failed, else the workers' code."""
+    from ablate.engine import preempt
+    from ablate.study import failfast
+    from ablate.study.workers import resume_command
+
+    spec_path, overrides, workers, storage = command
+    if ended.why:
+        print(f"error: study stopped: its first {failfast.FIRST} cells failed the same way: {ended.why}; fix "
+              "that and run the same command again (the failed cells are queued again)", file=sys.stderr)
         return 2
-    if interrupted:
+    if ended.interrupted:
         again = resume_command("ablate", spec_path, overrides, workers, storage)
         print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
               f"`{again}`", file=sys.stderr)
         return code
+    failed = [c for c in plan.cells if ended.records.get(c.key) and ended.records[c.key].status == "failed"]
     if failed:
         print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
               file=sys.stderr)

@@ -1,14 +1,40 @@
-"""What an ablation study's parent MLflow run shows: its description (what it compares, the metric it
-ranks by, the cells and their outcome so far) and the cells table artifact."""
+"""A study's parent MLflow run: what an ablation's shows (its description: what it compares, the metric
+it ranks by, the cells and their outcome so far; the cells table artifact), a search's trials table, and
+how either study ends it (`close_parent`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
 from ablate.study import attrs as A
+
+if TYPE_CHECKING:
+    from ablate.tracking import NullTracker
+
+
+def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequence[Any]], table_artifact: str,
+                 why: str | None, done: bool, interrupted: bool,
+                 done_text: tuple[str, str] | None = None) -> None:
+    """Bring the parent run up to date (its description ``note``, the cells or trials ``table``) and end
+    it the way the study ended: failed when a repeated failure stopped it (``why``, tagged as the error),
+    finished when every cell or trial is done (``done_text`` = (text, artifact name) logged first),
+    interrupted by a signal, else left open: cells or trials still run in other processes or machines."""
+    tracker.set_tags({R.NOTE: note})
+    tracker.log_table(table, table_artifact)
+    if why:
+        tracker.set_tags({R.ERROR: why})
+        tracker.end("failed")
+    elif done:
+        if done_text is not None:
+            tracker.log_text(*done_text)
+        tracker.end("finished")
+    elif interrupted:
+        tracker.end("interrupted")
+    else:
+        tracker.detach()
 
 
 def parent_description(plan: Any, records: Mapping[str, Any]) -> str:

@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -33,7 +33,10 @@ from ablate.study import failfast
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
-from ablate.study.workers import cached_data, leave_open, open_parent, resume_command, run_workers
+from ablate.study.workers import cached_data, open_parent, resume_command, run_workers
+
+if TYPE_CHECKING:
+    from ablate.tracking import NullTracker
 
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
@@ -274,7 +277,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     assert search is not None  # plan_search checked
     budget = trials or search.trials
     from ablate.study.names import study_attrs, write_attrs
-    from ablate.study.parent import search_description, trials_table
+    from ablate.study.parent import close_parent, search_description, trials_table
 
     store = Store(storage)
     with store.lock(plan.spec.name):  # two processes starting one search agree on its name
@@ -291,7 +294,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
     print(f"search {name}: {budget} trials ({added} newly queued), sampler {search.sampler}, pruner "
           f"{search.pruner.name}, {goals}; store: {store.describe()}", flush=True)
-    tracker: Any = None
+    tracker: NullTracker | None = None
     if plan.spec.tracking.enabled:
         with store.lock(name):  # one parent run however many processes start at once
             tags = {R.KIND: "search", R.VARIANT: "search", R.OPTUNA_STUDY: name,
@@ -322,17 +325,9 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
             code = 2
         if tracker is not None:
             all_trials = study.get_trials(deepcopy=False)
-            tracker.set_tags({R.NOTE: search_description(plan, name, budget, all_trials)})
-            tracker.log_table(trials_table(plan, all_trials), R.TRIALS_TABLE_ARTIFACT)
-            if why:
-                tracker.set_tags({R.ERROR: why})
-                tracker.end("failed")
-            elif done:
-                tracker.end("finished")
-            elif interrupted:
-                tracker.end("interrupted")
-            else:
-                leave_open(tracker)
+            close_parent(tracker, note=search_description(plan, name, budget, all_trials),
+                         table=trials_table(plan, all_trials), table_artifact=R.TRIALS_TABLE_ARTIFACT,
+                         why=why, done=done, interrupted=interrupted)
     return code
 
 

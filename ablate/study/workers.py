@@ -7,10 +7,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.dburl import redacted
 from ablate.engine import preempt
+
+if TYPE_CHECKING:
+    from ablate.spec.experiment import ExperimentSpec
+    from ablate.tracking import NullTracker
 
 
 def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int) -> int:
@@ -101,8 +105,8 @@ def leave_open(tracker: Any) -> None:
     tracker.detach()
 
 
-def open_parent(spec: Any, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
-                description: str | None = None) -> Any:
+def open_parent(spec: ExperimentSpec, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
+                description: str | None = None) -> NullTracker:
     """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
     tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""
     from ablate.errors import AblateError

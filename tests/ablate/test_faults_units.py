@@ -373,8 +373,8 @@ def test_the_resume_line_repeats_workers_and_storage_but_not_a_password() -> Non
     assert resume_command("ablate", "s.yaml", [], storage="j.log") == "ablate ablate s.yaml --storage j.log"
 
 
-def test_ctrl_c_while_the_server_process_is_created_stops_that_server(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_while_the_server_process_is_created_stops_that_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The interrupt lands inside `subprocess.Popen` (the child exists, its handle not returned yet): it is
     held until the handle is there, then raised, and the server is stopped, not left running."""
     from ablate.tracking import server

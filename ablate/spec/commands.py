@@ -1,0 +1,103 @@
+"""The spec commands of `ablate`: validate, list, show and schema. They read specs and the registry only,
+so they answer without torch's training stack or MLflow (`ablate.cli` dispatches to them by keyword)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import AblateError
+
+
+def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
+    from ablate.spec.load import SpecError, load_spec
+
+    failed: list[str] = []
+    for path in specs:
+        try:
+            spec = load_spec(path, list(overrides))
+        except SpecError as exc:
+            failed.extend(str(p) for p in exc.problems)
+            continue
+        print(f"ok {path} ({spec.spec_hash})")
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
+    import registry
+
+    kinds = [axis.kind for axis in registry.axes()]  # declaration order, plugins' axes after the built-ins
+    if kind is not None and kind not in kinds:
+        if pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
+            pattern = kind  # `ablate list 'c*'` or `ablate list -inf`: a name over every kind
+            kind = None
+        else:
+            close = difflib.get_close_matches(kind, kinds, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AblateError(f"unknown component kind {kind!r}; known: {', '.join(kinds)}{hint}")
+    entries = registry.REGISTRY.entries(kind, pattern)
+    if not entries:
+        raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else ""))
+    width = max(len(e.name) for e in entries)
+    details = pattern == "*"  # a filtered list shows the matching names only
+    for group in [k for k in kinds if kind in (None, k)]:
+        rows = [e for e in entries if e.kind == group]
+        if not rows:
+            continue
+        axis = registry.axis(group)
+        print(group)
+        if details:
+            for line in _axis_lines(axis, registry):
+                print(f"    {line}")
+        for e in rows:
+            options = ", ".join(f"{o.name}={_option_value(o.default)}" for o in e.options)
+            print(f"  {e.name:<{width}}  {e.summary}{f'  [{options}]' if options else ''}".rstrip())
+        if group == "mask":
+            print(f"  {'':<{width}}  (any other negative number is accepted too, e.g. -1e6, -1e10)")
+        if group == "attention":
+            print(f"  {'':<{width}}  (sdpa may run as torch's fused kernel or as two matmuls where those are "
+                  "faster: the same function, an implementation detail recorded in the run, not a variant)")
+    return 0
+
+
+def _axis_lines(axis: Any, registry: Any) -> list[str]:
+    """What `ablate list` says of an axis: its field, default, contract, hook sites and axis-wide options."""
+    lines = [f"model.{axis.kind} (default {axis.default}): {axis.doc}", f"contract: {axis.contract}"]
+    lines += [f"hook: {hook}" for hook in axis.hooks]
+    if axis.parent is not None:
+        takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]
+        lines.append(f"taken by {axis.parent}: {', '.join(takers)}")
+    lines += [f"option {o.name}={_option_value(o.default)}: {o.doc}" for o in axis.options]
+    return lines
+
+
+def _option_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def cmd_show(spec_path: str, overrides: Sequence[str] = ()) -> int:
+    from ablate.spec.load import dump_spec_yaml, load_spec
+
+    spec = load_spec(spec_path, list(overrides))
+    print(f"# resolved from {spec_path}" + "".join(f" --set {o}" for o in overrides))
+    print(f"# spec_hash: {spec.spec_hash}")
+    sys.stdout.write(dump_spec_yaml(spec))
+    return 0
+
+
+def cmd_schema(out: str | None = None) -> int:
+    from ablate.spec.load import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if out:
+        Path(out).write_text(text)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+    return 0
