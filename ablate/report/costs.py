@@ -25,9 +25,9 @@ def cost_table(study: Study) -> Table | None:
                   for k, _, d in cols]] for v in study.variants]
     caption = "Cost: mean over the seeds of finished runs (lowest–highest seed)"
     if any(k == "peak_memory_mb" for k, _, _ in cols):
-        caption += (". peak MB is the process's peak, which counts what the process held before the run (in "
-                    "a study worker, what its earlier cells left): it grows with a cell's place in its worker "
-                    "as well as with its variant")
+        caption += (". peak MB is the process's peak, which counts what the process held before the run "
+                    "(in a study worker, what its earlier cells left): it grows with a cell's place in its "
+                    "worker as well as with its variant")
         if any(k == "run_memory_mb" for k, _, _ in cols):
             caption += "; run MB is the run's own footprint above the memory at its start"
     return Table(["variant", *[h for _, h, _ in cols]], rows, caption=caption)
