@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 import ablate.tracking.record as R
+import registry
 from ablate.report import stats as st
 from ablate.report.data import EffectRow, Study, quality_meta
 from ablate.report.part import Inputs, Part
@@ -95,6 +96,29 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
     return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, e.p < st.ALPHA, differing, identical, None,
                     diverged, len(runs), base_diverged)
+
+
+def as_run(study: Study, variant: str) -> str:
+    """How the variant ran, where its paper leaves a choice open: the options of the components it
+    chooses (``alibi_encoder=directional``) and the architecture, e.g. ' (alibi_encoder=directional, in
+    an encoder-decoder)'; '' for a variant without options or runs."""
+    runs = study.of(variant)
+    if not runs:
+        return ""
+    params = min(runs, key=lambda r: r.seed).params
+    shown = []
+    for part in variant.split(", "):
+        field, _, value = part.partition("=")
+        kind = field.removeprefix("model.")
+        if kind in registry.REGISTRY.kinds() and value in registry.names(kind):
+            for option in registry.REGISTRY.entry(kind, value).options:
+                if f"model.{option.name}" in params:
+                    shown.append(f"{option.name}={params[f'model.{option.name}']}")
+    if not shown:
+        return ""
+    arch = params.get("model.arch", "encoder_decoder").replace("_", "-")
+    article = "an" if arch[0] in "aeiou" else "a"
+    return f" ({', '.join(shown)}, in {article} {arch})"
 
 
 def _margin(claim: Expectation, min_effect: float | None) -> float | None:
@@ -214,7 +238,7 @@ def part(inp: Inputs) -> Part | None:
         scoped = claim.kind == "published" and claim.at_convergence and unconverged
         label = outcome.capitalize() + (", not tested at convergence" if scoped else "")
         line = (f"**{label}** ({claim.source}): `{claim.variant}` {expected}. "
-                f"This study: {why}" + (f" ({found})." if found else "."))
+                f"This study{as_run(study, claim.variant)}: {why}" + (f" ({found})." if found else "."))
         (checks if claim.kind == "identity" else lines).append(line)
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
                         "kind": claim.kind, "not_tested_at_convergence": scoped,

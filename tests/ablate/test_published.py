@@ -267,3 +267,22 @@ def test_a_claim_about_converged_models_on_an_unconverged_study_says_so(at_conve
     assert line.startswith(label + " (Xiong et al. 2020)")
     scoped = "not tested at convergence" in made.intro[0].text  # type: ignore[attr-defined]
     assert scoped is at_convergence
+
+
+def test_a_claim_line_says_how_its_variant_ran_where_the_paper_leaves_a_choice_open() -> None:
+    rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
+             "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+             "tags.ablate.variant": v, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+             "params.model.positions": pos, **extra, "metrics.val/bleu": value + seed}
+            for seed in range(3)
+            for v, pos, extra, value in [("baseline", "sinusoidal", {}, 30.0), ("positions=alibi", "alibi", {
+                "params.model.alibi_encoder": "directional",
+                "tags.ablate.component_versions": '{"positions": 2}'}, 29.0)]]  # a version-2 run
+    claims = [{"variant": "positions=alibi", "effect": "none", "source": "Press et al. 2022", "margin": 2.0}]
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation",
+                                      "ablate.expect": json.dumps(claims)}}
+    made = part(Inputs(build_study(parent, pd.DataFrame(rows)), Path("unused")))
+    assert made is not None
+    line = made.intro[1].items[0]  # type: ignore[attr-defined]
+    assert "This study (alibi_encoder=directional, in an encoder-decoder): " in line
