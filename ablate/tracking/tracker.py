@@ -206,7 +206,10 @@ class Tracker(NullTracker):
             # Read before the transport starts: a resumed run drops the steps it logged already.
             last = _last_steps(client, run_id) if resume_run_id else {}
         except BaseException:
-            client.set_terminated(run_id, MLFLOW_STATUS["failed"])  # never leave it RUNNING
+            try:  # as `end("failed")` does: never leave it RUNNING
+                client.set_tag(run_id, R.STATUS, "failed")
+            finally:
+                client.set_terminated(run_id, MLFLOW_STATUS["failed"])
             raise
         tracker = cls(client, run_id, exp_id, uri, async_logging=cfg.async_logging, last_step=last,
                       outbox=outbox)

@@ -10,6 +10,7 @@ import inspect
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +115,15 @@ def test_quiet_turns_off_the_progress_bars_of_datasets(monkeypatch: pytest.Monke
     for key in cli.QUIET_ENV:  # recorded, so the test leaves the environment as it found it
         monkeypatch.setenv(key, "unset")
         monkeypatch.delenv(key)
-    datasets.enable_progress_bars()
+    with warnings.catch_warnings():  # an earlier in-process `main` may have set the variable datasets read
+        warnings.simplefilter("ignore", UserWarning)
+        datasets.enable_progress_bars()
     try:
         cli.quiet_libraries()
         assert os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"  # also for the workers it starts
         assert not datasets.is_progress_bar_enabled()
     finally:
         os.environ.pop("HF_DATASETS_DISABLE_PROGRESS_BARS", None)  # it has priority over the call below
-        datasets.enable_progress_bars()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            datasets.enable_progress_bars()

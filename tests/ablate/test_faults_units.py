@@ -389,8 +389,12 @@ def test_ctrl_c_while_the_server_process_is_created_stops_that_server(
     monkeypatch.setattr(server.subprocess, "Popen", popen_interrupted)
     monkeypatch.setattr(server, "stop_server", stopped.append)
     monkeypatch.setattr(server, "_wait_for_health", lambda *a: pytest.fail("the interrupt came first"))
-    with pytest.raises(KeyboardInterrupt):
-        server.start_server("127.0.0.1", 0, f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "art",
-                            log_path=tmp_path / "log")
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a fresh `ablate ui`
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start_server("127.0.0.1", 0, f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "art",
+                                log_path=tmp_path / "log")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert stopped == [child]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before
