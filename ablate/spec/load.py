@@ -341,6 +341,8 @@ def _check_paths(data: dict[str, Any], smap: SourceMap, origin: str, out: _Colle
     for section, keys in (
         ("ablation.axes", _section(data, "ablation", "axes")),
         ("search.space", _section(data, "search", "space")),
+        ("ablation.tune.space", _section(data, "ablation", "tune", "space")),
+        ("ablation.confirm.overrides", _section(data, "ablation", "confirm", "overrides")),
     ):
         for key in keys:
             error = check_field_path(str(key))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
@@ -53,6 +53,64 @@ class Expectation(Strict):
     at_convergence: Bool = True
 
 
+class TuneFidelity(Strict):
+    """How long each tuning trial trains: ``steps``, or a ``fraction`` of the cell's ``train.max_steps``."""
+
+    steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = None
+    fraction: Annotated[Float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> TuneFidelity:
+        if (self.steps is None) == (self.fraction is None):
+            raise SpecFieldError.single("steps", "give steps or fraction (of the cell's train.max_steps), "
+                                        "exactly one", "fraction")
+        return self
+
+
+class TuneSpec(Strict):
+    """An equal tuning budget for every variant (ablate/study/tuning.py): each variant gets its own search
+    over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the study's
+    seeds then run each variant at its own best settings."""
+
+    space: dict[str, SearchParam]  # as search.space: dotted spec fields
+    trials: Annotated[Int, Field(ge=1, le=100_000)]  # per variant
+    fidelity: TuneFidelity | None = None  # None: each trial trains as long as a cell
+    seed: Seed | None = None  # the sampler's seed, the same for every variant; None: the spec's seed
+    sampler: Literal["tpe", "random"] = "tpe"
+    pruner: PrunerSpec = Field(default_factory=lambda: PrunerSpec())
+
+    @model_validator(mode="after")
+    def _shape(self) -> TuneSpec:
+        if not self.space:
+            raise SpecFieldError.single("space", "the tuning space is empty")
+        return self
+
+
+class ConfirmSpec(Strict):
+    """Verdicts checked at a larger scale: each decided comparison rerun, paired by seed, at the setting
+    ``overrides`` (dotted fields over this spec) or ``spec`` (another spec file, relative to this one)
+    give."""
+
+    overrides: dict[str, Any] = {}
+    spec: Annotated[str, Field(min_length=1)] | None = None
+    seeds: Annotated[list[Seed], Field(min_length=2)] | Annotated[Int, Field(ge=2, le=100)]
+
+    @model_validator(mode="after")
+    def _shape(self) -> ConfirmSpec:
+        checks = Checks()
+        if bool(self.overrides) == (self.spec is not None):
+            checks.fail("overrides", "give the larger setting as overrides: {field: value} or as spec: "
+                        "<path>, exactly one", "spec")
+        if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):
+            checks.fail("seeds", "seeds must be distinct")
+        checks.raise_any()
+        return self
+
+    def seed_list(self, first: int) -> list[int]:
+        """The seeds: as listed, or ``seeds`` of them from ``first`` (the spec's seed) on."""
+        return list(self.seeds) if isinstance(self.seeds, list) else [first + i for i in range(self.seeds)]
+
+
 class AblationSpec(Strict):
     axes: dict[str, list[Any]] = {}
     design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
@@ -70,6 +128,18 @@ class AblationSpec(Strict):
     # baseline's validation loss over its last evaluations).
     tuned_on: Annotated[str, Field(min_length=1)] = "baseline"
     converged: Bool | None = None
+    # Each variant at its own best (an equal tuning budget) and verdicts checked at a larger scale; left out
+    # of the dumped spec when not given, so that the record of every study without them stays as it was.
+    tune: TuneSpec | None = None
+    confirm: ConfirmSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in ("tune", "confirm"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:

@@ -19,6 +19,7 @@ from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
 from ablate.study import attrs as A
+from ablate.study import tuning
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
@@ -223,6 +224,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             known = ", ".join(repr(v) for v in labels[1:]) or "none"
             problems.append(Problem(smap.where(at, origin), at,
                                     f"no variant {claim.variant!r} in this study; its variants: {known}"))
+    problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
@@ -271,6 +273,8 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
         lines.append(f"checks {len(abl.expect)} published result{'s' if len(abl.expect) > 1 else ''} "
                      "(the report opens with each):")
         lines.extend(f"  {claim.variant}: {claim.effect} ({claim.source})" for claim in abl.expect)
+    lines += tuning.budget_lines(plan.spec, plan.data, plan.smap, plan.origin, len(plan.variants),
+                                 len(plan.cells))
     return "\n".join(lines)
 
 
