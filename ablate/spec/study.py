@@ -76,13 +76,17 @@ class TuneSpec(Strict):
     trials: Annotated[Int, Field(ge=1, le=100_000)]  # per variant
     fidelity: TuneFidelity | None = None  # None: each trial trains as long as a cell
     seed: Seed | None = None  # the sampler's seed, the same for every variant; None: the spec's seed
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "grid"] = "tpe"  # grid: every point of the space, trials at most
     pruner: PrunerSpec = Field(default_factory=lambda: PrunerSpec())
 
     @model_validator(mode="after")
     def _shape(self) -> TuneSpec:
         if not self.space:
             raise SpecFieldError.single("space", "the tuning space is empty")
+        if self.sampler == "grid" and any(p.choice is None and p.step is None and not p.int
+                                          for p in self.space.values()):
+            raise SpecFieldError.single("sampler", "the grid sampler needs choice, int or stepped ranges "
+                                        "only", "space")
         return self
 
 

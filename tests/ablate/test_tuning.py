@@ -79,6 +79,7 @@ def _problems(tmp_path: Path, ablation: str) -> str:
     ("    trials: 4\n    fidelity: {fraction: 1.5}\n", "ablation.tune.fidelity.fraction"),
     ("    trials: 4\n    fidelity: {steps: 50}\n", "50 steps is longer than a cell (20"),
     ("    trials: 4\n    seed: -1\n", "ablation.tune.seed"),
+    ("    trials: 4\n    sampler: grid\n", "the grid sampler needs choice, int or stepped ranges"),
 ])
 def test_bad_tune_values_are_located_spec_errors(tmp_path: Path, tune: str, expected: str) -> None:
     space = "  tune:\n    space: {train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}}\n"

@@ -1,0 +1,82 @@
+"""Each variant at its own best (ablate/study/tuned.py): a synthetic study with a known answer, where the
+variant needs 3x the baseline's learning rate. Training is replaced by a known function of the spec."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ablate.run.rundir import RunResult
+from ablate.spec.experiment import ExperimentSpec
+from ablate.study.ablation import plan_study
+from ablate.study.tuned import tune_variants, tuned_cells, variants
+from tests.factories import STUDY_CELL, write_tiny_spec
+
+BASE_LR = 1e-3
+STUDY = f"""ablation:
+  axes: {{model.norm: [builtin, custom]}}
+  seeds: [0, 1]
+  tune:
+    space:
+      train.optimizer.lr: {{choice: [{BASE_LR / 3}, {BASE_LR}, {3 * BASE_LR}, {9 * BASE_LR}]}}
+    trials: 4
+    sampler: grid
+    fidelity: {{steps: 5}}
+"""
+
+
+def score(spec: ExperimentSpec) -> float:
+    """1 at the variant's best learning rate (3x the baseline's for norm=custom), 0 a factor 3 away."""
+    best = 3 * BASE_LR if spec.model.norm == "custom" else BASE_LR
+    return 1.0 - (math.log(spec.train.optimizer.lr / best) / math.log(3)) ** 2
+
+
+@pytest.fixture
+def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
+    runs: list[ExperimentSpec] = []
+
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        runs.append(spec)
+        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
+
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    return runs
+
+
+def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, trained: list[ExperimentSpec]
+                                                              ) -> None:
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "lr3x", "train.max_steps": 20},
+                           extra=STUDY + "  metric: val/exact_match\n", filename="lr3x.yaml")
+    plan = plan_study(str(path))
+    tuned = tune_variants(plan)
+    base, variant = tuned["baseline"], tuned["norm=custom"]
+    # the same budget for both, every trial at the fidelity, with the tuning seed
+    assert len(trained) == 8 and {s.train.max_steps for s in trained} == {5}
+    assert {s.seed for s in trained} == {0}
+    assert base.study != variant.study and len(base.scores) == len(variant.scores) == 4
+    # at the baseline's settings (each search's first trial): the variant is worse
+    assert base.at_baseline == pytest.approx(1.0) and variant.at_baseline == pytest.approx(0.0)
+    # at its own best: equal, at 3x the learning rate
+    assert base.best == {"train.optimizer.lr": BASE_LR}
+    assert variant.best == {"train.optimizer.lr": 3 * BASE_LR}
+    assert base.value == pytest.approx(variant.value) == pytest.approx(1.0)
+    # the study's seeds at each variant's own best, at the cell's length
+    cells = tuned_cells(plan, tuned)
+    assert [(c.label, c.seed) for c in cells] == [(c.label, c.seed) for c in plan.cells]
+    assert {c.spec.train.max_steps for c in cells} == {20}
+    at_base = {(c.label, c.seed): score(c.spec) for c in plan.cells}
+    at_own = {(c.label, c.seed): score(c.spec) for c in cells}
+    for seed in plan.seeds:
+        assert at_base[("norm=custom", seed)] - at_base[("baseline", seed)] == pytest.approx(-1.0)
+        assert at_own[("norm=custom", seed)] - at_own[("baseline", seed)] == pytest.approx(0.0)
+    # the baseline's own best is its settings: the same cells (and hashes) as at the baseline's settings
+    keys = [c.key for c in cells if c.label == "baseline"]
+    assert keys == [c.key for c in plan.cells if c.label == "baseline"]
+    assert variants(plan) == {"baseline": {}, "norm=custom": {"model.norm": "custom"}}
+    # rerunning trains nothing: the searches are complete in the store
+    again = tune_variants(plan_study(str(path)))
+    assert len(trained) == 8 and again == tuned
