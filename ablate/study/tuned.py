@@ -17,13 +17,15 @@ ablate/report/evp.py, the best-settings table) reads what `Tuned` holds.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+import ablate.tracking.record as R
 from ablate.spec.experiment import Objective, SearchSpec
 from ablate.spec.load import set_dotted
 from ablate.study import attrs as A
@@ -32,6 +34,9 @@ from ablate.study.plan import Cell, StudyPlan, spec_diff
 from ablate.study.space import SearchPlan, derive
 from ablate.study.store import Store, claim, open_study
 from ablate.study.tuning import best_overrides, sampler_seed, trial_overrides
+
+if TYPE_CHECKING:
+    from ablate.tracking import NullTracker
 
 
 @dataclass(frozen=True)
@@ -78,26 +83,63 @@ def search_name(plan: StudyPlan, label: str, splan: SearchPlan) -> str:
 
 def tune_variant(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store: Store,
                  parent: str | None = None) -> Tuned:
-    """Run (or continue) one variant's search to ``tune.trials`` trials; its outcome."""
+    """Run (or continue) one variant's search to ``tune.trials`` trials; its outcome. With ``parent`` (the
+    study's parent MLflow run) the search is a child run of it, kind ``search``, and its trials are the
+    search run's children; the Optuna study remembers the search run, so a rerun reopens it."""
     splan = variant_search(plan, overrides)
     budget = splan.spec.search.trials  # type: ignore[union-attr]
     name = search_name(plan, label, splan)
     with store.lock(name):
         study = open_study(store, name, splan.directions)
-    assert study is not None
+        assert study is not None
+        tracker = _search_run(splan, label, name, parent, study) if parent else None
     S._fill(study, store, splan, budget)
     study = open_study(store, name, splan.directions, sampler=S._sampler(splan, 0, store, budget),
                        pruner=S._pruner(splan))
     assert study is not None
-    while True:
-        trial, busy = claim(study, store)
-        if trial is None:
-            if not busy:
-                break
-            time.sleep(min(5.0, float(store.heartbeat or 2)))  # another process's trial may yet die
-            continue
-        S.run_trial(splan, study, store, trial, parent)
-    return outcome(study.get_trials(deepcopy=False), splan, label, name)
+    interrupted = False
+    try:
+        while True:
+            trial, busy = claim(study, store)
+            if trial is None:
+                if not busy:
+                    break
+                time.sleep(min(5.0, float(store.heartbeat or 2)))  # another process's trial may yet die
+                continue
+            S.run_trial(splan, study, store, trial, tracker.run_id if tracker is not None else None)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        trials = study.get_trials(deepcopy=False)
+        if tracker is not None:
+            from ablate.study.parent import close_parent, search_description, trials_table
+
+            done = not interrupted and all(t.state.is_finished() for t in trials)
+            close_parent(tracker, note=search_description(splan, name, budget, trials),
+                         table=trials_table(splan, trials), table_artifact=R.TRIALS_TABLE_ARTIFACT, why=None,
+                         done=done, interrupted=interrupted)
+    return outcome(trials, splan, label, name)
+
+
+def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: Any) -> NullTracker:
+    """The variant's search run under the study's parent: the one the Optuna study remembers, else new."""
+    from ablate.errors import AblateError
+    from ablate.tracking import Tracker
+
+    tags = {R.KIND: "search", R.VARIANT: label, R.OPTUNA_STUDY: name, R.METRIC: R.final(splan.metrics[0])}
+    known = study.user_attrs.get(A.PARENT)
+    tracker: NullTracker | None = None
+    if known:
+        try:
+            tracker = Tracker.start(splan.spec, run_name=f"{label} search", tags=tags, resume_run_id=known)
+        except AblateError as exc:
+            print(f"note: {exc}; starting a new search run", file=sys.stderr)
+    if tracker is None:
+        tracker = Tracker.start(splan.spec, run_name=f"{label} search", tags=tags, parent_run_id=parent,
+                                variant=label)
+    study.set_user_attr(A.PARENT, tracker.run_id)
+    return tracker
 
 
 def outcome(trials: Any, splan: SearchPlan, label: str, name: str) -> Tuned:

@@ -80,3 +80,30 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, tr
     # rerunning trains nothing: the searches are complete in the store
     again = tune_variants(plan_study(str(path)))
     assert len(trained) == 8 and again == tuned
+
+
+def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path,
+                                                                   trained: list[ExperimentSpec]) -> None:
+    from mlflow import MlflowClient
+
+    import ablate.tracking.record as R
+    from ablate.tracking import Tracker
+
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "nested", "train.max_steps": 20},
+                           extra=STUDY, filename="nested.yaml")
+    plan = plan_study(str(path))
+    parent = Tracker.start(plan.spec, run_name="nested", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    assert parent.run_id is not None
+    tuned = tune_variants(plan, parent=parent.run_id)
+    tune_variants(plan_study(str(path)), parent=parent.run_id)  # a rerun: no new search runs
+    parent.end("finished")
+    client = MlflowClient()
+    exp = client.get_experiment_by_name(plan.name)
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.run_id]
+    assert sorted(r.data.tags[R.VARIANT] for r in children) == ["baseline", "norm=custom"]
+    assert {r.data.tags[R.KIND] for r in children} == {"search"} and len(runs) == 3
+    assert {r.data.tags[R.OPTUNA_STUDY] for r in children} == {t.study for t in tuned.values()}
+    assert {r.info.status for r in children} == {"FINISHED"}
+    assert len(trained) == 8
