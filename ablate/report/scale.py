@@ -1,0 +1,78 @@
+"""Verdicts checked at a larger scale (``ablation.confirm``, issue 29): each comparison the study decided is
+rerun at the larger setting, paired by seed, and the report says whether the verdict **transfers** (same
+direction, significant by the test the study's verdicts use, ablate/report/stats.py), **reverses**
+(significant the other way) or is **not settled at that scale** (not significant, or too few seeds to
+test: with 3 seeds or fewer the exact permutation test cannot reach p < 0.05).
+
+A verdict of no effect (``none``: the study's interval lay within +-margin) transfers when the larger
+scale's interval lies within +-margin too, and reverses when it lies wholly outside it (an effect larger
+than the margin appeared).
+
+Several verdicts checked at once are one family: `check_transfers` widens each interval to 1 - alpha/k
+(Bonferroni over the k verdicts), so that the chance of calling any of them wrongly stays at alpha.
+
+Pure arithmetic over per-seed values (ablate/report/stats.py's `compare`); the report section that reads
+the confirmation runs is not here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ablate.report.stats import ALPHA, Effect, compare
+
+Direction = Literal["better", "worse", "none"]
+Outcome = Literal["transfers", "reverses", "not settled"]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One verdict at the larger scale: the study's (``small``), the outcome, and the effect (variant -
+    baseline, paired by seed) with the interval it was judged by."""
+
+    label: str
+    small: Direction
+    outcome: Outcome
+    effect: Effect
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decided comparison of the study and its runs at the larger scale (seed -> metric value)."""
+
+    label: str
+    small: Direction
+    base: Mapping[int, float]
+    variant: Mapping[int, float]
+    margin: float | None = None  # for small == "none": the largest difference that counts as none
+
+
+def check_transfer(verdict: Verdict, higher_is_better: bool, confidence: float = 1 - ALPHA) -> Transfer:
+    """Whether one verdict transfers, reverses or is not settled at the larger scale."""
+    if verdict.small == "none" and (verdict.margin is None or verdict.margin <= 0):
+        raise ValueError(f"{verdict.label}: a verdict of no effect needs its margin (> 0)")
+    e = compare(verdict.base, verdict.variant, confidence)
+    outcome: Outcome = "not settled"
+    if not (math.isnan(e.lo) or math.isnan(e.hi)):
+        if verdict.small == "none":
+            m = float(verdict.margin)  # type: ignore[arg-type]
+            if -m <= e.lo and e.hi <= m:
+                outcome = "transfers"
+            elif e.lo > m or e.hi < -m:
+                outcome = "reverses"
+        elif e.tested and e.p < 1 - confidence and (e.lo > 0 or e.hi < 0):  # as the study's verdicts
+            larger = e.diff > 0
+            direction = "better" if larger == higher_is_better else "worse"
+            outcome = "transfers" if direction == verdict.small else "reverses"
+    return Transfer(verdict.label, verdict.small, outcome, e, confidence)
+
+
+def check_transfers(verdicts: Sequence[Verdict], higher_is_better: bool, alpha: float = ALPHA
+                    ) -> list[Transfer]:
+    """Every verdict at the larger scale, as one family (Bonferroni: each at 1 - alpha/k)."""
+    k = max(1, len(verdicts))
+    return [check_transfer(v, higher_is_better, 1 - alpha / k) for v in verdicts]
