@@ -154,3 +154,27 @@ def test_dry_run_of_a_bad_tune_section_exits_2(bare_workdir: Path, capsys: pytes
                  "    trials: 2\n")
     assert cli_main(["ablate", str(path), "--dry-run"]) == 2
     assert f"{path}:" in capsys.readouterr().err
+
+
+def test_confirm_cells_are_the_baseline_and_the_decided_variants_at_the_larger_setting(tmp_path: Path
+                                                                                       ) -> None:
+    from ablate.study.confirm import confirm_cells
+
+    plan = plan_study(str(write(tmp_path, AXES + CONFIRM)))
+    cells = confirm_cells(plan, ["norm=custom"])
+    assert [(c.label, c.seed) for c in cells] == [(label, s) for s in (0, 1, 2)
+                                                  for label in ("baseline", "norm=custom")]
+    assert {c.spec.train.max_steps for c in cells} == {40}  # the larger setting
+    assert all(c.spec.model.norm == ("custom" if c.label == "norm=custom" else "builtin") for c in cells)
+    assert not {c.key for c in cells} & {c.key for c in plan.cells}  # cells of their own
+    assert cells[1].diff == [("model.norm", "builtin", "custom")]
+    with pytest.raises(ValueError, match="no variant 'positions=rope'"):
+        confirm_cells(plan, ["positions=rope"])
+    # the larger setting as another spec
+    larger = write_tiny_spec(tmp_path, STUDY_CELL, {"name": "tuned", "train.max_steps": 60,
+                                                    "model.d_model": 32}, filename="larger.yaml")
+    other = plan_study(str(write(tmp_path, AXES + f"  confirm:\n    spec: {larger.name}\n    seeds: [7, 8]\n",
+                                 "other")))
+    cells = confirm_cells(other, ["residual=post_norm", "norm=custom"])
+    assert [c.label for c in cells[:3]] == ["baseline", "residual=post_norm", "norm=custom"]
+    assert {(c.spec.train.max_steps, c.spec.model.d_model, c.seed) for c in cells[:3]} == {(60, 32, 7)}

@@ -1,0 +1,43 @@
+"""The cells that check a study's verdicts at a larger scale (``ablation.confirm``, issue 29): the
+baseline and each variant whose comparison the study decided, at the larger setting (``confirm.overrides``
+over the spec, or ``confirm.spec``), on ``confirm.seeds``: every variant's cell of a seed beside the
+baseline's of the same seed, so that ablate/report/scale.py compares them paired by seed.
+
+Not wired into `ablate ablate` yet (which comparisons count as decided is the sequential verdicts'
+business, ablate/study/sequential.py); the cells are ordinary cells with their own hashes, so a study that
+queues them runs, resumes and records them as it does its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ablate.study.plan import Cell, StudyPlan, spec_diff
+from ablate.study.space import derive
+from ablate.study.tuning import confirm_base
+
+
+def confirm_seeds(plan: StudyPlan) -> list[int]:
+    abl = plan.spec.ablation
+    assert abl is not None and abl.confirm is not None
+    return abl.confirm.seed_list(plan.spec.seed)
+
+
+def confirm_cells(plan: StudyPlan, decided: Sequence[str]) -> list[Cell]:
+    """Seed-major cells at the larger setting: the baseline, then each decided variant (in the plan's
+    order). A label the plan does not have is a ValueError."""
+    abl = plan.spec.ablation
+    assert abl is not None and abl.confirm is not None
+    overrides = {c.label: dict(c.overrides) for c in plan.cells if c.seed == plan.seeds[0]}
+    unknown = [label for label in decided if label not in overrides]
+    if unknown:
+        raise ValueError(f"no variant {unknown[0]!r} in study {plan.name}")
+    chosen = ["baseline", *[label for label in overrides if label in decided and label != "baseline"]]
+    data, where, origin = confirm_base(abl.confirm, plan.data, plan.smap, plan.origin)
+    cells = []
+    for seed in confirm_seeds(plan):
+        base = derive(data, where, {}, origin, seed=seed)
+        for label in chosen:
+            spec = derive(data, where, overrides[label], origin, seed=seed)
+            cells.append(Cell(label, seed, spec, overrides[label], spec_diff(base, spec)))
+    return cells
