@@ -73,3 +73,19 @@ def evp_curve(scores: Sequence[float], maximize: bool = True, upto: int | None =
         std = math.sqrt(var)
         points.append(EVPPoint(n, mean, std, max(lo, mean - std), min(hi, mean + std)))
     return points
+
+
+def leaders(curves: dict[str, list[EVPPoint]], maximize: bool = True) -> list[tuple[int, str]]:
+    """The variant with the best expected score at each budget n = 1..(the shortest curve), as (n, label)
+    where the leader changes: one entry means the ranking's winner does not depend on the budget. Ties go
+    to the label listed first."""
+    if not curves:
+        return []
+    labels = list(curves)
+    out: list[tuple[int, str]] = []
+    for i in range(min(len(c) for c in curves.values())):
+        means = [curves[label][i].mean for label in labels]
+        best = labels[means.index(max(means) if maximize else min(means))]
+        if not out or out[-1][1] != best:
+            out.append((curves[labels[0]][i].n, best))
+    return out

@@ -78,3 +78,15 @@ def test_ranking_can_depend_on_the_budget() -> None:
 def test_refuses_what_has_no_curve(scores: list[float], n: int) -> None:
     with pytest.raises(ValueError):
         expected_best(scores, n)
+
+
+def test_leaders_say_where_the_budget_changes_the_winner() -> None:
+    from ablate.report.evp import leaders
+
+    steady, risky = [0.6] * 4, [0.0, 0.9, 0.0, 0.9]
+    assert leaders({"steady": evp_curve(steady), "risky": evp_curve(risky)}) == [(1, "steady"), (2, "risky")]
+    assert leaders({"a": evp_curve([0.5, 0.7]), "b": evp_curve([0.1, 0.2, 0.3])}) == [(1, "a")]
+    # a loss: the lowest expected value leads
+    assert leaders({"a": evp_curve([1.0, 2.2], maximize=False), "b": evp_curve([1.5, 1.6], maximize=False)},
+                   maximize=False) == [(1, "b"), (2, "a")]
+    assert leaders({}) == []
