@@ -22,14 +22,16 @@ prints. It imports nothing of ablate/study/plan.py (plan imports it).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ablate.spec.errors import check_field_path
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec_data, set_dotted
-from ablate.spec.study import ConfirmSpec, TuneSpec
+from ablate.spec.study import ConfirmSpec, SearchParam, TuneSpec
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap
 from ablate.study.space import derive, show
 
@@ -66,6 +68,42 @@ def trial_overrides(tune: TuneSpec, spec: ExperimentSpec, variant: Mapping[str, 
 def best_overrides(variant: Mapping[str, Any], best: Mapping[str, Any]) -> dict[str, Any]:
     """A variant at its own best settings: its fields plus the best trial's values (at the cell's length)."""
     return {**variant, **best}
+
+
+@dataclass(frozen=True)
+class Change:
+    """How far a variant's best value of one tuning dimension lies from the baseline's setting: as the
+    reader reads it (``x3`` for a log range, ``+200`` for a linear one, ``a -> b`` for a choice) and as a
+    fraction of the searched range (log ranges in log units; a different choice counts 1)."""
+
+    field: str
+    baseline: Any
+    best: Any
+    shown: str
+    of_range: float
+
+
+def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best: Mapping[str, Any]
+            ) -> list[Change]:
+    """Each dimension's change from the baseline's settings to a variant's best (the best-settings table)."""
+    out = []
+    for name, p in space.items():
+        a: Any = baseline.get(name)
+        b: Any = best.get(name, a)
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+        if p.choice is not None or not numbers or p.low is None or p.high is None:
+            same = a == b or show(a) == show(b)
+            shown = "same" if same else f"{show(a)} -> {show(b)}"
+            out.append(Change(name, a, b, shown, 0.0 if same else 1.0))
+        elif p.log and a > 0 and b > 0:
+            ratio = b / a
+            out.append(Change(name, a, b, "same" if ratio == 1 else f"x{ratio:.3g}",
+                              abs(math.log(ratio)) / math.log(p.high / p.low)))
+        else:
+            diff = b - a
+            shown = "same" if diff == 0 else show(diff) if diff < 0 else f"+{show(diff)}"
+            out.append(Change(name, a, b, shown, abs(diff) / (p.high - p.low)))
+    return out
 
 
 # ---------------------------------------------------------------- checks

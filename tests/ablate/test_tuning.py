@@ -178,3 +178,21 @@ def test_confirm_cells_are_the_baseline_and_the_decided_variants_at_the_larger_s
     cells = confirm_cells(other, ["residual=post_norm", "norm=custom"])
     assert [c.label for c in cells[:3]] == ["baseline", "residual=post_norm", "norm=custom"]
     assert {(c.spec.train.max_steps, c.spec.model.d_model, c.seed) for c in cells[:3]} == {(60, 32, 7)}
+
+
+def test_changes_say_how_far_each_best_setting_lies_from_the_baselines() -> None:
+    from ablate.spec.study import SearchParam
+    from ablate.study.tuning import changes
+
+    space = {"train.optimizer.lr": SearchParam(low=1e-4, high=1e-2, log=True),
+             "train.schedule.warmup_steps": SearchParam(low=0, high=800, int=True),
+             "train.schedule.name": SearchParam(choice=["inverse_sqrt", "constant"]),
+             "model.dropout": SearchParam(low=0.0, high=0.3)}
+    base = {"train.optimizer.lr": 1e-3, "train.schedule.warmup_steps": 400,
+            "train.schedule.name": "inverse_sqrt", "model.dropout": 0.1}
+    best = {"train.optimizer.lr": 3e-3, "train.schedule.warmup_steps": 200, "train.schedule.name": "constant"}
+    got = {c.field: (c.shown, c.of_range) for c in changes(space, base, best)}
+    assert got["train.optimizer.lr"] == ("x3", pytest.approx(0.2386, abs=1e-4))  # log 3 / log 100
+    assert got["train.schedule.warmup_steps"] == ("-200", 0.25)
+    assert got["train.schedule.name"] == ("inverse_sqrt -> constant", 1.0)
+    assert got["model.dropout"] == ("same", 0.0)  # not in the best point: the baseline's value
