@@ -107,3 +107,26 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
     assert {r.data.tags[R.OPTUNA_STUDY] for r in children} == {t.study for t in tuned.values()}
     assert {r.info.status for r in children} == {"FINISHED"}
     assert len(trained) == 8
+
+
+def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(workdir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[float] = []
+
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        if len(runs) == 2:  # Ctrl-C in the third trial, once
+            runs.append(math.nan)
+            raise KeyboardInterrupt
+        runs.append(spec.train.optimizer.lr)
+        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
+
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "resumed", "train.max_steps": 20},
+                           extra=STUDY, filename="resumed.yaml")
+    with pytest.raises(KeyboardInterrupt):
+        tune_variants(plan_study(str(path)))
+    tuned = tune_variants(plan_study(str(path)))
+    assert len(runs) == 9  # 2 + the interrupted one + its retry and the 5 left: 8 trials trained in all
+    assert [len(t.scores) for t in tuned.values()] == [4, 4]
+    assert tuned["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
