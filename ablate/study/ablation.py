@@ -152,6 +152,10 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         if records:
             print(f"so far ({len(records)} cells in the store):")
             print(format_progress(plan, plan.design, records))
+    if plan.spec.ablation is not None and plan.spec.ablation.tune is not None:
+        from ablate.study.tuned import progress_lines
+
+        print("\n".join(progress_lines(plan, storage)) or "tuning: no search started yet")
     return 0
 
 

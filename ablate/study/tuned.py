@@ -175,3 +175,24 @@ def tuned_cells(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> list[Cell]:
             spec = derive(plan.data, plan.smap, own, plan.origin, seed=seed)
             out.append(Cell(label, seed, spec, own, spec_diff(base_at_seed, spec)))
     return out
+
+
+def progress_lines(plan: StudyPlan, storage: str | None) -> list[str]:
+    """Where each variant's search stands in the store (read only; nothing when none started)."""
+    abl = plan.spec.ablation
+    if abl is None or abl.tune is None or not Store.exists(storage):
+        return []
+    store = Store(storage, create=False)
+    lines = []
+    for label, overrides in variants(plan).items():
+        splan = variant_search(plan, overrides)
+        study = open_study(store, search_name(plan, label, splan), splan.directions, create=False)
+        if study is None:
+            continue
+        trials = study.get_trials(deepcopy=False)
+        t = outcome(trials, splan, label, study.study_name)
+        done = sum(x.state.is_finished() for x in trials)
+        best = ", ".join(f"{k}={v}" for k, v in t.best.items())
+        shown = f"; best {t.value:.4g} at {best}" if t.value is not None else ""
+        lines.append(f"  {label}: {done} of {abl.tune.trials} trials done{shown}")
+    return (["tuning so far:", *lines]) if lines else []

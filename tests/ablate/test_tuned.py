@@ -11,7 +11,7 @@ import pytest
 
 from ablate.run.rundir import RunResult
 from ablate.spec.experiment import ExperimentSpec
-from ablate.study.ablation import plan_study
+from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.tuned import tune_variants, tuned_cells, variants
 from tests.factories import STUDY_CELL, write_tiny_spec
 
@@ -47,8 +47,8 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
     return runs
 
 
-def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, trained: list[ExperimentSpec]
-                                                              ) -> None:
+def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, trained: list[ExperimentSpec],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "lr3x", "train.max_steps": 20},
                            extra=STUDY + "  metric: val/exact_match\n", filename="lr3x.yaml")
     plan = plan_study(str(path))
@@ -80,6 +80,10 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, tr
     # rerunning trains nothing: the searches are complete in the store
     again = tune_variants(plan_study(str(path)))
     assert len(trained) == 8 and again == tuned
+    assert main_ablate(str(path), dry_run=True) == 0  # the dry run says where the searches stand
+    out = capsys.readouterr().out
+    assert "tuning so far:\n  baseline: 4 of 4 trials done; best 1 at train.optimizer.lr=0.001" in out
+    assert "  norm=custom: 4 of 4 trials done; best 1 at train.optimizer.lr=0.003" in out
 
 
 def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path,

@@ -145,6 +145,7 @@ def test_dry_run_shows_the_tuning_budget_and_the_confirm_cells(bare_workdir: Pat
     assert "the study's cells: up to 6 x 20 = 120 steps" in out
     assert ("confirm at train.max_steps=40: each decided comparison rerun on seeds 0, 1, 2, paired by seed: "
             "at most 3 variants x 3 seeds = 9 cells of 40 steps; 360 steps at most") in out
+    assert "tuning: no search started yet" in out
     assert sorted(os.listdir(bare_workdir)) == ["tuned.yaml"]  # nothing written
 
 
