@@ -131,7 +131,8 @@ def _superseded_note(stale: list[tuple[Run, str]]) -> str:
 
 
 def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
-    every = _runs_from_frame(frame)
+    # A child run of kind search is a variant's tuning search (ablation.tune, study/tuned.py), not a cell.
+    every = [r for r in _runs_from_frame(frame) if r.tags.get(R.KIND) != "search"]
     stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags)) is not None]
     left_out = {r.run_id for r, _ in stale}
     runs, dropped = _dedupe([r for r in every if r.run_id not in left_out])

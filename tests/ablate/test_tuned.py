@@ -134,3 +134,24 @@ def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(workdir: Pa
     assert len(runs) == 9  # 2 + the interrupted one + its retry and the 5 left: 8 trials trained in all
     assert [len(t.scores) for t in tuned.values()] == [4, 4]
     assert tuned["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
+
+
+def test_a_variants_search_run_is_not_read_as_a_cell_of_the_study() -> None:
+    import pandas as pd
+
+    from ablate.report.data import build_study
+
+    rows = [{"run_id": f"{variant}-{seed}", "status": "FINISHED", "start_time": pd.Timestamp(seed, unit="s"),
+             "tags.ablate.variant": variant, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+             "tags.ablate.kind": "cell", "metrics.val/exact_match": value}
+            for variant, values in (("baseline", [0.5, 0.6]), ("norm=custom", [0.4, 0.5]))
+            for seed, value in enumerate(values)]
+    # the search run: no seed tag (read as seed 0), started last, finished: it must not replace seed 0's cell
+    rows.append({"run_id": "search", "status": "FINISHED", "start_time": pd.Timestamp(99, unit="s"),
+                 "tags.ablate.variant": "norm=custom", "tags.ablate.kind": "search",
+                 "tags.ablate.status": "finished", "metrics.val/exact_match": 0.9})
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation"}}
+    study = build_study(parent, pd.DataFrame(rows))
+    assert study.kind == "ablation" and sorted(r.run_id for r in study.runs) == [
+        "baseline-0", "baseline-1", "norm=custom-0", "norm=custom-1"]
