@@ -30,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
+    uri = mlflow_store(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     spec = ExperimentSpec.model_validate({
         "name": "lm-run", "tracking": {"experiment": "lm-run"},
         "data": {"source": "synthetic", "document_lines": 10, "max_len": 16, "batch_tokens": 128,
@@ -47,7 +48,7 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
         assert name in result.metrics, name
     assert result.metrics[R.PADDING] == 0.0  # packed blocks
     assert result.metrics["val/ppl_at_16"] == result.metrics["val/ppl"]  # 16 is the training length
-    logged = MlflowClient().get_run(result.run_id).data.metrics
+    logged = MlflowClient(tracking_uri=uri).get_run(result.run_id).data.metrics
     assert R.final("val/ppl_at_32") in logged and "val/ppl_at_16" in logged  # the curve and the result
     assert set(spec.evaluation_metrics()) <= {k for k in logged if not k.startswith(R.FINAL)}
 
