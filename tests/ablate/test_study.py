@@ -216,7 +216,9 @@ def test_experiment_ablations_expand() -> None:
         "modern-axes.yaml": 14, "quick-axes.yaml": 12, "tutorial-axes.yaml": 18, "warmup-vs-norm.yaml": 8,
         # Multi30k studies with a seed range: every cell up to the maximum (adaptive rounds run fewer)
         "modern-axes-multi30k.yaml": 56, "tutorial-axes-multi30k.yaml": 48,
-        "warmup-vs-norm-multi30k.yaml": 24, "presets-multi30k.yaml": 48}
+        "warmup-vs-norm-multi30k.yaml": 24, "presets-multi30k.yaml": 48,
+        # the decoder-only LM cell: five position schemes x four seeds
+        "positions-extrapolation.yaml": 20}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
