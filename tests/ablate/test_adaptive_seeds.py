@@ -256,7 +256,8 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     assert "## Adaptive seeds" in report and "identical to the baseline in every seed" in report
     assert "by the group-sequential test this study chose its seeds by" in report
     assert next(line for line in report.splitlines() if line.startswith("- mask=-1e9: ")).endswith(
-        "identical to the baseline in every seed (2 paired seeds, look 1 of 2)")
+        "identical to the baseline in every seed (2 paired seeds, look 1 of 2); "
+        "test: 0.000 loss [0.000, 0.000]")  # the test split beside it, on the same seeds
     assert report.index("**Published results this study checks** (on `val/loss`") < report.index("## Setup")
     assert "**Reproduced** (no row is fully masked): `mask=-1e9` identical to the baseline in every seed. " \
         "This study: the same value in all 2 paired seeds" in report
