@@ -4,6 +4,7 @@ documents of a local corpus, and ALiBi's length extrapolation against learned po
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import load_spec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+MULTI30K = Path(os.environ.get("ABLATE_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data"
+                / "multi30k")
 LM_MODEL = {"arch": "decoder_only", "d_model": 32, "heads": 2, "d_ff": 64, "decoder_layers": 2,
             "dropout": 0.0, "max_positions": 64}
 
