@@ -101,7 +101,10 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
     tuned = tune_variants(plan, parent=parent.run_id)
     tune_variants(plan_study(str(path)), parent=parent.run_id)  # a rerun: no new search runs
     parent.end("finished")
-    client = MlflowClient()
+    from ablate.tracking.store import resolve_tracking_uri
+
+    # the store this study wrote to (an earlier test may have pointed MLflow's global client elsewhere)
+    client = MlflowClient(resolve_tracking_uri(plan.spec.tracking.uri))
     exp = client.get_experiment_by_name(plan.name)
     assert exp is not None
     runs = client.search_runs([exp.experiment_id])
