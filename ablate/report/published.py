@@ -106,19 +106,22 @@ def as_run(study: Study, variant: str) -> str:
     if not runs:
         return ""
     params = min(runs, key=lambda r: r.seed).params
+    arch = params.get("model.arch", "encoder_decoder")
     shown = []
     for part in variant.split(", "):
         field, _, value = part.partition("=")
         kind = field.removeprefix("model.")
         if kind in registry.REGISTRY.kinds() and value in registry.names(kind):
             for option in registry.REGISTRY.entry(kind, value).options:
+                if arch == "decoder_only" and "encoder" in option.name:  # no encoder for it to apply to
+                    continue
                 if f"model.{option.name}" in params:
                     shown.append(f"{option.name}={params[f'model.{option.name}']}")
     if not shown:
         return ""
-    arch = params.get("model.arch", "encoder_decoder").replace("_", "-")
-    article = "an" if arch[0] in "aeiou" else "a"
-    return f" ({', '.join(shown)}, in {article} {arch})"
+    spelled = arch.replace("_", "-")
+    article = "an" if spelled[0] in "aeiou" else "a"
+    return f" ({', '.join(shown)}, in {article} {spelled})"
 
 
 def _margin(claim: Expectation, min_effect: float | None) -> float | None:

@@ -286,3 +286,18 @@ def test_a_claim_line_says_how_its_variant_ran_where_the_paper_leaves_a_choice_o
     assert made is not None
     line = made.intro[1].items[0]  # type: ignore[attr-defined]
     assert "This study (alibi_encoder=directional, in an encoder-decoder): " in line
+
+
+def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
+    from ablate.report.published import as_run
+
+    rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
+             "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+             "tags.ablate.variant": v, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+             "params.model.arch": "decoder_only", "params.model.positions": pos,
+             "params.model.alibi_encoder": "directional",
+             "tags.ablate.component_versions": '{"positions": 2}', "metrics.val/ppl": 60.0 + seed}
+            for seed in range(2) for v, pos in [("baseline", "sinusoidal"), ("positions=alibi", "alibi")]]
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation"}}
+    assert as_run(build_study(parent, pd.DataFrame(rows)), "positions=alibi") == ""
