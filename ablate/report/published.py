@@ -93,9 +93,12 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
         return Evidence(metric, diff, nan, nan, "95% CI", row.effect.n_min if row else 0, False, differing,
                         identical, None, diverged, len(runs), base_diverged)
     e = row.effect
+    # A fixed seed list's comparisons are one family too: significance by the Holm-adjusted p of the
+    # effects table, not the comparison's own p.
     kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
-    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, e.p < st.ALPHA, differing, identical, None,
-                    diverged, len(runs), base_diverged)
+    kind += f"; Holm-adjusted p {st.fmt_p(row.p_holm)}"
+    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, row.p_holm < st.ALPHA, differing, identical,
+                    None, diverged, len(runs), base_diverged)
 
 
 def as_run(study: Study, variant: str) -> str:

@@ -171,9 +171,16 @@ def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
     lines = blocks[1].items
     diffs = [v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)]
     lo, hi = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    from ablate.report.data import effects
+    from ablate.report.stats import fmt_p
+
+    # a fixed seed list's comparisons are one family: significance by the Holm-adjusted p
+    row = next(r for r in effects(study) if r.variant == "residual=post_norm" and r.metric == study.primary)
+    assert row.effect.p < row.p_holm < 0.05
     assert lines[0] == ("**Reproduced** (Xiong et al. 2020): `residual=post_norm` worse than the baseline. "
                         "This study: significantly worse "
-                        f"(Δ -1.25 BLEU [{lo:+.2f}, {hi:+.2f}] (95% CI), 4 seeds).")
+                        f"(Δ -1.25 BLEU [{lo:+.2f}, {hi:+.2f}] (95% CI; Holm-adjusted p "
+                        f"{fmt_p(row.p_holm)}), 4 seeds).")
     assert lines[1].startswith("**Contradicted** (a contrary paper): `residual=post_norm` better than the "
                                "baseline. This study: significantly worse")
     assert lines[2].startswith("**Reproduced** (Vaswani et al. 2017): `positions=learned` no effect "
