@@ -75,6 +75,7 @@ def _cells(work: Path, site: Path) -> list[dict[str, str]]:
     return list(json.loads(record.stdout))
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_new_plugin_version_retrains_only_its_own_cells(tmp_path: Path) -> None:
     site, work = tmp_path / "site", tmp_path / "work"
