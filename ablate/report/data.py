@@ -20,6 +20,7 @@ import pandas as pd
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
+from ablate.tracking.read import tags_and_params
 from ablate.tracking.versions import stale_reason
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
@@ -82,8 +83,7 @@ class Study:
 def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
     out = []
     for rec in frame.to_dict("records"):
-        tags = {k[5:]: str(v) for k, v in rec.items() if k.startswith("tags.") and isinstance(v, str)}
-        params = {k[7:]: str(v) for k, v in rec.items() if k.startswith("params.") and isinstance(v, str)}
+        tags, params = tags_and_params(rec)
         # final/<name> (the run's result) read as <name>; older runs logged it as <name>'s last value
         metrics = R.result_metrics({k[8:]: float(v) for k, v in rec.items()
                                     if k.startswith("metrics.") and pd.notna(v)})

@@ -64,6 +64,13 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"
 
 
+def tags_and_params(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """A ``search_runs`` frame row's tags and params, their prefixes ('tags.', 'params.') removed."""
+    tags = {k[5:]: str(v) for k, v in record.items() if k.startswith("tags.") and isinstance(v, str)}
+    params = {k[7:]: str(v) for k, v in record.items() if k.startswith("params.") and isinstance(v, str)}
+    return tags, params
+
+
 def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
     """The study's parent run (as a dict) and its child runs (``mlflow.search_runs`` frame).
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.read import client, find_study_runs
+from ablate.tracking.read import client, find_study_runs, tags_and_params
 from ablate.tracking.versions import stale_reason
 
 
@@ -27,8 +27,7 @@ def mark_superseded(children: pd.DataFrame) -> list[str]:
     """Tag each stale child run of a study ``ablate.superseded`` (once); '<variant> seed <n>: <why>' each."""
     c, marked = client(), []
     for rec in children.to_dict("records"):
-        tags = {k[5:]: str(v) for k, v in rec.items() if k.startswith("tags.") and isinstance(v, str)}
-        params = {k[7:]: str(v) for k, v in rec.items() if k.startswith("params.") and isinstance(v, str)}
+        tags, params = tags_and_params(rec)
         why = stale_reason(params, tags)
         if why is None:
             continue
