@@ -15,10 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -159,6 +161,36 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@contextmanager
+def _kept_full(filler: Path) -> Iterator[None]:
+    """Fill the file system holding `filler` to the last page, then take every page freed after that
+    (a retry every millisecond) until the block exits."""
+    stop = threading.Event()
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    page = b"\0" * 4096
+
+    def take_free_space() -> None:
+        while not stop.is_set():
+            try:
+                os.write(fd, page)
+            except OSError:
+                time.sleep(0.001)
+
+    try:
+        while True:  # full before the block starts, so the next write of the run fails
+            os.write(fd, page)
+    except OSError:
+        pass
+    taker = threading.Thread(target=take_free_space, daemon=True)
+    taker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        taker.join()
+        os.close(fd)
+
+
 @pytest.mark.soak
 def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_path: Path, reference: Path,
                                                                          small_disk: Path,
@@ -172,14 +204,10 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_pat
     proc = _start(small_disk, uri, delay=0.5)
     at = rng.randint(1, 40)
     _when(proc, lambda: _step(small_disk) >= at)
-    with open(small_disk / "filler", "wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * (1 << 16))
-                fh.flush()
-        except OSError:
-            pass
-    out, err = proc.communicate(timeout=120)
+    # The disk stays full, as it does when another process is writing to it: a checkpoint written just
+    # before the fill would otherwise replace an older one and free exactly the space the next one needs.
+    with _kept_full(small_disk / "filler"):
+        out, err = proc.communicate(timeout=120)
     _no_traceback(proc, out, err)
     assert proc.returncode == 1, err
     (line,) = _messages(err)
