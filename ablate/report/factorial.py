@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ablate.report import figures as figs
 from ablate.report import stats as st
-from ablate.report.data import FactorialRow, Study, cell_means, quality_meta
+from ablate.report.data import Study, quality_meta
+from ablate.report.factorial_effects import FactorialRow, cell_means
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Figure, Para, Section, Table
 from ablate.report.seeds import design_of

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.bounds import AtBound, at_bounds, bound_suffix
-from ablate.report.data import EffectRow, FactorialRow, Study, effects, factorial_effects, summarise
+from ablate.report.data import EffectRow, Study, effects, summarise
 from ablate.report.datasets import DatasetRow, study_dataset_rows
+from ablate.report.factorial_effects import FactorialRow, factorial_effects
 from ablate.report.render import Block, Section
 
 

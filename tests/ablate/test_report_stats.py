@@ -15,17 +15,9 @@ from scipy import stats
 
 from ablate.report import figures as figs
 from ablate.report import stats as st
-from ablate.report.data import (
-    Study,
-    build_study,
-    cell_means,
-    detect_quality,
-    factorial_axes,
-    factorial_effects,
-    padding_text,
-    spec_diff,
-)
+from ablate.report.data import Study, build_study, detect_quality, padding_text, spec_diff
 from ablate.report.environment import hardware_rows
+from ablate.report.factorial_effects import cell_means, factorial_axes, factorial_effects
 from ablate.report.render import (
     STAMP_PREFIX,
     Bullets,
