@@ -40,6 +40,9 @@ class TrainState:
     # Wall-clock seconds of the run up to this checkpoint, over every segment it was resumed in: a resumed
     # run's train/wall_time_s then counts the time before the kill, not its last segment only.
     wall_seconds: float = 0.0
+    # The process CPU time of the run (every thread: core-seconds), over its segments as wall_seconds: what
+    # a study's report adds up as the CPU hours each of its parts cost. 0 in checkpoints written before it.
+    cpu_seconds: float = 0.0
     # The logging window lives in the state so that a resumed run logs the same averages.
     window_steps: int = 0
     window_loss: float = 0.0

@@ -148,6 +148,7 @@ class Trainer:
         self.pad_id = self.data.tokenizers.pad_id
         self.is_main = self.rank == 0
         self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
+        self.segment_cpu = time.process_time()
 
     # -- checkpoints
     @property
@@ -178,17 +179,23 @@ class Trainer:
         set_rng_state(payload["rng"])
         self.state = state_from_dict(payload["state"])
         self.segment_started = time.time()
+        self.segment_cpu = time.process_time()
 
     def wall_seconds(self) -> float:
         """The run's wall time so far: earlier segments up to the checkpoint resumed from, plus this one."""
         return self.state.wall_seconds + time.time() - self.segment_started
 
+    def cpu_seconds(self) -> float:
+        """The run's process CPU time so far (all threads), counted as ``wall_seconds``."""
+        return self.state.cpu_seconds + time.process_time() - self.segment_cpu
+
     def save(self) -> None:
         """Checkpoint first, then flush metrics: a kill in between re-flushes (deduplicated) on resume."""
         if self.is_main:
-            now = time.time()
+            now, cpu = time.time(), time.process_time()
             self.state.wall_seconds += now - self.segment_started
-            self.segment_started = now
+            self.state.cpu_seconds += cpu - self.segment_cpu
+            self.segment_started, self.segment_cpu = now, cpu
             save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
         self.flush()
 

@@ -87,14 +87,14 @@ def clear_run(run_dir: Path) -> None:
 # the whole run measured, plain for the constants logged once), in reading order.
 SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bpb", "val/bleu", "val/chrf", "val/exact_match", "test/loss",
                 "test/bpb", "test/bleu", "test/chrf", "test/exact_match", "train/loss", "model/params",
-                "train/tokens_per_s", "train/wall_time_s", "data/padding_fraction", "peak_memory_mb",
-                "run_memory_mb")
+                "train/tokens_per_s", "train/wall_time_s", "train/cpu_time_s", "data/padding_fraction",
+                "peak_memory_mb", "run_memory_mb")
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
     lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
              + (f" ({result.reason})" if result.reason else "")]
-    whole_run = (R.TOKENS_PER_S, R.WALL_TIME, R.PEAK_MEMORY, R.RUN_MEMORY)
+    whole_run = (R.TOKENS_PER_S, R.WALL_TIME, R.CPU_TIME, R.PEAK_MEMORY, R.RUN_MEMORY)
     metrics = dict(result.metrics)
     if "wall_time_s" in metrics:  # a summary.json written before train/wall_time_s
         metrics.setdefault(R.WALL_TIME, metrics.pop("wall_time_s"))

@@ -282,11 +282,12 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     metrics.update(run_level)
     metrics.update(evaluated)
     metrics[R.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included
+    metrics[R.CPU_TIME] = trainer.cpu_seconds()
     peak = memory.metrics()
     metrics.update(peak)
     if status != "killed" and place.dist.is_main:
         final = {**evaluated, R.TOKENS_PER_S: run_level[R.TOKENS_PER_S], **peak,
-                 R.WALL_TIME: metrics[R.WALL_TIME]}
+                 R.WALL_TIME: metrics[R.WALL_TIME], R.CPU_TIME: metrics[R.CPU_TIME]}
         log_run_end(tracker, model, outcome, final)
     return metrics
 

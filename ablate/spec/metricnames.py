@@ -7,8 +7,9 @@
 - Every few training steps: ``train/loss``, ``train/lr``, ``train/tokens_per_s`` (MLflow only).
 - A run's result (ablate/run/runner.py: what a study compares and a search optimises): the best checkpoint's
   ``val/*`` and ``test/*`` (every split decoded, test when the data has a test split), ``model/params``,
-  ``train/tokens_per_s``, ``data/padding_fraction``, ``train/wall_time_s``, ``peak_memory_mb`` and
-  ``run_memory_mb`` (the run's own footprint above the process's memory at its start). MLflow
+  ``train/tokens_per_s``, ``data/padding_fraction``, ``train/wall_time_s``, ``train/cpu_time_s`` (the
+  process's CPU time, every thread), ``peak_memory_mb`` and ``run_memory_mb`` (the run's own footprint
+  above the process's memory at its start). MLflow
   holds the result under ``final/`` names (``final/val/bleu``) beside the training-time curves, and the
   constants ``model/params`` and ``data/padding_fraction`` once, at step 0 (ablate/tracking/record.py).
 - A decoder-only language model (``model.arch: decoder_only``, ablate/engine/lm_eval.py) decodes nothing:
@@ -30,7 +31,7 @@ SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
 LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decoding)
 TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
 RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
-               "peak_memory_mb", "run_memory_mb")
+               "train/cpu_time_s", "peak_memory_mb", "run_memory_mb")
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
 
 

@@ -83,6 +83,8 @@ MODEL_PARAMS = "model/params"  # logged once, at step 0
 PADDING = "data/padding_fraction"  # logged once, at step 0
 TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
 WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
+# The run's process CPU time over all its segments (every thread: core-seconds): final/train/cpu_time_s
+CPU_TIME = "train/cpu_time_s"
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
 TRAIN_LOSS = "train/loss"

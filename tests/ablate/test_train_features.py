@@ -209,22 +209,27 @@ def test_a_checkpoint_from_before_the_timestamps_still_resumes() -> None:
     assert state.pending == [(10, {"train/loss": 2.0}, None)]  # logged at flush time, as it used to be
 
 
-def test_a_resumed_run_counts_the_wall_time_before_its_kill(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """train/wall_time_s is the whole run's: the segments before a kill (up to the checkpoint resumed from)
-    plus the resumed one, not the last segment alone (a study's cost table and compute total read it)."""
+def test_a_resumed_run_counts_the_wall_and_cpu_time_before_its_kill(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """train/wall_time_s and train/cpu_time_s are the whole run's: the segments before a kill (up to the
+    checkpoint resumed from) plus the resumed one, not the last segment alone (a study's cost table, its
+    compute total and the CPU hours of each of its parts read them)."""
     monkeypatch.chdir(tmp_path)
     spec = tiny_spec(tmp_path, ["train.max_steps=20", "train.checkpoint_every=10"])
     first = run_experiment(spec, quiet=True)
     last = Path(first.run_dir) / "last.pt"
     payload = load_checkpoint(last)
     assert 0 < payload["state"]["wall_seconds"] <= first.metrics["train/wall_time_s"]
+    assert 0 < payload["state"]["cpu_seconds"] <= first.metrics["train/cpu_time_s"]
     payload["state"]["wall_seconds"] = 1000.0  # as if the run had trained 1000 s before its last checkpoint
+    payload["state"]["cpu_seconds"] = 2000.0  # on two busy threads
     save_checkpoint(last, payload)
     (Path(first.run_dir) / "summary.json").unlink()  # killed before its summary: the next call resumes
     resumed = run_experiment(spec, quiet=True)
     assert resumed.status == "finished"
     assert 1000.0 < resumed.metrics["train/wall_time_s"] < 1000.0 + first.metrics["train/wall_time_s"] + 60
+    assert 2000.0 < resumed.metrics["train/cpu_time_s"] < 2000.0 + first.metrics["train/cpu_time_s"] + 60
+    assert state_from_dict({"step": 10}).cpu_seconds == 0.0  # a checkpoint from before it counts from 0
 
 
 # ---------------------------------------------------------------- early stopping and stops that survive
