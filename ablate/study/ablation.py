@@ -22,20 +22,21 @@ diverged) cells, resumes interrupted ones from their checkpoints, and re-runs fa
 
 With a seed range the study runs in rounds (ablate/study/adaptive.py): ``min`` seeds first, then more
 seeds only for the comparisons whose group-sequential verdict (ablate/study/sequential.py) is still open.
+Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (issue 29) more arms follow
+the cells at the baseline's settings, in the same queue: ablate/study/arms.py.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
 from ablate.study.adaptive import format_progress, needed_keys
-from ablate.study.attrs import CELL, PARENT
+from ablate.study.attrs import PARENT
 from ablate.study.plan import (  # noqa: F401  # the plan's names, importable from here too
     TERMINAL,
     Cell,
@@ -47,81 +48,20 @@ from ablate.study.plan import (  # noqa: F401  # the plan's names, importable fr
     spec_diff,
     study_metric,
 )
+from ablate.study.rounds import cell_params, run_rounds, wanted
 
 if TYPE_CHECKING:
     from ablate.study.cells import CellQueue
     from ablate.tracking import NullTracker
 
 
-def _run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
-    from ablate.run.runner import run_experiment, run_label
-    from ablate.study.workers import cached_data
-
-    def hook(step: int, metrics: dict[str, float]) -> bool:
-        queue.report(trial, step, metrics.get(plan.metric))  # the grid's "metric so far"
-        return False
-
-    queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
-    tags = {R.VARIANT: cell.label, R.CELL: cell.key, R.KIND: "cell",
-            R.OPTUNA_STUDY: plan.store_name, R.OVERRIDES: json.dumps(cell.overrides)}
-    started = time.time()
-    print(f"cell {cell.label} seed {cell.seed} [{cell.key}]: started", flush=True)
-    try:
-        with queue.store.beat(trial):
-            result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
-                                    run_name=run_label(cell.label, cell.seed), data=cached_data(cell.spec),
-                                    quiet=quiet,
-                                    on_start=lambda run_id: queue.started(trial, run_id))
-    except KeyboardInterrupt:
-        queue.release(trial)  # resumes from its checkpoint next time
-        raise
-    except Exception as exc:  # noqa: BLE001 - failure is data: record it, go on with the next cell
-        queue.finish(trial, "failed", None, error=f"{type(exc).__name__}: {exc}")
-        print(f"cell {cell.label} seed {cell.seed}: failed ({type(exc).__name__}: {exc})", file=sys.stderr,
-              flush=True)
-        return "failed"
-    value = R.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
-    queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
-    shown = f"{value:.4g}" if value is not None else "-"
-    took = f"{time.time() - started:.0f}s"
-    if result.resumed_at is not None and R.WALL_TIME in result.metrics:  # MLflow's wall time counts them all
-        total = result.metrics[R.WALL_TIME]
-        took += f" from step {result.resumed_at}; {total:.0f}s of training over all its segments"
-    print(f"cell {cell.label} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} ({took})",
-          flush=True)
-    return result.status
-
-
-def _worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
-    """Pop and run cells until none is waiting or running anywhere."""
-    from ablate.study import failfast
-    from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
-
-    plan = plan_study(spec_path, overrides)
-    store = Store(storage)
-    plan.bind(store)
-    queue = CellQueue(store, plan.store_name, plan.direction)
-    parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
-    cells = {c.key: c for c in plan.cells}
-    while not failfast.stopped(queue.study):
-        trial, busy = queue.claim()
-        if trial is None:
-            if not busy:
-                return 0
-            time.sleep(min(5.0, float(queue.store.heartbeat or 2)))  # another worker's cell may yet die
-            continue
-        attrs = trial.user_attrs
-        cell = cells.get(attrs[CELL]) or plan.rebuild(attrs)
-        if _run_cell(plan, cell, queue, trial, parent, quiet=workers > 1) == "failed":
-            failfast.stop_if_repeated(queue.study, queue.store)  # the same error twice first: stop
-    return 0
-
-
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
                 dry_run: bool = False, retry_failed: bool = False) -> int:
-    """`ablate ablate SPEC`: run (or resume) every cell; 0 when all finished or diverged, 1 if some
-    failed, 130 when interrupted. ``dry_run`` prints the cells and their diffs and writes nothing."""
+    """`ablate ablate SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
+    cells at its own best, then with ``confirm:`` the decided comparisons at the larger setting
+    (ablate/study/arms.py); 0 when all finished or diverged, 1 if some failed, 2 when a repeated failure
+    stopped it, 130 when interrupted. ``dry_run`` prints the cells, their diffs and the budget of every
+    phase, and where each stands, and writes nothing."""
     from ablate.engine import preempt
 
     preempt.install()
@@ -130,32 +70,68 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         return _dry_run(plan, storage)
     queue, params = _queue_cells(plan, storage, retry_failed)
     tracker = _open_study_run(plan, queue) if plan.spec.tracking.enabled else None
+    arms: dict[str, StudyPlan] = {R.BASELINE_ARM: plan}
+    worker_args = (spec_path, list(overrides), storage)
     code = 130
     try:
-        code = _run_rounds(plan, queue, params, (spec_path, list(overrides), storage), workers)
+        code = run_rounds(plan, queue, params, worker_args, workers)
+        if code == 0 and not _stopped(queue) and _has_later_arms(plan):
+            code = _later_arms(plan, queue, arms, tracker, worker_args, workers, retry_failed)
     except KeyboardInterrupt:
         code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
     finally:
-        ended = _close_study(plan, queue, tracker, interrupted=code in (130, 143))
-    return _exit_code(plan, ended, code, (spec_path, overrides, workers, storage))
+        ended = _close_study(plan, queue, tracker, arms, interrupted=code in (130, 143))
+    return _exit_code(arms, ended, code, (spec_path, overrides, workers, storage))
+
+
+def _stopped(queue: CellQueue) -> bool:
+    from ablate.study import failfast
+
+    return bool(failfast.stopped(queue.study))
+
+
+def _has_later_arms(plan: StudyPlan) -> bool:
+    abl = plan.spec.ablation
+    return abl is not None and (abl.tune is not None or abl.confirm is not None)
+
+
+def _later_arms(plan: StudyPlan, queue: CellQueue, arms: dict[str, StudyPlan], tracker: NullTracker | None,
+                worker_args: tuple[Any, ...], workers: int, retry_failed: bool) -> int:
+    """The searches, the own-best arm and the confirm arm (ablate/study/arms.py), each arm's cells in the
+    study's queue; the parent's arms.json brought up to date before each arm runs."""
+    from ablate.study.arms import arms_record, run_later_arms
+    from ablate.study.rounds import run_arm
+
+    def run(arm: StudyPlan) -> int:
+        code = run_arm(arm, plan, queue, worker_args, workers, retry_failed)
+        if tracker is not None:
+            tracker.log_dict(arms_record(arms, queue.records()), R.ARMS_ARTIFACT)
+        return 2 if code == 0 and _stopped(queue) else code
+
+    return run_later_arms(plan, arms, queue.records, run, storage=worker_args[2],
+                          parent=tracker.run_id if tracker is not None else None, workers=workers)
 
 
 def _dry_run(plan: StudyPlan, storage: str | None) -> int:
-    """The cells and their diffs; where a started study stands (read only)."""
+    """The cells and their diffs, the budget of every phase; where a started study stands (read only)."""
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
     print(format_plan(plan))
-    if plan.design is not None and Store.exists(storage):
-        found = CellQueue(Store(storage, create=False), plan.store_name, plan.direction, create=False)
-        records = found.records()
-        if records:
-            print(f"so far ({len(records)} cells in the store):")
-            print(format_progress(plan, plan.design, records))
-    if plan.spec.ablation is not None and plan.spec.ablation.tune is not None:
-        from ablate.study.tuned import progress_lines
+    records: dict[str, Any] = {}
+    if Store.exists(storage):
+        store = Store(storage, create=False)
+        plan.bind(store)  # reads the store's study names; writes nothing
+        found = CellQueue(store, plan.store_name, plan.direction, create=False)
+        records = dict(found.records())
+    own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
+    if plan.design is not None and own:
+        print(f"so far ({len(own)} cells in the store):")
+        print(format_progress(plan, plan.design, records))
+    if _has_later_arms(plan):
+        from ablate.study.arms import dry_run_lines
 
-        print("\n".join(progress_lines(plan, storage)) or "tuning: no search started yet")
+        print("\n".join(dry_run_lines(plan, storage, records)))
     return 0
 
 
@@ -174,8 +150,8 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
-    params = _params(plan)  # the same for every round: each cell's axis values
-    new, retried = queue.enqueue(_wanted(plan, queue), retry_failed, **params)
+    params = cell_params(plan)  # the same for every round: each cell's axis values
+    new, retried = queue.enqueue(wanted(plan, queue), retry_failed, **params)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
@@ -195,7 +171,9 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
                                          "family": d.family})
     # A tag, not a param: a reopened study may state its expectations anew (params are final).
     tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
-    return tags
+    from ablate.study.arms import parent_tags
+
+    return tags | parent_tags(plan)  # tune: and confirm: (tags too: they may be added to a running study)
 
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
@@ -215,23 +193,6 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
     return tracker
 
 
-def _run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker_args: tuple[Any, ...],
-                workers: int) -> int:
-    """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
-    open. The workers' exit code."""
-    from ablate.study.workers import run_workers
-
-    while True:
-        code = run_workers(_worker, worker_args, max(1, workers))
-        if code in (130, 143) or plan.design is None:
-            return code
-        added, _ = queue.enqueue(_wanted(plan, queue), **params)  # the next round: open comparisons only
-        if not added:
-            return code
-        print(format_progress(plan, plan.design, queue.records()))
-        print(f"next round: {added} more cells for the comparisons still open", flush=True)
-
-
 @dataclass(frozen=True)
 class Ended:
     """How the study's run ended: its cells' records, and why a repeated failure stopped it (if it did)."""
@@ -241,26 +202,41 @@ class Ended:
     interrupted: bool
 
 
-def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None, interrupted: bool) -> Ended:
-    """Print the grid of outcomes and bring the parent run up to date, ending it as the study ended."""
+def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None,
+                 arms: Mapping[str, StudyPlan], interrupted: bool) -> Ended:
+    """Print the grid of outcomes (one per arm) and bring the parent run up to date, ending it as the
+    study ended."""
     from ablate.study import failfast
+    from ablate.study.arms import arms_done, arms_record
     from ablate.study.parent import cells_table, close_parent, parent_description
 
     records = queue.records()
-    grid = format_grid(plan, records)
+    grids = [format_grid(arm, records) if name == R.BASELINE_ARM else f"{ARM_TITLE[name]}:\n" + format_grid(
+        arm, records) for name, arm in arms.items() if arm.cells]
+    grid = "\n".join(grids)
     print(grid)
-    keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
-    done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
+    if _has_later_arms(plan):
+        done = arms_done(plan, arms, records)
+    else:
+        keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
+        done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
     why = None if interrupted else failfast.stopped(queue.study)
     if tracker is not None:
+        if len(arms) > 1:
+            tracker.log_dict(arms_record(arms, records), R.ARMS_ARTIFACT)
         close_parent(tracker, note=parent_description(plan, records), table=cells_table(plan, records),
                      table_artifact=R.CELLS_TABLE_ARTIFACT, why=why, done=done, interrupted=interrupted,
                      done_text=(grid, R.STATUS_ARTIFACT))
     return Ended(records, why, interrupted)
 
 
-def _exit_code(plan: StudyPlan, ended: Ended, code: int, command: tuple[str, Sequence[str], int, str | None]
-               ) -> int:
+# The heading of each later arm's grid of outcomes.
+ARM_TITLE = {R.OWN_BEST_ARM: "each variant at its own best settings",
+             R.CONFIRM_ARM: "the decided comparisons at the larger setting"}
+
+
+def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int,
+               command: tuple[str, Sequence[str], int, str | None]) -> int:
     """2 for a study stopped by a repeated failure, the signal's code when interrupted (with the command
     that resumes it), 1 when cells failed, else the workers' code."""
     from ablate.engine import preempt
@@ -277,7 +253,8 @@ def _exit_code(plan: StudyPlan, ended: Ended, code: int, command: tuple[str, Seq
         print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
               f"`{again}`", file=sys.stderr)
         return code
-    failed = [c for c in plan.cells if ended.records.get(c.key) and ended.records[c.key].status == "failed"]
+    keys = {c.key for arm in arms.values() for c in arm.cells}
+    failed = [k for k in keys if ended.records.get(k) and ended.records[k].status == "failed"]
     if failed:
         print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
               file=sys.stderr)
@@ -291,16 +268,3 @@ def _say_superseded(stale: list[str]) -> None:
         cells = "; ".join(stale)
         print(f"{len(stale)} cells ran an older implementation of their variant and are superseded (kept in "
               f"MLflow, left out of reports, retrained under the new version): {cells}", flush=True)
-
-
-def _params(plan: StudyPlan) -> dict[str, Any]:
-    """Every cell's axis values as Optuna params, for enqueue to record on the waiting trials."""
-    return {"choices": plan.axis_params(), "values": {c.key: plan.cell_params(c) for c in plan.cells}}
-
-
-def _wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
-    """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
-    if plan.design is None:
-        return [c.attrs() for c in plan.cells]
-    keys = set(needed_keys(plan, plan.design, queue.records()))
-    return [c.attrs() for c in plan.cells if c.key in keys]

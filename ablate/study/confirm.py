@@ -3,18 +3,21 @@ baseline and each variant whose comparison the study decided, at the larger sett
 over the spec, or ``confirm.spec``), on ``confirm.seeds``: every variant's cell of a seed beside the
 baseline's of the same seed, so that ablate/report/scale.py compares them paired by seed.
 
-Not wired into `ablate ablate` yet (which comparisons count as decided is the sequential verdicts'
-business, ablate/study/sequential.py); the cells are ordinary cells with their own hashes, so a study that
-queues them runs, resumes and records them as it does its own.
+Each runs with the settings its verdict was measured at: the variant's own fields, plus its best tuning
+values when the study tuned every variant (``settings``). Which comparisons count as decided is
+ablate/study/arms.py's business; the cells are ordinary cells with their own hashes (tagged as the confirm
+arm), so the study runs, resumes and records them as it does its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import ablate.tracking.record as R
 from ablate.study.plan import Cell, StudyPlan, spec_diff
 from ablate.study.space import derive
-from ablate.study.tuning import confirm_base
+from ablate.study.tuning import best_overrides, confirm_base
 
 
 def confirm_seeds(plan: StudyPlan) -> list[int]:
@@ -23,9 +26,11 @@ def confirm_seeds(plan: StudyPlan) -> list[int]:
     return abl.confirm.seed_list(plan.spec.seed)
 
 
-def confirm_cells(plan: StudyPlan, decided: Sequence[str]) -> list[Cell]:
+def confirm_cells(plan: StudyPlan, decided: Sequence[str],
+                  settings: Mapping[str, Mapping[str, Any]] | None = None) -> list[Cell]:
     """Seed-major cells at the larger setting: the baseline, then each decided variant (in the plan's
-    order). A label the plan does not have is a ValueError."""
+    order), each with its ``settings`` (label -> tuning values; none: the baseline's settings). A label the
+    plan does not have is a ValueError."""
     abl = plan.spec.ablation
     assert abl is not None and abl.confirm is not None
     overrides = {c.label: dict(c.overrides) for c in plan.cells if c.seed == plan.seeds[0]}
@@ -33,11 +38,12 @@ def confirm_cells(plan: StudyPlan, decided: Sequence[str]) -> list[Cell]:
     if unknown:
         raise ValueError(f"no variant {unknown[0]!r} in study {plan.name}")
     chosen = ["baseline", *[label for label in overrides if label in decided and label != "baseline"]]
+    own = {label: best_overrides(overrides[label], (settings or {}).get(label, {})) for label in chosen}
     data, where, origin = confirm_base(abl.confirm, plan.data, plan.smap, plan.origin)
     cells = []
     for seed in confirm_seeds(plan):
-        base = derive(data, where, {}, origin, seed=seed)
+        base = derive(data, where, own["baseline"], origin, seed=seed)
         for label in chosen:
-            spec = derive(data, where, overrides[label], origin, seed=seed)
-            cells.append(Cell(label, seed, spec, overrides[label], spec_diff(base, spec)))
+            spec = derive(data, where, own[label], origin, seed=seed)
+            cells.append(Cell(label, seed, spec, own[label], spec_diff(base, spec), arm=R.CONFIRM_ARM))
     return cells

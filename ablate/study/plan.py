@@ -35,6 +35,7 @@ class Cell:
     spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
+    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm: issue 29)
 
     @property
     def key(self) -> str:
@@ -44,7 +45,7 @@ class Cell:
     def attrs(self) -> dict[str, Any]:
         """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
         return {A.CELL: self.key, A.CELL_LABEL: self.label, A.CELL_SEED: self.seed,
-                A.CELL_SPEC_HASH: self.spec.spec_hash,
+                A.CELL_SPEC_HASH: self.spec.spec_hash, A.CELL_ARM: self.arm,
                 A.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
 
 
@@ -60,6 +61,7 @@ class StudyPlan:
     origin: str
     overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
     optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
+    arm: str = R.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
 
     @property
     def name(self) -> str:
@@ -109,7 +111,10 @@ class StudyPlan:
 
     @property
     def design(self) -> Design | None:
-        """The sequential design when the seeds are a range (adaptive), else None."""
+        """The sequential design when the seeds are a range (adaptive), else None (and for the confirm
+        arm, which runs its fixed confirm.seeds)."""
+        if self.arm == R.CONFIRM_ARM:
+            return None
         return design_of(self.spec.ablation, family=len(self.variants) - 1)
 
     @property
@@ -117,10 +122,17 @@ class StudyPlan:
         return list(dict.fromkeys(c.label for c in self.cells))
 
     def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
-        """A cell of this baseline the store holds but the spec no longer lists (an axis was edited)."""
+        """A cell the store holds but the plan does not list: an edited axis's, or a cell of a later arm
+        (a variant at its own best; a confirmation cell, whose overrides apply to the larger setting)."""
         overrides = json.loads(attrs.get(A.CELL_OVERRIDES, "{}"))
-        spec = derive(self.data, self.smap, overrides, self.origin, seed=int(attrs[A.CELL_SEED]))
-        return Cell(str(attrs.get(A.CELL_LABEL, spec.spec_hash)), int(attrs[A.CELL_SEED]), spec, overrides)
+        arm = str(attrs.get(A.CELL_ARM, R.BASELINE_ARM))
+        data, smap, origin = self.data, self.smap, self.origin
+        abl = self.spec.ablation
+        if arm == R.CONFIRM_ARM and abl is not None and abl.confirm is not None:
+            data, smap, origin = tuning.confirm_base(abl.confirm, self.data, self.smap, self.origin)
+        spec = derive(data, smap, overrides, origin, seed=int(attrs[A.CELL_SEED]))
+        return Cell(str(attrs.get(A.CELL_LABEL, spec.spec_hash)), int(attrs[A.CELL_SEED]), spec, overrides,
+                    arm=arm)
 
 
 def _choice(value: Any) -> Any:

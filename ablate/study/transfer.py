@@ -142,7 +142,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
         attrs = {A.CELL: key, A.CELL_LABEL: tags.get(R.VARIANT, key), A.CELL_SEED: int(tags[R.SEED]),
                  A.CELL_SPEC_HASH: tags.get(R.SPEC_HASH, ""),
                  A.CELL_OVERRIDES: json.dumps(json.loads(tags.get(R.OVERRIDES, "{}")), sort_keys=True),
-                 A.STATUS: tags[R.STATUS], A.RUN_ID: run_id}
+                 A.CELL_ARM: tags.get(R.ARM, R.BASELINE_ARM), A.STATUS: tags[R.STATUS], A.RUN_ID: run_id}
         dists: dict[str, BaseDistribution] = {}
         queue.study.add_trial(optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=value, params={}, distributions=dists, user_attrs=attrs,

@@ -207,6 +207,10 @@ def confirm_base(confirm: ConfirmSpec, data: Mapping[str, Any], smap: SourceMap,
     if not path.is_file():
         raise SpecError([Problem(written, at, f"file not found: {path}")])
     other, other_map = load_spec_data(path)
+    # Its runs are the study's: tracked where the study's are (its parent run is in that store).
+    other.pop("tracking", None)
+    if "tracking" in data:
+        other["tracking"] = copy.deepcopy(data["tracking"])
     return other, other_map, str(path)
 
 
@@ -246,13 +250,15 @@ def _steps(n: int | None) -> str:
 
 def budget_lines(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
                  variants: int, cells: int) -> list[str]:
-    """What ``tune:`` and ``confirm:`` add to a study, for `ablate ablate --dry-run`: trials per variant,
-    the steps each trains and the total; the confirmation cells at most, and their steps."""
+    """What ``tune:`` and ``confirm:`` add to a study, for `ablate ablate --dry-run`, phase by phase: the
+    trials per variant, the steps each trains and their total; the cells at each variant's own best; the
+    confirmation cells at most, and their steps; the whole study's steps at most."""
     abl = spec.ablation
-    if abl is None:
+    if abl is None or (abl.tune is None and abl.confirm is None):
         return []
     lines: list[str] = []
     cell = spec.train.max_steps
+    totals: list[int | None] = [cells * cell if cell is not None else None]  # each phase's steps at most
     if abl.tune is not None:
         t = abl.tune
         per = fidelity_steps(t, spec)
@@ -266,6 +272,9 @@ def budget_lines(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap,
                      "each variant at its own best settings")
         if cell is not None:
             lines.append(f"  the study's cells: up to {cells} x {cell:,} = {cells * cell:,} steps")
+            lines.append(f"  own best: up to {cells} x {cell:,} = {cells * cell:,} steps more (a variant "
+                         "whose best settings are the baseline's reuses its cells)")
+        totals += [trials * per if per is not None else None, totals[0]]
     if abl.confirm is not None:
         c = abl.confirm
         seeds = c.seed_list(spec.seed)
@@ -280,5 +289,8 @@ def budget_lines(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap,
         lines.append(f"confirm at {setting}: each decided comparison rerun on seeds "
                      f"{', '.join(map(str, seeds))}, paired by seed: at most {variants} variants x "
                      f"{len(seeds)} seeds = {most} cells of {_steps(steps)}{total}")
+        totals.append(most * steps if steps is not None else None)
+    known = [n for n in totals if n is not None]
+    if len(known) == len(totals):
+        lines.append(f"in all, every phase together: {sum(known):,} steps at most")
     return lines
-

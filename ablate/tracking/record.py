@@ -57,6 +57,20 @@ ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fu
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
+# A cell's arm (ablation.tune / ablation.confirm, issue 29): which comparison queued it. A run without the
+# tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the
+# baseline's) is listed under both in the parent's ARMS_ARTIFACT.
+ARM = "ablate.arm"
+BASELINE_ARM = "baseline_settings"  # every variant at the baseline's hyperparameters (the study's cells)
+OWN_BEST_ARM = "own_best"  # every variant at the best settings of its own search (ablation.tune)
+CONFIRM_ARM = "confirm"  # the decided comparisons rerun at the larger setting (ablation.confirm)
+ARMS = (BASELINE_ARM, OWN_BEST_ARM, CONFIRM_ARM)
+# A study's parent with tune: or confirm: (JSON): the design its arms are judged by (the sequential one, or
+# one look at a fixed seed list) and the arm whose decided comparisons confirm: reruns.
+ARM_DESIGN = "ablate.arm_design"
+TUNE = "ablate.tune"  # a study's parent (JSON): the tuning space, trials, fidelity and the baseline's values
+CONFIRM = "ablate.confirm"  # a study's parent (JSON): the larger setting, as written, and its seeds
+BEST_SETTINGS = "ablate.best_settings"  # a variant's search run (JSON): its best values of the tuning space
 PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not change (MLflow params are final)
 MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
 DEVICE = "ablate.device"
@@ -146,6 +160,7 @@ LOSS_CURVE_ARTIFACT = "loss_curve.png"
 SUMMARY_ARTIFACT = "summary.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
 CELLS_TABLE_ARTIFACT = "cells.json"  # a study's parent: the cells table MLflow's artifact view shows
+ARMS_ARTIFACT = "arms.json"  # a study's parent with tune: or confirm:: {arm: {cell key: variant}}
 STATUS_ARTIFACT = "status.txt"  # a finished study's parent: the grid of outcomes
 TRIALS_TABLE_ARTIFACT = "trials.json"  # a search's parent: the trials table (state, values, params)
 BEST_SPEC_ARTIFACT = "best.yaml"  # a search's parent: the best trial as a runnable spec

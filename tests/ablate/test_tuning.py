@@ -143,9 +143,12 @@ def test_dry_run_shows_the_tuning_budget_and_the_confirm_cells(bare_workdir: Pat
             "60 steps at most") in out
     assert "over train.optimizer.lr, train.schedule.warmup_steps: sampler tpe (seed 3), pruner median" in out
     assert "the study's cells: up to 6 x 20 = 120 steps" in out
+    assert "own best: up to 6 x 20 = 120 steps more (a variant whose best settings are the baseline's" in out
     assert ("confirm at train.max_steps=40: each decided comparison rerun on seeds 0, 1, 2, paired by seed: "
             "at most 3 variants x 3 seeds = 9 cells of 40 steps; 360 steps at most") in out
+    assert "in all, every phase together: 660 steps at most" in out  # 120 + 60 + 120 + 360
     assert "tuning: no search started yet" in out
+    assert "own best: waits for every search to finish\nconfirm: waits for the own-best verdicts" in out
     assert sorted(os.listdir(bare_workdir)) == ["tuned.yaml"]  # nothing written
 
 

@@ -1,0 +1,196 @@
+"""The arms of a study that declares ``ablation.tune`` or ``ablation.confirm`` (issue 29), run by `ablate
+ablate` in this order after one another:
+
+1. the study's cells at the baseline's settings, with adaptive seeds (ablate/study/ablation.py): the
+   study's own comparisons, the only cells its sequential design and its parent's verdicts count;
+2. each variant's search (ablate/study/tuned.py): the same trials, fidelity, sampler, sampler seed and
+   pruner for every variant, each a child run of the parent and an Optuna study of its own;
+3. the own-best arm: each variant at its own best settings on the study's seeds, with adaptive seeds;
+4. the confirm arm: the comparisons the deciding arm (the own-best arm with ``tune:``, else the cells at
+   the baseline's settings) decided, rerun at the larger setting on ``confirm.seeds``, paired by seed.
+
+An arm is a `StudyPlan` whose cells are the arm's; every arm queues its cells in the study's one Optuna
+study, so the same workers, ``--workers``, ``--storage postgresql://...`` and Ctrl-C resume them all. A
+cell two arms share (a variant whose best settings are the baseline's) is one trial and one run: the
+parent's ``arms.json`` lists it under both. Nothing here is remembered between commands: each run
+recomputes every arm from the store (the searches end where they ended, each arm enqueues what it lacks),
+so rerunning the command trains nothing twice.
+
+A comparison counts as decided when its verdict is an effect or no effect as large as ``min_effect``:
+by the study's group-sequential design with a seed range, else by one look at its fixed seeds (the same
+paired t-test, Bonferroni over the study's comparisons). Identities are implementation checks: they are not
+rerun at a larger scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.spec.experiment import flatten
+from ablate.study.adaptive import TERMINAL, needed_keys, progress
+from ablate.study.confirm import confirm_cells, confirm_seeds
+from ablate.study.plan import StudyPlan
+from ablate.study.sequential import Design
+from ablate.study.space import show
+from ablate.study.tuned import Tuned, tune_variants, tuned_cells
+from ablate.study.tuning import fidelity_steps, sampler_seed
+
+DECIDED = ("effect", "no_effect")
+
+
+def verdict_design(plan: StudyPlan) -> Design:
+    """The design an arm's comparisons are decided by: the study's sequential one with a seed range, else
+    one look at all its fixed seeds."""
+    if plan.design is not None:
+        return plan.design
+    abl = plan.spec.ablation
+    assert abl is not None
+    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, max(1, len(plan.variants) - 1))
+
+
+def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
+    return dataclasses.replace(plan, cells=tuned_cells(plan, tuned), arm=R.OWN_BEST_ARM)
+
+
+def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
+    """The arm's comparisons with a verdict (label -> 'effect' | 'no_effect'), in the plan's order."""
+    found = progress(arm, verdict_design(arm), records)
+    return {label: p.state for label, p in found.items() if p.state in DECIDED}
+
+
+def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any],
+                tuned: Mapping[str, Tuned]) -> StudyPlan:
+    """The confirm arm: the deciding arm's decided comparisons at the larger setting, each variant at the
+    settings its verdict was measured with."""
+    settings = {label: t.best for label, t in tuned.items()}
+    chosen = list(decided(deciding, records))
+    cells = confirm_cells(plan, chosen, settings) if chosen else []  # nothing to confirm: no baseline either
+    return dataclasses.replace(plan, cells=cells, seeds=confirm_seeds(plan), arm=R.CONFIRM_ARM)
+
+
+def setting_text(plan: StudyPlan) -> str:
+    """The larger setting as the spec gives it: the other spec's path, or the overrides."""
+    abl = plan.spec.ablation
+    assert abl is not None and abl.confirm is not None
+    c = abl.confirm
+    return c.spec or ", ".join(f"{k}={show(v)}" for k, v in c.overrides.items())
+
+
+def arms_record(arms: Mapping[str, StudyPlan], records: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The parent's ``arms.json``: per arm, its cells the store holds (cell key -> variant)."""
+    return {arm: {c.key: c.label for c in plan.cells if c.key in records} for arm, plan in arms.items()}
+
+
+def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: Mapping[str, Any]) -> bool:
+    """Every arm the study declares has run, and each has every cell it needs terminal."""
+    abl = plan.spec.ablation
+    assert abl is not None
+    if (abl.tune is not None and R.OWN_BEST_ARM not in arms) or (
+            abl.confirm is not None and R.CONFIRM_ARM not in arms):
+        return False
+    for p in arms.values():
+        keys = [c.key for c in p.cells] if p.design is None else needed_keys(p, p.design, records)
+        if not all(records.get(k) and records[k].status in TERMINAL for k in keys):
+            return False
+    return True
+
+
+def parent_tags(plan: StudyPlan) -> dict[str, str]:
+    """What the parent run says about the arms, for the report: the design they are judged by and the
+    deciding arm, the tuning space with the baseline's values, the larger setting and its seeds."""
+    abl = plan.spec.ablation
+    assert abl is not None
+    if abl.tune is None and abl.confirm is None:
+        return {}
+    d = verdict_design(plan)
+    deciding = R.OWN_BEST_ARM if abl.tune is not None else R.BASELINE_ARM
+    tags = {R.ARM_DESIGN: json.dumps({"looks": list(d.looks), "alpha": d.alpha, "min_effect": d.min_effect,
+                                      "family": d.family, "decided_by": deciding})}
+    if abl.tune is not None:
+        t, base = abl.tune, flatten(plan.baseline.resolved())
+        tags[R.TUNE] = json.dumps({
+            "space": {k: p.model_dump(mode="json", exclude_defaults=True) for k, p in t.space.items()},
+            "baseline": {k: base.get(k) for k in t.space}, "trials": t.trials, "sampler": t.sampler,
+            "seed": sampler_seed(t, plan.spec), "pruner": t.pruner.name,
+            "fidelity_steps": fidelity_steps(t, plan.baseline), "cell_steps": plan.baseline.train.max_steps},
+            sort_keys=True)
+    if abl.confirm is not None:
+        tags[R.CONFIRM] = json.dumps({"setting": setting_text(plan), "seeds": confirm_seeds(plan)})
+    return tags
+
+
+RunArm = Callable[[StudyPlan], int]  # an arm -> the workers' exit code
+
+
+def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callable[[], Mapping[str, Any]],
+                   run_arm: RunArm, *, storage: str | None, parent: str | None, workers: int) -> int:
+    """Phases 2-4 after the cells at the baseline's settings (module doc); each arm is added to ``arms``
+    before it runs. 0, the workers' code when interrupted, 2 when a search was stopped by a repeated
+    failure."""
+    abl = plan.spec.ablation
+    assert abl is not None
+    tuned: dict[str, Tuned] = {}
+    deciding = plan
+    if abl.tune is not None:
+        print(f"tuning: {len(plan.variants)} searches of {abl.tune.trials} trials each", flush=True)
+        tuned = tune_variants(plan, storage, parent, workers)
+        stopped = {label: t.why for label, t in tuned.items() if t.why}
+        if stopped:
+            label, why = next(iter(stopped.items()))
+            print(f"error: the search of {label} stopped: its first trials failed the same way: {why}; fix "
+                  "that and run the same command again", file=sys.stderr)
+            return 2
+        deciding = arms[R.OWN_BEST_ARM] = own_best_arm(plan, tuned)
+        print("own best: the study's seeds at each variant's own best settings", flush=True)
+        code = run_arm(deciding)
+        if code:
+            return code
+    if abl.confirm is not None:
+        arm = arms[R.CONFIRM_ARM] = confirm_arm(plan, deciding, records(), tuned)
+        chosen = [c.label for c in arm.cells if c.seed == arm.seeds[0] and c.label != "baseline"]
+        print(f"confirm at {setting_text(plan)}: {', '.join(chosen) or 'no decided comparison'}", flush=True)
+        if chosen:
+            return run_arm(arm)
+    return 0
+
+
+def dry_run_lines(plan: StudyPlan, storage: str | None, records: Mapping[str, Any]) -> list[str]:
+    """Where the later arms stand (read only): the searches, the own-best cells once every search is
+    done, and the comparisons the confirm arm would rerun so far."""
+    from ablate.study.adaptive import format_progress
+    from ablate.study.tuned import progress_lines, stored_searches
+
+    abl = plan.spec.ablation
+    assert abl is not None
+    lines: list[str] = []
+    deciding: StudyPlan | None = plan
+    tuned: dict[str, Tuned] = {}
+    if abl.tune is not None:
+        lines += progress_lines(plan, storage) or ["tuning: no search started yet"]
+        stored = stored_searches(plan, storage)
+        complete = len(stored) == len(plan.variants) and all(n >= abl.tune.trials for _, n in stored.values())
+        deciding = None
+        if complete:
+            tuned = {label: t for label, (t, _) in stored.items()}
+            deciding = own_best_arm(plan, tuned)
+            held = sum(c.key in records for c in deciding.cells)
+            lines.append(f"own best: {held} of up to {len(deciding.cells)} cells in the store")
+            if deciding.design is not None and held:
+                lines.append(format_progress(deciding, deciding.design, records))
+        else:
+            lines.append("own best: waits for every search to finish")
+    if abl.confirm is not None:
+        if deciding is None:
+            lines.append("confirm: waits for the own-best verdicts")
+        else:
+            arm = confirm_arm(plan, deciding, records, tuned)
+            chosen = [c.label for c in arm.cells if c.seed == arm.seeds[0] and c.label != "baseline"]
+            held = sum(c.key in records for c in arm.cells)
+            lines.append(f"confirm: decided so far: {', '.join(chosen) or 'none'}; "
+                         f"{held} of {len(arm.cells)} cells in the store")
+    return lines

@@ -1,0 +1,145 @@
+"""Running an ablation study's queued cells: one cell (`run_cell`), the worker loop that pops cells from
+the study's queue (`worker`), and the rounds of an arm (`run_arm`): enqueue what the arm needs, let the
+workers train it, and with adaptive seeds enqueue the next round for the comparisons still open.
+
+Every arm of a study (its cells at the baseline's settings, each variant at its own best, the
+confirmation at a larger scale: ablate/study/arms.py) queues its cells in the same Optuna study, so one
+worker loop runs them all, resumes them and shares them between processes and machines alike. A worker
+finds each cell in the plan, or rebuilds it from the attributes the store keeps (`StudyPlan.rebuild`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.study.adaptive import format_progress, needed_keys
+from ablate.study.attrs import CELL, CELL_SPEC_HASH, PARENT
+from ablate.study.plan import Cell, StudyPlan, plan_study
+
+# How an arm's runs are named in MLflow beside the cells at the baseline's settings ('norm=custom · seed 0').
+ARM_SUFFIX = {R.OWN_BEST_ARM: " @ own best", R.CONFIRM_ARM: " @ larger scale"}
+
+
+def run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
+    """Train one cell (resuming its checkpoint) as a child run of the study's parent; its status."""
+    from ablate.run.runner import run_experiment, run_label
+    from ablate.study.workers import cached_data
+
+    def hook(step: int, metrics: dict[str, float]) -> bool:
+        queue.report(trial, step, metrics.get(plan.metric))  # the grid's "metric so far"
+        return False
+
+    queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
+    tags = {R.VARIANT: cell.label, R.CELL: cell.key, R.KIND: "cell", R.ARM: cell.arm,
+            R.OPTUNA_STUDY: plan.store_name, R.OVERRIDES: json.dumps(cell.overrides)}
+    name = cell.label + ARM_SUFFIX.get(cell.arm, "")
+    started = time.time()
+    print(f"cell {name} seed {cell.seed} [{cell.key}]: started", flush=True)
+    try:
+        with queue.store.beat(trial):
+            # The study's experiment even for a confirmation cell of another spec file (its own name).
+            result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
+                                    experiment=plan.name, run_name=run_label(name, cell.seed),
+                                    data=cached_data(cell.spec), quiet=quiet,
+                                    on_start=lambda run_id: queue.started(trial, run_id))
+    except KeyboardInterrupt:
+        queue.release(trial)  # resumes from its checkpoint next time
+        raise
+    except Exception as exc:  # noqa: BLE001 - failure is data: record it, go on with the next cell
+        queue.finish(trial, "failed", None, error=f"{type(exc).__name__}: {exc}")
+        print(f"cell {name} seed {cell.seed}: failed ({type(exc).__name__}: {exc})", file=sys.stderr,
+              flush=True)
+        return "failed"
+    value = R.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
+    queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
+    shown = f"{value:.4g}" if value is not None else "-"
+    took = f"{time.time() - started:.0f}s"
+    if result.resumed_at is not None and R.WALL_TIME in result.metrics:  # MLflow's wall time counts them all
+        total = result.metrics[R.WALL_TIME]
+        took += f" from step {result.resumed_at}; {total:.0f}s of training over all its segments"
+    print(f"cell {name} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} ({took})",
+          flush=True)
+    return result.status
+
+
+def worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
+    """Pop and run cells (of any arm) until none is waiting or running anywhere."""
+    from ablate.study import failfast
+    from ablate.study.cells import CellQueue
+    from ablate.study.store import Store
+
+    plan = plan_study(spec_path, overrides)
+    store = Store(storage)
+    plan.bind(store)
+    queue = CellQueue(store, plan.store_name, plan.direction)
+    parent = queue.get(PARENT) if plan.spec.tracking.enabled else None
+    cells = {c.key: c for c in plan.cells}
+    while not failfast.stopped(queue.study):
+        trial, busy = queue.claim()
+        if trial is None:
+            if not busy:
+                return 0
+            time.sleep(min(5.0, float(queue.store.heartbeat or 2)))  # another worker's cell may yet die
+            continue
+        attrs = trial.user_attrs
+        cell = cells.get(attrs[CELL]) or plan.rebuild(attrs)
+        if cell.spec.spec_hash != attrs.get(CELL_SPEC_HASH, cell.spec.spec_hash):
+            # Rebuilt from the store into another spec (the spec file changed under it): never train a
+            # different run under this cell's identity.
+            queue.finish(trial, "failed", None, error=f"cell {attrs[CELL]} rebuilds to spec hash "
+                         f"{cell.spec.spec_hash} from this spec: it was queued from another one")
+        elif run_cell(plan, cell, queue, trial, parent, quiet=workers > 1) == "failed":
+            failfast.stop_if_repeated(queue.study, queue.store)  # the same error twice first: stop
+    return 0
+
+
+def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any]:
+    """Every cell's axis values as Optuna params, for enqueue to record on the waiting trials; an arm's
+    cells keep the choices of the study's own axes (``base``), so their params stay comparable."""
+    choices = plan.axis_params()
+    if base is not None:
+        choices.update(base.axis_params())
+    return {"choices": choices, "values": {c.key: plan.cell_params(c) for c in plan.cells}}
+
+
+def wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
+    """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
+    if plan.design is None:
+        return [c.attrs() for c in plan.cells]
+    keys = set(needed_keys(plan, plan.design, queue.records()))
+    return [c.attrs() for c in plan.cells if c.key in keys]
+
+
+def run_rounds(plan: StudyPlan, queue: Any, params: dict[str, Any], worker_args: tuple[Any, ...],
+               workers: int) -> int:
+    """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
+    open. The workers' exit code."""
+    from ablate.study.workers import run_workers
+
+    while True:
+        code = run_workers(worker, worker_args, max(1, workers))
+        if code in (130, 143) or plan.design is None:
+            return code
+        added, _ = queue.enqueue(wanted(plan, queue), **params)  # the next round: open comparisons only
+        if not added:
+            return code
+        print(format_progress(plan, plan.design, queue.records()))
+        print(f"next round: {added} more cells for the comparisons still open", flush=True)
+
+
+def run_arm(arm: StudyPlan, base: StudyPlan, queue: Any, worker_args: tuple[Any, ...], workers: int,
+            retry_failed: bool = False) -> int:
+    """Enqueue what an arm needs (a cell another arm queued already is shared: the same key is the same
+    run) and run its rounds; the workers' exit code."""
+    params = cell_params(arm, base)
+    needed = wanted(arm, queue)
+    new, retried = queue.enqueue(needed, retry_failed, **params)
+    shared = len({c[CELL] for c in needed} & {c.key for c in base.cells})
+    print(f"{len(needed)} cells needed now, {new} newly queued"
+          + (f", {retried} failed ones re-queued" if retried else "")
+          + (f"; {shared} of them are cells at the baseline's settings too" if shared else ""), flush=True)
+    return run_rounds(arm, queue, params, worker_args, workers)

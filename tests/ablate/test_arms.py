@@ -1,0 +1,164 @@
+"""`ablate ablate` with ``tune:`` and ``confirm:`` (ablate/study/arms.py): the phases in order, each arm's
+cells in the study's one queue, nothing trained twice on a rerun, an interrupt in any phase resumed, and a
+study that adds the sections later keeping every cell it has. Training is the known function of
+tests/tuned_studies.py, recorded as real MLflow runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+import ablate.tracking.record as R
+from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.store import Store
+from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study
+
+
+def _runs(name: str) -> tuple[object, list]:
+    """(the study's parent run, every other run of its experiment: cells, searches and their trials)."""
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(name)
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if R.PARENT_RUN not in r.data.tags]
+    assert len(parents) == 1  # one study, one parent, however often the command ran
+    return parents[0], [r for r in runs if R.PARENT_RUN in r.data.tags]
+
+
+def _arms_json(run_id: str) -> dict[str, dict[str, str]]:
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    local = client.download_artifacts(run_id, R.ARMS_ARTIFACT, tempfile.mkdtemp())
+    return json.loads(Path(local).read_text())
+
+
+def _key(spec: object) -> str:
+    return f"{spec.spec_hash}-s{spec.seed}"  # type: ignore[attr-defined]
+
+
+def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    trained = fake_training(monkeypatch)
+    path = write_study(workdir, "phases")
+    assert main_ablate(str(path)) == 0
+    steps = [s.train.max_steps for s in trained]
+    # a: the cells at the baseline's settings, 3 variants x 3 seeds (each comparison decided at look 1)
+    assert steps[:9] == [SHORT] * 9 and {s.train.optimizer.lr for s in trained[:9]} == {BASE_LR}
+    # b: one search per variant, the same 4 grid trials at the fidelity, with the same (tuning) seed
+    assert steps[9:21] == [5] * 12 and {s.seed for s in trained[9:21]} == {0}
+    assert [s.model.norm for s in trained[9:21]] == ["builtin"] * 4 + ["custom"] * 4 + ["builtin"] * 4
+    # c: at its own best only norm=custom is new (3x the learning rate): the others' best is the baseline's
+    assert [(s.model.norm, s.train.optimizer.lr, s.seed, s.train.max_steps) for s in trained[21:24]] == [
+        ("custom", 3 * BASE_LR, seed, SHORT) for seed in (0, 1, 2)]
+    # d: both decided comparisons and the baseline at the larger setting, each at its own best, seeds 10-13
+    confirm = trained[24:]
+    assert len(confirm) == 12 and {s.train.max_steps for s in confirm} == {LONG}
+    assert [s.seed for s in confirm] == [10, 10, 10, 11, 11, 11, 12, 12, 12, 13, 13, 13]
+    assert {(s.model.norm, s.model.residual, s.train.optimizer.lr) for s in confirm} == {
+        ("builtin", "pre_norm", BASE_LR), ("custom", "pre_norm", 3 * BASE_LR),
+        ("builtin", "post_norm", BASE_LR)}
+
+    parent, children = _runs("phases")
+    assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
+    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
+    assert len(cells) == 24 and len({r.data.tags[R.CELL] for r in cells}) == 24  # each cell once
+    assert sorted(r.data.tags[R.ARM] for r in cells) == [R.BASELINE_ARM] * 9 + [R.CONFIRM_ARM] * 12 + \
+        [R.OWN_BEST_ARM] * 3
+    assert sorted(r.data.tags[R.VARIANT] for r in children if r.data.tags.get(R.KIND) == "search") == [
+        "baseline", "norm=custom", "residual=post_norm"]
+    arms = _arms_json(parent.info.run_id)  # type: ignore[attr-defined]
+    assert [len(arms[a]) for a in R.ARMS] == [9, 9, 12]
+    shared = set(arms[R.BASELINE_ARM]) & set(arms[R.OWN_BEST_ARM])  # the baseline's and post_norm's cells
+    assert sorted(arms[R.OWN_BEST_ARM][k] for k in shared) == ["baseline"] * 3 + ["residual=post_norm"] * 3
+
+    capsys.readouterr()
+    assert main_ablate(str(path)) == 0  # a rerun: every phase is complete in the store
+    assert len(trained) == 36
+    out = capsys.readouterr().out
+    assert "0 cells queued" in out and "9 cells needed now, 0 newly queued; 6 of them are cells at the " \
+        "baseline's settings too" in out and "12 cells needed now, 0 newly queued" in out
+    assert len(_runs("phases")[1]) == len(children)
+    assert main_ablate(str(path), dry_run=True) == 0  # where every phase stands, read only
+    out = capsys.readouterr().out
+    assert "  norm=custom: 4 of 4 trials done; best 0.9" in out and "at train.optimizer.lr=0.003" in out
+    assert "own best: 9 of up to 12 cells in the store" in out
+    assert "confirm: decided so far: norm=custom, residual=post_norm; 12 of 12 cells in the store" in out
+    assert "in all, every phase together: 1,020 steps at most" in out  # 240 + 60 + 240 + 480
+    assert len(trained) == 36
+
+
+def test_adding_tune_and_confirm_to_a_study_keeps_its_cells(workdir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    trained = fake_training(monkeypatch)
+    path = write_study(workdir, "grown", tune=False, confirm=False)
+    assert main_ablate(str(path)) == 0
+    before = plan_study(str(path))
+    store_name = before.bind(Store(None))
+    ran = {_key(s) for s in trained}
+    assert len(ran) == 9
+    parent, children = _runs("grown")
+
+    write_study(workdir, "grown")  # the same spec file, now with tune: and confirm:
+    after = plan_study(str(path))
+    assert [c.key for c in after.cells] == [c.key for c in before.cells]  # the same cell identities
+    assert after.bind(Store(None)) == store_name  # the same Optuna study
+    assert main_ablate(str(path)) == 0
+    assert not {_key(s) for s in trained[9:]} & ran  # no cell of the study trained again
+    assert len(trained) == 9 + 12 + 3 + 12
+    again, now = _runs("grown")
+    assert again.info.run_id == parent.info.run_id  # type: ignore[attr-defined]
+    assert {r.info.run_id for r in children} <= {r.info.run_id for r in now}
+
+
+def test_an_interrupt_in_any_phase_resumes_where_it_stopped(workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C in the searches' 4th trial, then (after the rerun's 12 calls to finish) in an own-best cell and
+    # then in a confirmation cell
+    trained = fake_training(monkeypatch, interrupt_at={12, 23, 30})
+    path = write_study(workdir, "stopped")
+    for _ in range(3):
+        assert main_ablate(str(path)) == 130
+        assert "interrupted by SIGINT" in capsys.readouterr().err
+    assert main_ablate(str(path)) == 0
+    assert len(trained) == 36 + 3  # every interrupted call ran again, nothing else did
+    parent, children = _runs("stopped")
+    assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
+    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
+    assert len(cells) == 24 and {r.data.tags[R.STATUS] for r in cells} == {"finished"}
+    searches = [r for r in children if r.data.tags.get(R.KIND) == "search"]
+    assert len(searches) == 3 and {json.loads(r.data.tags[R.BEST_SETTINGS])["train.optimizer.lr"]
+                                   for r in searches} == {BASE_LR, 3 * BASE_LR}
+    assert {r.info.status for r in searches} == {"FINISHED"}  # reopened and ended by the rerun
+    trials = [r for r in children if r.data.tags.get(R.KIND) == "trial"]
+    # 12 trials, the interrupted one's MLflow run never opened: a search's trials are its run's children
+    assert len(trials) == 12
+    assert {r.data.tags[R.PARENT_RUN] for r in trials} == {r.info.run_id for r in searches}
+
+
+def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each of `--workers N` processes runs in phase b (here in this process, where the stand-in for
+    training applies): it claims trials of every variant's search until none is waiting."""
+    from ablate.study.tuned import _tune_worker, close_search, open_search, variants
+    from ablate.tracking import Tracker
+
+    trained = fake_training(monkeypatch)
+    path = write_study(workdir, "shared", confirm=False)
+    plan = plan_study(str(path))
+    store = Store(None)
+    parent = Tracker.start(plan.spec, run_name="shared", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    searches = [open_search(plan, label, fields, store, parent.run_id)
+                for label, fields in variants(plan).items()]
+    assert _tune_worker(str(path), [], None, 1, 2) == 0
+    assert len(trained) == 12 and {s.train.max_steps for s in trained} == {5}
+    outcomes = {s.label: close_search(s, store, interrupted=False) for s in searches}
+    assert outcomes["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
+    parent.end("finished")
+    _, children = _runs("shared")
+    by_search = {r.info.run_id: r for r in children if r.data.tags.get(R.KIND) == "search"}
+    trials = [r for r in children if r.data.tags.get(R.KIND) == "trial"]
+    assert len(by_search) == 3 and len(trials) == 12  # each trial under its variant's search run
+    assert {r.data.tags[R.PARENT_RUN] for r in trials} == set(by_search)
