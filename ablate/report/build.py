@@ -26,15 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ablate.tracking.record as R
 from ablate.report import (
+    at_scale,
     attention,
     bootstrap,
+    budget,
+    compute,
     costs,
     curves,
     environment,
     factorial,
     failures,
     lengths,
+    own_best,
     published,
     results,
     search,
@@ -55,8 +60,8 @@ PartFn = Callable[[Inputs], Part | None]
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
     setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
-    bootstrap.part, factorial.part, curves.part, lengths.part, costs.part, failures.part, attention.part,
-    environment.part)
+    own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part, lengths.part,
+    costs.part, compute.part, failures.part, attention.part, environment.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)
 
@@ -85,16 +90,22 @@ def _clean(value: Any) -> Any:
 
 
 def write_runs_csv(study: Study, path: Path) -> None:
-    metric_keys = sorted({k for r in study.runs for k in r.metrics})
-    varying = sorted(k for k in {k for r in study.runs for k in design_params(r.params)}
-                     if len({r.params.get(k) for r in study.runs}) > 1)
+    """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
+    arms share once per arm)."""
     from ablate.tracking.transfer import origin_id  # an imported run shows the id it was exported with
 
+    arms = [("", study)] if not study.arms else [(R.BASELINE_ARM, study), *study.arms.items()]
+    rows = [(arm, r) for arm, part in arms for r in part.runs]
+    metric_keys = sorted({k for _, r in rows for k in r.metrics})
+    varying = sorted(k for k in {k for _, r in rows for k in design_params(r.params)}
+                     if len({r.params.get(k) for _, r in rows}) > 1)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["variant", "seed", "status", "spec_hash", "run_id", *metric_keys, *varying])
-    for r in study.runs:
-        w.writerow([r.variant, r.seed, r.status, r.spec_hash, origin_id(r.run_id, r.tags),
+    w.writerow([*(["arm"] if study.arms else []), "variant", "seed", "status", "spec_hash", "run_id",
+                *metric_keys, *varying])
+    for arm, r in rows:
+        w.writerow([*([arm] if arm else []), r.variant, r.seed, r.status, r.spec_hash,
+                    origin_id(r.run_id, r.tags),
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())

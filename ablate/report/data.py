@@ -8,7 +8,8 @@ full-factorial study's main effects and interactions: ``ablate.report.factorial_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +68,25 @@ class Study:
     primary: str  # the metric effects are computed on, e.g. 'test/bleu'
     dropped: int = 0  # superseded duplicates of a (variant, seed) cell
     notes: list[str] = field(default_factory=list)
+    # With ablation.tune / ablation.confirm (issue 29), ``runs`` are the cells at the baseline's settings,
+    # and each later arm ('own_best', 'confirm') is a study of its own runs beside them; each variant's
+    # tuning search, with its trials' runs.
+    arms: dict[str, Study] = field(default_factory=dict)
+    searches: list[Search] = field(default_factory=list)
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]
 
     def of(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant]
+
+
+@dataclass
+class Search:
+    """A variant's tuning search (ablation.tune): its run, and its trials' runs."""
+
+    run: Run
+    trials: list[Run]
 
 
 # ---------------------------------------------------------------- loading
@@ -126,9 +140,36 @@ def _superseded_note(stale: list[tuple[Run, str]]) -> str:
             "`ablate ablate` retrains those cells under the new version")
 
 
-def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
+def _arms_of(run: Run, listed: Mapping[str, Mapping[str, str]]) -> set[str]:
+    """The arms a cell's run belongs to: the one that queued it (its tag; none: the baseline's settings)
+    and each arm the parent's arms.json lists its cell under (a cell two arms share)."""
+    key = run.tags.get(R.CELL, "")
+    return {run.tags.get(R.ARM, R.BASELINE_ARM)} | {arm for arm, cells in listed.items() if key in cells}
+
+
+def build_study(parent: dict[str, Any], frame: pd.DataFrame,
+                arms: Mapping[str, Mapping[str, str]] | None = None,
+                trials: Mapping[str, pd.DataFrame] | None = None) -> Study:
+    """The study from its parent and child runs; ``arms`` (the parent's arms.json) and ``trials`` (search
+    run id -> its trials' runs) for a study with ablation.tune / ablation.confirm."""
+    every = _runs_from_frame(frame)
     # A child run of kind search is a variant's tuning search (ablation.tune, study/tuned.py), not a cell.
-    every = [r for r in _runs_from_frame(frame) if r.tags.get(R.KIND) != "search"]
+    cells = [r for r in every if r.tags.get(R.KIND) != "search"]
+    listed = arms or {}
+    study = _study(parent, [r for r in cells if R.BASELINE_ARM in _arms_of(r, listed)])
+    for arm in R.ARMS[1:]:
+        runs = [r for r in cells if arm in _arms_of(r, listed)]
+        if runs:
+            study.arms[arm] = _study(parent, runs)
+    latest = {r.variant: r for r in sorted((r for r in every if r.tags.get(R.KIND) == "search"),
+                                           key=lambda r: (r.start_time, r.run_id))}
+    found = trials or {}
+    study.searches = [Search(latest[v], _runs_from_frame(found[latest[v].run_id])
+                             if latest[v].run_id in found else []) for v in study.variants if v in latest]
+    return study
+
+
+def _study(parent: dict[str, Any], every: list[Run]) -> Study:
     stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags)) is not None]
     left_out = {r.run_id for r, _ in stale}
     runs, dropped = _dedupe([r for r in every if r.run_id not in left_out])
@@ -164,10 +205,18 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame) -> Study:
 
 
 def load_study(study: str) -> Study:
-    from ablate.tracking.read import find_study_runs
+    """The study (a name or the parent's run id) read back from MLflow; with tune: or confirm:, its arms
+    (the parent's arms.json) and each search's trials too."""
+    from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact
 
     parent, frame = find_study_runs(study)
-    return build_study(parent, frame)
+    if R.ARM_DESIGN not in parent["tags"]:
+        return build_study(parent, frame)
+    text = read_text_artifact(parent["run_id"], R.ARMS_ARTIFACT)
+    searches = [str(rec["run_id"]) for rec in frame.to_dict("records")
+                if rec.get(f"tags.{R.KIND}") == "search"]
+    trials = {run_id: child_runs(run_id, parent["experiment_id"]) for run_id in searches}
+    return build_study(parent, frame, json.loads(text) if text else None, trials)
 
 
 # ---------------------------------------------------------------- analysis

@@ -18,6 +18,7 @@ import matplotlib.colors
 import matplotlib.style
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 DPI = 110
 PNG_METADATA: dict[str, str | None] = {"Software": None}  # no version string, no creation time
@@ -217,6 +218,31 @@ def optimisation_history(trials: Sequence[tuple[int, float]], objective: str, ma
             ax.legend(fontsize=8)
         ax.set_xlabel("trial")
         ax.set_ylabel(objective)
+        ax.grid(alpha=0.3)
+        return save(fig, path)
+
+
+def expected_best(curves: Mapping[str, Sequence[tuple[int, float, float, float]]], ylabel: str,
+                  path: Path) -> Path:
+    """Dodge et al.'s expected validation performance: per variant the expected best score of n trials
+    (``curves[variant]`` = (n, mean, band low, band high) rows) with its band, each variant in its own
+    colour, line style and marker, so curves that cross show a ranking that depends on the budget."""
+    with _style():
+        fig = Figure(figsize=(6.4, 4.2 + 0.22 * math.ceil(len(curves) / 2)), layout="constrained")
+        ax = fig.subplots()
+        for i, (variant, rows) in enumerate(curves.items()):
+            ns = [n for n, _, _, _ in rows]
+            linestyle, marker = _style_of(i)
+            ax.plot(ns, [m for _, m, _, _ in rows], color=_color(i), linestyle=linestyle, marker=marker,
+                    markersize=4, markerfacecolor="none", label=variant)
+            ax.fill_between(ns, [lo for _, _, lo, _ in rows], [hi for _, _, _, hi in rows], color=_color(i),
+                            alpha=0.15, linewidth=0)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a budget is a whole number of trials
+        ax.set_xlabel("trials (tuning budget)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         return save(fig, path)
 

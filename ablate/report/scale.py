@@ -11,8 +11,8 @@ than the margin appeared).
 Several verdicts checked at once are one family: `check_transfers` widens each interval to 1 - alpha/k
 (Bonferroni over the k verdicts), so that the chance of calling any of them wrongly stays at alpha.
 
-Pure arithmetic over per-seed values (ablate/report/stats.py's `compare`); the report section that reads
-the confirmation runs is not here.
+Pure arithmetic over per-seed values (ablate/report/stats.py's `compare`); ablate/report/arms.py reads
+the confirmation runs into it and ablate/report/at_scale.py is the report's section.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ judged on, the compute spent), and the study's identity in ``report.json``.
 
 from __future__ import annotations
 
+import ablate.tracking.record as R
 from ablate.report import search
-from ablate.report.data import QUALITY
+from ablate.report.arms import every_run
+from ablate.report.data import QUALITY, Study
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Section
 
@@ -22,7 +24,7 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
-    total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in runs)
+    total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in every_run(study))  # every arm and trial
     p = study.parent
     parent_id = origin_id(p["run_id"], p["tags"])
     items = [f"Study `{study.name}` ({study.kind}), parent run `{parent_id}`, "
@@ -36,6 +38,8 @@ def part(inp: Inputs) -> Part:
         items[2] = f"Objective: {goals}; also reported: `{study.primary}`"
     if p["params"].get("ablation.design"):
         items.insert(1, f"Design: `{p['params']['ablation.design']}`")
+    if study.arms or study.searches:
+        items.insert(2, arms_text(study))
     items.append("Data, hardware, versions and the baseline's full spec: see the last section")
     blocks: list[Block] = [Bullets(items)]
     if study.dropped:
@@ -47,3 +51,17 @@ def part(inp: Inputs) -> Part:
                            "seeds or variants (listed per group in the Data table at the end)."))
     return Part("setup", [Section("Setup", blocks)],
                 data={"study": study.name, "kind": study.kind, "parent_run_id": parent_id})
+
+
+def arms_text(study: Study) -> str:
+    """What a study with tune: or confirm: ran besides its cells, and which runs the sections read."""
+    parts = [f"{len(study.runs)} cells at the baseline's settings (the sections read these only, but for "
+             "Each variant at its own best, Tuning budget, At a larger scale and Compute by part)"]
+    if study.searches:
+        trials = sum(len(s.trials) for s in study.searches)
+        parts.append(f"{len(study.searches)} tuning searches ({trials} trials)")
+    if R.OWN_BEST_ARM in study.arms:
+        parts.append(f"{len(study.arms[R.OWN_BEST_ARM].runs)} cells at each variant's own best")
+    if R.CONFIRM_ARM in study.arms:
+        parts.append(f"{len(study.arms[R.CONFIRM_ARM].runs)} cells at the larger setting")
+    return "Arms: " + "; ".join(parts)

@@ -3,10 +3,15 @@ ceiling (``ablate.report.bounds``), then one line per variant against the baseli
 
 An adaptive study is summarised by the group-sequential test it chose its seeds by (``seeds``), any other
 by each variant's fixed-sample verdict (``stats``): the summary never contradicts the section it points to.
+A study with ``confirm:`` leads with the verdicts that hold at both scales (``at_scale``), and one with
+``tune:`` names the verdicts tuning every variant changed (``arms``).
 """
 
 from __future__ import annotations
 
+import ablate.tracking.record as R
+from ablate.report.arms import deciding_arm, twice
+from ablate.report.at_scale import holds_at_both
 from ablate.report.bounds import bound_text
 from ablate.report.data import quality_meta
 from ablate.report.part import Inputs, Part
@@ -19,7 +24,7 @@ def part(inp: Inputs) -> Part:
     """Intro blocks only; ``data['warnings']``: the floor / ceiling warnings as shown."""
     study = inp.study
     warnings = [bound_text(b) for b in inp.bounds]
-    intro: list[Block] = [Note(w) for w in warnings]
+    intro: list[Block] = [Note(w) for w in warnings] + _both_scales(inp)
     sequential = sequential_lines(study)
     design = design_of(study)
     if sequential is not None and design is not None:  # the verdicts the study stopped by (Adaptive seeds)
@@ -40,4 +45,27 @@ def part(inp: Inputs) -> Part:
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                        "(details, tests and caveats below):"), Bullets(fixed)]
+    changed = [t for t in twice(study) if t.changed]
+    if changed:
+        intro.append(Para("**Tuning changed** " + "; ".join(
+            f"`{t.variant}`: {t.base.answer} at the baseline's settings, {t.own.answer if t.own else '—'} "
+            "at its own best" for t in changed) + " (see Each variant at its own best)."))
     return Part("summary", intro=intro, data={"warnings": warnings})
+
+
+def _both_scales(inp: Inputs) -> list[Block]:
+    """The verdicts that hold at both scales first, then those that do not (a study with confirm:)."""
+    found = holds_at_both(inp.study)
+    if found is None:
+        return []
+    hold, other = found
+    which = "with each variant at its own best" if deciding_arm(inp.study) == R.OWN_BEST_ARM else \
+        "at the baseline's settings"
+    blocks: list[Block] = [Para(f"**Holds at both scales**: the study's verdicts {which}, rerun at the "
+                                "larger setting (see At a larger scale): " + (
+                                    "these held." if hold else "none is confirmed there yet."))]
+    if hold:
+        blocks.append(Bullets(hold))
+    if other:
+        blocks += [Para("**Not confirmed at the larger setting**:"), Bullets(other)]
+    return blocks

@@ -95,12 +95,20 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
             raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
                               f"in {_uri()}")
         parent = (studies or roots)[0]
-    children = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
-                                  filter_string=f"tags.`{R.PARENT_RUN}` = {_quote(parent.info.run_id)}")
-    if not isinstance(children, pd.DataFrame) or children.empty:
+    children = child_runs(parent.info.run_id, parent.info.experiment_id)
+    if children.empty:
         raise AblateError(f"study {study!r}: run {parent.info.run_id} has no child runs (not an ablation or "
                           "search study, or none of its cells has started)")
     return _run_dict(parent), children
+
+
+def child_runs(run_id: str, experiment_id: str) -> pd.DataFrame:
+    """The runs whose parent is ``run_id`` (``mlflow.search_runs`` frame; empty when none): a study's
+    cells and searches, or a variant's search's trials."""
+    client()
+    found = mlflow.search_runs(experiment_ids=[experiment_id],
+                               filter_string=f"tags.`{R.PARENT_RUN}` = {_quote(run_id)}")
+    return found if isinstance(found, pd.DataFrame) else pd.DataFrame()
 
 
 def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:

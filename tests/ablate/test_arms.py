@@ -162,3 +162,53 @@ def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch:
     trials = [r for r in children if r.data.tags.get(R.KIND) == "trial"]
     assert len(by_search) == 3 and len(trials) == 12  # each trial under its variant's search run
     assert {r.data.tags[R.PARENT_RUN] for r in trials} == set(by_search)
+
+
+REAL = """ablation:
+  axes: {model.norm: [builtin, custom]}
+  seeds: {min: 2, max: 2}            # one look at 2 seeds
+  metric: val/loss
+  min_effect: 100.0                  # every comparison decided (no effect that large): confirm runs
+  tune:
+    space: {train.optimizer.lr: {choice: [0.003, 0.01]}}
+    trials: 2
+    sampler: grid
+    pruner: {name: none}
+    fidelity: {steps: 5}
+  confirm:
+    overrides: {train.max_steps: 30}
+    seeds: [5, 6]
+"""
+
+
+@pytest.mark.soak
+def test_a_trained_study_runs_every_phase_and_reports_them(workdir: Path) -> None:
+    """The phases with real training (tiny cells; about 16 runs, over a minute on 2 busy cores: the soak
+    tier): run folders, checkpoints and records of every arm apart, and the report's sections made from
+    them, CPU time logged by every run."""
+    from tests.factories import STUDY_CELL, write_tiny_spec
+
+    changes = {"name": "real", "train.max_steps": 20, "train.optimizer.lr": 0.003}
+    path = write_tiny_spec(workdir, STUDY_CELL, changes, extra=REAL, filename="real.yaml")
+    assert main_ablate(str(path)) == 0
+    parent, children = _runs("real")
+    assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
+    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
+    arms = {r.data.tags[R.ARM] for r in cells}
+    assert R.CONFIRM_ARM in arms and {r.data.tags[R.STATUS] for r in cells} == {"finished"}
+    assert len([r for r in children if r.data.tags.get(R.KIND) == "trial"]) == 4
+    confirm = [r for r in cells if r.data.tags[R.ARM] == R.CONFIRM_ARM]
+    assert {int(r.data.params["train.max_steps"]) for r in confirm} == {30}
+    assert all(r.data.metrics[R.final(R.CPU_TIME)] > 0 for r in children if R.KIND in r.data.tags
+               and r.data.tags[R.KIND] in ("cell", "trial"))
+    assert main_ablate(str(path)) == 0 and len(_runs("real")[1]) == len(children)  # nothing trains again
+
+    from ablate.cli import main as cli_main
+
+    assert cli_main(["report", "real", "--out", str(workdir / "rep")]) == 0
+    data = json.loads((workdir / "rep" / "report.json").read_text())
+    assert [v["small"] for v in data["scale"]["verdicts"]] == ["none"]
+    assert sorted(data["evp"]) == ["baseline", "norm=custom"]
+    assert [len(c) for c in data["evp"].values()] == [2, 2]
+    assert [p["runs_without_cpu_time"] for p in data["compute"]] == [0, 0, 0, 0]
+    assert all(p["cpu_hours"] > 0 for p in data["compute"] if p["runs"])

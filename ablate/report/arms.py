@@ -1,0 +1,160 @@
+"""A study's arms as its report reads them (``ablation.tune`` and ``ablation.confirm``, issue 29): what the
+parent run recorded about them, every comparison judged at the baseline's settings and at each variant's
+own best by the one design the study decided with, which verdicts tuning changed, and whether each
+decided verdict transfers to the larger setting.
+
+The design is the parent's ``ablate.arm_design``: the study's group-sequential design with a seed range,
+else one look at its fixed seeds (the same paired t-test, Bonferroni over the study's comparisons), as
+ablate/study/arms.py decided which comparisons to rerun at scale. Each arm is judged with
+ablate/report/seeds.py's code on its own runs (``Study.arms``), so no own-best or confirmation run enters
+the verdicts at the baseline's settings. The sections: ablate/report/own_best.py, budget.py, at_scale.py,
+compute.py, and the summary's opening lines (summary.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.report import stats as st
+from ablate.report.data import Run, Study, quality_meta
+from ablate.report.scale import Direction, Transfer, Verdict, check_transfers
+from ablate.report.seeds import claim_questions, comparisons, decided_metric
+from ablate.report.verdicts import answer
+from ablate.study.sequential import Design, Look
+
+
+def _tag(study: Study, name: str) -> dict[str, Any] | None:
+    text = study.parent["tags"].get(name)
+    return json.loads(text) if text else None
+
+
+def arm_design(study: Study) -> Design | None:
+    """The design the arms are judged by (None: the study declares neither tune: nor confirm:)."""
+    d = _tag(study, R.ARM_DESIGN)
+    if d is None:
+        return None
+    return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
+                  None if d.get("min_effect") is None else float(d["min_effect"]), int(d.get("family") or 1))
+
+
+def deciding_arm(study: Study) -> str:
+    """The arm whose decided comparisons the confirm arm reruns."""
+    return str((_tag(study, R.ARM_DESIGN) or {}).get("decided_by", R.BASELINE_ARM))
+
+
+def tuning(study: Study) -> dict[str, Any] | None:
+    """The tuning section as the parent recorded it: space, the baseline's values, trials, fidelity, ..."""
+    return _tag(study, R.TUNE)
+
+
+def larger_setting(study: Study) -> dict[str, Any] | None:
+    """The confirm section as the parent recorded it: the larger setting (as written) and its seeds."""
+    return _tag(study, R.CONFIRM)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One comparison in one arm: its deciding (or latest) look and the answer in words."""
+
+    variant: str
+    look: Look | None
+    answer: str  # better | worse | no effect | identical | open
+
+    @property
+    def decided(self) -> bool:
+        """Decided as the study decides which comparisons to confirm (ablate/study/arms.py): its look
+        answers the comparison's question with an effect or no effect."""
+        return self.look is not None and self.look.decided and self.answer in ("better", "worse", "no effect")
+
+    def shown(self, dec: int, unit: str) -> str:
+        """'-1.000 exact match [-1.021, -0.979]: worse' (the interval when there is one)."""
+        lk = self.look
+        if lk is None or math.isnan(lk.diff):
+            return f"— ({self.answer})"
+        ci = "" if math.isnan(lk.lo) else f" [{st.fmt(lk.lo, dec, True)}, {st.fmt(lk.hi, dec, True)}]"
+        return f"{st.fmt(lk.diff, dec, True)} {unit}{ci}, n={lk.n}: {self.answer}"
+
+
+def judged(study: Study, design: Design) -> dict[str, Judged]:
+    """Every comparison of a study (or of one arm's study), by ``design``."""
+    if study.baseline is None:
+        return {}
+    metric = decided_metric(study)
+    _, _, higher = quality_meta(metric)
+    out = {}
+    for c in comparisons(study, design, metric):
+        said = answer(c.look, higher)
+        if c.look is not None and c.look.decided and c.look.state == "open":
+            said = "no effect"  # a `none` claim answered: its interval within the claim's margin
+        out[c.variant] = Judged(c.variant, c.look, said)
+    return out
+
+
+@dataclass(frozen=True)
+class Twice:
+    """One comparison at the baseline's settings and with each variant at its own best."""
+
+    variant: str
+    base: Judged
+    own: Judged | None  # None: no own-best run of it (or of the baseline) yet
+
+    @property
+    def changed(self) -> bool:
+        """Tuning changed the verdict (both arms answered, differently)."""
+        return (self.own is not None and self.base.answer != "open" and self.own.answer != "open"
+                and self.base.answer != self.own.answer)
+
+
+def twice(study: Study) -> list[Twice]:
+    """Every comparison in both arms (empty without an own-best arm)."""
+    design, own = arm_design(study), study.arms.get(R.OWN_BEST_ARM)
+    if design is None or own is None:
+        return []
+    at_own = judged(own, design)
+    return [Twice(v, j, at_own.get(v)) for v, j in judged(study, design).items()]
+
+
+def deciding(study: Study) -> Study | None:
+    return study if deciding_arm(study) == R.BASELINE_ARM else study.arms.get(R.OWN_BEST_ARM)
+
+
+def transfers(study: Study) -> list[Transfer] | None:
+    """Each verdict the deciding arm reached, checked at the larger setting (paired by seed; one family,
+    Bonferroni over the verdicts); None when the study declares no confirm: or has no deciding arm yet."""
+    design, decided_by = arm_design(study), deciding(study)
+    if larger_setting(study) is None or design is None or decided_by is None:
+        return None
+    metric = decided_metric(study)
+    _, _, higher = quality_meta(metric)
+    asked = claim_questions(study)
+    at_scale = study.arms.get(R.CONFIRM_ARM)
+
+    def values(variant: str) -> dict[int, float]:
+        runs: list[Run] = at_scale.finished(variant) if at_scale is not None else []
+        return {r.seed: r.metrics[metric] for r in runs if metric in r.metrics}
+
+    checked = []
+    for j in judged(decided_by, design).values():
+        if not j.decided:
+            continue
+        small: Direction = "none" if j.answer == "no effect" else "better" if j.answer == "better" \
+            else "worse"
+        question, margin = asked.get(j.variant, (None, None))
+        margin = margin if question == "none" and margin is not None else design.min_effect
+        checked.append(Verdict(j.variant, small, values("baseline"), values(j.variant),
+                               margin if small == "none" else None))
+    return check_transfers(checked, higher, design.alpha)
+
+
+def every_run(study: Study) -> list[Run]:
+    """Every run the study trained, each once: its cells in every arm and its searches' trials."""
+    seen: dict[str, Run] = {r.run_id: r for r in study.runs}
+    for arm in study.arms.values():
+        seen.update({r.run_id: r for r in arm.runs if r.run_id not in seen})
+    for search in study.searches:
+        seen.update({r.run_id: r for r in search.trials})
+    return list(seen.values())

@@ -1,0 +1,110 @@
+"""The report of a study with ``tune:`` and ``confirm:`` (issue 29), end to end through `ablate ablate` and
+`ablate report` on the synthetic study of tests/tuned_studies.py, whose answer is known: ``norm=custom``
+needs 3x the baseline's learning rate (worse at the baseline's settings, equal at its own best) and
+``residual=post_norm`` is better on the short cells and worse at the larger setting (reversed)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+import ablate.tracking.record as R
+from ablate.cli import main as cli_main
+from ablate.study.ablation import main_ablate
+from tests.tuned_studies import fake_training, write_study
+
+
+def _report(workdir: Path, name: str) -> tuple[str, dict]:
+    out = workdir / "report"
+    assert cli_main(["report", name, "--out", str(out)]) == 0
+    return (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
+
+
+def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_scale(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained = fake_training(monkeypatch)
+    assert main_ablate(str(write_study(workdir, "known"))) == 0
+    assert len(trained) == 36
+    text, data = _report(workdir, "known")
+
+    # The verdicts at the baseline's settings count those cells only: no own-best run of norm=custom (equal
+    # to the baseline) leaks into them
+    seq = {c["variant"]: c for c in data["sequential"]["comparisons"]}
+    assert seq["norm=custom"]["state"] == "effect" and seq["norm=custom"]["pairs"] == 3
+    assert seq["norm=custom"]["diff"] == pytest.approx(-1, abs=0.05)
+    # every effect twice, both intervals: worse at the baseline's settings, no effect at its own best
+    twice = {r["variant"]: r for r in data["own_best"]}
+    custom = twice["norm=custom"]
+    assert (custom["baseline_settings"]["answer"], custom["own_best"]["answer"], custom["changed"]) == (
+        "worse", "no effect", True)
+    assert custom["own_best"]["diff"] == pytest.approx(0, abs=0.05)
+    assert -0.1 < custom["own_best"]["lo"] < custom["own_best"]["hi"] < 0.1
+    assert custom["baseline_settings"]["hi"] < 0
+    post = twice["residual=post_norm"]
+    assert (post["baseline_settings"]["answer"], post["own_best"]["answer"], post["changed"]) == (
+        "better", "better", False)
+    assert ("**Tuning changed** `norm=custom`: worse at the baseline's settings, no effect at its own best"
+            in text)
+    assert "| norm=custom | -1.004 exact match [" in text and ": worse | -0.004 exact match [" in text
+    # each variant's best settings and how far they moved
+    best = {r["variant"]: r for r in data["best_settings"]}
+    assert best["norm=custom"]["best"] == {"train.optimizer.lr": 0.003}
+    assert best["norm=custom"]["changes"][0]["shown"] == "0.001 -> 0.003"
+    assert best["baseline"]["changes"][0]["shown"] == "same" and best["baseline"]["distance"] == 0
+    assert best["norm=custom"]["score_at_baseline_settings"] == pytest.approx(0, abs=0.05)
+    assert "| norm=custom | train.optimizer.lr: 0.001 → 0.003 | 100% |" in text
+
+    # Dodge et al.'s curve of each search, by the closed form: the baseline's 4 grid trials score
+    # -3, 0, 0, 1 plus one shared noise c; P(best of n is the i-th worst) = (i/4)^n - ((i-1)/4)^n
+    curve = data["evp"]["baseline"]
+    c = curve[0]["mean"] + 0.5  # n = 1: the mean, (-3 + 0 + 0 + 1) / 4 + c
+    assert curve[1]["mean"] == pytest.approx((-3 * 1 + 7 * 1) / 16 + c)  # n = 2: 1/16, 3/16, 5/16, 7/16
+    assert curve[3]["mean"] == pytest.approx((-3 * 1 + 175 * 1) / 256 + c)  # n = 4: 1/256 ... 175/256
+    assert all(p["low"] <= p["mean"] <= p["high"] for p in curve)
+    assert (workdir / "report" / "figures" / "expected_validation.png").stat().st_size > 0
+    assert "## Tuning budget" in text
+    assert "`residual=post_norm` has the best expected score at every budget" in text
+
+    # at the larger setting: no effect transfers, the sign that flipped is reported as reversed
+    scale = {v["variant"]: v for v in data["scale"]["verdicts"]}
+    assert (scale["norm=custom"]["small"], scale["norm=custom"]["outcome"]) == ("none", "transfers")
+    assert (scale["residual=post_norm"]["small"], scale["residual=post_norm"]["outcome"]) == (
+        "better", "reverses")
+    assert scale["residual=post_norm"]["diff"] == pytest.approx(-0.2, abs=0.05)
+    assert scale["residual=post_norm"]["pairs"] == 4 and scale["residual=post_norm"]["confidence"] == 0.975
+    # the summary leads with the verdicts that hold at both scales
+    assert text.index("**Holds at both scales**") < text.index("**Not confirmed at the larger setting**") \
+        < text.index("**Summary**")
+    assert "- norm=custom: no effect as large as the margin → **transfers** at the larger setting" in text
+    assert ("- residual=post_norm: better than the baseline → **reverses** at the larger setting: -0.198"
+            in text)
+
+    # what each part cost, from the runs' own records (2 s wall, 3 s CPU each)
+    parts = {p["part"]: p for p in data["compute"]}
+    assert [p["runs"] for p in data["compute"]] == [9, 12, 3, 12]
+    assert parts["searches (every trial)"]["cpu_hours"] == pytest.approx(12 * 3 / 3600)
+    assert parts["cells at each variant's own best"]["wall_hours"] == pytest.approx(3 * 2 / 3600)
+    assert "## Compute by part" in text and "| **all** | 36 | 0.02 | 0.03 |" in text
+    assert "- Arms: 9 cells at the baseline's settings" in text
+    # runs.csv: every arm's runs, a shared cell once per arm
+    with (workdir / "report" / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [sum(r["arm"] == a for r in rows) for a in R.ARMS] == [9, 9, 12]
+
+
+def test_without_tune_the_verdicts_at_the_baselines_settings_are_checked_at_scale(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained = fake_training(monkeypatch)
+    assert main_ablate(str(write_study(workdir, "plain", tune=False))) == 0
+    assert len(trained) == 9 + 12  # no search, no own-best cell
+    text, data = _report(workdir, "plain")
+    scale = {v["variant"]: (v["small"], v["outcome"]) for v in data["scale"]["verdicts"]}
+    assert scale == {"norm=custom": ("worse", "transfers"), "residual=post_norm": ("better", "reverses")}
+    assert "Each comparison the study decided at the baseline's settings was rerun at `train.max_steps=40`" \
+        in text
+    assert "own_best" not in data and "evp" not in data and "## Each variant at its own best" not in text
+    assert "**Holds at both scales**: the study's verdicts at the baseline's settings" in text
+    assert [p["runs"] for p in data["compute"]] == [9, 0, 0, 12]
