@@ -5,6 +5,7 @@ The folder (committed beside the study's report, e.g. ``reports/<study>/export/`
     study.json              format, study name, MLflow experiment, Optuna study, metric, cells
     parent/                 the study's parent run (ablate/tracking/transfer.py: run.json + artifacts/)
     cells/<cell key>/       one finished (or diverged) cell each: params, tags, metric histories, spec.yaml
+    searches/<i>/           with ablation.tune: each search and its trials (study/transfer_tuning.py)
 
 Failed and unfinished cells are not exported (they are not results), nor checkpoints. Importing recreates
 the runs in the current MLflow store (a fresh one: a study that is already there is refused) and, in the
@@ -33,6 +34,7 @@ from ablate.study import attrs as A
 from ablate.study.cells import CellQueue
 from ablate.study.plan import metric_direction
 from ablate.study.store import Store
+from ablate.study.transfer_tuning import export_searches, import_searches
 
 FORMAT = "ablate-study-export/1"
 RESULTS = ("finished", "diverged")
@@ -64,14 +66,19 @@ def main_export(study: str, out: str | None = None) -> int:
         meta = {"format": FORMAT, "study": name, "experiment": record["experiment"],
                 "optuna_study": tags.get(R.OPTUNA_STUDY), "metric": tags.get(R.METRIC),
                 "cells": sorted(latest)}
+        searches = export_searches(parent, frame, staging, record["run_id"])  # ablation.tune's
+        if searches:
+            meta["searches"] = searches
         (staging / "study.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    skipped = int(len(frame)) - len(latest)
-    print(f"exported study {name}: {len(latest)} finished cells to {dest}"
+    skipped = int(len(frame)) - len(latest) - len(searches)
+    tuned = f" and {len(searches)} tuning searches ({sum(s['trials'] for s in searches)} trials)" \
+        if searches else ""
+    print(f"exported study {name}: {len(latest)} finished cells{tuned} to {dest}"
           + (f" ({skipped} failed, unfinished or superseded runs left out)" if skipped else ""))
     return 0
 
@@ -148,7 +155,10 @@ def main_import(folder: str, storage: str | None = None) -> int:
             state=TrialState.COMPLETE, value=value, params={}, distributions=dists, user_attrs=attrs,
             intermediate_values=history))
         added += 1
+    trials = import_searches(src, meta, meta["experiment"], parent_id, queue.store)  # ablation.tune's
+    searches = f", {len(meta['searches'])} searches ({trials} trials into Optuna)" if meta.get("searches") \
+        else ""
     print(f"imported study {meta['study']}: parent run {parent_id}, {len(meta['cells'])} cells into MLflow "
           f"experiment {meta['experiment']!r}; {added} cell trials into {queue.store.describe()} "
-          f"(Optuna study {meta['optuna_study']})")
+          f"(Optuna study {meta['optuna_study']}){searches}")
     return 0

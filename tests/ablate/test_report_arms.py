@@ -108,3 +108,36 @@ def test_without_tune_the_verdicts_at_the_baselines_settings_are_checked_at_scal
     assert "own_best" not in data and "evp" not in data and "## Each variant at its own best" not in text
     assert "**Holds at both scales**: the study's verdicts at the baseline's settings" in text
     assert [p["runs"] for p in data["compute"]] == [9, 0, 0, 12]
+
+
+@pytest.mark.slow
+def test_an_imported_export_continues_without_searching_again_and_reports_the_same(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The export carries the searches and their trials; an import recreates them in MLflow and in each
+    search's Optuna study, so the study goes on where it was (nothing trains) and its report is the same."""
+    from tests.stores import mlflow_store
+
+    trained = fake_training(monkeypatch)
+    path = write_study(workdir, "moved")
+    assert main_ablate(str(path)) == 0
+    before, _ = _report(workdir, "moved")
+    assert cli_main(["export", "moved", "--out", str(workdir / "export")]) == 0
+    meta = json.loads((workdir / "export" / "study.json").read_text())
+    assert [(s["variant"], s["trials"]) for s in meta["searches"]] == [
+        ("baseline", 4), ("norm=custom", 4), ("residual=post_norm", 4)]
+    assert len(meta["cells"]) == 24  # every arm's cells
+
+    fresh = workdir / "fresh"
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(fresh))
+    assert cli_main(["import", str(workdir / "export")]) == 0
+    assert "3 searches (12 trials into Optuna)" in capsys.readouterr().out
+    assert main_ablate(str(path)) == 0
+    assert len(trained) == 36  # no search, own-best or confirmation cell trained again
+    after, _ = _report(fresh, "moved")
+
+    def body(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("Report generated on")]
+
+    assert body(after) == body(before)
