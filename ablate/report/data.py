@@ -8,6 +8,7 @@ full-factorial study's main effects and interactions: ``ablate.report.factorial_
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -224,10 +225,28 @@ def design_params(params: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in params.items() if k not in IGNORED_PARAMS and not k.startswith(IGNORED_PREFIXES)}
 
 
+@functools.cache
+def spec_defaults() -> dict[str, str]:
+    """Every spec field's default, as a run logs it as a param: what a run that predates a field ran with."""
+    from ablate.spec.experiment import ExperimentSpec, flatten
+    from ablate.tracking.tracker import param_value
+
+    spec = ExperimentSpec.model_validate({"name": "defaults"})
+    return {k: param_value(v) for k, v in flatten(spec.resolved()).items()}
+
+
 def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(key, baseline value, variant value) for every design param that differs, sorted by key."""
+    """(key, baseline value, variant value) for every design param that differs, sorted by key. A field
+    one run did not log (it ran before the field existed) counts as the field's default, so a field added
+    since is no difference; a key with no default (a component's option) shows as "—"."""
     a, b = design_params(base), design_params(other)
-    return [(k, a.get(k, "—"), b.get(k, "—")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    defaults = spec_defaults()
+    diff = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k, defaults.get(k, "—")), b.get(k, defaults.get(k, "—"))
+        if va != vb:
+            diff.append((k, va, vb))
+    return diff
 
 
 def quality_meta(key: str) -> tuple[str, int, bool]:

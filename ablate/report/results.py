@@ -30,19 +30,18 @@ def axes_part(inp: Inputs) -> Part | None:
     if study.baseline is None:
         return None
     base = study.of(study.baseline)[0]
-    axes: dict[str, set[str]] = {}
+    axes: dict[str, tuple[str, set[str]]] = {}  # key -> (the baseline's value, the variants' values)
     rows = []
     for v in study.variants[1:]:
         other = study.of(v)[0]
         diff = spec_diff(base.params, other.params)
         for k, a, b in diff:
-            axes.setdefault(k, {a}).add(b)
+            axes.setdefault(k, (a, set()))[1].add(b)
         dp = _params_of(study, v) - _params_of(study, study.baseline)
         text = "; ".join(f"`{k}`: {a} → {b}" for k, a, b in diff) or "no spec difference"
         rows.append([v, text, st.fmt(dp, 0, signed=True)])
     blocks: list[Block] = [Table(["axis", "values (baseline first)"],
-                                 [[f"`{k}`", ", ".join([base.params.get(k, "—")] +
-                                                       sorted(axes[k] - {base.params.get(k, "—")}))]
+                                 [[f"`{k}`", ", ".join([axes[k][0], *sorted(axes[k][1] - {axes[k][0]})])]
                                   for k in sorted(axes)], "ll", "Axes")]
     blocks.append(Table(["variant", "differs from the baseline in", "Δ params"], rows, "llr",
                         "What differs between variants (spec diff and parameter count)"))

@@ -57,7 +57,7 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 
 
-def _param_value(value: Any) -> str:
+def param_value(value: Any) -> str:
     """Short strings: strings as they are, everything else (lists, bools, None) as compact JSON."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
     return text if len(text) <= MAX_PARAM_VALUE else text[: MAX_PARAM_VALUE - 3] + "..."
@@ -257,7 +257,7 @@ class Tracker(NullTracker):
         """Log params not logged yet. MLflow refuses to change a param, so a value that differs from the
         one already logged (a resume with, say, another tracking option) is kept as it was and its key
         listed in the ``ablate.params_changed`` tag."""
-        new = {str(k): _param_value(v) for k, v in params.items()}
+        new = {str(k): param_value(v) for k, v in params.items()}
         changed = sorted(k for k, v in new.items() if self._params.get(k, v) != v)
         items = [Param(k, v) for k, v in new.items() if k not in self._params]
         self._transport.params(items)

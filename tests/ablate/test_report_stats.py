@@ -306,6 +306,19 @@ def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
     assert spec_diff(a, b) == [("model.residual", "pre_norm", "post_norm")]
 
 
+def test_spec_diff_reads_a_field_one_run_predates_as_its_default() -> None:
+    """A baseline run logged before `model.arch` and `data.text` existed differs from a newer variant run
+    in the variant's axis only; a field set away from its default still differs, and a component option
+    without a default shows as missing on the side that does not have it."""
+    old = {"model.residual": "pre_norm", "model.positions": "sinusoidal"}
+    new = {"model.residual": "pre_norm", "model.positions": "alibi", "model.arch": "encoder_decoder",
+           "data.text": "null", "model.alibi_encoder": "directional"}
+    assert spec_diff(old, new) == [("model.alibi_encoder", "—", "directional"),
+                                   ("model.positions", "sinusoidal", "alibi")]
+    assert ("model.arch", "encoder_decoder", "decoder_only") in spec_diff(old, {**new,
+                                                                             "model.arch": "decoder_only"})
+
+
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ablate.report import search as report_search
     from ablate.report.part import Inputs
