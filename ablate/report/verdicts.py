@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import ablate.tracking.record as R
 from ablate.report import figures as figs
 from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
@@ -57,6 +58,7 @@ class Regime:
     converged: bool | None  # None: no validation history to judge by
     declared: bool  # the study declared convergence instead of it being judged
     last_drop: float | None  # the share the baseline's val loss fell over its last evaluation interval
+    own_best: bool = False  # the study also ran each variant at its own best settings (ablation.tune)
 
     def text(self) -> str:
         size = f"{self.params / 1e6:.2f} M parameters, " if self.params else ""
@@ -69,8 +71,13 @@ class Regime:
         else:
             conv = (f"not converged (the baseline's val loss still fell {self.last_drop:.0%} over its last "
                     "evaluation interval)")
+        tuned = f"hyperparameters tuned on `{self.tuned_on}`"
+        if self.own_best:  # these verdicts are the baseline's settings' arm; the other is stated beside it
+            tuned += (" (these verdicts; with each variant at its own best settings, see Each variant at its "
+                      "own best)")
         return (f"{self.layers} layers, d_model {self.d_model} ({size}baseline), {self.steps} steps, "
-                f"hyperparameters tuned on `{self.tuned_on}`, {conv}")
+                f"{tuned}, {conv}")
+
 
 
 def test_metric(metric: str) -> str | None:
@@ -130,7 +137,8 @@ def regime(study: Study) -> Regime | None:
     converged = (declared_text == "True") if declared else (None if drop is None else drop <= STILL_FALLING)
     layers = f"{p.get('model.encoder_layers', '?')}+{p.get('model.decoder_layers', '?')}"
     return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
-                  params[0] if params else None, tuned_on, converged, declared, drop)
+                  params[0] if params else None, tuned_on, converged, declared, drop,
+                  own_best=bool(study.parent["tags"].get(R.TUNE)))
 
 
 def test_text(v: Verdict, dec: int, unit: str) -> str:
