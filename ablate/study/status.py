@@ -2,7 +2,9 @@
 
 Finds the study the spec names even without the ``--set`` overrides it was started with (it lists the
 studies of that spec in the store with their overrides and shows the latest), and prints the grid of cells
-with status and metric so far (and, with adaptive seeds, where each comparison stands).
+with status and metric so far (and, with adaptive seeds, where each comparison stands); with ``tune:`` or
+``confirm:``, where each later phase stands too (each variant's search, the own-best cells, the
+comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it.
 """
 
 from __future__ import annotations
@@ -41,4 +43,9 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
         else:
             records = queue.records()
     print(format_grid(plan, records))
+    abl = plan.spec.ablation
+    if abl is not None and (abl.tune is not None or abl.confirm is not None):
+        from ablate.study.arms import dry_run_lines
+
+        print("\n".join(dry_run_lines(plan, storage, records)))
     return 0

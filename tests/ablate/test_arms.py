@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 
 import ablate.tracking.record as R
 from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.status import main_status
 from ablate.study.store import Store
 from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study
 
@@ -88,6 +89,10 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
     assert "own best: 9 of up to 12 cells in the store" in out
     assert "confirm: decided so far: norm=custom, residual=post_norm; 12 of 12 cells in the store" in out
     assert "in all, every phase together: 1,020 steps at most" in out  # 240 + 60 + 240 + 480
+    assert main_status(str(path)) == 0  # `ablate status` says where the later phases stand too
+    out = capsys.readouterr().out
+    assert "  norm=custom: 4 of 4 trials done; best 0.9" in out
+    assert "own best: 9 of up to 12 cells in the store" in out and "confirm: decided so far: " in out
     assert len(trained) == 36
 
 
