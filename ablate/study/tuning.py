@@ -107,6 +107,10 @@ def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best:
 
 
 # ---------------------------------------------------------------- checks
+def _as_number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -math.inf
+
+
 def _touches(a: str, b: str) -> bool:
     """Two dotted fields overlap: equal, or one inside the other."""
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
@@ -166,6 +170,13 @@ def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, Any]
             add(at, f"{name} is an integer field: add `int: true` to sample integers")
         if p.log and p.step is not None:
             add(at, "log and step exclude each other")
+        steps = fidelity_steps(tune, spec)
+        longest = max(p.choice, default=None, key=_as_number) if p.choice is not None else p.high
+        if name == "train.schedule.warmup_steps" and steps is not None and _as_number(longest) >= steps:
+            # its trials would end inside their own warm-up, before the peak learning rate: the search
+            # would rank warm-ups by how far they got, and favour the short ones
+            add(at, f"warm-ups up to {show(longest)} steps reach past the {steps} steps a tuning trial trains "
+                "(tune.fidelity): keep them shorter, or the fidelity longer")
     if out:
         return out
     for name, p in tune.space.items():  # each choice (or range end) must give a valid spec

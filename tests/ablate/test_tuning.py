@@ -19,7 +19,7 @@ AXES = "  axes: {model.residual: [pre_norm, post_norm], model.norm: [builtin, cu
 TUNE = """  tune:
     space:
       train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
-      train.schedule.warmup_steps: {low: 0, high: 10, int: true}
+      train.schedule.warmup_steps: {low: 0, high: 4, int: true}
     trials: 4
     fidelity: {fraction: 0.25}
     seed: 3
@@ -92,6 +92,10 @@ def test_bad_tune_values_are_located_spec_errors(tmp_path: Path, tune: str, expe
     ("train.schedule.warmup_steps: {low: 0, high: 10}", "integer field: add `int: true`"),
     ("model.d_model: {choice: [16, 15], int: true}", "model.d_model=15 gives an invalid spec"),
     ("train.optimizer.lr: {low: 0.2, high: 0.1}", "low 0.2 must be below high 0.1"),
+    # the cell trains 20 steps, so a trial at the full length too: a 20-step warm-up never reaches its peak
+    ("train.schedule.warmup_steps: {low: 0, high: 20, int: true}",
+     "warm-ups up to 20 steps reach past the 20 steps a tuning trial trains"),
+    ("train.schedule.warmup_steps: {choice: [0, 5, 30]}", "warm-ups up to 30 steps reach past the 20"),
 ])
 def test_bad_tuning_spaces_are_located_spec_errors(tmp_path: Path, space: str, expected: str) -> None:
     assert expected in _problems(tmp_path, AXES + f"  tune:\n    space: {{{space}}}\n    trials: 2\n")
