@@ -175,8 +175,8 @@ def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, Any]
         if name == "train.schedule.warmup_steps" and steps is not None and _as_number(longest) >= steps:
             # its trials would end inside their own warm-up, before the peak learning rate: the search
             # would rank warm-ups by how far they got, and favour the short ones
-            add(at, f"warm-ups up to {show(longest)} steps reach past the {steps} steps a tuning trial trains "
-                "(tune.fidelity): keep them shorter, or the fidelity longer")
+            add(at, f"warm-ups up to {show(longest)} steps reach past the {steps} steps a tuning trial "
+                "trains (tune.fidelity): keep them shorter, or the fidelity longer")
     if out:
         return out
     for name, p in tune.space.items():  # each choice (or range end) must give a valid spec
