@@ -36,7 +36,8 @@ def axes_part(inp: Inputs) -> Part | None:
         other = study.of(v)[0]
         diff = spec_diff(base.params, other.params)
         for k, a, b in diff:
-            axes.setdefault(k, (a, set()))[1].add(b)
+            if a != "—":  # "—": an option of the variant's own component (the "what differs" table has it)
+                axes.setdefault(k, (a, set()))[1].add(b)
         dp = _params_of(study, v) - _params_of(study, study.baseline)
         text = "; ".join(f"`{k}`: {a} → {b}" for k, a, b in diff) or "no spec difference"
         rows.append([v, text, st.fmt(dp, 0, signed=True)])

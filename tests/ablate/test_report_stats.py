@@ -474,3 +474,27 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
     inter = st.compare_differences([0.0, 0.0, 0.0, 0.0, 0.0])
     assert inter.identical and st.verdict("a=1 × b=2", inter, "BLEU", True, noun="pair", reference=None) == (
         "a=1 × b=2: exactly 0 in all 5 pairs: no effect at all on this metric")
+
+
+def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_path: Path) -> None:
+    """A baseline run that predates `model.arch`, a RoPE variant with its own option `rope_base`: the axes
+    are the positions only; the variant's option stays in what differs."""
+    from ablate.report.data import Run, Study
+    from ablate.report.part import Inputs
+    from ablate.report.render import Table
+    from ablate.report.results import axes_part
+
+    def run(variant: str, params: dict[str, str]) -> Run:
+        return Run(variant, variant, 0, "finished", "h", 0.0, params, {"model/params": 10.0}, {})
+
+    base = run("baseline", {"model.positions": "sinusoidal"})
+    rope = run("positions=rope", {"model.positions": "rope", "model.rope_base": "10000.0",
+                                  "model.arch": "encoder_decoder"})
+    study = Study("s", "ablation", {"params": {}, "tags": {}}, [base, rope], ["baseline", "positions=rope"],
+                  "baseline", "bleu", "val/bleu")
+    part = axes_part(Inputs(study, tmp_path))
+    assert part is not None
+    axes, differs = [b for b in part.sections[0].blocks if isinstance(b, Table)]
+    assert axes.rows == [["`model.positions`", "sinusoidal, rope"]]
+    assert "`model.rope_base`: — → 10000.0" in differs.rows[0][1]
+    assert "model.arch" not in differs.rows[0][1]
