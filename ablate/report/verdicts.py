@@ -136,6 +136,8 @@ def regime(study: Study) -> Regime | None:
             drop = (losses[-2] - losses[-1]) / losses[-2]
     converged = (declared_text == "True") if declared else (None if drop is None else drop <= STILL_FALLING)
     layers = f"{p.get('model.encoder_layers', '?')}+{p.get('model.decoder_layers', '?')}"
+    if p.get("model.arch") == "decoder_only":  # one stack
+        layers = f"{p.get('model.decoder_layers', '?')} decoder-only"
     return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
                   params[0] if params else None, tuned_on, converged, declared, drop,
                   own_best=bool(study.parent["tags"].get(R.TUNE)))
@@ -158,8 +160,14 @@ def part(inp: Inputs) -> Part | None:
     ±min_effect band; ``data['verdicts']``: each comparison's val and test look and whether they agree."""
     study = inp.study
     design = design_of(study)
-    if design is None or study.baseline is None:
+    if study.baseline is None:
         return None
+    if design is None:  # a fixed seed list: no sequential intervals to draw, the regime all the same
+        fixed = regime(study)
+        return None if fixed is None else Part("verdicts", intro=[
+            Para(f"**Regime** these results hold for: {fixed.text()}.")],
+            data={"verdicts": [], "regime": {"text": fixed.text(), "converged": fixed.converged,
+                                             "tuned_on": fixed.tuned_on, "steps": fixed.steps}})
     rows = verdicts(study, design)
     metric = decided_metric(study)
     unit, dec, _ = quality_meta(metric)

@@ -23,7 +23,7 @@ VARIANTS = {"ffn=swiglu": ([32.0, 33.1, 31.4], [33.0, 32.1, 32.4]),
             "positions=rope": ([32.0, 33.1, 31.4], [29.0, 28.1, 28.4])}
 
 
-def _study(params: dict[str, str]):  # type: ignore[no-untyped-def]
+def _study(params: dict[str, str], sequential: bool = True, lm: bool = False):  # type: ignore[no-untyped-def]
     rows = []
     for seed in range(3):
         rows.append(("baseline", seed, BASE_VAL[seed], BASE_TEST[seed]))
@@ -34,10 +34,13 @@ def _study(params: dict[str, str]):  # type: ignore[no-untyped-def]
                            "tags.ablate.status": "finished",
                            "params.model.d_model": "256", "params.model.encoder_layers": "2",
                            "params.model.decoder_layers": "2", "params.train.max_steps": "720",
-                           "metrics.model/params": 7.25e6, "metrics.val/bleu": val, "metrics.test/bleu": test}
+                           "metrics.model/params": 7.25e6, "metrics.val/bleu": val, "metrics.test/bleu": test,
+                           **({"params.model.arch": "decoder_only"} if lm else {})}
                           for i, (v, s, val, test) in enumerate(rows)])
-    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.metric": "val/bleu",
-            "ablate.sequential": json.dumps({"looks": [3, 4], "alpha": 0.05, "min_effect": 0.5, "family": 2})}
+    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.metric": "val/bleu"}
+    if sequential:
+        design = {"looks": [3, 4], "alpha": 0.05, "min_effect": 0.5, "family": 2}
+        tags["ablate.sequential"] = json.dumps(design)
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": params,
               "metrics": {}, "tags": tags}
     return build_study(parent, frame)
@@ -77,3 +80,14 @@ def test_the_report_opens_with_the_forest_plot_of_its_verdicts_and_states_the_re
                            "converged (declared).")
     assert made.data["verdicts"][1]["agrees"] is False
     assert made.data["regime"]["converged"] is False
+
+
+def test_a_fixed_seed_study_states_its_regime_too(tmp_path: Path) -> None:
+    """No sequential design, so no forest plot, but the regime the published-result lines point to; a
+    decoder-only model is one stack."""
+    made = part(Inputs(_study({"ablation.converged": "False"}, sequential=False, lm=True), tmp_path))
+    assert made is not None and made.data["verdicts"] == []
+    (regime,) = made.intro
+    assert isinstance(regime, Para) and regime.text.startswith(
+        "**Regime** these results hold for: 2 decoder-only layers, d_model 256 (7.25 M parameters, baseline)")
+    assert not (tmp_path / "verdicts.png").exists()
