@@ -43,9 +43,11 @@ RESAMPLE_SEED = 0  # fixed: the same runs give the same intervals
 METHOD_NOTE = (
     "Each cell is the mean over seeds of finished runs with a 95% Student-t interval "
     "(mean ± t(0.975, n−1)·s/√n); diverged, failed and pruned runs are counted, not averaged. "
-    "An effect is mean(variant) − mean(baseline). When both hold the same seeds the comparison is paired "
-    "by seed (same data order, same initial weights in shared parameters): paired t-test on the per-seed "
-    "differences. Otherwise Welch's t-test with the Welch–Satterthwaite interval. The t-tests need at "
+    "An effect is mean(variant) − mean(baseline). When one side's seeds are all among the other's (an "
+    "adaptive study runs the baseline on every seed any comparison needed) the comparison is paired by "
+    "seed on the seeds both ran (same data order, same initial weights in shared parameters): paired "
+    "t-test on the per-seed differences, n the pairs. Otherwise Welch's t-test with the "
+    "Welch–Satterthwaite interval. The t-tests need at "
     f"least {TINY + 1} observations (pairs, or runs in the smaller group). With 2 or 3 (or when every "
     "difference is the same, which leaves t undefined) the interval is a bootstrap percentile interval "
     f"({RESAMPLES:,} resamples, fixed seed; paired: per-seed differences resampled) and the p-value an "
@@ -188,12 +190,16 @@ def compare(base: Mapping[int, float], variant: Mapping[int, float],
     nb, nv = len(b), len(v)
     if nb == 0 or nv == 0:
         return Effect(math.nan, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")
-    paired = set(b) == set(v)
+    # Paired by seed whenever one side's seeds are all among the other's (an adaptive study gives the
+    # baseline every seed any comparison needed): the controlled comparison is on the seeds both ran, and
+    # the baseline's extra seeds stay out of it rather than unpairing it.
+    common = sorted(set(b) & set(v))
+    if len(common) >= 2 and len(common) == min(nb, nv):
+        xb, xv = np.array([b[s] for s in common]), np.array([v[s] for s in common])
+        e = compare_differences(xv - xb, confidence)
+        return replace(e, diff=float(xv.mean() - xb.mean()), n_base=len(common), n_variant=len(common))
     xb = np.array([b[s] for s in sorted(b)])
     xv = np.array([v[s] for s in sorted(v)])
-    if paired:
-        e = compare_differences(xv - xb, confidence)  # both arrays are in seed order over the same seeds
-        return replace(e, diff=float(xv.mean() - xb.mean()), n_base=nb, n_variant=nv)
     diff = float(xv.mean() - xb.mean())
     if min(nb, nv) == 1:
         return Effect(diff, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")

@@ -71,6 +71,18 @@ def test_different_seeds_give_welch() -> None:
     assert (e.lo, e.hi) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
 
 
+def test_a_variant_on_a_subset_of_the_baselines_seeds_is_paired_on_the_seeds_both_ran() -> None:
+    """An adaptive study runs the baseline on more seeds than a variant that stopped early: the effect is
+    the paired one over the shared seeds, not Welch's over all of them."""
+    shared = {s: POST[s] for s in sorted(POST)[:4]}
+    extra = {**BASE, 97: BASE[min(BASE)] + 5.0, 98: BASE[min(BASE)] - 5.0}
+    e = st.compare(extra, shared)
+    ref = stats.ttest_rel([shared[s] for s in sorted(shared)], [BASE[s] for s in sorted(shared)])
+    assert e.test == "paired t-test" and e.paired and (e.n_base, e.n_variant) == (4, 4)
+    assert e.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert e.diff == pytest.approx(np.mean([shared[s] - BASE[s] for s in shared]))
+
+
 def _sign_flip_p(d: list[float]) -> float:
     """Two-sided exact sign-flip p-value, enumerated by hand (no scipy)."""
     obs = abs(float(np.mean(d)))
