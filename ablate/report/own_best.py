@@ -133,7 +133,7 @@ def part(inp: Inputs) -> Part | None:
                              "at baseline's settings", "trials"], settings, "llrrrr",
                             f"Each variant's best settings and its search's scores on `{metric}` at the "
                             "tuning fidelity; moved: the largest change as a share of its searched range "
-                            "(log ranges in log units, a different choice counts 100%)"))
+                            "(log ranges in log units, numeric choices by their steps, another choice 100%)"))
     data = {"own_best": [{"variant": t.variant, "baseline_settings": _look(t.base.look, t.base.answer),
                           "own_best": _look(t.own.look, t.own.answer) if t.own else None,
                           "changed": t.changed} for t in rows],

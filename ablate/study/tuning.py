@@ -74,7 +74,8 @@ def best_overrides(variant: Mapping[str, Any], best: Mapping[str, Any]) -> dict[
 class Change:
     """How far a variant's best value of one tuning dimension lies from the baseline's setting: as the
     reader reads it (``x3`` for a log range, ``+200`` for a linear one, ``a -> b`` for a choice) and as a
-    fraction of the searched range (log ranges in log units; a different choice counts 1)."""
+    fraction of the searched range (log ranges in log units; an ordered numeric choice by its steps; any
+    other different choice counts 1)."""
 
     field: str
     baseline: Any
@@ -94,7 +95,7 @@ def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best:
         if p.choice is not None or not numbers or p.low is None or p.high is None:
             same = a == b or show(a) == show(b)
             shown = "same" if same else f"{show(a)} -> {show(b)}"
-            out.append(Change(name, a, b, shown, 0.0 if same else 1.0))
+            out.append(Change(name, a, b, shown, 0.0 if same else _choice_distance(p.choice, a, b)))
         elif p.log and a > 0 and b > 0:
             ratio = b / a
             out.append(Change(name, a, b, "same" if ratio == 1 else f"x{ratio:.3g}",
@@ -104,6 +105,18 @@ def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best:
             shown = "same" if diff == 0 else show(diff) if diff < 0 else f"+{show(diff)}"
             out.append(Change(name, a, b, shown, abs(diff) / (p.high - p.low)))
     return out
+
+
+def _choice_distance(choices: Sequence[Any] | None, a: Any, b: Any) -> float:
+    """How far apart two different values of a choice lie: for an ordered list of numbers (d_ff 512, 1024,
+    2048) the steps between them over the list's span, so a neighbour is not a jump across the range; any
+    other change (a schedule's name) counts 1."""
+    if choices is None or len(choices) < 2 or a not in choices or b not in choices:
+        return 1.0
+    if not all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices):
+        return 1.0
+    ordered = sorted(choices)
+    return abs(ordered.index(a) - ordered.index(b)) / (len(ordered) - 1)
 
 
 # ---------------------------------------------------------------- checks

@@ -58,7 +58,9 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     assert best["norm=custom"]["changes"][0]["shown"] == "0.001 -> 0.003"
     assert best["baseline"]["changes"][0]["shown"] == "same" and best["baseline"]["distance"] == 0
     assert best["norm=custom"]["score_at_baseline_settings"] == pytest.approx(0, abs=0.05)
-    assert "| norm=custom | train.optimizer.lr: 0.001 → 0.003 | 100% |" in text
+    # one step of the four-value grid (0.00033, 0.001, 0.003, 0.009): a third of its span
+    assert "| norm=custom | train.optimizer.lr: 0.001 → 0.003 | 33% |" in text
+    assert best["norm=custom"]["distance"] == pytest.approx(1 / 3)
 
     # Dodge et al.'s curve of each search, by the closed form: the baseline's 4 grid trials score
     # -3, 0, 0, 1 plus one shared noise c; P(best of n is the i-th worst) = (i/4)^n - ((i-1)/4)^n

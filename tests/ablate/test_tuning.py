@@ -204,3 +204,9 @@ def test_changes_say_how_far_each_best_setting_lies_from_the_baselines() -> None
     assert got["train.schedule.warmup_steps"] == ("-200", 0.25)
     assert got["train.schedule.name"] == ("inverse_sqrt -> constant", 1.0)
     assert got["model.dropout"] == ("same", 0.0)  # not in the best point: the baseline's value
+    # an ordered numeric choice moves by its steps: 512 -> 1024 is one step of the list's three
+    d_ff = {"model.d_ff": SearchParam(choice=[2048, 512, 1024, 4096])}
+    (step,) = changes(d_ff, {"model.d_ff": 512}, {"model.d_ff": 1024})
+    assert (step.shown, step.of_range) == ("512 -> 1024", pytest.approx(1 / 3))
+    (jump,) = changes(d_ff, {"model.d_ff": 512}, {"model.d_ff": 4096})
+    assert jump.of_range == 1.0
