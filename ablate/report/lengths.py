@@ -6,6 +6,12 @@ not climbs.
 
 Reads each finished run's result metrics ``<split>/ppl_at_<n>`` (the best checkpoint on the whole split;
 ``_sliding`` ones get their own lines when present), on the split of the study's primary metric.
+
+A difference at the longest length mixes two things: how well a variant models text at the training
+length, and how its perplexity grows past it. The growth table separates them: each seed's ratio
+ppl(longest) / ppl(training length), and each variant's ratio against the baseline's, paired by seed (a
+paired t-test on the log ratios, ablate/report/stats.py): a scheme extrapolates better when its perplexity
+grows less, whatever its level at the training length.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
 from ablate.report import figures as figs
+from ablate.report import stats as st
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Para, Section, Table
 
@@ -90,6 +97,43 @@ def _train_length(inp: Inputs) -> int | None:
     return None
 
 
+def growth(inp: Inputs, split: str, short: int, long: int) -> dict[str, dict[int, float]]:
+    """Variant -> seed -> ppl(long) / ppl(short), non-overlapping windows, finished runs with both."""
+    out: dict[str, dict[int, float]] = {}
+    for v in inp.study.variants:
+        for r in inp.study.finished(v):
+            a, b = r.metrics.get(f"{split}/ppl_at_{short}"), r.metrics.get(f"{split}/ppl_at_{long}")
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and a > 0:
+                out.setdefault(v, {})[r.seed] = b / a
+    return out
+
+
+def growth_table(inp: Inputs, split: str, short: int, long: int) -> Table | None:
+    """Each variant's growth past the training length and, paired by seed, against the baseline's."""
+    ratios = growth(inp, split, short, long)
+    base = inp.study.baseline
+    if not ratios or base not in ratios:
+        return None
+    logs = {v: {seed: math.log(r) for seed, r in per.items()} for v, per in ratios.items()}
+    rows = []
+    for v, per in ratios.items():
+        mean = math.exp(statistics.mean(logs[v].values()))  # the geometric mean over seeds
+        against = "—"
+        if v != base:
+            e = st.compare(logs[base], logs[v])
+            if not math.isnan(e.lo):
+                against = (f"x{math.exp(e.diff):.2f} [x{math.exp(e.lo):.2f}, x{math.exp(e.hi):.2f}], "
+                           f"{e.test}, p {st.fmt_p(e.p)}, n={e.n_min}")
+            elif not math.isnan(e.diff):
+                against = f"x{math.exp(e.diff):.2f} (too few seeds for an interval)"
+        rows.append([v, f"x{mean:.2f}", str(len(per)), against])
+    caption = (f"Growth past the training length: each seed's ratio (geometric mean over seeds), and the "
+               f"variant's ratio over the baseline's, paired by seed, with its 95% interval (below x1: it "
+               f"grows less than {base})")
+    return Table(["variant", f"ppl at {long} / ppl at {short}", "seeds", f"growth against {base}"], rows,
+                 caption=caption)
+
+
 def part(inp: Inputs) -> Part | None:
     split = inp.study.primary.split("/")[0] if "/" in inp.study.primary else "val"
     values = collect(inp, split)
@@ -111,6 +155,13 @@ def part(inp: Inputs) -> Part | None:
         Table(["variant", *(f"{n}" for n in lengths)], rows,
               caption="Perplexity by evaluation length (tokens): mean ± sd over seeds"),
     ]
+    grown = growth_table(inp, split, train_length, lengths[-1]) if (
+        train_length in lengths and lengths[-1] > train_length) else None
+    if grown is not None:
+        blocks += [Para(f"A difference at {lengths[-1]} tokens mixes the perplexity at the training length "
+                        "with its growth past it. The growth ratio separates the two: a scheme extrapolates "
+                        "better when its perplexity grows less, whatever its level at the training length."),
+                   grown]
     data = {v: {k or "windows": {str(n): vals for n, vals in per.items()} for k, per in kinds.items()}
             for v, kinds in values.items()}
     return Part("lengths", [Section("Perplexity by evaluation length", blocks)], data={"ppl_by_length": data})

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
+
+from scipy import stats
 
 from ablate.report import lengths
 from ablate.report.data import Run, Study
@@ -42,3 +46,24 @@ def test_each_variant_gets_its_seeds_mean_and_spread_at_each_length(tmp_path: Pa
 def test_a_study_without_length_metrics_has_no_such_section(tmp_path: Path) -> None:
     study = _study([Run("r", "baseline", 0, "finished", "h", 0.0, {}, {"val/bleu": 30.0}, {})])
     assert lengths.part(Inputs(study, tmp_path)) is None
+
+
+def test_growth_past_the_training_length_is_paired_by_seed_against_the_baseline(tmp_path: Path) -> None:
+    """The baseline doubles past 32 tokens in every seed, ALiBi stays flat: its growth is half the
+    baseline's, whatever its perplexity at 32; the ratios are paired by seed."""
+    base = [{32: 10.0, 64: 20.0}, {32: 12.0, 64: 25.0}, {32: 11.0, 64: 21.0}, {32: 9.0, 64: 19.0}]
+    alibi = [{32: 20.0, 64: 20.0}, {32: 22.0, 64: 23.0}, {32: 21.0, 64: 20.0}, {32: 19.0, 64: 19.5}]
+    study = _study([_run("baseline", s, p) for s, p in enumerate(base)]
+                   + [_run("positions=alibi", s, p) for s, p in enumerate(alibi)])
+    part = lengths.part(Inputs(study, tmp_path / "figures"))
+    assert part is not None
+    grown = [b for b in part.sections[0].blocks if isinstance(b, Table)][1]
+    assert grown.header[1] == "ppl at 64 / ppl at 32"
+    base_row, alibi_row = grown.rows
+    geometric = math.exp(statistics.mean(math.log(b[64] / b[32]) for b in base))
+    assert base_row[:3] == ["baseline", f"x{geometric:.2f}", "4"] and base_row[3] == "—"
+    d = [math.log((a[64] / a[32]) / (b[64] / b[32])) for a, b in zip(alibi, base, strict=True)]
+    lo, hi = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert alibi_row[3].startswith(f"x{math.exp(statistics.mean(d)):.2f} [x{math.exp(lo):.2f}, "
+                                   f"x{math.exp(hi):.2f}], paired t-test")
+    assert alibi_row[3].endswith("n=4") and math.exp(hi) < 1  # grows less than the baseline
