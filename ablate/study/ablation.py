@@ -224,7 +224,8 @@ def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None,
     if tracker is not None:
         if len(arms) > 1:
             tracker.log_dict(arms_record(arms, records), R.ARMS_ARTIFACT)
-        close_parent(tracker, note=parent_description(plan, records), table=cells_table(plan, records),
+        later = {ARM_TITLE[name]: arm for name, arm in arms.items() if name != R.BASELINE_ARM}
+        close_parent(tracker, note=parent_description(plan, records, later), table=cells_table(plan, records),
                      table_artifact=R.CELLS_TABLE_ARTIFACT, why=why, done=done, interrupted=interrupted,
                      done_text=(grid, R.STATUS_ARTIFACT))
     return Ended(records, why, interrupted)

@@ -37,9 +37,10 @@ def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequenc
         tracker.detach()
 
 
-def parent_description(plan: Any, records: Mapping[str, Any]) -> str:
+def parent_description(plan: Any, records: Mapping[str, Any], later: Mapping[str, Any] | None = None) -> str:
     """The study parent run's description (markdown in MLflow's UI): what it compares, the metric it
-    ranks by, and the cells with their outcome so far."""
+    ranks by, and the cells with their outcome so far; ``later`` (heading -> the arm's plan) adds each
+    later arm's cells (each variant at its own best, the confirmation cells) under its heading."""
     abl = plan.spec.ablation
     assert abl is not None
     metric = R.final(plan.metric)
@@ -50,6 +51,10 @@ def parent_description(plan: Any, records: Mapping[str, Any]) -> str:
     if plan.spec.description:
         lines += [plan.spec.description, ""]
     lines += markdown_table(cells_table(plan, records), "lrlrl")
+    for heading, arm in (later or {}).items():
+        if arm.cells:
+            lines += ["", f"**{heading[0].upper()}{heading[1:]}**", ""]
+            lines += markdown_table(cells_table(arm, records), "lrlrl")
     return "\n".join(lines)
 
 

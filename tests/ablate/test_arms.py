@@ -73,6 +73,12 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
         "baseline", "norm=custom", "residual=post_norm"]
     arms = _arms_json(parent.info.run_id)  # type: ignore[attr-defined]
     assert [len(arms[a]) for a in R.ARMS] == [9, 9, 12]
+    # the parent's description in MLflow's UI lists every arm's cells under its heading
+    note = parent.data.tags["mlflow.note.content"]  # type: ignore[attr-defined]
+    own, confirmed = note.index("**Each variant at its own best settings**"), note.index(
+        "**The decided comparisons at the larger setting**")
+    assert own < confirmed and note[own:confirmed].count("| norm=custom |") == 4  # seeds 0-3, the 4th not run
+    assert note[confirmed:].count("| norm=custom |") == 4
     shared = set(arms[R.BASELINE_ARM]) & set(arms[R.OWN_BEST_ARM])  # the baseline's and post_norm's cells
     assert sorted(arms[R.OWN_BEST_ARM][k] for k in shared) == ["baseline"] * 3 + ["residual=post_norm"] * 3
 
