@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ import ablate.tracking.record as R
 from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.status import main_status
 from ablate.study.store import Store
+from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study
 
 
@@ -223,3 +228,31 @@ def test_a_trained_study_runs_every_phase_and_reports_them(workdir: Path) -> Non
     assert [len(c) for c in data["evp"].values()] == [2, 2]
     assert [p["runs_without_cpu_time"] for p in data["compute"]] == [0, 0, 0, 0]
     assert all(p["cpu_hours"] > 0 for p in data["compute"] if p["runs"])
+
+
+@pytest.mark.soak
+@pytest.mark.postgres
+def test_two_processes_share_every_phase_through_postgresql(workdir: Path, postgres_url: str) -> None:
+    """Two `ablate ablate --storage postgresql://...` (two machines) on the trained study above: the cells,
+    the searches' trials, the own-best and the confirmation cells are each trained once, by one process or
+    the other, and both end 0."""
+    name = f"pg-arms-{os.getpid()}-{int(time.time())}"
+    changes = {"name": name, "train.max_steps": 20, "train.optimizer.lr": 0.003}
+    path = write_tiny_spec(workdir, STUDY_CELL, changes, extra=REAL, filename=f"{name}.yaml")
+    cmd = [sys.executable, "-m", "ablate", "ablate", str(path), "--storage", postgres_url]
+    logs = [workdir / f"worker{i}.log" for i in range(2)]
+    procs = [subprocess.Popen(cmd, cwd=workdir, stdout=log.open("w"), stderr=subprocess.STDOUT)
+             for log in logs]
+    codes = [p.wait(timeout=600) for p in procs]
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+    parents, children = _runs(name)
+    kinds = Counter(r.data.tags.get(R.KIND) for r in children)
+    assert kinds["search"] == 2 and kinds["trial"] == 4  # one search per variant, each trial once
+    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
+    per_cell = Counter(r.data.tags[R.CELL] for r in cells)
+    assert set(per_cell.values()) == {1}  # no cell trained twice
+    assert {r.data.tags[R.ARM] for r in cells} >= {R.BASELINE_ARM, R.CONFIRM_ARM}
+    assert {r.data.tags[R.STATUS] for r in cells} == {"finished"}
+    trials = Counter(r.data.tags[R.OPTUNA_STUDY] + "#" + r.data.tags[R.TRIAL] for r in children
+                     if r.data.tags.get(R.KIND) == "trial")
+    assert set(trials.values()) == {1}
