@@ -189,7 +189,7 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
         queue.set(PARENT, tracker.run_id)
     assert tracker.run_id is not None  # tracking is on: a real run
     tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
-    _say_superseded(mark_study(tracker.run_id))
+    _say_superseded(*mark_study(tracker.run_id))
     return tracker
 
 
@@ -263,9 +263,13 @@ def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int,
     return code
 
 
-def _say_superseded(stale: list[str]) -> None:
-    """One line per cell whose variant's implementation changed since it ran (now tagged superseded)."""
+def _say_superseded(stale: list[str], earlier: list[str]) -> None:
+    """One line listing the cells whose variant's implementation changed since they ran (tagged superseded
+    now), and a short one for those an earlier command tagged."""
     if stale:
         cells = "; ".join(stale)
         print(f"{len(stale)} cells ran an older implementation of their variant and are superseded (kept in "
               f"MLflow, left out of reports, retrained under the new version): {cells}", flush=True)
+    if earlier:
+        print(f"{len(earlier)} cells of an older implementation stay superseded (tagged earlier; reports "
+              "list them)", flush=True)

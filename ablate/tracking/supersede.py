@@ -14,24 +14,28 @@ from ablate.tracking.read import client, find_study_runs, tags_and_params
 from ablate.tracking.versions import stale_reason
 
 
-def mark_study(parent_run_id: str) -> list[str]:
+def mark_study(parent_run_id: str) -> tuple[list[str], list[str]]:
     """:func:`mark_superseded` over the child runs of a study's parent (none yet: nothing to mark)."""
     try:
         _, children = find_study_runs(parent_run_id)
     except AblateError:  # a new study: no cell has run yet
-        return []
+        return [], []
     return mark_superseded(children)
 
 
-def mark_superseded(children: pd.DataFrame) -> list[str]:
-    """Tag each stale child run of a study ``ablate.superseded`` (once); '<variant> seed <n>: <why>' each."""
-    c, marked = client(), []
+def mark_superseded(children: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Tag each stale child run of a study ``ablate.superseded`` (once). Returns the runs tagged now and
+    those tagged before, '<variant> seed <n>: <why>' each."""
+    c, marked, earlier = client(), [], []
     for rec in children.to_dict("records"):
         tags, params = tags_and_params(rec)
         why = stale_reason(params, tags)
         if why is None:
             continue
-        if tags.get(R.SUPERSEDED) != why:
-            c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
-        marked.append(f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}: {why}")
-    return sorted(marked)
+        line = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}: {why}"
+        if tags.get(R.SUPERSEDED) == why:
+            earlier.append(line)
+            continue
+        c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
+        marked.append(line)
+    return sorted(marked), sorted(earlier)

@@ -104,6 +104,10 @@ def test_a_new_plugin_version_retrains_only_its_own_cells(tmp_path: Path) -> Non
     assert old["superseded"] == "positions=demo_table v1, now v2"
     assert new["superseded"] == "" and json.loads(new["versions"]) == {"positions": 2}
     assert new["hash"] != old["hash"]
+    third = _run(work, site, "-m", "ablate", "ablate", "study.yaml")  # nothing to train, nothing new to tag
+    assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-3000:]
+    assert "1 cells of an older implementation stay superseded" in third.stdout
+    assert "ran an older implementation" not in third.stdout and len(_cells(work, site)) == 3
 
     report = _run(work, site, "-m", "ablate", "report", "version-study", "--out", "report")
     assert report.returncode == 0, report.stderr[-3000:]
