@@ -58,7 +58,7 @@ class Regime:
     converged: bool | None  # None: no validation history to judge by
     declared: bool  # the study declared convergence instead of it being judged
     last_drop: float | None  # the share the baseline's val loss fell over its last evaluation interval
-    own_best: bool = False  # the study also ran each variant at its own best settings (ablation.tune)
+    own_best: bool = False  # each variant has also run at its own best settings (ablation.tune)
 
     def text(self) -> str:
         size = f"{self.params / 1e6:.2f} M parameters, " if self.params else ""
@@ -140,7 +140,7 @@ def regime(study: Study) -> Regime | None:
         layers = f"{p.get('model.decoder_layers', '?')} decoder-only"
     return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
                   params[0] if params else None, tuned_on, converged, declared, drop,
-                  own_best=bool(study.parent["tags"].get(R.TUNE)))
+                  own_best=bool(study.arms.get(R.OWN_BEST_ARM) and study.arms[R.OWN_BEST_ARM].runs))
 
 
 def test_text(v: Verdict, dec: int, unit: str) -> str:

@@ -91,3 +91,12 @@ def test_a_fixed_seed_study_states_its_regime_too(tmp_path: Path) -> None:
     assert isinstance(regime, Para) and regime.text.startswith(
         "**Regime** these results hold for: 2 decoder-only layers, d_model 256 (7.25 M parameters, baseline)")
     assert not (tmp_path / "verdicts.png").exists()
+
+
+def test_the_regime_names_the_own_best_arm_only_once_it_has_runs(tmp_path: Path) -> None:
+    """A study that declares tune: but whose searches have not finished has no own-best section yet: its
+    regime line does not point to one."""
+    study = _study({"ablation.converged": "False"})
+    study.parent["tags"]["ablate.tune"] = json.dumps({"trials": 8})
+    made = part(Inputs(study, tmp_path))
+    assert made is not None and "own best" not in made.data["regime"]["text"]
