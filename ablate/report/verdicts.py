@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report import figures as figs
@@ -77,6 +78,11 @@ class Regime:
                       "own best)")
         return (f"{self.layers} layers, d_model {self.d_model} ({size}baseline), {self.steps} steps, "
                 f"{tuned}, {conv}")
+
+    def record(self) -> dict[str, Any]:
+        """What report.json keeps of the regime."""
+        return {"text": self.text(), "converged": self.converged, "tuned_on": self.tuned_on,
+                "steps": self.steps}
 
 
 
@@ -166,8 +172,7 @@ def part(inp: Inputs) -> Part | None:
         fixed = regime(study)
         return None if fixed is None else Part("verdicts", intro=[
             Para(f"**Regime** these results hold for: {fixed.text()}.")],
-            data={"verdicts": [], "regime": {"text": fixed.text(), "converged": fixed.converged,
-                                             "tuned_on": fixed.tuned_on, "steps": fixed.steps}})
+            data={"verdicts": [], "regime": fixed.record()})
     rows = verdicts(study, design)
     metric = decided_metric(study)
     unit, dec, _ = quality_meta(metric)
@@ -193,6 +198,5 @@ def part(inp: Inputs) -> Part | None:
                           "agrees": v.agrees, "test_diff": v.test.diff if v.test else None,
                           "test_lo": v.test.lo if v.test else None, "test_hi": v.test.hi if v.test else None}
                          for v in rows],
-            "regime": None if reg is None else {"text": reg.text(), "converged": reg.converged,
-                                                "tuned_on": reg.tuned_on, "steps": reg.steps}}
+            "regime": None if reg is None else reg.record()}
     return Part("verdicts", intro=intro, data=data)
