@@ -230,8 +230,10 @@ class ALiBiPositions(_Positions):
     hidden), like the two directions of a bidirectional RNN: every head is the paper's own form, and the
     encoder can tell a token's left from its right, which it needs to order the source when cross-attention
     carries no positions. ``symmetric`` uses ``-m_h * |i - j|`` on both sides (version 1's only form): such
-    an encoder is blind to direction and cannot learn to reverse a sequence. ALiBi has no parameters, so no
-    init.
+    an encoder is blind to direction and cannot learn to reverse a sequence. Relative biases give no
+    absolute place: an encoder counts a token's distance to the source's end only from a token it can
+    recognise there, so a source should end in eos (``data.source_eos``; the quickstart sets it). ALiBi has
+    no parameters, so no init.
 
     Version 2: the directional encoder became the default.
     """

@@ -12,9 +12,10 @@ __all__ = ["PreparedData", "Split"]
 
 @dataclass
 class Split:
-    src_ids: list[list[int]]  # source ids, no bos/eos; reversed when reverse_source (what the model reads)
+    src_ids: list[list[int]]  # what the model reads: reversed when reverse_source, eos last when source_eos
     tgt_ids: list[list[int]]  # target ids, no bos/eos
-    src_text: list[str]  # normalised source sentence, never reversed: model_src(src_text[i]) == src_ids[i]
+    # normalised source sentence, never reversed: model_src(src_text[i], max_len - 2) == src_ids[i]
+    src_text: list[str]
     tgt_text: list[str]  # normalised target sentence: the reference
 
     def __len__(self) -> int:

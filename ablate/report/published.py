@@ -103,8 +103,10 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
 
 def as_run(study: Study, variant: str) -> str:
     """How the variant ran, where its paper leaves a choice open: the options of the components it
-    chooses (``alibi_encoder=directional``) and the architecture, e.g. ' (alibi_encoder=directional, in
-    an encoder-decoder)'; '' for a variant without options or runs."""
+    chooses (``alibi_encoder=directional``) and the architecture, e.g. ' (alibi_encoder=directional,
+    sources without eos, in an encoder-decoder)'; '' for a variant without options or runs. Where an option
+    shapes the encoder, whether sources ended in eos (``data.source_eos``) is said too: relative positions
+    count from it."""
     runs = study.of(variant)
     if not runs:
         return ""
@@ -122,6 +124,9 @@ def as_run(study: Study, variant: str) -> str:
                     shown.append(f"{option.name}={params[f'model.{option.name}']}")
     if not shown:
         return ""
+    if arch != "decoder_only" and any("encoder" in s.split("=")[0] for s in shown):
+        ends = str(params.get("data.source_eos", False)).lower() == "true"  # runs before it had none
+        shown.append("sources ending in eos" if ends else "sources without eos")
     spelled = arch.replace("_", "-")
     article = "an" if spelled[0] in "aeiou" else "a"
     return f" ({', '.join(shown)}, in {article} {spelled})"
