@@ -280,7 +280,7 @@ QK_NORM_OPTIONS = (
            "L = 64); ignored when qk_norm_length is set", gt=0.0, le=1000.0),
     Option("qk_norm_length", int, 0,
            "L for Henry et al.'s rule g0 = log2(L^2 - L) (the 97.5th percentile of training lengths); "
-           "0 uses qk_norm_scale", ge=0, le=1_000_000),
+           "0 uses qk_norm_scale", ge=0, le=1_000_000, off=0),
 )
 
 

@@ -35,7 +35,9 @@ class Option:
     ``kwarg``: the constructor keyword the builder passes it as (default: ``name``). ``choices``: the
     accepted values of a ``str`` option. ``ge``/``gt``/``le``/``lt``: bounds of a number. ``always``: the
     option was a plain ``model:`` field before options belonged to variants, so every spec records it (at
-    its default where its variant is not chosen): runs recorded then keep their identity.
+    its default where its variant is not chosen): runs recorded then keep their identity. ``off``: a value
+    that switches the option off (``qk_norm_length`` 0 leaves g0 to ``qk_norm_scale``); a report's account of
+    how a variant ran leaves the option out at that value.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Option:
     le: float | None = None
     lt: float | None = None
     always: bool = False
+    off: Any = None
 
     @property
     def keyword(self) -> str:

@@ -314,3 +314,25 @@ def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
               "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation"}}
     assert as_run(build_study(parent, pd.DataFrame(rows)), "positions=alibi") == ""
+
+
+def test_an_option_at_its_off_value_is_left_out_of_how_a_variant_ran() -> None:
+    """QK-norm's ``qk_norm_length`` 0 means 'not used' (g0 comes from ``qk_norm_scale``): not shown then."""
+    from ablate.report.published import as_run
+
+    def described(length: str) -> str:
+        rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
+                 "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+                 "tags.ablate.variant": v, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+                 "params.model.attention": att, "params.model.qk_norm_scale": "12.0",
+                 "params.model.qk_norm_length": length, "metrics.val/bleu": 30.0 + seed,
+                 "tags.ablate.component_versions": versions}
+                for seed in range(2)
+                for v, att, versions in [("baseline", "sdpa", "{}"),
+                                         ("attention=qk_norm", "qk_norm", '{"attention": 2}')]]
+        parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+                  "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation"}}
+        return as_run(build_study(parent, pd.DataFrame(rows)), "attention=qk_norm")
+
+    assert described("0") == " (qk_norm_scale=12.0, in an encoder-decoder)"
+    assert described("64") == " (qk_norm_scale=12.0, qk_norm_length=64, in an encoder-decoder)"
