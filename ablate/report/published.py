@@ -120,9 +120,9 @@ def as_run(study: Study, variant: str) -> str:
             for option in registry.REGISTRY.entry(kind, value).options:
                 if arch == "decoder_only" and "encoder" in option.name:  # no encoder for it to apply to
                     continue
-                value = params.get(f"model.{option.name}")
-                if value is not None and not (option.off is not None and str(value) == str(option.off)):
-                    shown.append(f"{option.name}={value}")
+                setting = params.get(f"model.{option.name}")
+                if setting is not None and not (option.off is not None and str(setting) == str(option.off)):
+                    shown.append(f"{option.name}={setting}")
     if not shown:
         return ""
     if arch != "decoder_only" and any("encoder" in s.split("=")[0] for s in shown):
