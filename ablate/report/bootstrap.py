@@ -126,6 +126,7 @@ class _Reader:
         return self._read[key]
 
 
+TITLE = "Test-set sampling: paired bootstrap over sentences"
 NO_HYPOTHESES = "no hypotheses recorded"
 OTHER_SENTENCES = "the baseline's and the variant's references differ"
 
@@ -180,6 +181,8 @@ def part(inp: Inputs) -> Part | None:
     if not any(reader.has(r) for r in study.runs if r.status == "finished"):
         return None  # recorded before runs logged their translations: nothing to say, no section
     base = study.finished(study.baseline)
+    if not any(reader.has(r) for r in base):
+        return _baseline_without_translations(study, reader, len(base))
     rows: list[list[str]] = []
     missing: list[str] = []
     data: dict[str, Any] = {}
@@ -205,18 +208,7 @@ def part(inp: Inputs) -> Part | None:
                          f"{st.fmt(seed.diff, 2, signed=True)} {_interval(seed.lo, seed.hi)}"])
             data.setdefault(variant, {})[split] = {**asdict(found), "seed_diff": seed.diff,
                                                    "seed_lo": seed.lo, "seed_hi": seed.hi}
-    blocks: list[Block] = [Para(
-        "How much of the uncertainty is test-set sampling. Each variant's runs are paired with the "
-        "baseline's by seed, and the paired seeds' sentences are put into one corpus (a resampling unit is "
-        "one sentence of one seed). sacreBLEU's paired bootstrap (`sacrebleu --paired-bs`, "
-        f"{RESAMPLES:,} resamples) redraws that corpus's sentences: the interval says how far the BLEU "
-        "difference could move with another sample of sentences from the same distribution, the models "
-        "held fixed. It does not include seed-to-seed training variance; the last column does: the "
-        "paired-by-seed interval of the runs' own BLEU on the same seeds, the kind of interval the "
-        "verdicts use. Where the bootstrap interval is much narrower than the seed interval, retraining, "
-        "not the size of the evaluation set, limits what the study can tell apart. BLEU here is corpus "
-        "BLEU over all paired seeds' sentences together, so it can differ slightly from the mean of the "
-        "per-run scores.")]
+    blocks: list[Block] = [_intro()]
     if rows:
         blocks.append(Table(
             ["variant", "split", "seeds", "sentences", "baseline BLEU", "variant BLEU",
@@ -228,7 +220,36 @@ def part(inp: Inputs) -> Part | None:
         blocks.append(Bullets(missing))
     if signature:
         blocks.append(Para(f"sacreBLEU signature: `{signature}`."))
-    return Part("bootstrap", [Section("Test-set sampling: paired bootstrap over sentences", blocks)],
+    return Part("bootstrap", [Section(TITLE, blocks)],
                 data={"bleu_bootstrap": {"comparisons": data, "not_resampled": missing,
                                          "resamples": RESAMPLES, "signature": signature}},
                 failed=failed)
+
+
+def _intro() -> Para:
+    return Para(
+        "How much of the uncertainty is test-set sampling. Each variant's runs are paired with the "
+        "baseline's by seed, and the paired seeds' sentences are put into one corpus (a resampling unit is "
+        "one sentence of one seed). sacreBLEU's paired bootstrap (`sacrebleu --paired-bs`, "
+        f"{RESAMPLES:,} resamples) redraws that corpus's sentences: the interval says how far the BLEU "
+        "difference could move with another sample of sentences from the same distribution, the models "
+        "held fixed. It does not include seed-to-seed training variance; the last column does: the "
+        "paired-by-seed interval of the runs' own BLEU on the same seeds, the kind of interval the "
+        "verdicts use. Where the bootstrap interval is much narrower than the seed interval, retraining, "
+        "not the size of the evaluation set, limits what the study can tell apart. BLEU here is corpus "
+        "BLEU over all paired seeds' sentences together, so it can differ slightly from the mean of the "
+        "per-run scores.")
+
+
+def _baseline_without_translations(study: Study, reader: _Reader, n_base: int) -> Part:
+    """The section of a study whose baseline ran before runs logged their translations: nothing pairs."""
+    finished = [r for r in study.runs if r.status == "finished"]
+    having = sum(1 for r in finished if reader.has(r))
+    why = (f"Nothing can be resampled yet: the baseline's {n_base} runs were recorded before runs logged "
+           f"their translations, so no variant's run has a baseline run of its seed to pair with "
+           f"({having} of the study's {len(finished)} finished runs have them). The section fills in once "
+           "the baseline has runs with translations.")
+    missing = [f"{study.baseline}: {NO_HYPOTHESES}"]
+    return Part("bootstrap", [Section(TITLE, [_intro(), Para(why)])],
+                data={"bleu_bootstrap": {"comparisons": {}, "not_resampled": missing, "resamples": RESAMPLES,
+                                         "signature": ""}})

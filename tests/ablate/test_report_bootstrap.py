@@ -161,6 +161,23 @@ def test_no_section_for_a_study_recorded_before_translations(
     assert bootstrap.part(Inputs(exact, tmp_path)) is None  # not a BLEU study
 
 
+def test_a_baseline_recorded_before_translations_is_said_once(
+        stored: dict[tuple[str, str], SplitTranslations], tmp_path: Path) -> None:
+    """Variants retrained since runs log translations, against a baseline from before: one paragraph says
+    why nothing pairs, not a 'no hypotheses' line for every variant and split."""
+    refs = {"val": sentences(30, 3), "test": sentences(30, 4)}
+    runs = [_run(v, s) for v in ("baseline", "x", "y") for s in (0, 1)]
+    for run in runs[2:]:
+        _give(stored, run, refs, 0.2)
+    p = bootstrap.part(Inputs(_study(runs, ["baseline", "x", "y"]), tmp_path))
+    assert p is not None and p.data["bleu_bootstrap"]["comparisons"] == {}
+    assert p.data["bleu_bootstrap"]["not_resampled"] == ["baseline: no hypotheses recorded"]
+    (section,) = p.sections
+    text = json.dumps([vars(b) for b in section.blocks], ensure_ascii=False)
+    assert "the baseline's 2 runs were recorded before runs logged their translations" in text
+    assert "(4 of the study's 6 finished runs have them)" in text and "x on val" not in text
+
+
 def test_different_references_are_not_paired(stored: dict[tuple[str, str], SplitTranslations],
                                              tmp_path: Path) -> None:
     runs = [_run("baseline", 0), _run("x", 0)]
