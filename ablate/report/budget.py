@@ -13,6 +13,7 @@ import math
 
 from ablate.report import figures as figs
 from ablate.report import stats as st
+from ablate.report.arms import tuning
 from ablate.report.data import Search, quality_meta
 from ablate.report.evp import EVPPoint, evp_curve, leaders
 from ablate.report.part import Inputs, Part
@@ -46,7 +47,11 @@ def part(inp: Inputs) -> Part | None:
     path = figs.expected_best({v: [(p.n, p.mean, p.low, p.high) for p in c] for v, c in curves.items()},
                               f"expected best {metric}", inp.fig_dir / "expected_validation.png")
     lead = leaders(curves, maximize=higher)
-    if len(lead) == 1:
+    waiting = [s.run.variant for s in study.searches if s.run.variant not in curves]
+    if len(curves) < 2:  # one curve ranks nothing
+        ranking = (f"Only `{next(iter(curves))}` has finished trials yet: there is no ranking to read "
+                   f"({len(waiting)} search{'es' * (len(waiting) != 1)} without one).")
+    elif len(lead) == 1:
         ranking = (f"`{lead[0][1]}` has the best expected score at every budget from 1 to "
                    f"{min(len(c) for c in curves.values())} trials: the ranking's winner does not depend on "
                    "the budget.")
@@ -57,12 +62,15 @@ def part(inp: Inputs) -> Part | None:
     note = (" Left out (pruned, diverged or failed, no final score): " + ", ".join(
         f"{v} {n}" for v, n in dropped.items()) + ".") if dropped else ""
     best = "; ".join(f"{v}: {st.fmt(c[-1].mean, dec)} at {c[-1].n}" for v, c in curves.items())
+    planned = int((tuning(study) or {}).get("trials", 0))
+    full = not waiting and all(len(s.trials) >= planned for s in study.searches)  # pruned ones count
+    so_far = "the full budget" if full else "the trials finished so far"
     return Part("budget", [Section("Tuning budget", [
         Figure(f"figures/{path.name}",
                f"Expected best `{metric}` of a search with n trials (Dodge et al. 2019, \"Show Your Work\"), "
                "from each variant's finished trials at the tuning fidelity; band: ± one standard deviation, "
                "clipped to the observed scores."),
-        Para(f"{ranking} Expected best at the full budget ({unit}): {best}.{note}")])],
+        Para(f"{ranking} Expected best at {so_far} ({unit}): {best}.{note}")])],
         data={"evp": {v: [{"n": p.n, "mean": p.mean, "std": p.std, "low": p.low, "high": p.high} for p in c]
                       for v, c in curves.items()},
               "evp_left_out": left_out})
