@@ -97,8 +97,11 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     """The effects table, the forest plot of the primary metric (written to the figures folder) and the
     method."""
     study = inp.study
+    adaptive = design_of(study) is not None
     blocks: list[Block] = [Para(f"Each variant against `{study.baseline}` on `{study.primary}` "
-                                "(the summary at the top) and on `val/loss`.")]
+                                + ("and on `val/loss`, as fixed-sample tests (see below how they differ "
+                                   "from the verdicts at the top)." if adaptive
+                                   else "(the summary at the top) and on `val/loss`."))]
     table_rows = []
     for r in rows:
         _, dec, _ = quality_meta(r.metric)
@@ -111,15 +114,18 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     header = ["variant", "metric", "Δ vs baseline", "95% CI", "test", "n (base/ var)", "p", "p (Holm)"]
     blocks.append(Table(header, table_rows, "llrrlrrr", "Effects against the baseline (n: finished "
                         "seeds of the baseline / of the variant)"))
-    if design_of(study) is None:  # an adaptive study opens with the forest plot of its own verdicts
+    if not adaptive:  # an adaptive study opens with the forest plot of its own verdicts
         prim = [r for r in rows if r.metric == study.primary]
         figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
                          f"Δ {study.primary} vs {study.baseline} (95% CI)", inp.fig_dir / "forest.png")
         blocks.append(Figure("figures/forest.png", f"Effect of each variant on {study.primary} "
                              "against the baseline (dot: difference of means; bar: 95% CI)"))
     else:
-        blocks.append(Para("These fixed-sample effects ignore the study's stopping rule and its pairing by "
-                           "seed: the verdicts are the sequential ones at the top and in Adaptive seeds."))
+        blocks.append(Para("These fixed-sample intervals and p-values (paired by seed) ignore the study's "
+                           "stopping rule: its seeds were added while a comparison was open, so their "
+                           "nominal 95% overstates the evidence, and they can call an effect significant "
+                           "that the study's repeated interval leaves open. The verdicts are the sequential "
+                           "ones at the top and in Adaptive seeds."))
     blocks.append(Para("Method: " + st.METHOD_NOTE))
     return Section("Effects", blocks)
 

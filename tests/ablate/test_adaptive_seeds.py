@@ -255,6 +255,10 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     report = (workdir / "rep1" / "report.md").read_text()
     assert "## Adaptive seeds" in report and "identical to the baseline in every seed" in report
     assert "by the group-sequential test this study chose its seeds by" in report
+    # the fixed-sample effects table says why it can disagree with the verdicts it sits below
+    effects = report[report.index("## Effects"):]
+    assert "as fixed-sample tests (see below how they differ from the verdicts at the top)" in effects
+    assert "ignore the study's stopping rule: its seeds were added while a comparison was open" in effects
     assert next(line for line in report.splitlines() if line.startswith("- mask=-1e9: ")).endswith(
         "identical to the baseline in every seed (2 paired seeds, look 1 of 2); "
         "test: 0.000 loss [0.000, 0.000]")  # the test split beside it, on the same seeds
