@@ -13,10 +13,11 @@ tokenizers, and a fingerprint of the data for ``mlflow.log_input``.
 Preprocessing, in order: strip + ``lowercase`` (both sides), ``max_train_examples``
 (the first N training pairs), tokenization, ``reverse_source`` (the source
 token order is reversed, as in preset d-multi30k-2019-postnorm-conv1d), then the ``max_len`` filter on train
-(pairs whose source or target ids plus bos/eos exceed ``max_len`` are dropped), then ``source_eos`` (eos
-ends every source, as fairseq's translation task does). Val and test are never filtered (scores stay
-comparable); their ids are truncated to ``max_len - 2`` before the eos so positions stay in range, their
-text stays whole.
+(pairs whose source or target ids plus bos/eos exceed ``max_len`` are dropped), then the source markers:
+``source_bos`` opens and ``source_eos`` ends every source (fairseq's translation task appends eos; the
+Annotated Transformer and tutorials a, d and e wrap the source in both). Val and test are never filtered
+(scores stay comparable); their ids are truncated to ``max_len - 2`` before the markers so positions stay
+in range, their text stays whole.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _prepare_synthetic(data: DataSpec, seed: int) -> PreparedData:
     texts = synthetic.generate(cfg, seed)
     tok = fixed_wordlevel(synthetic.vocabulary(cfg))
     tokenizers = Tokenizers(tok, None, kind="wordlevel", lowercase=data.lowercase,
-                            reverse_source=data.reverse_source, source_eos=data.source_eos)
+                            reverse_source=data.reverse_source, source_bos=data.source_bos,
+                            source_eos=data.source_eos)
     pairs = {split: ([normalize(s, data.lowercase) for s in src], [normalize(t, data.lowercase) for t in tgt])
              for split, (src, tgt) in texts.items()}
     if data.max_train_examples is not None:
@@ -94,7 +96,7 @@ def _prepare_synthetic(data: DataSpec, seed: int) -> PreparedData:
         for line in (*splits[split].src_text, *splits[split].tgt_text):
             content.update(line.encode() + b"\n")
     options = {"v": PREPARED_VERSION, "content": content.hexdigest(), "reverse": data.reverse_source,
-               "max_len": data.max_len, **_source_eos_key(data)}
+               "max_len": data.max_len, **_marker_key(data)}
     return PreparedData(tokenizers, splits, sha256_json(options)[:16], f"synthetic-{cfg.task}", False,
                         f"synthetic:{cfg.task}", stats)
 
@@ -127,7 +129,7 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
     tok_key = tokenizer_key(digest, data.tokenizer, data.lowercase, data.max_train_examples)
     tokenizers, trained = load_or_train(cache_dir, tok_key, data.tokenizer, *pairs["train"],
                                         lowercase=data.lowercase, reverse_source=data.reverse_source,
-                                        source_eos=data.source_eos)
+                                        source_bos=data.source_bos, source_eos=data.source_eos)
     splits, stats = _encode_splits(pairs, tokenizers, data.max_len)
     stats.update({f"{split}_dropped_empty": n for split, n in corpus.dropped.items() if n})
     prepared = PreparedData(tokenizers, splits, key[:16], corpus.name, True, corpus.source, stats)
@@ -142,22 +144,23 @@ def _prepared_key(digest: str, data: DataSpec) -> str:
         "v": PREPARED_VERSION, "digest": digest, "lowercase": data.lowercase,
         "reverse_source": data.reverse_source, "max_len": data.max_len,
         "max_train_examples": data.max_train_examples, "tokenizer": data.tokenizer.model_dump(mode="json"),
-        "langs": [data.src_lang, data.tgt_lang], **_source_eos_key(data),
+        "langs": [data.src_lang, data.tgt_lang], **_marker_key(data),
     })[:32]
 
 
-def _source_eos_key(data: DataSpec) -> dict[str, bool]:
-    """``data.source_eos`` in a data fingerprint only when set: data prepared before it keeps its key."""
-    return {"source_eos": True} if data.source_eos else {}
+def _marker_key(data: DataSpec) -> dict[str, bool]:
+    """``data.source_bos`` / ``source_eos`` in a data fingerprint only when set: data prepared before they
+    existed keeps its key."""
+    return {name: True for name in ("source_bos", "source_eos") if getattr(data, name)}
 
 
 def _encode_splits(pairs: dict[str, tuple[list[str], list[str]]], tokenizers: Tokenizers, max_len: int
                    ) -> tuple[dict[str, Split], dict[str, int]]:
     splits: dict[str, Split] = {}
     stats: dict[str, int] = {}
-    limit = max_len - 2  # room for bos and eos (a source's eos, when data.source_eos, takes one of them)
+    limit = max_len - 2  # room for bos and eos (a source's own markers, data.source_bos/eos, take them)
     for split, (src_text, tgt_text) in pairs.items():
-        src_ids = tokenizers.ordered_src_batch(src_text)  # reversed when reverse_source; eos comes last
+        src_ids = tokenizers.ordered_src_batch(src_text)  # reversed when reverse_source; markers come last
         tgt_ids = tokenizers.encode_tgt_batch(tgt_text)
         if split == "train":
             keep = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
@@ -177,7 +180,7 @@ def _encode_splits(pairs: dict[str, tuple[list[str], list[str]]], tokenizers: To
             tgt_ids = [t[:limit] for t in tgt_ids]
         if not src_ids:
             raise DataError(f"the {split} split is empty")
-        splits[split] = Split(tokenizers.end_sources(src_ids), tgt_ids, src_text, tgt_text)
+        splits[split] = Split(tokenizers.mark_sources(src_ids), tgt_ids, src_text, tgt_text)
         stats[split] = len(src_ids)
     stats["src_vocab"] = tokenizers.src_vocab_size
     stats["tgt_vocab"] = tokenizers.tgt_vocab_size

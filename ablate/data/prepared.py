@@ -12,7 +12,7 @@ __all__ = ["PreparedData", "Split"]
 
 @dataclass
 class Split:
-    src_ids: list[list[int]]  # what the model reads: reversed when reverse_source, eos last when source_eos
+    src_ids: list[list[int]]  # what the model reads: reversed when reverse_source, then source_bos/_eos
     tgt_ids: list[list[int]]  # target ids, no bos/eos
     # normalised source sentence, never reversed: model_src(src_text[i], max_len - 2) == src_ids[i]
     src_text: list[str]

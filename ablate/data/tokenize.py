@@ -49,8 +49,9 @@ class Tokenizers:
     ``encode_src`` / ``encode_tgt`` normalise (strip, ``lowercase``) and
     tokenize; they never reverse. ``model_src`` gives what the model reads:
     ``encode_src`` reversed when ``reverse_source`` is set (preset d-multi30k-2019-postnorm-conv1d), then
-    ended with eos when ``source_eos`` is set (``data.source_eos``), which is how ``Split.src_ids`` are
-    built, so user text at translation time can be encoded exactly like the training data in one call.
+    opened with bos when ``source_bos`` and ended with eos when ``source_eos`` (``data.source_bos`` /
+    ``data.source_eos``), which is how ``Split.src_ids`` are built, so user text at translation time can be
+    encoded exactly like the training data in one call.
     """
 
     pad_id = PAD_ID
@@ -59,13 +60,15 @@ class Tokenizers:
     unk_id = UNK_ID
 
     def __init__(self, src: Tokenizer, tgt: Tokenizer | None = None, *, kind: str = "bpe",
-                 lowercase: bool = False, reverse_source: bool = False, source_eos: bool = False) -> None:
+                 lowercase: bool = False, reverse_source: bool = False, source_bos: bool = False,
+                 source_eos: bool = False) -> None:
         self.src = src
         self.tgt = tgt if tgt is not None else src
         self.joint = tgt is None or tgt is src
         self.kind = kind
         self.lowercase = lowercase
         self.reverse_source = reverse_source
+        self.source_bos = source_bos
         self.source_eos = source_eos
         for tok in {id(self.src): self.src, id(self.tgt): self.tgt}.values():
             tok.encode_special_tokens = True  # "<s>" in a sentence is text, not bos
@@ -94,21 +97,26 @@ class Tokenizers:
 
     def model_src(self, text: str, limit: int | None = None) -> list[int]:
         """The source ids the model reads: ``encode_src``, reversed when ``reverse_source``, cut to its first
-        ``limit`` ids, then eos when ``source_eos`` (so a cut source still ends in its marker)."""
+        ``limit`` ids, then bos before and eos after when ``source_bos`` / ``source_eos`` (so a cut source
+        keeps its markers)."""
         return self.model_src_batch([text], limit)[0]
 
     def model_src_batch(self, texts: Sequence[str], limit: int | None = None) -> list[list[int]]:
         ids = self.ordered_src_batch(texts)
-        return self.end_sources([row[:limit] for row in ids] if limit is not None else ids)
+        return self.mark_sources([row[:limit] for row in ids] if limit is not None else ids)
 
     def ordered_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``encode_src`` in the order the model reads (reversed when ``reverse_source``), without eos."""
+        """``encode_src`` in the order the model reads (reversed when ``reverse_source``), without markers."""
         ids = self.encode_src_batch(texts)
         return [row[::-1] for row in ids] if self.reverse_source else ids
 
-    def end_sources(self, rows: list[list[int]]) -> list[list[int]]:
-        """Ordered source ids as the model reads them: eos appended when ``source_eos``."""
-        return [[*row, EOS_ID] for row in rows] if self.source_eos else rows
+    def mark_sources(self, rows: list[list[int]]) -> list[list[int]]:
+        """Ordered source ids as the model reads them: bos first when ``source_bos``, eos last when
+        ``source_eos``."""
+        if not (self.source_bos or self.source_eos):
+            return rows
+        head, tail = [BOS_ID] * self.source_bos, [EOS_ID] * self.source_eos
+        return [[*head, *row, *tail] for row in rows]
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return _encode(self.tgt, [normalize(t, self.lowercase) for t in texts])
@@ -126,7 +134,8 @@ class Tokenizers:
     def to_json(self) -> str:
         return json.dumps({
             "version": CACHE_VERSION, "kind": self.kind, "lowercase": self.lowercase,
-            "reverse_source": self.reverse_source, "source_eos": self.source_eos, "src": self.src.to_str(),
+            "reverse_source": self.reverse_source, "source_bos": self.source_bos,
+            "source_eos": self.source_eos, "src": self.src.to_str(),
             "tgt": None if self.joint else self.tgt.to_str(),
         })
 
@@ -135,7 +144,8 @@ class Tokenizers:
         data = json.loads(text)
         tgt = Tokenizer.from_str(data["tgt"]) if data["tgt"] is not None else None
         return cls(Tokenizer.from_str(data["src"]), tgt, kind=data["kind"], lowercase=data["lowercase"],
-                   reverse_source=data["reverse_source"], source_eos=data.get("source_eos", False))
+                   reverse_source=data["reverse_source"], source_bos=data.get("source_bos", False),
+                   source_eos=data.get("source_eos", False))
 
     def save(self, path: str | Path) -> None:
         atomic_write(Path(path), self.to_json().encode())
@@ -208,7 +218,7 @@ def tokenizer_key(source_digest: str, spec: TokenizerSpec, lowercase: bool,
 
 def load_or_train(cache_dir: Path, key: str, spec: TokenizerSpec, src_texts: Sequence[str],
                   tgt_texts: Sequence[str], *, lowercase: bool, reverse_source: bool,
-                  source_eos: bool = False) -> tuple[Tokenizers, bool]:
+                  source_bos: bool = False, source_eos: bool = False) -> tuple[Tokenizers, bool]:
     """Tokenizers from ``cache_dir/tokenizers/<key>.json``, else trained now and cached.
 
     Returns (tokenizers, whether they were trained now).
@@ -217,7 +227,7 @@ def load_or_train(cache_dir: Path, key: str, spec: TokenizerSpec, src_texts: Seq
 
     def make(src: Tokenizer, tgt: Tokenizer | None) -> Tokenizers:
         return Tokenizers(src, tgt, kind=spec.kind, lowercase=lowercase, reverse_source=reverse_source,
-                          source_eos=source_eos)
+                          source_bos=source_bos, source_eos=source_eos)
 
     if path.is_file():
         try:

@@ -104,9 +104,9 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
 def as_run(study: Study, variant: str) -> str:
     """How the variant ran, where its paper leaves a choice open: the options of the components it
     chooses (``alibi_encoder=directional``) and the architecture, e.g. ' (alibi_encoder=directional,
-    sources without eos, in an encoder-decoder)'; '' for a variant without options or runs. Where an option
-    shapes the encoder, whether sources ended in eos (``data.source_eos``) is said too: relative positions
-    count from it."""
+    sources without bos or eos, in an encoder-decoder)'; '' for a variant without options or runs. Where an
+    option shapes the encoder, the source's markers (``data.source_bos`` / ``source_eos``) are said too:
+    relative positions count from them."""
     runs = study.of(variant)
     if not runs:
         return ""
@@ -126,11 +126,21 @@ def as_run(study: Study, variant: str) -> str:
     if not shown:
         return ""
     if arch != "decoder_only" and any("encoder" in s.split("=")[0] for s in shown):
-        ends = str(params.get("data.source_eos", False)).lower() == "true"  # runs before it had none
-        shown.append("sources ending in eos" if ends else "sources without eos")
+        shown.append(_source_markers(params))
     spelled = arch.replace("_", "-")
     article = "an" if spelled[0] in "aeiou" else "a"
     return f" ({', '.join(shown)}, in {article} {spelled})"
+
+
+def _source_markers(params: dict[str, str]) -> str:
+    """Which markers the run's sources carried (``data.source_bos`` / ``source_eos``; runs from before
+    them had none), in words."""
+    bos, eos = (str(params.get(f"data.source_{m}", False)).lower() == "true" for m in ("bos", "eos"))
+    if bos and eos:
+        return "sources wrapped in bos and eos"
+    if bos or eos:
+        return "sources ending in eos" if eos else "sources opening with bos"
+    return "sources without bos or eos"
 
 
 def _margin(claim: Expectation, min_effect: float | None) -> float | None:

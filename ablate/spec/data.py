@@ -102,10 +102,12 @@ class DataSpec(Strict):
     tgt_lang: str = "tgt"
     lowercase: Bool = False
     reverse_source: Bool = False
-    # eos ends every source sequence (fairseq's translation task appends it; the Annotated Transformer adds
-    # <s> and </s>). Without it a model whose positions are only relative (ALiBi) has no anchor to count a
-    # token's place from. Off by default: specs written before it keep their data and run identities. The
-    # decoding budget (eval.decode.max_len_a * source length + max_len_b) counts it, as fairseq's does.
+    # Source markers: bos opens and eos ends every source sequence (fairseq's translation task appends eos;
+    # the Annotated Transformer and tutorials a, d and e wrap the source in both). Without one a model whose
+    # positions are only relative (ALiBi) has no anchor to count a token's place from. Off by default:
+    # specs written before them keep their data and run identities. The decoding budget
+    # (eval.decode.max_len_a * source length + max_len_b) counts them, as fairseq's does.
+    source_bos: Bool = False
     source_eos: Bool = False
     max_len: Annotated[Int, Field(ge=2, le=100_000)] = 128
     max_train_examples: Annotated[Int, Field(ge=1, le=BIG)] | None = None

@@ -227,9 +227,10 @@ class ExperimentSpec(Strict):
                             "extrapolate beyond it; the others' buffers stop there): raise "
                             "model.max_positions",
                             "model.max_positions")
-        if data.source_eos:
-            checks.fail("data.source_eos", "data.source_eos ends a translation source with eos; a language "
-                        "model has no source: leave it out", "model.arch")
+        for marker, does in (("source_bos", "opens"), ("source_eos", "ends")):
+            if getattr(data, marker):
+                checks.fail(f"data.{marker}", f"data.{marker} {does} a translation source; a language model "
+                            "has no source: leave it out", "model.arch")
         default_depth = type(model).model_fields["encoder_layers"].default
         if "encoder_layers" in model.model_fields_set and model.encoder_layers != default_depth:
             checks.fail("model.encoder_layers", "model.encoder_layers does not apply to model.arch "
@@ -307,7 +308,8 @@ class ExperimentSpec(Strict):
 # Fields added after the first record format (language modelling), left out of a run's identity at their
 # defaults: a spec written before them keeps its hash.
 _LATER_DEFAULTS: dict[tuple[str, str], Any] = {
-    ("data", "text"): None, ("data", "document_lines"): 1, ("data", "source_eos"): False,
+    ("data", "text"): None, ("data", "document_lines"): 1, ("data", "source_bos"): False,
+    ("data", "source_eos"): False,
     ("eval", "lengths"): [], ("eval", "sliding_stride"): None,
 }
 

@@ -292,13 +292,16 @@ def test_a_claim_line_says_how_its_variant_ran_where_the_paper_leaves_a_choice_o
     made = part(Inputs(build_study(parent, pd.DataFrame(rows)), Path("unused")))
     assert made is not None
     line = made.intro[1].items[0]  # type: ignore[attr-defined]
-    assert "This study (alibi_encoder=directional, sources without eos, in an encoder-decoder): " in line
-    for seed in range(3):  # the same runs had their sources end in eos
-        rows[2 * seed + 1]["params.data.source_eos"] = "True"
-    made = part(Inputs(build_study(parent, pd.DataFrame(rows)), Path("unused")))
-    assert made is not None
-    line = made.intro[1].items[0]  # type: ignore[attr-defined]
-    assert "(alibi_encoder=directional, sources ending in eos, in an encoder-decoder): " in line
+    assert "This study (alibi_encoder=directional, sources without bos or eos, in an encoder-decoder): " \
+        in line
+    for markers, said in [({"source_eos": "True"}, "sources ending in eos"),
+                          ({"source_bos": "True", "source_eos": "True"}, "sources wrapped in bos and eos")]:
+        for seed in range(3):  # the same runs with the source markers the run recorded
+            rows[2 * seed + 1].update({f"params.data.{k}": v for k, v in markers.items()})
+        made = part(Inputs(build_study(parent, pd.DataFrame(rows)), Path("unused")))
+        assert made is not None
+        line = made.intro[1].items[0]  # type: ignore[attr-defined]
+        assert f"(alibi_encoder=directional, {said}, in an encoder-decoder): " in line
 
 
 def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:

@@ -1,6 +1,7 @@
-"""``data.source_eos``: every source ends in eos (as fairseq's translation task has it), in the prepared
-splits, the batches, user text at translation time and the logged tokenizers; specs that leave it out keep
-their data fingerprints and run identities; a language model has no source, so it is a spec error there."""
+"""``data.source_eos`` / ``source_bos``: every source ends in eos (as fairseq's translation task has it)
+and opens with bos (as tutorials a, d and e and the Annotated Transformer have it), in the prepared splits,
+the batches, user text at translation time and the logged tokenizers; specs that leave them out keep their
+data fingerprints and run identities; a language model has no source, so they are spec errors there."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # no network: datasets only e
 import pytest
 
 from ablate.data.prepare import TokenBatcher, prepare_data
-from ablate.data.tokenize import EOS_ID, PAD_ID, Tokenizers
+from ablate.data.tokenize import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from ablate.spec.experiment import DataSpec
 from ablate.spec.load import SpecError, load_spec
 from tests.ablate.test_data import DE, EN, files_spec, text_corpus, write
@@ -86,10 +87,42 @@ def test_leaving_it_out_keeps_a_specs_hash_and_setting_it_changes_it() -> None:
     assert on.identity()["data"]["source_eos"] is True and on.spec_hash != off.spec_hash
 
 
-def test_a_language_model_with_source_eos_is_a_located_spec_error() -> None:
-    with pytest.raises(SpecError, match="data.source_eos") as caught:
-        load_spec(ROOT / "experiments" / "lm-quickstart.yaml", ["data.source_eos=true"])
+@pytest.mark.parametrize("marker", ["source_eos", "source_bos"])
+def test_a_language_model_with_a_source_marker_is_a_located_spec_error(marker: str) -> None:
+    with pytest.raises(SpecError, match=f"data.{marker}") as caught:
+        load_spec(ROOT / "experiments" / "lm-quickstart.yaml", [f"data.{marker}=true"])
     assert "has no source" in str(caught.value)
+
+
+def test_bos_opens_and_eos_ends_every_source_after_reversal_and_the_cut(tmp_path: Path) -> None:
+    both = prepare_data(DataSpec(**SYNTHETIC, source_bos=True, source_eos=True, reverse_source=True), seed=0)
+    plain = prepare_data(DataSpec(**SYNTHETIC), seed=0)
+    for name in ("train", "val"):
+        want = [[BOS_ID, *ids[::-1], EOS_ID] for ids in plain.splits[name].src_ids]
+        assert both.splits[name].src_ids == want
+    only_bos = prepare_data(DataSpec(**SYNTHETIC, source_bos=True), seed=0)
+    assert only_bos.splits["test"].src_ids == [[BOS_ID, *ids] for ids in plain.splits["test"].src_ids]
+    assert len({both.fingerprint, only_bos.fingerprint, plain.fingerprint}) == 3
+    files = text_corpus(tmp_path / "c")
+    long_de = "ein sehr langer satz mit vielen wörtern hier"
+    write(tmp_path / "c" / "val.de", [long_de])
+    write(tmp_path / "c" / "val.en", ["a long one"])
+    wrapped = prepare_data(files_spec(files, tmp_path / "cache", max_len=8, source_bos=True, source_eos=True))
+    val = wrapped.splits["val"].src_ids[0]  # 8 words cut to 6, then both markers: exactly max_len
+    assert len(val) == 8 and val[0] == BOS_ID and val[-1] == EOS_ID
+    assert wrapped.tokenizers.model_src(long_de, 6) == val
+    again = Tokenizers.from_json(wrapped.tokenizers.to_json())
+    assert again.source_bos and again.source_eos
+
+
+def test_presets_whose_tutorials_wrap_the_source_do_so() -> None:
+    """a (000, its dataset: [SOS] + ids + [EOS]), d (003, Field(init_token='<sos>', eos_token='<eos>'))
+    and e (004, the encoder input [SOS] ... [EOS]) wrap sources in both markers; b and c show no data code."""
+    presets = ROOT / "experiments" / "presets"
+    wrapped = {p.stem[0]: (s.data.source_bos, s.data.source_eos)
+               for p in sorted(presets.glob("*.yaml")) for s in [load_spec(p)]}
+    assert wrapped == {"a": (True, True), "b": (False, False), "c": (False, False), "d": (True, True),
+                       "e": (True, True)}
 
 
 def test_translation_reads_user_text_as_training_read_its_sources(monkeypatch: pytest.MonkeyPatch) -> None:
