@@ -113,6 +113,7 @@ def as_run(study: Study, variant: str) -> str:
     params = min(runs, key=lambda r: r.seed).params
     arch = params.get("model.arch", "encoder_decoder")
     shown = []
+    shapes_encoder = False  # an option of the encoder was shown (never in a decoder-only run)
     for part in variant.split(", "):
         field, _, value = part.partition("=")
         kind = field.removeprefix("model.")
@@ -123,9 +124,10 @@ def as_run(study: Study, variant: str) -> str:
                 setting = params.get(f"model.{option.name}")
                 if setting is not None and not (option.off is not None and str(setting) == str(option.off)):
                     shown.append(f"{option.name}={setting}")
+                    shapes_encoder |= "encoder" in option.name
     if not shown:
         return ""
-    if arch != "decoder_only" and any("encoder" in s.split("=")[0] for s in shown):
+    if shapes_encoder:
         shown.append(_source_markers(params))
     spelled = arch.replace("_", "-")
     article = "an" if spelled[0] in "aeiou" else "a"
