@@ -2,7 +2,7 @@
 with the model of a tracked run, from the run's record alone.
 
 The run's artifacts hold all it takes: ``spec.yaml`` (model shape, decoding settings),
-``tokenizer/tokenizers.json`` (both tokenizers and the normalisation: lowercasing, source order and eos) and
+``tokenizer/tokenizers.json`` (both tokenizers and the normalisation: lowercasing, source order and markers) and
 ``checkpoints/best.pt``; neither the training data nor its local cache is read. Runs recorded before the
 tokenizers were logged fall back to rebuilding them from the data (the cache, or the dataset itself).
 A run id may be given as a unique prefix (``ablate runs`` prints 8 characters).
@@ -102,7 +102,7 @@ def translate(run: RunModel, texts: Sequence[str], beam: int | None = None,
                 where = f"line {i + 1}: " if len(texts) > 1 else ""
                 warn(f"{where}{len(unknown)} word(s) unknown to the run's source vocabulary, read as <unk>: "
                      + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""))
-    # lowercasing, source reversal and eos as in training; truncated like val/test (positions in range)
+    # lowercasing, source reversal and bos/eos as in training; cut like val/test (positions in range)
     ids = [tok.model_src(t, spec.data.max_len - 2) or [tok.eos_id] for t in texts]
     out = [""] * len(texts)
     with torch.no_grad():
