@@ -2,7 +2,7 @@
 with the model of a tracked run, from the run's record alone.
 
 The run's artifacts hold all it takes: ``spec.yaml`` (model shape, decoding settings),
-``tokenizer/tokenizers.json`` (both tokenizers and the normalisation: lowercasing, source order and markers) and
+``tokenizer/tokenizers.json`` (both tokenizers and the normalisation: lowercasing, source order, markers) and
 ``checkpoints/best.pt``; neither the training data nor its local cache is read. Runs recorded before the
 tokenizers were logged fall back to rebuilding them from the data (the cache, or the dataset itself).
 A run id may be given as a unique prefix (``ablate runs`` prints 8 characters).
