@@ -15,7 +15,8 @@ difference whose interval still reaches inside the margin settles neither (an ad
 seeds to it, and its line says so). ``identical`` is reproduced when every paired seed gives exactly the
 baseline's value and contradicted by any seed that does not. A variant that diverged in at least half of
 its runs while the baseline never did failed to train: that is the "fails" of a paper such as Xiong et al.
-2020 (post-LN without warm-up), so it reproduces ``worse`` and contradicts the others.
+2020 (post-LN without warm-up), so it reproduces ``worse`` and contradicts the others. A variant that
+changes two or more settings at once is judged on all of them together, and its line lists them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 import registry
 from ablate.report import stats as st
-from ablate.report.data import EffectRow, Study, quality_meta
+from ablate.report.data import EffectRow, Study, quality_meta, spec_diff
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.seeds import decided_metric, design_of, paired_differences
@@ -132,6 +133,23 @@ def as_run(study: Study, variant: str) -> str:
     spelled = arch.replace("_", "-")
     article = "an" if spelled[0] in "aeiou" else "a"
     return f" ({', '.join(shown)}, in {article} {spelled})"
+
+
+def bundled(study: Study, variant: str) -> list[tuple[str, str, str]]:
+    """The settings in which ``variant`` differs from the baseline when there are two or more of them
+    (a tutorial preset, a paper's recipe), else []: a claim about one of them is then judged on all of them
+    together, and its line must say so. A component's own options ("—" in the spec diff) belong to the
+    component and are not counted apart from it."""
+    runs, base = study.of(variant), study.of(study.baseline) if study.baseline else []
+    if not runs or not base:
+        return []
+    diff = [d for d in spec_diff(base[0].params, runs[0].params) if d[1] != "—"]
+    return diff if len(diff) >= 2 else []
+
+
+def _bundle_text(diff: list[tuple[str, str, str]]) -> str:
+    settings = "; ".join(f"`{k}` {a} → {b}" for k, a, b in diff)
+    return f" ({len(diff)} settings changed at once, judged together: {settings})"
 
 
 def _source_markers(params: dict[str, str]) -> str:
@@ -261,12 +279,15 @@ def part(inp: Inputs) -> Part | None:
             expected += f" (within ±{margin:g})"
         scoped = claim.kind == "published" and claim.at_convergence and unconverged
         label = outcome.capitalize() + (", not tested at convergence" if scoped else "")
-        line = (f"**{label}** ({claim.source}): `{claim.variant}` {expected}. "
+        together = bundled(study, claim.variant) if ev is not None else []
+        changed = _bundle_text(together) if together else ""
+        line = (f"**{label}** ({claim.source}): `{claim.variant}`{changed} {expected}. "
                 f"This study{as_run(study, claim.variant)}: {why}" + (f" ({found})." if found else "."))
         (checks if claim.kind == "identity" else lines).append(line)
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
                         "kind": claim.kind, "not_tested_at_convergence": scoped,
                         "margin": claim.margin, "outcome": outcome, "why": why,
+                        "changes": [k for k, _, _ in together],
                         "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
                         "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
     metric = next((r["metric"] for r in records if r["metric"]), study.primary)

@@ -192,9 +192,10 @@ def compare(base: Mapping[int, float], variant: Mapping[int, float],
         return Effect(math.nan, math.nan, math.nan, math.nan, "none", nb, nv, False, "none")
     # Paired by seed whenever one side's seeds are all among the other's (an adaptive study gives the
     # baseline every seed any comparison needed): the controlled comparison is on the seeds both ran, and
-    # the baseline's extra seeds stay out of it rather than unpairing it.
+    # the baseline's extra seeds stay out of it rather than unpairing it. A single shared seed is paired too:
+    # its difference alone (no interval), the same number the adaptive summary shows for it.
     common = sorted(set(b) & set(v))
-    if len(common) >= 2 and len(common) == min(nb, nv):
+    if common and len(common) == min(nb, nv):
         xb, xv = np.array([b[s] for s in common]), np.array([v[s] for s in common])
         e = compare_differences(xv - xb, confidence)
         return replace(e, diff=float(xv.mean() - xb.mean()), n_base=len(common), n_variant=len(common))

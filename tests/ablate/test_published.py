@@ -339,3 +339,36 @@ def test_an_option_at_its_off_value_is_left_out_of_how_a_variant_ran() -> None:
 
     assert described("0") == " (qk_norm_scale=12.0, in an encoder-decoder)"
     assert described("64") == " (qk_norm_scale=12.0, qk_norm_length=64, in an encoder-decoder)"
+
+
+def test_a_claim_on_a_variant_that_changes_several_settings_says_they_are_judged_together() -> None:
+    """A preset differs from the baseline in several settings at once: a claim about one of them (post-LN
+    for c-lightning-2024) is judged on all of them, and its line lists them; a one-setting variant's line
+    does not."""
+    m = "params.model."
+    base = {f"{m}residual": "pre_norm", f"{m}mask": "-inf", f"{m}norm_eps": "1e-06"}
+    preset = {f"{m}residual": "post_norm", f"{m}mask": "-1e9", f"{m}norm_eps": "1e-05"}
+    single = {**base, f"{m}residual": "post_norm"}
+    rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
+             "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+             "tags.ablate.variant": v, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+             **params, "metrics.val/bleu": value + seed}
+            for seed in range(4)
+            for v, params, value in [("baseline", base, 30.0), ("c-preset", preset, 29.9),
+                                     ("residual=post_norm", single, 29.8)]]
+    claims = [{"variant": v, "effect": "none", "source": "Xiong et al. 2020", "margin": 0.5}
+              for v in ("c-preset", "residual=post_norm")]
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": {"ablate.study": "s", "ablate.kind": "ablation",
+                                      "ablate.expect": json.dumps(claims)}}
+    made = part(Inputs(build_study(parent, pd.DataFrame(rows)), Path("unused")))
+    assert made is not None
+    bundled, alone = made.intro[1].items  # type: ignore[attr-defined]
+    assert bundled.startswith("**Reproduced** (Xiong et al. 2020): `c-preset` (3 settings changed at once, "
+                              "judged together: `model.mask` -inf → -1e9; `model.norm_eps` 1e-06 → 1e-05; "
+                              "`model.residual` pre_norm → post_norm) no effect (within ±0.5).")
+    assert alone.startswith("**Reproduced** (Xiong et al. 2020): `residual=post_norm` no effect "
+                            "(within ±0.5).")
+    records = made.data["published"]
+    assert records[0]["changes"] == ["model.mask", "model.norm_eps", "model.residual"]
+    assert records[1]["changes"] == []

@@ -156,6 +156,16 @@ def test_one_seed_is_not_tested() -> None:
     assert "p=" not in text
 
 
+def test_one_seed_shared_with_a_larger_baseline_is_its_own_paired_difference() -> None:
+    # The adaptive summary shows a one-seed variant's difference on that seed; the effects table must
+    # show the same number, not the variant against the mean of seeds it never ran.
+    e = st.compare({0: 30.0, 1: 34.0, 2: 32.0}, {0: 30.5})
+    assert e.diff == pytest.approx(0.5) and e.paired and (e.n_base, e.n_variant) == (1, 1)
+    assert not e.tested and math.isnan(e.lo)
+    apart = st.compare({0: 30.0, 1: 34.0, 2: 32.0}, {5: 30.5})  # no shared seed: the means, unpaired
+    assert apart.diff == pytest.approx(-1.5) and not apart.paired
+
+
 def test_zero_variance_never_gives_p_zero() -> None:
     same = st.compare({0: 0.0, 1: 0.0, 2: 0.0}, {0: 0.0, 1: 0.0, 2: 0.0})
     assert same.p == 1.0 and same.diff == 0.0
