@@ -159,12 +159,15 @@ def part(inp: Inputs) -> Part | None:
     for c in comparisons(study, design, metric):
         look = c.look
         text = _verdict(c, design, higher, unit)
-        rows.append([c.variant, str(c.seeds), str(look.n) if look else "0",
-                     st.fmt(look.diff, dec, True) if look else "—", _interval(look, dec),
-                     st.fmt(look.detectable, dec) if look else "—", text])
-        records.append({"variant": c.variant, "seeds": c.seeds, "pairs": look.n if look else 0,
+        # Before the first look: the pairs so far and their mean (no interval yet), as the summary says.
+        pairs = look.n if look else len(c.finite)
+        diff = look.diff if look else (sum(c.finite) / len(c.finite) if c.finite else None)
+        shown = st.fmt(diff, dec, True) if diff is not None else "—"
+        detectable = st.fmt(look.detectable, dec) if look else "—"
+        rows.append([c.variant, str(c.seeds), str(pairs), shown, _interval(look, dec), detectable, text])
+        records.append({"variant": c.variant, "seeds": c.seeds, "pairs": pairs,
                         "look": look.look if look else None, "state": "no_pairs" if c.lost else
-                        (look.state if look else "open"), "diff": look.diff if look else None,
+                        (look.state if look else "open"), "diff": diff,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text})
     data = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,

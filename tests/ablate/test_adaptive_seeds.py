@@ -195,6 +195,11 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], family)
     assert expected is not None and expected.state == "open" and expected.final
     assert verdicts["positions=learned"] == "undecided at the maximum of 5 seeds"
+    # before its first look the table gives the pairs so far and their mean, as the summary does, not 0 / —
+    early = next(row for row in table.rows if row[0] == "ffn=conv1d")
+    assert early[2:5] == ["2", "+0.75", "—"]
+    early_record = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "ffn=conv1d")
+    assert early_record["pairs"] == 2 and early_record["diff"] == pytest.approx(0.75)
     got = next(c for c in data["sequential"]["comparisons"] if c["variant"] == "positions=learned")
     assert (got["lo"], got["hi"], got["detectable"]) == (expected.lo, expected.hi, expected.detectable)
     assert data["sequential"]["nominal_level"] == family.nominal < Design((3, 4, 5)).nominal < 0.05
