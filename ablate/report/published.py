@@ -139,12 +139,16 @@ def bundled(study: Study, variant: str) -> list[tuple[str, str, str]]:
     """The settings in which ``variant`` differs from the baseline when there are two or more of them
     (a tutorial preset, a paper's recipe), else []: a claim about one of them is then judged on all of them
     together, and its line must say so. A component's own options ("—" in the spec diff) belong to the
-    component and are not counted apart from it."""
+    component and are not counted apart from it. A label that already names every changed setting (a
+    factorial cell such as ``residual=post_norm, train.schedule.warmup_steps=0``) says it itself."""
     runs, base = study.of(variant), study.of(study.baseline) if study.baseline else []
     if not runs or not base:
         return []
     diff = [d for d in spec_diff(base[0].params, runs[0].params) if d[1] != "—"]
-    return diff if len(diff) >= 2 else []
+    named = {part.partition("=")[0] for part in variant.split(", ")}
+    if len(diff) < 2 or all(k in named or k.removeprefix("model.") in named for k, _, _ in diff):
+        return []
+    return diff
 
 
 def _bundle_text(diff: list[tuple[str, str, str]]) -> str:
@@ -194,7 +198,8 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
         if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
             found = "better" if _found_better(ev, higher_is_better) else "worse"
             # Adaptive seeds (evidence with a min_effect) stop a comparison once it is significant.
-            more = ("the study adds no seeds to a significant comparison" if ev.min_effect is not None
+            more = (f"the study's maximum of {ev.max_reached} seeds is reached" if ev.max_reached
+                    else "the study adds no seeds to a significant comparison" if ev.min_effect is not None
                     else "more seeds would tell")
             return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
         return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci

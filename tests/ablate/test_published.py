@@ -101,6 +101,10 @@ def test_a_significant_difference_that_reaches_inside_the_margin_says_why_it_sta
     adaptive = judge(_claim("none", 0.5), _ev(-1.48, -2.76, -0.19, significant=True, min_effect=0.5), True)
     assert adaptive == (OPEN, "significantly worse, but the interval still reaches within ±0.5: the study "
                               "adds no seeds to a significant comparison")
+    last = judge(_claim("none", 1.0), _ev(-5.48, -10.48, -0.47, significant=True, min_effect=1.0,
+                                          max_reached=6), True)  # warmup=0 at warmup-vs-norm's last look
+    assert last == (OPEN, "significantly worse, but the interval still reaches within ±1: the study's "
+                          "maximum of 6 seeds is reached")
     fixed = judge(_claim("none", 0.5), _ev(0.7, 0.1, 1.3, significant=True), True)
     assert fixed == (OPEN, "significantly better, but the interval still reaches within ±0.5: more seeds "
                            "would tell")
@@ -372,3 +376,12 @@ def test_a_claim_on_a_variant_that_changes_several_settings_says_they_are_judged
     records = made.data["published"]
     assert records[0]["changes"] == ["model.mask", "model.norm_eps", "model.residual"]
     assert records[1]["changes"] == []
+    # a factorial cell's label names both of its settings: the line does not list them again
+    from ablate.report.published import bundled
+
+    cell = {**single, f"{m}mask": "-1e9"}
+    frame = pd.DataFrame(rows + [{**rows[0], "run_id": "cell-0", "tags.ablate.variant": "mask=-1e9, "
+                                  "residual=post_norm", **cell}])
+    study = build_study(parent, frame)
+    assert bundled(study, "mask=-1e9, residual=post_norm") == []
+    assert [k for k, _, _ in bundled(study, "c-preset")] == ["model.mask", "model.norm_eps", "model.residual"]
