@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,6 +248,13 @@ def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, st
         if va != vb:
             diff.append((k, va, vb))
     return diff
+
+
+def params_of(study: Study, variant: str) -> float:
+    """The variant's parameter count, from any of its runs that logged it (a failed run may not have);
+    NaN without one."""
+    counts = [r.metrics["model/params"] for r in study.of(variant) if "model/params" in r.metrics]
+    return counts[0] if counts else math.nan
 
 
 def quality_meta(key: str) -> tuple[str, int, bool]:

@@ -16,7 +16,9 @@ seeds to it, and its line says so). ``identical`` is reproduced when every paire
 baseline's value and contradicted by any seed that does not. A variant that diverged in at least half of
 its runs while the baseline never did failed to train: that is the "fails" of a paper such as Xiong et al.
 2020 (post-LN without warm-up), so it reproduces ``worse`` and contradicts the others. A variant that
-changes two or more settings at once is judged on all of them together, and its line lists them.
+changes two or more settings at once is judged on all of them together, and its line lists them. A line also
+says where the variant's size differs from the baseline's by more than 5% (the size rides along with the
+choice) and where the test split, on the same seeds and look, answers differently from validation.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 import registry
 from ablate.report import stats as st
-from ablate.report.data import EffectRow, Study, quality_meta, spec_diff
+from ablate.report.data import EffectRow, Study, params_of, quality_meta, spec_diff
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.seeds import decided_metric, design_of, paired_differences
-from ablate.report.verdicts import regime
+from ablate.report.verdicts import Verdict, regime, verdicts
 from ablate.spec.study import Expectation
 from ablate.study.sequential import Design, run_sequence
 
@@ -156,6 +158,35 @@ def _bundle_text(diff: list[tuple[str, str, str]]) -> str:
     return f" ({len(diff)} settings changed at once, judged together: {settings})"
 
 
+# A variant whose parameter count differs from the baseline's by more than this share changes the model's size
+# along with the choice a claim is about (tied embeddings: -42%), and its line says so.
+SIZE_CHANGE = 0.05
+
+
+def size_change(study: Study, variant: str) -> str:
+    """' It has 42% fewer parameters than the baseline (4.18 M against 7.25 M): ...' where the variant's
+    size differs by more than SIZE_CHANGE, else ''."""
+    if study.baseline is None:
+        return ""
+    mine, base = params_of(study, variant), params_of(study, study.baseline)
+    if not (math.isfinite(mine) and math.isfinite(base)) or base <= 0 or abs(mine / base - 1) <= SIZE_CHANGE:
+        return ""
+    share = abs(mine / base - 1)
+    return (f" It has {share:.0%} {'fewer' if mine < base else 'more'} parameters than the baseline "
+            f"({mine / 1e6:.2f} M against {base / 1e6:.2f} M): the size changes with the choice.")
+
+
+def _test_disagrees(v: Verdict | None, dec: int, unit: str) -> str:
+    """' The test split, on the same seeds and look, answers differently: open (Δ +1.90 BLEU [...]).' where
+    it does (validation decides; a reader should not have to find the warning further down), else ''."""
+    if v is None or v.agrees is not False or v.test is None:
+        return ""
+    t = v.test
+    ci = f" [{st.fmt(t.lo, dec, True)}, {st.fmt(t.hi, dec, True)}]" if math.isfinite(t.lo) else ""
+    return (f" The test split, on the same seeds and look, answers differently: {v.test_answer} "
+            f"(Δ {st.fmt(t.diff, dec, True)} {unit}{ci}).")
+
+
 def _source_markers(params: dict[str, str]) -> str:
     """Which markers the run's sources carried (``data.source_bos`` / ``source_eos``; runs from before
     them had none), in words."""
@@ -264,13 +295,16 @@ def part(inp: Inputs) -> Part | None:
     lines: list[str] = []
     checks: list[str] = []
     records: list[dict[str, object]] = []
+    on_test = {v.variant: v for v in verdicts(study, design)} if design is not None else {}
     for claim in claims:
         ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
               else None)
+        after = ""  # what a hostile reader needs beside the finding: size, the test split
         if ev is None:
             outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
         else:
             unit, dec, higher = quality_meta(ev.metric)
+            after = size_change(study, claim.variant) + _test_disagrees(on_test.get(claim.variant), dec, unit)
             outcome, why = judge(claim, ev, higher)
             found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
             if math.isfinite(ev.lo) and math.isfinite(ev.hi):
@@ -287,12 +321,15 @@ def part(inp: Inputs) -> Part | None:
         together = bundled(study, claim.variant) if ev is not None else []
         changed = _bundle_text(together) if together else ""
         line = (f"**{label}** ({claim.source}): `{claim.variant}`{changed} {expected}. "
-                f"This study{as_run(study, claim.variant)}: {why}" + (f" ({found})." if found else "."))
+                f"This study{as_run(study, claim.variant)}: {why}" + (f" ({found})." if found else ".")
+                + after)
         (checks if claim.kind == "identity" else lines).append(line)
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
                         "kind": claim.kind, "not_tested_at_convergence": scoped,
                         "margin": claim.margin, "outcome": outcome, "why": why,
                         "changes": [k for k, _, _ in together],
+                        "test_answer": on_test[claim.variant].test_answer if claim.variant in on_test
+                        else None,
                         "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
                         "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
     metric = next((r["metric"] for r in records if r["metric"]), study.primary)

@@ -6,22 +6,23 @@ The effects are computed in ``ablate.report.data`` (tests in ``stats``); this mo
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ablate.report import figures as figs
 from ablate.report import stats as st
 from ablate.report.costs import cost_table
-from ablate.report.data import COST_COLUMNS, EffectRow, Study, main_table_columns, quality_meta, spec_diff
+from ablate.report.data import (
+    COST_COLUMNS,
+    EffectRow,
+    Study,
+    main_table_columns,
+    params_of,
+    quality_meta,
+    spec_diff,
+)
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
 from ablate.report.seeds import design_of
-
-
-def _params_of(study: Study, variant: str) -> float:
-    """The variant's parameter count, from any of its runs that logged it (a failed run may not have)."""
-    counts = [r.metrics["model/params"] for r in study.of(variant) if "model/params" in r.metrics]
-    return counts[0] if counts else math.nan
 
 
 def axes_part(inp: Inputs) -> Part | None:
@@ -38,7 +39,7 @@ def axes_part(inp: Inputs) -> Part | None:
         for k, a, b in diff:
             if a != "—":  # "—": an option of the variant's own component (the "what differs" table has it)
                 axes.setdefault(k, (a, set()))[1].add(b)
-        dp = _params_of(study, v) - _params_of(study, study.baseline)
+        dp = params_of(study, v) - params_of(study, study.baseline)
         text = "; ".join(f"`{k}`: {a} → {b}" for k, a, b in diff) or "no spec difference"
         rows.append([v, text, st.fmt(dp, 0, signed=True)])
     blocks: list[Block] = [Table(["axis", "values (baseline first)"],

@@ -385,3 +385,49 @@ def test_a_claim_on_a_variant_that_changes_several_settings_says_they_are_judged
     study = build_study(parent, frame)
     assert bundled(study, "mask=-1e9, residual=post_norm") == []
     assert [k for k, _, _ in bundled(study, "c-preset")] == ["model.mask", "model.norm_eps", "model.residual"]
+
+
+def test_a_claim_line_says_when_the_size_changes_with_the_choice_and_when_the_test_split_disagrees() -> None:
+    """Tied embeddings change the model's size (-42% on the Multi30k cell): the line says so. QK-norm's
+    validation verdict was 'better' while the test split left it open: the line says that too, instead of
+    leaving it to a warning further down."""
+    from ablate.report.verdicts import verdicts
+    from ablate.study.sequential import Design, evaluate, run_sequence
+
+    base = [30.0, 31.0, 29.5]
+    val = {"embeddings=tied": [27.0, 27.6, 26.3], "attention=qk_norm": [32.0, 33.1, 31.4]}
+    test = {"embeddings=tied": [27.1, 27.9, 26.4], "attention=qk_norm": [30.5, 34.5, 28.0]}  # noisy on test
+    params = {"baseline": 7_250_800, "embeddings=tied": 4_182_000, "attention=qk_norm": 7_250_816}
+    rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
+             "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
+             "tags.ablate.variant": v, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+             "metrics.val/bleu": (base if v == "baseline" else val[v])[seed],
+             "metrics.test/bleu": (base if v == "baseline" else test[v])[seed],
+             "metrics.model/params": params[v]}
+            for v in params for seed in range(3)]
+    claims = [{"variant": "embeddings=tied", "effect": "none", "source": "Press & Wolf 2017", "margin": 0.5},
+              {"variant": "attention=qk_norm", "effect": "better", "source": "Henry et al. 2020"}]
+    tags = {"ablate.study": "s", "ablate.kind": "ablation", "ablate.expect": json.dumps(claims),
+            "ablate.sequential": json.dumps({"looks": [3, 4], "alpha": 0.05, "min_effect": 0.5}),
+            "ablate.metric": "final/val/bleu"}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED", "params": {},
+              "metrics": {}, "tags": tags}
+    study = build_study(parent, pd.DataFrame(rows))
+    made = part(Inputs(study, Path("unused")))
+    assert made is not None
+    tied, qk = made.intro[1].items  # type: ignore[attr-defined]
+    assert tied.endswith(" It has 42% fewer parameters than the baseline (4.18 M against 7.25 M): the size "
+                         "changes with the choice.")
+    assert "fewer parameters" not in qk and "more parameters" not in qk  # 16 more: well within 5%
+    # the answers the line reports are the study's own: validation decides, test on the same seeds and look
+    design = Design((3, 4), 0.05, 0.5, family=2)
+    val_look = run_sequence([v - b for v, b in zip(val["attention=qk_norm"], base, strict=True)], design)
+    test_look = evaluate([t - b for t, b in zip(test["attention=qk_norm"], base, strict=True)], design, 1)
+    assert val_look is not None and val_look.state == "effect" and test_look.state == "open"
+    assert qk.startswith("**Reproduced** (Henry et al. 2020): `attention=qk_norm` better than the baseline.")
+    assert qk.endswith(f" The test split, on the same seeds and look, answers differently: open (Δ "
+                       f"{test_look.diff:+.2f} BLEU [{test_look.lo:+.2f}, {test_look.hi:+.2f}]).")
+    assert "test split" not in tied  # tied: worse on both splits
+    assert {v.variant: v.agrees for v in verdicts(study, design)} == {"embeddings=tied": True,
+                                                                      "attention=qk_norm": False}
+    assert [r["test_answer"] for r in made.data["published"]] == ["worse", "open"]
