@@ -228,10 +228,11 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str
             return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
         if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
             found = "better" if _found_better(ev, higher_is_better) else "worse"
-            # Adaptive seeds (evidence with a min_effect) stop a comparison once it is significant.
+            # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
+            # within the margin or wholly beyond it (ablate/study/sequential.py answers()), up to the maximum.
             more = (f"the study's maximum of {ev.max_reached} seeds is reached" if ev.max_reached
-                    else "the study adds no seeds to a significant comparison" if ev.min_effect is not None
-                    else "more seeds would tell")
+                    else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
+                    if ev.min_effect is not None else "more seeds would tell")
             return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
         return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci
                       else _too_few(ev))

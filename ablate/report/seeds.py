@@ -93,7 +93,10 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str) -> str:
         return "identical to the baseline in every seed"
     if look.state == "effect":
         better = (look.diff > 0) == higher
-        return f"effect: {'better' if better else 'worse'} than the baseline"
+        text = f"effect: {'better' if better else 'worse'} than the baseline"
+        if not look.decided and not look.final:  # a `none` claim's question is still open: seeds go on
+            text += " so far; its claim's question is open, so the study adds seeds"
+        return text
     if look.state == "no_effect":
         return f"no effect as large as ±{design.min_effect:g} {unit}"
     if look.state == "untestable":

@@ -289,3 +289,22 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     assert len(_children(plan.name)) == len(children)
     assert cli_main(["report", "seq", "--out", str(fresh / "rep2")]) == 0
     assert _report(fresh / "rep2") == _report(workdir / "rep1")
+
+
+def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_on() -> None:
+    """presets-multi30k's c-lightning-2024 at 5 seeds: worse [-2.10, -0.12], which neither lies within its
+    claim's ±0.5 nor wholly beyond it, so the study adds seeds; the verdict must not read as final."""
+    from ablate.report.seeds import Comparison, _verdict
+    from ablate.study.sequential import Design, run_sequence
+
+    design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
+    diffs = [-1.5, -0.6, -1.3, -0.9, -1.25]
+    claimed = run_sequence(diffs, design, "none", 0.5)
+    plain = run_sequence(diffs, design)
+    assert claimed is not None and plain is not None
+    assert claimed.state == plain.state == "effect" and not claimed.decided and plain.decided
+    said = _verdict(Comparison("c", 5, claimed, False, tuple(diffs)), design, True, "BLEU")
+    assert said == ("effect: worse than the baseline so far; its claim's question is open, so the study "
+                    "adds seeds")
+    assert _verdict(Comparison("c", 5, plain, False, tuple(diffs)), design, True, "BLEU") == \
+        "effect: worse than the baseline"

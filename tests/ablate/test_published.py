@@ -97,10 +97,11 @@ def test_claims_are_judged_by_the_documented_rules(effect: str, margin: float | 
 
 
 def test_a_significant_difference_that_reaches_inside_the_margin_says_why_it_stays_open() -> None:
-    """The adaptive rule stops a significant comparison: its line must not promise more seeds."""
+    """A `none` claim's comparison goes on past significance until its interval answers the claim (within
+    the margin or wholly beyond it), up to the study's maximum: the line says which."""
     adaptive = judge(_claim("none", 0.5), _ev(-1.48, -2.76, -0.19, significant=True, min_effect=0.5), True)
     assert adaptive == (OPEN, "significantly worse, but the interval still reaches within ±0.5: the study "
-                              "adds no seeds to a significant comparison")
+                              "adds seeds until it lies within ±0.5 or wholly beyond")
     last = judge(_claim("none", 1.0), _ev(-5.48, -10.48, -0.47, significant=True, min_effect=1.0,
                                           max_reached=6), True)  # warmup=0 at warmup-vs-norm's last look
     assert last == (OPEN, "significantly worse, but the interval still reaches within ±1: the study's "
