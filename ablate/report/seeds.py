@@ -70,6 +70,11 @@ class Comparison:
     lost: bool  # no seed where both it and the baseline finished
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
 
+    @property
+    def mean_so_far(self) -> float | None:
+        """The mean of the paired differences so far (None without one): shown before the first look."""
+        return sum(self.finite) / len(self.finite) if self.finite else None
+
 
 def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     """Every variant's sequential comparison, walked with the study's own code."""
@@ -132,9 +137,9 @@ def sequential_lines(study: Study) -> list[tuple[str, str]] | None:
     for c in comparisons(study, design, metric):
         text = _verdict(c, design, higher, unit)
         look = c.look
-        if look is None and c.finite:  # before the first look: the mean so far, no interval yet
+        if look is None and c.mean_so_far is not None:  # before the first look: the mean so far, no interval
             n = len(c.finite)
-            mean = st.fmt(sum(c.finite) / n, dec, True)
+            mean = st.fmt(c.mean_so_far, dec, True)
             lines.append((c.variant, f"{c.variant}: {mean} {unit} so far ({n} paired seed{'s' * (n != 1)}), "
                                      f"{text}"))
             continue
@@ -164,7 +169,7 @@ def part(inp: Inputs) -> Part | None:
         text = _verdict(c, design, higher, unit)
         # Before the first look: the pairs so far and their mean (no interval yet), as the summary says.
         pairs = look.n if look else len(c.finite)
-        diff = look.diff if look else (sum(c.finite) / len(c.finite) if c.finite else None)
+        diff = look.diff if look else c.mean_so_far
         shown = st.fmt(diff, dec, True) if diff is not None else "—"
         detectable = st.fmt(look.detectable, dec) if look else "—"
         rows.append([c.variant, str(c.seeds), str(pairs), shown, _interval(look, dec), detectable, text])
