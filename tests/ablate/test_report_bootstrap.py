@@ -340,7 +340,7 @@ def test_a_committed_export_without_translations_gets_no_section(tmp_path: Path)
     from tests.stores import mlflow_store
 
     # tutorial-axes-multi30k's cells all ran before runs logged their translations (warmup-vs-norm's last
-    # cell, run since, has them: its report says once that the baseline has none)
+    # cell, run since, has them: its report says once that the baseline has none, and that 1 run has them)
     export = Path(__file__).resolve().parents[2] / "reports" / "tutorial-axes-multi30k" / "export"
     assert not list(export.rglob("*translations*"))
     with pytest.MonkeyPatch.context() as mp:
