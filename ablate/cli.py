@@ -188,46 +188,46 @@ class Command:
     name: str
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
-    module: str
+    module: str  # relative to this package, e.g. ".run.runner"
     function: str
 
 
 # In the order `ablate --help` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why",
-            _validate_args, "ablate.spec.commands", "cmd_validate"),
+            _validate_args, ".spec.commands", "cmd_validate"),
     Command("list", "list the registered components (with their one-line docs), grouped by kind",
-            _list_args, "ablate.spec.commands", "cmd_list"),
+            _list_args, ".spec.commands", "cmd_list"),
     Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",
-            _show_args, "ablate.spec.commands", "cmd_show"),
+            _show_args, ".spec.commands", "cmd_show"),
     Command("schema", "print the spec's JSON Schema (for editor completion and checking)",
-            _schema_args, "ablate.spec.commands", "cmd_schema"),
+            _schema_args, ".spec.commands", "cmd_schema"),
     Command("run", "train and evaluate one model from a spec, tracked in MLflow",
-            _run_args, "ablate.run.runner", "main_run"),
+            _run_args, ".run.runner", "main_run"),
     Command("translate", "translate TEXT (or every line of --input FILE / standard input) with the best "
-            "checkpoint of an MLflow run", _translate_args, "ablate.run.translate", "main_translate"),
+            "checkpoint of an MLflow run", _translate_args, ".run.translate", "main_translate"),
     Command("generate", "continue a prompt with the best checkpoint of a decoder-only MLflow run",
-            _generate_args, "ablate.run.generate", "main_generate"),
+            _generate_args, ".run.generate", "main_generate"),
     Command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)",
-            _evaluate_args, "ablate.run.translate", "main_evaluate"),
+            _evaluate_args, ".run.translate", "main_evaluate"),
     Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)",
-            _ui_args, "ablate.tracking", "main_ui"),
+            _ui_args, ".tracking", "main_ui"),
     Command("runs", "list tracked runs with their status and main metrics",
-            _runs_args, "ablate.tracking", "main_runs"),
+            _runs_args, ".tracking", "main_runs"),
     Command("ablate", "run an ablation study: every variant x seed of the spec's ablation section",
-            _ablate_args, "ablate.study.ablation", "main_ablate"),
+            _ablate_args, ".study.ablation", "main_ablate"),
     Command("status", "show which cells of a study are done, running, failed or pending",
-            _status_args, "ablate.study.status", "main_status"),
+            _status_args, ".study.status", "main_status"),
     Command("tune", "hyper-parameter search (Optuna) over the spec's search space",
-            _tune_args, "ablate.study.search", "main_tune"),
+            _tune_args, ".study.search", "main_tune"),
     Command("report", "write a comparison report (tables, figures, significance) for a study",
-            _report_args, "ablate.report.build", "main_report"),
+            _report_args, ".report.build", "main_report"),
     Command("export", "write a study's finished cells to a small folder (no checkpoints) to commit",
-            _export_args, "ablate.study.transfer", "main_export"),
+            _export_args, ".study.transfer", "main_export"),
     Command("import", "recreate an exported study in this MLflow store and Optuna storage",
-            _import_args, "ablate.study.transfer", "main_import"),
+            _import_args, ".study.transfer", "main_import"),
     Command("bench", "throughput benchmark of the model against torch.nn.Transformer",
-            _bench_args, "ablate.bench.suite", "main_bench"),
+            _bench_args, ".bench.suite", "main_bench"),
 )
 COMMAND = {c.name: c for c in COMMANDS}
 GLOBAL_DESTS = ("command", "verbose")  # parsed for every command, passed to none
@@ -281,7 +281,7 @@ def quiet_libraries() -> None:
 def handler(command: Command) -> Callable[..., Any]:
     """The command's function, its module imported now (lazily: `ablate list` never imports torch)."""
     try:
-        mod = importlib.import_module(command.module)
+        mod = importlib.import_module(command.module, __package__)
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("ablate."):
             raise  # a missing third-party dependency: the traceback says which
