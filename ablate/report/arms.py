@@ -75,7 +75,7 @@ class Judged:
         lk = self.look
         if lk is None or math.isnan(lk.diff):
             return f"— ({self.answer})"
-        ci = "" if math.isnan(lk.lo) else f" [{st.fmt(lk.lo, dec, True)}, {st.fmt(lk.hi, dec, True)}]"
+        ci = "" if math.isnan(lk.lo) else f" {st.fmt_interval(lk.lo, lk.hi, dec)}"
         return f"{st.fmt(lk.diff, dec, True)} {unit}{ci}, n={lk.n}: {self.answer}"
 
 

@@ -28,7 +28,7 @@ def line(t: Transfer, dec: int, unit: str) -> str:
     if e.n_min == 0:
         at = "no finished pair at the larger setting yet"
     else:
-        ci = "" if math.isnan(e.lo) else f" [{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]"
+        ci = "" if math.isnan(e.lo) else f" {st.fmt_interval(e.lo, e.hi, dec)}"
         at = f"{st.fmt(e.diff, dec, True)} {unit}{ci} ({t.confidence:.1%} interval), n={e.n_min}"
     return f"{t.label}: {WORDS[t.small]} → **{t.outcome}** at the larger setting: {at}"
 
@@ -65,8 +65,7 @@ def part(inp: Inputs) -> Part | None:
     if found:
         rows = [[t.label, WORDS[t.small], t.outcome,
                  "—" if t.effect.n_min == 0 else st.fmt(t.effect.diff, dec, True),
-                 "—" if math.isnan(t.effect.lo) else f"[{st.fmt(t.effect.lo, dec, True)}, "
-                 f"{st.fmt(t.effect.hi, dec, True)}]", str(t.effect.n_min), st.fmt_p(t.effect.p)]
+                 st.fmt_interval(t.effect.lo, t.effect.hi, dec), str(t.effect.n_min), st.fmt_p(t.effect.p)]
                 for t in found]
         header = ["variant", "verdict", "at the larger setting", f"Δ {unit}", "interval", "pairs", "p"]
         caption = f"Each decided verdict at the larger setting, on `{metric}`"

@@ -167,12 +167,6 @@ def _seed_interval(study: Study, variant: str, split: str, seeds: list[int]) -> 
     return st.compare(base, other)
 
 
-def _interval(lo: float, hi: float) -> str:
-    if math.isnan(lo) or math.isnan(hi):
-        return "—"
-    return f"[{st.fmt(lo, 2, signed=True)}, {st.fmt(hi, 2, signed=True)}]"
-
-
 def part(inp: Inputs) -> Part | None:
     study = inp.study
     if study.kind != "ablation" or study.quality != "bleu" or study.baseline is None:
@@ -203,9 +197,9 @@ def part(inp: Inputs) -> Part | None:
             seed = _seed_interval(study, variant, split, found.seeds)
             rows.append([variant, split, str(len(found.seeds)), f"{found.sentences:,}",
                          st.fmt(found.baseline, 2), st.fmt(found.variant, 2),
-                         f"{st.fmt(found.diff, 2, signed=True)} {_interval(found.lo, found.hi)}",
+                         f"{st.fmt(found.diff, 2, signed=True)} {st.fmt_interval(found.lo, found.hi, 2)}",
                          st.fmt_p(found.p),
-                         f"{st.fmt(seed.diff, 2, signed=True)} {_interval(seed.lo, seed.hi)}"])
+                         f"{st.fmt(seed.diff, 2, signed=True)} {st.fmt_interval(seed.lo, seed.hi, 2)}"])
             data.setdefault(variant, {})[split] = {**asdict(found), "seed_diff": seed.diff,
                                                    "seed_lo": seed.lo, "seed_hi": seed.hi}
     blocks: list[Block] = [_intro()]

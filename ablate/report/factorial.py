@@ -58,7 +58,7 @@ def section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section:
     for r in rows:
         _, dec, _ = quality_meta(r.metric)
         e = r.effect
-        ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
+        ci = st.fmt_interval(e.lo, e.hi, dec) if e.tested else "—"
         if e.tested and e.interval == "bootstrap":
             ci += " bootstrap"
         table_rows.append([r.label, r.metric, st.fmt(e.diff, dec, True), ci, e.test if e.tested else "—",

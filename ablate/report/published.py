@@ -182,7 +182,7 @@ def _test_disagrees(v: Verdict | None, dec: int, unit: str) -> str:
     if v is None or v.agrees is not False or v.test is None:
         return ""
     t = v.test
-    ci = f" [{st.fmt(t.lo, dec, True)}, {st.fmt(t.hi, dec, True)}]" if math.isfinite(t.lo) else ""
+    ci = f" {st.fmt_interval(t.lo, t.hi, dec)}" if math.isfinite(t.lo) else ""
     return (f" The test split, on the same seeds and look, answers differently: {v.test_answer} "
             f"(Δ {st.fmt(t.diff, dec, True)} {unit}{ci}).")
 
@@ -309,7 +309,7 @@ def part(inp: Inputs) -> Part | None:
             outcome, why = judge(claim, ev, higher)
             found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
             if math.isfinite(ev.lo) and math.isfinite(ev.hi):
-                found += f" [{st.fmt(ev.lo, dec, True)}, {st.fmt(ev.hi, dec, True)}] ({ev.interval})"
+                found += f" {st.fmt_interval(ev.lo, ev.hi, dec)} ({ev.interval})"
             found += f", {ev.n} seed{'s' if ev.n != 1 else ''}"
             if ev.diverged:
                 found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"

@@ -107,7 +107,7 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     for r in rows:
         _, dec, _ = quality_meta(r.metric)
         e = r.effect
-        ci = f"[{st.fmt(e.lo, dec, True)}, {st.fmt(e.hi, dec, True)}]" if e.tested else "—"
+        ci = st.fmt_interval(e.lo, e.hi, dec) if e.tested else "—"
         ci += " bootstrap" if e.tested and e.interval == "bootstrap" else ""
         # The axis each variant changes is in the "What differs" table: left out here so the table fits.
         table_rows.append([r.variant, r.metric, st.fmt(e.diff, dec, True), ci, e.test if e.tested else "—",

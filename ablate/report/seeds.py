@@ -111,9 +111,7 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str) -> str:
 
 
 def _interval(look: Look | None, dec: int) -> str:
-    if look is None or math.isnan(look.lo):
-        return "—"
-    return f"[{st.fmt(look.lo, dec, True)}, {st.fmt(look.hi, dec, True)}]"
+    return "—" if look is None else st.fmt_interval(look.lo, look.hi, dec)
 
 
 def sequential_summary(study: Study) -> list[str] | None:

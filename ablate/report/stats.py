@@ -244,7 +244,7 @@ def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decim
     if not effect.tested:
         return (f"{label}: {d} {unit}; too few seeds to test (one run on a side), "
                 f"repeat with >= {TINY + 1} seeds to conclude")
-    ci = f"[{fmt(effect.lo, decimals, signed=True)}, {fmt(effect.hi, decimals, signed=True)}]"
+    ci = fmt_interval(effect.lo, effect.hi, decimals)
     boot = effect.interval == "bootstrap"
     shown = f"{d} {unit} {ci}" + (" (bootstrap interval)" if boot else "")
     n = effect.n_min
@@ -298,6 +298,13 @@ def fmt(value: float, decimals: int, signed: bool = False) -> str:
     if text.lstrip("+-").strip("0.,") == "":  # '-0.00' and '+0.00' read as plain zero
         text = f"{0.0:.{decimals}f}"
     return text
+
+
+def fmt_interval(lo: float, hi: float, decimals: int) -> str:
+    """'[-4.09, -1.05]', both ends signed; '—' where the interval is undefined (NaN: too few seeds)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "—"
+    return f"[{fmt(lo, decimals, signed=True)}, {fmt(hi, decimals, signed=True)}]"
 
 
 def fmt_summary(s: Summary, decimals: int) -> str:

@@ -154,7 +154,7 @@ def test_text(v: Verdict, dec: int, unit: str) -> str:
     t = v.test
     if t is None or math.isnan(t.diff):
         return ""
-    ci = f" [{st.fmt(t.lo, dec, True)}, {st.fmt(t.hi, dec, True)}]" if not math.isnan(t.lo) else ""
+    ci = f" {st.fmt_interval(t.lo, t.hi, dec)}" if not math.isnan(t.lo) else ""
     text = f"; test: {st.fmt(t.diff, dec, True)} {unit}{ci}"
     if v.agrees is False:
         text += f" — **the test set disagrees** ({v.test_answer} on test, {v.val_answer} on validation)"
