@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 import registry
-from ablate.engine.model import Seq2SeqTransformer, Stack, build_model, init_parameters
+from ablate.engine.model import Seq2SeqTransformer, Stack, build_model, init_parameters, score_dtype
 from ablate.errors import AblateError
 from ablate.spec.experiment import ModelSpec
 from registry.attention import KVCache, MultiHeadAttention, Rotate
@@ -108,9 +108,7 @@ class DecoderOnlyLM(nn.Module):
 
     # ------------------------------------------------------------ helpers
     def _compute_dtype(self, device_type: str) -> torch.dtype:
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-        return self.generator.weight.dtype
+        return score_dtype(self.generator.weight, device_type)
 
     def check_length(self, end: int) -> None:
         """A one-line error when positions up to ``end - 1`` are past the position scheme's table."""

@@ -148,6 +148,15 @@ class Stack(nn.Module):
 
 
 # ---------------------------------------------------------------- the model
+
+def score_dtype(weight: Tensor, device_type: str) -> torch.dtype:
+    """The dtype a model's attention scores have: the autocast dtype when autocast is on, else its weights'
+    (masks are built in it, so a fill such as -1e9 is representable where the scores are)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return weight.dtype
+
+
 class Seq2SeqTransformer(nn.Module):
     def __init__(
         self,
@@ -177,10 +186,7 @@ class Seq2SeqTransformer(nn.Module):
 
     # ------------------------------------------------------------ helpers
     def _compute_dtype(self, device_type: str) -> torch.dtype:
-        """The dtype attention scores have: the autocast dtype when autocast is on (masks are built in it)."""
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-        return self.generator.weight.dtype
+        return score_dtype(self.generator.weight, device_type)
 
     def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
         x = table(ids)  # (B, T, d)
