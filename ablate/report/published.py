@@ -33,7 +33,7 @@ from ablate.report import stats as st
 from ablate.report.data import EffectRow, Study, params_of, quality_meta, spec_diff
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
-from ablate.report.seeds import decided_metric, design_of, paired_differences
+from ablate.report.seeds import decided_metric, design_of, paired_differences, reopened_phrase
 from ablate.report.verdicts import Verdict, regime, verdicts
 from ablate.spec.study import Expectation
 from ablate.study.sequential import Design, run_sequence
@@ -187,6 +187,15 @@ def _test_disagrees(v: Verdict | None, dec: int, unit: str) -> str:
             f"(Δ {st.fmt(t.diff, dec, True)} {unit}{ci}).")
 
 
+def _reopened(v: Verdict | None, design: Design | None, dec: int, higher: bool, unit: str) -> str:
+    """' At look 3 (5 seeds) it read worse ([-2.10, -0.12]), and the seeds since reopened it.' where the
+    claim's comparison read an effect at an earlier look than the one shown, else ''."""
+    if v is None or design is None or v.earlier is None:
+        return ""
+    phrase = reopened_phrase(v.earlier, design, dec, higher, unit)
+    return f" {phrase[0].upper()}{phrase[1:]}."
+
+
 def _source_markers(params: dict[str, str]) -> str:
     """Which markers the run's sources carried (``data.source_bos`` / ``source_eos``; runs from before
     them had none), in words."""
@@ -305,7 +314,9 @@ def part(inp: Inputs) -> Part | None:
             outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
         else:
             unit, dec, higher = quality_meta(ev.metric)
-            after = size_change(study, claim.variant) + _test_disagrees(on_test.get(claim.variant), dec, unit)
+            v = on_test.get(claim.variant)
+            after = (size_change(study, claim.variant) + _test_disagrees(v, dec, unit)
+                     + _reopened(v, design, dec, higher, unit))
             outcome, why = judge(claim, ev, higher)
             found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
             if math.isfinite(ev.lo) and math.isfinite(ev.hi):

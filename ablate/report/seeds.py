@@ -17,7 +17,7 @@ from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
-from ablate.study.sequential import METHOD, POWER, Design, Look, Question, run_sequence
+from ablate.study.sequential import METHOD, POWER, Design, Look, Question, reopened, walk
 
 
 def design_of(study: Study) -> Design | None:
@@ -69,6 +69,7 @@ class Comparison:
     look: Look | None  # the deciding (or latest) look; None before the first planned look
     lost: bool  # no seed where both it and the baseline finished
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
+    earlier: Look | None = None  # an earlier look that read an effect the later seeds reopened
 
     @property
     def mean_so_far(self) -> float | None:
@@ -83,12 +84,36 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     for v in study.variants[1:]:
         diffs, lost = paired_differences(study, v, metric)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
-        out.append(Comparison(v, len(diffs), run_sequence(diffs, design, *asked.get(v, (None, None))), lost,
-                              finite))
+        looks = walk(diffs, design, *asked.get(v, (None, None)))
+        out.append(Comparison(v, len(diffs), looks[-1] if looks else None, lost, finite, reopened(looks)))
     return out
 
 
-def _verdict(c: Comparison, design: Design, higher: bool, unit: str) -> str:
+def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
+    """What one look read, in words: 'worse' / 'better' / 'no effect as large as ±0.5 BLEU' / 'open'."""
+    if look.state == "effect":
+        return "better" if (look.diff > 0) == higher else "worse"
+    return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else "open"
+
+
+def reopened_phrase(earlier: Look | None, design: Design, dec: int, higher: bool, unit: str) -> str:
+    """'at look 3 (5 seeds) it read worse ([-2.10, -0.12]), and the seeds since reopened it' for an
+    earlier look that read an effect the comparison's current look does not (:func:`reopened`), else ''."""
+    if earlier is None:
+        return ""
+    return (f"at look {earlier.look} ({earlier.n} seeds) it read {reading(earlier, design, higher, unit)} "
+            f"({st.fmt_interval(earlier.lo, earlier.hi, dec)}), and the seeds since reopened it")
+
+
+_REOPENED = (
+    " A comparison whose claim asks for no effect (within its margin) keeps getting seeds after its "
+    "interval excludes 0 but still reaches inside the margin; where the seeds since then widened the "
+    "interval back over 0, its verdict says which look read what. The intervals of all looks cover the true "
+    "effect together with the stated confidence, so the earlier reading is evidence too, not a mistake the "
+    "later look corrected.")
+
+
+def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -> str:
     look = c.look
     if c.lost:
         return "no seed where both it and the baseline finished (diverged or failed): nothing to test"
@@ -107,7 +132,8 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str) -> str:
     if look.state == "untestable":
         return "too few finished pairs to test"
     return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final
-            else "open: the study has not finished its rounds")
+            else "open: the study has not finished its rounds") + (
+        f"; {reopened_phrase(c.earlier, design, dec, higher, unit)}" if c.earlier else "")
 
 
 def _interval(look: Look | None, dec: int) -> str:
@@ -133,7 +159,7 @@ def sequential_lines(study: Study) -> list[tuple[str, str]] | None:
     unit, dec, higher = quality_meta(metric)
     lines = []
     for c in comparisons(study, design, metric):
-        text = _verdict(c, design, higher, unit)
+        text = _verdict(c, design, higher, unit, dec)
         look = c.look
         if look is None and c.mean_so_far is not None:  # before the first look: the mean so far, no interval
             n = len(c.finite)
@@ -162,9 +188,10 @@ def part(inp: Inputs) -> Part | None:
     metric = decided_metric(study)
     unit, dec, higher = quality_meta(metric)
     rows, records = [], []
+    reopen_note = False
     for c in comparisons(study, design, metric):
         look = c.look
-        text = _verdict(c, design, higher, unit)
+        text = _verdict(c, design, higher, unit, dec)
         # Before the first look: the pairs so far and their mean (no interval yet), as the summary says.
         pairs = look.n if look else len(c.finite)
         diff = look.diff if look else c.mean_so_far
@@ -175,7 +202,11 @@ def part(inp: Inputs) -> Part | None:
                         "look": look.look if look else None, "state": "no_pairs" if c.lost else
                         (look.state if look else "open"), "diff": diff,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
-                        "detectable": look.detectable if look else None, "verdict": text})
+                        "detectable": look.detectable if look else None, "verdict": text,
+                        "reopened": None if c.earlier is None else {
+                            "look": c.earlier.look, "pairs": c.earlier.n, "state": c.earlier.state,
+                            "diff": c.earlier.diff, "lo": c.earlier.lo, "hi": c.earlier.hi}})
+        reopen_note |= c.earlier is not None
     data = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,
                           "nominal_level": design.nominal, "min_effect": design.min_effect, "metric": metric,
                           "comparisons": records}
@@ -191,7 +222,7 @@ def part(inp: Inputs) -> Part | None:
              "spread of the seeds it got, (t(1 − p*/2, n−1) + t(0.8, n−1))·s/√n. The fixed-sample tests "
              "of the Effects section do not account for the stopping rule (their p-values are too small "
              "for a study that stopped where the evidence looked strongest): for this study read the "
-             "verdicts below."),
+             "verdicts below." + (_REOPENED if reopen_note else "")),
         Table(["variant", "seeds", "pairs", "Δ vs baseline", "repeated CI", "smallest detectable", "verdict"],
               rows, "lrrrrrl", f"Sequential verdicts on {metric}, each against the baseline"),
     ])], data={"sequential": data})

@@ -38,6 +38,7 @@ class Verdict:
     test: Look | None  # the same seeds and look on the test split; None without one
     val_answer: str
     test_answer: str | None
+    earlier: Look | None = None  # an earlier validation look whose effect the later seeds reopened
 
     @property
     def agrees(self) -> bool | None:
@@ -119,7 +120,7 @@ def verdicts(study: Study, design: Design) -> list[Verdict]:
             values = [math.nan if d is None else d for d in diffs]
             test_look = evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))
         out.append(Verdict(c.variant, look, test_look, answer(look, higher),
-                           answer(test_look, higher) if test_look is not None else None))
+                           answer(test_look, higher) if test_look is not None else None, c.earlier))
     return out
 
 

@@ -186,18 +186,35 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     return Look(n, look, diff, lo, hi, sd, detectable, state, final, answers(state, lo, hi, question, margin))
 
 
-def run_sequence(differences: Sequence[float | None], design: Design, question: Question = None,
-                 margin: float | None = None) -> Look | None:
-    """Walk the planned looks over per-seed differences in seed order (None: the pair has no value, e.g.
-    a diverged run) and return the look that decided the comparison's ``question``, else the last look the
-    data reach (None if the first look is not reached yet). A later look is never consulted once an
-    earlier one decided."""
-    last: Look | None = None
+def walk(differences: Sequence[float | None], design: Design, question: Question = None,
+         margin: float | None = None) -> list[Look]:
+    """Every planned look the per-seed differences (in seed order; None: the pair has no value, e.g. a
+    diverged run) reach, up to and including the one that decided the comparison's ``question``: a later
+    look is never consulted once an earlier one decided."""
+    looks: list[Look] = []
     for k, n in enumerate(design.looks, start=1):
         if len(differences) < n:
             break
         values = [math.nan if v is None else float(v) for v in differences[:n]]
-        last = evaluate(values, design, k, question, margin)
-        if last.decided:
+        looks.append(evaluate(values, design, k, question, margin))
+        if looks[-1].decided:
             break
-    return last
+    return looks
+
+
+def run_sequence(differences: Sequence[float | None], design: Design, question: Question = None,
+                 margin: float | None = None) -> Look | None:
+    """The look that decided the comparison's ``question`` (:func:`walk`), else the last look the data
+    reach (None if the first look is not reached yet)."""
+    looks = walk(differences, design, question, margin)
+    return looks[-1] if looks else None
+
+
+def reopened(looks: Sequence[Look]) -> Look | None:
+    """The latest earlier look that read an effect or no effect where the last look reads neither: a
+    ``none`` claim's comparison that excluded 0 kept getting seeds, and the seeds since widened its
+    interval back over 0. Every look's interval is valid (they cover the true effect simultaneously), so
+    the earlier reading is evidence a reader should see beside the open one, not an error."""
+    if not looks or looks[-1].state in ("effect", "no_effect", "identical"):
+        return None
+    return next((lk for lk in reversed(looks[:-1]) if lk.state in ("effect", "no_effect")), None)

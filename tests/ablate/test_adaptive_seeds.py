@@ -303,8 +303,44 @@ def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_o
     plain = run_sequence(diffs, design)
     assert claimed is not None and plain is not None
     assert claimed.state == plain.state == "effect" and not claimed.decided and plain.decided
-    said = _verdict(Comparison("c", 5, claimed, False, tuple(diffs)), design, True, "BLEU")
+    said = _verdict(Comparison("c", 5, claimed, False, tuple(diffs)), design, True, "BLEU", 2)
     assert said == ("effect: worse than the baseline so far; its claim's question is open, so the study "
                     "adds seeds")
-    assert _verdict(Comparison("c", 5, plain, False, tuple(diffs)), design, True, "BLEU") == \
+    assert _verdict(Comparison("c", 5, plain, False, tuple(diffs)), design, True, "BLEU", 2) == \
         "effect: worse than the baseline"
+
+
+def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() -> None:
+    """presets-multi30k's c-lightning-2024: worse at look 3 (5 seeds), its none claim open, so it got
+    seeds; at 7 a seed where the baseline trained badly widened the interval back over 0. The verdict says
+    open and names the earlier reading with its interval; a comparison decided at its last look, or one
+    never decided, names none."""
+    from ablate.report import stats as st
+    from ablate.report.seeds import Comparison, _verdict, reopened_phrase
+    from ablate.study.sequential import Design, reopened, walk
+
+    design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
+    diffs = [-1.5, -0.6, -1.3, -0.9, -1.25, -0.7, 2.3]
+    looks = walk(diffs, design, "none", 0.5)
+    assert [lk.n for lk in looks] == [3, 4, 5, 6, 7]  # no look answered the claim, so every one was taken
+    assert looks[-1].state == "open" and looks[2].state == "effect"
+    earlier = reopened(looks)
+    assert earlier is not None and earlier.state == "effect" and earlier.hi < 0
+    assert earlier.look == max(lk.look for lk in looks[:-1] if lk.state == "effect")  # the latest such look
+    said = _verdict(Comparison("c", 7, looks[-1], False, tuple(diffs), earlier), design, True, "BLEU", 2)
+    assert said == (f"open: the study has not finished its rounds; at look {earlier.look} "
+                    f"({earlier.n} seeds) it read worse ({st.fmt_interval(earlier.lo, earlier.hi, 2)}), "
+                    "and the seeds since reopened it")
+    assert reopened_phrase(None, design, 2, True, "BLEU") == ""
+    # the claim line at the top of the report says it too, as a sentence
+    from ablate.report.published import _reopened
+    from ablate.report.verdicts import Verdict
+    v = Verdict("c", looks[-1], None, "open", None, earlier)
+    assert _reopened(v, design, 2, True, "BLEU") == (
+        f" At look {earlier.look} ({earlier.n} seeds) it read worse "
+        f"({st.fmt_interval(earlier.lo, earlier.hi, 2)}), and the seeds since reopened it.")
+    assert _reopened(Verdict("c", looks[-1], None, "open", None), design, 2, True, "BLEU") == ""
+    # decided at its last look, or never read an effect: nothing to name
+    assert reopened(walk(diffs[:5], design)) is None
+    assert reopened(walk([0.3, -0.2, 0.4, -0.1, 0.2], design, "none", 0.5)) is None
+    assert reopened([]) is None

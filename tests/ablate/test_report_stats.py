@@ -222,7 +222,8 @@ def test_fixed_formatting() -> None:
     assert st.fmt_p(0.0004) == "<0.001" and st.fmt_p(0.04567) == "0.046" and st.fmt_p(math.nan) == "—"
     # every report section prints an interval this way: both ends signed, undefined (too few seeds) as a dash
     assert st.fmt_interval(-4.0866, -1.054, 2) == "[-4.09, -1.05]"
-    assert st.fmt_interval(-0.26, 4.06, 1) == "[-0.3, +4.1]" and st.fmt_interval(0.001, 2.0, 2) == "[0.00, +2.00]"
+    assert st.fmt_interval(-0.26, 4.06, 1) == "[-0.3, +4.1]"
+    assert st.fmt_interval(0.001, 2.0, 2) == "[0.00, +2.00]"
     assert st.fmt_interval(math.nan, 1.0, 2) == "—" and st.fmt_interval(0.0, math.nan, 2) == "—"
 
 
