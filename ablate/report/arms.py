@@ -22,8 +22,7 @@ import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import Run, Study, quality_meta
 from ablate.report.scale import Direction, Transfer, Verdict, check_transfers
-from ablate.report.seeds import claim_questions, comparisons, decided_metric
-from ablate.report.verdicts import answer
+from ablate.report.seeds import answer, claim_questions, comparisons, decided_metric
 from ablate.study.sequential import Design, Look
 
 

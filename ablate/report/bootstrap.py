@@ -242,8 +242,7 @@ def _baseline_without_translations(study: Study, reader: _Reader, n_base: int) -
     why = (f"Nothing can be resampled yet: the baseline's {n_base} runs were recorded before runs logged "
            f"their translations, so no variant's run has a baseline run of its seed to pair with "
            f"({having} of the study's {len(finished)} finished runs {'has' if having == 1 else 'have'} "
-           "them). "
-           "The section fills in once the baseline has runs with translations.")
+           "them). The section fills in once the baseline has runs with translations.")
     missing = [f"{study.baseline}: {NO_HYPOTHESES}"]
     return Part("bootstrap", [Section(TITLE, [_intro(), Para(why)])],
                 data={"bleu_bootstrap": {"comparisons": {}, "not_resampled": missing, "resamples": RESAMPLES,

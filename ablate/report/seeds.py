@@ -89,11 +89,23 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     return out
 
 
-def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
-    """What one look read, in words: 'worse' / 'better' / 'no effect as large as ±0.5 BLEU' / 'open'."""
+def answer(look: Look | None, higher: bool) -> str:
+    """A look's answer in words: better / worse / no effect / identical / open."""
+    if look is None:
+        return "open"
+    if look.state == "identical":
+        return "identical"
     if look.state == "effect":
         return "better" if (look.diff > 0) == higher else "worse"
-    return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else "open"
+    if look.state == "no_effect":
+        return "no effect"
+    return "open"
+
+
+def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
+    """:func:`answer` with its margin spelled out: 'worse' / 'no effect as large as ±0.5 BLEU' / ..."""
+    said = answer(look, higher)
+    return f"no effect as large as ±{design.min_effect:g} {unit}" if said == "no effect" else said
 
 
 def reopened_phrase(earlier: Look | None, design: Design, dec: int, higher: bool, unit: str) -> str:
@@ -122,8 +134,7 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
     if look.state == "identical":
         return "identical to the baseline in every seed"
     if look.state == "effect":
-        better = (look.diff > 0) == higher
-        text = f"effect: {'better' if better else 'worse'} than the baseline"
+        text = f"effect: {answer(look, higher)} than the baseline"
         if not look.decided and not look.final:  # a `none` claim's question is still open: seeds go on
             text += " so far; its claim's question is open, so the study adds seeds"
         return text

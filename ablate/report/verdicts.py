@@ -21,7 +21,14 @@ from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Para
-from ablate.report.seeds import claim_questions, comparisons, decided_metric, design_of, paired_differences
+from ablate.report.seeds import (
+    answer,
+    claim_questions,
+    comparisons,
+    decided_metric,
+    design_of,
+    paired_differences,
+)
 from ablate.study.sequential import Design, Look, evaluate
 
 # The baseline is still learning when its validation loss fell by more than this share over its last
@@ -90,19 +97,6 @@ class Regime:
 def test_metric(metric: str) -> str | None:
     split, _, name = metric.partition("/")
     return f"test/{name}" if split == "val" and name else None
-
-
-def answer(look: Look | None, higher: bool) -> str:
-    """A look's answer in words: better / worse / no effect / identical / open."""
-    if look is None:
-        return "open"
-    if look.state == "identical":
-        return "identical"
-    if look.state == "effect":
-        return "better" if (look.diff > 0) == higher else "worse"
-    if look.state == "no_effect":
-        return "no effect"
-    return "open"
 
 
 def verdicts(study: Study, design: Design) -> list[Verdict]:
