@@ -118,12 +118,11 @@ def machine_info(device: torch.device, peaks: dict[str, float], load: float) -> 
 
 def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
     from ablate.engine.model import build_model
-    from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, keep_freed_memory_in_process
+    from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, prepare_device
 
     load_before = load_average()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cpu":
-        keep_freed_memory_in_process()  # as `ablate run` trains: so the timed steps are a run's
+    prepare_device(device)  # as `ablate run` trains: so the timed steps are a run's
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     bf16 = cuda_has_native_bf16() if device.type == "cuda" else cpu_has_fast_bf16()

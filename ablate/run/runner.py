@@ -29,7 +29,7 @@ from ablate.engine.checkpoint import load_verified
 from ablate.engine.lm import build_any
 from ablate.engine.progress import PeakMemory
 from ablate.engine.train import EvalHook, Trainer, TrainOutcome
-from ablate.hardware import keep_freed_memory_in_process
+from ablate.hardware import prepare_device
 from ablate.run.distributed import DistInfo, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importable from here too
@@ -161,8 +161,7 @@ def find_place(spec: ExperimentSpec, run_dir: Path | None) -> Place:
     """Join torchrun's process group if started by it, pick the device, name the run folder."""
     dist = init_distributed()
     device = pick_device(dist)
-    if device.type == "cpu":
-        keep_freed_memory_in_process()  # a fifth of a CPU step went to page faults on freed logits
+    prepare_device(device)
     return Place(dist, device, Path(run_dir) if run_dir is not None else run_dir_for(spec))
 
 

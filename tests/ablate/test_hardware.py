@@ -1,4 +1,4 @@
-"""ablate.hardware: the CPU allocator settings `ablate run` applies before training on a CPU."""
+"""ablate.hardware: the process settings `ablate run` applies before training: CPU allocator, CUDA sdpa."""
 
 from __future__ import annotations
 
@@ -67,3 +67,21 @@ def test_kept_memory_trains_without_page_faulting_freed_logits_back(probe: tuple
 def test_released_memory_goes_back_to_the_os(probe: tuple[int, int, int, int]) -> None:
     _, _, held, released = probe
     assert held - released > 3 * 64  # the freed logits and gradients the heap held (MB)
+
+
+def test_a_cuda_run_keeps_attention_off_cudnn_and_a_cpu_run_leaves_the_backends_alone() -> None:
+    # cuDNN's sdpa builds a plan per new batch shape (hardware.keep_attention_off_cudnn). The setting is
+    # process-wide, so it is read in a child; torch.device("cuda") needs no GPU to be named.
+    probe = textwrap.dedent("""
+        import torch
+        from ablate.hardware import prepare_device
+        seen = [torch.backends.cuda.cudnn_sdp_enabled()]
+        prepare_device(torch.device("cpu"))
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        prepare_device(torch.device("cuda"))
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        print(*seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "False"]
