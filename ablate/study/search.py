@@ -96,6 +96,18 @@ def _retried(trials: Sequence[FrozenTrial]) -> set[int]:
     return {n for t in trials for n in t.system_attrs.get(A.RETRY_HISTORY, [])}
 
 
+def replaced_failures(trials: Sequence[FrozenTrial]) -> set[int]:
+    """The failed trials a re-queued retry replaced (a dead or interrupted trial): their retry holds the
+    budget slot, not they."""
+    return _retried(trials) & {t.number for t in trials if t.state == TrialState.FAIL}
+
+
+def trials_done(trials: Sequence[FrozenTrial]) -> int:
+    """Budget slots whose trial has ended: complete, pruned, or failed with no retry queued."""
+    replaced = replaced_failures(trials)
+    return sum(t.state.is_finished() and t.number not in replaced for t in trials)
+
+
 def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
     """Enqueue the baseline (first trial) and slots up to `budget` trials: empty ones the sampler fills,
     or with the grid sampler each grid point's values (the baseline's point once, first). A re-queued
@@ -103,8 +115,7 @@ def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
     grid = plan.spec.search.sampler == "grid"
     with store.lock(study.study_name):
         trials = study.get_trials(deepcopy=False)
-        failed = {t.number for t in trials if t.state == TrialState.FAIL}
-        counted = len(trials) - len(_retried(trials) & failed)
+        counted = len(trials) - len(replaced_failures(trials))
         todo: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (params, user attrs) to enqueue
         base, notes = plan.baseline_point()
         if not trials:

@@ -269,7 +269,7 @@ def stored_searches(plan: StudyPlan, storage: str | None) -> dict[str, tuple[Tun
             continue
         trials = study.get_trials(deepcopy=False)
         out[label] = (outcome(trials, splan, label, study.study_name, failfast.stopped(study)),
-                      sum(x.state.is_finished() for x in trials))
+                      S.trials_done(trials))
     return out
 
 

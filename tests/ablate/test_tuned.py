@@ -116,8 +116,8 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
     assert len(trained) == 8
 
 
-def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(workdir: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     runs: list[float] = []
 
     def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
@@ -133,10 +133,18 @@ def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(workdir: Pa
                            extra=STUDY, filename="resumed.yaml")
     with pytest.raises(KeyboardInterrupt):
         tune_variants(plan_study(str(path)))
+    # the interrupted trial failed and its retry waits in its slot: it is not a trial done
+    capsys.readouterr()
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "  baseline: 2 of 4 trials done" in out and "own best: waits for every search to finish" in out
     tuned = tune_variants(plan_study(str(path)))
     assert len(runs) == 9  # 2 + the interrupted one + its retry and the 5 left: 8 trials trained in all
     assert [len(t.scores) for t in tuned.values()] == [4, 4]
     assert tuned["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "  baseline: 4 of 4 trials done" in out and "  norm=custom: 4 of 4 trials done" in out
 
 
 def test_a_variants_search_run_is_not_read_as_a_cell_of_the_study() -> None:
