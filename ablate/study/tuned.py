@@ -134,7 +134,9 @@ def run_search(search: OpenSearch, store: Store, parent: str | None, worker: int
 
 def close_search(search: OpenSearch, store: Store, interrupted: bool) -> Tuned:
     """The search's outcome; its run (if any) brought up to date and ended as the search ended, with its
-    best settings (tag ``ablate.best_settings``) once every trial is done."""
+    best settings (tag ``ablate.best_settings``) once every trial of its budget is done. A search that was
+    complete before the process was interrupted (in a later search) ends finished: its own trials are all
+    done, and a partial export read "search not finished" for every search otherwise."""
     study = open_study(store, search.name, search.splan.directions)
     assert study is not None
     trials = study.get_trials(deepcopy=False)
@@ -143,7 +145,7 @@ def close_search(search: OpenSearch, store: Store, interrupted: bool) -> Tuned:
     if search.tracker is not None:
         from ablate.study.parent import close_parent, search_description, trials_table
 
-        done = not interrupted and not why and all(t.state.is_finished() for t in trials)
+        done = not why and all(t.state.is_finished() for t in trials)  # open_search filled every slot
         if done:
             search.tracker.set_tags({R.BEST_SETTINGS: json.dumps(result.best, sort_keys=True)})
         note = search_description(search.splan, search.name, search.budget, trials)

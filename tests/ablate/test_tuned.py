@@ -3,6 +3,7 @@ variant needs 3x the baseline's learning rate. Training is replaced by a known f
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,45 @@ def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(
     assert main_ablate(str(path), dry_run=True) == 0
     out = capsys.readouterr().out
     assert "  baseline: 4 of 4 trials done" in out and "  norm=custom: 4 of 4 trials done" in out
+
+
+def test_a_search_complete_before_an_interrupt_ends_finished_with_its_best_settings(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the second variant's search: the baseline's search, complete by then, is a finished run
+    with its best settings (a partial export's report reads them); the interrupted one is neither."""
+    from mlflow import MlflowClient
+
+    import ablate.tracking.record as R
+    from ablate.tracking import Tracker
+    from ablate.tracking.store import resolve_tracking_uri
+
+    runs: list[float] = []
+
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        if len(runs) == 5:  # the second trial of norm=custom's search, after the baseline's four
+            runs.append(math.nan)
+            raise KeyboardInterrupt
+        runs.append(spec.train.optimizer.lr)
+        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
+
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "halfway", "train.max_steps": 20},
+                           extra=STUDY, filename="halfway.yaml")
+    plan = plan_study(str(path))
+    parent = Tracker.start(plan.spec, run_name="halfway", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    with pytest.raises(KeyboardInterrupt):
+        tune_variants(plan, parent=parent.run_id)
+    parent.end("interrupted")
+    client = MlflowClient(resolve_tracking_uri(plan.spec.tracking.uri))
+    exp = client.get_experiment_by_name(plan.name)
+    assert exp is not None
+    searches = {r.data.tags[R.VARIANT]: r for r in client.search_runs([exp.experiment_id])
+                if r.data.tags.get(R.KIND) == "search"}
+    base, custom = searches["baseline"], searches["norm=custom"]
+    assert base.info.status == "FINISHED"
+    assert json.loads(base.data.tags[R.BEST_SETTINGS]) == {"train.optimizer.lr": BASE_LR}
+    assert custom.info.status == "KILLED" and R.BEST_SETTINGS not in custom.data.tags
 
 
 def test_a_variants_search_run_is_not_read_as_a_cell_of_the_study() -> None:
