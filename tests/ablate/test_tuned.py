@@ -48,6 +48,23 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
     return runs
 
 
+def interrupt_once(monkeypatch: pytest.MonkeyPatch, before: int) -> list[float]:
+    """Training replaced by `score`, with one Ctrl-C once ``before`` trials have run; the learning rate of
+    each trial trained (nan for the interrupted one)."""
+    runs: list[float] = []
+
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        if len(runs) == before:
+            runs.append(math.nan)
+            raise KeyboardInterrupt
+        runs.append(spec.train.optimizer.lr)
+        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
+
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    return runs
+
+
 def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, trained: list[ExperimentSpec],
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "lr3x", "train.max_steps": 20},
@@ -119,17 +136,7 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
 
 def test_an_interrupted_search_resumes_and_ends_with_the_same_budget(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    runs: list[float] = []
-
-    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
-        if len(runs) == 2:  # Ctrl-C in the third trial, once
-            runs.append(math.nan)
-            raise KeyboardInterrupt
-        runs.append(spec.train.optimizer.lr)
-        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
-
-    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
-    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    runs = interrupt_once(monkeypatch, before=2)  # Ctrl-C in the third trial
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "resumed", "train.max_steps": 20},
                            extra=STUDY, filename="resumed.yaml")
     with pytest.raises(KeyboardInterrupt):
@@ -158,17 +165,7 @@ def test_a_search_complete_before_an_interrupt_ends_finished_with_its_best_setti
     from ablate.tracking import Tracker
     from ablate.tracking.store import resolve_tracking_uri
 
-    runs: list[float] = []
-
-    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
-        if len(runs) == 5:  # the second trial of norm=custom's search, after the baseline's four
-            runs.append(math.nan)
-            raise KeyboardInterrupt
-        runs.append(spec.train.optimizer.lr)
-        return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
-
-    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
-    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    interrupt_once(monkeypatch, before=5)  # the second trial of norm=custom's, after the baseline's four
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "halfway", "train.max_steps": 20},
                            extra=STUDY, filename="halfway.yaml")
     plan = plan_study(str(path))
