@@ -64,6 +64,18 @@ class Judged:
     answer: str  # better | worse | no effect | identical | open
 
     @property
+    def settled(self) -> bool:
+        """Answered, or undecided at the last planned look: no later round can change it."""
+        return self.answer != "open" or (self.look is not None and self.look.final)
+
+    @property
+    def verdict(self) -> str:
+        """The answer, with an open comparison told apart by whether its rounds continue."""
+        if self.answer != "open":
+            return self.answer
+        return "undecided at the maximum of seeds" if self.settled else "open (its rounds continue)"
+
+    @property
     def decided(self) -> bool:
         """Decided as the study decides which comparisons to confirm (ablate/study/arms.py): its look
         answers the comparison's question with an effect or no effect."""
@@ -75,7 +87,7 @@ class Judged:
         if lk is None or math.isnan(lk.diff):
             return f"— ({self.answer})"
         ci = "" if math.isnan(lk.lo) else f" {st.fmt_interval(lk.lo, lk.hi, dec)}"
-        return f"{st.fmt(lk.diff, dec, True)} {unit}{ci}, n={lk.n}: {self.answer}"
+        return f"{st.fmt(lk.diff, dec, True)} {unit}{ci}, n={lk.n}: {self.verdict}"
 
 
 def judged(study: Study, design: Design) -> dict[str, Judged]:
@@ -103,9 +115,26 @@ class Twice:
 
     @property
     def changed(self) -> bool:
-        """Tuning changed the verdict (both arms answered, differently)."""
-        return (self.own is not None and self.base.answer != "open" and self.own.answer != "open"
-                and self.base.answer != self.own.answer)
+        """Tuning changed the verdict: both arms settled, differently (an effect in one arm and undecided
+        at the maximum of seeds in the other is a change too)."""
+        return (self.own is not None and self.base.settled and self.own.settled
+                and self.base.verdict != self.own.verdict)
+
+    @property
+    def pending(self) -> bool:
+        """The own-best arm has not settled this comparison yet: tuning may still change its verdict."""
+        return self.own is None or not self.own.settled
+
+
+def pending_text(rows: list[Twice]) -> str:
+    """'Not settled yet at its own best, the study's rounds continue: `tied` (worse at the baseline's
+    settings; open at its own best after 6 seeds).'"""
+    def one(t: Twice) -> str:
+        own = f"{t.own.look.n} seeds" if t.own is not None and t.own.look is not None else "no seeds"
+        base = f"{t.base.verdict} at the baseline's settings"
+        return f"`{t.variant}` ({base}; open at its own best after {own})"
+
+    return "Not settled yet at its own best, the study's rounds continue: " + "; ".join(map(one, rows)) + "."
 
 
 def twice(study: Study) -> list[Twice]:

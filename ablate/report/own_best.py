@@ -15,7 +15,7 @@ from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
-from ablate.report.arms import Twice, arm_design, tuning, twice
+from ablate.report.arms import Twice, arm_design, pending_text, tuning, twice
 from ablate.report.data import Search, Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
@@ -119,11 +119,18 @@ def part(inp: Inputs) -> Part | None:
     if rows:
         blocks.append(_twice_table(rows, dec, unit))
         changed = [t.variant for t in rows if t.changed]
+        pending = [t for t in rows if t.pending]
         named = ", ".join(f"`{v}`" for v in changed)
-        blocks.append(Para(f"Tuning changed the verdict of {named}: at the baseline's settings a comparison "
-                           "measures how well those settings suit the variant as much as the design choice."
-                           if changed else
-                           "Tuning changed no verdict: each holds with every variant at its own best."))
+        if changed:
+            blocks.append(Para(f"Tuning changed the verdict of {named}: at the baseline's settings a "
+                               "comparison measures how well those settings suit the variant as much as the "
+                               "design choice."))
+        elif pending:
+            blocks.append(Para("Tuning changed no verdict among the comparisons both arms have settled."))
+        else:
+            blocks.append(Para("Tuning changed no verdict: each holds with every variant at its own best."))
+        if pending:
+            blocks.append(Note(pending_text(pending) + " Tuning may yet change these.", "info"))
     else:
         blocks.append(Note("no cell at each variant's own best has run yet: `ablate ablate` runs them once "
                            "every search is done.", "info"))

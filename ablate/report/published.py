@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 import registry
 from ablate.report import stats as st
+from ablate.report.arms import Twice, twice
 from ablate.report.data import EffectRow, Study, params_of, quality_meta, spec_diff
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
@@ -196,6 +197,15 @@ def _reopened(v: Verdict | None, design: Design | None, dec: int, higher: bool, 
     return f" {phrase[0].upper()}{phrase[1:]}."
 
 
+def _at_own_best(t: Twice | None, dec: int, unit: str) -> str:
+    """' At its own best settings the comparison reads -1.02 BLEU [...], n=6: open (its rounds continue)
+    (see ...).' where tuning changed the verdict or has not settled it (a study with tune:), else ''."""
+    if t is None or not (t.changed or t.pending):
+        return ""
+    reads = t.own.shown(dec, unit) if t.own is not None else "nothing yet (no run at its own best)"
+    return f" At its own best settings the comparison reads {reads} (see Each variant at its own best)."
+
+
 def _source_markers(params: dict[str, str]) -> str:
     """Which markers the run's sources carried (``data.source_bos`` / ``source_eos``; runs from before
     them had none), in words."""
@@ -306,6 +316,7 @@ def part(inp: Inputs) -> Part | None:
     checks: list[str] = []
     records: list[dict[str, object]] = []
     on_test = {v.variant: v for v in verdicts(study, design)} if design is not None else {}
+    own = {t.variant: t for t in twice(study)}
     for claim in claims:
         ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
               else None)
@@ -316,7 +327,8 @@ def part(inp: Inputs) -> Part | None:
             unit, dec, higher = quality_meta(ev.metric)
             v = on_test.get(claim.variant)
             after = (size_change(study, claim.variant) + _test_disagrees(v, dec, unit)
-                     + _reopened(v, design, dec, higher, unit))
+                     + _reopened(v, design, dec, higher, unit)
+                     + _at_own_best(own.get(claim.variant), dec, unit))
             outcome, why = judge(claim, ev, higher)
             found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
             if math.isfinite(ev.lo) and math.isfinite(ev.hi):

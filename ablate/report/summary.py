@@ -10,7 +10,7 @@ A study with ``confirm:`` leads with the verdicts that hold at both scales (``at
 from __future__ import annotations
 
 import ablate.tracking.record as R
-from ablate.report.arms import deciding_arm, twice
+from ablate.report.arms import deciding_arm, pending_text, twice
 from ablate.report.at_scale import holds_at_both
 from ablate.report.bounds import bound_text
 from ablate.report.data import quality_meta
@@ -45,11 +45,14 @@ def part(inp: Inputs) -> Part:
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                        "(details, tests and caveats below):"), Bullets(fixed)]
-    changed = [t for t in twice(study) if t.changed]
+    both = twice(study)
+    changed = [t for t in both if t.changed]
     if changed:
         intro.append(Para("**Tuning changed** " + "; ".join(
-            f"`{t.variant}`: {t.base.answer} at the baseline's settings, {t.own.answer if t.own else '—'} "
+            f"`{t.variant}`: {t.base.verdict} at the baseline's settings, {t.own.verdict if t.own else '—'} "
             "at its own best" for t in changed) + " (see Each variant at its own best)."))
+    if awaited := [t for t in both if t.pending and t.base.settled]:
+        intro.append(Para(f"**{pending_text(awaited)}** (see Each variant at its own best)"))
     return Part("summary", intro=intro, data={"warnings": warnings})
 
 

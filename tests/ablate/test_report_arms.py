@@ -13,7 +13,9 @@ import pytest
 
 import ablate.tracking.record as R
 from ablate.cli import main as cli_main
+from ablate.report.arms import Judged, Twice, pending_text
 from ablate.study.ablation import main_ablate
+from ablate.study.sequential import Look
 from tests.tuned_studies import fake_training, write_study
 
 
@@ -146,3 +148,33 @@ def test_an_imported_export_continues_without_searching_again_and_reports_the_sa
         return [line for line in text.splitlines() if not line.startswith("Report generated on")]
 
     assert body(after) == body(before)
+
+
+def _judged(answer: str, n: int, final: bool) -> Judged:
+    state = {"worse": "effect", "better": "effect", "open": "open"}[answer]
+    look = Look(n, n - 2, -1.0, -3.0, 1.0, 1.0, 2.0, state, final, decided=state == "effect")  # type: ignore[arg-type]
+    return Judged("embeddings=tied", look, answer)
+
+
+def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -> None:
+    """The committed modern-axes report said "Tuning changed no verdict: each holds" while tied embeddings,
+    worse at the baseline's settings, was still open at its own best after 6 of 8 seeds."""
+    worse = _judged("worse", 4, final=False)
+    running = Twice("embeddings=tied", worse, _judged("open", 6, final=False))
+    assert running.pending and not running.changed
+    assert pending_text([running]) == (
+        "Not settled yet at its own best, the study's rounds continue: `embeddings=tied` (worse at the "
+        "baseline's settings; open at its own best after 6 seeds).")
+    # undecided at the maximum of seeds at its own best, worse at the baseline's: tuning changed it
+    ended = Twice("embeddings=tied", worse, _judged("open", 8, final=True))
+    assert ended.changed and not ended.pending
+    assert ended.own is not None and ended.own.verdict == "undecided at the maximum of seeds"
+    assert "n=8: undecided at the maximum of seeds" in ended.own.shown(2, "BLEU")
+    assert not Twice("x", worse, _judged("worse", 5, final=False)).changed
+    # the published-claims line carries the own-best reading where tuning changed or has not settled it
+    from ablate.report.published import _at_own_best
+
+    assert _at_own_best(running, 2, "BLEU") == (
+        " At its own best settings the comparison reads -1.00 BLEU [-3.00, +1.00], n=6: open (its rounds "
+        "continue) (see Each variant at its own best).")
+    assert _at_own_best(Twice("x", worse, worse), 2, "BLEU") == ""
