@@ -135,7 +135,8 @@ def keep_attention_off_cudnn() -> None:
     H200 (torch 2.11) before this setting: the Multi30k study cell in bf16 trained at 4,000 tokens/s over
     its first 50 steps and 30,500 by step 300 (running means), in fp32 at 79,000 and 125,000 over 480
     steps: the cost followed new shapes and only half precision paid it. Without cuDNN, sdpa runs the
-    memory-efficient or flash kernel: the same function, with no per-shape setup.
+    memory-efficient or flash kernel: the same function, with no per-shape setup. Measured after it, same
+    machine: 108,000 tokens/s in bf16 against 122,000 in fp32 over the cell's 480 steps.
     """
     torch.backends.cuda.enable_cudnn_sdp(False)
 

@@ -4,7 +4,7 @@ precision the trainer has, eager and compiled, and print one table (on a machine
     python scripts/gpu_check.py                      # every row below, ~5 minutes on one H100/H200
     python scripts/gpu_check.py --steps 400 --variants attention=qk_norm
     python scripts/gpu_check.py --spec experiments/multi30k-cell.yaml --steps 480 --variants baseline \
-        --precisions fp32 bf16 --compile                 # the study cell (needs $ABLATE_DATA_DIR)
+        --precisions fp32 bf16                           # the study cell (needs $ABLATE_DATA_DIR)
 
 Each row is a whole `ablate run SPEC` (the quickstart unless --spec; tracking off) on cuda: its test exact
 match (or BLEU, for a spec scored by it), train tokens/s and wall time as the run prints them. fp16 runs with
@@ -53,7 +53,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--precisions", nargs="*", default=list(PRECISIONS))
-    ap.add_argument("--compile", nargs="*", default=["baseline:bf16"], help="variant:precision, compiled")
+    ap.add_argument("--compile", nargs="*", default=["baseline:bf16"],
+                    help="variant:precision pairs also run compiled (default baseline:bf16; bare: none)")
     a = ap.parse_args()
     rows = [(v, p, False) for v in a.variants for p in a.precisions]
     rows += [(*pair.split(":"), True) for pair in a.compile]  # type: ignore[misc]
