@@ -58,9 +58,23 @@ def _moved(c: Change) -> str:
     return f"{c.field}: {show(c.baseline)} → {show(c.best)}{tail}"
 
 
-def _twice_table(rows: list[Twice], dec: int, unit: str) -> Table:
+_TUNING_SHOWN = {"changed": "**changed**", "pending": "pending: its rounds continue",
+                 "same_cells": "same settings as the baseline: same cells", "holds": "holds"}
+
+
+def _tuning_effect(t: Twice, unmoved: set[str]) -> str:
+    """What tuning did to this comparison: changed its verdict, has not settled it yet, left both the variant
+    and the baseline at the baseline's settings (both arms are then the same cells), or held it."""
+    if t.changed:
+        return "changed"
+    if t.pending:
+        return "pending"
+    return "same_cells" if t.variant in unmoved else "holds"
+
+
+def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str]) -> Table:
     body = [[t.variant, t.base.shown(dec, unit), t.own.shown(dec, unit) if t.own else "— (no runs yet)",
-             "**changed**" if t.changed else ""] for t in rows]
+             _TUNING_SHOWN[_tuning_effect(t, unmoved)]] for t in rows]
     return Table(["variant", "at the baseline's settings", "at its own best", "tuning"], body, "llll",
                  "Each variant against the baseline, paired by seed: Δ [interval], the pairs it rests on "
                  "and the verdict, in each arm")
@@ -114,10 +128,14 @@ def part(inp: Inputs) -> Part | None:
     metric = decided_metric(study)
     unit, dec, _ = quality_meta(metric)
     rows = twice(study)
+    settings, records = _settings_rows(study, tune, metric, dec)
+    unmoved = {r["variant"] for r in records if r["best"] is not None and r["distance"] == 0}
+    if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns
+        unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
                                 f"{design.describe()}.")]
     if rows:
-        blocks.append(_twice_table(rows, dec, unit))
+        blocks.append(_twice_table(rows, dec, unit, unmoved))
         changed = [t.variant for t in rows if t.changed]
         pending = [t for t in rows if t.pending]
         named = ", ".join(f"`{v}`" for v in changed)
@@ -134,7 +152,6 @@ def part(inp: Inputs) -> Part | None:
     else:
         blocks.append(Note("no cell at each variant's own best has run yet: `ablate ablate` runs them once "
                            "every search is done.", "info"))
-    settings, records = _settings_rows(study, tune, metric, dec)
     if settings:
         blocks.append(Table(["variant", "best settings (baseline's → best)", "moved", f"best {metric}",
                              "at baseline's settings", "trials"], settings, "llrrrr",
@@ -143,7 +160,7 @@ def part(inp: Inputs) -> Part | None:
                             "(log ranges in log units, numeric choices by their steps, another choice 100%)"))
     data = {"own_best": [{"variant": t.variant, "baseline_settings": _look(t.base.look, t.base.answer),
                           "own_best": _look(t.own.look, t.own.answer) if t.own else None,
-                          "changed": t.changed} for t in rows],
+                          "changed": t.changed, "tuning": _tuning_effect(t, unmoved)} for t in rows],
             "best_settings": records}
     return Part("own_best", [Section("Each variant at its own best", blocks)], data=data)
 

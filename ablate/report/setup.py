@@ -61,7 +61,13 @@ def arms_text(study: Study) -> str:
         trials = sum(len(s.trials) for s in study.searches)
         parts.append(f"{len(study.searches)} tuning searches ({trials} trials)")
     if R.OWN_BEST_ARM in study.arms:
-        parts.append(f"{len(study.arms[R.OWN_BEST_ARM].runs)} cells at each variant's own best")
+        own = study.arms[R.OWN_BEST_ARM].runs
+        at_base = {r.run_id for r in study.runs}
+        shared = sum(r.run_id in at_base for r in own)
+        # a variant whose best settings are the baseline's reuses its cells: say so, or the arms read as
+        # twice the training they were
+        reused = f" ({shared} of them the same cells as at the baseline's settings)" if shared else ""
+        parts.append(f"{len(own)} cells at each variant's own best{reused}")
     if R.CONFIRM_ARM in study.arms:
         parts.append(f"{len(study.arms[R.CONFIRM_ARM].runs)} cells at the larger setting")
     return "Arms: " + "; ".join(parts)

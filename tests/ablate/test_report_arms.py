@@ -48,6 +48,11 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     post = twice["residual=post_norm"]
     assert (post["baseline_settings"]["answer"], post["own_best"]["answer"], post["changed"]) == (
         "better", "better", False)
+    # what tuning did, per comparison: post_norm's search kept the baseline's settings, as did the
+    # baseline's, so its own-best arm is the very same cells
+    assert (custom["tuning"], post["tuning"]) == ("changed", "same_cells")
+    assert ": better | same settings as the baseline: same cells |" in text
+    assert ": no effect | **changed** |" in text
     assert ("**Tuning changed** `norm=custom`: worse at the baseline's settings, no effect at its own best"
             in text)
     # the regime says which arm the opening verdicts are
@@ -96,6 +101,9 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     assert parts["cells at each variant's own best"]["wall_hours"] == pytest.approx(3 * 2 / 3600)
     assert "## Compute by part" in text and "| **all** | 36 | 0.02 | 0.03 |" in text
     assert "- Arms: 9 cells at the baseline's settings" in text
+    # the own-best arm trained 3 cells of its 9: the others are the baseline's and post_norm's, reused
+    assert ("9 cells at each variant's own best (6 of them the same cells as at the baseline's settings)"
+            in text)
     # runs.csv: every arm's runs, a shared cell once per arm
     with (workdir / "report" / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -171,6 +179,13 @@ def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -
     assert ended.own is not None and ended.own.verdict == "undecided at the maximum of seeds"
     assert "n=8: undecided at the maximum of seeds" in ended.own.shown(2, "BLEU")
     assert not Twice("x", worse, _judged("worse", 5, final=False)).changed
+    # the own-best table's tuning column: pending before 'same cells', which needs both arms settled too
+    from ablate.report.own_best import _tuning_effect
+
+    held = Twice("x", worse, _judged("worse", 5, final=False))
+    assert [_tuning_effect(t, {"x", "embeddings=tied"}) for t in (running, ended, held)] == [
+        "pending", "changed", "same_cells"]
+    assert _tuning_effect(held, set()) == "holds"
     # the published-claims line carries the own-best reading where tuning changed or has not settled it
     from ablate.report.published import _at_own_best
 
