@@ -341,7 +341,12 @@ def part(inp: Inputs) -> Part | None:
         if claim.effect == "none" and margin is not None:
             expected += f" (within ±{margin:g})"
         scoped = claim.kind == "published" and claim.at_convergence and unconverged
-        label = outcome.capitalize() + (", not tested at convergence" if scoped else "")
+        # tuning changed this comparison's verdict or has not settled it: the outcome is the baseline-settings
+        # arm's alone, and the label says so before the reader reaches the own-best reading after it
+        t = own.get(claim.variant)
+        settings_bound = ev is not None and t is not None and (t.changed or t.pending)
+        label = (outcome.capitalize() + (" at the baseline's settings" if settings_bound else "")
+                 + (", not tested at convergence" if scoped else ""))
         together = bundled(study, claim.variant) if ev is not None else []
         changed = _bundle_text(together) if together else ""
         line = (f"**{label}** ({claim.source}): `{claim.variant}`{changed} {expected}. "
@@ -350,6 +355,7 @@ def part(inp: Inputs) -> Part | None:
         (checks if claim.kind == "identity" else lines).append(line)
         records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
                         "kind": claim.kind, "not_tested_at_convergence": scoped,
+                        "at_baseline_settings_only": settings_bound,
                         "margin": claim.margin, "outcome": outcome, "why": why,
                         "changes": [k for k, _, _ in together],
                         "test_answer": on_test[claim.variant].test_answer if claim.variant in on_test

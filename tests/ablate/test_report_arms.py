@@ -28,9 +28,20 @@ def _report(workdir: Path, name: str) -> tuple[str, dict]:
 def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_scale(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trained = fake_training(monkeypatch)
-    assert main_ablate(str(write_study(workdir, "known"))) == 0
+    spec = write_study(workdir, "known")
+    # a published claim on the variant tuning rescues: its label must not pass the baseline-settings arm's
+    # verdict off as the study's
+    spec.write_text(spec.read_text() + "  expect: [{variant: norm=custom, effect: none, source: A tuning "
+                    "paper}]\n")
+    assert main_ablate(str(spec)) == 0
     assert len(trained) == 36
     text, data = _report(workdir, "known")
+    claim = data["published"][0]
+    assert (claim["outcome"], claim["at_baseline_settings_only"]) == ("contradicted", True)
+    line = next(x for x in text.splitlines() if x.startswith("- **Contradicted at the baseline's settings** "
+                                                              "(A tuning paper): `norm=custom` no effect"))
+    assert "At its own best settings the comparison reads -0.004 exact match [" in line
+    assert ": no effect (see Each variant at its own best)." in line
 
     # The verdicts at the baseline's settings count those cells only: no own-best run of norm=custom (equal
     # to the baseline) leaks into them
