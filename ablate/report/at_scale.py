@@ -11,8 +11,8 @@ import math
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
-from ablate.report.arms import deciding_arm, larger_setting, transfers
-from ablate.report.data import Study, quality_meta
+from ablate.report.arms import deciding_arm, larger_setting
+from ablate.report.data import quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
 from ablate.report.scale import Transfer
@@ -33,12 +33,12 @@ def line(t: Transfer, dec: int, unit: str) -> str:
     return f"{t.label}: {WORDS[t.small]} → **{t.outcome}** at the larger setting: {at}"
 
 
-def holds_at_both(study: Study) -> tuple[list[str], list[str]] | None:
+def holds_at_both(inp: Inputs) -> tuple[list[str], list[str]] | None:
     """(lines of the verdicts that transfer, lines of those that do not), None without confirm:."""
-    found = transfers(study)
+    found = inp.transfers
     if found is None:
         return None
-    unit, dec, _ = quality_meta(decided_metric(study))
+    unit, dec, _ = quality_meta(decided_metric(inp.study))
     return ([line(t, dec, unit) for t in found if t.outcome == "transfers"],
             [line(t, dec, unit) for t in found if t.outcome != "transfers"])
 
@@ -46,7 +46,7 @@ def holds_at_both(study: Study) -> tuple[list[str], list[str]] | None:
 def part(inp: Inputs) -> Part | None:
     """``data['scale']``: the larger setting, its seeds, each verdict's outcome and effect there."""
     study = inp.study
-    found, setting = transfers(study), larger_setting(study)
+    found, setting = inp.transfers, larger_setting(study)
     if found is None or setting is None:
         return None
     metric = decided_metric(study)

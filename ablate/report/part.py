@@ -11,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.report.bounds import AtBound, at_bounds, bound_suffix
 from ablate.report.data import EffectRow, Study, effects, summarise
 from ablate.report.datasets import DatasetRow, study_dataset_rows
 from ablate.report.factorial_effects import FactorialRow, factorial_effects
 from ablate.report.render import Block, Section
+
+if TYPE_CHECKING:  # arms reads the seeds module, which reads this one: import at use, type here
+    from ablate.report.arms import Twice
+    from ablate.report.scale import Transfer
 
 
 @dataclass
@@ -57,6 +61,22 @@ class Inputs:
             if r.metric == self.study.primary:
                 r.verdict += bound_suffix(self.bounds, r.variant, self.study.baseline)
         return rows
+
+    @cached_property
+    def twice(self) -> list[Twice]:
+        """Each comparison in both arms, at the baseline's settings and at each variant's own best (the
+        summary, the published results and the own-best section read it; empty without tune:)."""
+        from ablate.report.arms import twice
+
+        return twice(self.study)
+
+    @cached_property
+    def transfers(self) -> list[Transfer] | None:
+        """Each verdict checked at the larger setting (the summary and At a larger scale; None without
+        confirm:)."""
+        from ablate.report.arms import transfers
+
+        return transfers(self.study)
 
     @cached_property
     def factorial(self) -> list[FactorialRow]:

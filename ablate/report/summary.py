@@ -10,7 +10,7 @@ A study with ``confirm:`` leads with the verdicts that hold at both scales (``at
 from __future__ import annotations
 
 import ablate.tracking.record as R
-from ablate.report.arms import deciding_arm, pending_text, twice
+from ablate.report.arms import deciding_arm, pending_text
 from ablate.report.at_scale import holds_at_both
 from ablate.report.bounds import bound_text
 from ablate.report.data import quality_meta
@@ -45,7 +45,7 @@ def part(inp: Inputs) -> Part:
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                        "(details, tests and caveats below):"), Bullets(fixed)]
-    both = twice(study)
+    both = inp.twice
     changed = [t for t in both if t.changed]
     if changed:
         intro.append(Para("**Tuning changed** " + "; ".join(
@@ -58,7 +58,7 @@ def part(inp: Inputs) -> Part:
 
 def _both_scales(inp: Inputs) -> list[Block]:
     """The verdicts that hold at both scales first, then those that do not (a study with confirm:)."""
-    found = holds_at_both(inp.study)
+    found = holds_at_both(inp)
     if found is None:
         return []
     hold, other = found
