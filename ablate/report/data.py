@@ -96,6 +96,11 @@ def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
     out = []
     for rec in frame.to_dict("records"):
         tags, params = tags_and_params(rec)
+        if params.get("train.precision") == "auto" and tags.get(R.PRECISION):
+            # auto is no setting two runs share across machines: a comparison reads what it resolved to (a
+            # study's cells since it pins one log that), so a bf16 cell beside an fp32 one shows as a
+            # difference, and a pinned cell beside an older auto one at the same precision does not
+            params["train.precision"] = tags[R.PRECISION]
         # final/<name> (the run's result) read as <name>; older runs logged it as <name>'s last value
         metrics = R.result_metrics({k[8:]: float(v) for k, v in rec.items()
                                     if k.startswith("metrics.") and pd.notna(v)})
@@ -134,12 +139,29 @@ def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
 
 
 def _superseded_note(stale: list[tuple[Run, str]]) -> str:
-    """The report's note on the runs it leaves out because their variant's implementation changed."""
-    whys = sorted({why for _, why in stale})
-    cells = "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in stale))
-    return (f"{len(stale)} run(s) of a variant whose implementation changed since they ran are left out "
-            f"({', '.join(whys)}): {cells}. They stay in the store, tagged {R.SUPERSEDED}; "
-            "`ablate ablate` retrains those cells under the new version")
+    """The report's note on the runs it leaves out as superseded: their variant's implementation changed
+    since they ran, or they ran at another precision than the study's (ablate/study/precision.py)."""
+    notes = []
+    for kind, picked in (("version", [(r, w) for r, w in stale if not w.startswith(R.SUPERSEDED_PRECISION)]),
+                         ("precision", [(r, w) for r, w in stale if w.startswith(R.SUPERSEDED_PRECISION)])):
+        if not picked:
+            continue
+        whys = sorted({why for _, why in picked})
+        cells = "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in picked))
+        if kind == "version":
+            notes.append(f"{len(picked)} run(s) of a variant whose implementation changed since they ran are "
+                         f"left out ({', '.join(whys)}): {cells}. They stay in the store, tagged "
+                         f"{R.SUPERSEDED}; `ablate ablate` retrains those cells under the new version")
+        else:
+            notes.append(f"{len(picked)} run(s) that trained at another precision than the study's cells are "
+                         f"left out ({'; '.join(whys)}): {cells}. They stay in the store, tagged "
+                         f"{R.SUPERSEDED}; `ablate ablate` trains those cells again at the study's precision")
+    return ". ".join(notes)
+
+
+def _other_precision(tags: Mapping[str, str]) -> str | None:
+    why = tags.get(R.SUPERSEDED)
+    return why if why is not None and why.startswith(R.SUPERSEDED_PRECISION) else None
 
 
 def _arms_of(run: Run, listed: Mapping[str, Mapping[str, str]]) -> set[str]:
@@ -172,7 +194,10 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
 
 
 def _study(parent: dict[str, Any], every: list[Run]) -> Study:
-    stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags)) is not None]
+    # superseded: an older version of the variant (read from the run, tagged or not), or another precision
+    # than the study's (tagged when the study pinned one)
+    stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags) or _other_precision(r.tags))
+             is not None]
     left_out = {r.run_id for r, _ in stale}
     runs, dropped = _dedupe([r for r in every if r.run_id not in left_out])
     waiting = sorted(f"{r.variant} seed {r.seed}" for r in runs if r.status in IN_PROGRESS)

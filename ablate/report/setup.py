@@ -49,6 +49,8 @@ def part(inp: Inputs) -> Part:
     if any(d.who is not None for d in inp.datasets):  # some dataset was seen with more than one digest
         blocks.append(Note("the runs did not all train on the same data: the dataset digests differ between "
                            "seeds or variants (listed per group in the Data table at the end)."))
+    if mixed := mixed_precisions(study):
+        blocks.append(Note(mixed))
     return Part("setup", [Section("Setup", blocks)],
                 data={"study": study.name, "kind": study.kind, "parent_run_id": parent_id})
 
@@ -71,3 +73,23 @@ def arms_text(study: Study) -> str:
     if R.CONFIRM_ARM in study.arms:
         parts.append(f"{len(study.arms[R.CONFIRM_ARM].runs)} cells at the larger setting")
     return "Arms: " + "; ".join(parts)
+
+
+def mixed_precisions(study: Study) -> str | None:
+    """A warning when the cells of one arm trained at more than one precision (``train.precision: auto``
+    on different machines, before studies pinned one): a pair that mixes them measures the precision as
+    well as the variant. None when each arm trained at one."""
+    found = []
+    for name, arm in [("", study)] + [(f" ({n.replace('_', '-')} arm)", a) for n, a in study.arms.items()]:
+        counts: dict[str, int] = {}
+        for r in arm.runs:
+            if r.status == "finished" and r.params.get("train.precision"):
+                counts[r.params["train.precision"]] = counts.get(r.params["train.precision"], 0) + 1
+        if len(counts) > 1:
+            found.append(", ".join(f"{p} ({n})" for p, n in sorted(counts.items())) + name)
+    if not found:
+        return None
+    return ("the cells did not all train at one precision: " + "; ".join(found) + ". A paired comparison "
+            "whose two cells differ in precision measures the precision as well as the variant; `ablate "
+            "ablate` pins one precision per study and trains such cells again.")
+

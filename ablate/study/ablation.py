@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
+from ablate.errors import AblateError
 from ablate.study.adaptive import format_progress, needed_keys
 from ablate.study.attrs import PARENT
 from ablate.study.plan import (  # noqa: F401  # the plan's names, importable from here too
@@ -70,6 +71,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
         return _dry_run(plan, storage)
     queue, params = _queue_cells(plan, storage, retry_failed)
     tracker = _open_study_run(plan, queue) if plan.spec.tracking.enabled else None
+    _pin_precision(plan, queue, tracker)
     arms: dict[str, StudyPlan] = {R.BASELINE_ARM: plan}
     worker_args = (spec_path, list(overrides), storage)
     code = 130
@@ -261,6 +263,42 @@ def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int,
               file=sys.stderr)
         return 1
     return code
+
+
+def _pin_precision(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None) -> None:
+    """Resolve ``train.precision: auto`` once for the whole study (ablate/study/precision.py): record it,
+    and queue again the finished cells that ran at another precision, tagged superseded with the reason."""
+    from ablate.study.precision import QUEUE_ATTR, other_precision, pinned_precision
+    from ablate.tracking.read import client, find_study_runs, tags_and_params
+
+    children = None
+    if tracker is not None and tracker.run_id is not None:
+        try:
+            _, children = find_study_runs(tracker.run_id)
+        except AblateError:  # no cell has run yet
+            children = None
+    with queue.store.lock(plan.store_name):  # every process of the study agrees on the first answer
+        pin = pinned_precision(plan.spec.train.precision, queue.get(QUEUE_ATTR), children)
+        if pin is None:
+            return
+        if queue.get(QUEUE_ATTR) != pin:
+            queue.set(QUEUE_ATTR, pin)
+    if tracker is None:
+        return
+    tracker.set_tags({R.STUDY_PRECISION: pin})
+    stale: dict[str, str] = {}
+    for rec in children.to_dict("records") if children is not None else []:
+        tags, params = tags_and_params(rec)
+        why = other_precision(tags, params, pin)
+        if tags.get(R.KIND) == "cell" and rec.get("status") == "FINISHED" and why is not None \
+                and tags.get(R.SUPERSEDED, why) == why:
+            if tags.get(R.SUPERSEDED) != why:
+                client().set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
+            stale[str(rec["run_id"])] = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}"
+    if queued := queue.requeue_runs(set(stale)):
+        print(f"{len(queued)} cells ran at another precision than the study's {pin} and are superseded (kept "
+              f"in MLflow, left out of reports, trained again in {pin}): "
+              f"{'; '.join(sorted(stale[r] for r in queued))}", flush=True)
 
 
 def _say_superseded(stale: list[str], earlier: list[str]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,18 @@ class CellQueue:
                     requeue(self.study, t)
                     retried += 1
         return new, retried
+
+    def requeue_runs(self, run_ids: Collection[str]) -> list[str]:
+        """Queue again the cells whose latest trial finished as one of these MLflow runs (superseded since:
+        ablate/study/precision.py); the run ids whose cells it queued."""
+        assert self.study is not None
+        queued: list[str] = []
+        with self.store.lock(self.name):
+            for t in self.latest().values():
+                if t.state == TrialState.COMPLETE and t.user_attrs.get(RUN_ID) in run_ids:
+                    requeue(self.study, t)
+                    queued.append(t.user_attrs[RUN_ID])
+        return queued
 
     def describe(self, attrs: Mapping[str, Any], metric: str) -> None:
         """Record the study's identity attrs (once) and name its objective for Optuna's dashboard."""

@@ -19,6 +19,8 @@ import ablate.tracking.record as R
 from ablate.study.adaptive import format_progress, needed_keys
 from ablate.study.attrs import CELL, CELL_SPEC_HASH, PARENT
 from ablate.study.plan import Cell, StudyPlan, plan_study
+from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
+from ablate.study.precision import at_study_precision
 
 # How an arm's runs are named in MLflow beside the cells at the baseline's settings ('norm=custom · seed 0').
 ARM_SUFFIX = {R.OWN_BEST_ARM: " @ own best", R.CONFIRM_ARM: " @ larger scale"}
@@ -36,13 +38,18 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | 
     queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
     tags = {R.VARIANT: cell.label, R.CELL: cell.key, R.KIND: "cell", R.ARM: cell.arm,
             R.OPTUNA_STUDY: plan.store_name, R.OVERRIDES: json.dumps(cell.overrides)}
+    spec = at_study_precision(cell.spec, queue.get(PRECISION_ATTR))
+    if spec is not cell.spec:
+        # the run's folder and logged spec say the precision it trains at; its spec hash tag stays the cell's
+        # identity (train.precision: auto), which an import gives back to the cell's trial
+        tags[R.SPEC_HASH] = cell.spec.spec_hash
     name = cell.label + ARM_SUFFIX.get(cell.arm, "")
     started = time.time()
     print(f"cell {name} seed {cell.seed} [{cell.key}]: started", flush=True)
     try:
         with queue.store.beat(trial):
             # The study's experiment even for a confirmation cell of another spec file (its own name).
-            result = run_experiment(cell.spec, hook=hook, tags=tags, parent_run_id=parent,
+            result = run_experiment(spec, hook=hook, tags=tags, parent_run_id=parent,
                                     experiment=plan.name, run_name=run_label(name, cell.seed),
                                     data=cached_data(cell.spec), quiet=quiet,
                                     on_start=lambda run_id: queue.started(trial, run_id))

@@ -45,6 +45,9 @@ COMPONENT_VERSIONS = "ablate.component_versions"
 # Set by `ablate ablate` on a cell whose variant's implementation changed since it ran: why it is stale.
 # The run stays in the store; reports leave it out and the study retrains the cell under its new identity.
 SUPERSEDED = "ablate.superseded"
+# how a superseded tag for another precision than the study's begins (ablate/study/precision.py); a
+# version's reads 'attention=qk_norm v1, now v2'
+SUPERSEDED_PRECISION = "ran in "
 KIND = "ablate.kind"  # ablation | search (parent runs), cell | trial (child runs); absent on single runs
 CELL = "ablate.cell"  # a cell's <spec hash>-s<seed>
 TRIAL = "ablate.trial"  # a search trial's number
@@ -75,6 +78,7 @@ PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not chang
 MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
 DEVICE = "ablate.device"
 PRECISION = "ablate.precision"  # what train.precision resolved to here (auto: bf16, fp16 or fp32)
+STUDY_PRECISION = "ablate.study_precision"  # a study's parent: what auto resolves to in every cell
 HOST = "ablate.host"
 CPU = "ablate.cpu"
 GPU = "ablate.gpu"

@@ -1,0 +1,110 @@
+"""A study resolves ``train.precision: auto`` once (ablate/study/precision.py). The modern-axes Multi30k
+study ran on two kinds of CPU: its baseline's cells trained in fp32 and many variant cells in bf16, so
+their paired differences measured the precision as well as the variant. Here a study runs its first cell on
+an fp32 machine and the rest on a bf16 one, as an ablate without the pin did; the report must say the
+cells mix precisions, and the next `ablate ablate` must train every cell again at the first cell's
+precision, leave the others out of the report as superseded, and say why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ablate.tracking.record as R
+from ablate.cli import main as cli_main
+from ablate.spec.experiment import ExperimentSpec
+from ablate.study.ablation import main_ablate
+from ablate.study.precision import at_study_precision, pinned_precision
+from tests.factories import STUDY_CELL, write_tiny_spec
+from tests.tuned_studies import AXES, BASE_LR, SHORT, fake_training
+
+
+def _machines(monkeypatch: pytest.MonkeyPatch, first: str, then: str, interrupt_at: tuple[int, ...] = ()
+              ) -> list[ExperimentSpec]:
+    """Fake training (tests/tuned_studies.py) whose runs tag the precision `auto` resolves to: `first` for
+    the first call, `then` after it (the study moved to another machine)."""
+    import ablate.run.runner as runner
+
+    trained = fake_training(monkeypatch, interrupt_at)
+    inner = runner.run_experiment
+
+    def run(spec: ExperimentSpec, *, tags: dict[str, str] | None = None, **kw: Any) -> Any:
+        here = first if not trained else then
+        resolved = here if spec.train.precision == "auto" else spec.train.precision
+        return inner(spec, tags={**(tags or {}), R.PRECISION: resolved}, **kw)
+
+    monkeypatch.setattr(runner, "run_experiment", run)
+    return trained
+
+
+def _report(name: str, out: Path) -> tuple[str, dict[str, Any]]:
+    assert cli_main(["report", name, "--out", str(out)]) == 0
+    return (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
+
+
+def test_cells_that_ran_at_another_precision_train_again_at_the_first_cells(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_tiny_spec(workdir, STUDY_CELL, {"name": "mixed", "train.max_steps": SHORT,
+                                                 "train.optimizer.lr": BASE_LR, "train.precision": "auto"},
+                           extra=AXES, filename="mixed.yaml")
+    # an ablate from before the pin: each cell resolves auto where it runs
+    with monkeypatch.context() as m:
+        m.setattr("ablate.study.ablation._pin_precision", lambda *a: None)
+        before = _machines(m, first="fp32", then="bf16")
+        assert main_ablate(str(spec)) == 0
+    assert len(before) == 9 and all(s.train.precision == "auto" for s in before)
+    text, _ = _report("mixed", workdir / "before")
+    assert ("the cells did not all train at one precision: bf16 (8), fp32 (1). A paired comparison whose "
+            "two cells differ in precision") in text
+    # the spec diff reads what auto resolved to: the variants' cells differ from the baseline's in it
+    assert "`train.precision`" in text
+
+    # now on the bf16 machine: the study's precision is its first cell's, fp32, not this machine's
+    monkeypatch.setattr("ablate.study.precision.resolve_here", lambda: "bf16")
+    capsys.readouterr()
+    stopped = _machines(monkeypatch, first="bf16", then="bf16", interrupt_at=(1,))
+    assert main_ablate(str(spec)) == 130 and len(stopped) == 2
+    said = capsys.readouterr().out
+    assert "8 cells ran at another precision than the study's fp32 and are superseded" in said
+    # halfway, the report already leaves the bf16 cells out: one comparison rests on the one pair retrained
+    text, data = _report("mixed", workdir / "halfway")
+    assert "did not all train at one precision" not in text
+    assert sum(c["pairs"] for c in data["sequential"]["comparisons"]) <= 1
+
+    again = _machines(monkeypatch, first="bf16", then="bf16")
+    assert main_ablate(str(spec)) == 0
+    assert "another precision" not in capsys.readouterr().out  # queued once, by the interrupted command
+    assert len(again) == 7 and {s.train.precision for s in stopped + again} == {"fp32"}
+    assert {(s.model.norm, s.model.residual, s.seed) for s in stopped + again} == {
+        (s.model.norm, s.model.residual, s.seed) for s in before[1:]}
+
+    text, data = _report("mixed", workdir / "after")
+    assert "did not all train at one precision" not in text
+    assert "`train.precision`" not in text.split("## Axes and what differs")[1].split("## Results")[0]
+    assert ("8 run(s) that trained at another precision than the study's cells are left out (ran in bf16; "
+            "the study's cells train in fp32 (train.precision: auto, pinned per study)): ") in text
+    seq = {c["variant"]: c["pairs"] for c in data["sequential"]["comparisons"]}
+    assert seq == {"norm=custom": 3, "residual=post_norm": 3}
+
+    # a third run changes nothing: the superseded cells stay tagged, none is queued again
+    third = _machines(monkeypatch, first="bf16", then="bf16")
+    capsys.readouterr()
+    assert main_ablate(str(spec)) == 0
+    assert third == [] and "another precision" not in capsys.readouterr().out
+
+
+def test_the_pin_applies_to_auto_alone() -> None:
+    from tests.factories import tiny_spec
+
+    spec = ExperimentSpec.model_validate(tiny_spec({"train.precision": "auto"}))
+    assert spec.train.precision == "auto"
+    pinned = at_study_precision(spec, "bf16")
+    assert pinned.train.precision == "bf16" and pinned.spec_hash != spec.spec_hash
+    assert at_study_precision(spec, None) is spec
+    named = at_study_precision(pinned, "fp32")
+    assert named is pinned  # a spec that names its precision is one setting for every cell already
+    assert pinned_precision("fp16", None, None) is None
+    assert pinned_precision("auto", "fp32", None) == "fp32"  # the store's answer outlives every machine
