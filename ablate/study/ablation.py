@@ -49,6 +49,7 @@ from ablate.study.plan import (  # noqa: F401  # the plan's names, importable fr
     spec_diff,
     study_metric,
 )
+from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.rounds import cell_params, run_rounds, wanted
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         plan.bind(store)  # reads the store's study names; writes nothing
         found = CellQueue(store, plan.store_name, plan.direction, create=False)
         records = dict(found.records())
+        if pinned := found.get(PRECISION_ATTR):
+            print(f"precision: every cell trains in {pinned} (train.precision: auto, resolved once for the "
+                  "study; a cell that ran at another precision is trained again)")
     own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")

@@ -89,6 +89,10 @@ def test_cells_that_ran_at_another_precision_train_again_at_the_first_cells(
     seq = {c["variant"]: c["pairs"] for c in data["sequential"]["comparisons"]}
     assert seq == {"norm=custom": 3, "residual=post_norm": 3}
 
+    # the dry run says which precision the study's cells train in
+    capsys.readouterr()
+    assert main_ablate(str(spec), dry_run=True) == 0
+    assert "precision: every cell trains in fp32 (train.precision: auto" in capsys.readouterr().out
     # a third run changes nothing: the superseded cells stay tagged, none is queued again
     third = _machines(monkeypatch, first="bf16", then="bf16")
     capsys.readouterr()
