@@ -133,7 +133,7 @@ def part(inp: Inputs) -> Part | None:
     if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
-                                f"{design.describe()}.")]
+                                f"{design.describe()}." + _precisions(study))]
     if rows:
         blocks.append(_twice_table(rows, dec, unit, unmoved))
         changed = [t.variant for t in rows if t.changed]
@@ -163,6 +163,25 @@ def part(inp: Inputs) -> Part | None:
                           "changed": t.changed, "tuning": _tuning_effect(t, unmoved)} for t in rows],
             "best_settings": records}
     return Part("own_best", [Section("Each variant at its own best", blocks)], data=data)
+
+
+def _precisions(study: Study) -> str:
+    """' The searches' trials trained in bf16, the cells in fp32: ...' where they differ, else ''. A study
+    pins its cells' precision, not its searches' (ablate/study/precision.py)."""
+    def ran(runs: list[Any]) -> set[str]:
+        return {r.params["train.precision"] for r in runs if r.params.get("train.precision")}
+
+    trials = ran([t for s in study.searches for t in s.trials])
+    cells = ran(study.runs) | ran(study.arms[R.OWN_BEST_ARM].runs if R.OWN_BEST_ARM in study.arms else [])
+    if not trials or not cells or trials == cells:
+        return ""
+    trained, measured = " and ".join(sorted(trials)), " and ".join(sorted(cells))
+    if len(trials) > 1:
+        return (f" The searches' trials trained in {trained}: the variants' searches did not all run alike, "
+                "and the best settings they chose carry that difference.")
+    return (f" The searches' trials trained in {trained}, the cells in {measured}: a setting chosen at one "
+            "precision is measured at another, as it is at another length (the tuning fidelity); every "
+            "variant's search ran alike.")
 
 
 def _look(look: Any, answer: str) -> dict[str, Any]:

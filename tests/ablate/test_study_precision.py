@@ -112,3 +112,23 @@ def test_the_pin_applies_to_auto_alone() -> None:
     assert named is pinned  # a spec that names its precision is one setting for every cell already
     assert pinned_precision("fp16", None, None) is None
     assert pinned_precision("auto", "fp32", None) == "fp32"  # the store's answer outlives every machine
+
+
+def test_the_own_best_section_says_when_the_searches_ran_at_another_precision() -> None:
+    from ablate.report.data import Run, Search, Study
+    from ablate.report.own_best import _precisions
+
+    def run(variant: str, precision: str, kind: str = "cell") -> Run:
+        return Run(run_id=f"{variant}-{precision}", variant=variant, seed=0, status="finished", spec_hash="",
+                   params={"train.precision": precision}, metrics={}, tags={R.KIND: kind}, start_time=0.0)
+
+    cells = [run("baseline", "fp32"), run("norm=rms", "fp32")]
+    study = Study("s", "ablation", {}, cells, ["baseline", "norm=rms"], "baseline", "bleu", "val/bleu")
+    study.searches = [Search(run(v, "search"), [run(v, "bf16", "trial")]) for v in study.variants]
+    assert _precisions(study).startswith(" The searches' trials trained in bf16, the cells in fp32: a "
+                                         "setting chosen at one precision is measured at another")
+    study.searches[1].trials = [run("norm=rms", "fp32", "trial")]
+    assert "did not all run alike" in _precisions(study)
+    study.searches[1].trials = [run("norm=rms", "bf16", "trial")]
+    study.runs = [run("baseline", "bf16"), run("norm=rms", "bf16")]
+    assert _precisions(study) == ""
