@@ -96,11 +96,10 @@ def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
     out = []
     for rec in frame.to_dict("records"):
         tags, params = tags_and_params(rec)
-        if params.get("train.precision") == "auto" and tags.get(R.PRECISION):
-            # auto is no setting two runs share across machines: a comparison reads what it resolved to (a
-            # study's cells since it pins one log that), so a bf16 cell beside an fp32 one shows as a
-            # difference, and a pinned cell beside an older auto one at the same precision does not
-            params["train.precision"] = tags[R.PRECISION]
+        if tags.get(R.SPEC_PRECISION):
+            # a cell trained at its study's precision logs it; its spec said auto, as the cells' before it
+            # did: no difference between them (what each resolved to is its ablate.precision tag)
+            params["train.precision"] = tags[R.SPEC_PRECISION]
         # final/<name> (the run's result) read as <name>; older runs logged it as <name>'s last value
         metrics = R.result_metrics({k[8:]: float(v) for k, v in rec.items()
                                     if k.startswith("metrics.") and pd.notna(v)})

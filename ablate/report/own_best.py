@@ -169,7 +169,7 @@ def _precisions(study: Study) -> str:
     """' The searches' trials trained in bf16, the cells in fp32: ...' where they differ, else ''. A study
     pins its cells' precision, not its searches' (ablate/study/precision.py)."""
     def ran(runs: list[Any]) -> set[str]:
-        return {r.params["train.precision"] for r in runs if r.params.get("train.precision")}
+        return {r.tags[R.PRECISION] for r in runs if r.tags.get(R.PRECISION)}
 
     trials = ran([t for s in study.searches for t in s.trials])
     cells = ran(study.runs) | ran(study.arms[R.OWN_BEST_ARM].runs if R.OWN_BEST_ARM in study.arms else [])

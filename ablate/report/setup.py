@@ -78,18 +78,24 @@ def arms_text(study: Study) -> str:
 def mixed_precisions(study: Study) -> str | None:
     """A warning when the cells of one arm trained at more than one precision (``train.precision: auto``
     on different machines, before studies pinned one): a pair that mixes them measures the precision as
-    well as the variant. None when each arm trained at one."""
+    well as the variant. None when each arm trained at one (cells from before runs recorded theirs do not
+    count: their precision is not known)."""
     found = []
     for name, arm in [("", study)] + [(f" ({n.replace('_', '-')} arm)", a) for n, a in study.arms.items()]:
         counts: dict[str, int] = {}
+        unknown = 0
         for r in arm.runs:
-            if r.status == "finished" and r.params.get("train.precision"):
-                counts[r.params["train.precision"]] = counts.get(r.params["train.precision"], 0) + 1
+            if r.status != "finished":
+                continue
+            if ran := r.tags.get(R.PRECISION):
+                counts[ran] = counts.get(ran, 0) + 1
+            else:
+                unknown += 1
         if len(counts) > 1:
-            found.append(", ".join(f"{p} ({n})" for p, n in sorted(counts.items())) + name)
+            more = f", and {unknown} from before runs recorded their precision" if unknown else ""
+            found.append(", ".join(f"{p} ({n})" for p, n in sorted(counts.items())) + more + name)
     if not found:
         return None
     return ("the cells did not all train at one precision: " + "; ".join(found) + ". A paired comparison "
             "whose two cells differ in precision measures the precision as well as the variant; `ablate "
             "ablate` pins one precision per study and trains such cells again.")
-

@@ -41,8 +41,10 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | 
     spec = at_study_precision(cell.spec, queue.get(PRECISION_ATTR))
     if spec is not cell.spec:
         # the run's folder and logged spec say the precision it trains at; its spec hash tag stays the cell's
-        # identity (train.precision: auto), which an import gives back to the cell's trial
+        # identity (train.precision: auto), which an import gives back to the cell's trial, and reports read
+        # its train.precision as the spec's, like the cells' that ran before the study pinned one
         tags[R.SPEC_HASH] = cell.spec.spec_hash
+        tags[R.SPEC_PRECISION] = cell.spec.train.precision
     name = cell.label + ARM_SUFFIX.get(cell.arm, "")
     started = time.time()
     print(f"cell {name} seed {cell.seed} [{cell.key}]: started", flush=True)

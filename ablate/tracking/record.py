@@ -78,6 +78,7 @@ PARAMS_CHANGED = "ablate.params_changed"  # params a resumed run could not chang
 MODEL_URI = "ablate.model_uri"  # models:/ URI of a logged model
 DEVICE = "ablate.device"
 PRECISION = "ablate.precision"  # what train.precision resolved to here (auto: bf16, fp16 or fp32)
+SPEC_PRECISION = "ablate.spec_precision"  # a study cell trained at its study's precision: what its spec said
 STUDY_PRECISION = "ablate.study_precision"  # a study's parent: what auto resolves to in every cell
 HOST = "ablate.host"
 CPU = "ablate.cpu"
