@@ -130,3 +130,22 @@ def test_the_own_best_section_says_when_the_searches_ran_at_another_precision() 
     study.searches[1].trials = [run("norm=rms", "bf16", "trial")]
     study.runs = [run("baseline", "bf16"), run("norm=rms", "bf16")]
     assert _precisions(study) == ""
+
+
+def test_a_study_trains_every_cell_at_one_resolved_precision(workdir: Path) -> None:
+    """Real training: `auto` becomes this machine's precision once, every cell trains at it, and each run
+    keeps its cell's identity (spec hash tag) and its spec's `auto` beside what it trained at."""
+    from ablate.study.precision import resolve_here
+    from tests.ablate.test_study import assert_each_cell_once, study_runs
+
+    spec = write_tiny_spec(workdir, STUDY_CELL, {"name": "pinned", "train.max_steps": 6,
+                                                 "train.eval_every": 6, "train.precision": "auto"},
+                           extra="ablation:\n  axes: {model.norm: [builtin, custom]}\n", filename="p.yaml")
+    assert main_ablate(str(spec)) == 0
+    children = assert_each_cell_once(spec)  # the spec hash tag is the cell's, not the pinned spec's
+    parents, _ = study_runs("pinned")
+    here = resolve_here()
+    assert parents[0].data.tags[R.STUDY_PRECISION] == here
+    for run in children:
+        assert (run.data.tags[R.PRECISION], run.data.params["train.precision"],
+                run.data.tags[R.SPEC_PRECISION]) == (here, here, "auto")
