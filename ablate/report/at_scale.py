@@ -11,7 +11,7 @@ import math
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
-from ablate.report.arms import deciding_arm, larger_setting
+from ablate.report.arms import deciding_arm, larger_setting, transfers
 from ablate.report.data import quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
@@ -35,7 +35,7 @@ def line(t: Transfer, dec: int, unit: str) -> str:
 
 def holds_at_both(inp: Inputs) -> tuple[list[str], list[str]] | None:
     """(lines of the verdicts that transfer, lines of those that do not), None without confirm:."""
-    found = inp.transfers
+    found = inp.derived(transfers)
     if found is None:
         return None
     unit, dec, _ = quality_meta(decided_metric(inp.study))
@@ -46,7 +46,7 @@ def holds_at_both(inp: Inputs) -> tuple[list[str], list[str]] | None:
 def part(inp: Inputs) -> Part | None:
     """``data['scale']``: the larger setting, its seeds, each verdict's outcome and effect there."""
     study = inp.study
-    found, setting = inp.transfers, larger_setting(study)
+    found, setting = inp.derived(transfers), larger_setting(study)
     if found is None or setting is None:
         return None
     metric = decided_metric(study)

@@ -15,7 +15,7 @@ from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
-from ablate.report.arms import Twice, arm_design, pending_text, tuning
+from ablate.report.arms import Twice, arm_design, pending_text, tuning, twice
 from ablate.report.data import Search, Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
@@ -127,7 +127,7 @@ def part(inp: Inputs) -> Part | None:
         return None
     metric = decided_metric(study)
     unit, dec, _ = quality_meta(metric)
-    rows = inp.twice
+    rows = inp.derived(twice)
     settings, records = _settings_rows(study, tune, metric, dec)
     unmoved = {r["variant"] for r in records if r["best"] is not None and r["distance"] == 0}
     if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns

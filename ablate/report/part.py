@@ -8,10 +8,11 @@ status is read from ``Part.failed``, never from the wording of a line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ablate.report.bounds import AtBound, at_bounds, bound_suffix
 from ablate.report.data import EffectRow, Study, effects, summarise
@@ -19,9 +20,7 @@ from ablate.report.datasets import DatasetRow, study_dataset_rows
 from ablate.report.factorial_effects import FactorialRow, factorial_effects
 from ablate.report.render import Block, Section
 
-if TYPE_CHECKING:  # arms reads the seeds module, which reads this one: import at use, type here
-    from ablate.report.arms import Twice
-    from ablate.report.scale import Transfer
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,21 +61,14 @@ class Inputs:
                 r.verdict += bound_suffix(self.bounds, r.variant, self.study.baseline)
         return rows
 
-    @cached_property
-    def twice(self) -> list[Twice]:
-        """Each comparison in both arms, at the baseline's settings and at each variant's own best (the
-        summary, the published results and the own-best section read it; empty without tune:)."""
-        from ablate.report.arms import twice
+    _derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
-        return twice(self.study)
-
-    @cached_property
-    def transfers(self) -> list[Transfer] | None:
-        """Each verdict checked at the larger setting (the summary and At a larger scale; None without
-        confirm:)."""
-        from ablate.report.arms import transfers
-
-        return transfers(self.study)
+    def derived(self, compute: Callable[[Study], T]) -> T:
+        """``compute(study)``, once per report, for what several sections read from modules this one cannot
+        import (``report.arms.twice`` and ``transfers`` read the seeds module, which reads this one)."""
+        if compute not in self._derived:
+            self._derived[compute] = compute(self.study)
+        return self._derived[compute]  # type: ignore[no-any-return]
 
     @cached_property
     def factorial(self) -> list[FactorialRow]:

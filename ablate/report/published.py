@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 import registry
 from ablate.report import stats as st
-from ablate.report.arms import Twice
+from ablate.report.arms import Twice, twice
 from ablate.report.data import EffectRow, Study, params_of, quality_meta, spec_diff
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
@@ -316,7 +316,7 @@ def part(inp: Inputs) -> Part | None:
     checks: list[str] = []
     records: list[dict[str, object]] = []
     on_test = {v.variant: v for v in verdicts(study, design)} if design is not None else {}
-    own = {t.variant: t for t in inp.twice}
+    own = {t.variant: t for t in inp.derived(twice)}
     for claim in claims:
         ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
               else None)

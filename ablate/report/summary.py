@@ -10,7 +10,7 @@ A study with ``confirm:`` leads with the verdicts that hold at both scales (``at
 from __future__ import annotations
 
 import ablate.tracking.record as R
-from ablate.report.arms import deciding_arm, pending_text
+from ablate.report.arms import deciding_arm, pending_text, twice
 from ablate.report.at_scale import holds_at_both
 from ablate.report.bounds import bound_text
 from ablate.report.data import quality_meta
@@ -45,7 +45,7 @@ def part(inp: Inputs) -> Part:
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                        "(details, tests and caveats below):"), Bullets(fixed)]
-    both = inp.twice
+    both = inp.derived(twice)
     changed = [t for t in both if t.changed]
     if changed:
         intro.append(Para("**Tuning changed** " + "; ".join(
