@@ -4,14 +4,16 @@
 elsewhere. A study continued on another machine would then pair a variant's bf16 cells with the
 baseline's fp32 ones, and its paired differences would measure the precision as well as the variant (the
 modern-axes Multi30k study did, over two kinds of CPU). So a study resolves ``auto`` once: the precision
-its first finished cell ran at, else what this machine resolves it to; it keeps that in its store (the
-cell queue's ``precision`` attr, which every worker reads) and on its parent run (``ablate.study_precision``),
-and every cell trains at it wherever it runs. A finished cell that ran at another precision (before the
-study pinned one) is tagged superseded with the reason and queued again, like a cell of an older variant
-version; the report leaves it out.
+its first finished cell ran at, else what this machine resolves it to. It keeps that in its store (the
+cell queue's ``precision`` attr, which every worker reads) and on its parent run
+(``ablate.study_precision``), and every cell trains at it wherever it runs, as do the trials of its tuning
+searches from then on. A finished cell that ran at another precision (before the study pinned one) is
+tagged superseded with the reason and queued again, like a cell of an older variant version; the report
+leaves it out.
 
 A spec that names its precision (``fp32``, ``bf16``, ``fp16``) is already one setting for every cell:
-nothing is pinned. The tuning searches are not pinned: their trials select settings, the cells measure.
+nothing is pinned. A finished search trial is never superseded: a search selects settings, and the
+report's own-best section says where they were chosen at another precision than the cells measure them.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def at_study_precision(spec: ExperimentSpec, pinned: str | None) -> ExperimentSp
     if pinned is None or spec.train.precision != "auto":
         return spec
     return spec.model_copy(update={"train": spec.train.model_copy(update={"precision": pinned})})
+
+
+def study_pin(store: Any, cells_study: str) -> str | None:
+    """The precision an ablation's store keeps for its cells (None: none pinned yet, or no such study)."""
+    from ablate.study.store import open_study
+
+    study = open_study(store, cells_study, ["maximize"], create=False)
+    return study.user_attrs.get(QUEUE_ATTR) if study is not None else None
 
 
 def resolve_here() -> str:

@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 import ablate.tracking.record as R
 from ablate.study import attrs as A
 from ablate.study import failfast
+from ablate.study.precision import at_study_precision
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
@@ -195,6 +196,7 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     except SpecError as exc:
         _tell(study, trial, "failed", error=str(exc))
         return "failed"
+    pinned = at_study_precision(spec, plan.precision)
     metrics, single = plan.metrics, len(plan.metrics) == 1
 
     from ablate.run.runner import run_label
@@ -217,6 +219,9 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
                 pass  # failed as stale meanwhile: the hook stops the run
 
     tags = {R.TRIAL: str(n), R.KIND: "trial", R.OPTUNA_STUDY: study.study_name}
+    if pinned is not spec:
+        tags[R.SPEC_PRECISION] = spec.train.precision  # reports read the spec's auto, as for its cells
+        spec = pinned
     try:
         with store.beat(trial):
             result = run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags, parent_run_id=parent,

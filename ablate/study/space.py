@@ -74,6 +74,9 @@ class SearchPlan:
     smap: SourceMap
     origin: str
     order: list[str]  # dimensions, each after those its `when` refers to
+    # what train.precision: auto trains at: an ablation's searches take their study's (study/precision.py);
+    # not part of the search's identity
+    precision: str | None = None
 
     @property
     def space(self) -> dict[str, SearchParam]:

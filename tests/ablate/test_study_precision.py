@@ -19,7 +19,7 @@ from ablate.spec.experiment import ExperimentSpec
 from ablate.study.ablation import main_ablate
 from ablate.study.precision import at_study_precision, pinned_precision
 from tests.factories import STUDY_CELL, write_tiny_spec
-from tests.tuned_studies import AXES, BASE_LR, SHORT, fake_training
+from tests.tuned_studies import AXES, BASE_LR, SHORT, TUNE, fake_training
 
 
 def _machines(monkeypatch: pytest.MonkeyPatch, first: str, then: str, interrupt_at: tuple[int, ...] = ()
@@ -149,3 +149,17 @@ def test_a_study_trains_every_cell_at_one_resolved_precision(workdir: Path) -> N
     for run in children:
         assert (run.data.tags[R.PRECISION], run.data.params["train.precision"],
                 run.data.tags[R.SPEC_PRECISION]) == (here, here, "auto")
+
+
+def test_a_tuned_studys_searches_train_at_its_precision_too(workdir: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Each variant's search must run alike: its trials train at the study's precision, like its cells."""
+    spec = write_tiny_spec(workdir, STUDY_CELL, {"name": "tuned", "train.max_steps": SHORT,
+                                                 "train.optimizer.lr": BASE_LR, "train.precision": "auto"},
+                           extra=AXES + TUNE, filename="tuned.yaml")
+    monkeypatch.setattr("ablate.study.precision.resolve_here", lambda: "bf16")
+    trained = _machines(monkeypatch, first="fp32", then="fp32")  # what auto would give, unpinned
+    assert main_ablate(str(spec)) == 0
+    assert len(trained) == 9 + 12 + 3 and {s.train.precision for s in trained} == {"bf16"}
+    text, _ = _report("tuned", workdir / "report")  # unpinned trials (fp32 here) would make it say so
+    assert "## Each variant at its own best" in text and "The searches' trials trained in" not in text
