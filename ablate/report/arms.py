@@ -121,9 +121,19 @@ class Twice:
                 and self.base.verdict != self.own.verdict)
 
     @property
+    def identical(self) -> bool:
+        """Both arms read the same cells (neither the variant's search nor the baseline's moved): one
+        comparison, which tuning cannot change however open it still is."""
+        def key(j: Judged) -> tuple[Any, ...] | None:
+            return None if j.look is None else (j.look.n, j.look.look, j.look.diff, j.look.lo, j.look.hi,
+                                                j.look.state)
+
+        return self.own is not None and key(self.base) is not None and key(self.base) == key(self.own)
+
+    @property
     def pending(self) -> bool:
         """The own-best arm has not settled this comparison yet: tuning may still change its verdict."""
-        return self.own is None or not self.own.settled
+        return self.own is None or (not self.own.settled and not self.identical)
 
 
 def pending_text(rows: list[Twice]) -> str:

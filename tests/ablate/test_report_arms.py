@@ -190,6 +190,10 @@ def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -
     assert ended.own is not None and ended.own.verdict == "undecided at the maximum of seeds"
     assert "n=8: undecided at the maximum of seeds" in ended.own.shown(2, "BLEU")
     assert not Twice("x", worse, _judged("worse", 5, final=False)).changed
+    # both arms the same cells, still open: the comparison's own rounds continue, tuning changes nothing
+    same = Twice("positions=rope", _judged("open", 7, final=False), _judged("open", 7, final=False))
+    assert same.identical and not same.pending and not same.changed
+    assert not running.identical
     # the own-best table's tuning column: pending before 'same cells', which needs both arms settled too
     from ablate.report.own_best import _tuning_effect
 
@@ -204,3 +208,4 @@ def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -
         " At its own best settings the comparison reads -1.00 BLEU [-3.00, +1.00], n=6: open (its rounds "
         "continue) (see Each variant at its own best).")
     assert _at_own_best(Twice("x", worse, worse), 2, "BLEU") == ""
+    assert _at_own_best(same, 2, "BLEU") == ""  # the same cells: no second reading
