@@ -166,8 +166,9 @@ def part(inp: Inputs) -> Part | None:
 
 
 def _precisions(study: Study) -> str:
-    """' The searches' trials trained in bf16, the cells in fp32: ...' where they differ, else ''. A study
-    pins its cells' precision, not its searches' (ablate/study/precision.py)."""
+    """' The searches' trials trained in bf16, the cells in fp32: ...' where they differ, else ''. A study's
+    searches train at its pinned precision, but trials that ran before it pinned one keep theirs
+    (ablate/study/precision.py)."""
     def ran(runs: list[Any]) -> set[str]:
         return {r.tags[R.PRECISION] for r in runs if r.tags.get(R.PRECISION)}
 
