@@ -140,21 +140,21 @@ def detect_quality(runs: Sequence[Run], requested: str = "auto") -> str:
 def _superseded_note(stale: list[tuple[Run, str]]) -> str:
     """The report's note on the runs it leaves out as superseded: their variant's implementation changed
     since they ran, or they ran at another precision than the study's (ablate/study/precision.py)."""
+    def listed(picked: list[tuple[Run, str]], sep: str) -> str:
+        whys = sep.join(sorted({why for _, why in picked}))
+        return f"({whys}): " + "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in picked))
+
+    version = [(r, w) for r, w in stale if not w.startswith(R.SUPERSEDED_PRECISION)]
+    precision = [(r, w) for r, w in stale if w.startswith(R.SUPERSEDED_PRECISION)]
     notes = []
-    for kind, picked in (("version", [(r, w) for r, w in stale if not w.startswith(R.SUPERSEDED_PRECISION)]),
-                         ("precision", [(r, w) for r, w in stale if w.startswith(R.SUPERSEDED_PRECISION)])):
-        if not picked:
-            continue
-        whys = sorted({why for _, why in picked})
-        cells = "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in picked))
-        if kind == "version":
-            notes.append(f"{len(picked)} run(s) of a variant whose implementation changed since they ran are "
-                         f"left out ({', '.join(whys)}): {cells}. They stay in the store, tagged "
-                         f"{R.SUPERSEDED}; `ablate ablate` retrains those cells under the new version")
-        else:
-            notes.append(f"{len(picked)} run(s) that trained at another precision than the study's cells are "
-                         f"left out ({'; '.join(whys)}): {cells}. They stay in the store, tagged "
-                         f"{R.SUPERSEDED}; `ablate ablate` trains those cells again at the study's precision")
+    if version:
+        notes.append(f"{len(version)} run(s) of a variant whose implementation changed since they ran are "
+                     f"left out {listed(version, ', ')}. They stay in the store, tagged {R.SUPERSEDED}; "
+                     "`ablate ablate` retrains those cells under the new version")
+    if precision:
+        notes.append(f"{len(precision)} run(s) that trained at another precision than the study's cells are "
+                     f"left out {listed(precision, '; ')}. They stay in the store, tagged {R.SUPERSEDED}; "
+                     "`ablate ablate` trains those cells again at the study's precision")
     return ". ".join(notes)
 
 

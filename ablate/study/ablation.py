@@ -273,7 +273,8 @@ def _pin_precision(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | Non
     """Resolve ``train.precision: auto`` once for the whole study (ablate/study/precision.py): record it,
     and queue again the finished cells that ran at another precision, tagged superseded with the reason."""
     from ablate.study.precision import QUEUE_ATTR, other_precision, pinned_precision
-    from ablate.tracking.read import client, find_study_runs, tags_and_params
+    from ablate.tracking.read import find_study_runs
+    from ablate.tracking.supersede import tag_stale
 
     children = None
     if tracker is not None and tracker.run_id is not None:
@@ -290,15 +291,16 @@ def _pin_precision(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | Non
     if tracker is None:
         return
     tracker.set_tags({R.STUDY_PRECISION: pin})
-    stale: dict[str, str] = {}
-    for rec in children.to_dict("records") if children is not None else []:
-        tags, params = tags_and_params(rec)
+    if children is None:
+        return
+
+    def reason(rec: dict[str, Any], tags: dict[str, str], params: dict[str, str]) -> str | None:
+        # a finished cell, not already superseded for another reason (an older variant version)
         why = other_precision(tags, params, pin)
-        if tags.get(R.KIND) == "cell" and rec.get("status") == "FINISHED" and why is not None \
-                and tags.get(R.SUPERSEDED, why) == why:
-            if tags.get(R.SUPERSEDED) != why:
-                client().set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
-            stale[str(rec["run_id"])] = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}"
+        keep = why is None or tags.get(R.KIND) != "cell" or rec.get("status") != "FINISHED"
+        return None if keep or tags.get(R.SUPERSEDED, why) != why else why
+
+    stale = {run_id: cell for run_id, cell, _, _ in tag_stale(children, reason)}
     if queued := queue.requeue_runs(set(stale)):
         print(f"{len(queued)} cells ran at another precision than the study's {pin} and are superseded (kept "
               f"in MLflow, left out of reports, trained again in {pin}): "

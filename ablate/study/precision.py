@@ -71,12 +71,12 @@ def at_study_precision(spec: ExperimentSpec, pinned: str | None) -> ExperimentSp
     return spec.model_copy(update={"train": spec.train.model_copy(update={"precision": pinned})})
 
 
-def study_pin(store: Any, cells_study: str) -> str | None:
+def study_pin(store: Any, cells_study: str, direction: str) -> str | None:
     """The precision an ablation's store keeps for its cells (None: none pinned yet, or no such study)."""
-    from ablate.study.store import open_study
+    from ablate.study.cells import CellQueue
 
-    study = open_study(store, cells_study, ["maximize"], create=False)
-    return study.user_attrs.get(QUEUE_ATTR) if study is not None else None
+    pinned = CellQueue(store, cells_study, direction, create=False).get(QUEUE_ATTR)
+    return str(pinned) if pinned else None
 
 
 def resolve_here() -> str:

@@ -104,7 +104,7 @@ def open_search(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store
     ``parent`` (the study's parent MLflow run) the search is a child run of it, kind ``search``, and its
     trials are the search run's children; the Optuna study remembers the search run, so a rerun reopens it."""
     splan = variant_search(plan, overrides)
-    splan.precision = study_pin(store, plan.store_name)
+    splan.precision = study_pin(store, plan.store_name, plan.direction)
     budget = splan.spec.search.trials  # type: ignore[union-attr]
     name = search_name(plan, label, splan)
     with store.lock(name):
@@ -234,7 +234,7 @@ def _tune_worker(spec_path: str, overrides: list[str], storage: str | None, inde
     store = Store(storage)
     for label, fields in variants(plan).items():
         splan = variant_search(plan, fields)
-        splan.precision = study_pin(store, plan.store_name)
+        splan.precision = study_pin(store, plan.store_name, plan.direction)
         name = search_name(plan, label, splan)
         study = open_study(store, name, splan.directions, create=False)
         parent = study.user_attrs.get(A.PARENT) if study is not None and plan.spec.tracking.enabled else None

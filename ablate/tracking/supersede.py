@@ -6,6 +6,9 @@ The run stays in the store as the record of what ran; the MLflow UI shows the ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pandas as pd
 
 import ablate.tracking.record as R
@@ -26,16 +29,28 @@ def mark_study(parent_run_id: str) -> tuple[list[str], list[str]]:
 def mark_superseded(children: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Tag each stale child run of a study ``ablate.superseded`` (once). Returns the runs tagged now and
     those tagged before, '<variant> seed <n>: <why>' each."""
-    c, marked, earlier = client(), [], []
+    found = tag_stale(children, lambda rec, tags, params: stale_reason(params, tags))
+    return (sorted(f"{cell}: {why}" for _, cell, why, now in found if now),
+            sorted(f"{cell}: {why}" for _, cell, why, now in found if not now))
+
+
+# (a search_runs row, its tags, its params) -> why the run is stale, or None
+Reason = Callable[[dict[str, Any], dict[str, str], dict[str, str]], "str | None"]
+
+
+def tag_stale(children: pd.DataFrame, reason: Reason) -> list[tuple[str, str, str, bool]]:
+    """Tag ``ablate.superseded`` with its reason each child run that ``reason`` names stale, once (a run
+    tagged with the same reason before is left as it is). Returns (run id, '<variant> seed <n>', why,
+    tagged now) for every stale run."""
+    c, found = client(), []
     for rec in children.to_dict("records"):
         tags, params = tags_and_params(rec)
-        why = stale_reason(params, tags)
+        why = reason(rec, tags, params)
         if why is None:
             continue
-        line = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}: {why}"
-        if tags.get(R.SUPERSEDED) == why:
-            earlier.append(line)
-            continue
-        c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
-        marked.append(line)
-    return sorted(marked), sorted(earlier)
+        now = tags.get(R.SUPERSEDED) != why
+        if now:
+            c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
+        cell = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}"
+        found.append((str(rec["run_id"]), cell, why, now))
+    return found
