@@ -11,6 +11,11 @@ searches from then on. A finished cell that ran at another precision (before the
 tagged superseded with the reason and queued again, like a cell of an older variant version; the report
 leaves it out.
 
+A stand-alone search (``ablate tune``) resolves ``auto`` once the same way: its Optuna study keeps the
+answer (its ``precision`` attr) when it is created, and every trial, on any worker or machine that shares
+the storage, trains at it; its trials are compared with each other as an ablation's cells are. A search
+begun before the pin takes the precision of the machine that next continues it.
+
 A spec that names its precision (``fp32``, ``bf16``, ``fp16``) is already one setting for every cell:
 nothing is pinned. A finished search trial is never superseded: a search selects settings, and the
 report's own-best section says where they were chosen at another precision than the cells measure them.
@@ -77,6 +82,20 @@ def study_pin(store: Any, cells_study: str, direction: str) -> str | None:
 
     pinned = CellQueue(store, cells_study, direction, create=False).get(QUEUE_ATTR)
     return str(pinned) if pinned else None
+
+
+def search_pin(study: Any, spec_precision: str) -> str | None:
+    """A stand-alone search's precision: None for a spec that names one; else the one its Optuna study
+    keeps, else this machine's, which it then keeps. Call it under the search's store lock, so that two
+    machines starting one search agree."""
+    if spec_precision != "auto":
+        return None
+    stored = study.user_attrs.get(QUEUE_ATTR)
+    if stored:
+        return str(stored)
+    here = resolve_here()
+    study.set_user_attr(QUEUE_ATTR, here)
+    return here
 
 
 def resolve_here() -> str:

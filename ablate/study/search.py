@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 import ablate.tracking.record as R
 from ablate.study import attrs as A
 from ablate.study import failfast
-from ablate.study.precision import at_study_precision
+from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
 from ablate.study.results import finish_search
 from ablate.study.space import point_key
 from ablate.study.store import Store, claim, open_study, requeue
@@ -263,6 +263,8 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
                        sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
     assert study is not None
     parent = study.user_attrs.get(A.PARENT)
+    if plan.precision is None and plan.spec.train.precision == "auto":  # stand-alone: main_tune pinned it
+        plan.precision = study.user_attrs.get(QUEUE_ATTR)
     started = 0
     # Like Optuna's optimize(timeout=...): no trial starts after the deadline, but each worker runs one.
     while deadline is None or not started or time.time() < deadline:
@@ -301,6 +303,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
         study = open_study(store, name, plan.directions)
         assert study is not None
         write_attrs(study, study_attrs(search_key(plan), plan.spec.name, list(overrides), "search"))
+        plan.precision = search_pin(study, plan.spec.train.precision)
     if study.metric_names != [R.final(m) for m in plan.metrics]:
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the dashboard reads the names
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -310,6 +313,9 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
     print(f"search {name}: {budget} trials ({added} newly queued), sampler {search.sampler}, pruner "
           f"{search.pruner.name}, {goals}; store: {store.describe()}", flush=True)
+    if plan.precision:
+        print(f"precision: every trial trains in {plan.precision} (train.precision: auto, resolved once for "
+              "the search)", flush=True)
     tracker: NullTracker | None = None
     if plan.spec.tracking.enabled:
         with store.lock(name):  # one parent run however many processes start at once

@@ -163,3 +163,40 @@ def test_a_tuned_studys_searches_train_at_its_precision_too(workdir: Path, monke
     assert len(trained) == 9 + 12 + 3 and {s.train.precision for s in trained} == {"bf16"}
     text, _ = _report("tuned", workdir / "report")  # unpinned trials (fp32 here) would make it say so
     assert "## Each variant at its own best" in text and "The searches' trials trained in" not in text
+
+
+def test_a_stand_alone_search_trains_every_trial_at_the_precision_it_first_resolved(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ablate tune` with `auto`, begun on a bf16 machine and continued on an fp32 one: every trial trains in
+    bf16, as one search's trials are compared with each other; a spec that names fp32 pins nothing."""
+    from ablate.study.search import main_tune
+    from tests.ablate.test_tune import SEARCH_TRIAL
+
+    search = """
+search:
+  trials: 4
+  sampler: random
+  objectives: [{metric: val/exact_match, direction: maximize}]
+  space:
+    train.optimizer.lr: {low: 1.0e-3, high: 1.0e-1, log: true}
+"""
+    def spec(name: str, precision: str) -> Path:
+        changes = {"name": name, "train.max_steps": SHORT, "train.precision": precision}
+        return write_tiny_spec(workdir, STUDY_CELL, SEARCH_TRIAL, changes, extra=search,
+                               filename=f"{name}.yaml")
+
+    path = spec("pinned-search", "auto")
+    trained = fake_training(monkeypatch)
+    monkeypatch.setattr("ablate.study.precision.resolve_here", lambda: "bf16")
+    assert main_tune(str(path), trials=2) == 0
+    assert "precision: every trial trains in bf16 (train.precision: auto" in capsys.readouterr().out
+    monkeypatch.setattr("ablate.study.precision.resolve_here", lambda: "fp32")  # continued elsewhere
+    assert main_tune(str(path)) == 0
+    assert "every trial trains in bf16" in capsys.readouterr().out
+    assert len(trained) == 4 and {s.train.precision for s in trained} == {"bf16"}
+
+    named = spec("named-search", "fp32")
+    del trained[:]
+    assert main_tune(str(named), trials=2) == 0
+    assert "every trial trains in" not in capsys.readouterr().out
+    assert len(trained) == 2 and {s.train.precision for s in trained} == {"fp32"}
