@@ -122,6 +122,7 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
+    pinned = None
     if Store.exists(storage):
         store = Store(storage, create=False)
         plan.bind(store)  # reads the store's study names; writes nothing
@@ -130,7 +131,9 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         if pinned := found.get(PRECISION_ATTR):
             print(f"precision: every cell trains in {pinned} (train.precision: auto, resolved once for the "
                   "study; a cell that ran at another precision is trained again)")
-    own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
+    own = {c.key for c in plan.cells} & set(records)
+    if plan.spec.train.precision == "auto" and not pinned:
+        print(_precision_to_come(bool(records)))  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
         print(format_progress(plan, plan.design, records))
@@ -267,6 +270,19 @@ def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int,
               file=sys.stderr)
         return 1
     return code
+
+
+def _precision_to_come(started: bool) -> str:
+    """The dry run's precision line for a study that has not pinned one yet (it reads no MLflow run)."""
+    from ablate.study.precision import resolve_here
+
+    here = resolve_here()
+    if started:
+        return (f"precision: train.precision: auto is resolved when the study next starts: to its first "
+                f"finished cell's precision (each run's ablate.precision tag), else this machine's {here}; "
+                "a cell that ran at another precision is then trained again")
+    return (f"precision: every cell trains in {here} (train.precision: auto, this machine's, resolved once "
+            "for the study)")
 
 
 def _pin_precision(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None) -> None:

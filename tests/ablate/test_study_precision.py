@@ -50,12 +50,18 @@ def test_cells_that_ran_at_another_precision_train_again_at_the_first_cells(
     spec = write_tiny_spec(workdir, STUDY_CELL, {"name": "mixed", "train.max_steps": SHORT,
                                                  "train.optimizer.lr": BASE_LR, "train.precision": "auto"},
                            extra=AXES, filename="mixed.yaml")
+    monkeypatch.setattr("ablate.study.precision.resolve_here", lambda: "fp32")
+    assert main_ablate(str(spec), dry_run=True) == 0  # a new study: this machine's precision
+    assert ("precision: every cell trains in fp32 (train.precision: auto, this machine's"
+            in capsys.readouterr().out)
     # an ablate from before the pin: each cell resolves auto where it runs
     with monkeypatch.context() as m:
         m.setattr("ablate.study.ablation._pin_precision", lambda *a: None)
         before = _machines(m, first="fp32", then="bf16")
         assert main_ablate(str(spec)) == 0
     assert len(before) == 9 and all(s.train.precision == "auto" for s in before)
+    assert main_ablate(str(spec), dry_run=True) == 0  # cells but no pin: the next start decides
+    assert "resolved when the study next starts: to its first finished cell's" in capsys.readouterr().out
     text, _ = _report("mixed", workdir / "before")
     assert ("the cells did not all train at one precision: bf16 (8), fp32 (1). A paired comparison whose "
             "two cells differ in precision") in text
