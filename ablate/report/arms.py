@@ -160,6 +160,17 @@ def deciding(study: Study) -> Study | None:
     return study if deciding_arm(study) == R.BASELINE_ARM else study.arms.get(R.OWN_BEST_ARM)
 
 
+def deciding_rounds_over(study: Study) -> bool:
+    """Every variant's comparison in the deciding arm is settled (answered, or undecided at its last look):
+    no later round can give the confirm arm another verdict to check."""
+    design, decided_by = arm_design(study), deciding(study)
+    if design is None or decided_by is None:
+        return False
+    found = judged(decided_by, design)
+    variants = {v for v in study.variants if v != study.baseline}
+    return variants <= set(found) and all(found[v].settled for v in variants)
+
+
 def transfers(study: Study) -> list[Transfer] | None:
     """Each verdict the deciding arm reached, checked at the larger setting (paired by seed; one family,
     Bonferroni over the verdicts); None when the study declares no confirm: or has no deciding arm yet."""

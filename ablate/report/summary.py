@@ -9,9 +9,8 @@ A study with ``confirm:`` leads with the verdicts that hold at both scales (``at
 
 from __future__ import annotations
 
-import ablate.tracking.record as R
-from ablate.report.arms import deciding_arm, pending_text, twice
-from ablate.report.at_scale import holds_at_both
+from ablate.report.arms import pending_text, twice
+from ablate.report.at_scale import deciding_words, holds_at_both, nothing_to_check
 from ablate.report.bounds import bound_text
 from ablate.report.data import quality_meta
 from ablate.report.part import Inputs, Part
@@ -62,11 +61,12 @@ def _both_scales(inp: Inputs) -> list[Block]:
     if found is None:
         return []
     hold, other = found
-    which = "with each variant at its own best" if deciding_arm(inp.study) == R.OWN_BEST_ARM else \
-        "at the baseline's settings"
+    if not hold and not other:
+        return [Para(f"**Holds at both scales**: none: {nothing_to_check(inp)} (see At a larger scale).")]
+    held = "these held." if hold else "none is confirmed there yet."
+    which = deciding_words(inp.study)
     blocks: list[Block] = [Para(f"**Holds at both scales**: the study's verdicts {which}, rerun at the "
-                                "larger setting (see At a larger scale): " + (
-                                    "these held." if hold else "none is confirmed there yet."))]
+                                f"larger setting (see At a larger scale): {held}")]
     if hold:
         blocks.append(Bullets(hold))
     if other:

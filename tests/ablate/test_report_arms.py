@@ -136,6 +136,38 @@ def test_without_tune_the_verdicts_at_the_baselines_settings_are_checked_at_scal
     assert [p["runs"] for p in data["compute"]] == [9, 0, 0, 12]
 
 
+def test_a_study_that_decides_nothing_says_so_at_the_larger_scale(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No variant differs and the noise (sd 1) dwarfs min_effect (0.1): while the rounds continue nothing is
+    decided yet, and after the last look nothing was decided, so no cell runs at the larger setting and the
+    report says why instead of describing a check that never ran."""
+    import random
+
+    from ablate.spec.experiment import ExperimentSpec
+
+    def noise(spec: ExperimentSpec) -> float:
+        return random.Random(f"{spec.model.norm}/{spec.model.residual}/{spec.seed}").gauss(0.0, 1.0)
+
+    monkeypatch.setattr("tests.tuned_studies.score", noise)
+    trained = fake_training(monkeypatch, interrupt_at=(9,))  # stopped in the second round
+    path = write_study(workdir, "nothing", tune=False)
+    assert main_ablate(str(path)) != 0 and len(trained) == 10
+    text, data = _report(workdir, "nothing")
+    assert ("**Holds at both scales**: none: no comparison is decided at the baseline's settings yet; each "
+            "one the study decides is rerun at the larger setting as its rounds continue") in text
+    assert data["scale"]["verdicts"] == []
+
+    assert main_ablate(str(path)) == 0
+    assert len(trained) == 13 and {s.train.max_steps for s in trained} == {20}  # none at the larger setting
+    text, data = _report(workdir, "nothing")
+    assert "undecided at the maximum of 4 seeds" in text
+    said = ("the study decided no comparison at the baseline's settings (each is undecided at its maximum of "
+            "seeds), so none was rerun at the larger setting: there is no verdict to check there")
+    assert f"**Holds at both scales**: none: {said}" in text
+    assert f"The larger setting is `train.max_steps=40` on seeds 10, 11, 12, 13: {said}." in text
+    assert "Each comparison the study decided" not in text and data["scale"]["verdicts"] == []
+
+
 @pytest.mark.slow
 def test_an_imported_export_continues_without_searching_again_and_reports_the_same(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
