@@ -129,27 +129,40 @@ Interval = tuple[float, float, float]  # (difference, low, high)
 
 
 def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: float | None, xlabel: str,
-                   labels: tuple[str, str], path: Path) -> Path:
+                   labels: tuple[str, str], path: Path, own_best: Mapping[str, Interval] | None = None,
+                   own_label: str = "at its own best") -> Path:
     """The report's opening picture: per variant, the interval its verdict rests on (filled marker, upper
-    bar) and the same interval on the test split (open marker, lower bar), with ±``band`` shaded."""
+    bar) and the same interval on the test split (open marker, lower bar), with ±``band`` shaded; a variant
+    in ``own_best`` (a tuned study whose search moved its settings) gets a third bar, its interval at its
+    own best settings (square marker, lowest)."""
+    own_best = own_best or {}
     with _style():
-        fig = Figure(figsize=(7.0, 1.4 + 0.55 * max(1, len(rows))), layout="constrained")
+        fig = Figure(figsize=(7.0, 1.4 + 0.55 * max(1, len(rows)) + 0.25 * len(own_best)),
+                     layout="constrained")
         ax = fig.subplots()
         if band is not None:
             ax.axvspan(-band, band, color="#dddddd", zorder=0, label=f"±{band:g}")
         ys = np.arange(len(rows))[::-1].astype(float)
-        for y, (_, val, test) in zip(ys, rows, strict=True):
+        first_own = True
+        for y, (name, val, test) in zip(ys, rows, strict=True):
             diff, lo, hi = val
             ax.plot([lo, hi], [y + 0.12, y + 0.12], color="#1f77b4", linewidth=2.2)
-            ax.plot([diff], [y + 0.12], "o", color="#1f77b4", label=labels[0] if y == ys[0] else None)
+            first = f"{labels[0]}, at the baseline's settings" if own_best else labels[0]
+            ax.plot([diff], [y + 0.12], "o", color="#1f77b4", label=first if y == ys[0] else None)
             if test is not None:
                 t_diff, t_lo, t_hi = test
                 ax.plot([t_lo, t_hi], [y - 0.12, y - 0.12], color="#ff7f0e", linewidth=1.6)
                 ax.plot([t_diff], [y - 0.12], "o", markerfacecolor="white", color="#ff7f0e",
                         label=labels[1] if y == ys[0] else None)
+            if name in own_best:
+                o_diff, o_lo, o_hi = own_best[name]
+                ax.plot([o_lo, o_hi], [y - 0.34, y - 0.34], color="#2ca02c", linewidth=2.2)
+                ax.plot([o_diff], [y - 0.34], "s", color="#2ca02c",
+                        label=f"{labels[0]}, {own_label}" if first_own else None)
+                first_own = False
         ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
         ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
-        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_ylim(-0.7 - (0.2 if own_best and rows[-1][0] in own_best else 0.0), len(rows) - 0.3)
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8, loc="best")

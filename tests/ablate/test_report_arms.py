@@ -55,6 +55,13 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
         "worse", "no effect", True)
     assert custom["own_best"]["diff"] == pytest.approx(0, abs=0.05)
     assert -0.1 < custom["own_best"]["lo"] < custom["own_best"]["hi"] < 0.1
+    # the opening figure draws the own-best interval of the variant whose search moved its settings only
+    drawn = {v["variant"]: v["own_best"] for v in data["verdicts"]}
+    assert drawn["residual=post_norm"] is None
+    assert drawn["norm=custom"] == {k: custom["own_best"][k] for k in ("diff", "lo", "hi")}
+    assert ("the paired, repeated interval at the baseline's settings, on `val/exact_match`" in text
+            and "squares: `val/exact_match` with the variant and the baseline each at its own best settings, "
+            "for `norm=custom`, whose search moved them" in text)
     assert custom["baseline_settings"]["hi"] < 0
     post = twice["residual=post_norm"]
     assert (post["baseline_settings"]["answer"], post["own_best"]["answer"], post["changed"]) == (
