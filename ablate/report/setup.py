@@ -8,6 +8,7 @@ import ablate.tracking.record as R
 from ablate.report import search
 from ablate.report.arms import every_run
 from ablate.report.data import QUALITY, Study
+from ablate.report.datasets import data_note
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Section
 
@@ -46,9 +47,9 @@ def part(inp: Inputs) -> Part:
         blocks.append(Note(f"{study.dropped} superseded run(s) of an already covered (variant, seed) cell "
                            "were ignored (a retried cell keeps its best, latest run).", "info"))
     blocks += [Note(n, "info") for n in study.notes]
-    if any(d.who is not None for d in inp.datasets):  # some dataset was seen with more than one digest
-        blocks.append(Note("the runs did not all train on the same data: the dataset digests differ between "
-                           "seeds or variants (listed per group in the Data table at the end)."))
+    if data := data_note(inp.datasets):  # some dataset was seen with more than one digest
+        kind, text = data
+        blocks.append(Note(text, kind))
     if mixed := mixed_precisions(study):
         blocks.append(Note(mixed))
     return Part("setup", [Section("Setup", blocks)],

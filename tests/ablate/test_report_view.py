@@ -23,7 +23,7 @@ from ablate.report import stats as st
 from ablate.report.build import main_report
 from ablate.report.costs import cost_points
 from ablate.report.data import Run, build_study, load_study
-from ablate.report.datasets import DatasetRow, dataset_rows
+from ablate.report.datasets import DatasetRow, data_note, dataset_rows
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
 from ablate.report.search import best_spec_path
@@ -183,7 +183,10 @@ def test_dataset_digests_are_listed_per_seed_when_they_differ(ws: Path) -> None:
     md = (ws / "out/abl/report.md").read_text()
     assert "| dataset | synthetic-copy (digest `digest-of-seed-0`): seed 0 |" in md
     assert "| dataset | synthetic-copy (digest `digest-of-seed-1`): seed 1 |" in md
-    assert "the runs did not all train on the same data" in md.split("\n## ")[1]  # in the Setup
+    # each seed drew its own synthetic data, shared by its variants: the pairs are controlled, so a note,
+    # not a warning
+    setup = md.split("\n## ")[1]
+    assert "**Note:** each seed trained on its own data" in setup and "did not all train" not in setup
     # The reference tables come after the results.
     assert md.index("## Results") < md.index("## Data, hardware and code")
 
@@ -201,9 +204,16 @@ def test_dataset_rows_group_runs_by_digest() -> None:
     # One variant saw other data in seed 1 only: named by variant and seed, not by seed alone.
     odd = {**same, "b1": (("d", "y"),)}
     rows = dataset_rows(runs, lambda r: odd[r])
-    assert rows == [DatasetRow("d", "x", "a (seeds 0, 1); b (seed 0)"), DatasetRow("d", "y", "b (seed 1)")]
+    assert rows == [DatasetRow("d", "x", "a (seeds 0, 1); b (seed 0)", False),
+                    DatasetRow("d", "y", "b (seed 1)", False)]
     assert [r.text for r in rows] == ["d (digest `x`): a (seeds 0, 1); b (seed 0)",
                                       "d (digest `y`): b (seed 1)"]
+    assert data_note(rows)[0] == "warning"  # seed 1's pair saw two datasets
+    per_seed = {**same, "a1": (("d", "y"),), "b1": (("d", "y"),)}
+    rows = dataset_rows(runs, lambda r: per_seed[r])
+    assert [(r.who, r.by_seed) for r in rows] == [("seed 0", True), ("seed 1", True)]
+    assert data_note(rows)[0] == "info"
+    assert data_note(dataset_rows(runs, lambda r: same[r])) is None
     assert dataset_rows(runs, lambda r: ()) == []  # records older than dataset logging: no row
 
 
