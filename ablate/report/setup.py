@@ -35,6 +35,7 @@ def part(inp: Inputs) -> Part:
              f"({'higher' if QUALITY[study.quality][2] else 'lower'} is better)",
              f"Total compute time (sum of run wall times): {fmt_duration(total)}"]
     if study.kind == "search":  # the tuner optimised its objectives; the quality metric is reported beside
+        items[0] = f"Study `{study.name}` (search), parent run `{parent_id}`, {len(runs)} trials"
         goals = ", ".join(f"`{m}` ({'maximise' if up else 'minimise'})" for m, up in search.objectives(study))
         items[2] = f"Objective: {goals}; also reported: `{study.primary}`"
     if p["params"].get("ablation.design"):

@@ -225,6 +225,9 @@ def test_search_summary_names_the_best_trial_its_spec_and_the_rerun_command(ws: 
     assert "**Best trial: 2** (run `trial-2`" in intro and "`val/loss` 0.9000" in intro
     assert f"Best spec (trial 2): `{path}`" in intro and f"`ablate run {path}`" in intro
     assert "also logged as `best.yaml` in the parent run" in intro
+    setup = md.split("\n## Setup")[1].split("\n## ")[0]
+    trials = setup.split("(search), parent run `")[1].split("\n")[0]
+    assert trials.endswith("trials") and "variants" not in setup  # a search has trials, not variants
     # The environment tables follow the results.
     assert md.index("## Best trials") < md.index("## Data, hardware and code")
     assert md.index("## Parameter importances") < md.index("| environment | value |")
