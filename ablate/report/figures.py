@@ -129,8 +129,8 @@ Interval = tuple[float, float, float]  # (difference, low, high)
 
 
 def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: float | None, xlabel: str,
-                   labels: tuple[str, str], path: Path, own_best: Mapping[str, Interval] | None = None,
-                   own_label: str = "at its own best") -> Path:
+                   labels: tuple[str, str], path: Path, own_best: Mapping[str, Interval] | None = None
+                   ) -> Path:
     """The report's opening picture: per variant, the interval its verdict rests on (filled marker, upper
     bar) and the same interval on the test split (open marker, lower bar), with ±``band`` shaded; a variant
     in ``own_best`` (a tuned study whose search moved its settings) gets a third bar, its interval at its
@@ -143,11 +143,11 @@ def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: 
         if band is not None:
             ax.axvspan(-band, band, color="#dddddd", zorder=0, label=f"±{band:g}")
         ys = np.arange(len(rows))[::-1].astype(float)
+        first = f"{labels[0]}, at the baseline's settings" if own_best else labels[0]
         first_own = True
         for y, (name, val, test) in zip(ys, rows, strict=True):
             diff, lo, hi = val
             ax.plot([lo, hi], [y + 0.12, y + 0.12], color="#1f77b4", linewidth=2.2)
-            first = f"{labels[0]}, at the baseline's settings" if own_best else labels[0]
             ax.plot([diff], [y + 0.12], "o", color="#1f77b4", label=first if y == ys[0] else None)
             if test is not None:
                 t_diff, t_lo, t_hi = test
@@ -158,7 +158,7 @@ def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: 
                 o_diff, o_lo, o_hi = own_best[name]
                 ax.plot([o_lo, o_hi], [y - 0.34, y - 0.34], color="#2ca02c", linewidth=2.2)
                 ax.plot([o_diff], [y - 0.34], "s", color="#2ca02c",
-                        label=f"{labels[0]}, {own_label}" if first_own else None)
+                        label=f"{labels[0]}, at its own best" if first_own else None)
                 first_own = False
         ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
         ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)

@@ -131,9 +131,9 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         if pinned := found.get(PRECISION_ATTR):
             print(f"precision: every cell trains in {pinned} (train.precision: auto, resolved once for the "
                   "study; a cell that ran at another precision is trained again)")
-    own = {c.key for c in plan.cells} & set(records)
     if plan.spec.train.precision == "auto" and not pinned:
-        print(_precision_to_come(bool(records)))  # the later arms' cells are counted with them
+        print(_precision_to_come(bool(records)))
+    own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
         print(format_progress(plan, plan.design, records))
