@@ -18,19 +18,65 @@ from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Stri
 Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
 
 
+class SeedBudget(Strict):
+    """What a study may spend, for ``seeds.max: auto``: ``cells`` (runs at the baseline's settings) or
+    ``hours`` (one cell at a time, at the pilot's measured cell times), exactly one."""
+
+    cells: Annotated[Int, Field(ge=2, le=1_000_000)] | None = None
+    hours: Annotated[Float, Field(gt=0, le=1e6)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SeedBudget:
+        if (self.cells is None) == (self.hours is None):
+            raise SpecFieldError.single("cells", "give the budget as cells or hours, exactly one", "hours")
+        return self
+
+
 class SeedRange(Strict):
     """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
-    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides)."""
+    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides).
+    ``max: auto`` lets the power plan choose the largest maximum whose worst case (every comparison to its
+    last look) fits ``budget``, from the pilot's noise and cell times (ablate/study/sizing.py)."""
 
     min: Annotated[Int, Field(ge=2, le=100)]  # a paired t statistic needs two seeds
-    max: Annotated[Int, Field(ge=2, le=100)]
+    max: Annotated[Int, Field(ge=2, le=100)] | Literal["auto"]
     step: Annotated[Int, Field(ge=1, le=100)] = 1
+    budget: SeedBudget | None = None  # with max: auto only; left out of the record when not given
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("budget") is None:
+            data.pop("budget", None)
+        return data
 
     @model_validator(mode="after")
     def _order(self) -> SeedRange:
-        if self.max < self.min:
+        if self.max == "auto":
+            if self.budget is None:
+                raise SpecFieldError.single("budget", "max: auto needs a budget ({cells: N} or {hours: H}) "
+                                            "to choose the maximum from", "max")
+        elif self.budget is not None:
+            raise SpecFieldError.single("budget", "a budget chooses max when max is auto (max is "
+                                        f"{self.max})", "max")
+        elif self.max < self.min:
             raise SpecFieldError.single("max", f"max {self.max} is below min {self.min}", "min")
         return self
+
+
+class PilotSpec(Strict):
+    """An earlier study on the same cell that sizes this one (ablate/study/pilot.py): ``study`` is its
+    report folder (runs.csv; relative to this spec's folder) or its name in the tracking store; ``metric``
+    the pilot's metric whose paired sd stands for this study's deciding metric (default: the same name,
+    e.g. the plain reading where this study decides on an averaged one the pilot never recorded)."""
+
+    study: Annotated[str, Field(min_length=1)]
+    metric: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"study": data} if isinstance(data, str) else data
 
 
 class Expectation(Strict):
@@ -136,11 +182,14 @@ class AblationSpec(Strict):
     # of the dumped spec when not given, so that the record of every study without them stays as it was.
     tune: TuneSpec | None = None
     confirm: ConfirmSpec | None = None
+    # The study whose seeds size this one before it runs (its paired sds and cell times): the power plan
+    # of `ablate ablate --dry-run` and seeds.max: auto read it. Left out of the record when not given.
+    pilot: PilotSpec | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("tune", "confirm"):
+        for key in ("tune", "confirm", "pilot"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -160,6 +209,9 @@ class AblationSpec(Strict):
             checks.fail("repeats", "give seeds or repeats, not both", "seeds")
         if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):
             checks.fail("seeds", "seeds must be distinct")
+        if isinstance(self.seeds, SeedRange) and self.seeds.max == "auto" and self.pilot is None:
+            checks.fail("seeds.max", "max: auto is chosen from a pilot's noise: name one as ablation.pilot "
+                        "(an earlier study's report folder or name)", "pilot")
         if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
             checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
                         "seeds: {min: ..., max: ...}", "seeds")

@@ -69,8 +69,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     preempt.install()
     plan = plan_study(spec_path, overrides)
     if dry_run:
-        return _dry_run(plan, storage)
-    queue, params = _queue_cells(plan, storage, retry_failed)
+        return _dry_run(plan, storage, workers)
+    queue, params = _queue_cells(plan, storage, retry_failed, workers)
     tracker = _open_study_run(plan, queue) if plan.spec.tracking.enabled else None
     _pin_precision(plan, queue, tracker)
     arms: dict[str, StudyPlan] = {R.BASELINE_ARM: plan}
@@ -115,8 +115,10 @@ def _later_arms(plan: StudyPlan, queue: CellQueue, arms: dict[str, StudyPlan], t
                           parent=tracker.run_id if tracker is not None else None, workers=workers)
 
 
-def _dry_run(plan: StudyPlan, storage: str | None) -> int:
-    """The cells and their diffs, the budget of every phase; where a started study stands (read only)."""
+def _dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> int:
+    """The cells and their diffs, the power plan, the budget of every phase; where a started study stands
+    (read only); 2 when a start would refuse the spec (its design differs from the recorded one)."""
+    from ablate.study import preregister
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
@@ -127,12 +129,16 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         store = Store(storage, create=False)
         plan.bind(store)  # reads the store's study names; writes nothing
         found = CellQueue(store, plan.store_name, plan.direction, create=False)
+        if why := preregister.check_only(found, plan):
+            print(f"error: {why}", file=sys.stderr)
+            return 2
         records = dict(found.records())
         if pinned := found.get(PRECISION_ATTR):
             print(f"precision: every cell trains in {pinned} (train.precision: auto, resolved once for the "
                   "study; a cell that ran at another precision is trained again)")
     if plan.spec.train.precision == "auto" and not pinned:
         print(_precision_to_come(bool(records)))
+    print(_power_lines(plan, records, workers), flush=True)
     own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
@@ -144,11 +150,12 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
     return 0
 
 
-def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
+def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, workers: int = 1
                  ) -> tuple[CellQueue, dict[str, Any]]:
-    """The study's queue in the Optuna store, with the cells it still needs (and, asked to, the failed
-    ones again) enqueued; the Optuna params every cell's trial carries."""
-    from ablate.study import failfast, names
+    """The study's queue in the Optuna store, with its design recorded (or a changed one refused) and the
+    cells it still needs (and, asked to, the failed ones again) enqueued; the Optuna params every cell's
+    trial carries."""
+    from ablate.study import failfast, names, preregister
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
 
@@ -156,6 +163,12 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
     with store.lock(plan.name):  # two processes starting one study agree on its name
         plan.bind(store)
         queue = CellQueue(store, plan.store_name, plan.direction)
+        if preregister.check_only(queue, plan) is None and not queue.get(preregister.STORE_ATTR):
+            text = _power_lines(plan, {}, workers)
+            print(text, flush=True)  # the plan the design is recorded with, before the first cell
+        else:
+            text = ""
+        preregister.record_or_refuse(queue, plan, text)
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
@@ -198,8 +211,37 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
         queue.set(PARENT, tracker.run_id)
     assert tracker.run_id is not None  # tracking is on: a real run
     tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
+    _record_design(tracker, queue)
     _say_superseded(*mark_study(tracker.run_id))
     return tracker
+
+
+def _record_design(tracker: NullTracker, queue: CellQueue) -> None:
+    """The pre-registered design on the parent run (a tag) and the plan it was recorded with (plan.txt)."""
+    from ablate.study import preregister
+
+    design = queue.get(preregister.STORE_ATTR)
+    if design:
+        tracker.set_tags({R.PREREGISTERED: design})
+    if plan_text := queue.get(preregister.PLAN_ATTR):
+        tracker.log_text(plan_text, R.PLAN_ARTIFACT)
+
+
+def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int) -> str:
+    """The power plan (ablate/study/sizing.py): from the pilot before the first cell, and once the study has
+    pairs of its own, the same plan from them, for information only."""
+    from ablate.study.sizing import format_power_plan, own_seeds_plan, study_plan
+
+    abl = plan.spec.ablation
+    assert abl is not None
+    planned = study_plan(plan)
+    if planned is None:
+        return "power plan: one seed per variant, no paired test to plan"
+    lines = [format_power_plan(planned, abl.min_effect, workers)]
+    own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
+    if own and (mine := own_seeds_plan(plan, records)) is not None:
+        lines.append(format_power_plan(mine, abl.min_effect, workers))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
     if problems:
         raise SpecError(problems)
+    if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
+        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants])
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
+        assert abl.seeds.max != "auto"
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
@@ -251,6 +254,21 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides))
+
+
+def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
+    """The ablation section with ``seeds.max: auto`` resolved by the budget (ablate/study/sizing.py): the
+    largest maximum whose worst case fits it, at the pilot's cell times. Deterministic, so every worker
+    that plans the study reaches the same maximum; the store's pre-registered design holds it thereafter."""
+    from ablate.study.sizing import choose_max, pilot_of
+
+    abl = spec.ablation
+    assert abl is not None and abl.seeds is not None and not isinstance(abl.seeds, list)
+    pilot = pilot_of(spec, origin, study_metric(spec))
+    assert pilot is not None  # the spec requires a pilot with max: auto
+    first = Design((abl.seeds.min,), abl.alpha, abl.min_effect, max(1, len(labels) - 1))
+    chosen = choose_max(first, len(labels), abl.seeds.budget, pilot.seconds, labels[1:], abl.seeds.step)
+    return abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": chosen})})
 
 
 # ---------------------------------------------------------------- printing

@@ -59,6 +59,8 @@ REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, p
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
+# A study's parent (JSON): its design as recorded before the first cell (ablate/study/preregister.py)
+PREREGISTERED = "ablate.preregistered"
 EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
 # A cell's arm (ablation.tune / ablation.confirm, issue 29): which comparison queued it. A run without the
 # tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the
@@ -164,6 +166,7 @@ def translations_artifact(split: str) -> str:
 LOSS_CURVE_ARTIFACT = "loss_curve.png"
 SUMMARY_ARTIFACT = "summary.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
+PLAN_ARTIFACT = "plan.txt"  # a study's parent: the power plan printed when its design was recorded
 CELLS_TABLE_ARTIFACT = "cells.json"  # a study's parent: the cells table MLflow's artifact view shows
 ARMS_ARTIFACT = "arms.json"  # a study's parent with tune: or confirm:: {arm: {cell key: variant}}
 STATUS_ARTIFACT = "status.txt"  # a finished study's parent: the grid of outcomes
