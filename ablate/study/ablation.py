@@ -230,7 +230,7 @@ def _record_design(tracker: NullTracker, queue: CellQueue) -> None:
 def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int) -> str:
     """The power plan (ablate/study/sizing.py): from the pilot before the first cell, and once the study has
     pairs of its own, the same plan from them, for information only."""
-    from ablate.study.sizing import format_power_plan, own_seeds_plan, study_plan
+    from ablate.study.sizing import format_power_plan, own_seeds_plan, scale_notes, study_plan
 
     abl = plan.spec.ablation
     assert abl is not None
@@ -238,6 +238,10 @@ def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int) -> s
     if planned is None:
         return "power plan: one seed per variant, no paired test to plan"
     lines = [format_power_plan(planned, abl.min_effect, workers)]
+    if abl.metric == "auto":
+        lines.append(f"  ablation.metric: auto resolved to {plan.metric}: it decides; other metrics are "
+                     "reported beside it and never decide")
+    lines += scale_notes(plan)
     own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
     if own and (mine := own_seeds_plan(plan, records)) is not None:
         lines.append(format_power_plan(mine, abl.min_effect, workers))

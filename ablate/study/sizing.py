@@ -197,6 +197,27 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
             f"{workers} worker{'s' * (workers != 1)}"]
 
 
+# Fields that change a likelihood metric's own scale (loss, perplexity): label smoothing trains towards a
+# flatter distribution, and a tokenizer changes what one token is; BLEU and bits per byte are unaffected.
+SCALE_FIELDS = ("train.label_smoothing", "data.tokenizer")
+LIKELIHOOD_WORDS = ("loss", "ppl")
+
+
+def scale_notes(plan: Any) -> list[str]:
+    """One line per variant that changes the deciding metric's own scale (see SCALE_FIELDS)."""
+    if not any(word in plan.metric for word in LIKELIHOOD_WORDS):
+        return []
+    notes = []
+    for cell in plan.cells:
+        if cell.seed != plan.seeds[0]:
+            continue
+        fields = sorted({f for f, _, _ in cell.diff if f.startswith(SCALE_FIELDS)})
+        if fields:
+            notes.append(f"  note: {cell.label} changes {', '.join(fields)}, which changes {plan.metric}'s "
+                         "own scale: its difference mixes the variant's effect with the scale's")
+    return notes
+
+
 # ---------------------------------------------------------------- a study's plan
 def power_design(plan: Any) -> Design | None:
     """The design a study's verdicts follow: its sequential one, else one look at its fixed seeds (None

@@ -180,3 +180,20 @@ def test_auto_max_needs_a_pilot_and_a_budget(bare_workdir: Path) -> None:
         path = write(bare_workdir, "auto", seeds=seeds)
         with pytest.raises(SpecError, match=message):
             load_spec(str(path))
+
+
+def test_the_plan_says_when_a_variant_changes_the_deciding_metrics_scale(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(bare_workdir, "scale")
+    path.write_text(path.read_text().replace("model.positions: [learned]", "train.label_smoothing: [0.1]")
+                    .replace("  metric: val/loss\n", ""))  # auto: exact match on this synthetic task
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "ablation.metric: auto resolved to val/exact_match" in out
+    assert "changes train.label_smoothing" not in out  # exact match has no likelihood scale
+    path.write_text(path.read_text().replace("  axes:", "  metric: val/loss\n  axes:"))
+    assert main_ablate(str(path), dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert ("note: train.label_smoothing=0.1 changes train.label_smoothing, which changes val/loss's "
+            "own scale" in out)
+    assert "auto resolved" not in out
