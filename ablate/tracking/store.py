@@ -164,18 +164,33 @@ RESULT_PACKAGES = ("ablate", "torch", "mlflow", "sacrebleu", "tokenizers", "data
                    "pydantic")
 
 
+# /proc/cpuinfo's identity lines: a virtual machine's "model name" is often the bare family ("AMD EPYC"),
+# which cannot tell a Zen 2 from a Zen 4 or a CPU with bf16 units from one without.
+_CPU_IDENTITY = ("cpu family", "model", "stepping")
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
-    """The CPU's model name (the "model name" line of /proc/cpuinfo on Linux), else `platform.processor`,
-    else the machine type: so that runs on different hardware are told apart."""
+    """The CPU's full name: /proc/cpuinfo's model name with its family, model and stepping numbers and
+    whether it has bf16 units ("AMD EPYC (family 25, model 17, stepping 1; bf16)"), else
+    `platform.processor`, else the machine type: so that runs on different hardware are told apart."""
+    fields: dict[str, str] = {}
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as info:
             for line in info:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    return value.strip()
+                if not line.strip():
+                    break  # the first processor's block describes them all
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown"
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine() or "unknown"
+    numbers = ", ".join(f"{'family' if k == 'cpu family' else k} {fields[k]}" for k in _CPU_IDENTITY
+                        if fields.get(k))
+    bf16 = "; bf16" if set(fields.get("flags", "").split()) & set(_BF16_FLAGS) else ""
+    return f"{name} ({numbers}{bf16})" if numbers or bf16 else name
 
 
 def _gpu() -> dict[str, str]:
