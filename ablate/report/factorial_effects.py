@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
 
 import ablate.tracking.record as R
 from ablate.report import stats as st
@@ -75,13 +79,18 @@ def _cells(study: Study, axes: dict[str, list[str]], metric: str
     return values, present
 
 
+Strata = dict[tuple[str, ...], dict[int, float]]  # other axes' values -> seed -> contrast
+
+
 def _contrast(axes: dict[str, list[str]], values: dict[tuple[tuple[str, ...], int], float],
               present: set[tuple[tuple[str, ...], int]], changes: dict[int, tuple[str, str]]
-              ) -> tuple[list[float], int]:
+              ) -> tuple[Strata, int]:
     """Per matched set (same seed, same values of the unchanged axes): the signed sum over the 2**k
-    corners of the changed axes, i.e. a difference (k=1) or a difference of differences (k=2)."""
+    corners of the changed axes, i.e. a difference (k=1) or a difference of differences (k=2), grouped by
+    stratum (the unchanged axes' values)."""
     order = sorted(changes)
-    out, incomplete = [], 0
+    out: Strata = {}
+    incomplete = 0
     blocks = sorted({(tuple(v for i, v in enumerate(vals) if i not in changes), seed)
                      for vals, seed in present})
     for rest, seed in blocks:
@@ -94,10 +103,40 @@ def _contrast(axes: dict[str, list[str]], values: dict[tuple[tuple[str, ...], in
         if any(key not in present for _, key in terms):
             continue  # not a matched set of this study (a seed or combination it never planned)
         if all(key in values for _, key in terms):
-            out.append(sum(sign * values[key] for sign, key in terms))
+            out.setdefault(rest, {})[seed] = sum(sign * values[key] for sign, key in terms)
         else:
             incomplete += 1
     return out, incomplete
+
+
+def equal_weight_effect(strata: Strata) -> st.Effect:
+    """A contrast averaged over the strata with equal weights, never weighted by how many seeds adaptive
+    stopping gave each stratum (its n counts seeds).
+
+    One stratum: its paired differences. Every stratum with the same seeds: the strata averaged within each
+    seed, a paired t-test over seeds (n = seeds, as a factorial main effect is defined). Strata with
+    different seeds: the mean of the stratum means, its standard error ``sqrt(sum_k s_k^2 / n_k) / K`` and a
+    t-interval on Welch-Satterthwaite degrees of freedom (each stratum needs 2 seeds; else the seeds every
+    stratum has are averaged as in the balanced case)."""
+    groups = [g for g in strata.values() if g]
+    if len(groups) <= 1:
+        return st.compare_differences(list(groups[0].values()) if groups else [])
+    common = sorted(set.intersection(*(set(g) for g in groups)))
+    balanced = all(set(g) == set(common) for g in groups)
+    if balanced or any(len(g) < 2 for g in groups):
+        return st.compare_differences([float(np.mean([g[s] for g in groups])) for s in common])
+    means = np.array([np.mean(list(g.values())) for g in groups])
+    parts = np.array([np.var(list(g.values()), ddof=1) / len(g) for g in groups])  # each mean's variance
+    k = len(groups)
+    estimate, se = float(means.mean()), float(math.sqrt(parts.sum()) / k)
+    df = float(parts.sum() ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, groups, strict=True)))
+    seeds = len(set().union(*groups))
+    if se == 0.0:
+        return st.Effect(estimate, estimate, estimate, math.nan, "none", seeds, seeds, True, "none")
+    half = float(stats.t.ppf(0.5 + st.CONFIDENCE / 2, df) * se)
+    p = float(2.0 * stats.t.sf(abs(estimate) / se, df))
+    return st.Effect(estimate, estimate - half, estimate + half, p, "equal-weight t over strata (Welch df)",
+                     seeds, seeds, True)
 
 
 def factorial_effects(study: Study) -> list[FactorialRow]:
@@ -115,18 +154,17 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
         family: list[tuple[str, str, st.Effect, int, str, str | None]] = []
         for i, key in enumerate(names):
             base = axes[key][0]
-            noun = "seed" if len(names) == 1 else "pair"
             for value in axes[key][1:]:
-                diffs, lost = _contrast(axes, values, present, {i: (base, value)})
+                strata, lost = _contrast(axes, values, present, {i: (base, value)})
                 label, ref = f"{short_axis(key)}={value} vs {base} (main effect)", f"{short_axis(key)}={base}"
-                family.append(("main", label, st.compare_differences(diffs), lost, noun, ref))
+                family.append(("main", label, equal_weight_effect(strata), lost, "seed", ref))
         for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
-            noun = "seed" if len(names) == 2 else "block"
             for va in axes[a][1:]:
                 for vb in axes[b][1:]:
-                    diffs, lost = _contrast(axes, values, present, {i: (axes[a][0], va), j: (axes[b][0], vb)})
+                    changes = {i: (axes[a][0], va), j: (axes[b][0], vb)}
+                    strata, lost = _contrast(axes, values, present, changes)
                     label = f"{short_axis(a)}={va} × {short_axis(b)}={vb} (interaction)"
-                    family.append(("interaction", label, st.compare_differences(diffs), lost, noun, None))
+                    family.append(("interaction", label, equal_weight_effect(strata), lost, "seed", None))
         adjusted = st.holm([e.p for _, _, e, _, _, _ in family])
         for (kind, label, e, lost, noun, reference), ph in zip(family, adjusted, strict=True):
             text = st.verdict(label, e, unit, higher, dec, noun=noun, reference=reference)

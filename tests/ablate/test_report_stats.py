@@ -409,22 +409,28 @@ def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
                                      "train.schedule.warmup_steps": ["400", "0"]}
     rows = {(r.label, r.metric): r for r in factorial_effects(study)}
     y = CELLS
-    # residual: post - pre at the same warm-up and seed; post_norm/0 diverged at seed 2: 5 pairs, 1 left out.
-    d_res = [y[("post_norm", w)][s] - y[("pre_norm", w)][s] for w in ("400", "0") for s in range(3)
-             if y[("post_norm", w)][s] is not None]
+    # residual: post - pre at the same warm-up and seed; post_norm/0 diverged at seed 2, so the warm-up 0
+    # stratum has seeds 0-1 and the 400 one seeds 0-2. The main effect weights the two strata equally (the
+    # mean of their means), never by the seeds each happened to get, with a Welch t-interval.
+    strata = [[y[("post_norm", w)][s] - y[("pre_norm", w)][s] for s in range(3)
+               if y[("post_norm", w)][s] is not None] for w in ("400", "0")]
+    means = [np.mean(g) for g in strata]
+    parts = [np.var(g, ddof=1) / len(g) for g in strata]
+    se = np.sqrt(sum(parts)) / 2
+    df = sum(parts) ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, strata, strict=True))
     main = rows[("residual=post_norm vs pre_norm (main effect)", "val/exact_match")]
-    ref = stats.ttest_1samp(d_res, 0.0)
-    assert main.kind == "main" and main.incomplete == 1 and main.effect.n_min == 5
-    assert main.effect.test == "paired t-test" and main.effect.p == pytest.approx(ref.pvalue, rel=1e-12)
-    assert (main.effect.lo, main.effect.hi) == tuple(pytest.approx(x, rel=1e-9)
-                                                     for x in ref.confidence_interval(0.95))
-    p_text = st.fmt_p(ref.pvalue)
-    assert main.verdict.endswith(f"no detectable effect with 5 pairs (paired t-test, p={p_text}) "
-                                 "(1 matched pair left out: a cell did not finish)")
+    assert main.kind == "main" and main.incomplete == 1 and main.effect.n_min == 3
+    assert main.effect.diff == pytest.approx(np.mean(means)) != pytest.approx(np.mean(sum(strata, [])))
+    assert main.effect.test == "equal-weight t over strata (Welch df)"
+    assert main.effect.p == pytest.approx(2 * stats.t.sf(abs(np.mean(means)) / se, df), rel=1e-9)
+    half = stats.t.ppf(0.975, df) * se
+    assert (main.effect.lo, main.effect.hi) == (pytest.approx(np.mean(means) - half),
+                                                pytest.approx(np.mean(means) + half))
+    assert main.verdict.endswith("(1 matched pair left out: a cell did not finish)")
     warm = rows[("train.schedule.warmup_steps=0 vs 400 (main effect)", "val/exact_match")]
-    d_warm = [y[(r, "0")][s] - y[(r, "400")][s] for r in ("pre_norm", "post_norm") for s in range(3)
-              if y[(r, "0")][s] is not None]
-    assert warm.effect.diff == pytest.approx(np.mean(d_warm)) and warm.effect.n_min == 5
+    d_warm = [[y[(r, "0")][s] - y[(r, "400")][s] for s in range(3) if y[(r, "0")][s] is not None]
+              for r in ("pre_norm", "post_norm")]
+    assert warm.effect.diff == pytest.approx(np.mean([np.mean(g) for g in d_warm])) and warm.effect.n_min == 3
     # Interaction: (post0 - pre0) - (post400 - pre400) per seed; 2 complete seeds -> exact sign flips.
     inter = rows[("residual=post_norm × train.schedule.warmup_steps=0 (interaction)", "val/exact_match")]
     dd = [(y[("post_norm", "0")][s] - y[("pre_norm", "0")][s])
@@ -451,7 +457,8 @@ def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
                                      "train.schedule.warmup_steps": ["0", "100"]}
     rows = {(r.label, r.metric): r for r in factorial_effects(study)}
     warm = rows[("train.schedule.warmup_steps=100 vs 0 (main effect)", "val/exact_match")]
-    assert warm.effect.n_min == 4 and warm.incomplete == 0
+    # both strata have seeds 0 and 1: the strata are averaged within each seed, a paired t-test over 2 seeds
+    assert warm.effect.n_min == 2 and warm.incomplete == 0
     assert warm.effect.diff == pytest.approx(np.mean([0.05, 0.01, 0.2, 0.1]))
 
 
