@@ -532,3 +532,27 @@ def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_p
     assert axes.rows == [["`model.positions`", "sinusoidal, rope"]]
     assert "`model.rope_base`: — → 10000.0" in differs.rows[0][1]
     assert "model.arch" not in differs.rows[0][1]
+
+
+def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
+    from ablate.report.costs import comparable_runs, cost_points
+
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    rows = []
+    for seed in range(6):  # the baseline ran 6 seeds, the variant 3 (adaptive stopping): seeds 0-2 compare
+        base = _row(f"b{seed}", "baseline", seed, "finished", seed, val_exact_match=0.5,
+                    train_wall_time_s=10.0 + 10 * seed)
+        rows.append(base | {"tags.ablate.cpu": "AMD EPYC (family 23, model 49)"})
+        if seed < 3:
+            var = _row(f"v{seed}", "residual=post_norm", seed, "finished", seed, val_exact_match=0.6,
+                       train_wall_time_s=25.0)
+            # seed 2 of the variant ran on a faster machine: its time measures the machine
+            other = "AMD EPYC (family 25, model 17, stepping 1; bf16)"
+            rows.append(var | {"tags.ablate.cpu": other if seed == 2 else "AMD EPYC (family 23, model 49)"})
+    study = build_study(parent, _frame(rows))
+    comp = comparable_runs(study)
+    assert comp.seeds == [0, 1] and comp.hardware == "AMD EPYC (family 23, model 49)" and comp.left_out == 5
+    points = {p.label: p for p in cost_points(study)}
+    assert points["baseline"].cost == pytest.approx(15.0)  # seeds 0 and 1, not the mean over 0-5 (35)
+    assert points["residual=post_norm"].cost == pytest.approx(25.0)
