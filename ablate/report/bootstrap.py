@@ -167,6 +167,15 @@ def _seed_interval(study: Study, variant: str, split: str, seeds: list[int]) -> 
     return st.compare(base, other)
 
 
+def _kind(seed: st.Effect) -> str:
+    """What the over-seeds interval is, where it is not a t-interval."""
+    if seed.interval == "bootstrap":
+        return f" (percentile bootstrap over {seed.n_min} differences)"
+    if seed.interval == "none":
+        return " (no interval)"
+    return ""
+
+
 def part(inp: Inputs) -> Part | None:
     study = inp.study
     if study.kind != "ablation" or study.quality != "bleu" or study.baseline is None:
@@ -198,17 +207,19 @@ def part(inp: Inputs) -> Part | None:
             rows.append([variant, split, str(len(found.seeds)), f"{found.sentences:,}",
                          st.fmt(found.baseline, 2), st.fmt(found.variant, 2),
                          f"{st.fmt(found.diff, 2, signed=True)} {st.fmt_interval(found.lo, found.hi, 2)}",
-                         st.fmt_p(found.p),
-                         f"{st.fmt(seed.diff, 2, signed=True)} {st.fmt_interval(seed.lo, seed.hi, 2)}"])
+                         f"{st.fmt(seed.diff, 2, signed=True)} {st.fmt_interval(seed.lo, seed.hi, 2)}"
+                         + _kind(seed)])
             data.setdefault(variant, {})[split] = {**asdict(found), "seed_diff": seed.diff,
                                                    "seed_lo": seed.lo, "seed_hi": seed.hi}
     blocks: list[Block] = [_intro()]
     if rows:
         blocks.append(Table(
             ["variant", "split", "seeds", "sentences", "baseline BLEU", "variant BLEU",
-             "Δ BLEU [95% bootstrap]", "p (sacreBLEU)", "Δ BLEU [95% over seeds]"], rows,
-            align="llrrrrrrr",
-            caption="Paired bootstrap over sentences (and seeds): variant − baseline, corpus BLEU"))
+             "Δ BLEU [95% bootstrap over sentences]", "Δ BLEU [95% over seeds, one test alone]"], rows,
+            align="llrrrrrr",
+            caption="Paired bootstrap over sentences (and seeds): variant − baseline, corpus BLEU. Both "
+                    "intervals are of one comparison alone, at 95%: neither is the verdict's (which is "
+                    "corrected for the study's looks and family), and no p-value is shown beside them"))
     if missing:
         blocks.append(Para("Not resampled:"))
         blocks.append(Bullets(missing))
@@ -227,9 +238,12 @@ def _intro() -> Para:
         "one sentence of one seed). sacreBLEU's paired bootstrap (`sacrebleu --paired-bs`, "
         f"{RESAMPLES:,} resamples) redraws that corpus's sentences: the interval says how far the BLEU "
         "difference could move with another sample of sentences from the same distribution, the models "
-        "held fixed. It does not include seed-to-seed training variance; the last column does: the "
-        "paired-by-seed interval of the runs' own BLEU on the same seeds, the kind of interval the "
-        "verdicts use. Where the bootstrap interval is much narrower than the seed interval, retraining, "
+        "held fixed. It does not include seed-to-seed training variance; the last column does: a "
+        "fixed-sample interval of the runs' own BLEU paired by seed on the same seeds (a t-interval, or a "
+        "percentile bootstrap over the differences when there are too few seeds for one; each row says "
+        "which), for this comparison alone: it is not the verdict's interval, which is wider because it "
+        "holds over every look and every comparison of the study. Where the bootstrap interval is much "
+        "narrower than the seed interval, retraining, "
         "not the size of the evaluation set, limits what the study can tell apart. BLEU here is corpus "
         "BLEU over all paired seeds' sentences together, so it can differ slightly from the mean of the "
         "per-run scores.")

@@ -152,6 +152,13 @@ def test_pairs_by_seed_and_lists_comparisons_without_translations(
     text = json.dumps([vars(b) for b in section.blocks], ensure_ascii=False)
     assert "test-set sampling" in text.lower() and "seed-to-seed" in text
     assert "no hypotheses recorded" in text
+    # The over-seeds interval is named as what it is (one comparison's, fixed-sample; two seeds: resampled)
+    # and no uncorrected p-value sits beside the corrected verdicts.
+    [table] = [b for b in section.blocks if hasattr(b, "header")]
+    assert table.header[-1] == "Δ BLEU [95% over seeds, one test alone]"
+    assert not any(h.startswith("p ") for h in table.header)
+    assert all(row[-1].endswith("(percentile bootstrap over 2 differences)") for row in table.rows)
+    assert "not the verdict's interval" in text and "kind of interval the verdicts use" not in text
 
 
 def test_no_section_for_a_study_recorded_before_translations(
