@@ -47,6 +47,7 @@ from ablate.report import (
     setup,
     summary,
     verdicts,
+    withdrawn,
 )
 from ablate.report.data import Study, design_params, load_study
 from ablate.report.part import Inputs, Part
@@ -61,7 +62,7 @@ PartFn = Callable[[Inputs], Part | None]
 ABLATION_PARTS: tuple[PartFn, ...] = (
     setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
     own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part, lengths.part,
-    costs.part, compute.part, failures.part, attention.part, environment.part)
+    costs.part, compute.part, failures.part, attention.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)
 

@@ -75,6 +75,9 @@ class Study:
     # tuning search, with its trials' runs.
     arms: dict[str, Study] = field(default_factory=dict)
     searches: list[Search] = field(default_factory=list)
+    # Runs withdrawn from the comparisons (an earlier implementation of their variant, another precision
+    # than the study's), each with the reason it was withdrawn: listed in the report's appendix.
+    withdrawn: list[tuple[Run, str]] = field(default_factory=list)
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]
@@ -227,7 +230,7 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
         has_test = any(f"test/{quality}" in r.metrics for r in runs if r.status == "finished")
         primary = f"{'test' if has_test else 'val'}/{quality}"
     return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
-                 primary, dropped, notes)
+                 primary, dropped, notes, withdrawn=stale)
 
 
 def load_study(study: str) -> Study:

@@ -556,3 +556,27 @@ def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
     points = {p.label: p for p in cost_points(study)}
     assert points["baseline"].cost == pytest.approx(15.0)  # seeds 0 and 1, not the mean over 0-5 (35)
     assert points["residual=post_norm"].cost == pytest.approx(25.0)
+
+
+def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path) -> None:
+    from ablate.report import withdrawn
+    from ablate.report.part import Inputs
+
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    rows = [_row(f"b{s}", "baseline", s, "finished", s, val_exact_match=0.5) for s in range(2)]
+    rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.6)
+             for s in range(2)]
+    old = _row("old1", "residual=post_norm", 1, "finished", 50, val_exact_match=0.1)
+    rows.append(old | {"tags.ablate.superseded": "ran in bf16, the study's cells in fp32"})
+    study = build_study(parent, _frame(rows))
+    assert [r.run_id for r in study.runs if r.variant == "residual=post_norm"] == ["v0", "v1"]  # left out
+    found = withdrawn.part(Inputs(study, tmp_path))
+    assert found is not None
+    [section] = found.sections
+    [table] = [b for b in section.blocks if hasattr(b, "header")]
+    why = "ran in bf16, the study's cells in fp32"
+    assert table.rows == [["residual=post_norm", "1", "finished", "0.100", why]]
+    assert found.data["withdrawn"][0]["val/exact_match"] == pytest.approx(0.1)
+    clean = build_study(parent, _frame(rows[:-1]))
+    assert withdrawn.part(Inputs(clean, tmp_path)) is None  # nothing withdrawn: no appendix
