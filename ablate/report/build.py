@@ -39,6 +39,7 @@ from ablate.report import (
     factorial,
     failures,
     lengths,
+    mde,
     own_best,
     published,
     results,
@@ -60,9 +61,9 @@ PartFn = Callable[[Inputs], Part | None]
 # The report of an ablation, top to bottom. A part's intro blocks open the report in this order too:
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
-    own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part, lengths.part,
-    costs.part, compute.part, failures.part, attention.part, environment.part, withdrawn.part)
+    setup.part, verdicts.part, mde.part, published.part, summary.part, results.axes_part, results.part,
+    seeds.part, own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part,
+    lengths.part, costs.part, compute.part, failures.part, attention.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, search.part, failures.part, attention.part, environment.part)
 

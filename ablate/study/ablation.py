@@ -163,12 +163,15 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
     with store.lock(plan.name):  # two processes starting one study agree on its name
         plan.bind(store)
         queue = CellQueue(store, plan.store_name, plan.direction)
+        text, data = "", None
         if preregister.check_only(queue, plan) is None and not queue.get(preregister.STORE_ATTR):
-            text = _power_lines(plan, {}, workers)
+            from ablate.study.sizing import plan_record, study_plan
+
+            planned = study_plan(plan)
+            text = _power_lines(plan, {}, workers, planned)
+            data = None if planned is None else plan_record(planned)
             print(text, flush=True)  # the plan the design is recorded with, before the first cell
-        else:
-            text = ""
-        preregister.record_or_refuse(queue, plan, text)
+        preregister.record_or_refuse(queue, plan, text, data)
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
@@ -223,18 +226,22 @@ def _record_design(tracker: NullTracker, queue: CellQueue) -> None:
     design = queue.get(preregister.STORE_ATTR)
     if design:
         tracker.set_tags({R.PREREGISTERED: design})
-    if plan_text := queue.get(preregister.PLAN_ATTR):
-        tracker.log_text(plan_text, R.PLAN_ARTIFACT)
+    text, data = preregister.recorded_plan(queue)
+    if data is not None:
+        tracker.set_tags({R.POWER_PLAN: json.dumps(data, sort_keys=True)})
+    if text:
+        tracker.log_text(text, R.PLAN_ARTIFACT)
 
 
-def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int) -> str:
-    """The power plan (ablate/study/sizing.py): from the pilot before the first cell, and once the study has
-    pairs of its own, the same plan from them, for information only."""
+
+def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, planned: Any = None) -> str:
+    """The power plan (ablate/study/sizing.py; ``planned`` when already computed): from the pilot before the
+    first cell, and once the study has pairs of its own, the same plan from them, for information only."""
     from ablate.study.sizing import format_power_plan, own_seeds_plan, scale_notes, study_plan
 
     abl = plan.spec.ablation
     assert abl is not None
-    planned = study_plan(plan)
+    planned = planned if planned is not None else study_plan(plan)
     if planned is None:
         return "power plan: one seed per variant, no paired test to plan"
     lines = [format_power_plan(planned, abl.min_effect, workers)]

@@ -66,9 +66,10 @@ def _shown(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def record_or_refuse(queue: Any, plan: Any, plan_text: str) -> bool:
-    """Record ``plan``'s design in the study's store if it has none yet (True), else refuse a changed one
-    with an AblateError (exit 2, nothing written). Call under the store's lock."""
+def record_or_refuse(queue: Any, plan: Any, plan_text: str, plan_data: dict[str, Any] | None = None) -> bool:
+    """Record ``plan``'s design in the study's store if it has none yet (True), with the power plan it was
+    recorded with (its text and data), else refuse a changed one with an AblateError (exit 2, nothing
+    written). Call under the store's lock."""
     current = design_record(plan)
     text = queue.get(STORE_ATTR)
     if text:
@@ -77,8 +78,17 @@ def record_or_refuse(queue: Any, plan: Any, plan_text: str) -> bool:
             raise AblateError(why)
         return False
     queue.set(STORE_ATTR, json.dumps(current, sort_keys=True))
-    queue.set(PLAN_ATTR, plan_text)
+    queue.set(PLAN_ATTR, json.dumps({"text": plan_text, "plan": plan_data}))
     return True
+
+
+def recorded_plan(queue: Any) -> tuple[str, dict[str, Any] | None]:
+    """The power plan the design was recorded with: (its text, its data), ("", None) when none."""
+    raw = queue.get(PLAN_ATTR)
+    if not raw:
+        return "", None
+    found = json.loads(raw)
+    return str(found.get("text") or ""), found.get("plan")
 
 
 def check_only(queue: Any, plan: Any) -> str | None:

@@ -133,6 +133,21 @@ def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str,
     return most
 
 
+def plan_record(pp: PowerPlan) -> dict[str, Any]:
+    """The plan as JSON-able data: what the parent run keeps and the report puts beside what was found."""
+    d = pp.design
+    return {"source": pp.source, "metric": pp.metric, "looks": list(d.looks), "alpha": d.alpha,
+            "family": d.family, "min_effect": d.min_effect, "informational": pp.informational,
+            "sd_confidence": SD_CONFIDENCE, "power": POWER,
+            "comparisons": [{"label": c.label, "question": c.question, "margin": c.margin,
+                             "sd": None if c.noise is None else c.noise.sd,
+                             "df": None if c.noise is None else c.noise.df,
+                             "sized_sd": c.sized_sd, "noise": None if c.noise is None else c.noise.basis,
+                             "detectable": c.detectable if math.isfinite(c.detectable) else None,
+                             "in_sd_units": c.noise is None, "power": c.power, "needed": c.needed,
+                             "expected_seeds": c.expected_seeds} for c in pp.comparisons]}
+
+
 # ---------------------------------------------------------------- printing
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"

@@ -61,6 +61,8 @@ ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 # A study's parent (JSON): its design as recorded before the first cell (ablate/study/preregister.py)
 PREREGISTERED = "ablate.preregistered"
+# A study's parent (JSON): the power plan its design was recorded with (ablate/study/sizing.py plan_record)
+POWER_PLAN = "ablate.power_plan"
 EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
 # A cell's arm (ablation.tune / ablation.confirm, issue 29): which comparison queued it. A run without the
 # tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the

@@ -30,12 +30,13 @@ def test_the_first_start_records_the_design_and_a_changed_one_is_refused(bare_wo
     path = write(bare_workdir, "pre")
     plan = plan_study(str(path))
     queue = _queue(plan)
-    assert preregister.record_or_refuse(queue, plan, "the plan") is True
+    assert preregister.record_or_refuse(queue, plan, "the plan", {"comparisons": []}) is True
     recorded = json.loads(queue.get(preregister.STORE_ATTR))
     assert recorded == {"metric": "val/loss", "alpha": 0.05, "family": 2, "min_effect": None,
                         "looks": [2, 3], "claims": {"mask=-1e9": {"effect": "identical", "margin": None}}}
     assert preregister.record_or_refuse(queue, plan, "the plan again") is False  # the same design: goes on
-    assert queue.get(preregister.PLAN_ATTR) == "the plan"  # the plan it was recorded with stays
+    # the plan it was recorded with stays
+    assert preregister.recorded_plan(queue) == ("the plan", {"comparisons": []})
 
     for change, field in [({"seeds: {min: 2, max: 3}": "seeds: {min: 2, max: 4}"}, "ablation.seeds"),
                           ({"metric: val/loss": "metric: val/exact_match"}, "ablation.metric"),
@@ -81,3 +82,7 @@ def test_a_study_records_its_design_on_the_parent_run(workdir: Path) -> None:
     assert design["looks"] == [2, 3] and design["metric"] == "val/loss"
     plan_file = MlflowClient().download_artifacts(parent.info.run_id, R.PLAN_ARTIFACT, str(workdir))
     assert Path(plan_file).read_text().startswith("power plan (Pocock looks at 2..3 seeds, 2 comparisons")
+    planned = json.loads(parent.data.tags[R.POWER_PLAN])
+    assert planned["looks"] == [2, 3] and planned["source"] is None  # no pilot: not sized, in sd units
+    assert [c["label"] for c in planned["comparisons"]] == ["mask=-1e9", "positions=learned"]
+    assert all(c["in_sd_units"] and c["detectable"] > 0 for c in planned["comparisons"])

@@ -580,3 +580,43 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
     assert found.data["withdrawn"][0]["val/exact_match"] == pytest.approx(0.1)
     clean = build_study(parent, _frame(rows[:-1]))
     assert withdrawn.part(Inputs(clean, tmp_path)) is None  # nothing withdrawn: no appendix
+
+
+def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(tmp_path: Path) -> None:
+    import json as _json
+
+    from ablate.report import mde
+    from ablate.report.part import Inputs
+    from ablate.study.power import detectable, seeds_needed
+    from ablate.study.sequential import Design
+
+    plan = {"source": "pilot p", "comparisons": [{"label": "residual=post_norm", "sd": 0.02,
+                                                   "sized_sd": 0.027, "detectable": 0.05,
+                                                   "in_sd_units": False}]}
+    design = {"looks": [2, 3, 4], "alpha": 0.05, "min_effect": None, "family": 1}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation",
+                       "ablate.metric": "final/val/exact_match",
+                       "ablate.sequential": _json.dumps(design), "ablate.power_plan": _json.dumps(plan),
+                       "ablate.preregistered": _json.dumps({"metric": "val/exact_match"}),
+                       "ablate.expect": _json.dumps([{"variant": "residual=post_norm", "effect": "none",
+                                                      "margin": 0.01, "source": "x"}])},
+              "params": {}, "metrics": {}}
+    diffs = [0.02, -0.01, 0.03, 0.0]
+    rows = [_row(f"b{s}", "baseline", s, "finished", s, val_exact_match=0.5) for s in range(4)]
+    rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.5 + d)
+             for s, d in enumerate(diffs)]
+    found = mde.part(Inputs(build_study(parent, _frame(rows)), tmp_path))
+    assert found is not None
+    table = next(b for b in found.intro if hasattr(b, "header"))
+    [row] = table.rows
+    sd = float(np.std(diffs, ddof=1))
+    d = Design((2, 3, 4), 0.05, None, 1)
+    needed = seeds_needed(d, sd, "none", 0.01)
+    assert row[:6] == ["residual=post_norm", "0.0200 (0.0270)", "0.050", "4", "+0.010", f"{sd:.4f}"]
+    assert row[6] == f"{detectable(d, sd, 'none', 0.01):.3f}"
+    assert row[7] == (str(needed) if needed else ">100")
+    text = " ".join(getattr(b, "text", "") for b in found.intro)
+    assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
+    assert "Left open by this design: residual=post_norm: a new study" in text
+    assert found.data["power_plan"]["found"][0]["settled"] is False
