@@ -214,6 +214,8 @@ if TYPE_CHECKING:
 else:
     ModelSpec = create_model(
         "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **_axis_fields(), **_TAIL,
+        __doc__="The model: its sizes, and one field per design axis naming a registered variant (`ablate "
+        "list` prints each with its paper and options), each followed by the options its variants take.",
     )
 
 

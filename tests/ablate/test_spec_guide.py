@@ -4,14 +4,19 @@ alone, docs/spec.md is generated from the models, and its worked examples valida
 from __future__ import annotations
 
 import csv
+import gzip
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import registry
+from ablate.spec import guide, guide_examples
 from ablate.spec.load import json_schema, load_spec
+from ablate.study.plan import plan_study
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,3 +83,87 @@ def test_committed_studies_keep_their_cells_hashes(study: str) -> None:
     spec_path = REPO / "experiments" / "ablations" / f"{study}.yaml"
     rebuilt = [load_spec(spec_path, overrides).spec_hash for overrides, _ in cells]
     assert rebuilt == [recorded for _, recorded in cells]
+
+
+# ---------------------------------------------------------------- docs/spec.md
+def test_committed_field_guide_is_generated_from_the_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    _builtin_components_only(monkeypatch)
+    committed = (REPO / "docs" / "spec.md").read_text()
+    assert committed == guide.markdown(), "regenerate: python -m ablate.spec.guide > docs/spec.md"
+
+
+def test_field_guide_names_every_field_and_every_registered_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    _builtin_components_only(monkeypatch)
+    text = guide.markdown()
+    schema = json_schema()
+    for name, _ in _properties(schema):
+        assert f"| `{name.rsplit('.', 1)[-1]}` |" in text, name
+    for axis in registry.axes():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{axis.kind}` |"))
+        assert all(variant in row for variant in registry.names(axis.kind)), axis.kind
+
+
+def test_field_guide_renders_a_section_once_and_says_where_else_it_is_used() -> None:
+    text = guide.markdown()
+    assert text.count("### `data.files.train`") == 1
+    assert "The same fields at `data.files.val`, `data.files.test`." in text
+    assert "### `ablation.tune.pruner`" in text and "The same fields at `search.pruner`." in text
+
+
+EXAMPLES = [*guide_examples.DATA_EXAMPLES, *guide_examples.DESIGN_EXAMPLES]
+
+
+def _data_files(spec_text: str, folder: Path) -> None:
+    """Create the files a worked example names, small but well formed, so that it validates wherever the
+    spec loader also reads its data (each example's root is `${ABLATE_DATA_DIR:-data}` or none)."""
+    data = yaml.safe_load(spec_text)["data"]
+    section = data.get(data["source"])
+    if data["source"] not in ("files", "text") or not section:
+        return
+    root = folder / "data" if section.get("root") else folder
+    for split in ("train", "val", "test"):
+        named = section.get(split)
+        for name in (named.values() if isinstance(named, dict) else [named] if named else []):
+            _write_sample(root / name)
+
+
+def _write_sample(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".tsv":
+        text = "ein Hund .\ta dog .\n"
+    elif path.suffix == ".jsonl":
+        text = json.dumps({"translation": {"de": "ein Hund .", "en": "a dog ."}}) + "\n"
+    else:
+        text = "a dog runs .\n"
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.spec.split("\n", 1)[0] for e in EXAMPLES])
+def test_each_worked_example_validates(example: guide_examples.Example, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)
+    if "data:" in example.spec:
+        _data_files(example.spec, tmp_path)
+    path = tmp_path / "spec.yaml"
+    path.write_text(example.spec)
+    spec = load_spec(path)
+    assert spec.name == yaml.safe_load(example.spec)["name"]
+    if spec.ablation is not None:  # every variant a valid spec, as `ablate ablate --dry-run` checks
+        plan = plan_study(str(path))
+        assert len(plan.variants) >= 2
+
+
+def test_worked_examples_cover_every_data_source_file_format_and_design() -> None:
+    data = [yaml.safe_load(e.spec)["data"] for e in guide_examples.DATA_EXAMPLES]
+    assert {d["source"] for d in data} == {"synthetic", "files", "hub", "text"}
+    assert {d["files"]["format"] for d in data if d["source"] == "files"} == {"text", "tsv", "jsonl"}
+    studies = [yaml.safe_load(e.spec) for e in guide_examples.DESIGN_EXAMPLES]
+    designs = {s["ablation"].get("design", "one_at_a_time") for s in studies if "ablation" in s}
+    assert designs == {"one_at_a_time", "full_factorial", "variants"}
+    assert any("search" in s for s in studies)
+    text = guide.markdown()
+    assert all(e.spec in text for e in EXAMPLES)
