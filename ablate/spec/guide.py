@@ -11,10 +11,13 @@ file in step:
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ablate.spec.guide_examples import DATA_EXAMPLES, DESIGN_EXAMPLES, Example
+from ablate.spec.load import SpecError, load_spec
 from ablate.spec.schema import json_schema
 
 HEADER = """\
@@ -36,9 +39,36 @@ prints a spec with every default filled in, and `ablate validate SPEC` checks it
   the *working directory* (as fairseq's do), not the spec's folder. `${VAR}` and `${VAR:-default}` are
   expanded when the data is read, so `root: ${ABLATE_DATA_DIR:-data}` moves with the machine and no run's
   identity depends on it.
+- **Types are strict**: `heads: true` or `seed: "7"` is an error, not 1 or 7, and an unknown key is an
+  error. Metric names are checked against what a run of that spec reports, `name` and
+  `tracking.experiment` must be usable as a folder and an MLflow experiment name, and a `train.precision`
+  this machine cannot run (bf16 on a GPU without bf16 units) is rejected before anything starts. Every
+  problem of a file comes out in one pass, one line each:
+
+  ```text
+{errors}
+  ```
+
 - A run's identity (its spec hash) is everything that decides its result: not `tracking`, `description`,
   `ablation` or `search`.
 """
+
+# A spec with three mistakes: the guide shows what the loader says about it, as it says it today.
+MISTAKES = ("name: x\nmodel:\n  heads: true\n  residual: postnorm\n"
+            "train:\n  early_stopping: {metric: val/blue}\n")
+
+
+def _mistakes_reported() -> str:
+    """The loader's lines for MISTAKES, as `ablate validate x.yaml` prints them, indented for the list."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.yaml"
+        path.write_text(MISTAKES)
+        try:
+            load_spec(path)
+        except SpecError as exc:
+            return "\n".join(f"  error: {str(p).replace(str(path), path.name)}" for p in exc.problems)
+    raise AssertionError("the guide's example of mistakes validated")
+
 
 Occurrence = tuple[str, str]  # (the field path where a section model is used, the model's $defs name)
 
@@ -175,7 +205,7 @@ def _examples(title: str, examples: tuple[Example, ...]) -> list[str]:
 def markdown() -> str:
     """docs/spec.md as text."""
     schema = json_schema()
-    lines = [HEADER, *_fields(schema),
+    lines = [HEADER.replace("{errors}", _mistakes_reported()), *_fields(schema),
              *_examples("Worked examples: data sources", DATA_EXAMPLES),
              *_examples("Worked examples: study designs", DESIGN_EXAMPLES)]
     return "\n".join(lines).rstrip("\n") + "\n"
