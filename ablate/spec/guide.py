@@ -53,6 +53,12 @@ prints a spec with every default filled in, and `ablate validate SPEC` checks it
   `ablation` or `search`.
 """
 
+DATA_SOURCES_INTRO = ("Each is a whole spec that `ablate run` trains; the model, training and study sections "
+                      "go beside any of them.")
+DESIGNS_INTRO = ("These studies keep the default data (the synthetic `reverse` task) to stay short; an "
+                 "`ablation:` or `search:` section goes beside any data source above. `ablate ablate SPEC "
+                 "--dry-run` lists a study's variants and cells without running anything.")
+
 # A spec with three mistakes: the guide shows what the loader says about it, as it says it today.
 MISTAKES = ("name: x\nmodel:\n  heads: true\n  residual: postnorm\n"
             "train:\n  early_stopping: {metric: val/blue}\n")
@@ -194,8 +200,8 @@ def _fields(schema: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _examples(title: str, examples: tuple[Example, ...]) -> list[str]:
-    lines = [f"## {title}", ""]
+def _examples(title: str, intro: str, examples: tuple[Example, ...]) -> list[str]:
+    lines = [f"## {title}", "", intro, ""]
     for example in examples:
         lines += [f"### {example.title}", "", example.text, "",
                   "```yaml", example.spec.rstrip("\n"), "```", ""]
@@ -206,8 +212,8 @@ def markdown() -> str:
     """docs/spec.md as text."""
     schema = json_schema()
     lines = [HEADER.replace("{errors}", _mistakes_reported()), *_fields(schema),
-             *_examples("Worked examples: data sources", DATA_EXAMPLES),
-             *_examples("Worked examples: study designs", DESIGN_EXAMPLES)]
+             *_examples("Worked examples: data sources", DATA_SOURCES_INTRO, DATA_EXAMPLES),
+             *_examples("Worked examples: study designs", DESIGNS_INTRO, DESIGN_EXAMPLES)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
