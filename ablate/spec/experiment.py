@@ -56,23 +56,40 @@ Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
 
 
 class OptimizerSpec(Strict):
+    """The optimizer (torch.optim)."""
+
     name: Literal["adam", "adamw"] = "adam"
+    """adam, or adamw (decoupled weight decay)"""
     lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
+    """the peak learning rate (the schedule's warm-up rises to it)"""
     betas: tuple[Beta, Beta] = (0.9, 0.98)
+    """Adam's (beta1, beta2); (0.9, 0.98) as in Vaswani et al. 2017"""
     eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
+    """Adam's epsilon"""
     weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """weight decay (L2 for adam, decoupled for adamw)"""
 
 
 class ScheduleSpec(Strict):
+    """The learning-rate schedule: a linear warm-up to ``train.optimizer.lr``, then its shape."""
+
     name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
+    """after the warm-up: constant; inverse_sqrt (the 2017 paper's Noam decay); cosine (to min_lr_ratio x lr
+    at the last step)"""
     warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
-    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0  # cosine floor
+    """steps of linear warm-up from 0 to the peak learning rate; 0: none"""
+    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0
+    """cosine: the floor, as a fraction of the peak learning rate"""
 
 
 class EarlyStopping(Strict):
-    metric: str = "val/loss"  # a metric of each evaluation (spec/metricnames.py), checked per data
+    """Stop when the evaluations stop improving; the same metric picks the best checkpoint."""
+
+    metric: str = "val/loss"
+    """a metric each evaluation measures (val/loss, val/ppl, val/bleu, val/exact_match, ...)"""
     mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
     patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
+    """evaluations without improvement before training stops"""
 
     @model_validator(mode="before")
     @classmethod
@@ -92,22 +109,40 @@ class EarlyStopping(Strict):
 
 
 class TrainSpec(Strict):
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # checked against this machine on load
+    """The one trainer: AMP precision, optimizer, schedule, budget, evaluations and checkpoints."""
+
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    """fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where this machine has bf16 units,
+    else fp32 on a CPU, fp16 on an older GPU (a study resolves it once for all its cells); checked against
+    this machine when the spec loads"""
     optimizer: OptimizerSpec = OptimizerSpec()
+    """the optimizer and its peak learning rate"""
     schedule: ScheduleSpec = ScheduleSpec()
+    """the learning-rate schedule"""
     accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
+    """batches whose gradients add up to one optimizer step"""
     clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
+    """clip the gradients' global norm to this (after unscaling); null: no clipping"""
     label_smoothing: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """label smoothing of the cross-entropy loss (0.1 in Vaswani et al. 2017)"""
     max_steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = 1000
+    """optimizer steps to train; null: epochs decide"""
     epochs: Annotated[Int, Field(ge=1, le=100_000)] | None = None
+    """passes over the training data; with max_steps too, whichever ends first"""
     eval_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    """steps between evaluations on the validation split"""
     checkpoint_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    """steps between resumable checkpoints"""
     early_stopping: EarlyStopping | None = None
-    # A loss above divergence_factor x the first logged loss (or non-finite) ends the run as diverged.
+    """stop when the validation metric stops improving; left out: train the whole budget"""
     divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
+    """a loss above this times the first logged loss (or a non-finite one) ends the run as diverged"""
     compile: Bool = False
-    threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
+    """train through torch.compile"""
+    threads: Annotated[Int, Field(ge=0, le=1024)] = 0
+    """CPU threads torch uses; 0: torch's default"""
     out_dir: str = "runs"
+    """folder of run directories (checkpoints, summary.json), relative to the working directory"""
 
     @model_validator(mode="after")
     def _budget(self) -> TrainSpec:
@@ -120,49 +155,88 @@ class TrainSpec(Strict):
 
 # ---------------------------------------------------------------- eval
 class DecodeSpec(Strict):
+    """How translations are decoded for BLEU, chrF and exact match."""
+
     strategy: Literal["greedy", "beam"] = "greedy"
+    """greedy, or beam search (batched)"""
     beam: Annotated[Int, Field(ge=1, le=64)] = 4
+    """beam size (strategy: beam)"""
     length_penalty: Annotated[Float, Field(ge=0.0, le=10.0)] = 0.6
+    """beam: GNMT's length penalty alpha (0: none)"""
     max_len_a: Annotated[Float, Field(ge=0.0, le=10.0)] = 1.2
+    """a hypothesis has at most max_len_a x source length + max_len_b tokens (fairseq's rule)"""
     max_len_b: Annotated[Int, Field(ge=0, le=10_000)] = 10
+    """see max_len_a"""
 
 
 class EvalSpec(Strict):
+    """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
+
     decode: DecodeSpec = DecodeSpec()
+    """how translations are decoded"""
     metric: Literal["auto", "bleu", "exact_match"] = "auto"
+    """the quality metric: auto (BLEU and chrF for text, exact match for a synthetic task), bleu or
+    exact_match"""
     samples: Annotated[Int, Field(ge=0, le=1000)] = 5
-    max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None  # cap decoding at each evaluation
+    """sample translations (or continuations) logged at each evaluation"""
+    max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    """decode at most this many validation sentences at each evaluation (the final scores use all)"""
     bleu_during_training: Bool = True
-    # Language models: perplexity at each of these evaluation lengths (tokens per window), e.g. [L, 2L,
-    # 4L, 8L] for a model trained on blocks of L = data.max_len: non-overlapping windows, and sliding
-    # windows scoring sliding_stride new tokens each when that is set (Press et al. 2022, section 4).
+    """decode and score at each evaluation; false: only the losses until the end (faster)"""
+    # Press et al. 2022, section 4: non-overlapping and sliding windows.
     lengths: list[Annotated[Int, Field(ge=2, le=1_000_000)]] = []
+    """language models: perplexity at each of these evaluation lengths in tokens, e.g. [32, 64, 128, 256]
+    for blocks of data.max_len 32 (val/ppl_at_<n>)"""
     sliding_stride: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
+    """language models: also sliding windows scoring this many new tokens each (val/ppl_at_<n>_sliding)"""
 
 
 # ---------------------------------------------------------------- tracking
 class TrackingSpec(Strict):
+    """Where runs are recorded: MLflow (./mlflow.db and ./mlartifacts unless told)."""
+
     enabled: Bool = True
+    """record the run in MLflow"""
     uri: str | None = None
-    experiment: Name | None = None  # the MLflow experiment and the reports/<study>/ folder: a name rule
+    """an MLflow tracking URI (http://host:5000, postgresql://...); left out: MLFLOW_TRACKING_URI, else
+    sqlite:///mlflow.db in the working directory"""
+    experiment: Name | None = None
+    """the MLflow experiment (and a study's reports/<study>/ folder); left out: the spec's name"""
     log_model: Bool = False
+    """also log the model with mlflow.pytorch (and a weights-only copy)"""
     async_logging: Bool = False
+    """MLflow's asynchronous metric logging"""
     system_metrics: Bool = False
+    """MLflow's system metrics (CPU, GPU, memory) during the run"""
     log_checkpoint: Bool = True
+    """log the best checkpoint as an artifact (checkpoints/best.pt)"""
 
 
 # ---------------------------------------------------------------- the whole spec
 class ExperimentSpec(Strict):
+    """One experiment: a model, its data and its training; with ``ablation`` or ``search``, a study."""
+
     name: Name
+    """the experiment's name: its run folder and MLflow experiment (letters, digits, _ . -)"""
     description: str = ""
+    """free text: the MLflow experiment's and run's description"""
     seed: Seed = 0
+    """the run's seed: the same seed gives the same data order and the same initial weights in every
+    parameter two variants share"""
     data: DataSpec = DataSpec()
+    """the corpus, its tokenizer and batching"""
     model: ModelSpec = ModelSpec()  # type: ignore[call-arg]  # a dynamic model: its axes have defaults
+    """the model's sizes and one registry key per design axis (`ablate list`)"""
     train: TrainSpec = TrainSpec()
+    """the trainer"""
     eval: EvalSpec = EvalSpec()
+    """evaluation and decoding"""
     tracking: TrackingSpec = TrackingSpec()
+    """MLflow tracking"""
     ablation: AblationSpec | None = None
+    """an ablation study of this spec (`ablate ablate`)"""
     search: SearchSpec | None = None
+    """a hyperparameter search from this spec (`ablate tune`)"""
 
     @model_validator(mode="after")
     def _cross(self) -> ExperimentSpec:

@@ -70,12 +70,19 @@ class ModelSpecBase(Strict):
     """The fields of the model section that are not axes; :data:`ModelSpec` adds the axes and options."""
 
     d_model: Annotated[Int, Field(gt=0, le=65536)] = 128
+    """the model (embedding) width"""
     heads: Annotated[Int, Field(gt=0, le=1024)] = 4
+    """attention heads; d_model must be divisible by it"""
     encoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    """encoder layers (encoder_decoder only)"""
     decoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    """decoder layers (a decoder-only model's depth)"""
     d_ff: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
+    """the feed-forward inner width (the gated FFNs use 2/3 of it unless glu_hidden says otherwise)"""
     dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.1
+    """dropout on each sub-layer's output and on the embeddings"""
     attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """dropout on the attention weights"""
 
     @model_validator(mode="before")
     @classmethod
@@ -167,14 +174,20 @@ def _axis_fields() -> dict[str, Any]:
     return fields
 
 
+# Fields after the axes; `arch` is left out of a run's identity at its default (identity_of).
 _TAIL: dict[str, Any] = {
-    # encoder_decoder: translation (Vaswani et al. 2017); decoder_only: a causal language model
-    # (ablate/engine/lm.py). Left out of a run's identity at its default (identity_of).
-    "arch": (Literal["encoder_decoder", "decoder_only"], "encoder_decoder"),
-    "position_dropout": (Bool, True),
-    "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], 512),
-    "embed_scale": (Bool, True),  # multiply embeddings by sqrt(d_model)
-    "init": (Literal["xavier", "default"], "xavier"),
+    "arch": (Literal["encoder_decoder", "decoder_only"], Field(
+        default="encoder_decoder", description="encoder_decoder: translation (Vaswani et al. 2017); "
+        "decoder_only: a causal language model (data.source: text, hub with a text field, or an LM task)")),
+    "position_dropout": (Bool, Field(
+        default=True, description="dropout on the sum of token embeddings and positions")),
+    "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], Field(
+        default=512, description="rows of the position table (learned) or buffer (sinusoidal): the "
+        "longest sequence the model can read; at least data.max_len and every eval.lengths")),
+    "embed_scale": (Bool, Field(default=True, description="multiply token embeddings by sqrt(d_model)")),
+    "init": (Literal["xavier", "default"], Field(
+        default="xavier", description="xavier: Xavier-uniform weights of every Linear, Conv1d and "
+        "Embedding the builder owns; default: torch's own initialisation")),
 }
 
 if TYPE_CHECKING:
@@ -201,6 +214,8 @@ if TYPE_CHECKING:
 else:
     ModelSpec = create_model(
         "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **_axis_fields(), **_TAIL,
+        __doc__="The model: its sizes, and one field per design axis naming a registered variant (`ablate "
+        "list` prints each with its paper and options), each followed by the options its variants take.",
     )
 
 
