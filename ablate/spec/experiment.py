@@ -16,7 +16,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 import registry
 from ablate.errors import AblateError
@@ -39,8 +39,8 @@ __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
     "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
-    "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "flatten", "format_mask_fill", "is_valid_name",
-    "parse_mask_fill", "spec_hash",
+    "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "WeightAverage", "flatten", "format_mask_fill",
+    "is_valid_name", "parse_mask_fill", "spec_hash",
 ]
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -91,6 +91,49 @@ class EarlyStopping(Strict):
         return self
 
 
+class WeightAverage(Strict):
+    """An average of the weights evaluated at the end of the run beside the best checkpoint (ablate/engine/
+    averaging.py). One field for options that exclude each other; ``kind`` says which, and only its own
+    options are accepted:
+
+    - ``last_k`` (``k``, ``every``): the mean of the last ``k`` snapshots of the weights, one taken at every
+      optimizer step that is a multiple of ``every``: theta_avg = (1/k) * sum_j theta_(t_j). Vaswani et al.
+      2017 (section 6.1) averaged the last 5 (base) or 20 (big) checkpoints, written at 10-minute
+      intervals, as fairseq's ``scripts/average_checkpoints.py`` does; Kaddour 2022 ("latest weight
+      averaging") the last k epochs' weights.
+    - ``ema`` (``decay``): an exponential moving average updated after every optimizer step, theta_ema <-
+      decay * theta_ema + (1 - decay) * theta, started at the weights after the first step (the averaging
+      of Polyak & Juditsky 1992 with exponentially fading weights, as timm's ModelEmaV3 and torch's
+      swa_utils.get_ema_multi_avg_fn keep it). Its horizon is about 1 / (1 - decay) steps: choose it well
+      inside the run (0.99 averages over ~100 steps; 0.999 in a 700-step run still weighs the first
+      steps' weights).
+    """
+
+    kind: Literal["last_k", "ema"]
+    k: Annotated[Int, Field(ge=1, le=1000)] | None = None
+    every: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    decay: Annotated[Float, Field(ge=0.0, lt=1.0)] | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)  # the kind's own options only: the others are None
+        return {key: value for key, value in data.items() if value is not None}
+
+    @model_validator(mode="after")
+    def _options_of_kind(self) -> WeightAverage:
+        checks = Checks()
+        own = {"last_k": ("k", "every"), "ema": ("decay",)}[self.kind]
+        for option in ("k", "every", "decay"):
+            value = getattr(self, option)
+            if option in own and value is None:
+                checks.fail(option, f"kind {self.kind} needs {option}", "kind")
+            elif option not in own and value is not None:
+                checks.fail(option, f"{option} is an option of another kind, not of {self.kind} (which takes "
+                            f"{' and '.join(own)})", "kind")
+        checks.raise_any()
+        return self
+
+
 class TrainSpec(Strict):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # checked against this machine on load
     optimizer: OptimizerSpec = OptimizerSpec()
@@ -105,6 +148,9 @@ class TrainSpec(Strict):
     early_stopping: EarlyStopping | None = None
     # A loss above divergence_factor x the first logged loss (or non-finite) ends the run as diverged.
     divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
+    # Evaluate, at the end, an average of the weights beside the best checkpoint (ablate/engine/averaging.py):
+    # its metrics are the val/averaged/... names; a study decides on them by default (ablation.metric auto).
+    weight_average: WeightAverage | None = None
     compile: Bool = False
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
     out_dir: str = "runs"
@@ -114,6 +160,13 @@ class TrainSpec(Strict):
         if self.max_steps is None and self.epochs is None:
             raise SpecFieldError.single(
                 "max_steps", "set max_steps, epochs or both: training needs an end", "epochs"
+            )
+        avg = self.weight_average
+        if avg is not None and avg.k is not None and avg.every is not None and self.max_steps is not None \
+                and avg.k * avg.every > self.max_steps:
+            raise SpecFieldError.single(
+                "weight_average.k", f"{avg.k} snapshots every {avg.every} steps need {avg.k * avg.every} "
+                f"steps; train.max_steps is {self.max_steps}", "weight_average.every", "max_steps"
             )
         return self
 
@@ -247,7 +300,9 @@ class ExperimentSpec(Strict):
             problem = metricnames.problem(es.metric, self.evaluation_metrics(), is_text, at_evaluation=True)
             if problem:
                 checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
-        result = metricnames.result_metrics(is_text, has_test=self.data.has_test, **self._lm_names())
+        result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
+                                            with_averaged=self.train.weight_average is not None,
+                                            **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
             problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)
@@ -311,6 +366,7 @@ _LATER_DEFAULTS: dict[tuple[str, str], Any] = {
     ("data", "text"): None, ("data", "document_lines"): 1, ("data", "source_bos"): False,
     ("data", "source_eos"): False,
     ("eval", "lengths"): [], ("eval", "sliding_stride"): None,
+    ("train", "weight_average"): None,
 }
 
 
