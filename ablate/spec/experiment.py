@@ -155,6 +155,15 @@ class TrainSpec(Strict):
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
     out_dir: str = "runs"
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # weight_average came after runs were recorded: left out of the dump (params, spec.yaml, identity)
+        # when absent, so every spec without it keeps its record and its hash.
+        data: dict[str, Any] = handler(self)
+        if data.get("weight_average") is None:
+            data.pop("weight_average", None)
+        return data
+
     @model_validator(mode="after")
     def _budget(self) -> TrainSpec:
         if self.max_steps is None and self.epochs is None:
@@ -366,7 +375,6 @@ _LATER_DEFAULTS: dict[tuple[str, str], Any] = {
     ("data", "text"): None, ("data", "document_lines"): 1, ("data", "source_bos"): False,
     ("data", "source_eos"): False,
     ("eval", "lengths"): [], ("eval", "sliding_stride"): None,
-    ("train", "weight_average"): None,
 }
 
 
