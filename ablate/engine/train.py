@@ -25,6 +25,7 @@ from torch import nn
 from ablate.data.lm import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
 from ablate.engine import preempt
+from ablate.engine.averaging import Ema, LastK, make_averager
 from ablate.engine.checkpoint import (
     CHECKPOINT_VERSION,
     TrainState,
@@ -145,6 +146,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        # train.weight_average: the averaged weights evaluated at the end beside the best checkpoint
+        self.averager: LastK | Ema | None = make_averager(tspec)
         self.pad_id = self.data.tokenizers.pad_id
         self.is_main = self.rank == 0
         self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
@@ -160,7 +163,7 @@ class Trainer:
         return self.run_dir / "best.pt"
 
     def checkpoint_payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "version": CHECKPOINT_VERSION,
             "spec_hash": self.spec.spec_hash,
             "model": self.model.state_dict(),
@@ -170,6 +173,9 @@ class Trainer:
             "rng": rng_state(),
             "state": state_to_dict(self.state),
         }
+        if self.averager is not None:  # the snapshots or the moving average: a resumed run averages the same
+            payload["weight_average"] = self.averager.state_dict()
+        return payload
 
     def restore(self, payload: dict[str, Any]) -> None:
         self.model.load_state_dict(payload["model"])
@@ -178,6 +184,8 @@ class Trainer:
         self.scaler.load_state_dict(payload["scaler"])
         set_rng_state(payload["rng"])
         self.state = state_from_dict(payload["state"])
+        if self.averager is not None and "weight_average" in payload:
+            self.averager.load_state_dict(payload["weight_average"], self.device)
         self.segment_started = time.time()
         self.segment_cpu = time.process_time()
 
@@ -365,6 +373,8 @@ class Trainer:
                         st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
                         self.save()
                         return TrainOutcome("diverged", st, st.stop_reason)
+                    if self.averager is not None:
+                        self.averager.update(step, self.model)
                     if st.window_steps >= log_every:
                         mean_loss = st.window_loss / st.window_steps
                         lr = self.optimizer.param_groups[0]["lr"]

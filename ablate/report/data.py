@@ -229,6 +229,9 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
         # 'auto': the held-out test score when the runs have it (val picked the checkpoint), else val.
         has_test = any(f"test/{quality}" in r.metrics for r in runs if r.status == "finished")
         primary = f"{'test' if has_test else 'val'}/{quality}"
+        # runs with train.weight_average: their averaged reading, the one 'auto' decides on
+        if any(R.averaged(primary) in r.metrics for r in runs if r.status == "finished"):
+            primary = R.averaged(primary)
     return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
                  primary, dropped, notes, withdrawn=stale)
 

@@ -1,5 +1,6 @@
 """The end of a run's training: its best checkpoint evaluated on the whole val and test splits, with
-samples, the checkpoint and the model logged as the spec asks."""
+samples, the checkpoint and the model logged as the spec asks; with train.weight_average, the averaged
+weights on the same splits too (ablate/engine/averaging.py), a second reading of the same run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData
+from ablate.engine.averaging import load_weights
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.evaluate import Translations, evaluate, has_split, samples_text
 from ablate.engine.lm import DecoderOnlyLM
@@ -48,6 +50,24 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
         tracker.log_artifact(trainer.best_path, R.CHECKPOINT_DIR)
     if spec.tracking.log_model:
         tracker.log_model(model)
+    out.update(averaged_evaluation(spec, data, model, trainer, device, precision))
+    return out
+
+
+def averaged_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, trainer: Trainer,
+                        device: torch.device, precision: str) -> dict[str, float]:
+    """With train.weight_average: the averaged weights on the whole val and test splits, under the
+    averaged names ('val/averaged/bleu'), after everything the best checkpoint's reading logs (the model is
+    left holding the averaged weights). Nothing without the option, or before any snapshot was taken."""
+    weights = trainer.averager.averaged() if trainer.averager is not None else None
+    if weights is None:
+        return {}
+    load_weights(model, weights)
+    out: dict[str, float] = {}
+    for split in ("val", "test"):
+        if has_split(data, split):
+            measured = evaluate(model, data, split, spec, device, precision, decode=True, limit=None)
+            out.update({R.averaged(name): value for name, value in measured.items()})
     return out
 
 

@@ -34,13 +34,14 @@ from ablate.spec.data import (
 )
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
+from ablate.spec.train import EarlyStopping, OptimizerSpec, ScheduleSpec, TrainSpec, WeightAverage
 
 __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
     "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
-    "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "flatten", "format_mask_fill", "is_valid_name",
-    "parse_mask_fill", "spec_hash",
+    "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "WeightAverage", "flatten", "format_mask_fill",
+    "is_valid_name", "parse_mask_fill", "spec_hash",
 ]
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -51,109 +52,7 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
-# ---------------------------------------------------------------- train
-Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
-
-
-class OptimizerSpec(Strict):
-    """The optimizer (torch.optim)."""
-
-    name: Literal["adam", "adamw"] = "adam"
-    """adam, or adamw (decoupled weight decay)"""
-    lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
-    """the peak learning rate (the schedule's warm-up rises to it)"""
-    betas: tuple[Beta, Beta] = (0.9, 0.98)
-    """Adam's (beta1, beta2); (0.9, 0.98) as in Vaswani et al. 2017"""
-    eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
-    """Adam's epsilon"""
-    weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-    """weight decay (L2 for adam, decoupled for adamw)"""
-
-
-class ScheduleSpec(Strict):
-    """The learning-rate schedule: a linear warm-up to ``train.optimizer.lr``, then its shape."""
-
-    name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
-    """after the warm-up: constant; inverse_sqrt (the 2017 paper's Noam decay); cosine (to min_lr_ratio x lr
-    at the last step)"""
-    warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
-    """steps of linear warm-up from 0 to the peak learning rate; 0: none"""
-    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0
-    """cosine: the floor, as a fraction of the peak learning rate"""
-
-
-class EarlyStopping(Strict):
-    """Stop when the evaluations stop improving; the same metric picks the best checkpoint."""
-
-    metric: str = "val/loss"
-    """a metric each evaluation measures (val/loss, val/ppl, val/bleu, val/exact_match, ...)"""
-    mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
-    patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
-    """evaluations without improvement before training stops"""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_mode(cls, data: Any) -> Any:
-        return metricnames.with_natural_default(data, "mode", metricnames.mode)
-
-    @model_validator(mode="after")
-    def _consistent_mode(self) -> EarlyStopping:
-        natural = metricnames.mode(self.metric)
-        if self.metric in metricnames.all_metrics() and self.mode != natural:
-            better = "higher" if natural == "max" else "lower"
-            raise SpecFieldError.single(
-                "mode", f"mode {self.mode!r} contradicts {self.metric} ({better} is better): use {natural!r} "
-                "or leave mode out", "metric"
-            )
-        return self
-
-
-class TrainSpec(Strict):
-    """The one trainer: AMP precision, optimizer, schedule, budget, evaluations and checkpoints."""
-
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
-    """fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where this machine has bf16 units,
-    else fp32 on a CPU, fp16 on an older GPU (a study resolves it once for all its cells); checked against
-    this machine when the spec loads"""
-    optimizer: OptimizerSpec = OptimizerSpec()
-    """the optimizer and its peak learning rate"""
-    schedule: ScheduleSpec = ScheduleSpec()
-    """the learning-rate schedule"""
-    accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
-    """batches whose gradients add up to one optimizer step"""
-    clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
-    """clip the gradients' global norm to this (after unscaling); null: no clipping"""
-    label_smoothing: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-    """label smoothing of the cross-entropy loss (0.1 in Vaswani et al. 2017)"""
-    max_steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = 1000
-    """optimizer steps to train; null: epochs decide"""
-    epochs: Annotated[Int, Field(ge=1, le=100_000)] | None = None
-    """passes over the training data; with max_steps too, whichever ends first"""
-    eval_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
-    """steps between evaluations on the validation split"""
-    checkpoint_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
-    """steps between resumable checkpoints"""
-    early_stopping: EarlyStopping | None = None
-    """stop when the validation metric stops improving; left out: train the whole budget"""
-    divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
-    """a loss above this times the first logged loss (or a non-finite one) ends the run as diverged"""
-    compile: Bool = False
-    """train through torch.compile"""
-    threads: Annotated[Int, Field(ge=0, le=1024)] = 0
-    """CPU threads torch uses; 0: torch's default"""
-    out_dir: str = "runs"
-    """folder of run directories (checkpoints, summary.json), relative to the working directory"""
-
-    @model_validator(mode="after")
-    def _budget(self) -> TrainSpec:
-        if self.max_steps is None and self.epochs is None:
-            raise SpecFieldError.single(
-                "max_steps", "set max_steps, epochs or both: training needs an end", "epochs"
-            )
-        return self
-
-
-# ---------------------------------------------------------------- eval
+# ---------------------------------------------------------------- train (ablate/spec/train.py)
 class DecodeSpec(Strict):
     """How translations are decoded for BLEU, chrF and exact match."""
 
@@ -321,7 +220,9 @@ class ExperimentSpec(Strict):
             problem = metricnames.problem(es.metric, self.evaluation_metrics(), is_text, at_evaluation=True)
             if problem:
                 checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
-        result = metricnames.result_metrics(is_text, has_test=self.data.has_test, **self._lm_names())
+        result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
+                                            with_averaged=self.train.weight_average is not None,
+                                            **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
             problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)

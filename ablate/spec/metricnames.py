@@ -17,6 +17,13 @@
   log-likelihood in bits over the UTF-8 bytes of the text, comparable across tokenizers), and with
   ``eval.lengths`` the perplexity at each evaluation length, ``val/ppl_at_<n>`` (non-overlapping windows)
   and ``val/ppl_at_<n>_sliding`` (sliding windows, with ``eval.sliding_stride``).
+- With ``train.weight_average`` (ablate/engine/averaging.py), a run's result also holds the averaged
+  weights' reading of every val/test metric under the `AVERAGED` marker: ``val/averaged/bleu``,
+  ``test/averaged/chrf``, ``val/averaged/loss`` (MLflow: ``final/val/averaged/bleu``), beside the best
+  checkpoint's ``val/bleu``, so the two readings are paired within each run. The averaged reading is the
+  one a study decides on by default (``ablation.metric: auto``); naming the plain one decides on it.
+  The marker sits between split and name, so ``test/...`` follows from ``val/...`` as for the plain
+  names, and the name's last part still says which way is better.
 """
 
 from __future__ import annotations
@@ -33,6 +40,28 @@ TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
 RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
                "train/cpu_time_s", "peak_memory_mb", "run_memory_mb")
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
+AVERAGED = "averaged"  # the averaged weights' reading: val/averaged/bleu (train.weight_average)
+
+
+def averaged(metric: str) -> str:
+    """The averaged weights' reading of a val/test metric: 'val/bleu' -> 'val/averaged/bleu' (idempotent)."""
+    if is_averaged(metric):
+        return metric
+    split, _, name = metric.partition("/")
+    return f"{split}/{AVERAGED}/{name}"
+
+
+def is_averaged(metric: str) -> bool:
+    """Whether ``metric`` is an averaged-weights reading ('val/averaged/bleu')."""
+    return metric.split("/")[1:2] == [AVERAGED]
+
+
+def plain(metric: str) -> str:
+    """The best checkpoint's reading of a metric: 'val/averaged/bleu' -> 'val/bleu'; others unchanged."""
+    if not is_averaged(metric):
+        return metric
+    split, _, rest = metric.partition("/")
+    return f"{split}/{rest.partition('/')[2]}"
 
 
 def quality_metrics(is_text: bool) -> tuple[str, ...]:
@@ -60,11 +89,14 @@ def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val"
 
 
 def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
-                   sliding: bool = False) -> list[str]:
-    """The names in a finished run's result metrics."""
+                   sliding: bool = False, with_averaged: bool = False) -> list[str]:
+    """The names in a finished run's result metrics (``with_averaged``: with train.weight_average, the
+    averaged weights' reading of each val/test metric too)."""
     names = evaluation_metrics(is_text, lm=lm, lengths=lengths, sliding=sliding)
     if has_test:
         names += evaluation_metrics(is_text, split="test", lm=lm, lengths=lengths, sliding=sliding)
+    if with_averaged:
+        names += [averaged(n) for n in names]
     return names + [m for m in RUN_METRICS if m not in names]
 
 
@@ -73,6 +105,7 @@ def all_metrics() -> list[str]:
     names: list[str] = []
     for split in ("val", "test"):
         names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS + ("bpb",)]
+    names += [averaged(n) for n in names]
     return names + [m for m in TRAINING_METRICS + RUN_METRICS if m not in names]
 
 
@@ -102,6 +135,8 @@ def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: b
     if metric in accepted:
         return None
     choices = f"accepted: {', '.join(accepted)}"
+    if is_averaged(metric) and not at_evaluation and plain(metric) not in accepted:
+        return problem(plain(metric), accepted, is_text, at_evaluation=at_evaluation)  # its own reason first
     if metric in all_metrics():
         return f"{_why_missing(metric, is_text, at_evaluation)}; {choices}"
     close = difflib.get_close_matches(metric, all_metrics(), n=1, cutoff=0.6)
@@ -114,6 +149,10 @@ def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: b
 
 
 def _why_missing(metric: str, is_text: bool, at_evaluation: bool) -> str:
+    if is_averaged(metric):
+        if at_evaluation:
+            return f"{metric} is the averaged weights' reading, taken once at the end of the run"
+        return f"{metric} is the averaged weights' reading: set train.weight_average"
     split, _, name = metric.rpartition("/")
     if name in TEXT_METRICS and not is_text:
         return f"{metric} needs text data; a synthetic task reports {split}/exact_match"

@@ -148,15 +148,19 @@ def metric_direction(metric: str) -> str:
 
 def study_metric(spec: ExperimentSpec) -> str:
     """ablation.metric, where 'auto' is BLEU on text, exact match on synthetic tasks and perplexity for a
-    decoder-only language model."""
+    decoder-only language model; with train.weight_average, the averaged weights' reading of it
+    ('val/averaged/bleu': the noise the option removes is the point of setting it), so that naming the
+    plain 'val/bleu' is how a study with averaging decides on the best checkpoint instead."""
     assert spec.ablation is not None
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
     if spec.is_lm:
-        return "val/ppl"
-    if spec.eval.metric != "auto":
-        return f"val/{spec.eval.metric}"
-    return "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+        auto = "val/ppl"
+    elif spec.eval.metric != "auto":
+        auto = f"val/{spec.eval.metric}"
+    else:
+        auto = "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+    return R.averaged(auto) if spec.train.weight_average is not None else auto
 
 
 def _short(field_path: str) -> str:

@@ -18,6 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+# re-exported (the `X as X` form): writers and readers of the record need this one module
+from ablate.spec.metricnames import AVERAGED as AVERAGED
+from ablate.spec.metricnames import averaged as averaged
+from ablate.spec.metricnames import is_averaged as is_averaged
+from ablate.spec.metricnames import plain as plain
+
 # ---------------------------------------------------------------- MLflow's own tags
 PARENT_RUN = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
@@ -112,6 +118,10 @@ PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's p
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
+# train.weight_average (ablate/engine/averaging.py): the averaged weights' reading of each val/test metric,
+# declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
+# 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
+# best checkpoint's final/val/bleu; `plain` maps back (both imported above).
 CONSTANT_METRICS = (MODEL_PARAMS, PADDING)
 
 

@@ -218,7 +218,9 @@ def test_experiment_ablations_expand() -> None:
         "modern-axes-multi30k.yaml": 56, "tutorial-axes-multi30k.yaml": 48,
         "warmup-vs-norm-multi30k.yaml": 24, "presets-multi30k.yaml": 48,
         # the decoder-only LM cell: five position schemes x four seeds
-        "positions-extrapolation.yaml": 20}
+        "positions-extrapolation.yaml": 20,
+        # a fixed list of 8 seeds, two variants: the noise with and without weight averaging
+        "averaging-noise-multi30k.yaml": 16}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
