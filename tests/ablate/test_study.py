@@ -220,7 +220,9 @@ def test_experiment_ablations_expand() -> None:
         # the decoder-only LM cell: five position schemes x four seeds
         "positions-extrapolation.yaml": 20,
         # a fixed list of 8 seeds, two variants: the noise with and without weight averaging
-        "averaging-noise-multi30k.yaml": 16}
+        "averaging-noise-multi30k.yaml": 16,
+        # seeds.max: auto chose 18 from the pilot's cell times and a 6.2-hour budget: 3 variants x 18
+        "sized-axes-multi30k.yaml": 54}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
