@@ -21,9 +21,10 @@ from typing import Any
 import ablate.tracking.record as R
 from ablate.report import stats as st
 from ablate.report.data import Run, Study, quality_meta
-from ablate.report.scale import Direction, Transfer, Verdict, check_transfers
-from ablate.report.seeds import answer, claim_questions, comparisons, decided_metric
-from ablate.study.sequential import Design, Look
+from ablate.report.scale import Rerun, Transfer, check_transfers
+from ablate.report.seeds import claim_questions, comparisons, decided_metric
+from ablate.study.sequential import Design
+from ablate.study.verdict import Look, Verdict, none_margin
 
 
 def _tag(study: Study, name: str) -> dict[str, Any] | None:
@@ -57,16 +58,25 @@ def larger_setting(study: Study) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Judged:
-    """One comparison in one arm: its deciding (or latest) look and the answer in words."""
+    """One comparison in one arm and its verdict (``ablate.study.verdict.read``)."""
 
     variant: str
-    look: Look | None
-    answer: str  # better | worse | no effect | identical | open
+    judgement: Verdict
+
+    @property
+    def look(self) -> Look | None:
+        """The deciding (or latest) look."""
+        return self.judgement.look
+
+    @property
+    def answer(self) -> str:
+        """better | worse | no effect | identical | open"""
+        return self.judgement.answer
 
     @property
     def settled(self) -> bool:
         """Answered, or undecided at the last planned look: no later round can change it."""
-        return self.answer != "open" or (self.look is not None and self.look.final)
+        return self.judgement.settled
 
     @property
     def verdict(self) -> str:
@@ -77,9 +87,8 @@ class Judged:
 
     @property
     def decided(self) -> bool:
-        """Decided as the study decides which comparisons to confirm (ablate/study/arms.py): its look
-        answers the comparison's question with an effect or no effect."""
-        return self.look is not None and self.look.decided and self.answer in ("better", "worse", "no effect")
+        """Decided as the study decides which comparisons to confirm (ablate/study/arms.py)."""
+        return self.judgement.decided
 
     def shown(self, dec: int, unit: str) -> str:
         """'-1.000 exact match [-1.021, -0.979]: worse' (the interval when there is one)."""
@@ -95,14 +104,7 @@ def judged(study: Study, design: Design) -> dict[str, Judged]:
     if study.baseline is None:
         return {}
     metric = decided_metric(study)
-    _, _, higher = quality_meta(metric)
-    out = {}
-    for c in comparisons(study, design, metric):
-        said = answer(c.look, higher)
-        if c.look is not None and c.look.decided and c.look.state == "open":
-            said = "no effect"  # a `none` claim answered: its interval within the claim's margin
-        out[c.variant] = Judged(c.variant, c.look, said)
-    return out
+    return {c.variant: Judged(c.variant, c.verdict) for c in comparisons(study, design, metric)}
 
 
 @dataclass(frozen=True)
@@ -188,14 +190,12 @@ def transfers(study: Study) -> list[Transfer] | None:
 
     checked = []
     for j in judged(decided_by, design).values():
-        if not j.decided:
+        small = j.judgement.direction
+        if small is None:  # not decided: nothing to confirm
             continue
-        small: Direction = "none" if j.answer == "no effect" else "better" if j.answer == "better" \
-            else "worse"
-        question, margin = asked.get(j.variant, (None, None))
-        margin = margin if question == "none" and margin is not None else design.min_effect
-        checked.append(Verdict(j.variant, small, values("baseline"), values(j.variant),
-                               margin if small == "none" else None))
+        margin = none_margin(*asked.get(j.variant, (None, None)), design.min_effect)
+        checked.append(Rerun(j.variant, small, values("baseline"), values(j.variant),
+                             margin if small == "none" else None))
     return check_transfers(checked, higher, design.alpha)
 
 

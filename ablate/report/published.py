@@ -7,15 +7,12 @@ A claim is judged on the evidence the report's verdicts already use, never on a 
   (ablate/report/seeds.py, valid whenever the study stopped), on the metric the study decided by;
 - any other study: the fixed-sample effect on the report's primary metric (ablate/report/stats.py).
 
-``worse`` / ``better`` are reproduced by a significant difference in that direction, contradicted by one in
-the other, by seeds identical to the baseline's, or by an interval inside ±``min_effect`` (no effect worth
-knowing). ``none`` is reproduced when the interval lies within ±``margin`` (equivalence: a difference that
-is merely not significant proves nothing) and contradicted when it lies wholly beyond it; a significant
-difference whose interval still reaches inside the margin settles neither (an adaptive study stops adding
-seeds to it, and its line says so). ``identical`` is reproduced when every paired seed gives exactly the
-baseline's value and contradicted by any seed that does not. A variant that diverged in at least half of
-its runs while the baseline never did failed to train: that is the "fails" of a paper such as Xiong et al.
-2020 (post-LN without warm-up), so it reproduces ``worse`` and contradicts the others. A variant that
+Whether the evidence reproduces a claim, contradicts it or settles neither is decided by
+``ablate.study.verdict.judge`` (its rules: reproduced by a significant difference the claimed way, by an
+interval within a ``none`` claim's margin, by every paired seed equal for ``identical``; a variant that
+diverged in at least half of its runs while the baseline never did failed to train: that is the "fails"
+of a paper such as Xiong et al. 2020, post-LN without warm-up). This module gathers the evidence and
+renders the lines. A variant that
 changes two or more settings at once is judged on all of them together, and its line lists them. A line also
 says where the variant's size differs from the baseline's by more than 5% (the size rides along with the
 choice) and where the test split, on the same seeds and look, answers differently from validation.
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 import ablate.tracking.record as R
 import registry
@@ -35,33 +31,13 @@ from ablate.report.data import EffectRow, Study, params_of, quality_meta, spec_d
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.seeds import decided_metric, design_of, paired_differences, reopened_phrase
-from ablate.report.verdicts import Verdict, regime, verdicts
+from ablate.report.verdicts import OnBothSplits, regime, verdicts
 from ablate.spec.study import Expectation
-from ablate.study.sequential import Design, run_sequence
+from ablate.study.sequential import Design, walk
+from ablate.study.verdict import OPEN, Evidence, claim_margin, holm_significant, judge, read
 
-REPRODUCED, CONTRADICTED, OPEN = "reproduced", "contradicted", "not settled"
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
              "none": "no effect", "identical": "identical to the baseline in every seed"}
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the runs say about one variant against the baseline on ``metric``."""
-
-    metric: str
-    diff: float  # variant - baseline (NaN: nothing to compare)
-    lo: float  # the interval the verdict rests on (NaN: none)
-    hi: float
-    interval: str  # e.g. 'repeated 95% CI' or '95% CI'
-    n: int  # pairs or seeds behind it
-    significant: bool  # the interval excludes zero by the report's own test
-    differing: int  # paired seeds whose values differ from the baseline's (for 'identical')
-    identical: bool  # paired, at least one pair, every pair exactly equal
-    min_effect: float | None  # the study's smallest effect worth knowing
-    diverged: int  # the variant's runs that diverged
-    runs: int
-    base_diverged: int
-    max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
 
 
 def claims_of(study: Study) -> list[Expectation]:
@@ -83,13 +59,14 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     identical = bool(diffs) and differing == 0
     nan = math.nan
     if design is not None:
-        look = run_sequence(paired, design, claim.effect if claim else None, claim.margin if claim else None)
+        said = read(walk(paired, design, claim.effect if claim else None, claim.margin if claim else None))
+        look = said.look
         if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
                             identical, design.min_effect, diverged, len(runs), base_diverged)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
-                        look.state == "effect", differing, identical, design.min_effect, diverged, len(runs),
+                        said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
                         base_diverged, design.looks[-1] if look.final else None)
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
@@ -101,8 +78,9 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     # effects table, not the comparison's own p.
     kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
     kind += f"; Holm-adjusted p {st.fmt_p(row.p_holm)}"
-    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, row.p_holm < st.ALPHA, differing, identical,
-                    None, diverged, len(runs), base_diverged)
+    significant = holm_significant(e.diff, row.p_holm)
+    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, significant, differing, identical, None,
+                    diverged, len(runs), base_diverged)
 
 
 def as_run(study: Study, variant: str) -> str:
@@ -177,7 +155,7 @@ def size_change(study: Study, variant: str) -> str:
             f"({mine / 1e6:.2f} M against {base / 1e6:.2f} M): the size changes with the choice.")
 
 
-def _test_disagrees(v: Verdict | None, dec: int, unit: str) -> str:
+def _test_disagrees(v: OnBothSplits | None, dec: int, unit: str) -> str:
     """' The test split, on the same seeds and look, answers differently: open (Δ +1.90 BLEU [...]).' where
     it does (validation decides; a reader should not have to find the warning further down), else ''."""
     if v is None or v.agrees is not False or v.test is None:
@@ -188,7 +166,7 @@ def _test_disagrees(v: Verdict | None, dec: int, unit: str) -> str:
             f"(Δ {st.fmt(t.diff, dec, True)} {unit}{ci}).")
 
 
-def _reopened(v: Verdict | None, design: Design | None, dec: int, higher: bool, unit: str) -> str:
+def _reopened(v: OnBothSplits | None, design: Design | None, dec: int, higher: bool, unit: str) -> str:
     """' At look 3 (5 seeds) it read worse ([-2.10, -0.12]), and the seeds since reopened it.' where the
     claim's comparison read an effect at an earlier look than the one shown, else ''."""
     if v is None or design is None or v.earlier is None:
@@ -215,91 +193,6 @@ def _source_markers(params: dict[str, str]) -> str:
     if bos or eos:
         return "sources ending in eos" if eos else "sources opening with bos"
     return "sources without bos or eos"
-
-
-def _margin(claim: Expectation, min_effect: float | None) -> float | None:
-    """The equivalence margin of an ``effect: none`` claim: its own, else the study's min_effect."""
-    return claim.margin if claim.margin is not None else min_effect
-
-
-def judge(claim: Expectation, ev: Evidence, higher_is_better: bool) -> tuple[str, str]:
-    """(outcome, why) of one claim on its evidence; see the module docstring for the rules."""
-    failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
-    has_ci = math.isfinite(ev.lo) and math.isfinite(ev.hi)
-    if claim.effect == "identical":
-        if ev.identical:
-            return REPRODUCED, f"the same value in all {ev.n} paired seeds"
-        if ev.differing:
-            return CONTRADICTED, f"{ev.differing} paired seed(s) differ from the baseline"
-        if failed:
-            return CONTRADICTED, "it diverged where the baseline did not"
-        return OPEN, "no seed where both it and the baseline finished"
-    if claim.effect == "none":
-        margin = _margin(claim, ev.min_effect)
-        assert margin is not None  # the spec refuses 'none' without one
-        if ev.identical:
-            return REPRODUCED, "identical to the baseline in every paired seed"
-        if failed:
-            return CONTRADICTED, "it diverged where the baseline did not"
-        if has_ci and -margin <= ev.lo and ev.hi <= margin:
-            return REPRODUCED, f"the interval lies within ±{margin:g}"
-        if has_ci and (ev.lo > margin or ev.hi < -margin):
-            return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
-        if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
-            found = "better" if _found_better(ev, higher_is_better) else "worse"
-            # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
-            # within the margin or wholly beyond it (ablate/study/sequential.py answers()), up to the maximum.
-            more = (f"the study's maximum of {ev.max_reached} seeds is reached" if ev.max_reached
-                    else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
-                    if ev.min_effect is not None else "more seeds would tell")
-            return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
-        return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci
-                      else _too_few(ev))
-    wanted_better = claim.effect == "better"
-    if failed:
-        return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
-    if ev.significant:
-        found_better = _found_better(ev, higher_is_better)
-        found = "better" if found_better else "worse"
-        if found_better != wanted_better:
-            return CONTRADICTED, f"significantly {found}"
-        return REPRODUCED, f"significantly {found}{_how_much(ev)}"
-    if ev.identical:
-        return CONTRADICTED, "identical to the baseline in every paired seed"
-    m = ev.min_effect
-    if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
-        return CONTRADICTED, f"no effect as large as ±{m:g}"
-    if not has_ci:
-        return OPEN, _too_few(ev)
-    return OPEN, ("no significant difference at the study's maximum of "
-                  f"{ev.max_reached} seeds" if ev.max_reached else "no significant difference yet")
-
-
-def _how_much(ev: Evidence) -> str:
-    """Whether a reproduced direction also clears the study's min_effect, in the metric's unit."""
-    m = ev.min_effect
-    if m is None or not (math.isfinite(ev.lo) and math.isfinite(ev.hi)):
-        return ""
-    unit = quality_meta(ev.metric)[0]
-    if min(abs(ev.lo), abs(ev.hi)) >= m:
-        return f", by at least {m:g} {unit}"
-    return f" in direction only: its interval does not clear the {m:g} {unit} this study cares about"
-
-
-def _more_seeds(ev: Evidence) -> str:
-    if ev.max_reached:  # only a larger seeds.max could settle it
-        return f"the study's maximum of {ev.max_reached} seeds is reached (a larger seeds.max would tell)"
-    return "more seeds would tell"
-
-
-def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
-    return (ev.diff > 0) == higher_is_better
-
-
-def _too_few(ev: Evidence) -> str:
-    if ev.n:
-        return "too few paired seeds for an interval yet"
-    return "no seed where both it and the baseline finished"
 
 
 def part(inp: Inputs) -> Part | None:
@@ -329,7 +222,7 @@ def part(inp: Inputs) -> Part | None:
             after = (size_change(study, claim.variant) + _test_disagrees(v, dec, unit)
                      + _reopened(v, design, dec, higher, unit)
                      + _at_own_best(own.get(claim.variant), dec, unit))
-            outcome, why = judge(claim, ev, higher)
+            outcome, why = judge(claim, ev, higher, unit)
             found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
             if math.isfinite(ev.lo) and math.isfinite(ev.hi):
                 found += f" {st.fmt_interval(ev.lo, ev.hi, dec)} ({ev.interval})"
@@ -337,7 +230,7 @@ def part(inp: Inputs) -> Part | None:
             if ev.diverged:
                 found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"
         expected = _EXPECTED[claim.effect]
-        margin = _margin(claim, design.min_effect if design else None)
+        margin = claim_margin(claim, design.min_effect if design else None)
         if claim.effect == "none" and margin is not None:
             expected += f" (within ±{margin:g})"
         scoped = claim.kind == "published" and claim.at_convergence and unconverged

@@ -11,21 +11,18 @@ than the margin appeared).
 Several verdicts checked at once are one family: `check_transfers` widens each interval to 1 - alpha/k
 (Bonferroni over the k verdicts), so that the chance of calling any of them wrongly stays at alpha.
 
-Pure arithmetic over per-seed values (ablate/report/stats.py's `compare`); ablate/report/arms.py reads
-the confirmation runs into it and ablate/report/at_scale.py is the report's section.
+The rule is ``ablate.study.verdict.at_scale``'s; this module computes the paired effect it is applied to
+(ablate/report/stats.py's `compare`) and the family's confidence. ablate/report/arms.py reads the
+confirmation runs into it and ablate/report/at_scale.py is the report's section.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from ablate.report.stats import ALPHA, Effect, compare
-
-Direction = Literal["better", "worse", "none"]
-Outcome = Literal["transfers", "reverses", "not settled"]
+from ablate.study.verdict import Direction, ScaleOutcome, at_scale
 
 
 @dataclass(frozen=True)
@@ -35,13 +32,13 @@ class Transfer:
 
     label: str
     small: Direction
-    outcome: Outcome
+    outcome: ScaleOutcome
     effect: Effect
     confidence: float
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Rerun:
     """A decided comparison of the study and its runs at the larger scale (seed -> metric value)."""
 
     label: str
@@ -51,27 +48,17 @@ class Verdict:
     margin: float | None = None  # for small == "none": the largest difference that counts as none
 
 
-def check_transfer(verdict: Verdict, higher_is_better: bool, confidence: float = 1 - ALPHA) -> Transfer:
-    """Whether one verdict transfers, reverses or is not settled at the larger scale."""
+def check_transfer(verdict: Rerun, higher_is_better: bool, confidence: float = 1 - ALPHA) -> Transfer:
+    """Whether one verdict transfers, reverses or is not settled at the larger scale (decided by
+    ``ablate.study.verdict.at_scale`` on the paired effect there)."""
     if verdict.small == "none" and (verdict.margin is None or verdict.margin <= 0):
         raise ValueError(f"{verdict.label}: a verdict of no effect needs its margin (> 0)")
     e = compare(verdict.base, verdict.variant, confidence)
-    outcome: Outcome = "not settled"
-    if not (math.isnan(e.lo) or math.isnan(e.hi)):
-        if verdict.small == "none":
-            m = float(verdict.margin)  # type: ignore[arg-type]
-            if -m <= e.lo and e.hi <= m:
-                outcome = "transfers"
-            elif e.lo > m or e.hi < -m:
-                outcome = "reverses"
-        elif e.tested and e.p < 1 - confidence and (e.lo > 0 or e.hi < 0):  # as the study's verdicts
-            larger = e.diff > 0
-            direction = "better" if larger == higher_is_better else "worse"
-            outcome = "transfers" if direction == verdict.small else "reverses"
+    outcome = at_scale(verdict.small, e.diff, e.lo, e.hi, e.p, confidence, higher_is_better, verdict.margin)
     return Transfer(verdict.label, verdict.small, outcome, e, confidence)
 
 
-def check_transfers(verdicts: Sequence[Verdict], higher_is_better: bool, alpha: float = ALPHA
+def check_transfers(verdicts: Sequence[Rerun], higher_is_better: bool, alpha: float = ALPHA
                     ) -> list[Transfer]:
     """Every verdict at the larger scale, as one family (Bonferroni: each at 1 - alpha/k)."""
     k = max(1, len(verdicts))

@@ -17,7 +17,8 @@ from ablate.report import stats as st
 from ablate.report.data import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
-from ablate.study.sequential import METHOD, POWER, Design, Look, Question, reopened, walk
+from ablate.study.sequential import METHOD, POWER, Design, walk
+from ablate.study.verdict import Look, Question, Reading, Verdict, read
 
 
 def design_of(study: Study) -> Design | None:
@@ -62,14 +63,27 @@ def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[fl
 
 @dataclass(frozen=True)
 class Comparison:
-    """One variant against the baseline under the study's sequential design."""
+    """One variant against the baseline under the study's sequential design, and its verdict."""
 
     variant: str
     seeds: int  # the variant's runs, finished or not
-    look: Look | None  # the deciding (or latest) look; None before the first planned look
-    lost: bool  # no seed where both it and the baseline finished
+    verdict: Verdict  # what its looks say (``ablate.study.verdict.read``)
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
-    earlier: Look | None = None  # an earlier look that read an effect the later seeds reopened
+
+    @property
+    def look(self) -> Look | None:
+        """The deciding (or latest) look; None before the first planned look."""
+        return self.verdict.look
+
+    @property
+    def lost(self) -> bool:
+        """No seed where both it and the baseline finished."""
+        return self.verdict.reading == Reading.NO_PAIRS
+
+    @property
+    def earlier(self) -> Look | None:
+        """An earlier look that read an effect the later seeds reopened."""
+        return self.verdict.earlier
 
     @property
     def mean_so_far(self) -> float | None:
@@ -81,30 +95,18 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     """Every variant's sequential comparison, walked with the study's own code."""
     out = []
     asked = claim_questions(study)
+    higher = quality_meta(metric)[2]
     for v in study.variants[1:]:
         diffs, lost = paired_differences(study, v, metric)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
         looks = walk(diffs, design, *asked.get(v, (None, None)))
-        out.append(Comparison(v, len(diffs), looks[-1] if looks else None, lost, finite, reopened(looks)))
+        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite))
     return out
 
 
-def answer(look: Look | None, higher: bool) -> str:
-    """A look's answer in words: better / worse / no effect / identical / open."""
-    if look is None:
-        return "open"
-    if look.state == "identical":
-        return "identical"
-    if look.state == "effect":
-        return "better" if (look.diff > 0) == higher else "worse"
-    if look.state == "no_effect":
-        return "no effect"
-    return "open"
-
-
 def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
-    """:func:`answer` with its margin spelled out: 'worse' / 'no effect as large as ±0.5 BLEU' / ..."""
-    said = answer(look, higher)
+    """What one look reads in words, its margin spelled out: 'worse' / 'no effect as large as ±0.5 BLEU'."""
+    said = read([look], higher).answer
     return f"no effect as large as ±{design.min_effect:g} {unit}" if said == "no effect" else said
 
 
@@ -126,25 +128,28 @@ _REOPENED = (
 
 
 def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -> str:
-    look = c.look
-    if c.lost:
+    """The comparison's verdict in words (rendered, never decided here)."""
+    v, look = c.verdict, c.look
+    if v.reading == Reading.NO_PAIRS:
         return "no seed where both it and the baseline finished (diverged or failed): nothing to test"
     if look is None:
         return f"open: fewer than {design.looks[0]} complete seeds so far"
-    if look.state == "identical":
+    if v.reading == Reading.IDENTICAL:
         return "identical to the baseline in every seed"
-    if look.state == "effect":
-        text = f"effect: {answer(look, higher)} than the baseline"
-        if not look.decided and not look.final:  # a `none` claim's question is still open: seeds go on
+    if v.answer in ("better", "worse"):
+        text = f"effect: {v.answer} than the baseline"
+        if v.reading == Reading.CLAIM_OPEN and not look.final:  # a `none` claim's question: seeds go on
             text += " so far; its claim's question is open, so the study adds seeds"
         return text
-    if look.state == "no_effect":
-        return f"no effect as large as ±{design.min_effect:g} {unit}"
-    if look.state == "untestable":
+    if v.answer == "no effect":
+        return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else \
+            "no effect beyond its claim's margin"
+    if v.reading == Reading.UNTESTABLE:
         return "too few finished pairs to test"
     return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final
             else "open: the study has not finished its rounds") + (
-        f"; {reopened_phrase(c.earlier, design, dec, higher, unit)}" if c.earlier else "")
+        f"; {reopened_phrase(c.earlier, design, dec, higher, unit)}"
+        if v.reading == Reading.REOPENED else "")
 
 
 def _interval(look: Look | None, dec: int) -> str:

@@ -34,8 +34,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
+from ablate.study.verdict import ALPHA, Fixed, fixed_reading
+
 CONFIDENCE = 0.95
-ALPHA = 0.05
 TINY = 3  # at most this many observations: bootstrap interval and permutation test instead of a t-test
 RESAMPLES = 9999  # bootstrap resamples; a permutation test is exact up to this many permutations
 RESAMPLE_SEED = 0  # fixed: the same runs give the same intervals
@@ -229,19 +230,22 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decimals: int = 2,
             alpha: float = ALPHA, noun: str = "seed", reference: str | None = "the baseline") -> str:
-    """One plain-language line, e.g. 'post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (...)'.
+    """One plain-language line of the verdict ``ablate.study.verdict.fixed_reading`` decides, e.g.
+    'post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (...)'.
 
     ``noun`` names an observation ('seed', or 'pair' for matched factorial cells); ``reference`` is what a
     significant effect is better or worse than (None: no direction, e.g. an interaction).
     """
-    if math.isnan(effect.diff):
+    said = fixed_reading(effect.diff, effect.p, effect.p_min, effect.identical,
+                         higher_is_better if reference else None, alpha)
+    if said == Fixed.NO_RUNS:
         return f"{label}: no finished runs to compare"
     d = fmt(effect.diff, decimals, signed=True)
-    if effect.identical:
+    if said == Fixed.IDENTICAL:
         same = f"identical to {reference}" if reference else "exactly 0"
         every = f"both {noun}s" if effect.n_min == 2 else f"all {effect.n_min} {noun}s"
         return f"{label}: {same} in {every}: no effect at all on this metric"
-    if not effect.tested:
+    if said == Fixed.TOO_FEW:
         return (f"{label}: {d} {unit}; too few seeds to test (one run on a side), "
                 f"repeat with >= {TINY + 1} seeds to conclude")
     ci = fmt_interval(effect.lo, effect.hi, decimals)
@@ -249,11 +253,10 @@ def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decim
     shown = f"{d} {unit} {ci}" + (" (bootstrap interval)" if boot else "")
     n = effect.n_min
     many = f"{n} {noun}{'s' if n != 1 else ''}"
-    if effect.p < alpha:
-        better = (effect.diff > 0) == higher_is_better
-        direction = f": {'better' if better else 'worse'} than {reference}" if reference else ""
+    if said in (Fixed.BETTER, Fixed.WORSE, Fixed.SIGNIFICANT):
+        direction = f": {said.value} than {reference}" if reference else ""
         return f"{label}: {shown}, significant at 5% ({effect.test}, p={fmt_p(effect.p)}){direction}"
-    if effect.p_min >= alpha:  # the test could not have said anything else
+    if said == Fixed.NOT_TESTABLE:
         need = needed_for_significance(effect, alpha)
         # Not "no detectable effect": a -30 BLEU gap over 3 seeds would read as "no effect" to a skimmer.
         return (f"{label}: {d} {unit}, not testable with {many} ({'bootstrap interval ' * boot}{ci}, "

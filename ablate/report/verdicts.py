@@ -23,14 +23,14 @@ from ablate.report.data import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Para
 from ablate.report.seeds import (
-    answer,
     claim_questions,
     comparisons,
     decided_metric,
     design_of,
     paired_differences,
 )
-from ablate.study.sequential import Design, Look, evaluate
+from ablate.study.sequential import Design, evaluate
+from ablate.study.verdict import Look, Verdict, agrees, read
 
 # The baseline is still learning when its validation loss fell by more than this share over its last
 # evaluation interval.
@@ -38,22 +38,38 @@ STILL_FALLING = 0.01
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One variant against the baseline: the deciding validation look and the test look beside it."""
+class OnBothSplits:
+    """One variant against the baseline: the deciding validation verdict and the test split's beside it."""
 
     variant: str
-    val: Look | None
-    test: Look | None  # the same seeds and look on the test split; None without one
-    val_answer: str
-    test_answer: str | None
-    earlier: Look | None = None  # an earlier validation look whose effect the later seeds reopened
+    on_val: Verdict
+    on_test: Verdict | None  # the same seeds and look on the test split; None without one
+
+    @property
+    def val(self) -> Look | None:
+        return self.on_val.look
+
+    @property
+    def test(self) -> Look | None:
+        return None if self.on_test is None else self.on_test.look
+
+    @property
+    def val_answer(self) -> str:
+        return self.on_val.answer
+
+    @property
+    def test_answer(self) -> str | None:
+        return None if self.on_test is None else self.on_test.answer
+
+    @property
+    def earlier(self) -> Look | None:
+        """An earlier validation look whose effect the later seeds reopened."""
+        return self.on_val.earlier
 
     @property
     def agrees(self) -> bool | None:
         """Whether the test split gives the same answer (None: nothing to compare)."""
-        if self.test_answer is None or self.val is None or self.val_answer == "open":
-            return None
-        return self.test_answer == self.val_answer
+        return agrees(self.on_val, self.on_test)
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,7 @@ def test_metric(metric: str) -> str | None:
     return f"test/{name}" if split == "val" and name else None
 
 
-def verdicts(study: Study, design: Design) -> list[Verdict]:
+def verdicts(study: Study, design: Design) -> list[OnBothSplits]:
     """Every comparison's deciding validation look, with the test split's look on the same seeds."""
     metric = decided_metric(study)
     _, _, higher = quality_meta(metric)
@@ -109,13 +125,12 @@ def verdicts(study: Study, design: Design) -> list[Verdict]:
     asked = claim_questions(study)
     out = []
     for c in comparisons(study, design, metric):
-        look, test_look = c.look, None
+        look, on_test = c.look, None
         if look is not None and has_test and test is not None:
             diffs = paired_differences(study, c.variant, test)[0][: design.looks[look.look - 1]]
             values = [math.nan if d is None else d for d in diffs]
-            test_look = evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))
-        out.append(Verdict(c.variant, look, test_look, answer(look, higher),
-                           answer(test_look, higher) if test_look is not None else None, c.earlier))
+            on_test = read([evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))], higher)
+        out.append(OnBothSplits(c.variant, c.verdict, on_test))
     return out
 
 
@@ -145,7 +160,7 @@ def regime(study: Study) -> Regime | None:
                   own_best=bool(study.arms.get(R.OWN_BEST_ARM) and study.arms[R.OWN_BEST_ARM].runs))
 
 
-def test_text(v: Verdict, dec: int, unit: str) -> str:
+def test_text(v: OnBothSplits, dec: int, unit: str) -> str:
     """The test split's figure beside a validation verdict, flagged where it answers differently."""
     t = v.test
     if t is None or math.isnan(t.diff):

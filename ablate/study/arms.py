@@ -40,8 +40,6 @@ from ablate.study.space import show
 from ablate.study.tuned import Tuned, tune_variants, tuned_cells
 from ablate.study.tuning import fidelity_steps, sampler_seed
 
-DECIDED = ("effect", "no_effect")
-
 
 def verdict_design(plan: StudyPlan) -> Design:
     """The design an arm's comparisons are decided by: the study's sequential one with a seed range, else
@@ -58,9 +56,10 @@ def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
 
 
 def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
-    """The arm's comparisons with a verdict (label -> 'effect' | 'no_effect'), in the plan's order."""
+    """The arm's comparisons with a decided verdict (label -> 'effect' | 'no_effect'), in the plan's order:
+    ``verdict.Verdict.decided``, the verdicts a larger scale confirms."""
     found = progress(arm, verdict_design(arm), records)
-    return {label: p.state for label, p in found.items() if p.state in DECIDED}
+    return {label: p.state for label, p in found.items() if p.verdict is not None and p.verdict.decided}
 
 
 def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any],

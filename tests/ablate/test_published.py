@@ -13,12 +13,13 @@ from scipy import stats
 
 from ablate.report.data import Study, build_study
 from ablate.report.part import Inputs, Part
-from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge, part
+from ablate.report.published import part
 from ablate.report.render import Bullets, Para
 from ablate.spec.load import SpecError
 from ablate.spec.study import Expectation
 from ablate.study.ablation import plan_study
 from ablate.study.plan import format_plan
+from ablate.study.verdict import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
 from tests.factories import write_tiny_spec
 
 AXES = "ablation:\n  axes: {model.positions: [learned], model.residual: [post_norm]}\n"
@@ -240,13 +241,13 @@ def test_a_study_without_expectations_gets_no_opening_lines() -> None:
 
 
 def test_a_reproduced_direction_says_whether_it_clears_the_studys_min_effect() -> None:
-    clears = judge(_claim("better"), _ev(1.2, 0.6, 1.8, significant=True, min_effect=0.5), True)
+    clears = judge(_claim("better"), _ev(1.2, 0.6, 1.8, significant=True, min_effect=0.5), True, "BLEU")
     assert clears == (REPRODUCED, "significantly better, by at least 0.5 BLEU")
     # SwiGLU's old line: significant, but the lower bound is far below the study's own min_effect
-    direction = judge(_claim("better"), _ev(0.56, 0.03, 1.08, significant=True, min_effect=0.5), True)
+    direction = judge(_claim("better"), _ev(0.56, 0.03, 1.08, significant=True, min_effect=0.5), True, "BLEU")
     assert direction == (REPRODUCED, "significantly better in direction only: its interval does not clear "
                                      "the 0.5 BLEU this study cares about")
-    assert judge(_claim("worse"), _ev(-2.0, -3.0, -0.7, significant=True, min_effect=0.5), True) == \
+    assert judge(_claim("worse"), _ev(-2.0, -3.0, -0.7, significant=True, min_effect=0.5), True, "BLEU") == \
         (REPRODUCED, "significantly worse, by at least 0.5 BLEU")
 
 

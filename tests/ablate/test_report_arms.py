@@ -15,7 +15,7 @@ import ablate.tracking.record as R
 from ablate.cli import main as cli_main
 from ablate.report.arms import Judged, Twice, pending_text
 from ablate.study.ablation import main_ablate
-from ablate.study.sequential import Look
+from ablate.study.verdict import Look, read
 from tests.tuned_studies import fake_training, write_study
 
 
@@ -210,8 +210,11 @@ def test_an_imported_export_continues_without_searching_again_and_reports_the_sa
 
 def _judged(answer: str, n: int, final: bool) -> Judged:
     state = {"worse": "effect", "better": "effect", "open": "open"}[answer]
-    look = Look(n, n - 2, -1.0, -3.0, 1.0, 1.0, 2.0, state, final, decided=state == "effect")  # type: ignore[arg-type]
-    return Judged("embeddings=tied", look, answer)
+    diff = 1.0 if answer == "better" else -1.0
+    look = Look(n, n - 2, diff, -3.0, 1.0, 1.0, 2.0, state, final, decided=state == "effect")  # type: ignore[arg-type]
+    judged = Judged("embeddings=tied", read([look], higher=True))
+    assert judged.answer == answer
+    return judged
 
 
 def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -> None:
