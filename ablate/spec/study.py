@@ -36,7 +36,7 @@ class SeedRange(Strict):
 class Expectation(Strict):
     """A published result the study checks: how one variant compares with the baseline on the study's
     metric. The report opens by saying, for each, whether the runs reproduce it, contradict it, or cannot
-    tell yet (ablate/report/published.py)."""
+    tell yet (ablate/report/sections/published.py)."""
 
     variant: Annotated[str, Field(min_length=1)]  # a variant's label, as `ablate ablate --dry-run` lists it
     # better / worse than the baseline; none: within +-margin; identical: the same value in every seed
@@ -68,9 +68,9 @@ class TuneFidelity(Strict):
 
 
 class TuneSpec(Strict):
-    """An equal tuning budget for every variant (ablate/study/tuning.py): each variant gets its own search
-    over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the study's
-    seeds then run each variant at its own best settings."""
+    """An equal tuning budget for every variant (ablate/study/arm_settings.py): each variant gets its own
+    search over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the
+    study's seeds then run each variant at its own best settings."""
 
     space: dict[str, SearchParam]  # as search.space: dotted spec fields
     trials: Annotated[Int, Field(ge=1, le=100_000)]  # per variant

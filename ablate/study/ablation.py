@@ -22,8 +22,9 @@ diverged) cells, resumes interrupted ones from their checkpoints, and re-runs fa
 
 With a seed range the study runs in rounds (ablate/study/adaptive.py): ``min`` seeds first, then more
 seeds only for the comparisons whose group-sequential verdict (ablate/study/sequential.py) is still open.
-Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (issue 29) more arms follow
-the cells at the baseline's settings, in the same queue: ablate/study/arms.py.
+Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (tuning each variant, confirming
+at a larger scale) more arms follow the cells at the baseline's settings, in the same queue:
+ablate/study/arms.py.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def _later_arms(plan: StudyPlan, queue: CellQueue, arms: dict[str, StudyPlan], t
 def _dry_run(plan: StudyPlan, storage: str | None) -> int:
     """The cells and their diffs, the budget of every phase; where a started study stands (read only)."""
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
@@ -150,7 +151,7 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
     ones again) enqueued; the Optuna params every cell's trial carries."""
     from ablate.study import failfast, names
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name

@@ -18,8 +18,8 @@ from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study import arm_settings as tuning
 from ablate.study import attrs as A
-from ablate.study import tuning
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
@@ -35,7 +35,7 @@ class Cell:
     spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
-    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm: issue 29)
+    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
 
     @property
     def key(self) -> str:

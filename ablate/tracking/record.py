@@ -60,7 +60,7 @@ ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fu
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
-# A cell's arm (ablation.tune / ablation.confirm, issue 29): which comparison queued it. A run without the
+# A cell's arm (ablation.tune / ablation.confirm): which comparison queued it. A run without the
 # tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the
 # baseline's) is listed under both in the parent's ARMS_ARTIFACT.
 ARM = "ablate.arm"
@@ -152,7 +152,8 @@ CHECKPOINT_ARTIFACT = "checkpoints/best.pt"
 SAMPLES_ARTIFACT = "samples.txt"
 # A text run's final translations of each split its final BLEU was computed on: one JSON object
 # {"hyp": ..., "ref": ...} a line, in corpus order, gzipped (`ablate.tracking.translations`). The
-# report's paired bootstrap (`ablate.report.bootstrap`) reads them; exports carry them (~25 KB a split).
+# report's paired bootstrap (`ablate.report.sections.sampling`) reads them; exports carry them (~25 KB a
+# split).
 TRANSLATIONS_DIR = "translations"
 
 

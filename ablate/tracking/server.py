@@ -2,8 +2,8 @@
 and print tables of runs (`ablate runs [--experiment NAME]`).
 
 The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
-reading runs goes through `ablate.tracking.store`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
-GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
+reading runs goes through `ablate.tracking.mlflow_store`. Servers bind to 127.0.0.1 unless told otherwise.
+MLflow's GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
 never submits jobs.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import (
+from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
     is_server_uri,

@@ -156,10 +156,10 @@ def test_an_imported_study_exports_again_byte_for_byte(workdir: Path,
 def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     import pandas as pd
 
-    from ablate.report.data import build_study
+    from ablate.report.compute.loaded_study import build_study
     from ablate.report.part import Inputs
     from ablate.report.render import Table
-    from ablate.report.seeds import part, sequential_summary
+    from ablate.report.sections.seeds import part, sequential_summary
     from ablate.study.sequential import Design, run_sequence
 
     base = [30.0, 31.0, 29.5, 30.4, 30.9]
@@ -294,7 +294,8 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
 def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_on() -> None:
     """presets-multi30k's c-lightning-2024 at 5 seeds: worse [-2.10, -0.12], which neither lies within its
     claim's ±0.5 nor wholly beyond it, so the study adds seeds; the verdict must not read as final."""
-    from ablate.report.seeds import Comparison, _verdict
+    from ablate.report.compute.comparisons import Comparison
+    from ablate.report.sections.seeds import _verdict
     from ablate.study.sequential import Design, run_sequence, walk
     from ablate.study.verdict import Reading, read
 
@@ -320,8 +321,9 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
     seeds; at 7 a seed where the baseline trained badly widened the interval back over 0. The verdict says
     open and names the earlier reading with its interval; a comparison decided at its last look, or one
     never decided, names none."""
-    from ablate.report import stats as st
-    from ablate.report.seeds import Comparison, _verdict, reopened_phrase
+    from ablate.report.compute import statistics as st
+    from ablate.report.compute.comparisons import Comparison
+    from ablate.report.sections.seeds import _verdict, reopened_phrase
     from ablate.study.sequential import Design, walk
     from ablate.study.verdict import Reading, read, reopened
 
@@ -341,8 +343,8 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
                     "and the seeds since reopened it")
     assert reopened_phrase(None, design, 2, True, "BLEU") == ""
     # the claim line at the top of the report says it too, as a sentence
-    from ablate.report.published import _reopened
-    from ablate.report.verdicts import OnBothSplits
+    from ablate.report.compute.val_and_test import OnBothSplits
+    from ablate.report.sections.published import _reopened
     v = OnBothSplits("c", verdict, None)
     assert _reopened(v, design, 2, True, "BLEU") == (
         f" At look {earlier.look} ({earlier.n} seeds) it read worse "

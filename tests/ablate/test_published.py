@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report.data import Study, build_study
+from ablate.report.compute.loaded_study import Study, build_study
 from ablate.report.part import Inputs, Part
-from ablate.report.published import part
 from ablate.report.render import Bullets, Para
+from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study import Expectation
 from ablate.study.ablation import plan_study
@@ -177,8 +177,8 @@ def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
     lines = blocks[1].items
     diffs = [v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)]
     lo, hi = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
-    from ablate.report.data import effects
-    from ablate.report.stats import fmt_p
+    from ablate.report.compute.loaded_study import effects
+    from ablate.report.compute.statistics import fmt_p
 
     # a fixed seed list's comparisons are one family: significance by the Holm-adjusted p
     row = next(r for r in effects(study) if r.variant == "residual=post_norm" and r.metric == study.primary)
@@ -311,7 +311,7 @@ def test_a_claim_line_says_how_its_variant_ran_where_the_paper_leaves_a_choice_o
 
 
 def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
-    from ablate.report.published import as_run
+    from ablate.report.sections.published import as_run
 
     rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
              "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
@@ -327,7 +327,7 @@ def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
 
 def test_an_option_at_its_off_value_is_left_out_of_how_a_variant_ran() -> None:
     """QK-norm's ``qk_norm_length`` 0 means 'not used' (g0 comes from ``qk_norm_scale``): not shown then."""
-    from ablate.report.published import as_run
+    from ablate.report.sections.published import as_run
 
     def described(length: str) -> str:
         rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
@@ -379,7 +379,7 @@ def test_a_claim_on_a_variant_that_changes_several_settings_says_they_are_judged
     assert records[0]["changes"] == ["model.mask", "model.norm_eps", "model.residual"]
     assert records[1]["changes"] == []
     # a factorial cell's label names both of its settings: the line does not list them again
-    from ablate.report.published import bundled
+    from ablate.report.sections.published import bundled
 
     cell = {**single, f"{m}mask": "-1e9"}
     frame = pd.DataFrame(rows + [{**rows[0], "run_id": "cell-0", "tags.ablate.variant": "mask=-1e9, "
@@ -393,7 +393,7 @@ def test_a_claim_line_says_when_the_size_changes_with_the_choice_and_when_the_te
     """Tied embeddings change the model's size (-42% on the Multi30k cell): the line says so. QK-norm's
     validation verdict was 'better' while the test split left it open: the line says that too, instead of
     leaving it to a warning further down."""
-    from ablate.report.verdicts import verdicts
+    from ablate.report.compute.val_and_test import verdicts
     from ablate.study.sequential import Design, evaluate, run_sequence
 
     base = [30.0, 31.0, 29.5]

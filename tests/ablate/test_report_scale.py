@@ -1,11 +1,11 @@
-"""Verdicts checked at a larger scale (ablate/report/scale.py): a synthetic pair whose sign flips between
-two fidelities is reported as reversed; one that holds transfers; noise is not settled."""
+"""Verdicts checked at a larger scale (ablate/report/compute/scale_outcomes.py): a synthetic pair whose sign
+flips between two fidelities is reported as reversed; one that holds transfers; noise is not settled."""
 
 from __future__ import annotations
 
 import pytest
 
-from ablate.report.scale import Rerun, check_transfer, check_transfers
+from ablate.report.compute.scale_outcomes import Rerun, check_transfer, check_transfers
 
 SEEDS = range(8)
 BASE = {s: 20.0 + 0.1 * s for s in SEEDS}

@@ -1,0 +1,163 @@
+"""A full-factorial study's effects, read from its runs: per axis, the main effect of each value against
+the baseline's value (cells matched on every other axis and on the seed) and, per pair of axes, their
+interaction (the difference of differences), on the primary metric and on val/loss; and the cell means of a
+two-axis design. ``ablate.report.sections.factorial`` shows them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+
+import ablate.tracking.record as R
+from ablate.report.compute import statistics as st
+from ablate.report.compute.loaded_study import Study, quality_meta
+
+
+@dataclass
+class FactorialRow:
+    kind: str  # 'main' | 'interaction'
+    label: str
+    metric: str
+    effect: st.Effect
+    p_holm: float
+    verdict: str
+    incomplete: int  # matched sets left out because one of their cells did not finish
+
+
+def short_axis(key: str) -> str:
+    return key.removeprefix("model.")  # as the study labels variants: 'residual=post_norm'
+
+
+def axis_value(params: dict[str, str], key: str) -> str:
+    """A run's value of one axis; an axis that sets a whole section reads as its flattened fields."""
+    if key in params:
+        return params[key]
+    sub = [f"{k[len(key) + 1:]}={v}" for k, v in sorted(params.items()) if k.startswith(key + ".")]
+    return "; ".join(sub) or "—"
+
+
+def factorial_axes(study: Study) -> dict[str, list[str]] | None:
+    """Axis -> values (the baseline's first, then in spec order) of a full-factorial study, else None."""
+    params = study.parent["params"]
+    design = params.get("ablation.design") or study.parent["tags"].get(R.DESIGN)
+    if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
+        return None
+    base = study.of(study.baseline)[0].params
+    axes: dict[str, list[str]] = {}
+    for name in sorted(k for k in params if k.startswith("ablation.axes.")):
+        key = name.removeprefix("ablation.axes.")
+        try:
+            listed = [v if isinstance(v, str) else json.dumps(v) for v in json.loads(params[name])]
+        except (ValueError, TypeError):
+            listed = []
+        seen = {axis_value(r.params, key) for r in study.runs}
+        rank = {v: (listed.index(v) if v in listed else len(listed), v) for v in seen}
+        first = axis_value(base, key)
+        on_grid = {axis_value(r.params, key) for r in study.runs if r.variant != study.baseline}
+        if on_grid and on_grid <= set(listed) and first not in listed:
+            # The base spec is off the grid (its value is in no axis list): compare with the first listed.
+            first, seen = min(on_grid, key=lambda v: rank[v]), on_grid
+        axes[key] = [first] + sorted(seen - {first}, key=lambda v: rank[v])
+    return axes if axes and all(len(v) > 1 for v in axes.values()) else None
+
+
+def _cells(study: Study, axes: dict[str, list[str]], metric: str
+           ) -> tuple[dict[tuple[tuple[str, ...], int], float], set[tuple[tuple[str, ...], int]]]:
+    """(values of finished cells, every planned cell present) keyed by (axis values in axes order, seed)."""
+    values, present = {}, set()
+    for r in study.runs:
+        key = (tuple(axis_value(r.params, a) for a in axes), r.seed)
+        present.add(key)
+        if r.status == "finished" and metric in r.metrics:
+            values[key] = r.metrics[metric]
+    return values, present
+
+
+def _contrast(axes: dict[str, list[str]], values: dict[tuple[tuple[str, ...], int], float],
+              present: set[tuple[tuple[str, ...], int]], changes: dict[int, tuple[str, str]]
+              ) -> tuple[list[float], int]:
+    """Per matched set (same seed, same values of the unchanged axes): the signed sum over the 2**k
+    corners of the changed axes, i.e. a difference (k=1) or a difference of differences (k=2)."""
+    order = sorted(changes)
+    out, incomplete = [], 0
+    blocks = sorted({(tuple(v for i, v in enumerate(vals) if i not in changes), seed)
+                     for vals, seed in present})
+    for rest, seed in blocks:
+        terms = []
+        for corner in itertools.product((0, 1), repeat=len(order)):  # 0: the baseline's value, 1: the other
+            vals = list(rest)
+            for i, pick in zip(order, corner, strict=True):
+                vals.insert(i, changes[i][pick])
+            terms.append(((-1.0) ** (len(order) - sum(corner)), (tuple(vals), seed)))
+        if any(key not in present for _, key in terms):
+            continue  # not a matched set of this study (a seed or combination it never planned)
+        if all(key in values for _, key in terms):
+            out.append(sum(sign * values[key] for sign, key in terms))
+        else:
+            incomplete += 1
+    return out, incomplete
+
+
+def factorial_effects(study: Study) -> list[FactorialRow]:
+    """Main effects of every axis value against the baseline's and pairwise interactions, per metric."""
+    axes = factorial_axes(study)
+    if axes is None:
+        return []
+    names = list(axes)
+    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    rows: list[FactorialRow] = []
+    for metric in metrics:
+        values, present = _cells(study, axes, metric)
+        unit, dec, higher = quality_meta(metric)
+        unit = unit if metric == study.primary else metric
+        family: list[tuple[str, str, st.Effect, int, str, str | None]] = []
+        for i, key in enumerate(names):
+            base = axes[key][0]
+            noun = "seed" if len(names) == 1 else "pair"
+            for value in axes[key][1:]:
+                diffs, lost = _contrast(axes, values, present, {i: (base, value)})
+                label, ref = f"{short_axis(key)}={value} vs {base} (main effect)", f"{short_axis(key)}={base}"
+                family.append(("main", label, st.compare_differences(diffs), lost, noun, ref))
+        for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+            noun = "seed" if len(names) == 2 else "block"
+            for va in axes[a][1:]:
+                for vb in axes[b][1:]:
+                    diffs, lost = _contrast(axes, values, present, {i: (axes[a][0], va), j: (axes[b][0], vb)})
+                    label = f"{short_axis(a)}={va} × {short_axis(b)}={vb} (interaction)"
+                    family.append(("interaction", label, st.compare_differences(diffs), lost, noun, None))
+        adjusted = st.holm([e.p for _, _, e, _, _, _ in family])
+        for (kind, label, e, lost, noun, reference), ph in zip(family, adjusted, strict=True):
+            text = st.verdict(label, e, unit, higher, dec, noun=noun, reference=reference)
+            if lost:
+                text += f" ({lost} matched {'pair' if kind == 'main' else 'set'}{'s' * (lost != 1)} " \
+                        "left out: a cell did not finish)"
+            rows.append(FactorialRow(kind, label, metric, e, ph, text, lost))
+    return rows
+
+
+@dataclass
+class CellGrid:
+    """A two-axis full factorial on one metric: rows = values of the first axis, columns of the second."""
+
+    axes: tuple[str, str]
+    rows: list[str]
+    cols: list[str]
+    means: dict[tuple[str, str], st.Summary]  # finished runs only
+    unfinished: dict[tuple[str, str], int]
+
+
+def cell_means(study: Study, metric: str) -> CellGrid | None:
+    axes = factorial_axes(study)
+    if axes is None or len(axes) != 2:
+        return None
+    a, b = list(axes)
+    means, unfinished = {}, {}
+    for va in axes[a]:
+        for vb in axes[b]:
+            runs = [r for r in study.runs if axis_value(r.params, a) == va and axis_value(r.params, b) == vb]
+            done = [r.metrics[metric] for r in runs if r.status == "finished" and metric in r.metrics]
+            means[(va, vb)] = st.mean_ci(done)
+            unfinished[(va, vb)] = sum(r.status != "finished" for r in runs)
+    return CellGrid((short_axis(a), short_axis(b)), axes[a], axes[b], means, unfinished)
