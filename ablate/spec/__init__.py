@@ -1,6 +1,7 @@
 """YAML -> a validated :class:`~ablate.spec.experiment.ExperimentSpec`.
 
-Owns the spec's pydantic models (``experiment``: the whole spec and its model section, ``data``: corpora
+Owns the spec's pydantic models (``experiment``: the whole spec, ``model``: its model section built from
+the registry's axis declarations, ``data``: corpora
 and tokenizers, ``study``: ablation and search sections, ``base``: strict field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
 located one-line errors and the JSON Schema (``errors``, ``schema``), the names of the metrics a run
