@@ -126,8 +126,9 @@ NAME_SCHEMAS = ("ablate.tracking.record", "ablate.study.attrs")
 _NAME = re.compile(r"(tags\.|params\.|metrics\.)?ablate\.[a-z_]+(\.[a-z_]*)?")
 
 
-def inline_names(source: str, where: str) -> list[str]:
-    """``"ablate.…"`` strings in code (not docstrings) that name no module: MLflow or Optuna names."""
+def inline_names(source: str, where: str, pattern: re.Pattern[str] | None = None) -> list[str]:
+    """``"ablate.…"`` strings in code (not docstrings) that name no module: MLflow or Optuna names (or
+    the strings ``pattern`` matches in full)."""
     tree = ast.parse(source, where)
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -136,7 +137,7 @@ def inline_names(source: str, where: str) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                and _NAME.fullmatch(node.value) and node.value not in MODULES):
+                and (pattern or _NAME).fullmatch(node.value) and node.value not in MODULES):
             found.append(f"{where}:{node.lineno}: {node.value!r}")
     return sorted(found)
 
@@ -153,6 +154,24 @@ def test_an_inline_name_is_found() -> None:
              'MODULE = "ablate.tracking"\nCOLUMN = "tags.ablate.cell"\nPREFIX = "ablate.version."\n')
     assert inline_names(probe, "p.py") == ["p.py:2: 'ablate.status'", "p.py:4: 'tags.ablate.cell'",
                                            "p.py:5: 'ablate.version.'"]
+
+
+# Every metric name a run reports is declared in ablate/spec/metricnames.py; everywhere else reads it.
+METRIC_SCHEMA = "ablate.spec.metricnames"
+_METRIC = re.compile(r"(final/)?(train|val|test|model|data)/[a-z_]+|peak_memory_mb|run_memory_mb")
+
+
+def test_metric_names_are_written_through_their_declared_constants() -> None:
+    """A metric named inline ("val/loss") would drift from the declaration specs are checked against."""
+    found = [hit for m, p in MODULES.items() if m.startswith("ablate.") and m != METRIC_SCHEMA
+             for hit in inline_names(p.read_text(), str(p.relative_to(ROOT)), _METRIC)]
+    assert found == []
+
+
+def test_an_inline_metric_name_is_found() -> None:
+    probe = ('"""val/loss in a docstring is prose."""\nCOLS = ("val/loss", "peak_memory_mb")\n'
+             'LABEL = f"val/{name}"\nPATH = "val/loss.png"\n')
+    assert inline_names(probe, "p.py", _METRIC) == ["p.py:2: 'peak_memory_mb'", "p.py:2: 'val/loss'"]
 
 
 def test_no_module_is_far_over_the_size_budget() -> None:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+import ablate.spec.metricnames as MN
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
@@ -70,7 +71,7 @@ class ScheduleSpec(Strict):
 
 
 class EarlyStopping(Strict):
-    metric: str = "val/loss"  # a metric of each evaluation (spec/metricnames.py), checked per data
+    metric: str = MN.VAL_LOSS  # a metric of each evaluation (spec/metricnames.py), checked per data
     mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
     patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
 
@@ -273,7 +274,7 @@ class ExperimentSpec(Strict):
         stopping). A metric the evaluations of this run do not measure is an AblateError, never a silent
         switch (validation rules it out; a spec built without validation still gets the error here)."""
         es = self.train.early_stopping
-        key = es.metric if es is not None else "val/loss"
+        key = es.metric if es is not None else MN.VAL_LOSS
         measured = self.evaluation_metrics()
         if key not in measured:
             raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations "

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
 
@@ -176,7 +177,7 @@ class AblationSpec(Strict):
 
 
 class Objective(Strict):
-    metric: str = "val/loss"  # a result metric (ablate/spec/metricnames.py)
+    metric: str = MN.VAL_LOSS  # a result metric (ablate/spec/metricnames.py)
     # Left out: the metric's natural direction (maximize BLEU, minimize a loss), not always "minimize".
     direction: Literal["minimize", "maximize"] = Field(
         default="minimize", description="default: the metric's own direction (maximize bleu, minimize loss)")

@@ -28,6 +28,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.study import attrs as A
@@ -98,7 +99,7 @@ def _value(run: dict[str, Any], metric: str, direction: str) -> tuple[float, dic
     rows = sorted(run["metrics"].get(metric, []), key=lambda r: (r[0], r[1]))  # (step, timestamp, value)
     # The final evaluation is logged one step past training, with train/wall_time_s (ablate/run/runner.py);
     # the trial's reports were the evaluations during training only.
-    final = {int(r[0]) for r in run["metrics"].get("train/wall_time_s", [])}
+    final = {int(r[0]) for r in run["metrics"].get(MN.WALL_TIME, [])}
     history = {int(step): float(v) for step, _, v in rows
                if math.isfinite(float(v)) and int(step) not in final}
     value = float(rows[-1][2]) if rows else math.nan

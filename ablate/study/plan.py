@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
@@ -153,10 +154,10 @@ def study_metric(spec: ExperimentSpec) -> str:
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
     if spec.is_lm:
-        return "val/ppl"
+        return MN.VAL_PPL
     if spec.eval.metric != "auto":
         return f"val/{spec.eval.metric}"
-    return "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+    return MN.VAL_EXACT_MATCH if spec.data.source == "synthetic" else MN.VAL_BLEU
 
 
 def _short(field_path: str) -> str:

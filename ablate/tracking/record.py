@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ablate.spec import metricnames as _metric
+
 # ---------------------------------------------------------------- MLflow's own tags
 PARENT_RUN = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
@@ -98,16 +100,17 @@ CHILD_KINDS = ("cell", "trial")
 
 # ---------------------------------------------------------------- metrics
 FINAL = "final/"
-MODEL_PARAMS = "model/params"  # logged once, at step 0
-PADDING = "data/padding_fraction"  # logged once, at step 0
-TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
-WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
-# The run's process CPU time over all its segments (every thread: core-seconds): final/train/cpu_time_s
-CPU_TIME = "train/cpu_time_s"
-PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
-RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
-TRAIN_LOSS = "train/loss"
-VAL_LOSS = "val/loss"
+# The metric names themselves are declared in ablate/spec/metricnames.py; the ones the record writes are
+# bound here too, so that writers and readers of the record may name them through this module.
+CPU_TIME = _metric.CPU_TIME
+MODEL_PARAMS = _metric.MODEL_PARAMS
+PADDING = _metric.PADDING
+PEAK_MEMORY = _metric.PEAK_MEMORY
+RUN_MEMORY = _metric.RUN_MEMORY
+TOKENS_PER_S = _metric.TOKENS_PER_S
+TRAIN_LOSS = _metric.TRAIN_LOSS
+VAL_LOSS = _metric.VAL_LOSS
+WALL_TIME = _metric.WALL_TIME
 CONSTANT_METRICS = (MODEL_PARAMS, PADDING)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.tracking.mlflow_store import (
@@ -226,7 +227,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> i
     return 1
 
 
-METRIC_COLUMNS = ("val/loss", "val/bleu", "val/exact_match", "test/bleu")
+METRIC_COLUMNS = (MN.VAL_LOSS, MN.VAL_BLEU, MN.VAL_EXACT_MATCH, MN.TEST_BLEU)
 
 
 def _cell(value: float | None) -> str:

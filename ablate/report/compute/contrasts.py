@@ -10,6 +10,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Study, quality_meta
@@ -106,7 +107,7 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
     if axes is None:
         return []
     names = list(axes)
-    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    metrics = [study.primary] + ([MN.VAL_LOSS] if study.primary != MN.VAL_LOSS else [])
     rows: list[FactorialRow] = []
     for metric in metrics:
         values, present = _cells(study, axes, metric)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.tracking.read import tags_and_params
@@ -35,14 +36,14 @@ QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
 }
 # Main-table columns: (metric key, header, decimals); '{q}' is the study's quality metric.
 COLUMNS = [
-    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), ("val/chrf", "val chrF", 2),
-    ("test/chrf", "test chrF", 2), ("val/loss", "val loss", 3), ("val/ppl", "val ppl", 2),
-    ("model/params", "params", 0), ("train/tokens_per_s", "tokens/s", 0), ("run_memory_mb", "run MB", 1),
-    ("peak_memory_mb", "peak MB", 1), ("train/wall_time_s", "wall s", 1),
+    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), (MN.VAL_CHRF, "val chrF", 2),
+    (MN.TEST_CHRF, "test chrF", 2), (MN.VAL_LOSS, "val loss", 3), (MN.VAL_PPL, "val ppl", 2),
+    (MN.MODEL_PARAMS, "params", 0), (MN.TOKENS_PER_S, "tokens/s", 0), (MN.RUN_MEMORY, "run MB", 1),
+    (MN.PEAK_MEMORY, "peak MB", 1), (MN.WALL_TIME, "wall s", 1),
 ]
 # The cost columns among them: the report shows them in a table of their own, so neither table runs off
 # a page.
-COST_COLUMNS = ("model/params", "train/tokens_per_s", "run_memory_mb", "peak_memory_mb", "train/wall_time_s")
+COST_COLUMNS = (MN.MODEL_PARAMS, MN.TOKENS_PER_S, MN.RUN_MEMORY, MN.PEAK_MEMORY, MN.WALL_TIME)
 
 
 @dataclass
@@ -278,7 +279,7 @@ def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, st
 def params_of(study: Study, variant: str) -> float:
     """The variant's parameter count, from any of its runs that logged it (a failed run may not have);
     NaN without one."""
-    counts = [r.metrics["model/params"] for r in study.of(variant) if "model/params" in r.metrics]
+    counts = [r.metrics[MN.MODEL_PARAMS] for r in study.of(variant) if MN.MODEL_PARAMS in r.metrics]
     return counts[0] if counts else math.nan
 
 
@@ -306,7 +307,7 @@ def padding_text(study: Study) -> str | None:
 
     One value when every run saw the same batches; otherwise the range and the value per variant.
     """
-    key = "data/padding_fraction"
+    key = MN.PADDING
     per_variant = {v: sorted({round(r.metrics[key], 6) for r in study.of(v) if key in r.metrics})
                    for v in study.variants}
     values = sorted({x for xs in per_variant.values() for x in xs})
@@ -348,7 +349,7 @@ def effects(study: Study) -> list[EffectRow]:
     if study.baseline is None:
         return []
     base_params = study.of(study.baseline)[0].params
-    metrics = [study.primary] + (["val/loss"] if study.primary != "val/loss" else [])
+    metrics = [study.primary] + ([MN.VAL_LOSS] if study.primary != MN.VAL_LOSS else [])
     rows: list[EffectRow] = []
     for metric in metrics:
         family: list[tuple[str, str, st.Effect]] = []

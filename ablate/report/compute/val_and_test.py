@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
@@ -130,13 +131,13 @@ def regime(study: Study) -> Regime | None:
         return None
     first = min(study.of(study.baseline), key=lambda r: r.seed)
     p = first.params
-    params = [r.metrics["model/params"] for r in study.of(study.baseline) if "model/params" in r.metrics]
+    params = [r.metrics[MN.MODEL_PARAMS] for r in study.of(study.baseline) if MN.MODEL_PARAMS in r.metrics]
     declared_text = study.parent["params"].get("ablation.converged", "None")
     tuned_on = study.parent["params"].get("ablation.tuned_on", "baseline")
     drop: float | None = None
     declared = declared_text in ("True", "False")
     if not declared:  # judged from the baseline's last evaluations
-        losses = [v for _, v in metric_history(first.run_id, "val/loss")]
+        losses = [v for _, v in metric_history(first.run_id, MN.VAL_LOSS)]
         if len(losses) >= 2 and losses[-2] > 0:
             drop = (losses[-2] - losses[-1]) / losses[-2]
     converged = (declared_text == "True") if declared else (None if drop is None else drop <= STILL_FALLING)

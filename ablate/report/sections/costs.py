@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import ablate.spec.metricnames as MN
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import COST_COLUMNS, QUALITY, Study, main_table_columns
@@ -24,11 +25,11 @@ def cost_table(study: Study) -> Table | None:
     rows = [[v, *[cost_cell([r.metrics[k] for r in study.finished(v) if k in r.metrics], d)
                   for k, _, d in cols]] for v in study.variants]
     caption = "Cost: mean over the seeds of finished runs (lowest–highest seed)"
-    if any(k == "peak_memory_mb" for k, _, _ in cols):
+    if any(k == MN.PEAK_MEMORY for k, _, _ in cols):
         caption += (". peak MB is the process's peak, which counts what the process held before the run "
                     "(in a study worker, what its earlier cells left): it grows with a cell's place in its "
                     "worker as well as with its variant")
-        if any(k == "run_memory_mb" for k, _, _ in cols):
+        if any(k == MN.RUN_MEMORY for k, _, _ in cols):
             caption += "; run MB is the run's own footprint above the memory at its start"
     return Table(["variant", *[h for _, h, _ in cols]], rows, caption=caption)
 
@@ -43,7 +44,7 @@ def cost_cell(values: list[float], decimals: int) -> str:
     return mean if lo == hi else f"{mean} ({lo}–{hi})"
 
 
-def cost_points(study: Study, cost_key: str = "train/wall_time_s") -> list[figs.CostPoint]:
+def cost_points(study: Study, cost_key: str = MN.WALL_TIME) -> list[figs.CostPoint]:
     """Per variant with finished runs: mean cost and quality, each with the range of its seeds (lowest to
     highest measured value, so a wall time's bar never reaches below zero), and whether it is on the
     Pareto front of the means."""

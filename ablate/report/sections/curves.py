@@ -4,6 +4,7 @@ every finished run, one line per variant with a band over its seeds, read from M
 
 from __future__ import annotations
 
+import ablate.spec.metricnames as MN
 from ablate.report import plots as figs
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Note, Section
@@ -13,7 +14,7 @@ def part(inp: Inputs) -> Part | None:
     from ablate.tracking.read import metric_history
 
     study = inp.study
-    metrics = ["train/loss", "val/loss"] + ([f"val/{study.quality}"] if study.quality != "loss" else [])
+    metrics = [MN.TRAIN_LOSS, MN.VAL_LOSS] + ([f"val/{study.quality}"] if study.quality != "loss" else [])
     curves: dict[str, dict[str, list[list[tuple[int, float]]]]] = {}
     for v in study.variants:
         for r in study.finished(v):

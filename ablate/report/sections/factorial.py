@@ -1,6 +1,6 @@
 """The report section of a full-factorial study: main effects and interactions (also among the report's
 opening lines), a cell-means grid for two axes, and their forest plot. The effects themselves are
-computed in ``ablate.report.compute.loaded_study``.
+computed in ``ablate.report.compute.contrasts``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.part import Inputs, Part
@@ -23,8 +24,8 @@ def part(inp: Inputs) -> Part:
 
     rows = []
     for r in bad:
-        history = metric_history(r.run_id, "train/loss")
-        loss = history[-1][1] if history else r.metrics.get("train/loss", math.nan)
+        history = metric_history(r.run_id, MN.TRAIN_LOSS)
+        loss = history[-1][1] if history else r.metrics.get(MN.TRAIN_LOSS, math.nan)
         step = str(history[-1][0]) if history else "—"
         reason = r.tags.get(R.REASON) or r.tags.get(R.ERROR) or ""
         shown = st.fmt(loss, 4) if loss < 1e8 else f"{loss:.3g}"  # the trainer logs 1e9 for a non-finite loss

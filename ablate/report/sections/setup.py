@@ -4,6 +4,7 @@ judged on, the compute spent), and the study's identity in ``report.json``.
 
 from __future__ import annotations
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute.arm_verdicts import every_run
 from ablate.report.compute.loaded_study import QUALITY, Study
@@ -25,7 +26,7 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
-    total = sum(r.metrics.get("train/wall_time_s", 0.0) for r in every_run(study))  # every arm and trial
+    total = sum(r.metrics.get(MN.WALL_TIME, 0.0) for r in every_run(study))  # every arm and trial
     p = study.parent
     parent_id = origin_id(p["run_id"], p["tags"])
     items = [f"Study `{study.name}` ({study.kind}), parent run `{parent_id}`, "

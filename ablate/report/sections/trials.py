@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
@@ -35,7 +36,7 @@ TOP_TRIALS = 10
 # objective over the searched space, and a handful of points cannot pin it down.
 FEW_TRIALS = 20
 NOT_VARIED = "did not vary"
-DECIMALS = {"model/params": 0, "train/wall_time_s": 1}  # other metrics of the ranking: 4
+DECIMALS = {MN.MODEL_PARAMS: 0, MN.WALL_TIME: 1}  # other metrics of the ranking: 4
 
 
 def objectives(study: Study) -> list[tuple[str, bool]]:
@@ -47,7 +48,7 @@ def objectives(study: Study) -> list[tuple[str, bool]]:
         parsed = None
     if isinstance(parsed, list) and parsed and all(isinstance(o, dict) and "metric" in o for o in parsed):
         return [(str(o["metric"]), o.get("direction") == "maximize") for o in parsed]
-    return [("val/loss", False)]
+    return [(MN.VAL_LOSS, False)]
 
 
 def trial_number(run: Run, fallback: int) -> int:
@@ -239,7 +240,7 @@ def _ranking(study: Study, t: Trials) -> tuple[list[Block], list[int] | None]:
     objs, done, varied = t.objectives, t.done, t.varied
     obj_cols = [m for m, _ in objs]
     # model/params: a sampled component can change the parameter count, so the ranking shows it.
-    extra = [k for k in (f"test/{study.quality}", "train/wall_time_s", "model/params")
+    extra = [k for k in (f"test/{study.quality}", MN.WALL_TIME, MN.MODEL_PARAMS)
              if k not in obj_cols and any(k in r.metrics for _, r in done)]
     shown_metrics = obj_cols + extra
     rows = [[str(i + 1), str(n), r.variant,
