@@ -223,9 +223,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("report", "write a comparison report (tables, figures, significance) for a study",
             _report_args, ".report.build", "main_report"),
     Command("export", "write a study's finished cells to a small folder (no checkpoints) to commit",
-            _export_args, ".study.transfer", "main_export"),
+            _export_args, ".study.export_study", "main_export"),
     Command("import", "recreate an exported study in this MLflow store and Optuna storage",
-            _import_args, ".study.transfer", "main_import"),
+            _import_args, ".study.export_study", "main_import"),
     Command("bench", "throughput benchmark of the model against torch.nn.Transformer",
             _bench_args, ".bench.suite", "main_bench"),
 )

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+import ablate.spec.metricnames as MN
 from ablate.hardware import release_freed_memory
 
 
@@ -129,8 +130,8 @@ class PeakMemory:
         if peak is None:
             return {}
         if not self.per_run or self.start_mb is None:
-            return {"peak_memory_mb": peak}
-        return {"peak_memory_mb": peak, "run_memory_mb": max(0.0, peak - self.start_mb)}
+            return {MN.PEAK_MEMORY: peak}
+        return {MN.PEAK_MEMORY: peak, MN.RUN_MEMORY: max(0.0, peak - self.start_mb)}
 
 
 def _vm_hwm_kib() -> int | None:

@@ -27,32 +27,32 @@ from pathlib import Path
 from typing import Any
 
 import ablate.tracking.record as R
-from ablate.report import (
-    at_scale,
-    attention,
-    bootstrap,
-    budget,
-    compute,
+from ablate.report.compute.loaded_study import Study, design_params, load_study
+from ablate.report.part import Inputs, Part
+from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
+from ablate.report.sections import (
+    attention_maps,
+    compute_hours,
     costs,
     curves,
     environment,
     factorial,
     failures,
+    forest_plot,
+    larger_scale,
     lengths,
+    main_table,
     mde,
     own_best,
     published,
-    results,
-    search,
+    sampling,
     seeds,
     setup,
     summary,
-    verdicts,
+    trials,
+    tuning_budget,
     withdrawn,
 )
-from ablate.report.data import Study, design_params, load_study
-from ablate.report.part import Inputs, Part
-from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
@@ -61,11 +61,12 @@ PartFn = Callable[[Inputs], Part | None]
 # The report of an ablation, top to bottom. A part's intro blocks open the report in this order too:
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    setup.part, verdicts.part, mde.part, published.part, summary.part, results.axes_part, results.part,
-    seeds.part, own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part,
-    lengths.part, costs.part, compute.part, failures.part, attention.part, environment.part, withdrawn.part)
+    setup.part, forest_plot.part, mde.part, published.part, summary.part, main_table.axes_part,
+    main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part, sampling.part,
+    factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
+    attention_maps.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
-    setup.part, search.part, failures.part, attention.part, environment.part)
+    setup.part, trials.part, failures.part, attention_maps.part, environment.part)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def _clean(value: Any) -> Any:
 def write_runs_csv(study: Study, path: Path) -> None:
     """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
     arms share once per arm)."""
-    from ablate.tracking.transfer import origin_id  # an imported run shows the id it was exported with
+    from ablate.tracking.run_files import origin_id  # an imported run shows the id it was exported with
 
     arms = [("", study)] if not study.arms else [(R.BASELINE_ARM, study), *study.arms.items()]
     rows = [(arm, r) for arm, part in arms for r in part.runs]

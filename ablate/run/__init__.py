@@ -2,7 +2,8 @@
 
 Owns ``ablate run`` (``runner``: the steps of one run, seeds, resume from checkpoints, the MLflow record
 of one run through ``ablate.tracking``; ``distributed``: torchrun and the device; ``rundir``: the run
-folder and its summary; ``evaluation``: the best checkpoint on whole val/test), ``ablate translate`` /
+folder and its summary; ``lock``: one process per run folder; ``evaluation``: the best checkpoint on whole
+val/test), ``ablate translate`` /
 ``ablate evaluate`` over a run read back from MLflow (``translate``) and ``ablate generate``
 (``generate``).
 

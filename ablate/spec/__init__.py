@@ -1,8 +1,9 @@
 """YAML -> a validated :class:`~ablate.spec.experiment.ExperimentSpec`.
 
-Owns the spec's pydantic models (``experiment``: the whole spec and its model section, ``data``: corpora
-and tokenizers, ``train``: optimizer, schedule, weight averaging and the trainer's settings, ``study``:
-ablation and search sections, ``base``: strict field types and located
+Owns the spec's pydantic models (``experiment``: the whole spec, ``model``: its model section built from
+the registry's axis declarations, ``data``: corpora and tokenizers, ``train``: optimizer, schedule,
+weight averaging and the trainer's settings, ``study``: ablation and search sections, ``base``: strict
+field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
 located one-line errors, the JSON Schema and the field guide generated from the same source, docs/spec.md
 (``errors``, ``schema``, ``guide``, ``guide_examples``), the names of the metrics a run

@@ -32,13 +32,28 @@ import difflib
 from collections.abc import Callable
 from typing import Any, Literal
 
+# ---------------------------------------------------------------- every metric name, declared once
+# Everywhere else reads these (tests/test_layout.py fails on a metric name written inline).
+TRAIN_LOSS = "train/loss"
+TRAIN_LR = "train/lr"
+TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
+WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
+CPU_TIME = "train/cpu_time_s"  # the run's process CPU time over all its segments (every thread)
+MODEL_PARAMS = "model/params"  # logged once, at step 0
+PADDING = "data/padding_fraction"  # logged once, at step 0
+PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
+RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
+VAL_LOSS, VAL_PPL, VAL_BPB = "val/loss", "val/ppl", "val/bpb"
+VAL_BLEU, VAL_CHRF, VAL_EXACT_MATCH = "val/bleu", "val/chrf", "val/exact_match"
+TEST_LOSS, TEST_BPB = "test/loss", "test/bpb"
+TEST_BLEU, TEST_CHRF, TEST_EXACT_MATCH = "test/bleu", "test/chrf", "test/exact_match"
+
 SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
 SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
 LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decoding)
-TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
-RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
-               "train/cpu_time_s", "peak_memory_mb", "run_memory_mb")
+TRAINING_METRICS = (TRAIN_LOSS, TRAIN_LR, TOKENS_PER_S)
+RUN_METRICS = (MODEL_PARAMS, TOKENS_PER_S, PADDING, WALL_TIME, CPU_TIME, PEAK_MEMORY, RUN_MEMORY)
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
 AVERAGED = "averaged"  # the averaged weights' reading: val/averaged/bleu (train.weight_average)
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
 
@@ -93,7 +94,7 @@ class PilotSpec(Strict):
 class Expectation(Strict):
     """A published result the study checks: how one variant compares with the baseline on the study's
     metric. The report opens by saying, for each, whether the runs reproduce it, contradict it, or cannot
-    tell yet (ablate/report/published.py)."""
+    tell yet (ablate/report/sections/published.py)."""
 
     variant: Annotated[str, Field(min_length=1)]
     """the variant's label, as `ablate ablate --dry-run` lists it (e.g. residual=post_norm)"""
@@ -130,9 +131,9 @@ class TuneFidelity(Strict):
 
 
 class TuneSpec(Strict):
-    """An equal tuning budget for every variant (ablate/study/tuning.py): each variant gets its own search
-    over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the study's
-    seeds then run each variant at its own best settings."""
+    """An equal tuning budget for every variant (ablate/study/arm_settings.py): each variant gets its own
+    search over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the
+    study's seeds then run each variant at its own best settings."""
 
     space: dict[str, SearchParam]
     """what each variant's search tunes, as search.space: a dotted spec field -> its range or choices"""
@@ -275,7 +276,7 @@ class AblationSpec(Strict):
 class Objective(Strict):
     """What a search optimizes: one of a run's result metrics and its direction."""
 
-    metric: str = "val/loss"
+    metric: str = MN.VAL_LOSS
     """a result metric of the run, e.g. val/loss, final/val/bleu"""
     # Left out: the metric's natural direction (maximize BLEU, minimize a loss), not always "minimize".
     direction: Literal["minimize", "maximize"] = Field(

@@ -22,8 +22,9 @@ diverged) cells, resumes interrupted ones from their checkpoints, and re-runs fa
 
 With a seed range the study runs in rounds (ablate/study/adaptive.py): ``min`` seeds first, then more
 seeds only for the comparisons whose group-sequential verdict (ablate/study/sequential.py) is still open.
-Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (issue 29) more arms follow
-the cells at the baseline's settings, in the same queue: ablate/study/arms.py.
+Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (tuning each variant, confirming
+at a larger scale) more arms follow the cells at the baseline's settings, in the same queue:
+ablate/study/arms.py.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> int:
     (read only); 2 when a start would refuse the spec (its design differs from the recorded one)."""
     from ablate.study import preregister
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
@@ -157,7 +158,7 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
     trial carries."""
     from ablate.study import failfast, names, preregister
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name

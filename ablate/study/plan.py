@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study import arm_settings as tuning
 from ablate.study import attrs as A
-from ablate.study import tuning
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
@@ -35,7 +36,7 @@ class Cell:
     spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
-    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm: issue 29)
+    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
 
     @property
     def key(self) -> str:
@@ -155,11 +156,11 @@ def study_metric(spec: ExperimentSpec) -> str:
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
     if spec.is_lm:
-        auto = "val/ppl"
+        auto = MN.VAL_PPL
     elif spec.eval.metric != "auto":
         auto = f"val/{spec.eval.metric}"
     else:
-        auto = "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+        auto = MN.VAL_EXACT_MATCH if spec.data.source == "synthetic" else MN.VAL_BLEU
     return R.averaged(auto) if spec.train.weight_average is not None else auto
 
 

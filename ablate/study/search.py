@@ -30,10 +30,10 @@ from optuna.trial import FrozenTrial, TrialState
 import ablate.tracking.record as R
 from ablate.study import attrs as A
 from ablate.study import failfast
+from ablate.study.findings import finish_search
+from ablate.study.optuna_store import Store, claim, open_study, requeue
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
-from ablate.study.results import finish_search
 from ablate.study.space import point_key
-from ablate.study.store import Store, claim, open_study, requeue
 from ablate.study.workers import cached_data, open_parent, resume_command, run_workers
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
     """`ablate status SPEC`: the grid of cells with status and metric so far; reads, never writes."""
     from ablate.study import names
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     plan = plan_study(spec_path, overrides)
     records: dict[str, Any] = {}

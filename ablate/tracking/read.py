@@ -1,7 +1,7 @@
 """Reading studies back from MLflow for `ablate report`: the runs of a study (by name or parent run id) as
 pandas rows, metric histories, dataset inputs, text artifacts, and logging the finished report on the
-parent run. The store is the one `ablate.tracking.store.resolve_tracking_uri` picks (MLFLOW_TRACKING_URI,
-else ./mlflow.db).
+parent run. The store is the one `ablate.tracking.mlflow_store.resolve_tracking_uri` picks
+(MLFLOW_TRACKING_URI, else ./mlflow.db).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import quiet_transfers as _quiet
+from ablate.tracking.mlflow_store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 STUDY_KINDS = R.STUDY_KINDS
@@ -34,7 +34,7 @@ def _uri() -> str:
 
 def client() -> MlflowClient:
     uri = _uri()
-    from ablate.tracking.store import use_uri
+    from ablate.tracking.mlflow_store import use_uri
 
     use_uri(uri)  # search_runs (pandas) is fluent-only; use_uri does not leak MLFLOW_TRACKING_URI
     return _client_for(uri)
@@ -42,7 +42,7 @@ def client() -> MlflowClient:
 
 @functools.lru_cache(maxsize=4)
 def _client_for(uri: str) -> MlflowClient:
-    from ablate.tracking.store import check_reachable
+    from ablate.tracking.mlflow_store import check_reachable
 
     check_reachable(uri)  # once per store (a failure is not cached): a one-line error, not minutes of retries
     return MlflowClient(tracking_uri=uri)

@@ -2,8 +2,8 @@
 and print tables of runs (`ablate runs [--experiment NAME]`).
 
 The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
-reading runs goes through `ablate.tracking.store`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
-GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
+reading runs goes through `ablate.tracking.mlflow_store`. Servers bind to 127.0.0.1 unless told otherwise.
+MLflow's GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
 never submits jobs.
 """
 
@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import (
+from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
     is_server_uri,
@@ -226,7 +227,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> i
     return 1
 
 
-METRIC_COLUMNS = ("val/loss", "val/bleu", "val/exact_match", "test/bleu")
+METRIC_COLUMNS = (MN.VAL_LOSS, MN.VAL_BLEU, MN.VAL_EXACT_MATCH, MN.TEST_BLEU)
 
 
 def _cell(value: float | None) -> str:

@@ -1,5 +1,6 @@
-"""Decoder-only language modelling (issue 30): the spec's arch, packing and evaluation windows, the
-documents of a local corpus, and ALiBi's length extrapolation against learned positions' hard limit."""
+"""Decoder-only language modelling (model.arch: decoder_only): the spec's arch, packing and evaluation
+windows, the documents of a local corpus, and ALiBi's length extrapolation against learned positions' hard
+limit."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from ablate.errors import AblateError
 from ablate.study import preregister
 from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.cells import CellQueue
-from ablate.study.store import DEFAULT_JOURNAL, Store
+from ablate.study.optuna_store import DEFAULT_JOURNAL, Store
 from tests.ablate.test_adaptive_seeds import write
 
 

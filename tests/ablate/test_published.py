@@ -11,14 +11,15 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report.data import Study, build_study
+from ablate.report.compute.loaded_study import Study, build_study
 from ablate.report.part import Inputs, Part
-from ablate.report.published import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge, part
 from ablate.report.render import Bullets, Para
+from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study import Expectation
 from ablate.study.ablation import plan_study
 from ablate.study.plan import format_plan
+from ablate.study.verdict import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
 from tests.factories import write_tiny_spec
 
 AXES = "ablation:\n  axes: {model.positions: [learned], model.residual: [post_norm]}\n"
@@ -176,8 +177,8 @@ def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
     lines = blocks[1].items
     diffs = [v - b for v, b in zip(VARIANTS["residual=post_norm"], BASE, strict=True)]
     lo, hi = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
-    from ablate.report.data import effects
-    from ablate.report.stats import fmt_p
+    from ablate.report.compute.loaded_study import effects
+    from ablate.report.compute.statistics import fmt_p
 
     # a fixed seed list's comparisons are one family: significance by the Holm-adjusted p
     row = next(r for r in effects(study) if r.variant == "residual=post_norm" and r.metric == study.primary)
@@ -240,13 +241,13 @@ def test_a_study_without_expectations_gets_no_opening_lines() -> None:
 
 
 def test_a_reproduced_direction_says_whether_it_clears_the_studys_min_effect() -> None:
-    clears = judge(_claim("better"), _ev(1.2, 0.6, 1.8, significant=True, min_effect=0.5), True)
+    clears = judge(_claim("better"), _ev(1.2, 0.6, 1.8, significant=True, min_effect=0.5), True, "BLEU")
     assert clears == (REPRODUCED, "significantly better, by at least 0.5 BLEU")
     # SwiGLU's old line: significant, but the lower bound is far below the study's own min_effect
-    direction = judge(_claim("better"), _ev(0.56, 0.03, 1.08, significant=True, min_effect=0.5), True)
+    direction = judge(_claim("better"), _ev(0.56, 0.03, 1.08, significant=True, min_effect=0.5), True, "BLEU")
     assert direction == (REPRODUCED, "significantly better in direction only: its interval does not clear "
                                      "the 0.5 BLEU this study cares about")
-    assert judge(_claim("worse"), _ev(-2.0, -3.0, -0.7, significant=True, min_effect=0.5), True) == \
+    assert judge(_claim("worse"), _ev(-2.0, -3.0, -0.7, significant=True, min_effect=0.5), True, "BLEU") == \
         (REPRODUCED, "significantly worse, by at least 0.5 BLEU")
 
 
@@ -310,7 +311,7 @@ def test_a_claim_line_says_how_its_variant_ran_where_the_paper_leaves_a_choice_o
 
 
 def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
-    from ablate.report.published import as_run
+    from ablate.report.sections.published import as_run
 
     rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
              "start_time": pd.Timestamp(seed, unit="s", tz="UTC"),
@@ -326,7 +327,7 @@ def test_an_encoder_only_option_is_not_shown_for_a_decoder_only_run() -> None:
 
 def test_an_option_at_its_off_value_is_left_out_of_how_a_variant_ran() -> None:
     """QK-norm's ``qk_norm_length`` 0 means 'not used' (g0 comes from ``qk_norm_scale``): not shown then."""
-    from ablate.report.published import as_run
+    from ablate.report.sections.published import as_run
 
     def described(length: str) -> str:
         rows = [{"run_id": f"{v}-{seed}", "status": "FINISHED",
@@ -378,7 +379,7 @@ def test_a_claim_on_a_variant_that_changes_several_settings_says_they_are_judged
     assert records[0]["changes"] == ["model.mask", "model.norm_eps", "model.residual"]
     assert records[1]["changes"] == []
     # a factorial cell's label names both of its settings: the line does not list them again
-    from ablate.report.published import bundled
+    from ablate.report.sections.published import bundled
 
     cell = {**single, f"{m}mask": "-1e9"}
     frame = pd.DataFrame(rows + [{**rows[0], "run_id": "cell-0", "tags.ablate.variant": "mask=-1e9, "
@@ -392,7 +393,7 @@ def test_a_claim_line_says_when_the_size_changes_with_the_choice_and_when_the_te
     """Tied embeddings change the model's size (-42% on the Multi30k cell): the line says so. QK-norm's
     validation verdict was 'better' while the test split left it open: the line says that too, instead of
     leaving it to a warning further down."""
-    from ablate.report.verdicts import verdicts
+    from ablate.report.compute.val_and_test import verdicts
     from ablate.study.sequential import Design, evaluate, run_sequence
 
     base = [30.0, 31.0, 29.5]

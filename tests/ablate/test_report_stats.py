@@ -13,11 +13,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report import figures as figs
-from ablate.report import stats as st
-from ablate.report.data import Study, build_study, detect_quality, padding_text, spec_diff
-from ablate.report.environment import hardware_rows
-from ablate.report.factorial_effects import cell_means, factorial_axes, factorial_effects
+from ablate.report import plots as figs
+from ablate.report.compute import statistics as st
+from ablate.report.compute.contrasts import cell_means, factorial_axes, factorial_effects
+from ablate.report.compute.loaded_study import Study, build_study, detect_quality, padding_text, spec_diff
 from ablate.report.render import (
     STAMP_PREFIX,
     Bullets,
@@ -30,6 +29,7 @@ from ablate.report.render import (
     render_html,
     render_markdown,
 )
+from ablate.report.sections.environment import hardware_rows
 
 BASE = {0: 24.1, 1: 25.3, 2: 23.8, 3: 24.9}
 POST = {0: 22.7, 1: 24.0, 2: 22.9, 3: 23.5}
@@ -347,8 +347,8 @@ def test_spec_diff_reads_a_field_one_run_predates_as_its_default() -> None:
 
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.report import search as report_search
     from ablate.report.part import Inputs
+    from ablate.report.sections import trials as report_search
 
     monkeypatch.setattr(report_search, "importances", lambda study, metric: ("", []))
     objectives = json.dumps([{"metric": "val/loss", "direction": "minimize"},
@@ -513,10 +513,10 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
 def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_path: Path) -> None:
     """A baseline run that predates `model.arch`, a RoPE variant with its own option `rope_base`: the axes
     are the positions only; the variant's option stays in what differs."""
-    from ablate.report.data import Run, Study
+    from ablate.report.compute.loaded_study import Run, Study
     from ablate.report.part import Inputs
     from ablate.report.render import Table
-    from ablate.report.results import axes_part
+    from ablate.report.sections.main_table import axes_part
 
     def run(variant: str, params: dict[str, str]) -> Run:
         return Run(variant, variant, 0, "finished", "h", 0.0, params, {"model/params": 10.0}, {})
@@ -535,7 +535,7 @@ def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_p
 
 
 def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
-    from ablate.report.costs import comparable_runs, cost_points
+    from ablate.report.sections.costs import comparable_runs, cost_points
 
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
               "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
@@ -559,8 +559,8 @@ def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
 
 
 def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path) -> None:
-    from ablate.report import withdrawn
     from ablate.report.part import Inputs
+    from ablate.report.sections import withdrawn
 
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
               "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
@@ -585,8 +585,8 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
 def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(tmp_path: Path) -> None:
     import json as _json
 
-    from ablate.report import mde
     from ablate.report.part import Inputs
+    from ablate.report.sections import mde
     from ablate.study.power import detectable, seeds_needed
     from ablate.study.sequential import Design
 

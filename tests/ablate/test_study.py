@@ -308,7 +308,7 @@ def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: 
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
 
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     path = write_spec(workdir, "fail", f"""
 ablation:

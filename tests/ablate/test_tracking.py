@@ -36,8 +36,8 @@ from ablate.tracking import (
     main_runs,
     resolve_tracking_uri,
 )
+from ablate.tracking import mlflow_store as tracking_store
 from ablate.tracking import models as tracking_models
-from ablate.tracking import store as tracking_store
 from ablate.tracking.server import free_port
 
 
@@ -189,8 +189,8 @@ RESULT_PACKAGES = ("sacrebleu", "tokenizers", "datasets", "optuna", "numpy", "py
 
 
 def cpu_model_name() -> str:
-    """What the CPU is called, read here independently of ablate.tracking.store: the model name (which
-    the full name recorded starts with)."""
+    """What the CPU is called, read here independently of ablate.tracking.mlflow_store: the model name
+    (which the full name recorded starts with)."""
     if Path("/proc/cpuinfo").is_file():
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             if line.split(":")[0].strip() == "model name":

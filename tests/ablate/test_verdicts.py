@@ -1,6 +1,7 @@
-"""The report's verdicts as a reviewer reads them (ablate/report/verdicts.py): validation decides, the test
-split is shown beside each verdict on the same seeds and look and flagged where it disagrees, the regime is
-stated, and the report opens with the forest plot of those intervals. Studies built from run records."""
+"""The report's verdicts as a reviewer reads them (ablate/report/sections/forest_plot.py): validation
+decides, the test split is shown beside each verdict on the same seeds and look and flagged where it
+disagrees, the regime is stated, and the report opens with the forest plot of those intervals. Studies built
+from run records."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.report.data import build_study
+from ablate.report.compute.comparisons import design_of
+from ablate.report.compute.loaded_study import build_study
+from ablate.report.compute.val_and_test import verdicts
 from ablate.report.part import Inputs
 from ablate.report.render import Figure, Note, Para
-from ablate.report.seeds import design_of
-from ablate.report.summary import part as summary_part
-from ablate.report.verdicts import part, verdicts
+from ablate.report.sections.forest_plot import part
+from ablate.report.sections.summary import part as summary_part
 
 BASE_VAL = [30.0, 31.0, 29.5]
 BASE_TEST = [31.0, 30.0, 30.5]

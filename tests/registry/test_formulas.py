@@ -1,4 +1,5 @@
-"""Each variant added for issue 13 against the formula its docstring cites, written out independently."""
+"""Each variant added beyond the tutorials' five axes (RMSNorm, RoPE, ALiBi, ...) against the formula its
+docstring cites, written out independently."""
 
 from __future__ import annotations
 
