@@ -10,7 +10,9 @@ rule is a change here and nowhere else:
 * :func:`read`: what a comparison's looks say, as one :class:`Verdict` (:class:`Reading`: better, worse,
   within the margin, identical, open, open at its maximum, reopened, untestable, an effect read while the
   claim's own question is still open).
-* :func:`agrees`: whether the test split, on the same seeds and look, gives the validation verdict's answer.
+* :func:`held_out_reading`: what the test split, on the same seeds and look, says beside the validation
+  verdict: agrees, open, disagrees (its interval excludes what validation states) or an effect where
+  validation is open; :func:`agrees` reduces it to the flag the report shows.
 * :func:`fixed_reading`: a fixed seed list's verdict (one look, the report's Effects table).
 * :func:`at_scale`: whether a decided verdict transfers, reverses or is not settled at a larger setting.
 * :func:`judge`: whether a study reproduces, contradicts or has not settled a published result.
@@ -164,12 +166,47 @@ def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verd
     return Verdict(reading, look, better, earlier)
 
 
-def agrees(val: Verdict | None, test: Verdict | None) -> bool | None:
-    """Whether the test split, on the validation verdict's seeds and look, gives the same answer (None:
-    nothing to compare: no test look, no validation look, or an open validation verdict)."""
-    if test is None or val is None or val.look is None or val.answer == "open":
+class HeldOut(StrEnum):
+    """What the test split, on the validation verdict's seeds and look, says beside it."""
+
+    AGREES = "agrees"  # the same answer
+    OPEN = "open"  # its interval neither confirms nor excludes the validation verdict: worded as open
+    DISAGREES = "disagrees"  # its interval excludes the direction (or the margin) validation states
+    UNSETTLED_EFFECT = "effect where validation is open"  # validation open, the test interval excludes 0
+
+
+def held_out_reading(val: Verdict | None, test: Verdict | None, margin: float | None = None
+                     ) -> HeldOut | None:
+    """The test split beside a validation verdict (None: nothing to compare). It disagrees only where its
+    interval excludes what validation states: the direction of an effect (the whole interval on the other
+    side of 0), no effect within +-``margin`` (the interval wholly beyond it), or identity (an interval away
+    from 0); where validation is open, an interval that excludes 0 is flagged too. A test reading that is
+    merely open is worded as open, never as a disagreement."""
+    t = None if test is None else test.look
+    if t is None or val is None or val.look is None or math.isnan(t.lo) or math.isnan(t.hi):
         return None
-    return test.answer == val.answer
+    away = t.lo > 0.0 or t.hi < 0.0
+    if val.answer == "open":
+        return HeldOut.UNSETTLED_EFFECT if away else None
+    if test is not None and test.answer == val.answer:
+        return HeldOut.AGREES
+    v = val.look
+    if val.answer in ("better", "worse"):
+        excluded = t.hi <= 0.0 if v.diff > 0 else t.lo >= 0.0
+    elif val.answer == "no effect" and margin is not None:
+        excluded = t.lo > margin or t.hi < -margin
+    else:  # identical, or no effect without a margin to judge by
+        excluded = away
+    return HeldOut.DISAGREES if excluded else HeldOut.OPEN
+
+
+def agrees(val: Verdict | None, test: Verdict | None, margin: float | None = None) -> bool | None:
+    """False where the test split flags the validation verdict (it disagrees, or finds an effect where
+    validation is open: :func:`held_out_reading`), True where it agrees, None otherwise."""
+    says = held_out_reading(val, test, margin)
+    if says in (HeldOut.DISAGREES, HeldOut.UNSETTLED_EFFECT):
+        return False
+    return True if says == HeldOut.AGREES else None
 
 
 # ---------------------------------------------------------------- a fixed seed list: one look
@@ -264,6 +301,9 @@ class Evidence:
     runs: int
     base_diverged: int
     max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
+    # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
+    # plan, ablate/study/power.py; None: more than its limit, or not computed)
+    seeds_needed: int | None = None
 
 
 def none_margin(question: Question, margin: float | None, min_effect: float | None) -> float | None:
@@ -305,7 +345,8 @@ def judge(claim: Expectation, ev: Evidence, higher_is_better: bool, unit: str = 
     if not has_ci:
         return OPEN, _too_few(ev)
     return OPEN, ("no significant difference at the study's maximum of "
-                  f"{ev.max_reached} seeds" if ev.max_reached else "no significant difference yet")
+                  f"{ev.max_reached} seeds ({_new_study(ev)})" if ev.max_reached
+                  else "no significant difference yet")
 
 
 def _judge_identical(ev: Evidence, failed: bool) -> tuple[Outcome, str]:
@@ -335,7 +376,8 @@ def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better
         found = "better" if _found_better(ev, higher_is_better) else "worse"
         # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
         # within the margin or wholly beyond it (answers()), up to the maximum.
-        more = (f"the study's maximum of {ev.max_reached} seeds is reached" if ev.max_reached
+        more = (f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+                if ev.max_reached
                 else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
                 if ev.min_effect is not None else "more seeds would tell")
         return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
@@ -357,9 +399,15 @@ def _how_much(ev: Evidence, unit: str) -> str:
 
 
 def _more_seeds(ev: Evidence) -> str:
-    if ev.max_reached:  # only a larger seeds.max could settle it
-        return f"the study's maximum of {ev.max_reached} seeds is reached (a larger seeds.max would tell)"
+    if ev.max_reached:  # only a new study could settle it: this one's design never moves
+        return f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
     return "more seeds would tell"
+
+
+def _new_study(ev: Evidence) -> str:
+    if ev.seeds_needed is not None:
+        return f"a new study with seeds.max {ev.seeds_needed} would tell"
+    return "a new study would need more than 100 seeds at this spread"
 
 
 def _found_better(ev: Evidence, higher_is_better: bool) -> bool:

@@ -19,7 +19,7 @@ import ablate.tracking.record as R
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.study.sequential import Design, evaluate
-from ablate.study.verdict import Look, Verdict, agrees, read
+from ablate.study.verdict import HeldOut, Look, Verdict, agrees, held_out_reading, none_margin, read
 
 # The baseline is still learning when its validation loss fell by more than this share over its last
 # evaluation interval.
@@ -33,6 +33,7 @@ class OnBothSplits:
     variant: str
     on_val: Verdict
     on_test: Verdict | None  # the same seeds and look on the test split; None without one
+    margin: float | None = None  # what "no effect" means for this comparison (its claim's, else min_effect)
 
     @property
     def val(self) -> Look | None:
@@ -57,8 +58,23 @@ class OnBothSplits:
 
     @property
     def agrees(self) -> bool | None:
-        """Whether the test split gives the same answer (None: nothing to compare)."""
-        return agrees(self.on_val, self.on_test)
+        """False where the test split flags the validation verdict, True where it agrees, else None."""
+        return agrees(self.on_val, self.on_test, self.margin)
+
+    @property
+    def held_out(self) -> HeldOut | None:
+        return held_out_reading(self.on_val, self.on_test, self.margin)
+
+    def flag_words(self) -> str:
+        """How a flagged test reading is said, e.g. 'the test set disagrees (worse on test, better on
+        validation)'; '' when it is not flagged."""
+        says = self.held_out
+        if says == HeldOut.DISAGREES:
+            return f"the test set disagrees ({self.test_answer} on test, {self.val_answer} on validation)"
+        if says == HeldOut.UNSETTLED_EFFECT:
+            return (f"the test set reads an effect validation has not settled ({self.test_answer} on test, "
+                    "open on validation)")
+        return ""
 
 
 @dataclass(frozen=True)
@@ -119,7 +135,8 @@ def verdicts(study: Study, design: Design) -> list[OnBothSplits]:
             diffs = paired_differences(study, c.variant, test)[0][: design.looks[look.look - 1]]
             values = [math.nan if d is None else d for d in diffs]
             on_test = read([evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))], higher)
-        out.append(OnBothSplits(c.variant, c.verdict, on_test))
+        question, own = asked.get(c.variant, (None, None))
+        out.append(OnBothSplits(c.variant, c.verdict, on_test, none_margin(question, own, design.min_effect)))
     return out
 
 

@@ -24,7 +24,7 @@ def test_text(v: OnBothSplits, dec: int, unit: str) -> str:
     ci = f" {st.fmt_interval(t.lo, t.hi, dec)}" if not math.isnan(t.lo) else ""
     text = f"; test: {st.fmt(t.diff, dec, True)} {unit}{ci}"
     if v.agrees is False:
-        text += f" — **the test set disagrees** ({v.test_answer} on test, {v.val_answer} on validation)"
+        text += f" — **{v.flag_words()}**"
     return text
 
 

@@ -35,8 +35,9 @@ from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.sections.seeds import reopened_phrase
 from ablate.spec.study import Expectation
+from ablate.study.power import seeds_needed
 from ablate.study.sequential import Design, walk
-from ablate.study.verdict import OPEN, Evidence, claim_margin, holm_significant, judge, read
+from ablate.study.verdict import OPEN, Evidence, HeldOut, claim_margin, holm_significant, judge, read
 
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
              "none": "no effect", "identical": "identical to the baseline in every seed"}
@@ -67,9 +68,12 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
                             identical, design.min_effect, diverged, len(runs), base_diverged)
+        needed = None
+        if look.final and claim is not None and claim.effect in ("better", "worse", "none") and look.sd > 0:
+            needed = seeds_needed(design, look.sd, claim.effect, claim.margin)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged, design.looks[-1] if look.final else None)
+                        base_diverged, design.looks[-1] if look.final else None, needed)
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
         diff = row.effect.diff if row is not None else nan
@@ -160,11 +164,15 @@ def size_change(study: Study, variant: str) -> str:
 def _test_disagrees(v: OnBothSplits | None, dec: int, unit: str) -> str:
     """' The test split, on the same seeds and look, answers differently: open (Δ +1.90 BLEU [...]).' where
     it does (validation decides; a reader should not have to find the warning further down), else ''."""
-    if v is None or v.agrees is not False or v.test is None:
+    if v is None or v.test is None or v.held_out not in (HeldOut.DISAGREES, HeldOut.UNSETTLED_EFFECT,
+                                                          HeldOut.OPEN):
         return ""
     t = v.test
     ci = f" {st.fmt_interval(t.lo, t.hi, dec)}" if math.isfinite(t.lo) else ""
-    return (f" The test split, on the same seeds and look, answers differently: {v.test_answer} "
+    if v.held_out == HeldOut.OPEN:  # neither confirms nor excludes it: said as open, not disagreeing
+        return (f" The test split, on the same seeds and look, is open (Δ {st.fmt(t.diff, dec, True)} "
+                f"{unit}{ci}).")
+    return (f" The test split, on the same seeds and look, {v.flag_words().removeprefix('the test set ')} "
             f"(Δ {st.fmt(t.diff, dec, True)} {unit}{ci}).")
 
 

@@ -40,8 +40,8 @@ def part(inp: Inputs) -> Part:
                        "group-sequential test this study chose its seeds by (see Adaptive seeds below), "
                        f"with the test split beside each on the same seeds.{where}"), Bullets(lines)]
         if flagged:
-            intro.append(Note(f"the test set disagrees with {len(flagged)} validation verdict(s): "
-                              + ", ".join(f"`{v.variant}`" for v in flagged)
+            intro.append(Note(f"the test set flags {len(flagged)} validation verdict(s): "
+                              + "; ".join(f"`{v.variant}`: {v.flag_words()}" for v in flagged)
                               + ". Validation decides; the test set is a second sample of sentences."))
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
