@@ -216,9 +216,9 @@ class AblationSpec(Strict):
     expect: list[Expectation] = []
     """published results this study checks: the report opens with a verdict on each"""
     # The regime the verdicts hold for, stated on each.
-    tuned_on: Annotated[str, Field(min_length=1)] = "baseline"
+    tuned_on: Annotated[str, Field(min_length=1)] | None = None
     """the variant the shared hyperparameters (learning rate, warm-up, sizes) were tuned on, stated beside
-    every verdict"""
+    every verdict; left out, the report says who tuned them only from the study's own searches (tune:)"""
     converged: Bool | None = None
     """whether the cell trains to convergence; null: judged from the baseline's validation loss over its
     last evaluations"""
@@ -235,7 +235,7 @@ class AblationSpec(Strict):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("tune", "confirm", "pilot"):
+        for key in ("tune", "confirm", "pilot", "tuned_on"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -197,6 +197,8 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
                                          "family": d.family})
     # A tag, not a param: a reopened study may state its expectations anew (params are final).
     tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
+    if abl.tuned_on is not None:
+        tags[R.TUNED_ON] = abl.tuned_on
     from ablate.study.arms import parent_tags
 
     return tags | parent_tags(plan)  # tune: and confirm: (tags too: they may be added to a running study)

@@ -67,6 +67,9 @@ REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, p
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
+# A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,
+# only where the spec sets it: a report never states who tuned them from a default)
+TUNED_ON = "ablate.tuned_on"
 # A study's parent (JSON): its design as recorded before the first cell (ablate/study/preregister.py)
 PREREGISTERED = "ablate.preregistered"
 # A study's parent (JSON): the power plan its design was recorded with (ablate/study/sizing.py plan_record)

@@ -75,8 +75,8 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     assert ("**Tuning changed** `norm=custom`: worse at the baseline's settings, no effect at its own best"
             in text)
     # the regime says which arm the opening verdicts are
-    assert ("hyperparameters tuned on `baseline` (these verdicts; with each variant at its own best "
-            "settings, see Each variant at its own best)") in text
+    assert ("the spec's hyperparameters (who tuned them is not recorded) for these verdicts; each variant "
+            "was also tuned by its own search, see Each variant at its own best") in text
     assert "| norm=custom | -1.004 exact match [" in text and ": worse | -0.004 exact match [" in text
     # each variant's best settings and how far they moved
     best = {r["variant"]: r for r in data["best_settings"]}

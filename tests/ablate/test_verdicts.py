@@ -79,11 +79,17 @@ def test_the_report_opens_with_the_forest_plot_of_its_verdicts_and_states_the_re
     assert (tmp_path / "verdicts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "±0.5 BLEU" in figure.caption and "2 comparisons, each at level 0.025" in figure.caption
     assert isinstance(regime, Para)
+    # The spec's default once logged ablation.tuned_on 'baseline' for every study: never read as a statement
     assert regime.text == ("**Regime** these verdicts hold for: 2+2 layers, d_model 256 (7.25 M "
-                           "parameters, baseline), 720 steps, hyperparameters tuned on `baseline`, not "
-                           "converged (declared).")
+                           "parameters, baseline), 720 steps, the spec's hyperparameters (who tuned them is "
+                           "not recorded), not converged (declared).")
     assert made.data["verdicts"][1]["agrees"] is False
-    assert made.data["regime"]["converged"] is False
+    assert made.data["regime"]["converged"] is False and made.data["regime"]["tuned_on"] is None
+    stated = _study({"ablation.converged": "False"})
+    stated.parent["tags"]["ablate.tuned_on"] = "baseline"  # the author set ablation.tuned_on
+    again = part(Inputs(stated, tmp_path))
+    assert again is not None and "hyperparameters tuned on `baseline` (as the study states)" in \
+        again.intro[1].text  # type: ignore[attr-defined]
 
 
 def test_a_fixed_seed_study_states_its_regime_too(tmp_path: Path) -> None:

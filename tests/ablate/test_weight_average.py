@@ -185,11 +185,12 @@ def test_without_the_option_the_checkpoint_is_as_before(tmp_path: Path) -> None:
 def _tracked(folder: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str) -> tuple[dict[str, float], str]:
     folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(folder))
+    uri = mlflow_store(folder)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     spec = spec_at(folder, "tracking.enabled=true", "train.eval_every=20", *overrides)
     result = run_experiment(spec, quiet=True)
     assert result.status == "finished" and result.run_id is not None
-    run = MlflowClient().get_run(result.run_id)
+    run = MlflowClient(uri).get_run(result.run_id)  # this store, whatever an earlier test made current
     return dict(run.data.metrics), result.run_id
 
 

@@ -4,7 +4,8 @@ same seeds and at the same look, and the regime the verdict holds for.
 Validation decides (the study added seeds by it). The test split is evaluated with the same paired,
 repeated interval at the same look, so the two can be set side by side; whether they agree is
 ``ablate.study.verdict.agrees``'s to say. The regime is read from the records: the baseline's size and
-steps, which variant the shared hyperparameters were tuned on (``ablation.tuned_on``), and whether the
+steps, who tuned the shared hyperparameters as the study recorded it (its searches, or ``ablation.tuned_on``
+where the author set it; never a default), and whether the
 baseline's validation loss had stopped falling (``ablation.converged`` overrides the judgement).
 """
 
@@ -85,7 +86,7 @@ class Regime:
     layers: str
     steps: str
     params: float | None  # the baseline's parameter count
-    tuned_on: str
+    tuned_on: str | None  # as the author stated it (ablation.tuned_on); None: not recorded
     converged: bool | None  # None: no validation history to judge by
     declared: bool  # the study declared convergence instead of it being judged
     last_drop: float | None  # the share the baseline's val loss fell over its last evaluation interval
@@ -102,10 +103,13 @@ class Regime:
         else:
             conv = (f"not converged (the baseline's val loss still fell {self.last_drop:.0%} over its last "
                     "evaluation interval)")
-        tuned = f"hyperparameters tuned on `{self.tuned_on}`"
+        if self.tuned_on is not None:
+            tuned = f"hyperparameters tuned on `{self.tuned_on}` (as the study states)"
+        else:
+            tuned = "the spec's hyperparameters (who tuned them is not recorded)"
         if self.own_best:  # these verdicts are the baseline's settings' arm; the other is stated beside it
-            tuned += (" (these verdicts; with each variant at its own best settings, see Each variant at its "
-                      "own best)")
+            tuned += (" for these verdicts; each variant was also tuned by its own search, see Each variant "
+                      "at its own best")
         return (f"{self.layers} layers, d_model {self.d_model} ({size}baseline), {self.steps} steps, "
                 f"{tuned}, {conv}")
 
@@ -150,7 +154,8 @@ def regime(study: Study) -> Regime | None:
     p = first.params
     params = [r.metrics[MN.MODEL_PARAMS] for r in study.of(study.baseline) if MN.MODEL_PARAMS in r.metrics]
     declared_text = study.parent["params"].get("ablation.converged", "None")
-    tuned_on = study.parent["params"].get("ablation.tuned_on", "baseline")
+    # Only what the study recorded: a default once read 'tuned on baseline' for recipes nobody tuned there.
+    tuned_on = study.parent["tags"].get(R.TUNED_ON)
     drop: float | None = None
     declared = declared_text in ("True", "False")
     if not declared:  # judged from the baseline's last evaluations
