@@ -6,20 +6,33 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
 
+if TYPE_CHECKING:
+    from ablate.spec.experiment import ExperimentSpec
+
 
 def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
+    """The specs alone (`ablate validate` adds their data files: ablate/data/check.py)."""
+    return validate_specs(specs, overrides)
+
+
+def validate_specs(specs: Sequence[str], overrides: Sequence[str] = (),
+                   check: Callable[[str, ExperimentSpec], None] | None = None) -> int:
+    """Print `ok SPEC (hash)` for each valid spec, every problem of the others (exit 2); ``check`` looks
+    further at a valid spec (its data files) and raises SpecError."""
     from ablate.spec.load import SpecError, load_spec
 
     failed: list[str] = []
     for path in specs:
         try:
             spec = load_spec(path, list(overrides))
+            if check is not None:
+                check(path, spec)
         except SpecError as exc:
             failed.extend(str(p) for p in exc.problems)
             continue
