@@ -154,11 +154,13 @@ def build_report(study: Study, out_dir: Path) -> Report:
 
 
 def main_report(study: str, out: str | None = None) -> int:
-    """`ablate report STUDY [--out DIR]`: STUDY is a study name or the parent run id. Exit 1 when a
-    section failed or the report could not be logged to MLflow (the files are written either way)."""
+    """`ablate report STUDY [--out DIR]`: STUDY is the study's spec file, its name or the parent run id.
+    Exit 1 when a section failed or the report could not be logged to MLflow (the files are written either
+    way)."""
+    from ablate.spec.study_ref import study_name
     from ablate.tracking.read import log_report_artifacts
 
-    loaded = load_study(study)
+    loaded = load_study(study_name(study))
     out_dir = Path(out) if out else Path("reports") / loaded.name
     report = build_report(loaded, out_dir)
     n_fig = len(list((out_dir / "figures").glob("*.png")))

@@ -102,6 +102,17 @@ def artifact_root(uri: str) -> Path | None:
     return Path.cwd() / ARTIFACTS_DIR
 
 
+def missing_local_store(uri: str) -> Path | None:
+    """The sqlite file of a local store that does not exist yet (opening it would create it), else None:
+    a command that only reads says so instead of leaving an empty store behind."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
+    if not db or db == ":memory:" or Path(db).exists():
+        return None
+    return Path(db).resolve()
+
+
 def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str = "") -> str:
     """Get or create the experiment; two workers creating it at once both end up with the same id.
 
