@@ -27,6 +27,7 @@ examples:
   ablate run experiments/quickstart.yaml        train one model, tracked in ./mlflow.db
   ablate study experiments/ablations/x.yaml     train every variant x seed of a study (alias: ablate ablate)
   ablate report STUDY                           compare the variants of a study (STUDY: its spec or name)
+  ablate report STUDY --format latex            its effects as a booktabs table for a paper (or csv)
   ablate export STUDY --out DIR                 its finished cells as files; `ablate import DIR` reloads
   ablate ui [STUDY]                             browse the runs in MLflow (127.0.0.1:5000)
   ablate -q COMMAND ... / ablate COMMAND -v ... quieter / also what MLflow and datasets print
@@ -173,6 +174,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    help="the study's spec file, its study name or parent run id (its MLflow experiment or "
                    "parent run)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
+    p.add_argument("--format", dest="table_format", choices=("latex", "csv"),
+                   help="also write the effects as a table for a paper: effects.tex (booktabs: Δ, interval, "
+                   "seeds, verdict, the test split beside it) or effects.csv, the same rows")
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:

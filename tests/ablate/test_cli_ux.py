@@ -42,7 +42,7 @@ def listing(folder: Path) -> list[str]:
 # ---------------------------------------------------------------- an unknown study leaves nothing behind
 @pytest.mark.parametrize("argv", [["report", "no-such-study"], ["export", "no-such-study"],
                                   ["status", "no-such-study"], ["ui", "no-such-study", "--port", "1"],
-                                  ["report", "study.yaml"]])
+                                  ["report", "study.yaml"], ["report", "no-such-study", "--format", "csv"]])
 def test_an_unknown_study_creates_nothing(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the default store: ./mlflow.db, which must not appear
