@@ -310,6 +310,10 @@ def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
 def resolve_run_id(run_id: str, *, tracking_uri: str | None = None) -> str:
     """A full run id from a unique prefix (`ablate runs` prints the first 8 characters); AblateError when
     no run or several runs start with it."""
+    missing = missing_local_store(tracking_uri or resolve_tracking_uri(None))
+    if missing is not None:  # reading must not leave an empty store behind
+        raise AblateError(f"unknown run {run_id!r}: no MLflow store at {missing} (nothing has been tracked "
+                          "from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)")
     text = run_id.strip().lower()
     if len(text) == 32 or not text:
         return text

@@ -55,6 +55,18 @@ def test_an_unknown_study_creates_nothing(bare_workdir: Path, monkeypatch: pytes
     assert listing(bare_workdir) == ["study.yaml"]
 
 
+@pytest.mark.parametrize("argv", [["evaluate", "abc", "--text", "x.txt"], ["generate", "abc"],
+                                  ["translate", "abc", "hallo"]])
+def test_an_unknown_run_creates_nothing(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: unknown run 'abc': no MLflow store at {bare_workdir / 'mlflow.db'} (nothing has been "
+        "tracked from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)"]
+    assert listing(bare_workdir) == []
+
+
 # ---------------------------------------------------------------- a study by its spec or by its name
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
