@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -24,14 +25,14 @@ class Progress:
 
     def __init__(self, total: int | None, start_step: int = 0, enabled: bool = True,
                  every_s: float = 10.0) -> None:
-        self.enabled = enabled
+        self.enabled = enabled and os.environ.get("ABLATE_QUIET") != "1"  # `ablate -q`
         self.total = total
         self.start_step = start_step
         self.every_s = every_s
         self.started = time.monotonic()
         self.last_line: float | None = None
         self.bar: Any = None
-        if enabled and sys.stderr.isatty():
+        if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True)

@@ -156,14 +156,21 @@ def build_report(study: Study, out_dir: Path) -> Report:
     return Report(out_dir / "report.md", parts)
 
 
-def main_report(study: str, out: str | None = None) -> int:
-    """`ablate report STUDY [--out DIR]`: STUDY is a study name or the parent run id. Exit 1 when a
-    section failed or the report could not be logged to MLflow (the files are written either way)."""
+def main_report(study: str, out: str | None = None, table_format: str | None = None) -> int:
+    """`ablate report STUDY [--out DIR] [--format latex|csv]`: STUDY is the study's spec file, its name or
+    the parent run id; ``table_format`` also writes the effects as a table (ablate/report/paper.py). Exit 1
+    when a section failed or the report could not be logged to MLflow (the files are written either
+    way)."""
+    from ablate.spec.study_ref import study_name
     from ablate.tracking.read import log_report_artifacts
 
-    loaded = load_study(study)
+    loaded = load_study(study_name(study))
     out_dir = Path(out) if out else Path("reports") / loaded.name
     report = build_report(loaded, out_dir)
+    if table_format is not None:  # the effects for a paper, from the report.json just written
+        from ablate.report.paper import write_table
+
+        print(f"table: {write_table(out_dir, table_format)}")
     n_fig = len(list((out_dir / "figures").glob("*.png")))
     try:
         log_report_artifacts(loaded.parent["run_id"], out_dir)

@@ -42,6 +42,17 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def save_vector(fig: Figure, path: Path) -> list[Path]:
+    """The figure also as PDF and SVG beside ``path`` (for a paper), without creation dates, so a rerun
+    writes the same bytes."""
+    out = [path.with_suffix(".pdf"), path.with_suffix(".svg")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out[0], format="pdf", metadata={"CreationDate": None, "ModDate": None})
+    with matplotlib.rc_context({"svg.hashsalt": path.stem}):  # element ids from a fixed salt
+        fig.savefig(out[1], format="svg", metadata={"Date": None})
+    return out
+
+
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
@@ -166,6 +177,7 @@ def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: 
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
+        save_vector(fig, path)  # the verdict figure goes into papers: PDF and SVG beside the PNG
         return save(fig, path)
 
 

@@ -4,8 +4,8 @@ Owns ``ablate run`` (``runner``: the steps of one run, seeds, resume from checkp
 of one run through ``ablate.tracking``; ``distributed``: torchrun and the device; ``rundir``: the run
 folder and its summary; ``lock``: one process per run folder; ``evaluation``: the best checkpoint on whole
 val/test), ``ablate translate`` /
-``ablate evaluate`` over a run read back from MLflow (``translate``) and ``ablate generate``
-(``generate``).
+``ablate evaluate`` over a run read back from MLflow (``translate``; a language model's perplexity on one's
+own held-out text: ``heldout``) and ``ablate generate`` (``generate``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

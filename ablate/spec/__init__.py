@@ -8,7 +8,8 @@ cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``lo
 located one-line errors, the JSON Schema and the field guide generated from the same source, docs/spec.md
 (``errors``, ``schema``, ``guide``, ``guide_examples``), the names of the metrics a run
 reports (``metricnames``), the spec hash, a run's identity, and the commands that read specs and the
-registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``).
+registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``) and a study named on the
+command line by its spec or its name (``study_ref``).
 
 May import: ``ablate.errors`` and ``registry`` (the model section names registry components). Nothing
 else of ablate: every other layer reads the spec, the spec reads none of them.

@@ -108,8 +108,9 @@ class HubData(Strict):
 
 
 class TextFiles(Strict):
-    """Language-modelling text (``source: text``): one file per split (``.gz`` or not), one line each a
-    sentence or paragraph; ``document_lines`` consecutive lines form one document."""
+    """Language-modelling text (``source: text``): one file per split (``.gz`` or not), cut into documents
+    as ``documents`` says: at blank lines (prose, the default), every ``data.document_lines`` lines, one
+    file per document (the split names a folder or a glob), or the whole file as one stream (nanoGPT)."""
 
     train: str
     """the training text file"""
@@ -119,6 +120,10 @@ class TextFiles(Strict):
     """the test text file; left out: no test scores"""
     root: str | None = None
     """base folder of relative paths, ${VAR} expanded; left out: the working directory"""
+    documents: Literal["paragraphs", "lines", "files", "stream"] | None = None
+    """how the text is cut into documents: paragraphs (a blank line ends one, the default), lines (every
+    data.document_lines lines; the default when document_lines is set), files (one file per document: a
+    folder or glob) or stream (the whole file as one stream, nanoGPT's way)"""
 
 
 class TokenizerSpec(Strict):
@@ -190,6 +195,7 @@ class DataSpec(Strict):
         if getattr(self, self.source) is None:
             missing = f"source is {self.source!r} but the data.{self.source} section is missing"
             checks.fail(self.source, missing, "source")
+        self._document_mode(checks)
         synthetic = self.synthetic if self.source == "synthetic" else None
         # An LM task's instances flow across blocks of max_len tokens: no length bound between the two.
         if synthetic is not None and synthetic.task not in LM_TASKS and self.max_len < synthetic.max_len + 2:
@@ -197,6 +203,17 @@ class DataSpec(Strict):
                         f"{synthetic.max_len} plus bos/eos", "synthetic.max_len")
         checks.raise_any()
         return self
+
+    def _document_mode(self, checks: Checks) -> None:
+        """Resolve ``text.documents`` (see TextFiles); ``document_lines`` only counts lines of ``lines``."""
+        if self.text is None:
+            return
+        if self.text.documents is None:
+            self.text.documents = "lines" if "document_lines" in self.model_fields_set else "paragraphs"
+        elif self.text.documents != "lines" and self.document_lines != 1:
+            checks.fail("document_lines", f"document_lines {self.document_lines} counts the lines of a "
+                        f"document, but text.documents is {self.text.documents!r}; drop it or set "
+                        "text.documents: lines", "text.documents")
 
     @property
     def is_lm(self) -> bool:

@@ -300,6 +300,9 @@ def _drop_later_defaults(data: dict[str, Any]) -> None:
             del part[key]
     if data.get("model", {}).get("arch") == "decoder_only":
         data["model"].pop("encoder_layers", None)  # one stack: its depth is decoder_layers
+    text = data.get("data", {}).get("text")
+    if isinstance(text, dict) and text.get("documents") == "lines":
+        del text["documents"]  # how text was cut before documents had a field: older hashes stay
 
 
 def spec_hash(data: dict[str, Any]) -> str:

@@ -24,7 +24,6 @@ chosen variant whose implementation version is above 1 adds ``<axis>_version`` t
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -33,16 +32,12 @@ from pydantic import Field, create_model, model_validator
 import registry
 from ablate.spec.base import Bool, Checks, Float, Int, Strict
 from registry import Axis, Option
+from registry.aliases import did_you_mean
 from registry.masking import format_mask_fill, parse_mask_fill
 
 __all__ = ["ModelSpec", "component_versions", "drop_unset_options", "format_mask_fill", "identity_of",
            "stale_components", "option_owner", "options_of",
            "parse_mask_fill"]
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    hint = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
 def options_of(axis: Axis) -> list[Option]:
@@ -119,7 +114,7 @@ class ModelSpecBase(Strict):
         known = registry.names(axis.kind)
         if entry is None and not axis.open_values:
             checks.fail(axis.kind, f"unknown {axis.kind} {value!r}; accepted: {', '.join(known)}"
-                        + _did_you_mean(value, known))
+                        + did_you_mean(axis.kind, str(value), known))
             return
         if axis.parent is not None and value != axis.default:
             parent_value = values[axis.parent]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
+from ablate.data.check import check_data
 from ablate.errors import AblateError
 from ablate.study.adaptive import format_progress, needed_keys
 from ablate.study.attrs import PARENT
@@ -69,6 +70,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     preempt.install()
     plan = plan_study(spec_path, overrides)
+    check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
     if dry_run:
         return _dry_run(plan, storage, workers)
     queue, params = _queue_cells(plan, storage, retry_failed, workers)

@@ -44,9 +44,11 @@ RESULTS = ("finished", "diverged")
 def main_export(study: str, out: str | None = None) -> int:
     """Write the study's finished cells to ``out`` (default reports/<study>/export); replaces an older
     export there atomically (written beside it, then moved into place)."""
+    from ablate.spec.study_ref import study_name
     from ablate.tracking.read import find_study_runs
     from ablate.tracking.run_files import export_run
 
+    study = study_name(study)  # a spec file names its study
     parent, frame = find_study_runs(study)
     tags = parent["tags"]
     if tags.get(R.KIND) != "ablation":

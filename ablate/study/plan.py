@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -282,6 +283,16 @@ def _shown(value: Any) -> str:
     return "(not used)" if value is None else show(value)
 
 
+def _default_design_note(abl: Any, variants: int) -> list[str]:
+    """Several axes and no ``design:`` is one-at-a-time, which a reader of the axes may take for a grid."""
+    if "design" in abl.model_fields_set or len(abl.axes) < 2:
+        return []
+    grid = math.prod(len(values) for values in abl.axes.values())
+    return [f"note: design left to its default, one_at_a_time: each axis changes alone from the baseline "
+            f"({variants} variants), never two together; `design: full_factorial` runs every combination "
+            f"({grid} variants)"]
+
+
 def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     abl = plan.spec.ablation
     assert abl is not None
@@ -296,6 +307,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
         shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
     lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
              f"= {count}; metric {plan.metric} ({plan.direction})"]
+    lines += _default_design_note(abl, len(plan.variants))
     if design is not None:
         lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
                      "each later round adds seeds only to the comparisons still open")

@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import ablate.tracking.record as R
+from ablate.data.check import check_data
 from ablate.study import attrs as A
 from ablate.study import failfast
 from ablate.study.findings import finish_search
@@ -291,6 +292,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
 
     preempt.install()
     plan = plan_search(spec_path, overrides)
+    check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a trial
     search = plan.spec.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials

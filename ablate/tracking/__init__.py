@@ -58,11 +58,12 @@ __all__ = [
 ]
 
 
-def main_ui(host: str = "127.0.0.1", port: int = 5000) -> int:
-    """`ablate ui`: serve the MLflow UI over this folder's store until Ctrl-C (see ablate.tracking.server)."""
+def main_ui(study: str | None = None, host: str = "127.0.0.1", port: int = 5000) -> int:
+    """`ablate ui [STUDY]`: serve the MLflow UI over this folder's store until Ctrl-C, opening at STUDY's
+    page when given (its spec file, name or parent run id; see ablate.tracking.server)."""
     from ablate.tracking.server import main_ui as run_ui
 
-    return run_ui(host, port)
+    return run_ui(host, port, study=study)
 
 
 def main_runs(experiment: str | None = None) -> int:

@@ -102,6 +102,17 @@ def artifact_root(uri: str) -> Path | None:
     return Path.cwd() / ARTIFACTS_DIR
 
 
+def missing_local_store(uri: str) -> Path | None:
+    """The sqlite file of a local store that does not exist yet (opening it would create it), else None:
+    a command that only reads says so instead of leaving an empty store behind."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
+    if not db or db == ":memory:" or Path(db).exists():
+        return None
+    return Path(db).resolve()
+
+
 def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str = "") -> str:
     """Get or create the experiment; two workers creating it at once both end up with the same id.
 
@@ -314,6 +325,10 @@ def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
 def resolve_run_id(run_id: str, *, tracking_uri: str | None = None) -> str:
     """A full run id from a unique prefix (`ablate runs` prints the first 8 characters); AblateError when
     no run or several runs start with it."""
+    missing = missing_local_store(tracking_uri or resolve_tracking_uri(None))
+    if missing is not None:  # reading must not leave an empty store behind
+        raise AblateError(f"unknown run {run_id!r}: no MLflow store at {missing} (nothing has been tracked "
+                          "from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)")
     text = run_id.strip().lower()
     if len(text) == 32 or not text:
         return text

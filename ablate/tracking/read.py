@@ -27,7 +27,9 @@ STUDY_KINDS = R.STUDY_KINDS
 
 
 def _uri() -> str:
-    from ablate.tracking import resolve_tracking_uri
+    from ablate.tracking.mlflow_store import (
+        resolve_tracking_uri,  # not the package: its server module reads here
+    )
 
     return resolve_tracking_uri(None)
 
@@ -76,8 +78,15 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
 
     ``study`` is a study name (tag ``ablate.study`` on a run without a parent; a run tagged ``ablate.kind``
     ablation or search is preferred over a plain single run of the same experiment) or the parent's run id.
-    Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError.
+    Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError,
+    and a local store that does not exist is not created.
     """
+    from ablate.tracking.mlflow_store import missing_local_store
+
+    missing = missing_local_store(_uri())
+    if missing is not None:
+        raise AblateError(f"unknown study {study!r}: no MLflow store at {missing} (nothing has been tracked "
+                          "from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)")
     c = client()
     parent = None
     if RUN_ID.match(study):

@@ -39,7 +39,7 @@ def sample_argv(name: str, sub: argparse.ArgumentParser) -> list[str]:
 
 
 def test_the_command_table_is_the_parser() -> None:
-    assert [c.name for c in COMMANDS] == list(_subparsers())
+    assert [n for c in COMMANDS for n in (c.name, *c.aliases)] == list(_subparsers())
     assert len(COMMANDS) >= 16
 
 
