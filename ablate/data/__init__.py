@@ -4,7 +4,8 @@ Owns the corpora (``corpus``: synthetic tasks, text files, the Hugging Face Hub 
 ``synthetic``: the generated tasks), tokenizer training and caching (``tokenize``), token-budget batches
 bucketed by length (``batching``) and the whole preparation of one spec's data (``prepare``, its result
 in ``prepared``); for a decoder-only language model, documents packed into blocks and evaluation windows
-(``lm``) and the synthetic tasks that need positions (``lm_tasks``).
+(``lm``), the synthetic tasks that need positions (``lm_tasks``), and a long-document corpus that needs
+no download, prepared from the Python documentation Debian ships (``python_docs``).
 
 May import: ``ablate.spec``, ``ablate.errors``. Never torch models, training or tracking.
 """
