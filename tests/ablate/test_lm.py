@@ -83,7 +83,8 @@ def test_evaluation_lengths_past_the_position_table_are_a_spec_error(tmp_path: P
 def test_lm_metric_names_are_the_ones_its_runs_report() -> None:
     spec = lm_spec(eval={"lengths": [32, 64], "sliding_stride": 8})
     assert spec.evaluation_metrics() == ["val/loss", "val/ppl", "val/bpb", "val/ppl_at_32",
-                                         "val/ppl_at_32_sliding", "val/ppl_at_64", "val/ppl_at_64_sliding"]
+                                         "val/ppl_at_32_sliding", "val/ppl_at_64", "val/ppl_at_64_sliding",
+                                         "val/loss_growth_at_64", "val/loss_growth_at_64_sliding"]
     with pytest.raises(ValueError, match="val/bleu"):
         lm_spec(train={"early_stopping": {"metric": "val/bleu"}})
     assert lm_spec(train={"early_stopping": {"metric": "val/bpb"}}).selection_metric() == "val/bpb"
