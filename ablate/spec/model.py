@@ -174,7 +174,8 @@ _TAIL: dict[str, Any] = {
     "position_dropout": (Bool, True),
     "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], 512),
     "embed_scale": (Bool, True),  # multiply embeddings by sqrt(d_model)
-    "init": (Literal["xavier", "default"], "xavier"),
+    # xavier_embed_normal: token embeddings from N(0, d_model^-1/2) (ablate/engine/init.py)
+    "init": (Literal["xavier", "xavier_embed_normal", "default"], "xavier"),
 }
 
 if TYPE_CHECKING:
