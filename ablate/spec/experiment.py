@@ -240,7 +240,7 @@ class ExperimentSpec(Strict):
     def _lm_names(self) -> dict[str, Any]:
         """The keywords of metricnames' lists that a language model's metrics depend on."""
         return {"lm": self.is_lm, "lengths": tuple(self.eval.lengths),
-                "sliding": self.eval.sliding_stride is not None}
+                "sliding": self.eval.sliding_stride is not None, "train_length": self.data.max_len}
 
     def evaluation_metrics(self) -> list[str]:
         """The names each evaluation during training measures."""

@@ -90,26 +90,41 @@ def length_metric(split: str, length: int, sliding: bool = False) -> str:
     return f"{split}/ppl_at_{length}" + ("_sliding" if sliding else "")
 
 
+def growth_metric(split: str, length: int, sliding: bool = False) -> str:
+    """A language model's loss at evaluation length ``length`` minus its loss at the training length (nats):
+    ``val/loss_growth_at_256`` (non-overlapping windows) or ``val/loss_growth_at_256_sliding``."""
+    return f"{split}/loss_growth_at_{length}" + ("_sliding" if sliding else "")
+
+
 def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val", lm: bool = False,
-                       lengths: tuple[int, ...] = (), sliding: bool = False) -> list[str]:
+                       lengths: tuple[int, ...] = (), sliding: bool = False,
+                       train_length: int | None = None) -> list[str]:
     """The names in one evaluation's dict (`decode`: whether it decoded, i.e. bleu_during_training; `lm`:
-    a language model's, with perplexity at each of its evaluation ``lengths``)."""
+    a language model's, with perplexity at each of its evaluation ``lengths``, and the loss growth at each
+    length other than its ``train_length``)."""
     if lm:
         names = [f"{split}/{name}" for name in LM_METRICS]
+        kinds = (False, True) if sliding else (False,)
         for n in lengths:
-            names += [length_metric(split, n)] + ([length_metric(split, n, True)] if sliding else [])
+            names += [length_metric(split, n, kind) for kind in kinds]
+        for n in lengths:
+            if n != train_length:
+                names += [growth_metric(split, n, kind) for kind in kinds]
         return names
     names_ = SPLIT_METRICS + (quality_metrics(is_text) if decode else ())
     return [f"{split}/{name}" for name in names_]
 
 
 def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
-                   sliding: bool = False, with_averaged: bool = False) -> list[str]:
+                   sliding: bool = False, with_averaged: bool = False, train_length: int | None = None
+                   ) -> list[str]:
     """The names in a finished run's result metrics (``with_averaged``: with train.weight_average, the
     averaged weights' reading of each val/test metric too)."""
-    names = evaluation_metrics(is_text, lm=lm, lengths=lengths, sliding=sliding)
+    lm_names: dict[str, Any] = {"lm": lm, "lengths": lengths, "sliding": sliding,
+                                "train_length": train_length}
+    names = evaluation_metrics(is_text, **lm_names)
     if has_test:
-        names += evaluation_metrics(is_text, split="test", lm=lm, lengths=lengths, sliding=sliding)
+        names += evaluation_metrics(is_text, split="test", **lm_names)
     if with_averaged:
         names += [averaged(n) for n in names]
     return names + [m for m in RUN_METRICS if m not in names]

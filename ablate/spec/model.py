@@ -180,9 +180,10 @@ _TAIL: dict[str, Any] = {
         default=512, description="rows of the position table (learned) or buffer (sinusoidal): the "
         "longest sequence the model can read; at least data.max_len and every eval.lengths")),
     "embed_scale": (Bool, Field(default=True, description="multiply token embeddings by sqrt(d_model)")),
-    "init": (Literal["xavier", "default"], Field(
+    "init": (Literal["xavier", "xavier_embed_normal", "default"], Field(
         default="xavier", description="xavier: Xavier-uniform weights of every Linear, Conv1d and "
-        "Embedding the builder owns; default: torch's own initialisation")),
+        "Embedding the builder owns; xavier_embed_normal: the same, but token embeddings from "
+        "N(0, d_model^-1/2) (tensor2tensor, fairseq); default: torch's own initialisation")),
 }
 
 if TYPE_CHECKING:
