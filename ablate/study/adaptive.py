@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.study.sequential import Design, evaluate, planned_looks
-from ablate.study.verdict import Look, Question, Verdict, read
+from ablate.study.verdict import Cell, Look, Question, Verdict, paired_differences, read
 
 TERMINAL = ("finished", "diverged", "failed")
 
@@ -67,18 +67,17 @@ def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
            ) -> tuple[list[float | None], bool]:
     """(per-seed differences, None where either run did not finish; every cell terminal) over ``seeds``."""
     cells = {(c.label, c.seed): c.key for c in plan.cells}
-    diffs: list[float | None] = []
+    pairs: list[tuple[Cell, Cell]] = []
     complete = True
     for seed in seeds:
         base, var = records.get(cells[("baseline", seed)]), records.get(cells[(label, seed)])
         if base is None or var is None or base.status not in TERMINAL or var.status not in TERMINAL:
             complete = False
-            diffs.append(None)
+            pairs.append((("pending", None), ("pending", None)))
             continue
-        ok = (base.status == "finished" and var.status == "finished" and base.metric is not None
-              and var.metric is not None and math.isfinite(base.metric) and math.isfinite(var.metric))
-        diffs.append(var.metric - base.metric if ok else None)
-    return diffs, complete
+        pairs.append(((base.status, base.metric), (var.status, var.metric)))
+    # a diverged cell counts against its side (ablate/study/verdict.py paired_differences)
+    return paired_differences(pairs, plan.metric, plan.direction == "maximize")[0], complete
 
 
 def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str, Progress]:

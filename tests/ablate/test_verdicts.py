@@ -138,3 +138,23 @@ def test_the_test_flag_in_both_directions(val: tuple[str, float, float, float],
     assert held_out_reading(_said(*val), _said(*test), margin) == says
     flag = {HeldOut.AGREES: True, HeldOut.DISAGREES: False, HeldOut.UNSETTLED_EFFECT: False}
     assert agrees(_said(*val), _said(*test), margin) is (flag.get(says) if says is not None else None)
+
+
+def test_a_diverged_cell_stays_in_its_pair_against_its_own_side() -> None:
+    from ablate.study.verdict import paired_differences
+
+    pairs = [(("finished", 30.0), ("finished", 31.0)), (("finished", 29.0), ("finished", 28.0)),
+             (("finished", 30.0), ("diverged", None)), (("diverged", float("nan")), ("finished", 33.0)),
+             (("finished", 30.0), ("failed", None)), (("diverged", None), ("diverged", None))]
+    # BLEU defines a diverged model's score, 0: the variant's diverged seed scores 0 - 30, the baseline's
+    # diverged seed 33 - 0; a failed cell (an error) and two diverged cells stay out
+    assert paired_differences(pairs, "val/bleu", True) == ([1.0, -1.0, -30.0, 33.0, None, None], 2)
+    # a loss has no such score: the least favourable difference the finished pairs show, for the side that
+    # diverged (lower is better: the variant's diverged pair takes the largest, the baseline's the smallest)
+    loss = [((s, None if v is None else 3.0 - v / 10), (t, None if w is None else 3.0 - w / 10))
+            for (s, v), (t, w) in pairs]
+    diffs, counted = paired_differences(loss, "val/loss", False)
+    assert diffs[:4] == [pytest.approx(-0.1), pytest.approx(0.1), pytest.approx(0.1), pytest.approx(-0.1)]
+    assert diffs[4:] == [None, None] and counted == 2
+    # before any pair finished there is nothing to take the least favourable of
+    assert paired_differences(loss[2:3], "val/loss", False) == ([None], 0)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.study.sequential import Design, walk
-from ablate.study.verdict import Look, Question, Reading, Verdict, read
+from ablate.study.verdict import Cell, Look, Question, Reading, Verdict, read
+from ablate.study.verdict import paired_differences as verdict_pairs
 
 
 def design_of(study: Study) -> Design | None:
@@ -41,19 +42,23 @@ def decided_metric(study: Study) -> str:
 
 
 def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
-    """Per-seed variant - baseline over the variant's seeds in order (None where either run did not
-    finish); and whether no seed has a pair."""
+    """Per-seed variant - baseline over the variant's seeds in order, a diverged cell counted against its
+    side (``ablate.study.verdict.paired_differences``; None where a run failed or has no baseline run);
+    and whether no seed has a pair."""
+    out, _ = pairs_with_divergence(study, variant, metric)
+    return out, bool(out) and all(d is None for d in out)
+
+
+def pairs_with_divergence(study: Study, variant: str, metric: str) -> tuple[list[float | None], int]:
+    """The paired differences and how many pairs hold a diverged cell counted against its side."""
     assert study.baseline is not None
     base = {r.seed: r for r in study.of(study.baseline)}
-    runs = sorted(study.of(variant), key=lambda r: r.seed)
-    out: list[float | None] = []
-    for r in runs:
+    pairs: list[tuple[Cell, Cell]] = []
+    for r in sorted(study.of(variant), key=lambda r: r.seed):
         b = base.get(r.seed)
-        if b is not None and r.status == b.status == "finished" and metric in r.metrics.keys() & b.metrics:
-            out.append(r.metrics[metric] - b.metrics[metric])
-        else:
-            out.append(None)
-    return out, bool(out) and all(d is None for d in out)
+        pairs.append((("missing", None) if b is None else (b.status, b.metrics.get(metric)),
+                      (r.status, r.metrics.get(metric))))
+    return verdict_pairs(pairs, metric, quality_meta(metric)[2])
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Comparison:
     seeds: int  # the variant's runs, finished or not
     verdict: Verdict  # what its looks say (``ablate.study.verdict.read``)
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
+    diverged_pairs: int = 0  # pairs holding a diverged cell, counted against its side
 
     @property
     def look(self) -> Look | None:
@@ -92,8 +98,9 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
     asked = claim_questions(study)
     higher = quality_meta(metric)[2]
     for v in study.variants[1:]:
-        diffs, lost = paired_differences(study, v, metric)
+        diffs, counted = pairs_with_divergence(study, v, metric)
+        lost = bool(diffs) and all(d is None for d in diffs)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
         looks = walk(diffs, design, *asked.get(v, (None, None)))
-        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite))
+        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted))
     return out

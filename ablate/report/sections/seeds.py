@@ -128,12 +128,16 @@ def part(inp: Inputs) -> Part | None:
         diff = look.diff if look else c.mean_so_far
         shown = st.fmt(diff, dec, True) if diff is not None else "—"
         detectable = st.fmt(look.detectable, dec) if look else "—"
+        if c.diverged_pairs:  # marked: the comparison holds pairs a diverged cell scored against its side
+            text += (f" ({c.diverged_pairs} diverged cell{'s' * (c.diverged_pairs != 1)} counted against "
+                     "its side)")
         rows.append([c.variant, str(c.seeds), str(pairs), shown, _interval(look, dec), detectable, text])
         records.append({"variant": c.variant, "seeds": c.seeds, "pairs": pairs,
                         "look": look.look if look else None, "state": "no_pairs" if c.lost else
                         (look.state if look else "open"), "diff": diff,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text,
+                        "diverged_pairs": c.diverged_pairs,
                         "reopened": None if c.earlier is None else {
                             "look": c.earlier.look, "pairs": c.earlier.n, "state": c.earlier.state,
                             "diff": c.earlier.diff, "lo": c.earlier.lo, "hi": c.earlier.hi}})
