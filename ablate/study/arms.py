@@ -49,7 +49,7 @@ def verdict_design(plan: StudyPlan) -> Design:
         return plan.design
     abl = plan.spec.ablation
     assert abl is not None
-    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, max(1, len(plan.variants) - 1))
+    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, plan.family)
 
 
 def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:

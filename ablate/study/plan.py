@@ -25,6 +25,7 @@ from ablate.study import attrs as A
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
+from ablate.study.verdict import one_family
 
 TERMINAL = ("finished", "diverged", "failed")
 _NOT_COMPARED = ("seed", "ablation", "search", "description")
@@ -117,7 +118,17 @@ class StudyPlan:
         arm, which runs its fixed confirm.seeds)."""
         if self.arm == R.CONFIRM_ARM:
             return None
-        return design_of(self.spec.ablation, family=len(self.variants) - 1)
+        return design_of(self.spec.ablation, family=self.family)
+
+    @property
+    def family(self) -> int:
+        """How many verdicts share the study's alpha (ablate/study/verdict.py one_family), fixed before the
+        first cell: with ablation.tune, each variant's own-best comparison joins its baseline's-settings
+        one (all counted: which searches will move the settings is not known yet)."""
+        abl = self.spec.ablation
+        comparisons = len(self.variants) - 1
+        tuned = abl is not None and abl.tune is not None
+        return one_family(comparisons, comparisons if tuned else 0)
 
     @property
     def variants(self) -> list[str]:

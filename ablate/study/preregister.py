@@ -32,7 +32,7 @@ def design_record(plan: Any) -> dict[str, Any]:
     assert abl is not None
     claims = {c.variant: {"effect": c.effect, "margin": c.margin} for c in abl.expect}
     record: dict[str, Any] = {"metric": plan.metric, "alpha": abl.alpha,
-                              "family": max(1, len(plan.variants) - 1), "min_effect": abl.min_effect,
+                              "family": plan.family, "min_effect": abl.min_effect,
                               "claims": claims}
     design = plan.design
     if design is not None:

@@ -242,7 +242,7 @@ def power_design(plan: Any) -> Design | None:
     abl = plan.spec.ablation
     if len(plan.seeds) < 2:
         return None
-    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, max(1, len(plan.variants) - 1))
+    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, plan.family)
 
 
 def study_plan(plan: Any) -> PowerPlan | None:

@@ -5,6 +5,7 @@ the report states the same verdicts in every section (the opening lines, the sum
 forest plot, the arms, At a larger scale), rendering them without deciding anything again. A change to a
 rule is a change here and nowhere else:
 
+* :func:`one_family`: how many verdicts share the study's alpha (both arms of a tuned study together).
 * :func:`paired_differences`: the pairs a comparison is judged on, a diverged cell counted against its side.
 * :func:`answers`: whether a look answers a comparison's own question (its claim's, else an effect or no
   effect as large as min_effect): the group-sequential walk stops there.
@@ -66,6 +67,17 @@ def answers(state: State, lo: float, hi: float, question: Question, margin: floa
     if question == "none" and margin is not None:
         return (-margin <= lo and hi <= margin) or lo > margin or hi < -margin
     return state in ("effect", "no_effect")
+
+
+# ---------------------------------------------------------------- the family
+def one_family(comparisons: int, own_best_distinct: int = 0) -> int:
+    """How many verdicts share the study's alpha (Bonferroni): every comparison a report gives a verdict
+    on, at the baseline's settings and at each variant's own best alike; an own-best comparison that reads
+    the very cells of its baseline's-settings one (neither search moved the settings) is the same test and
+    counts once (``own_best_distinct`` counts the others). Before the searches have run, a tuned study counts
+    every own-best comparison (``own_best_distinct = comparisons``): the design is fixed before its data.
+    The confirm arm's transfers are a family of their own."""
+    return max(1, comparisons + own_best_distinct)
 
 
 # ---------------------------------------------------------------- pairs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -158,3 +159,31 @@ def test_a_diverged_cell_stays_in_its_pair_against_its_own_side() -> None:
     assert diffs[4:] == [None, None] and counted == 2
     # before any pair finished there is nothing to take the least favourable of
     assert paired_differences(loss[2:3], "val/loss", False) == ([None], 0)
+
+
+def _family_wise_error(family: int, studies: int = 2000, seed: int = 11) -> float:
+    """Simulated null studies of 3 comparisons with a tuned arm: 2 own-best comparisons read new cells (their
+    searches moved the settings), 1 reads the very cells of its baseline's-settings comparison. The share of
+    studies with any false effect among the verdicts both arms state, each walked at alpha / ``family``."""
+    from ablate.study.sequential import Design, planned_looks, walk
+
+    design = Design(planned_looks(3, 8), 0.05, None, family)
+    rng = np.random.default_rng(seed)
+    errors = 0
+    for _ in range(studies):
+        base = rng.standard_normal((3, 8))  # no true effect anywhere
+        own = np.vstack([rng.standard_normal((2, 8)), base[2:3]])  # the third is the same cells
+        verdicts = [walk(list(d), design)[-1] for arm in (base, own) for d in arm]
+        errors += any(v.state == "effect" for v in verdicts)
+    return errors / studies
+
+
+def test_one_family_over_both_arms_keeps_the_family_wise_error_at_alpha() -> None:
+    from ablate.study.verdict import one_family
+
+    family = one_family(3, 2)  # the shared comparison counts once: 5 distinct tests
+    assert family == 5
+    joint = _family_wise_error(family)
+    assert joint <= 0.05 + 2 * (0.05 * 0.95 / 2000) ** 0.5
+    # judging each arm as its own family of 3 spends alpha / 3 on 5 distinct tests: above alpha
+    assert _family_wise_error(3) > joint

@@ -21,7 +21,7 @@ from typing import Any
 
 import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
-from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric
+from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, family_of
 from ablate.report.compute.loaded_study import Run, Study, quality_meta
 from ablate.report.compute.scale_outcomes import Rerun, Transfer, check_transfers
 from ablate.study.sequential import Design
@@ -38,8 +38,9 @@ def arm_design(study: Study) -> Design | None:
     d = _tag(study, R.ARM_DESIGN)
     if d is None:
         return None
+    # one family over both arms (family_of): every verdict the report states shares the study's alpha
     return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]), int(d.get("family") or 1))
+                  None if d.get("min_effect") is None else float(d["min_effect"]), family_of(study))
 
 
 def deciding_arm(study: Study) -> str:

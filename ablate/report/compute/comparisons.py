@@ -13,20 +13,36 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.study.sequential import Design, walk
-from ablate.study.verdict import Cell, Look, Question, Reading, Verdict, read
+from ablate.study.verdict import Cell, Look, Question, Reading, Verdict, one_family, read
 from ablate.study.verdict import paired_differences as verdict_pairs
 
 
 def design_of(study: Study) -> Design | None:
-    """The study's sequential design from its parent's tag. The family is the study's comparisons (every
-    variant but the baseline): a study recorded before family-wise correction is judged with it too."""
+    """The study's sequential design from its parent's tag, its family every verdict the report states
+    (:func:`family_of`): a study recorded before that rule is judged by it too."""
     text = study.parent["tags"].get(R.SEQUENTIAL)
     if not text:
         return None
     d = json.loads(text)
-    family = int(d.get("family") or max(1, len(study.variants) - 1))
     return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]), family)
+                  None if d.get("min_effect") is None else float(d["min_effect"]), family_of(study))
+
+
+def family_of(study: Study) -> int:
+    """Every comparison the report gives a verdict on, in one family (``ablate.study.verdict.one_family``):
+    the comparisons at the baseline's settings, and with ``ablation.tune`` each variant at its own best
+    unless both of its arms read the same cells (the variant's and the baseline's runs are the same)."""
+    labels = [v for v in study.variants if v != study.baseline]
+    own = study.arms.get(R.OWN_BEST_ARM)
+    if own is None or not own.runs or study.baseline is None:
+        return one_family(len(labels))
+
+    def ids(s: Study, label: str) -> set[str]:
+        return {r.run_id for r in s.of(label)}
+
+    same_base = ids(own, study.baseline) == ids(study, study.baseline)
+    distinct = sum(not (same_base and ids(own, v) == ids(study, v)) for v in labels)
+    return one_family(len(labels), distinct)
 
 
 def claim_questions(study: Study) -> dict[str, tuple[Question, float | None]]:
