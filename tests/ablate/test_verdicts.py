@@ -187,3 +187,18 @@ def test_one_family_over_both_arms_keeps_the_family_wise_error_at_alpha() -> Non
     assert joint <= 0.05 + 2 * (0.05 * 0.95 / 2000) ** 0.5
     # judging each arm as its own family of 3 spends alpha / 3 on 5 distinct tests: above alpha
     assert _family_wise_error(3) > joint
+
+
+def test_a_pair_whose_cells_ran_on_different_hardware_is_flagged_in_its_row(tmp_path: Path) -> None:
+    from ablate.report.sections import seeds
+
+    study = _study({"ablation.converged": "False"})
+    for r in study.runs:  # rope's seed 1 ran on another machine than its baseline; swiglu's all on one
+        r.tags["ablate.cpu"] = "Intel Xeon" if (r.variant, r.seed) == ("positions=rope", 1) else "AMD EPYC"
+    made = seeds.part(Inputs(study, tmp_path))
+    assert made is not None
+    rows = {r["variant"]: r for r in made.data["sequential"]["comparisons"]}
+    assert rows["positions=rope"]["cross_hardware_pairs"] == 1
+    assert rows["ffn=swiglu"]["cross_hardware_pairs"] == 0
+    assert "**1 pair on different hardware**" in rows["positions=rope"]["verdict"]
+    assert "different hardware" not in rows["ffn=swiglu"]["verdict"]

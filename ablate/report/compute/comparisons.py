@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 import ablate.tracking.record as R
-from ablate.report.compute.loaded_study import Study, quality_meta
+from ablate.report.compute.loaded_study import Study, hardware, quality_meta
 from ablate.study.sequential import Design, walk
 from ablate.study.verdict import Cell, Look, Question, Reading, Verdict, one_family, read
 from ablate.study.verdict import paired_differences as verdict_pairs
@@ -65,6 +65,14 @@ def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[fl
     return out, bool(out) and all(d is None for d in out)
 
 
+def cross_hardware(study: Study, variant: str) -> int:
+    """Seeds whose variant and baseline cells ran on different hardware (CPU or GPU as the runs' tags
+    name them): the pair measures the machines as well as the variant where speed or numerics differ."""
+    assert study.baseline is not None
+    base = {r.seed: hardware(r) for r in study.of(study.baseline)}
+    return sum(1 for r in study.of(variant) if r.seed in base and base[r.seed] != hardware(r))
+
+
 def pairs_with_divergence(study: Study, variant: str, metric: str) -> tuple[list[float | None], int]:
     """The paired differences and how many pairs hold a diverged cell counted against its side."""
     assert study.baseline is not None
@@ -86,6 +94,7 @@ class Comparison:
     verdict: Verdict  # what its looks say (``ablate.study.verdict.read``)
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
     diverged_pairs: int = 0  # pairs holding a diverged cell, counted against its side
+    cross_hardware: int = 0  # pairs whose two cells ran on different hardware (flagged beside the verdict)
 
     @property
     def look(self) -> Look | None:
@@ -118,5 +127,6 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
         lost = bool(diffs) and all(d is None for d in diffs)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
         looks = walk(diffs, design, *asked.get(v, (None, None)))
-        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted))
+        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted,
+                              cross_hardware(study, v)))
     return out

@@ -289,6 +289,12 @@ def params_of(study: Study, variant: str) -> float:
     return counts[0] if counts else math.nan
 
 
+def hardware(run: Run) -> str:
+    """The machine a run ran on, as its tags name it (CPU, and GPU where there was one)."""
+    cpu, gpu = run.tags.get(R.CPU, "unknown CPU"), run.tags.get(R.GPU)
+    return f"{cpu} + {gpu}" if gpu else cpu
+
+
 def quality_meta(key: str) -> tuple[str, int, bool]:
     """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'."""
     suffix = key.split("/")[-1]

@@ -15,18 +15,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
-from ablate.report.compute.loaded_study import COST_COLUMNS, QUALITY, Run, Study, main_table_columns
+from ablate.report.compute.loaded_study import COST_COLUMNS, QUALITY, Run, Study, hardware, main_table_columns
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Figure, Para, Section, Table
-
-
-def hardware(run: Run) -> str:
-    """The machine a run ran on, as its tags name it (CPU, and GPU where there was one)."""
-    cpu, gpu = run.tags.get(R.CPU, "unknown CPU"), run.tags.get(R.GPU)
-    return f"{cpu} + {gpu}" if gpu else cpu
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,14 @@ def _interval(look: Look | None, dec: int) -> str:
     return "—" if look is None else st.fmt_interval(look.lo, look.hi, dec)
 
 
+def _hardware_flag(c: Comparison) -> str:
+    """' (**2 pairs on different hardware**: ...)' where a pair's cells ran on different machines."""
+    if not c.cross_hardware:
+        return ""
+    return (f" (**{c.cross_hardware} pair{'s' * (c.cross_hardware != 1)} on different hardware**: the "
+            "difference measures the machines too)")
+
+
 def sequential_summary(study: Study) -> list[str] | None:
     """The report's summary lines for an adaptive study (:func:`sequential_lines` without the names)."""
     lines = sequential_lines(study)
@@ -90,7 +98,7 @@ def sequential_lines(study: Study) -> list[tuple[str, str]] | None:
     unit, dec, higher = quality_meta(metric)
     lines = []
     for c in comparisons(study, design, metric):
-        text = _verdict(c, design, higher, unit, dec)
+        text = _verdict(c, design, higher, unit, dec) + _hardware_flag(c)
         look = c.look
         if look is None and c.mean_so_far is not None:  # before the first look: the mean so far, no interval
             n = len(c.finite)
@@ -128,6 +136,7 @@ def part(inp: Inputs) -> Part | None:
         diff = look.diff if look else c.mean_so_far
         shown = st.fmt(diff, dec, True) if diff is not None else "—"
         detectable = st.fmt(look.detectable, dec) if look else "—"
+        text += _hardware_flag(c)
         if c.diverged_pairs:  # marked: the comparison holds pairs a diverged cell scored against its side
             text += (f" ({c.diverged_pairs} diverged cell{'s' * (c.diverged_pairs != 1)} counted against "
                      "its side)")
@@ -137,7 +146,7 @@ def part(inp: Inputs) -> Part | None:
                         (look.state if look else "open"), "diff": diff,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text,
-                        "diverged_pairs": c.diverged_pairs,
+                        "diverged_pairs": c.diverged_pairs, "cross_hardware_pairs": c.cross_hardware,
                         "reopened": None if c.earlier is None else {
                             "look": c.earlier.look, "pairs": c.earlier.n, "state": c.earlier.state,
                             "diff": c.earlier.diff, "lo": c.earlier.lo, "hi": c.earlier.hi}})
