@@ -19,6 +19,7 @@ from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, arm_design, pending_text, tuning, twice
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
+from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
 from ablate.spec.study import SearchParam
@@ -73,12 +74,26 @@ def _tuning_effect(t: Twice, unmoved: set[str]) -> str:
     return "same_cells" if t.variant in unmoved else "holds"
 
 
-def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str]) -> Table:
+def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str],
+                 on_test: dict[str, OnBothSplits]) -> Table:
     body = [[t.variant, t.base.shown(dec, unit), t.own.shown(dec, unit) if t.own else "— (no runs yet)",
-             _TUNING_SHOWN[_tuning_effect(t, unmoved)]] for t in rows]
-    return Table(["variant", "at the baseline's settings", "at its own best", "tuning"], body, "llll",
+             _test_shown(on_test.get(t.variant), dec, unit), _TUNING_SHOWN[_tuning_effect(t, unmoved)]]
+            for t in rows]
+    return Table(["variant", "at the baseline's settings", "at its own best", "its own best on test",
+                  "tuning"], body, "lllll",
                  "Each variant against the baseline, paired by seed: Δ [interval], the pairs it rests on "
-                 "and the verdict, in each arm")
+                 "and the verdict, in each arm. The own-best arm selected its settings on validation, so its "
+                 "validation reading is optimistic: the test split, on the same seeds and look, is beside it")
+
+
+def _test_shown(v: OnBothSplits | None, dec: int, unit: str) -> str:
+    """The own-best arm's test look: 'Δ [interval]: answer', flagged where it disagrees."""
+    t = None if v is None else v.test
+    if v is None or t is None or math.isnan(t.diff):
+        return "—"
+    ci = "" if math.isnan(t.lo) else f" {st.fmt_interval(t.lo, t.hi, dec)}"
+    flag = v.flag_words()
+    return f"{st.fmt(t.diff, dec, True)} {unit}{ci}: {v.test_answer}" + (f" ({flag})" if flag else "")
 
 
 def _settings_rows(study: Study, tune: dict[str, Any], metric: str, dec: int
@@ -135,8 +150,10 @@ def part(inp: Inputs) -> Part | None:
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
                                 f"{design.describe()}." + _precisions(study))]
+    own = study.arms.get(R.OWN_BEST_ARM)
+    on_test = {v.variant: v for v in verdicts(own, design)} if own is not None and own.runs else {}
     if rows:
-        blocks.append(_twice_table(rows, dec, unit, unmoved))
+        blocks.append(_twice_table(rows, dec, unit, unmoved, on_test))
         changed = [t.variant for t in rows if t.changed]
         pending = [t for t in rows if t.pending]
         named = ", ".join(f"`{v}`" for v in changed)
@@ -161,6 +178,7 @@ def part(inp: Inputs) -> Part | None:
                             "(log ranges in log units, numeric choices by their steps, another choice 100%)"))
     data = {"own_best": [{"variant": t.variant, "baseline_settings": _look(t.base.look, t.base.answer),
                           "own_best": _look(t.own.look, t.own.answer) if t.own else None,
+                          "own_best_test": _test_record(on_test.get(t.variant)),
                           "changed": t.changed, "tuning": _tuning_effect(t, unmoved)} for t in rows],
             "best_settings": records}
     return Part("own_best", [Section("Each variant at its own best", blocks)], data=data)
@@ -184,6 +202,10 @@ def _precisions(study: Study) -> str:
     return (f" The searches' trials trained in {trained}, the cells in {measured}: a setting chosen at one "
             "precision is measured at another, as it is at another length (the tuning fidelity); every "
             "variant's search ran alike.")
+
+
+def _test_record(v: OnBothSplits | None) -> dict[str, Any] | None:
+    return None if v is None or v.test is None else _look(v.test, v.test_answer or "open")
 
 
 def _look(look: Any, answer: str) -> dict[str, Any]:
