@@ -111,10 +111,10 @@ def paired_differences(pairs: Sequence[tuple[Cell, Cell]], metric: str, higher: 
             continue
         filled = None
         if v_status == "diverged" and b_status == "finished" and finite(b_value):
-            worst = min(done) if higher else max(done) if done else None
+            worst = (min(done) if higher else max(done)) if done else None
             filled = floor - b_value if floor is not None else worst  # type: ignore[operator]
         elif b_status == "diverged" and v_status == "finished" and finite(v_value):
-            best = max(done) if higher else min(done) if done else None
+            best = (max(done) if higher else min(done)) if done else None
             filled = v_value - floor if floor is not None else best  # type: ignore[operator]
         counted += filled is not None
         out.append(filled)

@@ -189,7 +189,12 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     table = next(b for b in section.blocks if isinstance(b, Table))
     verdicts = {row[0]: row[-1] for row in table.rows}
     assert verdicts["mask=-1e9"] == "identical to the baseline in every seed"
-    assert verdicts["residual=post_norm"].startswith("no seed where both it and the baseline finished")
+    # diverged in every seed: a result, not a missing pair; BLEU scores a diverged model 0, so each of its
+    # pairs counts against it and the comparison says so
+    assert verdicts["residual=post_norm"].startswith("effect: worse")
+    assert verdicts["residual=post_norm"].endswith("(3 diverged cells counted against its side)")
+    post = next(r for r in data["sequential"]["comparisons"] if r["variant"] == "residual=post_norm")
+    assert post["diverged_pairs"] == 3 and post["diff"] == pytest.approx(-sum(base[:3]) / 3)
     # a tag without a family (recorded before family-wise correction): the study's 5 comparisons are one
     family = Design((3, 4, 5), 0.05, 0.5, family=5)
     expected = run_sequence([v - b for v, b in zip(learned, base, strict=True)], family)
@@ -217,8 +222,8 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
                                                  "look 3 of 3)")
     assert summary["ffn=conv1d"] == ("ffn=conv1d: +0.75 BLEU so far (2 paired seeds), open: fewer than 3 "
                                      "complete seeds so far")
-    assert summary["residual=post_norm"] == ("residual=post_norm: no seed where both it and the baseline "
-                                             "finished (diverged or failed): nothing to test")
+    assert summary["residual=post_norm"].startswith("residual=post_norm: -30.17 BLEU [")
+    assert "effect: worse than the baseline (3 paired seeds, look 1 of 3)" in summary["residual=post_norm"]
 
 
 def _children(name: str) -> list:

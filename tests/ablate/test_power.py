@@ -52,7 +52,8 @@ def _synthetic_studies(design: Design, effect: float, sd: float, question: str |
     cells = [SimpleNamespace(label=label, seed=s, key=f"{label}-{s}")
              for s in seeds for label in ("baseline", "v")]
     expect = [SimpleNamespace(variant="v", effect=question, margin=margin)] if question else []
-    plan = SimpleNamespace(cells=cells, seeds=seeds, variants=["baseline", "v"],
+    plan = SimpleNamespace(cells=cells, seeds=seeds, variants=["baseline", "v"], metric="val/bleu",
+                           direction="maximize",
                            spec=SimpleNamespace(ablation=SimpleNamespace(expect=expect)))
     out = []
     for _ in range(studies):

@@ -202,3 +202,11 @@ def test_a_pair_whose_cells_ran_on_different_hardware_is_flagged_in_its_row(tmp_
     assert rows["ffn=swiglu"]["cross_hardware_pairs"] == 0
     assert "**1 pair on different hardware**" in rows["positions=rope"]["verdict"]
     assert "different hardware" not in rows["ffn=swiglu"]["verdict"]
+
+
+def test_a_diverged_cell_with_no_finished_pair_to_compare_stays_out() -> None:
+    from ablate.study.verdict import paired_differences
+
+    # higher is better and no score for nothing usable: nothing finished to take the least favourable of
+    assert paired_differences([(("finished", 1.0), ("diverged", None))], "val/acc", True) == ([None], 0)
+    assert paired_differences([(("diverged", None), ("finished", 1.0))], "val/acc", True) == ([None], 0)
