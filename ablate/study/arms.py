@@ -40,6 +40,7 @@ from ablate.study.plan import StudyPlan
 from ablate.study.sequential import Design
 from ablate.study.space import show
 from ablate.study.variant_searches import Tuned, tune_variants, tuned_cells
+from ablate.study.verdict import family_size
 
 
 def verdict_design(plan: StudyPlan) -> Design:
@@ -49,7 +50,7 @@ def verdict_design(plan: StudyPlan) -> Design:
         return plan.design
     abl = plan.spec.ablation
     assert abl is not None
-    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, max(1, len(plan.variants) - 1))
+    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, family_size(len(plan.variants)))
 
 
 def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:

@@ -24,6 +24,7 @@ from ablate.study import attrs as A
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
+from ablate.study.verdict import family_size
 
 TERMINAL = ("finished", "diverged", "failed")
 _NOT_COMPARED = ("seed", "ablation", "search", "description")
@@ -116,7 +117,7 @@ class StudyPlan:
         arm, which runs its fixed confirm.seeds)."""
         if self.arm == R.CONFIRM_ARM:
             return None
-        return design_of(self.spec.ablation, family=len(self.variants) - 1)
+        return design_of(self.spec.ablation, family=family_size(len(self.variants)))
 
     @property
     def variants(self) -> list[str]:

@@ -172,6 +172,13 @@ def agrees(val: Verdict | None, test: Verdict | None) -> bool | None:
     return test.answer == val.answer
 
 
+def family_size(variants: int) -> int:
+    """How many comparisons share a study's level ``alpha`` (Bonferroni inside the sequential design, or
+    over one look at a fixed seed list): every variant but the baseline, each against it; ``variants``
+    counts the baseline too. Both arms of a tuned study are judged with this family."""
+    return max(1, variants - 1)
+
+
 # ---------------------------------------------------------------- a fixed seed list: one look
 class Fixed(StrEnum):
     """A fixed-sample comparison's verdict (the Effects table; significant at p < ALPHA unadjusted, the

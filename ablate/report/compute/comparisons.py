@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.study.sequential import Design, walk
-from ablate.study.verdict import Look, Question, Reading, Verdict, read
+from ablate.study.verdict import Look, Question, Reading, Verdict, family_size, read
 
 
 def design_of(study: Study) -> Design | None:
@@ -23,7 +23,7 @@ def design_of(study: Study) -> Design | None:
     if not text:
         return None
     d = json.loads(text)
-    family = int(d.get("family") or max(1, len(study.variants) - 1))
+    family = int(d.get("family") or family_size(len(study.variants)))
     return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
                   None if d.get("min_effect") is None else float(d["min_effect"]), family)
 
