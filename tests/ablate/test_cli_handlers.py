@@ -99,14 +99,18 @@ def test_a_broken_pipe_inside_a_handler_is_exit_0(monkeypatch: pytest.MonkeyPatc
 def test_the_terminal_shows_mlflow_lines_only_with_verbose(tmp_path: Path) -> None:
     """A new store makes MLflow log "Creating initial MLflow database tables" at INFO: hidden by default."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", *cli.QUIET_ENV)}
-    for flags, shown in (([], False), (["--verbose"], True)):
+    started = []
+    for flags, shown in (([], False), (["--verbose"], True)):  # both at once: each creates a new store
         folder = tmp_path / ("verbose" if shown else "quiet")
         folder.mkdir()
-        done = subprocess.run([sys.executable, "-m", "ablate", "runs", *flags], cwd=folder, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("no runs in sqlite:///")
-        assert ("Creating initial MLflow database tables" in done.stderr) is shown, done.stderr
+        started.append((shown, subprocess.Popen([sys.executable, "-m", "ablate", "runs", *flags], cwd=folder,
+                                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                text=True)))
+    for shown, proc in started:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out.startswith("no runs in sqlite:///")
+        assert ("Creating initial MLflow database tables" in err) is shown, err
 
 
 def test_quiet_turns_off_the_progress_bars_of_datasets(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,6 +138,7 @@ def test_the_own_best_section_says_when_the_searches_ran_at_another_precision() 
     assert _precisions(study) == ""
 
 
+@pytest.mark.slow  # trains a study's cells twice over; the units above keep the rule in the fast tier
 def test_a_study_trains_every_cell_at_one_resolved_precision(workdir: Path) -> None:
     """Real training: `auto` becomes this machine's precision once, every cell trains at it, and each run
     keeps its cell's identity (spec hash tag) and its spec's `auto` beside what it trained at."""
