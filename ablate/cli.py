@@ -45,7 +45,13 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 
 def _add_workers(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
+        "--workers", type=int, default=None, metavar="N",
+        help="parallel worker processes, spread round robin over the visible GPUs (default 1)",
+    )
+    parser.add_argument(
+        "--workers-per-gpu", dest="workers_per_gpu", type=int, default=None, metavar="K",
+        help="K workers (K cells at once) on each visible GPU, for cells too small to fill one; "
+        "without --workers: K x the GPUs",
     )
 
 

@@ -108,6 +108,9 @@ class TrainSpec(Strict):
     compile: Bool = False
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
     out_dir: str = "runs"
+    # Where to train: cpu, cuda or cuda:N; unset, a study worker's own GPU or this machine's default. A
+    # machine's setting, not the design's: left out of the run's identity (``ExperimentSpec.identity``).
+    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]+)?)$")] | None = None
 
     @model_validator(mode="after")
     def _budget(self) -> TrainSpec:
@@ -291,11 +294,12 @@ class ExperimentSpec(Strict):
         return data
 
     def identity(self) -> dict[str, Any]:
-        """What decides a run's result: everything but tracking and the study sections (the model section
-        as ablate.spec.model.identity_of keeps hashes of older specs)."""
+        """What decides a run's result: everything but tracking, the study sections and ``train.device``
+        (the model section as ablate.spec.model.identity_of keeps hashes of older specs)."""
         data = self.resolved()
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
+        data["train"].pop("device", None)  # where a run trains does not change what it computes
         data["model"] = identity_of(data["model"])
         _drop_later_defaults(data)
         return data
