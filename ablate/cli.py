@@ -143,6 +143,24 @@ def _ablate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
     p.add_argument("--retry-failed", action="store_true",
                    help="run failed cells again (diverged cells are results and stay)")
+    _slurm_args(p.add_argument_group("SLURM (through submitit; docs/scaling.md)"))
+
+
+def _slurm_args(g: Any) -> None:
+    g.add_argument("--slurm", action="store_true",
+                   help="submit the study's workers as SLURM jobs sharing --storage (a PostgreSQL URL or a "
+                   "journal file every node sees); with --dry-run: print the sbatch parameters")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="SLURM jobs to submit (default 1)")
+    g.add_argument("--partition", metavar="NAME", help="SLURM partition")
+    g.add_argument("--gpus-per-job", dest="gpus_per_job", type=int, default=0, metavar="G",
+                   help="GPUs of each job (default 0); its workers spread over them")
+    g.add_argument("--cpus-per-job", dest="cpus_per_job", type=int, default=None, metavar="C",
+                   help="CPUs of each job, shared by its workers' torch threads")
+    g.add_argument("--time", metavar="TIME", help="each job's time limit (minutes, HH:MM:SS, D-HH:MM; "
+                   "default 60 min); the job requeues itself before it")
+    g.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                   help="another sbatch option, passed through as --KEY=VALUE (repeatable), e.g. "
+                   "--sbatch account=abc --sbatch qos=normal")
 
 
 def _status_args(p: argparse.ArgumentParser) -> None:
