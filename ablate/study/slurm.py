@@ -63,7 +63,8 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
     from ablate.study.slurm_jobs import record_jobs
 
     job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()))
-    submitted = submit(job, params, folder, jobs, plan.name)
+    submitted = [(str(j.job_id), job_name(plan.name, i)) for i, j in
+                 enumerate(submit(job, params, folder, jobs, plan.name))]
     record_jobs(folder, submitted)
     print(f"submitted {jobs} SLURM jobs ({', '.join(i for i, _ in submitted)}), {per_job} worker processes "
           f"each, logs in {folder}; `ablate status {spec_path}` shows them beside the cells")
@@ -202,8 +203,8 @@ def _records(plan: StudyPlan, storage: str) -> dict[str, Any]:
 
 
 def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str,
-           cluster: str = "slurm") -> list[tuple[str, str]]:
-    """Submit `jobs` copies of `job`, each named for the study and its index; (job id, name) of each.
+           cluster: str = "slurm") -> list[Any]:
+    """Submit `jobs` copies of `job`, the i-th named `job_name(study, i)`; submitit's Job of each.
     ``cluster="local"`` runs them with submitit's local executor (the tests' way without SLURM)."""
     import submitit
 
@@ -215,6 +216,5 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
     out = []
     for i in range(jobs):
         executor.update_parameters(name=job_name(study, i))
-        submitted = executor.submit(job)
-        out.append((str(submitted.job_id), job_name(study, i)))
+        out.append(executor.submit(job))
     return out

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 RECORD = "jobs.json"
+LIVE = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")  # not ended yet
 
 
 def record_jobs(folder: Path, jobs: Sequence[tuple[str, str]]) -> None:
@@ -46,11 +47,10 @@ def job_state(job_id: str, folder: Path) -> str:
     if out.returncode != 0 or state is None:  # purged from the controller's memory (MinJobAge)
         return "done" if any(folder.glob(f"{job_id}_*_result.pkl")) else "gone (no result written)"
     restarts = int(fields.get("Restarts", "0") or 0)
-    if state in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") and (
-            restarts or state.startswith("REQUEUE")):
+    if state in LIVE and (restarts or state.startswith("REQUEUE")):
         return f"requeued ({restarts}x), {'running' if state == 'RUNNING' else 'pending'}"
-    return {"PENDING": "pending", "RUNNING": "running", "COMPLETED": "done", "COMPLETING": "done"}.get(
-        state, state.lower())
+    # COMPLETING: its processes are ending, and a requeue passes through it too: not done yet
+    return {"PENDING": "pending", "RUNNING": "running", "COMPLETED": "done"}.get(state, state.lower())
 
 
 def jobs_lines(folder: Path) -> list[str]:
