@@ -239,7 +239,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("runs", "list tracked runs with their status and main metrics",
             _runs_args, ".tracking", "main_runs"),
     Command("ablate", "run an ablation study: every variant x seed of the spec's ablation section",
-            _ablate_args, ".study.ablation", "main_ablate"),
+            _ablate_args, ".study.launch", "main_launch"),
     Command("status", "show which cells of a study are done, running, failed or pending",
             _status_args, ".study.status", "main_status"),
     Command("tune", "hyper-parameter search (Optuna) over the spec's search space",

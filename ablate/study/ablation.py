@@ -59,21 +59,16 @@ if TYPE_CHECKING:
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
                 storage: str | None = None, dry_run: bool = False, retry_failed: bool = False,
-                workers_per_gpu: int | None = None, slurm: bool = False, **slurm_options: Any) -> int:
+                workers_per_gpu: int | None = None) -> int:
     """`ablate ablate SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
     cells at its own best, then with ``confirm:`` the decided comparisons at the larger setting
     (ablate/study/arms.py); 0 when all finished or diverged, 1 if some failed, 2 when a repeated failure
     stopped it, 130 when interrupted. ``dry_run`` prints the cells, their diffs and the budget of every
-    phase, and where each stands, and writes nothing. ``slurm`` submits SLURM jobs that each run this
-    command's workers (ablate/study/slurm.py: ``slurm_options`` are its --jobs, --partition, ...)."""
+    phase, and where each stands, and writes nothing. The workers spread over the visible GPUs
+    (ablate/study/devices.py); ``--slurm`` runs them as SLURM jobs instead (ablate/study/launch.py)."""
     from ablate.engine import preempt
     from ablate.study.workers import local_workers
 
-    if slurm:
-        from ablate.study.slurm import main_slurm
-
-        return main_slurm(spec_path, list(overrides), storage, dry_run, workers, workers_per_gpu,
-                          **slurm_options)
     workers = local_workers(workers, workers_per_gpu)
     preempt.install()
     plan = plan_study(spec_path, overrides)
@@ -129,6 +124,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, parallel: int = 1) -> int:
     the wall time the cells still to run take, `parallel` at a time (ablate/study/walltime.py)."""
     from ablate.study.cells import CellQueue
     from ablate.study.store import Store
+    from ablate.study.walltime import remaining_wall_time
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
@@ -151,23 +147,8 @@ def _dry_run(plan: StudyPlan, storage: str | None, parallel: int = 1) -> int:
         from ablate.study.arms import dry_run_lines
 
         print("\n".join(dry_run_lines(plan, storage, records)))
-    print(wall_time_line(plan, records, parallel))
+    print(remaining_wall_time(plan, records, parallel))
     return 0
-
-
-def wall_time_line(plan: StudyPlan, records: Mapping[str, Any], parallel: int) -> str:
-    """The dry run's estimate for the cells at the baseline's settings not yet done, from a finished cell
-    of the study (MLflow, read only when the store has one) or a timed probe of the baseline."""
-    from ablate.study.walltime import format_estimate, measured_cell_seconds
-
-    left = [c for c in plan.cells if not (records.get(c.key) and records[c.key].status in TERMINAL)]
-    if not left:
-        return "estimated wall time: none (every cell at the baseline's settings is done)"
-    finished = any(r.status == "finished" for r in records.values())
-    cell = measured_cell_seconds(plan.baseline, plan.name if finished else None)
-    if cell is None:
-        return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
-    return format_estimate(cell, len(left), parallel)
 
 
 def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool

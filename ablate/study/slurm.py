@@ -179,14 +179,14 @@ def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
 
 def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folder: Path,
              params: dict[str, Any]) -> int:
-    from ablate.study.ablation import wall_time_line
+    from ablate.study.walltime import remaining_wall_time
 
     print(format_plan(plan, diffs=False))
     print(f"Optuna store: {redacted(storage)}")
     print(f"would submit {shape.jobs} jobs ({job_name(plan.name, 0)} ...), {per_job} worker processes each, "
           "with these sbatch parameters:")
     print("\n".join(f"  {line}" for line in sbatch_lines(params, folder, job_name(plan.name, 0))))
-    print(wall_time_line(plan, _records(plan, storage), shape.jobs * per_job))
+    print(remaining_wall_time(plan, _records(plan, storage), shape.jobs * per_job))
     return 0
 
 

@@ -17,14 +17,17 @@ import math
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
+from ablate.study.plan import TERMINAL
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import ExperimentSpec
+    from ablate.study.plan import StudyPlan
 
 PROBE_STEPS = 10  # optimizer steps the timed probe trains (after one untimed step: allocation, warm-up)
 
@@ -115,3 +118,16 @@ def measured_cell_seconds(spec: ExperimentSpec, study: str | None, probe: bool =
     if found is not None or not probe:
         return found
     return probe_cell_seconds(spec)
+
+
+def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], parallel: int) -> str:
+    """A dry run's estimate for the cells at the baseline's settings not yet done, from a finished cell of
+    the study (MLflow, read only when the store has one) or a timed probe of the baseline."""
+    left = [c for c in plan.cells if not (records.get(c.key) and records[c.key].status in TERMINAL)]
+    if not left:
+        return "estimated wall time: none (every cell at the baseline's settings is done)"
+    finished = any(r.status == "finished" for r in records.values())
+    cell = measured_cell_seconds(plan.baseline, plan.name if finished else None)
+    if cell is None:
+        return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
+    return format_estimate(cell, len(left), parallel)

@@ -67,6 +67,14 @@ def test_dry_run_prints_the_sbatch_parameters_and_an_estimate(bare_workdir: Path
     assert sorted(os.listdir(bare_workdir)) == ["shape.yaml"]  # a dry run writes nothing
 
 
+def test_slurm_options_without_slurm_are_one_line(bare_workdir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(bare_workdir, "noslurm", "{model.residual: [pre_norm]}", "[0]")
+    assert cli_main(["ablate", str(path), "--jobs", "4", "--partition", "gpu"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --jobs, --partition: SLURM options, for `ablate ablate SPEC --slurm ...`")
+
+
 def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
     assert [time_minutes(t) for t in ("90", "5:30", "01:30:00", "2-00", "1-02:30", "0-00:00:30")] == [
         90, 6, 90, 2880, 1590, 1]
@@ -77,6 +85,7 @@ def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
             time_minutes(bad)
 
 
+@pytest.mark.slow
 def test_a_job_runs_the_study_through_submitits_local_executor(workdir: Path) -> None:
     """The code path of a SLURM job (StudyJob, submit) with submitit's local executor: the job queues the
     cells, opens the parent run and trains every cell; each run records the device it trained on."""
