@@ -147,8 +147,21 @@ def _dry_run(plan: StudyPlan, storage: str | None, parallel: int = 1) -> int:
         from ablate.study.arms import dry_run_lines
 
         print("\n".join(dry_run_lines(plan, storage, records)))
+    print(workers_line(parallel))
     print(remaining_wall_time(plan, records, parallel))
     return 0
+
+
+def workers_line(workers: int) -> str:
+    """Where the dry run's workers would train: the GPUs this process sees, round robin, or the CPU."""
+    from ablate.hardware import visible_gpus
+    from ablate.study.devices import worker_devices
+
+    gpus = visible_gpus()
+    if not gpus:
+        return f"workers: {workers}, on the CPU (no GPU visible to torch)"
+    return (f"workers: {workers}, round robin over the {len(gpus)} visible GPUs: "
+            + ", ".join(str(d) for d in worker_devices(workers, gpus)))
 
 
 def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool

@@ -73,3 +73,12 @@ def test_train_device_is_outside_the_run_identity() -> None:
     assert other.spec_hash != plain.spec_hash  # the identity still sees the train section's other fields
     with pytest.raises(ValueError, match="train.device"):
         ExperimentSpec.model_validate(tiny_spec({"train.device": "gpu0"}))
+
+
+def test_the_dry_run_says_where_each_worker_would_train(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.study.ablation import workers_line
+
+    monkeypatch.setattr("ablate.hardware.visible_gpus", lambda: [0, 1])
+    assert workers_line(3) == "workers: 3, round robin over the 2 visible GPUs: cuda:0, cuda:1, cuda:0"
+    monkeypatch.setattr("ablate.hardware.visible_gpus", lambda: [])
+    assert workers_line(2) == "workers: 2, on the CPU (no GPU visible to torch)"
