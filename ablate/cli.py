@@ -46,7 +46,8 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 def _add_workers(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, metavar="N",
-        help="parallel worker processes, spread round robin over the visible GPUs (default 1)",
+        help="parallel worker processes, spread round robin over the visible GPUs (default 1; with "
+        "--slurm: in each job)",
     )
     parser.add_argument(
         "--workers-per-gpu", dest="workers_per_gpu", type=int, default=None, metavar="K",
@@ -140,7 +141,9 @@ def _ablate_args(p: argparse.ArgumentParser) -> None:
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
-    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the cells (variant x seed), where the workers would train and an estimated "
+                   "wall time, and exit")
     p.add_argument("--retry-failed", action="store_true",
                    help="run failed cells again (diverged cells are results and stay)")
     _slurm_args(p.add_argument_group("SLURM (through submitit; docs/scaling.md)"))

@@ -67,7 +67,8 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
                  enumerate(submit(job, params, folder, jobs, plan.name))]
     record_jobs(folder, submitted)
     print(f"submitted {jobs} SLURM jobs ({', '.join(i for i, _ in submitted)}), {per_job} worker processes "
-          f"each, logs in {folder}; `ablate status {spec_path}` shows them beside the cells")
+          f"each, logs in {folder}; `ablate status {spec_path} --storage {redacted(shared)}` shows them "
+          "beside the cells")
     return 0
 
 
