@@ -47,7 +47,14 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 
 def _add_workers(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)"
+        "--workers", type=int, default=None, metavar="N",
+        help="parallel worker processes, spread round robin over the visible GPUs (default 1; with "
+        "--slurm: in each job)",
+    )
+    parser.add_argument(
+        "--workers-per-gpu", dest="workers_per_gpu", type=int, default=None, metavar="K",
+        help="K workers (K cells at once) on each visible GPU, for cells too small to fill one; "
+        "without --workers: K x the GPUs",
     )
 
 
@@ -148,9 +155,29 @@ def _ablate_args(p: argparse.ArgumentParser) -> None:
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
-    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed) and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the cells (variant x seed), where the workers would train and an estimated "
+                   "wall time, and exit")
     p.add_argument("--retry-failed", action="store_true",
                    help="run failed cells again (diverged cells are results and stay)")
+    _slurm_args(p.add_argument_group("SLURM (through submitit; docs/scaling.md)"))
+
+
+def _slurm_args(g: Any) -> None:
+    g.add_argument("--slurm", action="store_true",
+                   help="submit the study's workers as SLURM jobs sharing --storage (a PostgreSQL URL or a "
+                   "journal file every node sees); with --dry-run: print the sbatch parameters")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="SLURM jobs to submit (default 1)")
+    g.add_argument("--partition", metavar="NAME", help="SLURM partition")
+    g.add_argument("--gpus-per-job", dest="gpus_per_job", type=int, default=0, metavar="G",
+                   help="GPUs of each job (default 0); its workers spread over them")
+    g.add_argument("--cpus-per-job", dest="cpus_per_job", type=int, default=None, metavar="C",
+                   help="CPUs of each job, shared by its workers' torch threads")
+    g.add_argument("--time", metavar="TIME", help="each job's time limit (minutes, HH:MM:SS, D-HH:MM; "
+                   "default 60 min); the job requeues itself before it")
+    g.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                   help="another sbatch option, passed through as --KEY=VALUE (repeatable), e.g. "
+                   "--sbatch account=abc --sbatch qos=normal")
 
 
 def _status_args(p: argparse.ArgumentParser) -> None:
@@ -238,7 +265,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("runs", "list tracked runs with their status and main metrics",
             _runs_args, ".tracking", "main_runs"),
     Command("study", "run an ablation study: every variant x seed of the spec's ablation section (also "
-            "`ablate ablate`)", _ablate_args, ".study.ablation", "main_ablate", aliases=("ablate",)),
+            "`ablate ablate`)", _ablate_args, ".study.launch", "main_launch", aliases=("ablate",)),
     Command("status", "show which cells of a study are done, running, failed or pending",
             _status_args, ".study.status", "main_status"),
     Command("tune", "hyper-parameter search (Optuna) over the spec's search space",

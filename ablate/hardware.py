@@ -20,6 +20,16 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# The device a study worker trains on (``cuda:3``), set by the process that starts it
+# (ablate/study/devices.py): the environment carries it into spawned workers and SLURM jobs alike.
+WORKER_DEVICE_ENV = "ABLATE_DEVICE"
+
+
+def visible_gpus() -> list[int]:
+    """The indices of the GPUs this process sees (CUDA_VISIBLE_DEVICES applied: a SLURM job's own)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
 def default_device_type() -> str:
     """Where `ablate run` trains: the GPU when there is one, else the CPU."""
     return "cuda" if torch.cuda.is_available() else "cpu"

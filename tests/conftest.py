@@ -1,4 +1,6 @@
-"""Shared fixtures: a real PostgreSQL server for the multi-machine study/search tests.
+"""Shared fixtures: a real PostgreSQL server for the multi-machine study/search tests, a one-node SLURM for
+the ``--slurm`` tests (`slurm_cluster`, tests/slurm_cluster.py: skipped, with the reason, where it cannot
+start).
 
 `postgres_url` uses ``ABLATE_TEST_POSTGRES_URL`` when set (a server CI provides); otherwise it starts a
 throwaway cluster from Debian's ``postgresql`` package (initdb into a temporary folder, ``pg_ctl start`` on
@@ -74,6 +76,22 @@ def postgres_url() -> Iterator[str]:
         subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"]),
                        capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[dict[str, str]]:
+    """A one-node SLURM on 127.0.0.1 (Debian's slurm-wlm and munge, started as root); the environment that
+    points sbatch and scontrol at it (``SLURM_CONF``)."""
+    from tests.slurm_cluster import Unavailable, start_cluster
+
+    try:
+        cluster = start_cluster(Path(tempfile.mkdtemp(prefix="ablate-slurm-")) / "cluster")
+    except Unavailable as exc:
+        pytest.skip(f"no SLURM here: {exc}")
+    try:
+        yield cluster.env
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

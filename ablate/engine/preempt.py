@@ -1,11 +1,13 @@
-"""Preemption: SIGTERM (SLURM, Kubernetes, systemd) and SIGINT (Ctrl-C) stop a run at a step boundary.
+"""Preemption: SIGTERM (SLURM, Kubernetes, systemd), SIGINT (Ctrl-C) and SIGUSR2 (submitit's warning before
+a SLURM job's time limit or preemption, ``#SBATCH --signal=USR2@90``) stop a run at a step boundary.
 
-`install` replaces both handlers in a command's process (and in each study worker). Inside `deferred()`
+`install` replaces their handlers in a command's process (and in each study worker); a SLURM job of ``ablate
+ablate --slurm`` then requeues itself through submitit (ablate/study/slurm_worker.py). Inside `deferred()`
 (the trainer's loop) the first signal only sets a flag: the trainer finishes the optimizer step it is in,
 writes its checkpoint and returns ``killed``. Outside it (data preparation, the final evaluation), or at a
 second signal, `Preempted` (a KeyboardInterrupt) is raised at once and the last checkpoint already written
-is the resume point. The command exits ``128 + signal``: 143 for SIGTERM, 130 for SIGINT (`exit_code`),
-the codes a shell and a batch scheduler expect.
+is the resume point. The command exits ``128 + signal``: 143 for SIGTERM, 130 for SIGINT (`exit_code`), the
+codes a shell and a batch scheduler expect (140 after SIGUSR2; `STOP_CODES`).
 
 The wait for the step boundary is bounded: a very slow step, or an evaluation in progress, could outlast
 what the scheduler grants before its SIGKILL. If no boundary comes within `grace_s` seconds of the first
@@ -37,7 +39,13 @@ REPEAT_S = 2.0
 GRACE_S = 60.0  # seconds the first signal waits for a step boundary (see the module's docstring)
 GRACE_ENV = "ABLATE_PREEMPT_GRACE_S"
 
+# SIGUSR2 is submitit's default preemption signal (SUBMITIT_PREEMPT_SIGNAL), which SLURM sends --signal's
+# seconds before a job's time limit; SIGUSR1 is left alone (NCCL may use it).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+STOP_CODES = tuple(128 + s for s in STOP_SIGNALS)  # a command or worker stopped by one of them
+
 _requested: int | None = None  # the first signal received, None while none came
+_received: set[int] = set()  # every stop signal received (a SIGTERM and SIGUSR2 in a row count once)
 _received_at = 0.0
 _deferring = 0
 _late = False  # the grace ran out before a step boundary came
@@ -57,14 +65,15 @@ def install() -> None:
     reset()
     if threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _handler)
 
 
 def reset() -> None:
     global _requested, _received_at, _late
     _disarm()
     _requested, _received_at, _late = None, 0.0, False
+    _received.clear()
 
 
 def grace_s() -> float:
@@ -78,6 +87,7 @@ def grace_s() -> float:
 def _handler(signum: int, frame: FrameType | None) -> None:
     global _requested, _received_at
     now = time.monotonic()
+    _received.add(signum)
     if _requested is not None and now - _received_at < REPEAT_S:
         return  # the same stop delivered twice (process group + forwarded): already on its way
     first = _requested is None
@@ -126,6 +136,11 @@ def late() -> str:
 def requested() -> int | None:
     """The signal that asked this process to stop, None if none did."""
     return _requested
+
+
+def received() -> frozenset[int]:
+    """Every stop signal this process received since `install` (`requested` is only the first)."""
+    return frozenset(_received)
 
 
 def signal_name() -> str:

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ablate.errors import AblateError
+from ablate.hardware import WORKER_DEVICE_ENV, visible_gpus
+
 
 @dataclass
 class DistInfo:
@@ -36,8 +39,28 @@ def init_distributed() -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def pick_device(info: DistInfo) -> torch.device:
+def pick_device(info: DistInfo, pinned: str | None = None) -> torch.device:
+    """torchrun's rank's GPU; else the spec's ``train.device`` (`pinned`), else the GPU a study gave this
+    worker (``ABLATE_DEVICE``), else the first GPU, else the CPU."""
+    wanted = None if info.enabled else pinned or os.environ.get(WORKER_DEVICE_ENV) or None
+    if wanted is not None:
+        device = torch.device(wanted)
+        _check_exists(device, "train.device" if pinned else WORKER_DEVICE_ENV)
+        if device.type == "cuda":
+            torch.cuda.set_device(device.index or 0)
+            return torch.device("cuda", device.index or 0)
+        return device
     if torch.cuda.is_available():
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return torch.device("cpu")
+
+
+def _check_exists(device: torch.device, source: str) -> None:
+    """A GPU index this process cannot see is a user error, before anything is written."""
+    if device.type != "cuda":
+        return
+    count = len(visible_gpus())
+    if (device.index or 0) >= count:
+        raise AblateError(f"{source}: {device} asked for, but this process sees {count} GPUs "
+                          "(torch.cuda.device_count(), after CUDA_VISIBLE_DEVICES)")

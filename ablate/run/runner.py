@@ -160,7 +160,7 @@ def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
 def find_place(spec: ExperimentSpec, run_dir: Path | None) -> Place:
     """Join torchrun's process group if started by it, pick the device, name the run folder."""
     dist = init_distributed()
-    device = pick_device(dist)
+    device = pick_device(dist, spec.train.device)
     prepare_device(device)
     return Place(dist, device, Path(run_dir) if run_dir is not None else run_dir_for(spec))
 
@@ -353,7 +353,7 @@ def log_run_start(tracker: NullTracker, data: PreparedData, device: torch.device
     tracker.log_text(tok.src.to_str(), R.SRC_TOKENIZER_ARTIFACT)  # plain Hugging Face tokenizers files
     tracker.log_text(tok.tgt.to_str(), R.TGT_TOKENIZER_ARTIFACT)
     # precision: auto trains in bf16 on one machine and fp32 on another: the run says which it got
-    tags = {R.DEVICE: describe_device(device), R.PRECISION: precision}
+    tags = {R.DEVICE: describe_device(device), R.DEVICE_INDEX: str(device), R.PRECISION: precision}
     if data.is_text:
         sig = M.signatures()
         tags.update({R.BLEU_SIGNATURE: sig["bleu"], R.CHRF_SIGNATURE: sig["chrf"]})

@@ -270,11 +270,12 @@ class ExperimentSpec(Strict):
         return data
 
     def identity(self) -> dict[str, Any]:
-        """What decides a run's result: everything but tracking and the study sections (the model section
-        as ablate.spec.model.identity_of keeps hashes of older specs)."""
+        """What decides a run's result: everything but tracking, the study sections and ``train.device``
+        (the model section as ablate.spec.model.identity_of keeps hashes of older specs)."""
         data = self.resolved()
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
+        data["train"].pop("device", None)  # where a run trains does not change what it computes
         data["model"] = identity_of(data["model"])
         _drop_later_defaults(data)
         return data

@@ -152,6 +152,9 @@ class TrainSpec(Strict):
     """CPU threads torch uses; 0: torch's default"""
     out_dir: str = "runs"
     """folder of run directories (checkpoints, summary.json), relative to the working directory"""
+    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]+)?)$")] | None = None
+    """where to train: cpu, cuda or cuda:N; unset, a study worker's own GPU or this machine's default. A
+    machine's setting, not the design's: left out of the run's identity"""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -59,15 +59,19 @@ if TYPE_CHECKING:
     from ablate.tracking import NullTracker
 
 
-def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
-                dry_run: bool = False, retry_failed: bool = False) -> int:
+def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
+                storage: str | None = None, dry_run: bool = False, retry_failed: bool = False,
+                workers_per_gpu: int | None = None) -> int:
     """`ablate ablate SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
     cells at its own best, then with ``confirm:`` the decided comparisons at the larger setting
     (ablate/study/arms.py); 0 when all finished or diverged, 1 if some failed, 2 when a repeated failure
     stopped it, 130 when interrupted. ``dry_run`` prints the cells, their diffs and the budget of every
-    phase, and where each stands, and writes nothing."""
+    phase, and where each stands, and writes nothing. The workers spread over the visible GPUs
+    (ablate/study/devices.py); ``--slurm`` runs them as SLURM jobs instead (ablate/study/launch.py)."""
     from ablate.engine import preempt
+    from ablate.study.workers import local_workers
 
+    workers = local_workers(workers, workers_per_gpu)
     preempt.install()
     plan = plan_study(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
@@ -86,7 +90,7 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
     except KeyboardInterrupt:
         code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
     finally:
-        ended = _close_study(plan, queue, tracker, arms, interrupted=code in (130, 143))
+        ended = _close_study(plan, queue, tracker, arms, interrupted=code in preempt.STOP_CODES)
     return _exit_code(arms, ended, code, (spec_path, overrides, workers, storage))
 
 
@@ -124,6 +128,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> int:
     from ablate.study import preregister
     from ablate.study.cells import CellQueue
     from ablate.study.optuna_store import Store
+    from ablate.study.walltime import remaining_wall_time
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
@@ -150,7 +155,28 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> int:
         from ablate.study.arms import dry_run_lines
 
         print("\n".join(dry_run_lines(plan, storage, records)))
+    print(workers_line(workers))
+    if not _pilot_times(plan):  # the plan gave the time from the pilot's cells; else measure it here
+        print(remaining_wall_time(plan, records, workers))
     return 0
+
+
+def _pilot_times(plan: StudyPlan) -> bool:
+    """Whether the study names a pilot, whose measured cell times the power plan's time line used."""
+    abl = plan.spec.ablation
+    return abl is not None and abl.pilot is not None and plan.design is not None
+
+
+def workers_line(workers: int) -> str:
+    """Where the dry run's workers would train: the GPUs this process sees, round robin, or the CPU."""
+    from ablate.hardware import visible_gpus
+    from ablate.study.devices import worker_devices
+
+    gpus = visible_gpus()
+    if not gpus:
+        return f"workers: {workers}, on the CPU (no GPU visible to torch)"
+    return (f"workers: {workers}, round robin over the {len(gpus)} visible GPUs: "
+            + ", ".join(str(d) for d in worker_devices(workers, gpus)))
 
 
 def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, workers: int = 1

@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ablate.study.pairing import Cell, paired_differences
 from ablate.study.sequential import Design, evaluate, planned_looks
-from ablate.study.verdict import Cell, Look, Question, Verdict, paired_differences, read
+from ablate.study.verdict import Look, Question, Verdict, read
 
 TERMINAL = ("finished", "diverged", "failed")
 

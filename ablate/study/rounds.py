@@ -127,11 +127,12 @@ def run_rounds(plan: StudyPlan, queue: Any, params: dict[str, Any], worker_args:
                workers: int) -> int:
     """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
     open. The workers' exit code."""
+    from ablate.engine import preempt
     from ablate.study.workers import run_workers
 
     while True:
         code = run_workers(worker, worker_args, max(1, workers))
-        if code in (130, 143) or plan.design is None:
+        if code in preempt.STOP_CODES or plan.design is None:
             return code
         added, _ = queue.enqueue(wanted(plan, queue), **params)  # the next round: open comparisons only
         if not added:

@@ -35,7 +35,7 @@ from ablate.study.findings import finish_search
 from ablate.study.optuna_store import Store, claim, open_study, requeue
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
 from ablate.study.space import point_key
-from ablate.study.workers import cached_data, open_parent, resume_command, run_workers
+from ablate.study.workers import cached_data, local_workers, open_parent, resume_command, run_workers
 
 if TYPE_CHECKING:
     from ablate.tracking import NullTracker
@@ -284,12 +284,14 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
     return 0
 
 
-def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, storage: str | None = None,
-              trials: int | None = None) -> int:
+def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
+              storage: str | None = None, trials: int | None = None,
+              workers_per_gpu: int | None = None) -> int:
     """`ablate tune SPEC`: run (or continue) the spec's search; print and log the results when it is done."""
     from ablate.engine import preempt
     from ablate.study.space import plan_search
 
+    workers = local_workers(workers, workers_per_gpu)
     preempt.install()
     plan = plan_search(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a trial
@@ -335,7 +337,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
     except KeyboardInterrupt:
         code = preempt.exit_code()
     finally:
-        interrupted = code in (130, 143)
+        interrupted = code in preempt.STOP_CODES
         if interrupted:
             again = resume_command("tune", spec_path, overrides, workers, storage)
             print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "

@@ -4,7 +4,8 @@ Finds the study the spec names even without the ``--set`` overrides it was start
 studies of that spec in the store with their overrides and shows the latest), and prints the grid of cells
 with status and metric so far (and, with adaptive seeds, where each comparison stands); with ``tune:`` or
 ``confirm:``, where each later phase stands too (each variant's search, the own-best cells, the
-comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it.
+comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it; for a study submitted with
+``--slurm``, its jobs beside the cells (pending, running, requeued, done: ablate/study/slurm_queue.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
         from ablate.study.arms import dry_run_lines
 
         print("\n".join(dry_run_lines(plan, storage, records)))
+    from ablate.study.slurm_queue import jobs_lines
+    from ablate.study.slurm_submit import log_folder
+
+    for line in jobs_lines(log_folder(plan)):  # a study submitted with --slurm: its jobs, as SLURM says
+        print(line)
     return 0
 
 

@@ -209,6 +209,7 @@ def tune_variants(plan: StudyPlan, storage: str | None = None, parent: str | Non
 def _tune(plan: StudyPlan, searches: list[OpenSearch], store: Store, workers: int, storage: str | None
           ) -> dict[str, Tuned]:
     """Run the opened searches and close them, however the run ends (Ctrl-C: re-raised once closed)."""
+    from ablate.engine import preempt
     from ablate.study.workers import run_workers
 
     interrupted = False
@@ -216,7 +217,8 @@ def _tune(plan: StudyPlan, searches: list[OpenSearch], store: Store, workers: in
         if workers <= 1:
             for search in searches:
                 run_search(search, store, search.tracker.run_id if search.tracker is not None else None)
-        elif run_workers(_tune_worker, (plan.origin, list(plan.overrides), storage), workers) in (130, 143):
+        elif run_workers(_tune_worker, (plan.origin, list(plan.overrides), storage),
+                         workers) in preempt.STOP_CODES:
             raise KeyboardInterrupt  # the workers re-queued their trials: say so as one process would
     except KeyboardInterrupt:
         interrupted = True

@@ -1,10 +1,133 @@
-"""How long a study takes: wall time from measured cell times and the parallel slots that run them."""
+"""How long a study will take before it runs: one estimate, computed here for every dry run that prints one
+(local workers, SLURM jobs, and a power plan sized on a pilot study's cells).
+
+- `estimate_wall_s(cell_seconds, cells, parallel)`: the wall time of `cells` cells of `cell_seconds` each,
+  `parallel` at a time (workers x jobs): they run in waves, so the last wave counts whole.
+- `measured_cell_seconds(spec, study)`: the seconds one cell takes here, as `CellTime` (the number and where
+  it came from): the median MLflow run duration of a study's finished cells (this study's, or a pilot's),
+  else a short timed probe of the spec (`probe_cell_seconds`: a few steps, extrapolated to the cell's).
+
+Cells that share a machine's cores or a GPU each run slower than alone; the estimate takes the measured
+time as it is (measure with the same workers per machine, or read it as a lower bound).
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ablate.tracking.record as R
+from ablate.study.adaptive import TERMINAL
+
+if TYPE_CHECKING:
+    from ablate.spec.experiment import ExperimentSpec
+
+PROBE_STEPS = 10  # optimizer steps the timed probe trains (after one untimed step: allocation, warm-up)
+
+
+@dataclass(frozen=True)
+class CellTime:
+    """Seconds one cell takes, and where the figure came from (said beside the estimate)."""
+
+    seconds: float
+    source: str  # "median of 4 finished cells of study x", "a 10-step probe, extrapolated to 1000 steps"
 
 
 def estimate_wall_s(cell_seconds: float, cells: int, parallel: int) -> float:
-    """Wall seconds for ``cells`` cells of ``cell_seconds`` each on ``parallel`` slots (whole rounds)."""
+    """Wall seconds for `cells` cells of `cell_seconds` each, run `parallel` at a time: whole waves."""
+    if cells <= 0:
+        return 0.0
     return math.ceil(cells / max(1, parallel)) * cell_seconds
+
+
+def format_estimate(cell: CellTime, cells: int, parallel: int) -> str:
+    """The dry run's line: the estimate, its parts and where the cell time came from."""
+    wall = estimate_wall_s(cell.seconds, cells, parallel)
+    return (f"estimated wall time: {_duration(wall)} for {cells} cells, {parallel} at a time, at "
+            f"{_duration(cell.seconds)} a cell ({cell.source})")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def finished_cell_seconds(study: str) -> CellTime | None:
+    """The median MLflow duration (end - start) of the study's finished cells; None when it has none (or no
+    MLflow record). A resumed cell's duration includes the pause, so the median, not the mean."""
+    from ablate.errors import AblateError
+    from ablate.tracking.read import find_study_runs
+
+    try:
+        _, children = find_study_runs(study)
+    except AblateError:
+        return None
+    kind, status = f"tags.{R.KIND}", f"tags.{R.STATUS}"
+    if kind not in children or status not in children or "end_time" not in children:
+        return None
+    done = children[(children[kind] == "cell") & (children[status] == "finished")]
+    seconds = [(end - start).total_seconds() for start, end in zip(done["start_time"], done["end_time"],
+                                                                    strict=True) if end is not None]
+    seconds = [s for s in seconds if s == s and s > 0]  # NaT/NaN of runs still open are left out
+    if not seconds:
+        return None
+    return CellTime(statistics.median(seconds), f"median of {len(seconds)} finished cells of study {study}")
+
+
+def probe_cell_seconds(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> CellTime | None:
+    """Train `spec` for 1 + `steps` steps untracked in a temporary folder and extrapolate to its
+    ``train.max_steps``: (whole probe - its training) + training per step x max_steps. None for a spec
+    that ends by epochs only (its steps are not known before the data is)."""
+    from ablate.run.runner import run_experiment
+
+    total = spec.train.max_steps
+    if total is None:
+        return None
+    steps = min(steps, total)
+    with tempfile.TemporaryDirectory(prefix="ablate-probe-") as tmp:
+        probe = spec.model_copy(update={
+            "train": spec.train.model_copy(update={"max_steps": 1 + steps, "out_dir": tmp,
+                                                   "eval_every": 1 + steps, "checkpoint_every": 1 + steps}),
+            "data": spec.data.model_copy(update={"cache_dir": tmp}),  # a dry run writes nothing of its own
+            "tracking": spec.tracking.model_copy(update={"enabled": False})})
+        started = time.perf_counter()
+        result = run_experiment(probe, run_dir=Path(tmp) / "probe", quiet=True)
+        whole = time.perf_counter() - started
+    training = result.metrics.get(R.WALL_TIME)
+    if training is None or training <= 0:
+        return CellTime(whole * total / (1 + steps), f"a {1 + steps}-step probe, scaled to {total} steps")
+    per_step = training / (1 + steps)
+    return CellTime(max(0.0, whole - training) + per_step * total,
+                    f"a {1 + steps}-step probe here, extrapolated to {total} steps")
+
+
+def measured_cell_seconds(spec: ExperimentSpec, study: str | None, probe: bool = True) -> CellTime | None:
+    """A finished cell's time from `study` (this study or a pilot), else a timed probe of `spec` (when
+    `probe`), else None."""
+    found = finished_cell_seconds(study) if study else None
+    if found is not None or not probe:
+        return found
+    return probe_cell_seconds(spec)
+
+
+def remaining_wall_time(plan: Any, records: Mapping[str, Any], parallel: int) -> str:
+    """A dry run's estimate (``plan``: a StudyPlan, not imported: the plan prints the power plan, whose time
+    line comes from here) for the cells at the baseline's settings not yet done, from a finished cell of
+    the study (MLflow, read only when the store has one) or a timed probe of the baseline."""
+    left = [c for c in plan.cells if not (records.get(c.key) and records[c.key].status in TERMINAL)]
+    if not left:
+        return "estimated wall time: none (every cell at the baseline's settings is done)"
+    finished = any(r.status == "finished" for r in records.values())
+    cell = measured_cell_seconds(plan.baseline, plan.name if finished else None)
+    if cell is None:
+        return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
+    return format_estimate(cell, len(left), parallel)

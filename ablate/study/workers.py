@@ -17,15 +17,21 @@ if TYPE_CHECKING:
     from ablate.tracking import NullTracker
 
 
-def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int) -> int:
-    """Run ``target(*args, index, workers)`` in this process (1 worker) or N spawned ones; the worst code."""
+def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int,
+                gpus: Sequence[int] | None = None) -> int:
+    """Run ``target(*args, index, workers)`` in this process (1 worker) or N spawned ones, spread round
+    robin over `gpus` (default: the GPUs this process sees; ablate/study/devices.py); the worst code."""
     if workers <= 1:
-        return target(*args, 0, 1)
+        return target(*args, 0, 1)  # on the first GPU: where pick_device puts a run anyway
     import multiprocessing as mp
 
+    from ablate.hardware import visible_gpus
+    from ablate.study.devices import worker_devices
+
+    devices = worker_devices(workers, visible_gpus() if gpus is None else gpus)
     ctx = mp.get_context("spawn")  # fork would copy torch's thread pools and open connections
-    procs = [ctx.Process(target=_worker_entry, args=(target, args, i, workers), name=f"ablate-worker-{i}")
-             for i in range(workers)]
+    procs = [ctx.Process(target=_worker_entry, args=(target, args, i, workers, devices[i]),
+                         name=f"ablate-worker-{i}") for i in range(workers)]
     for p in procs:
         p.start()
     interrupted = False
@@ -56,7 +62,12 @@ def _forward(procs: list[Any]) -> None:
                 pass
 
 
-def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int, workers: int) -> None:
+def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int, workers: int,
+                  device: str | None = None) -> None:
+    if device is not None:
+        from ablate.hardware import WORKER_DEVICE_ENV
+
+        os.environ[WORKER_DEVICE_ENV] = device  # read by every run this worker trains (pick_device)
     if sys.platform.startswith("linux"):
         try:  # die with the parent (a SIGKILLed `ablate` must not leave orphans training)
             import ctypes
@@ -76,9 +87,21 @@ def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int,
     sys.exit(code)
 
 
+def local_workers(workers: int | None, per_gpu: int | None) -> int:
+    """The number of worker processes ``--workers``/``--workers-per-gpu`` ask for on this machine."""
+    from ablate.hardware import visible_gpus
+    from ablate.study.devices import worker_count
+
+    return worker_count(workers, per_gpu, visible_gpus() if per_gpu is not None else [])
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: taskset, cgroups), else all of them."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The cores this process may run on (its affinity mask: taskset, cgroups), else all of them; in a
+    SLURM job no more than it was granted (``SLURM_CPUS_PER_TASK``: without cgroups the mask is the
+    node's)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    granted = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return min(cores, int(granted)) if granted.isdigit() and int(granted) > 0 else cores
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:

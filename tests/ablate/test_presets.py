@@ -22,7 +22,7 @@ from ablate.spec.load import load_spec
 
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 # Operational settings of a machine, not of a design: they may come from anywhere.
-OPERATIONAL = {"train.out_dir", "train.threads"}
+OPERATIONAL = {"train.out_dir", "train.threads", "train.device"}
 # Evaluation settings of decoder-only language models only (a spec error on a translation model).
 LM_ONLY = {"eval.lengths", "eval.sliding_stride"}
 # The data fields that shape what the model sees (the corpus and its files come from the extended spec).

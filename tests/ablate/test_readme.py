@@ -81,7 +81,7 @@ def test_each_readme_spec_validates(block: str, tmp_path: Path, monkeypatch: pyt
 
 def test_readme_has_the_commands_a_user_runs() -> None:
     verbs = {args[0] for args in ablate_commands()}
-    assert {"run", "ablate", "status", "tune", "report", "ui", "validate"} <= verbs
+    assert {"run", "study", "status", "tune", "report", "ui", "validate"} <= verbs
 
 
 @pytest.mark.parametrize("args", ablate_commands(), ids=lambda a: " ".join(a)[:60])

@@ -46,6 +46,8 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
 
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
+    monkeypatch.setattr("ablate.study.walltime.probe_cell_seconds", lambda spec, steps=0: None)
     return runs
 
 
@@ -63,6 +65,8 @@ def interrupt_once(monkeypatch: pytest.MonkeyPatch, before: int) -> list[float]:
 
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
+    monkeypatch.setattr("ablate.study.walltime.probe_cell_seconds", lambda spec, steps=0: None)
     return runs
 
 

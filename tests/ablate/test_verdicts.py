@@ -142,7 +142,7 @@ def test_the_test_flag_in_both_directions(val: tuple[str, float, float, float],
 
 
 def test_a_diverged_cell_stays_in_its_pair_against_its_own_side() -> None:
-    from ablate.study.verdict import paired_differences
+    from ablate.study.pairing import paired_differences
 
     pairs = [(("finished", 30.0), ("finished", 31.0)), (("finished", 29.0), ("finished", 28.0)),
              (("finished", 30.0), ("diverged", None)), (("diverged", float("nan")), ("finished", 33.0)),
@@ -205,7 +205,7 @@ def test_a_pair_whose_cells_ran_on_different_hardware_is_flagged_in_its_row(tmp_
 
 
 def test_a_diverged_cell_with_no_finished_pair_to_compare_stays_out() -> None:
-    from ablate.study.verdict import paired_differences
+    from ablate.study.pairing import paired_differences
 
     # higher is better and no score for nothing usable: nothing finished to take the least favourable of
     assert paired_differences([(("finished", 1.0), ("diverged", None))], "val/acc", True) == ([None], 0)

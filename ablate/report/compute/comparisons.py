@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, hardware, quality_meta
+from ablate.study.pairing import Cell
+from ablate.study.pairing import paired_differences as verdict_pairs
 from ablate.study.sequential import Design, walk
-from ablate.study.verdict import Cell, Look, Question, Reading, Verdict, one_family, read
-from ablate.study.verdict import paired_differences as verdict_pairs
+from ablate.study.verdict import Look, Question, Reading, Verdict, one_family, read
 
 
 def design_of(study: Study) -> Design | None:

@@ -25,7 +25,8 @@ from ablate.tracking.versions import stale_reason
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
 IGNORED_PARAMS = ("name", "seed", "description", "tracking", "ablation", "search")
-IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads")
+IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.cache_dir", "train.threads",
+                    "train.device")
 STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "interrupted": 4,
                "running": 5}
 # A cell in one of these states is no result yet: `ablate ablate` resumes it from its checkpoint.

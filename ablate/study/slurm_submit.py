@@ -1,0 +1,221 @@
+"""`ablate ablate SPEC --slurm`: a study's workers as SLURM jobs, submitted through submitit.
+
+Each of ``--jobs N`` jobs runs what ``ablate ablate SPEC --workers K`` runs on one machine
+(ablate/study/slurm_worker.py): it queues the cells the study still needs, opens or reopens the parent run,
+pops cells from the study's Optuna store until none is left, and runs the later arms, the same as any
+other machine sharing the store. So every job must reach the same stores: the Optuna store is a
+PostgreSQL URL or a journal file named explicitly (on a filesystem every node sees; the default
+``.ablate/optuna-journal.log`` is a one-line error here), and MLflow a server or a database (a local
+SQLite file is accepted with a note: it suits jobs on one node).
+
+Nothing of ablate keeps running after the submission: the jobs coordinate through the stores, a job
+signalled before its time limit or a preemption requeues itself (submitit's SIGUSR2, wired to the
+trainer's step-boundary stop: ablate/study/slurm_worker.py), and `ablate status SPEC` reads the jobs' states
+from SLURM (ablate/study/slurm_queue.py). Logs go to the study's folder, ``<train.out_dir>/<study>/slurm``;
+``squeue`` shows each job as ``ablate-<study>-w<i>``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.dburl import redacted
+from ablate.errors import AblateError
+from ablate.study.plan import StudyPlan, format_plan, plan_study
+
+SIGNAL_DELAY_S = 120  # SLURM signals a job this long before its time limit (--signal=USR2@120)
+MAX_TIMEOUTS = 100  # requeues after a time limit (submitit's default 3 is too few for a long study)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What each job asks SLURM for, from the command line (--partition, --gpus-per-job, ...)."""
+
+    jobs: int = 1
+    partition: str | None = None
+    gpus_per_job: int = 0
+    cpus_per_job: int | None = None
+    time: str | None = None  # SLURM's format: minutes, HH:MM:SS, D-HH:MM...
+    sbatch: tuple[str, ...] = field(default_factory=tuple)  # KEY=VALUE or KEY: sbatch --KEY=VALUE
+
+
+def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_run: bool,
+               workers: int | None, workers_per_gpu: int | None, jobs: int = 1, partition: str | None = None,
+               gpus_per_job: int = 0, cpus_per_job: int | None = None, time: str | None = None,
+               sbatch: Sequence[str] = ()) -> int:
+    """Check the stores, then print the sbatch parameters and the estimate (``dry_run``) or submit."""
+    shape = JobShape(jobs, partition, gpus_per_job, cpus_per_job, time, tuple(sbatch))
+    if jobs < 1:
+        raise AblateError(f"--jobs {jobs}: expected 1 or more")
+    plan = plan_study(spec_path, overrides)  # a bad spec: its located errors before anything else
+    shared = shared_storage(storage)
+    print(tracking_line(plan))
+    per_job = job_workers(workers, workers_per_gpu, gpus_per_job)
+    folder = log_folder(plan)
+    params = executor_parameters(plan, shape)
+    if dry_run:
+        return _dry_run(plan, shape, shared, per_job, folder, params)
+    from ablate.study.slurm_queue import record_jobs
+    from ablate.study.slurm_worker import StudyJob
+
+    job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()))
+    submitted = [(str(j.job_id), job_name(plan.name, i)) for i, j in
+                 enumerate(submit(job, params, folder, jobs, plan.name))]
+    record_jobs(folder, submitted)
+    print(f"submitted {jobs} SLURM jobs ({', '.join(i for i, _ in submitted)}), {per_job} worker processes "
+          f"each, logs in {folder}; `ablate status {spec_path} --storage {redacted(shared)}` shows them "
+          "beside the cells")
+    return 0
+
+
+def shared_storage(storage: str | None) -> str:
+    """The Optuna store every job reaches, as the jobs will name it (a journal file by its absolute
+    path); the implicit default journal is this machine's, so it is refused."""
+    if not storage:
+        raise AblateError("--slurm needs a store every job reaches: --storage postgresql://USER@HOST/DB, or "
+                          "--storage /shared/path/study.journal on a filesystem every node sees")
+    if "://" in storage:
+        if storage.startswith("sqlite"):
+            print(f"note: --storage {storage}: a SQLite file suits jobs on one node only", file=sys.stderr)
+        return storage
+    return str(Path(storage).resolve())
+
+
+def tracking_line(plan: StudyPlan) -> str:
+    """Where the jobs record their runs; a local SQLite file gets a note (one node only)."""
+    if not plan.spec.tracking.enabled:
+        return "MLflow: tracking is off in this spec (tracking.enabled: false)"
+    from ablate.tracking.mlflow_store import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(plan.spec.tracking.uri)
+    if uri.startswith("sqlite"):
+        return (f"MLflow: {uri} (note: a local SQLite file suits jobs on this node only; on a cluster "
+                "start an MLflow server and set MLFLOW_TRACKING_URI=http://HOST:PORT or tracking.uri)")
+    return f"MLflow: {redacted(uri)}"
+
+
+def job_workers(workers: int | None, per_gpu: int | None, gpus_per_job: int) -> int:
+    """Worker processes in each job: --workers, else --workers-per-gpu x the job's GPUs, else one per GPU
+    (at least one)."""
+    from ablate.study.devices import worker_count
+
+    if per_gpu is None and workers is None:
+        return max(1, gpus_per_job)
+    return worker_count(workers, per_gpu, list(range(gpus_per_job)) if per_gpu is not None else [])
+
+
+def log_folder(plan: StudyPlan) -> Path:
+    """The study's folder beside its run folders: submitit's pickles and the jobs' logs."""
+    return (Path(plan.spec.train.out_dir) / plan.name / "slurm").resolve()
+
+
+def time_minutes(text: str) -> int:
+    """SLURM's time formats (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole minutes."""
+    try:
+        days, _, clock = text.rpartition("-")
+        parts = [int(p) for p in clock.split(":")]
+        if days:
+            hms = (parts + [0, 0])[:3]
+            seconds = int(days) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2]
+        elif len(parts) == 1:
+            seconds = parts[0] * 60
+        elif len(parts) == 2:
+            seconds = parts[0] * 60 + parts[1]
+        else:
+            seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    except ValueError:
+        raise AblateError(f"--time {text!r}: expected minutes, HH:MM:SS or D-HH:MM:SS") from None
+    if seconds <= 0 or len(parts) > 3:
+        raise AblateError(f"--time {text!r}: expected minutes, HH:MM:SS or D-HH:MM:SS")
+    return max(1, -(-seconds // 60))
+
+
+def pass_through(options: Sequence[str]) -> dict[str, Any]:
+    """``--sbatch account=abc --sbatch exclusive`` -> {'account': 'abc', 'exclusive': True}."""
+    out: dict[str, Any] = {}
+    for option in options:
+        key, sep, value = option.lstrip("-").partition("=")
+        if not key:
+            raise AblateError(f"--sbatch {option!r}: expected KEY=VALUE or KEY (an sbatch option)")
+        out[key] = value if sep else True
+    return out
+
+
+def executor_parameters(plan: StudyPlan, shape: JobShape) -> dict[str, Any]:
+    """submitit's parameters for every job (its AutoExecutor names; ``name`` is set per job)."""
+    params: dict[str, Any] = {
+        "nodes": 1, "tasks_per_node": 1,
+        "timeout_min": time_minutes(shape.time) if shape.time else 60,
+        "slurm_signal_delay_s": SIGNAL_DELAY_S,
+        "slurm_additional_parameters": {"requeue": True, **pass_through(shape.sbatch)},
+    }
+    if shape.gpus_per_job:
+        params["gpus_per_node"] = shape.gpus_per_job
+    if shape.cpus_per_job:
+        params["cpus_per_task"] = shape.cpus_per_job
+    if shape.partition:
+        params["slurm_partition"] = shape.partition
+    return params
+
+
+def job_name(study: str, index: int) -> str:
+    return f"ablate-{study}-w{index}"
+
+
+def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
+    """The ``#SBATCH`` lines submitit writes for one job with `params` (no SLURM needed to see them)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    slurm = {k.removeprefix("slurm_"): v for k, v in params.items()}
+    slurm["time"] = slurm.pop("timeout_min")
+    slurm["ntasks_per_node"] = slurm.pop("tasks_per_node")
+    text = _make_sbatch_string(command="python -u -m submitit.core._submit", folder=folder, job_name=name,
+                               **slurm)
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folder: Path,
+             params: dict[str, Any]) -> int:
+    from ablate.study.walltime import remaining_wall_time
+
+    print(format_plan(plan, diffs=False))
+    print(f"Optuna store: {redacted(storage)}")
+    print(f"would submit {shape.jobs} jobs ({job_name(plan.name, 0)} ...), {per_job} worker processes each, "
+          "with these sbatch parameters:")
+    print("\n".join(f"  {line}" for line in sbatch_lines(params, folder, job_name(plan.name, 0))))
+    print(remaining_wall_time(plan, _records(plan, storage), shape.jobs * per_job))
+    return 0
+
+
+def _records(plan: StudyPlan, storage: str) -> dict[str, Any]:
+    """Where the study's cells stand in the store (read only), for the estimate of what is left."""
+    from ablate.study.cells import CellQueue
+    from ablate.study.optuna_store import Store
+
+    if not Store.exists(storage):
+        return {}
+    store = Store(storage, create=False)
+    plan.bind(store)
+    return dict(CellQueue(store, plan.store_name, plan.direction, create=False).records())
+
+
+def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str,
+           cluster: str = "slurm") -> list[Any]:
+    """Submit `jobs` copies of `job`, the i-th named `job_name(study, i)`; submitit's Job of each.
+    ``cluster="local"`` runs them with submitit's local executor (the tests' way without SLURM)."""
+    import submitit
+
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_TIMEOUTS)
+    except RuntimeError as exc:  # submitit's "Could not detect srun": not on a SLURM cluster
+        raise AblateError(f"--slurm: {exc}") from None
+    executor.update_parameters(**params)
+    out = []
+    for i in range(jobs):
+        executor.update_parameters(name=job_name(study, i))
+        out.append(executor.submit(job))
+    return out
