@@ -35,7 +35,10 @@ QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
 }
 # Main-table columns: (metric key, header, decimals); '{q}' is the study's quality metric.
 COLUMNS = [
-    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), ("val/chrf", "val chrF", 2),
+    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None),
+    # train.weight_average: the averaged weights' reading beside the best checkpoint's (only runs with it)
+    (R.averaged("val/{q}"), "val {Q} averaged", None), (R.averaged("test/{q}"), "test {Q} averaged", None),
+    ("val/chrf", "val chrF", 2),
     ("test/chrf", "test chrF", 2), ("val/loss", "val loss", 3), ("val/ppl", "val ppl", 2),
     ("model/params", "params", 0), ("train/tokens_per_s", "tokens/s", 0), ("run_memory_mb", "run MB", 1),
     ("peak_memory_mb", "peak MB", 1), ("train/wall_time_s", "wall s", 1),
