@@ -1,9 +1,9 @@
 """The `ablate` command: parses arguments and calls the module that does the work (imported lazily).
 
 Every command is one entry of `COMMANDS` (its arguments, and the function that does the work, called
-with keyword arguments by `dispatch`): the spec commands (validate, list, show, schema) in
-`ablate.spec.commands`, the others in the packages that do the work (`ablate.run`, `ablate.study`,
-`ablate.tracking`, `ablate.report`, `ablate.bench`).
+with keyword arguments by `dispatch`): the spec commands (list, show, schema) in `ablate.spec.commands`,
+validate (the specs, then their data files) in `ablate.data.check`, the others in the packages that do
+the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`, `ablate.bench`).
 A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
 """
 
@@ -25,10 +25,12 @@ EPILOG = """\
 examples:
   ablate validate experiments/*.yaml            check specs (file:line for every problem)
   ablate run experiments/quickstart.yaml        train one model, tracked in ./mlflow.db
-  ablate ablate experiments/ablations/x.yaml    train every variant x seed of a study
-  ablate report STUDY                           compare the variants of a study
+  ablate study experiments/ablations/x.yaml     train every variant x seed of a study (alias: ablate ablate)
+  ablate report STUDY                           compare the variants of a study (STUDY: its spec or name)
+  ablate report STUDY --format latex            its effects as a booktabs table for a paper (or csv)
   ablate export STUDY --out DIR                 its finished cells as files; `ablate import DIR` reloads
-  ablate ui                                     browse the runs in MLflow (127.0.0.1:5000)
+  ablate ui [STUDY]                             browse the runs in MLflow (127.0.0.1:5000)
+  ablate -q COMMAND ... / ablate COMMAND -v ... quieter / also what MLflow and datasets print
 """
 
 
@@ -66,16 +68,22 @@ def _validate_args(p: argparse.ArgumentParser) -> None:
     _add_set(p)
 
 
+# The axes `ablate list` groups by (registry/<axis>.py; plugins may add more): named in its help without
+# importing the registry, which imports torch. tests/ablate/test_cli_ux.py keeps the two in step.
+LIST_KINDS = ("residual", "positions", "ffn", "activation", "norm", "mask", "attention", "embeddings",
+              "embedding_dropout")
+
+
 def _list_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "kind", nargs="?", help="a kind (residual, positions, ffn, norm, mask, attention) or a name pattern"
+        "kind", nargs="?", help=f"a kind ({', '.join(LIST_KINDS)}, or a plugin's) or a name pattern"
     )
     p.add_argument("pattern", nargs="?", default="*",
                    help="shell-style name pattern, e.g. 'c*' or -inf (names may start with '-')")
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec_path", metavar="SPEC")
+    p.add_argument("spec_path", metavar="SPEC", help="a YAML spec file")
     _add_set(p)
 
 
@@ -84,7 +92,7 @@ def _schema_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec_path", metavar="SPEC")
+    p.add_argument("spec_path", metavar="SPEC", help="the YAML spec of the run")
     _add_set(p)
     p.add_argument("--wait", action="store_true",
                    help="if another process trains this run, wait for it instead of exiting 2")
@@ -94,7 +102,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def _translate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
-    p.add_argument("text", metavar="TEXT", nargs="?", default=None)
+    p.add_argument("text", metavar="TEXT", nargs="?", default=None,
+                   help="a sentence to translate (default: --input, or standard input)")
     p.add_argument("--input", dest="input_path", metavar="FILE",
                    help="translate every line of FILE ('-': standard input), batched")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
@@ -113,14 +122,19 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
 
 def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
-    p.add_argument("--src", dest="src_path", required=True, metavar="FILE",
-                   help="source sentences, one a line (.gz read too)")
-    p.add_argument("--ref", dest="ref_path", required=True, metavar="FILE",
-                   help="reference translations, one a line")
+    p.add_argument("--src", dest="src_path", metavar="FILE",
+                   help="translation run: source sentences, one a line (.gz read too)")
+    p.add_argument("--ref", dest="ref_path", metavar="FILE",
+                   help="translation run: reference translations, one a line")
+    p.add_argument("--text", dest="text_path", metavar="FILE",
+                   help="language-model run: held-out text (.gz read too), cut into documents as the run's "
+                   "spec cuts its own")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", metavar="STUDY", nargs="?", default=None,
+                   help="print the link to this study's page: its spec file, name or parent run id")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
 
@@ -130,7 +144,7 @@ def _runs_args(p: argparse.ArgumentParser) -> None:
 
 
 def _ablate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec_path", metavar="SPEC")
+    p.add_argument("spec_path", metavar="SPEC", help="the study's YAML spec (its ablation section)")
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
@@ -140,13 +154,13 @@ def _ablate_args(p: argparse.ArgumentParser) -> None:
 
 
 def _status_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec_path", metavar="SPEC")
+    p.add_argument("spec_path", metavar="STUDY", help="the study's spec file, or its name")
     _add_set(p)
     _add_storage(p)
 
 
 def _tune_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec_path", metavar="SPEC")
+    p.add_argument("spec_path", metavar="SPEC", help="the search's YAML spec (its search section)")
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
@@ -157,12 +171,16 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
 
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", metavar="STUDY",
-                   help="study name or parent run id (the study's MLflow experiment or its parent run)")
+                   help="the study's spec file, its study name or parent run id (its MLflow experiment or "
+                   "parent run)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
+    p.add_argument("--format", dest="table_format", choices=("latex", "csv"),
+                   help="also write the effects as a table for a paper: effects.tex (booktabs: Δ, interval, "
+                   "seeds, verdict, the test split beside it) or effects.csv, the same rows")
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("study", metavar="STUDY", help="study name or parent run id")
+    p.add_argument("study", metavar="STUDY", help="the study's spec file, its study name or parent run id")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY/export)")
 
 
@@ -190,12 +208,14 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None]
     module: str  # relative to this package, e.g. ".run.runner"
     function: str
+    aliases: tuple[str, ...] = ()  # other names the command answers to (help shows the name)
 
 
 # In the order `ablate --help` lists them.
 COMMANDS: tuple[Command, ...] = (
-    Command("validate", "check spec files and print their hashes; every problem as FILE:LINE: field: why",
-            _validate_args, ".spec.commands", "cmd_validate"),
+    Command("validate", "check spec files and the data files they name, print their hashes; every problem "
+            "as FILE:LINE: field: why",
+            _validate_args, ".data.check", "cmd_validate"),
     Command("list", "list the registered components (with their one-line docs), grouped by kind",
             _list_args, ".spec.commands", "cmd_list"),
     Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",
@@ -208,14 +228,17 @@ COMMANDS: tuple[Command, ...] = (
             "checkpoint of an MLflow run", _translate_args, ".run.translate", "main_translate"),
     Command("generate", "continue a prompt with the best checkpoint of a decoder-only MLflow run",
             _generate_args, ".run.generate", "main_generate"),
-    Command("evaluate", "score an MLflow run's best checkpoint on a new test set (sacreBLEU BLEU, chrF)",
+    Command("evaluate", "score an MLflow run's best checkpoint on a new test set: a translation run's "
+            "sacreBLEU BLEU and chrF (--src, --ref), a language model's perplexity and bits per byte "
+            "(--text)",
             _evaluate_args, ".run.translate", "main_evaluate"),
-    Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told)",
+    Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told); with STUDY, print "
+            "the link to its page",
             _ui_args, ".tracking", "main_ui"),
     Command("runs", "list tracked runs with their status and main metrics",
             _runs_args, ".tracking", "main_runs"),
-    Command("ablate", "run an ablation study: every variant x seed of the spec's ablation section",
-            _ablate_args, ".study.ablation", "main_ablate"),
+    Command("study", "run an ablation study: every variant x seed of the spec's ablation section (also "
+            "`ablate ablate`)", _ablate_args, ".study.ablation", "main_ablate", aliases=("ablate",)),
     Command("status", "show which cells of a study are done, running, failed or pending",
             _status_args, ".study.status", "main_status"),
     Command("tune", "hyper-parameter search (Optuna) over the spec's search space",
@@ -223,19 +246,20 @@ COMMANDS: tuple[Command, ...] = (
     Command("report", "write a comparison report (tables, figures, significance) for a study",
             _report_args, ".report.build", "main_report"),
     Command("export", "write a study's finished cells to a small folder (no checkpoints) to commit",
-            _export_args, ".study.transfer", "main_export"),
+            _export_args, ".study.export_study", "main_export"),
     Command("import", "recreate an exported study in this MLflow store and Optuna storage",
-            _import_args, ".study.transfer", "main_import"),
+            _import_args, ".study.export_study", "main_import"),
     Command("bench", "throughput benchmark of the model against torch.nn.Transformer",
             _bench_args, ".bench.suite", "main_bench"),
 )
-COMMAND = {c.name: c for c in COMMANDS}
-GLOBAL_DESTS = ("command", "verbose")  # parsed for every command, passed to none
+COMMAND = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}
+GLOBAL_DESTS = ("command", "verbose", "quiet")  # parsed for every command, passed to none
 # What other libraries print unless --verbose: MLflow's INFO lines ("Creating initial MLflow database
 # tables...", one per new store, and its run links) and the "Generating ... split" progress bars of
 # datasets, a dozen per prepared corpus. Environment variables, so study workers and torchrun's processes
 # inherit them; a value the user set wins.
 QUIET_ENV = {"MLFLOW_LOGGING_LEVEL": "WARNING", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+QUIET_PROGRESS = "ABLATE_QUIET"  # -q: set to 1, training shows no progress
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -243,9 +267,11 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="ablate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
-        description="Controlled ablation studies of encoder-decoder Transformer design choices.",
+        description="Controlled ablation studies of Transformer design choices: encoder-decoder translation "
+        "models and decoder-only language models, from a YAML spec to a report.",
     )
     parser.add_argument("--version", action="version", version=f"ablate {__version__}")
+    _add_verbosity(parser, top=True)
     return parser
 
 
@@ -254,22 +280,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for c in COMMANDS:
-        p = sub.add_parser(c.name, help=c.help, description=c.help)
+        p = sub.add_parser(c.name, aliases=list(c.aliases), help=c.help, description=c.help)
+        p.set_defaults(command=c.name)  # an alias runs the command of its name
         c.arguments(p)
-        _add_verbose(p)
+        _add_verbosity(p, top=False)
     return parser
 
 
-def _add_verbose(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--verbose", action="store_true",
-                        help="also show what MLflow and datasets print (INFO lines, progress bars)")
+def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v/-q before the command (top) or after it; after it they leave a flag given before alone."""
+    unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true", **unset,
+                       help="also show what MLflow and datasets print (INFO lines, progress bars)")
+    group.add_argument("-q", "--quiet", action="store_true", **unset,
+                       help="no training progress lines or bars (results and errors still print)")
 
 
-def quiet_libraries() -> None:
+def quiet_libraries(quiet: bool = False) -> None:
     """Keep the terminal to ablate's own lines (see QUIET_ENV); also for libraries imported already (a
     caller of `main` in the same process)."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    if quiet:
+        os.environ[QUIET_PROGRESS] = "1"  # read by ablate.engine.progress, here and in workers
     if "mlflow" in sys.modules:
         logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
     datasets = sys.modules.get("datasets")
@@ -300,14 +334,18 @@ def dispatch(args: argparse.Namespace) -> int:
     return int(handler(COMMAND[args.command])(**handler_arguments(args)) or 0)
 
 
+GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")
+
+
 def _list_names_may_start_with_dash(argv: list[str]) -> list[str]:
     """`ablate list mask -inf`: mask names look like options to argparse; mark them as positionals."""
-    if argv[:1] != ["list"] or "--" in argv:
+    start = next((i for i, arg in enumerate(argv) if arg not in GLOBAL_FLAGS), len(argv))
+    if argv[start:start + 1] != ["list"] or "--" in argv:
         return argv
-    rest = argv[1:]
+    head, rest = argv[:start + 1], argv[start + 1:]
     for i, arg in enumerate(rest):
-        if arg.startswith("-") and arg not in ("-h", "--help"):
-            return ["list", *rest[:i], "--", *rest[i:]]
+        if arg.startswith("-") and arg not in ("-h", "--help", *GLOBAL_FLAGS):
+            return [*head, *rest[:i], "--", *rest[i:]]
     return argv
 
 
@@ -323,8 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ablate` console script and of `python -m ablate`; returns the exit code."""
     argv = _list_names_may_start_with_dash(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    if args.verbose and args.quiet:
+        print("error: give -v or -q, not both", file=sys.stderr)
+        return 2
     if not args.verbose:
-        quiet_libraries()
+        quiet_libraries(args.quiet)
     try:
         code = dispatch(args)
         sys.stdout.flush()  # inside the try: a reader that went away is noticed here, not at exit

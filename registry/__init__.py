@@ -15,7 +15,6 @@ This package imports torch and nothing of ``ablate``.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import importlib
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from registry.aliases import did_you_mean
 from registry.axis import Axis, Option
 
 T = TypeVar("T")
@@ -193,8 +193,7 @@ class Registry:
         if bucket is None:
             raise RegistryError(f"unknown component kind {kind!r}; known: {', '.join(self.kinds())}")
         if name not in bucket:
-            close = difflib.get_close_matches(name, list(bucket), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(kind, name, list(bucket))
             raise RegistryError(f"unknown {kind} {name!r}; known: {', '.join(sorted(bucket))}{hint}")
         return bucket[name]
 

@@ -78,7 +78,7 @@ def regenerate() -> int:
     import torch
 
     from ablate.study.ablation import main_ablate
-    from ablate.study.transfer import main_export
+    from ablate.study.export_study import main_export
 
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="ablate-report-studies-"))

@@ -126,8 +126,9 @@ NAME_SCHEMAS = ("ablate.tracking.record", "ablate.study.attrs")
 _NAME = re.compile(r"(tags\.|params\.|metrics\.)?ablate\.[a-z_]+(\.[a-z_]*)?")
 
 
-def inline_names(source: str, where: str) -> list[str]:
-    """``"ablate.…"`` strings in code (not docstrings) that name no module: MLflow or Optuna names."""
+def inline_names(source: str, where: str, pattern: re.Pattern[str] | None = None) -> list[str]:
+    """``"ablate.…"`` strings in code (not docstrings) that name no module: MLflow or Optuna names (or
+    the strings ``pattern`` matches in full)."""
     tree = ast.parse(source, where)
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -136,7 +137,7 @@ def inline_names(source: str, where: str) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                and _NAME.fullmatch(node.value) and node.value not in MODULES):
+                and (pattern or _NAME).fullmatch(node.value) and node.value not in MODULES):
             found.append(f"{where}:{node.lineno}: {node.value!r}")
     return sorted(found)
 
@@ -155,6 +156,94 @@ def test_an_inline_name_is_found() -> None:
                                            "p.py:5: 'ablate.version.'"]
 
 
+# Every metric name a run reports is declared in ablate/spec/metricnames.py; everywhere else reads it.
+METRIC_SCHEMA = "ablate.spec.metricnames"
+_METRIC = re.compile(r"(final/)?(train|val|test|model|data)/[a-z_]+|peak_memory_mb|run_memory_mb")
+
+
+def test_metric_names_are_written_through_their_declared_constants() -> None:
+    """A metric named inline ("val/loss") would drift from the declaration specs are checked against."""
+    found = [hit for m, p in MODULES.items() if m.startswith("ablate.") and m != METRIC_SCHEMA
+             for hit in inline_names(p.read_text(), str(p.relative_to(ROOT)), _METRIC)]
+    assert found == []
+
+
+def test_an_inline_metric_name_is_found() -> None:
+    probe = ('"""val/loss in a docstring is prose."""\nCOLS = ("val/loss", "peak_memory_mb")\n'
+             'LABEL = f"val/{name}"\nPATH = "val/loss.png"\n')
+    assert inline_names(probe, "p.py", _METRIC) == ["p.py:2: 'peak_memory_mb'", "p.py:2: 'val/loss'"]
+
+
 def test_no_module_is_far_over_the_size_budget() -> None:
     sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in SOURCES}
     assert {name: n for name, n in sizes.items() if n > 450} == {}
+
+
+# The packages whose module names a reader must tell apart by name alone (docs/architecture.md).
+NAMED_APART = ("report", "study", "tracking")
+
+
+def named_apart() -> dict[str, list[str]]:
+    """{module's own name: its dotted names} over the report, study and tracking packages (no __init__)."""
+    names: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        parts = module.split(".")
+        if len(parts) > 2 and parts[1] in NAMED_APART and path.name != "__init__.py":
+            names.setdefault(parts[-1], []).append(module)
+    return names
+
+
+def _stem(name: str) -> str:
+    """'tuned', 'tuning', 'tune' -> 'tun'; 'arms' -> 'arm'."""
+    return re.sub(r"(ing|ed|es|e|s)$", "", name)
+
+
+def near_homonyms(names: list[str]) -> list[tuple[str, str]]:
+    """Pairs told apart only by a prefix, a suffix or an ending: scale / at_scale, tuned / tuning."""
+    pairs = []
+    for a in names:
+        for b in names:
+            if a < b and _stem(a) == _stem(b):
+                pairs.append((a, b))
+            elif a != b and (b.startswith(a + "_") or b.endswith("_" + a)):
+                pairs.append((a, b))
+    return sorted(pairs)
+
+
+def test_no_module_name_repeats_across_report_study_and_tracking() -> None:
+    assert {name: where for name, where in named_apart().items() if len(where) > 1} == {}
+
+
+def test_no_two_modules_are_told_apart_only_by_a_prefix_or_suffix() -> None:
+    assert near_homonyms(sorted(named_apart())) == []
+
+
+def test_a_near_homonym_is_found() -> None:
+    assert near_homonyms(["at_scale", "scale", "tuned", "tuning", "arms", "arm", "plan"]) == [
+        ("arm", "arms"), ("scale", "at_scale"), ("tuned", "tuning")]
+
+
+def test_the_reports_computations_import_no_section() -> None:
+    """report/compute/ is the half that computes; report/sections/ the half that renders what it computed."""
+    upward = [f"{m} -> {t}" for m, p in MODULES.items() if m.startswith("ablate.report.compute")
+              for t in framework_imports(p) if t.startswith("ablate.report.sections")]
+    assert upward == []
+
+
+_ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+|(?<![\w&])#\d{2}\b", re.IGNORECASE)
+CITED = ("ablate", "registry", "tests", "docs", "scripts", "experiments")
+
+
+def test_no_file_cites_an_issue_number() -> None:
+    """A reader without the tracker learns nothing from an issue's number: the feature is named instead."""
+    files = [p for folder in CITED for p in sorted(ROOT.joinpath(folder).rglob("*"))
+             if p.suffix in (".py", ".md", ".yaml", ".yml") and p.is_file()]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files
+             for n, line in enumerate(p.read_text().splitlines(), 1) if _ISSUE_NUMBER.search(line)]
+    assert found == []
+
+
+def test_an_issue_number_is_found() -> None:
+    # the probes are split so that this file does not cite what it looks for
+    probes = ("(iss" "ue 29)", "see #" "31", "Iss" "ue #7", "color #1f77b4", "#444444", "&#39;", "issues")
+    assert [bool(_ISSUE_NUMBER.search(s)) for s in probes] == [True, True, True, False, False, False, False]

@@ -1,4 +1,4 @@
-"""A synthetic study with a known answer for ``ablation.tune`` and ``ablation.confirm`` (issue 29), and a
+"""A synthetic study with a known answer for ``ablation.tune`` and ``ablation.confirm``, and a
 stand-in for training that records real MLflow runs, so `ablate ablate` and `ablate report` run end to end
 in seconds.
 

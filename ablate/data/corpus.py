@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import logging
 import os
-import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.errors import AblateError
+from ablate.data.paths import DataError, DataPath, data_path, data_root, expand_env
+
+__all__ = ["DataError", "expand_env"]  # defined in ablate/data/paths.py, read from here as before
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,6 @@ if TYPE_CHECKING:
     from ablate.spec.experiment import FilePair, FilesData, HubData
 
 SPLITS = ("train", "val", "test")
-
-
-class DataError(AblateError):
-    """Bad or missing data: the message is one line naming the file (and line) at fault."""
 
 
 @dataclass
@@ -61,25 +59,6 @@ class Corpus:
 
 
 # ------------------------------------------------------------------ small helpers
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def expand_env(value: str, where: str = "path") -> str:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` (shell syntax) and a leading ``~``."""
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        found = os.environ.get(name)
-        if found:
-            return found
-        if default is not None:
-            return default
-        raise DataError(f"{where}: environment variable {name} is not set (in {value!r}); "
-                        f"set it or write ${{{name}:-default}}")
-
-    return os.path.expanduser(_ENV.sub(substitute, value))
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a unique temporary file + os.replace, so concurrent workers never read half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,13 +81,13 @@ class FileRole:
     split: str  # train / val / test
     side: str  # src / tgt (parallel text) or pair (one TSV/JSONL file)
     path: Path
+    field: str = ""  # the spec field naming it, e.g. data.files.train.src
 
 
-def resolve_files(files: FilesData) -> list[FileRole]:
-    """The files a ``files`` source names, resolved against ``root``; a missing file is an error."""
-    root_text = expand_env(files.root, "data.files.root") if files.root else ""
-    root = Path(root_text) if root_text else Path.cwd()
-    roles: list[FileRole] = []
+def named_file_roles(files: FilesData) -> list[tuple[FileRole, DataPath]]:
+    """Every file a ``files`` source names, with its spec field and resolved path (not checked)."""
+    root = data_root(files.root, "data.files.root")
+    out: list[tuple[FileRole, DataPath]] = []
     for split in SPLITS:
         pair: FilePair | None = getattr(files, split)
         if pair is None:
@@ -118,19 +97,25 @@ def resolve_files(files: FilesData) -> list[FileRole]:
             if pair.src is None or pair.tgt is None:
                 raise DataError(f"{where}: format 'text' needs src and tgt (two parallel files); "
                                 f"for one file holding both sides set data.files.format to tsv or jsonl")
-            sides = [("src", pair.src), ("tgt", pair.tgt)]
+            sides = [("src", "src", pair.src), ("tgt", "tgt", pair.tgt)]
         else:
             if pair.path is None:
                 raise DataError(f"{where}: format {files.format!r} needs path (one file holding both sides); "
                                 f"for two parallel files set data.files.format to text")
-            sides = [("pair", pair.path)]
-        for side, raw in sides:
-            path = Path(expand_env(raw, f"{where}.{side if side != 'pair' else 'path'}"))
-            path = path if path.is_absolute() else root / path
-            if not path.is_file():
-                hint = f" (root: {root})" if not Path(raw).is_absolute() else ""
-                raise DataError(f"{where}: file not found: {path}{hint}")
-            roles.append(FileRole(split, side, path))
+            sides = [("pair", "path", pair.path)]
+        for side, key, raw in sides:
+            named = data_path(raw, root, f"{where}.{key}")
+            out.append((FileRole(split, side, named.path, named.field), named))
+    return out
+
+
+def resolve_files(files: FilesData) -> list[FileRole]:
+    """The files a ``files`` source names, resolved against ``root``; a missing file is an error."""
+    roles: list[FileRole] = []
+    for role, named in named_file_roles(files):
+        if not named.path.is_file():
+            raise DataError(f"{named.field}: file not found: {named.path}{named.explain()}")
+        roles.append(role)
     return roles
 
 
@@ -171,13 +156,16 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DataError(f"{path}: cannot be read: {e}") from None
 
 
-def check_text_file(path: Path) -> int:
-    """One sentence per line, no empty line; returns the line count."""
+def check_text_file(path: Path, limit: int | None = None, *, blank_lines: bool = False) -> int:
+    """One sentence per line, no empty line (``blank_lines``: empty lines allowed, as between the
+    paragraphs of language-modelling text); returns the count of non-empty lines (of the first ``limit``)."""
     count = 0
-    for lineno, text in _lines(path):
+    for lineno, text in itertools.islice(_lines(path), limit):
         if not text.strip():
+            if blank_lines:
+                continue
             raise DataError(f"{path}:{lineno}: empty line (one sentence per line, aligned by line)")
-        count = lineno
+        count += 1
     return count
 
 
@@ -185,10 +173,10 @@ def _is_header(fields: Sequence[str], src_lang: str, tgt_lang: str) -> bool:
     return tuple(fields) in (("src", "tgt"), (src_lang, tgt_lang))
 
 
-def check_tsv_file(path: Path, src_lang: str, tgt_lang: str) -> tuple[int, bool]:
+def check_tsv_file(path: Path, src_lang: str, tgt_lang: str, limit: int | None = None) -> tuple[int, bool]:
     """``source<TAB>target`` per line (an optional header ``src<TAB>tgt`` or ``de<TAB>en``)."""
     count, header = 0, False
-    for lineno, text in _lines(path):
+    for lineno, text in itertools.islice(_lines(path), limit):
         fields = text.split("\t")
         if lineno == 1 and _is_header(fields, src_lang, tgt_lang):
             header = True
@@ -223,12 +211,13 @@ def _jsonl_pair(row: dict[str, Any], layout: tuple[str, ...]) -> tuple[Any, Any]
     return row[layout[0]], row[layout[1]]
 
 
-def check_jsonl_file(path: Path, src_lang: str, tgt_lang: str) -> tuple[int, tuple[str, ...]]:
+def check_jsonl_file(path: Path, src_lang: str, tgt_lang: str, limit: int | None = None
+                     ) -> tuple[int, tuple[str, ...]]:
     """One JSON object per line: {"src","tgt"}, {src_lang, tgt_lang} or {"translation": {...}}."""
     count, layout = 0, None
     expected = (f'{{"src": .., "tgt": ..}}, {{"{src_lang}": .., "{tgt_lang}": ..}} '
                 f'or {{"translation": {{..}}}}')
-    for lineno, text in _lines(path):
+    for lineno, text in itertools.islice(_lines(path), limit):
         if not text.strip():
             raise DataError(f"{path}:{lineno}: empty line (one JSON object per line)")
         try:

@@ -3,8 +3,10 @@
 ``prepare_lm(spec)`` is the entry point for ``model.arch: decoder_only`` (``prepare_data`` hands over to
 it). Text comes from local files (``source: text``, ``.gz`` accepted, read through ``datasets``' text
 loader after our line-by-line check), a hub dataset's text column (``source: hub``, ``hub.field``), or a
-synthetic LM task (ablate/data/lm_tasks.py). ``data.document_lines`` consecutive lines (Multi30k captions,
-task instances) are joined by a space into one document; one tokenizer (``data.tokenizer``) is trained on
+synthetic LM task (ablate/data/lm_tasks.py). Text files are cut into documents as ``data.text.documents``
+says: at blank lines (prose), every ``data.document_lines`` lines (Multi30k captions), one file per document,
+or the whole file as one stream; a hub column or a synthetic task is grouped ``document_lines`` lines at a
+time. The lines of a document are joined by a space. One tokenizer (``data.tokenizer``) is trained on
 the training documents and cached under ``data.cache_dir/tokenizers`` like the translation ones.
 
 Training blocks (nanoGPT's and GPT-2's packing, made document-aware as torchtune's packed datasets): each
@@ -75,25 +77,67 @@ class LMData(PreparedData):
 
 
 # ------------------------------------------------------------------ loading
-def _lines_of_files(data: DataSpec) -> dict[str, list[str]]:
+def _text_documents(data: DataSpec) -> dict[str, list[str]]:
+    """The documents of each ``source: text`` split, cut as ``data.text.documents`` says (normalised)."""
+    from ablate.data.check import text_named_paths, text_split_paths
+
     assert data.text is not None
-    root = Path(expand_env(data.text.root, "data.text.root")) if data.text.root else Path()
-    paths = {"train": data.text.train, "val": data.text.val, "test": data.text.test}
+    mode = data.text.documents or "lines"
     out: dict[str, list[str]] = {}
+    for named in text_named_paths(data):
+        split = named.field.rsplit(".", 1)[1]
+        paths = text_split_paths(named, mode)
+        if not paths or not all(p.is_file() for p in paths):
+            raise DataError(f"{named.field}: file not found: {named.path}{named.explain()}")
+        if mode == "files":  # one document per file, its lines joined like a paragraph's
+            out[split] = [d for p in paths if (d := _joined(_read_lines(p, data), data.lowercase))]
+            continue
+        lines = _read_lines(paths[0], data)
+        if mode == "lines" and split == "train":  # lines mode caps lines before grouping them (as it did)
+            lines = lines[:data.max_train_examples]
+        out[split] = cut_documents(lines, data)
+    return out
+
+
+def cut_documents(lines: Sequence[str], data: DataSpec) -> list[str]:
+    """One text's lines cut into documents as the spec cuts its text (``data.text.documents``; a hub
+    column or synthetic task: ``document_lines`` at a time); a ``files`` document is the whole text."""
+    mode = (data.text.documents if data.text is not None else None) or "lines"
+    if mode == "paragraphs":
+        return paragraphs(lines, data.lowercase)
+    if mode in ("stream", "files"):
+        return [d] if (d := _joined(lines, data.lowercase)) else []
+    return documents(lines, data.document_lines, data.lowercase)
+
+
+def _read_lines(path: Path, data: DataSpec) -> list[str]:
+    """A text file's lines, blank ones kept (checked line by line first: UTF-8, no stray carriage return)."""
+    if check_text_file(path, blank_lines=True) == 0:
+        raise DataError(f"{path}: empty file (no line of text)")
     import datasets  # the same loader as translation files (Arrow, cached)
 
-    for split, name in paths.items():
-        if name is None:
-            continue
-        path = root / expand_env(name, f"data.text.{split}")
-        if not path.is_file():
-            raise DataError(f"data.text.{split}: no file {path}")
-        if check_text_file(path) == 0:
-            raise DataError(f"{path}: the {split} split is empty")
-        loaded = datasets.load_dataset("text", data_files={split: str(path)},
-                                       cache_dir=str(Path(expand_env(data.cache_dir)) / "hf"))[split]
-        out[split] = [line.lstrip("\ufeff") if i == 0 else line for i, line in enumerate(loaded["text"])]
-    return out
+    loaded = datasets.load_dataset("text", data_files={"lines": str(path)},
+                                   cache_dir=str(Path(expand_env(data.cache_dir)) / "hf"))["lines"]
+    return [line.lstrip("\ufeff") if i == 0 else line for i, line in enumerate(loaded["text"])]
+
+
+def _joined(lines: Sequence[str], lowercase: bool) -> str:
+    """Non-blank lines joined by a space (the tokenizers do not model line breaks)."""
+    return " ".join(clean for line in lines if (clean := normalize(line, lowercase)))
+
+
+def paragraphs(lines: Sequence[str], lowercase: bool) -> list[str]:
+    """One document per run of non-blank lines: a blank line (or several) ends a document."""
+    docs: list[str] = []
+    current: list[str] = []
+    for line in [*lines, ""]:
+        clean = normalize(line, lowercase)
+        if clean:
+            current.append(clean)
+        elif current:
+            docs.append(" ".join(current))
+            current = []
+    return docs
 
 
 def _lines_of_hub(data: DataSpec) -> dict[str, list[str]]:
@@ -148,33 +192,41 @@ def _tokenizer(data: DataSpec, docs: list[str], digest: str) -> Tokenizers:
     return tok
 
 
-def prepare_lm(spec: ExperimentSpec | DataSpec, seed: int = 0) -> LMData:
-    """Load, group into documents, tokenize: the splits of a language model (DataError on bad data)."""
-    data = cast("DataSpec", getattr(spec, "data", spec))  # an ExperimentSpec or its DataSpec
+def _source_documents(data: DataSpec, seed: int) -> tuple[dict[str, list[str]], Tokenizers | None, str, str]:
+    """Each split's documents, the tokenizer a synthetic task fixes (else None), the data's name, source."""
     if data.source == "synthetic":
         cfg = data.synthetic
         assert cfg is not None
         lines = lm_tasks.generate(cfg, seed)
         tok = Tokenizers(fixed_wordlevel(lm_tasks.vocabulary(cfg)), None, kind="wordlevel")
-        name, source = f"synthetic-{cfg.task}", f"synthetic:{cfg.task}"
-    else:
-        lines = _lines_of_files(data) if data.source == "text" else _lines_of_hub(data)
-        name = data.source
-        if data.source == "text":
-            assert data.text is not None
-            folder = Path(expand_env(data.text.root)).name if data.text.root else ""
-            train = Path(data.text.train).name
-            name = f"{folder}/{train}" if folder else train  # e.g. 'multi30k/train.en.gz'
-            source = str(Path(expand_env(data.text.root or "")) / data.text.train)
-        else:
-            assert data.hub is not None
-            name, source = data.hub.name, f"hf://{data.hub.name}"
+        return _grouped(lines, data), tok, f"synthetic-{cfg.task}", f"synthetic:{cfg.task}"
+    if data.source == "hub":
+        assert data.hub is not None
+        return _grouped(_lines_of_hub(data), data), None, data.hub.name, f"hf://{data.hub.name}"
+    assert data.text is not None
+    folder = Path(expand_env(data.text.root)).name if data.text.root else ""
+    train = Path(data.text.train).name
+    name = f"{folder}/{train}" if folder else train  # e.g. 'multi30k/train.en.gz'
+    source = str(Path(expand_env(data.text.root or "")) / data.text.train)
+    texts = _text_documents(data)
+    if data.max_train_examples is not None and data.text.documents != "lines":
+        texts["train"] = texts["train"][:data.max_train_examples]  # documents (lines mode caps lines)
+    return texts, None, name, source
+
+
+def _grouped(lines: dict[str, list[str]], data: DataSpec) -> dict[str, list[str]]:
+    """Lines (a hub column, a synthetic task) grouped ``document_lines`` at a time, the train lines capped."""
     if data.max_train_examples is not None:
         lines["train"] = lines["train"][:data.max_train_examples]
-    texts = {split: documents(ls, data.document_lines, data.lowercase) for split, ls in lines.items()}
+    return {split: documents(ls, data.document_lines, data.lowercase) for split, ls in lines.items()}
+
+
+def prepare_lm(spec: ExperimentSpec | DataSpec, seed: int = 0) -> LMData:
+    """Load, group into documents, tokenize: the splits of a language model (DataError on bad data)."""
+    data = cast("DataSpec", getattr(spec, "data", spec))  # an ExperimentSpec or its DataSpec
+    texts, fixed, name, source = _source_documents(data, seed)
     digest = sha256_json({"v": LM_VERSION, **{k: sha256_json(v) for k, v in texts.items()}})
-    if data.source != "synthetic":
-        tok = _tokenizer(data, texts["train"], digest)
+    tok = fixed or _tokenizer(data, texts["train"], digest)
     splits: dict[str, LMSplit] = {}
     for split, docs in texts.items():
         if not docs:

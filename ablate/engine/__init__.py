@@ -1,10 +1,13 @@
 """The model and its training, without any tracking.
 
-Owns model assembly from the registry with controlled initialisation (``model``), devices and
-precisions (``hardware``: autocast, bf16/fp16 support), the AMP trainer (``train``), atomic checkpoints
-(``checkpoint``), greedy and KV-cached beam decoding (``decode``), evaluation with BLEU / chrF / exact
-match (``evaluate``, ``metrics``) and progress, timing and memory readings (``progress``); the
-decoder-only language model (``lm``) with its perplexity evaluation and cached sampling (``lm_eval``).
+Owns model assembly from the registry (``model``) with controlled initialisation (``init``: every
+parameter drawn from a generator seeded by (seed, name, shape)), the AMP trainer (``train``) and the
+average of its weights it evaluates beside the best checkpoint (``averaging``: last-k or EMA), stopping
+cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached beam decoding
+(``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and progress, timing
+and memory readings (``progress``); the decoder-only language model (``lm``) with its perplexity
+evaluation and cached sampling (``lm_eval``). Devices and precisions are the leaf module
+``ablate.hardware``'s, which every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:
 the trainer reports through an :class:`~ablate.engine.train.EvalHook`, and whoever runs it records.

@@ -19,7 +19,6 @@ position per step and equals the full forward.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -27,14 +26,13 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-import registry
-from ablate.engine.model import Seq2SeqTransformer, Stack, build_model, init_parameters, score_dtype
+from ablate.engine.model import Components, Seq2SeqTransformer, Stack, build_model, initialise, score_dtype
 from ablate.errors import AblateError
 from ablate.spec.experiment import ModelSpec
 from registry.attention import KVCache, MultiHeadAttention, Rotate
-from registry.masking import AttnMask, MaskFill, make_mask
+from registry.masking import AttnMask, MaskFill
 from registry.positions import PositionHooks
-from registry.residual import Depth, NormFactory
+from registry.residual import Depth
 
 
 class PositionRangeError(AblateError):
@@ -202,46 +200,21 @@ class DecoderOnlyLM(nn.Module):
 def build_lm(model_spec: ModelSpec, vocab_size: int, pad_id: int = 0, seed: int = 0) -> DecoderOnlyLM:
     """Assemble a :class:`DecoderOnlyLM` of ``model_spec.decoder_layers`` layers from the registry.
 
-    Components get the same contract arguments and options as in :func:`ablate.engine.model.build_model`;
-    parameters are drawn by its :func:`~ablate.engine.model.init_parameters` (seeded per name and shape),
-    then a residual's ``init_sublayer`` hook runs (DeepNorm's beta with the decoder-only depth).
+    Its components are the ones :class:`ablate.engine.model.Components` builds for the encoder-decoder too;
+    parameters are drawn by :func:`~ablate.engine.model.initialise` (seeded per name and shape, then a
+    residual's ``init_sublayer`` hook: DeepNorm's beta with the decoder-only depth).
     """
-    s = model_spec
-    d = s.d_model
-
-    def component(kind: str, *args: object, **kwargs: object) -> nn.Module:
-        entry = registry.REGISTRY.entry(kind, getattr(s, kind))
-        subs = {sub: component(sub) for sub in entry.takes}
-        return cast(nn.Module, entry.obj(*args, **kwargs, **s.option_values(kind), **subs))
-
-    def norm() -> nn.Module:
-        return component("norm", d)
-
-    def residuals() -> list[nn.Module]:
-        norms = NormFactory(norm)
-        depth = Depth("decoder", 0, s.decoder_layers)  # no encoder: DeepNet's decoder-only constants
-        return [component("residual", norms, s.dropout, depth=depth) for _ in range(2)]
-
-    final_norm = registry.get("residual", s.residual).final_norm
-    layers = [LMLayer(component("attention", d, s.heads, s.attention_dropout, cross=False),
-                      component("ffn", d, s.d_ff, s.dropout), *residuals())
+    s, make = model_spec, Components(model_spec)
+    depth = Depth("decoder", 0, s.decoder_layers)  # no encoder: DeepNet's decoder-only constants
+    layers = [LMLayer(make.attention(), make.ffn(), *make.residuals(2, depth))
               for _ in range(s.decoder_layers)]
-    decoder = Stack(cast(list[nn.Module], layers), norm() if final_norm else nn.Identity())
-    embeddings = registry.REGISTRY.entry("embeddings", s.embeddings).obj
-    _, embed, generator = embeddings(vocab_size, vocab_size, d, **s.option_values("embeddings"))
-    pos_dropout = s.dropout if s.position_dropout else 0.0
+    decoder = Stack(cast(list[nn.Module], layers), make.stack_norm())
+    _, embed, generator = make.embeddings(vocab_size, vocab_size)
     model = DecoderOnlyLM(
-        embed, component("positions", d, s.heads, s.max_positions, pos_dropout, causal=True), decoder,
-        generator, make_mask(s.mask, s.mask_fill), pad_id=pad_id,
-        embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
-        embed_dropout=component("embedding_dropout", s.dropout),
+        embed, make.positions(causal=True), decoder, generator, make.mask(), pad_id=pad_id,
+        embed_scale=make.embed_scale, embed_dropout=make.embedding_dropout(),
     )
-    init_parameters(model, seed, s.init)
-    for layer in layers:
-        for residual, sublayer in layer.sublayers():
-            hook = getattr(residual, "init_sublayer", None)
-            if hook is not None:
-                hook(sublayer)
+    initialise(model, layers, seed, s.init)
     return model
 
 

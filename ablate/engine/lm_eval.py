@@ -4,9 +4,10 @@ sampling through the KV cache.
 The metric names are ablate/spec/metricnames.py's: ``{split}/loss`` and ``{split}/ppl`` over
 non-overlapping windows of the training length ``data.max_len``, ``{split}/bpb`` from the same sum, and
 for each of ``eval.lengths`` ``{split}/ppl_at_<n>`` (and ``_sliding`` with ``eval.sliding_stride``), the
-curve of Press et al. 2022's figure 1. Every target of every document is scored exactly once at each
-length, so the perplexities differ only by how much context each prediction had and by whether the
-model copes with positions it never trained on.
+curve of Press et al. 2022's figure 1, with ``{split}/loss_growth_at_<n>``: the loss there minus the loss
+at the training length, which separates extrapolation from the level at the training length. Every
+target of every document is scored exactly once at each length, so the perplexities differ only by how
+much context each prediction had and by whether the model copes with positions it never trained on.
 """
 
 from __future__ import annotations
@@ -59,13 +60,22 @@ def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: Experiment
                 n, c = nll, count
             else:
                 n, c = window_nll(model, part.docs, length, None, tokens, device, precision)
-            out[metricnames.length_metric(split, length)] = _ppl(n / max(1, c))
+            out.update(_at_length(split, length, n / max(1, c), loss, length != data.block_len, False))
             if stride is not None:
                 n, c = window_nll(model, part.docs, length, stride, tokens, device, precision)
-                out[metricnames.length_metric(split, length, sliding=True)] = _ppl(n / max(1, c))
+                out.update(_at_length(split, length, n / max(1, c), loss, length != data.block_len, True))
         return out
     finally:
         model.train(was_training)
+
+
+def _at_length(split: str, length: int, loss_at: float, loss: float, growth: bool, sliding: bool
+               ) -> dict[str, float]:
+    """The perplexity at ``length`` and, past (or short of) the training length, the loss growth there."""
+    out = {metricnames.length_metric(split, length, sliding): _ppl(loss_at)}
+    if growth:
+        out[metricnames.growth_metric(split, length, sliding)] = loss_at - loss
+    return out
 
 
 def _ppl(loss: float) -> float:

@@ -12,8 +12,9 @@ variants built with the same seed start from identical values in every parameter
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -318,64 +319,98 @@ class Seq2SeqTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())  # tied parameters counted once
 
 
+# ---------------------------------------------------------------- the components, asked of the registry once
+class Components:
+    """Every registry component a model section names, built the one way both architectures share: its
+    contract's arguments (registry/<axis>.py), the options its axis and variant declare
+    (``ModelSpec.option_values``) and the sub-axis components it takes (``activation``). The encoder-decoder
+    (:func:`build_model`) and the decoder-only model (``ablate.engine.lm.build_lm``) only arrange what this
+    builds: a new axis is taught here, in one place."""
+
+    def __init__(self, model_spec: ModelSpec) -> None:
+        self.spec = model_spec
+
+    def component(self, kind: str, *args: object, **kwargs: object) -> nn.Module:
+        s = self.spec
+        entry = registry.REGISTRY.entry(kind, getattr(s, kind))
+        subs = {sub: self.component(sub) for sub in entry.takes}
+        return cast(nn.Module, entry.obj(*args, **kwargs, **s.option_values(kind), **subs))
+
+    def norm(self) -> nn.Module:
+        return self.component("norm", self.spec.d_model)
+
+    def residuals(self, n: int, depth: Depth) -> list[nn.Module]:
+        """One layer's ``n`` residual connections (one norm each, or one shared: ``NormFactory``)."""
+        norms = NormFactory(self.norm)
+        return [self.component("residual", norms, self.spec.dropout, depth=depth) for _ in range(n)]
+
+    def attention(self, cross: bool = False) -> nn.Module:
+        s = self.spec
+        return self.component("attention", s.d_model, s.heads, s.attention_dropout, cross=cross)
+
+    def ffn(self) -> nn.Module:
+        s = self.spec
+        return self.component("ffn", s.d_model, s.d_ff, s.dropout)
+
+    def stack_norm(self) -> nn.Module:
+        """The norm after a stack, for a residual scheme that has one (pre-norm)."""
+        return self.norm() if registry.get("residual", self.spec.residual).final_norm else nn.Identity()
+
+    def positions(self, causal: bool) -> nn.Module:
+        s = self.spec
+        return self.component("positions", s.d_model, s.heads, s.max_positions,
+                              s.dropout if s.position_dropout else 0.0, causal=causal)
+
+    def embeddings(self, src_vocab_size: int, tgt_vocab_size: int) -> tuple[Any, Any, Any]:
+        """(source embedding, target embedding, generator), as the embeddings variant ties them."""
+        s = self.spec
+        make = registry.REGISTRY.entry("embeddings", s.embeddings).obj
+        return cast(tuple[Any, Any, Any],
+                    make(src_vocab_size, tgt_vocab_size, s.d_model, **s.option_values("embeddings")))
+
+    def mask(self) -> MaskFill:
+        return make_mask(self.spec.mask, self.spec.mask_fill)
+
+    def embedding_dropout(self) -> nn.Module:
+        return self.component("embedding_dropout", self.spec.dropout)
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.spec.d_model) if self.spec.embed_scale else 1.0
+
+
+def initialise(model: nn.Module, layers: Sequence[nn.Module], seed: int, init: str) -> None:
+    """Draw every parameter (:func:`init_parameters`), then run each residual's ``init_sublayer`` hook on
+    its sublayer (DeepNorm: the paper's beta-scaled start of value/output and FFN weights)."""
+    init_parameters(model, seed, init)
+    for layer in layers:
+        for residual, sublayer in layer.sublayers():  # type: ignore[operator]
+            hook = getattr(residual, "init_sublayer", None)
+            if hook is not None:
+                hook(sublayer)
+
+
 # ---------------------------------------------------------------- the builder
 def build_model(
     model_spec: ModelSpec, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0, seed: int = 0
 ) -> Seq2SeqTransformer:
-    """Assemble a :class:`Seq2SeqTransformer` from the registry components the spec names.
+    """Assemble a :class:`Seq2SeqTransformer` from the registry components the spec names
+    (:class:`Components`)."""
+    s, make = model_spec, Components(model_spec)
 
-    Each component gets its contract's arguments (registry/<axis>.py), the options its axis and variant
-    declare (``ModelSpec.option_values``) and the sub-axis components it takes (``activation``).
-    """
-    s = model_spec
-    d = s.d_model
+    def depth(stack: str) -> Depth:
+        return Depth(stack, s.encoder_layers, s.decoder_layers)
 
-    def component(kind: str, *args: object, **kwargs: object) -> nn.Module:
-        entry = registry.REGISTRY.entry(kind, getattr(s, kind))
-        subs = {sub: component(sub) for sub in entry.takes}
-        return cast(nn.Module, entry.obj(*args, **kwargs, **s.option_values(kind), **subs))
-
-    def norm() -> nn.Module:
-        return component("norm", d)
-
-    def residuals(n: int, stack: str) -> list[nn.Module]:
-        norms = NormFactory(norm)  # one per layer: a variant may share one norm across its sub-layers
-        depth = Depth(stack, s.encoder_layers, s.decoder_layers)
-        return [component("residual", norms, s.dropout, depth=depth) for _ in range(n)]
-
-    def attn(cross: bool = False) -> nn.Module:
-        return component("attention", d, s.heads, s.attention_dropout, cross=cross)
-
-    final_norm = registry.get("residual", s.residual).final_norm
-
-    def stack_norm() -> nn.Module:
-        return norm() if final_norm else nn.Identity()
-
-    encoder = Stack([EncoderLayer(attn(), component("ffn", d, s.d_ff, s.dropout), *residuals(2, "encoder"))
-                     for _ in range(s.encoder_layers)], stack_norm())
-    decoder = Stack([DecoderLayer(attn(), attn(cross=True), component("ffn", d, s.d_ff, s.dropout),
-                                  *residuals(3, "decoder"))
-                     for _ in range(s.decoder_layers)], stack_norm())
-
-    embeddings = registry.REGISTRY.entry("embeddings", s.embeddings).obj
-    options = s.option_values("embeddings")
-    src_embed, tgt_embed, generator = embeddings(src_vocab_size, tgt_vocab_size, d, **options)
-
-    pos_dropout = s.dropout if s.position_dropout else 0.0
+    encoder = Stack([EncoderLayer(make.attention(), make.ffn(), *make.residuals(2, depth("encoder")))
+                     for _ in range(s.encoder_layers)], make.stack_norm())
+    decoder = Stack([DecoderLayer(make.attention(), make.attention(cross=True), make.ffn(),
+                                  *make.residuals(3, depth("decoder")))
+                     for _ in range(s.decoder_layers)], make.stack_norm())
+    src_embed, tgt_embed, generator = make.embeddings(src_vocab_size, tgt_vocab_size)
     model = Seq2SeqTransformer(
-        src_embed, tgt_embed,
-        component("positions", d, s.heads, s.max_positions, pos_dropout, causal=False),
-        component("positions", d, s.heads, s.max_positions, pos_dropout, causal=True),
-        encoder, decoder, generator,
-        make_mask(s.mask, s.mask_fill),
-        pad_id=pad_id,
-        embed_scale=math.sqrt(d) if s.embed_scale else 1.0,
-        embed_dropout=component("embedding_dropout", s.dropout),
+        src_embed, tgt_embed, make.positions(causal=False), make.positions(causal=True),
+        encoder, decoder, generator, make.mask(), pad_id=pad_id, embed_scale=make.embed_scale,
+        embed_dropout=make.embedding_dropout(),
     )
-    init_parameters(model, seed, s.init)
-    for layer in [*encoder.layers, *decoder.layers]:
-        for residual, sublayer in layer.sublayers():  # type: ignore[operator]
-            hook = getattr(residual, "init_sublayer", None)
-            if hook is not None:  # DeepNorm: the paper's beta-scaled start of value/output and FFN weights
-                hook(sublayer)
+    initialise(model, [*encoder.layers, *decoder.layers], seed, s.init)
     return model

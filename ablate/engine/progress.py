@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch
 
+import ablate.spec.metricnames as MN
 from ablate.hardware import release_freed_memory
 
 
@@ -23,14 +25,14 @@ class Progress:
 
     def __init__(self, total: int | None, start_step: int = 0, enabled: bool = True,
                  every_s: float = 10.0) -> None:
-        self.enabled = enabled
+        self.enabled = enabled and os.environ.get("ABLATE_QUIET") != "1"  # `ablate -q`
         self.total = total
         self.start_step = start_step
         self.every_s = every_s
         self.started = time.monotonic()
         self.last_line: float | None = None
         self.bar: Any = None
-        if enabled and sys.stderr.isatty():
+        if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True)
@@ -129,8 +131,8 @@ class PeakMemory:
         if peak is None:
             return {}
         if not self.per_run or self.start_mb is None:
-            return {"peak_memory_mb": peak}
-        return {"peak_memory_mb": peak, "run_memory_mb": max(0.0, peak - self.start_mb)}
+            return {MN.PEAK_MEMORY: peak}
+        return {MN.PEAK_MEMORY: peak, MN.RUN_MEMORY: max(0.0, peak - self.start_mb)}
 
 
 def _vm_hwm_kib() -> int | None:

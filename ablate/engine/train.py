@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import ablate.spec.metricnames as MN
 from ablate.data.lm import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
 from ablate.engine import preempt
@@ -368,7 +369,7 @@ class Trainer:
                     if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
                         # the real value (nan/inf included): MLflow stores it, and it says how the run failed
                         lr = self.optimizer.param_groups[0]["lr"]
-                        st.stop_metrics = {"train/loss": loss, "train/lr": lr}
+                        st.stop_metrics = {MN.TRAIN_LOSS: loss, MN.TRAIN_LR: lr}
                         self.record(dict(st.stop_metrics), step)
                         st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
                         self.save()
@@ -379,7 +380,7 @@ class Trainer:
                         mean_loss = st.window_loss / st.window_steps
                         lr = self.optimizer.param_groups[0]["lr"]
                         tps = st.window_tokens / max(st.window_seconds, 1e-9)
-                        self.record({"train/loss": mean_loss, "train/lr": lr, "train/tokens_per_s": tps},
+                        self.record({MN.TRAIN_LOSS: mean_loss, MN.TRAIN_LR: lr, MN.TOKENS_PER_S: tps},
                                     step)
                         st.train_curve.append((step, mean_loss))
                         progress.update(step, mean_loss, lr, tps)

@@ -1,17 +1,28 @@
 """Comparison reports read back from MLflow: ``ablate report``.
 
-Owns reading a study into tables (``data``), the statistics of its verdicts (``stats``: paired tests,
-bootstrap and permutation for few seeds, Holm correction, factorial effects), figures (``figures``), the
-Markdown / HTML rendering (``render``), and the report, assembled by ``build`` (the command) from one
-``part`` per section (``part``: what a section returns and reads), each in a module named for its concept:
-``setup``, ``published`` (published results a study checks), ``summary``, ``results`` (axes, results,
-effects), ``seeds`` (the verdicts of a study with adaptive seeds), ``factorial``, ``curves``, ``costs``,
-``failures``, ``attention`` (heat maps), ``search`` (search studies) and ``environment`` (data, hardware,
-code; the datasets grouped by digest in ``datasets``). ``bounds`` finds a quality metric at its floor or
-ceiling.
+Two halves, as the folders show:
+
+- ``compute/``: what the report computes from the runs, never rendering: the study read back from MLflow
+  (``loaded_study``), the statistics (``statistics``: seed means, paired and Welch tests, bootstrap and
+  permutation for few seeds, Holm), each comparison's sequential verdict (``comparisons``), the validation
+  verdict with the test split beside it and the regime (``val_and_test``), both arms of a tuned study
+  (``arm_verdicts``), the verdicts at a larger scale (``scale_outcomes``), factorial effects
+  (``contrasts``), expected validation performance (``expected_validation``), the sentence-level paired
+  bootstrap (``sentence_bootstrap``), floor and ceiling (``bounds``) and the logged datasets
+  (``logged_datasets``). Every verdict is decided by ``ablate.study.verdict``.
+- ``sections/``: one module per report section, each a ``part(inp) -> Part | None`` that reads computed
+  results and renders them (``setup``, ``forest_plot``, ``published``, ``summary``, ``main_table``,
+  ``seeds``, ``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``,
+  ``lengths``, ``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``trials`` (a search study),
+  ``environment``, ``mde`` (what the design could settle) and ``withdrawn`` (superseded cells)).
+
+Beside them: ``build`` (the command: assembles the parts in order), ``part`` (what a section returns and
+reads), ``render`` (Markdown / HTML), ``plots`` (the figures, matplotlib) and ``paper`` (the effects as a
+LaTeX or CSV table, from report.json: ``ablate report --format``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine`` (attention heat maps of a logged
-model), ``ablate.tracking`` (reading runs back), ``ablate.study.sequential`` (the sequential verdicts the
-study stopped by: one implementation for both), ``ablate.errors``. Never optuna: a search is read from
-what ``ablate.study`` logged to MLflow.
+model), ``ablate.tracking`` (reading runs back), ``ablate.study.sequential`` and ``ablate.study.verdict``
+(the sequential verdicts the study stopped by: one implementation for both) and ``ablate.study.power``
+(what a design could detect, for the plan table), ``ablate.errors``. Never
+optuna: a search is read from what ``ablate.study`` logged to MLflow.
 """

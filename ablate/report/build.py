@@ -27,30 +27,32 @@ from pathlib import Path
 from typing import Any
 
 import ablate.tracking.record as R
-from ablate.report import (
-    at_scale,
-    attention,
-    bootstrap,
-    budget,
-    compute,
+from ablate.report.compute.loaded_study import Study, design_params, load_study
+from ablate.report.part import Inputs, Part
+from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
+from ablate.report.sections import (
+    attention_maps,
+    compute_hours,
     costs,
     curves,
     environment,
     factorial,
     failures,
+    forest_plot,
+    larger_scale,
     lengths,
+    main_table,
+    mde,
     own_best,
     published,
-    results,
-    search,
+    sampling,
     seeds,
     setup,
     summary,
-    verdicts,
+    trials,
+    tuning_budget,
+    withdrawn,
 )
-from ablate.report.data import Study, design_params, load_study
-from ablate.report.part import Inputs, Part
-from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
@@ -59,11 +61,12 @@ PartFn = Callable[[Inputs], Part | None]
 # The report of an ablation, top to bottom. A part's intro blocks open the report in this order too:
 # published results, then the summary, then the factorial main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    setup.part, verdicts.part, published.part, summary.part, results.axes_part, results.part, seeds.part,
-    own_best.part, budget.part, at_scale.part, bootstrap.part, factorial.part, curves.part, lengths.part,
-    costs.part, compute.part, failures.part, attention.part, environment.part)
+    setup.part, forest_plot.part, mde.part, published.part, summary.part, main_table.axes_part,
+    main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part, sampling.part,
+    factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
+    attention_maps.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
-    setup.part, search.part, failures.part, attention.part, environment.part)
+    setup.part, trials.part, failures.part, attention_maps.part, environment.part)
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def _clean(value: Any) -> Any:
 def write_runs_csv(study: Study, path: Path) -> None:
     """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
     arms share once per arm)."""
-    from ablate.tracking.transfer import origin_id  # an imported run shows the id it was exported with
+    from ablate.tracking.run_files import origin_id  # an imported run shows the id it was exported with
 
     arms = [("", study)] if not study.arms else [(R.BASELINE_ARM, study), *study.arms.items()]
     rows = [(arm, r) for arm, part in arms for r in part.runs]
@@ -153,14 +156,21 @@ def build_report(study: Study, out_dir: Path) -> Report:
     return Report(out_dir / "report.md", parts)
 
 
-def main_report(study: str, out: str | None = None) -> int:
-    """`ablate report STUDY [--out DIR]`: STUDY is a study name or the parent run id. Exit 1 when a
-    section failed or the report could not be logged to MLflow (the files are written either way)."""
+def main_report(study: str, out: str | None = None, table_format: str | None = None) -> int:
+    """`ablate report STUDY [--out DIR] [--format latex|csv]`: STUDY is the study's spec file, its name or
+    the parent run id; ``table_format`` also writes the effects as a table (ablate/report/paper.py). Exit 1
+    when a section failed or the report could not be logged to MLflow (the files are written either
+    way)."""
+    from ablate.spec.study_ref import study_name
     from ablate.tracking.read import log_report_artifacts
 
-    loaded = load_study(study)
+    loaded = load_study(study_name(study))
     out_dir = Path(out) if out else Path("reports") / loaded.name
     report = build_report(loaded, out_dir)
+    if table_format is not None:  # the effects for a paper, from the report.json just written
+        from ablate.report.paper import write_table
+
+        print(f"table: {write_table(out_dir, table_format)}")
     n_fig = len(list((out_dir / "figures").glob("*.png")))
     try:
         log_report_artifacts(loaded.parent["run_id"], out_dir)

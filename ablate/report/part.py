@@ -14,10 +14,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ablate.report.bounds import AtBound, at_bounds, bound_suffix
-from ablate.report.data import EffectRow, Study, effects, summarise
-from ablate.report.datasets import DatasetRow, study_dataset_rows
-from ablate.report.factorial_effects import FactorialRow, factorial_effects
+from ablate.report.compute.bounds import AtBound, at_bounds, bound_suffix
+from ablate.report.compute.contrasts import FactorialRow, factorial_effects
+from ablate.report.compute.loaded_study import EffectRow, Study, effects, summarise
+from ablate.report.compute.logged_datasets import DatasetRow, study_dataset_rows
 from ablate.report.render import Block, Section
 
 T = TypeVar("T")

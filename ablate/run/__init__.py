@@ -2,9 +2,10 @@
 
 Owns ``ablate run`` (``runner``: the steps of one run, seeds, resume from checkpoints, the MLflow record
 of one run through ``ablate.tracking``; ``distributed``: torchrun and the device; ``rundir``: the run
-folder and its summary; ``evaluation``: the best checkpoint on whole val/test), ``ablate translate`` /
-``ablate evaluate`` over a run read back from MLflow (``translate``) and ``ablate generate``
-(``generate``).
+folder and its summary; ``lock``: one process per run folder; ``evaluation``: the best checkpoint on whole
+val/test), ``ablate translate`` /
+``ablate evaluate`` over a run read back from MLflow (``translate``; a language model's perplexity on one's
+own held-out text: ``heldout``) and ``ablate generate`` (``generate``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

@@ -73,7 +73,7 @@ def averaged_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, 
 
 def log_translations(tracker: NullTracker, decoded: dict[str, Translations]) -> None:
     """Each split's final hypotheses with their references (``record.translations_artifact``): what the
-    report's paired bootstrap resamples (`ablate.report.bootstrap`)."""
+    report's paired bootstrap resamples (`ablate.report.sections.sampling`)."""
     with tempfile.TemporaryDirectory() as tmp:
         for split, tr in decoded.items():
             tracker.log_artifact(translations.write(Path(tmp), split, tr.hypotheses, tr.references),

@@ -6,7 +6,7 @@ reads it and stops with one line naming the holder (exit 2), or with ``--wait`` 
 A lock left by a process that is gone (same host, pid not running, or running but not holding the flock:
 a recycled pid) is taken over with a note. A lock from another host is never judged stale: only that host
 can tell, so its owner must remove it. Studies do not use it: their cells are coordinated through the
-Optuna store (ablate/study/store.py).
+Optuna store (ablate/study/optuna_store.py).
 """
 
 from __future__ import annotations

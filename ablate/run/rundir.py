@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.spec.experiment import ExperimentSpec
 
@@ -85,10 +86,10 @@ def clear_run(run_dir: Path) -> None:
 
 # The summary's rows: result metrics under their MLflow names (final/ for what the final evaluation and
 # the whole run measured, plain for the constants logged once), in reading order.
-SUMMARY_KEYS = ("val/loss", "val/ppl", "val/bpb", "val/bleu", "val/chrf", "val/exact_match", "test/loss",
-                "test/bpb", "test/bleu", "test/chrf", "test/exact_match", "train/loss", "model/params",
-                "train/tokens_per_s", "train/wall_time_s", "train/cpu_time_s", "data/padding_fraction",
-                "peak_memory_mb", "run_memory_mb")
+SUMMARY_KEYS = (MN.VAL_LOSS, MN.VAL_PPL, MN.VAL_BPB, MN.VAL_BLEU, MN.VAL_CHRF, MN.VAL_EXACT_MATCH,
+                MN.TEST_LOSS, MN.TEST_BPB, MN.TEST_BLEU, MN.TEST_CHRF, MN.TEST_EXACT_MATCH, MN.TRAIN_LOSS,
+                MN.MODEL_PARAMS, MN.TOKENS_PER_S, MN.WALL_TIME, MN.CPU_TIME, MN.PADDING, MN.PEAK_MEMORY,
+                MN.RUN_MEMORY)
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:

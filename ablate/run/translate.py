@@ -155,9 +155,25 @@ def main_translate(run_id: str, text: str | None, beam: int | None = None,
     return 0
 
 
-def main_evaluate(run_id: str, src_path: str, ref_path: str, beam: int | None = None) -> int:
-    """`ablate evaluate RUN_ID --src FILE --ref FILE`: BLEU and chrF of the run's best checkpoint on a new
-    test set, with sacreBLEU's signatures (so the numbers can be compared and recomputed)."""
+def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None = None,
+                  text_path: str | None = None, beam: int | None = None) -> int:
+    """`ablate evaluate RUN_ID --src FILE --ref FILE`: BLEU and chrF of a translation run's best checkpoint
+    on a new test set, with sacreBLEU's signatures (so the numbers can be compared and recomputed);
+    `ablate evaluate RUN_ID --text FILE`: a language model's perplexity and bits per byte on held-out text."""
+    if text_path is not None:
+        if src_path is not None or ref_path is not None:
+            raise AblateError("give --text FILE (a language model) or --src and --ref (a translation model)")
+        from ablate.run.heldout import evaluate_text
+
+        run = load_run_model(run_id)
+        return evaluate_text(run.run_id, run.model, run.spec, run.tok, text_path)
+    if src_path is None or ref_path is None:
+        raise AblateError("give --src FILE and --ref FILE (a translation model) or --text FILE (a language "
+                          "model)")
+    return _evaluate_translation(run_id, src_path, ref_path, beam)
+
+
+def _evaluate_translation(run_id: str, src_path: str, ref_path: str, beam: int | None) -> int:
     from ablate.engine import metrics as M
 
     sources, references = _read_lines(src_path), _read_lines(ref_path)
@@ -167,6 +183,9 @@ def main_evaluate(run_id: str, src_path: str, ref_path: str, beam: int | None = 
     if not sources:
         raise AblateError(f"{src_path} is empty: nothing to evaluate")
     run = load_run_model(run_id)
+    if run.spec.model.arch == "decoder_only":
+        raise AblateError(f"run {run.run_id} is a decoder-only language model: score it with "
+                          f"`ablate evaluate {run_id} --text FILE` (perplexity, bits per byte)")
     unknown = sum(1 for s in sources if unknown_words(run.tok, s))
     hyps = translate(run, sources, beam=beam)
     sig = M.signatures()

@@ -1,11 +1,15 @@
 """YAML -> a validated :class:`~ablate.spec.experiment.ExperimentSpec`.
 
-Owns the spec's pydantic models (``experiment``: the whole spec and its model section, ``data``: corpora
-and tokenizers, ``study``: ablation and search sections, ``base``: strict field types and located
+Owns the spec's pydantic models (``experiment``: the whole spec, ``model``: its model section built from
+the registry's axis declarations, ``data``: corpora and tokenizers, ``train``: optimizer, schedule,
+weight averaging and the trainer's settings, ``study``: ablation and search sections, ``base``: strict
+field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
-located one-line errors and the JSON Schema (``errors``, ``schema``), the names of the metrics a run
+located one-line errors, the JSON Schema and the field guide generated from the same source, docs/spec.md
+(``errors``, ``schema``, ``guide``, ``guide_examples``), the names of the metrics a run
 reports (``metricnames``), the spec hash, a run's identity, and the commands that read specs and the
-registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``).
+registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``) and a study named on the
+command line by its spec or its name (``study_ref``).
 
 May import: ``ablate.errors`` and ``registry`` (the model section names registry components). Nothing
 else of ablate: every other layer reads the spec, the spec reads none of them.

@@ -29,9 +29,15 @@ Bool = Annotated[bool, pydantic.Strict()]  # true or false, not 1 or "yes"
 
 
 class Strict(BaseModel):
-    """Unknown keys are errors; inf/nan are never a sensible setting (1e400 in YAML overflows to inf)."""
+    """Unknown keys are errors; inf/nan are never a sensible setting (1e400 in YAML overflows to inf).
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
+    A field's docstring (the string literal under it) is its description in the JSON Schema, which editors
+    show, and in the field guide (docs/spec.md, ablate/spec/guide.py). Descriptions are schema only: they
+    never reach a dumped spec, so no run's identity depends on them.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
 
 
 class Issue(NamedTuple):

@@ -6,20 +6,33 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
 
+if TYPE_CHECKING:
+    from ablate.spec.experiment import ExperimentSpec
+
 
 def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
+    """The specs alone (`ablate validate` adds their data files: ablate/data/check.py)."""
+    return validate_specs(specs, overrides)
+
+
+def validate_specs(specs: Sequence[str], overrides: Sequence[str] = (),
+                   check: Callable[[str, ExperimentSpec], None] | None = None) -> int:
+    """Print `ok SPEC (hash)` for each valid spec, every problem of the others (exit 2); ``check`` looks
+    further at a valid spec (its data files) and raises SpecError."""
     from ablate.spec.load import SpecError, load_spec
 
     failed: list[str] = []
     for path in specs:
         try:
             spec = load_spec(path, list(overrides))
+            if check is not None:
+                check(path, spec)
         except SpecError as exc:
             failed.extend(str(p) for p in exc.problems)
             continue
@@ -39,11 +52,13 @@ def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
             kind = None
         else:
             close = difflib.get_close_matches(kind, kinds, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AblateError(f"unknown component kind {kind!r}; known: {', '.join(kinds)}{hint}")
+            kind_hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = _common_name_hint(registry, None, kind) or kind_hint
+            raise AblateError(f"unknown component kind or name {kind!r}; kinds: {', '.join(kinds)}{hint}")
     entries = registry.REGISTRY.entries(kind, pattern)
     if not entries:
-        raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else ""))
+        raise AblateError(f"no component matches {pattern!r}" + (f" in {kind}" if kind else "")
+                          + _common_name_hint(registry, kind, pattern))
     width = max(len(e.name) for e in entries)
     details = pattern == "*"  # a filtered list shows the matching names only
     for group in [k for k in kinds if kind in (None, k)]:
@@ -64,6 +79,17 @@ def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
             print(f"  {'':<{width}}  (sdpa may run as torch's fused kernel or as two matmuls where those are "
                   "faster: the same function, an implementation detail recorded in the run, not a variant)")
     return 0
+
+
+def _common_name_hint(registry: Any, kind: str | None, name: str) -> str:
+    """`ablate list layernorm`: "; did you mean norm 'builtin'?" (registry/aliases.py's common names)."""
+    from registry.aliases import suggest
+
+    for group in [kind] if kind else [a.kind for a in registry.axes()]:
+        hint = suggest(group, name, registry.names(group))
+        if hint is not None and hint != name:
+            return f"; did you mean {group} {hint!r}?"
+    return ""
 
 
 def _axis_lines(axis: Any, registry: Any) -> list[str]:

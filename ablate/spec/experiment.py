@@ -16,8 +16,9 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, model_validator
 
+import ablate.spec.metricnames as MN
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
@@ -34,6 +35,7 @@ from ablate.spec.data import (
 )
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
+from ablate.spec.train import EarlyStopping, OptimizerSpec, ScheduleSpec, TrainSpec, WeightAverage
 
 __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
@@ -51,180 +53,93 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
-# ---------------------------------------------------------------- train
-Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
-
-
-class OptimizerSpec(Strict):
-    name: Literal["adam", "adamw"] = "adam"
-    lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
-    betas: tuple[Beta, Beta] = (0.9, 0.98)
-    eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
-    weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-
-
-class ScheduleSpec(Strict):
-    name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
-    warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
-    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0  # cosine floor
-
-
-class EarlyStopping(Strict):
-    metric: str = "val/loss"  # a metric of each evaluation (spec/metricnames.py), checked per data
-    mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
-    patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_mode(cls, data: Any) -> Any:
-        return metricnames.with_natural_default(data, "mode", metricnames.mode)
-
-    @model_validator(mode="after")
-    def _consistent_mode(self) -> EarlyStopping:
-        natural = metricnames.mode(self.metric)
-        if self.metric in metricnames.all_metrics() and self.mode != natural:
-            better = "higher" if natural == "max" else "lower"
-            raise SpecFieldError.single(
-                "mode", f"mode {self.mode!r} contradicts {self.metric} ({better} is better): use {natural!r} "
-                "or leave mode out", "metric"
-            )
-        return self
-
-
-class WeightAverage(Strict):
-    """An average of the weights evaluated at the end of the run beside the best checkpoint (ablate/engine/
-    averaging.py). One field for options that exclude each other; ``kind`` says which, and only its own
-    options are accepted:
-
-    - ``last_k`` (``k``, ``every``): the mean of the last ``k`` snapshots of the weights, one taken at every
-      optimizer step that is a multiple of ``every``: theta_avg = (1/k) * sum_j theta_(t_j). Vaswani et al.
-      2017 (section 6.1) averaged the last 5 (base) or 20 (big) checkpoints, written at 10-minute
-      intervals, as fairseq's ``scripts/average_checkpoints.py`` does; Kaddour 2022 ("latest weight
-      averaging") the last k epochs' weights.
-    - ``ema`` (``decay``): an exponential moving average updated after every optimizer step, theta_ema <-
-      decay * theta_ema + (1 - decay) * theta, started at the weights after the first step (the averaging
-      of Polyak & Juditsky 1992 with exponentially fading weights, as timm's ModelEmaV3 and torch's
-      swa_utils.get_ema_multi_avg_fn keep it). Its horizon is about 1 / (1 - decay) steps: choose it well
-      inside the run (0.99 averages over ~100 steps; 0.999 in a 700-step run still weighs the first
-      steps' weights).
-    """
-
-    kind: Literal["last_k", "ema"]
-    k: Annotated[Int, Field(ge=1, le=1000)] | None = None
-    every: Annotated[Int, Field(ge=1, le=BIG)] | None = None
-    decay: Annotated[Float, Field(ge=0.0, lt=1.0)] | None = None
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)  # the kind's own options only: the others are None
-        return {key: value for key, value in data.items() if value is not None}
-
-    @model_validator(mode="after")
-    def _options_of_kind(self) -> WeightAverage:
-        checks = Checks()
-        own = {"last_k": ("k", "every"), "ema": ("decay",)}[self.kind]
-        for option in ("k", "every", "decay"):
-            value = getattr(self, option)
-            if option in own and value is None:
-                checks.fail(option, f"kind {self.kind} needs {option}", "kind")
-            elif option not in own and value is not None:
-                checks.fail(option, f"{option} is an option of another kind, not of {self.kind} (which takes "
-                            f"{' and '.join(own)})", "kind")
-        checks.raise_any()
-        return self
-
-
-class TrainSpec(Strict):
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # checked against this machine on load
-    optimizer: OptimizerSpec = OptimizerSpec()
-    schedule: ScheduleSpec = ScheduleSpec()
-    accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
-    clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
-    label_smoothing: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-    max_steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = 1000
-    epochs: Annotated[Int, Field(ge=1, le=100_000)] | None = None
-    eval_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
-    checkpoint_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
-    early_stopping: EarlyStopping | None = None
-    # A loss above divergence_factor x the first logged loss (or non-finite) ends the run as diverged.
-    divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
-    # Evaluate, at the end, an average of the weights beside the best checkpoint (ablate/engine/averaging.py):
-    # its metrics are the val/averaged/... names; a study decides on them by default (ablation.metric auto).
-    weight_average: WeightAverage | None = None
-    compile: Bool = False
-    threads: Annotated[Int, Field(ge=0, le=1024)] = 0  # 0: leave torch's default
-    out_dir: str = "runs"
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # weight_average came after runs were recorded: left out of the dump (params, spec.yaml, identity)
-        # when absent, so every spec without it keeps its record and its hash.
-        data: dict[str, Any] = handler(self)
-        if data.get("weight_average") is None:
-            data.pop("weight_average", None)
-        return data
-
-    @model_validator(mode="after")
-    def _budget(self) -> TrainSpec:
-        if self.max_steps is None and self.epochs is None:
-            raise SpecFieldError.single(
-                "max_steps", "set max_steps, epochs or both: training needs an end", "epochs"
-            )
-        avg = self.weight_average
-        if avg is not None and avg.k is not None and avg.every is not None and self.max_steps is not None \
-                and avg.k * avg.every > self.max_steps:
-            raise SpecFieldError.single(
-                "weight_average.k", f"{avg.k} snapshots every {avg.every} steps need {avg.k * avg.every} "
-                f"steps; train.max_steps is {self.max_steps}", "weight_average.every", "max_steps"
-            )
-        return self
+# ---------------------------------------------------------------- train (ablate/spec/train.py)
 
 
 # ---------------------------------------------------------------- eval
 class DecodeSpec(Strict):
+    """How translations are decoded for BLEU, chrF and exact match."""
+
     strategy: Literal["greedy", "beam"] = "greedy"
+    """greedy, or beam search (batched)"""
     beam: Annotated[Int, Field(ge=1, le=64)] = 4
+    """beam size (strategy: beam)"""
     length_penalty: Annotated[Float, Field(ge=0.0, le=10.0)] = 0.6
+    """beam: GNMT's length penalty alpha (0: none)"""
     max_len_a: Annotated[Float, Field(ge=0.0, le=10.0)] = 1.2
+    """a hypothesis has at most max_len_a x source length + max_len_b tokens (fairseq's rule)"""
     max_len_b: Annotated[Int, Field(ge=0, le=10_000)] = 10
+    """see max_len_a"""
 
 
 class EvalSpec(Strict):
+    """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
+
     decode: DecodeSpec = DecodeSpec()
+    """how translations are decoded"""
     metric: Literal["auto", "bleu", "exact_match"] = "auto"
+    """the quality metric: auto (BLEU and chrF for text, exact match for a synthetic task), bleu or
+    exact_match"""
     samples: Annotated[Int, Field(ge=0, le=1000)] = 5
-    max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None  # cap decoding at each evaluation
+    """sample translations (or continuations) logged at each evaluation"""
+    max_sentences: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    """decode at most this many validation sentences at each evaluation (the final scores use all)"""
     bleu_during_training: Bool = True
-    # Language models: perplexity at each of these evaluation lengths (tokens per window), e.g. [L, 2L,
-    # 4L, 8L] for a model trained on blocks of L = data.max_len: non-overlapping windows, and sliding
-    # windows scoring sliding_stride new tokens each when that is set (Press et al. 2022, section 4).
+    """decode and score at each evaluation; false: only the losses until the end (faster)"""
+    # Press et al. 2022, section 4: non-overlapping and sliding windows.
     lengths: list[Annotated[Int, Field(ge=2, le=1_000_000)]] = []
+    """language models: perplexity at each of these evaluation lengths in tokens, e.g. [32, 64, 128, 256]
+    for blocks of data.max_len 32 (val/ppl_at_<n>)"""
     sliding_stride: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
+    """language models: also sliding windows scoring this many new tokens each (val/ppl_at_<n>_sliding)"""
 
 
 # ---------------------------------------------------------------- tracking
 class TrackingSpec(Strict):
+    """Where runs are recorded: MLflow (./mlflow.db and ./mlartifacts unless told)."""
+
     enabled: Bool = True
+    """record the run in MLflow"""
     uri: str | None = None
-    experiment: Name | None = None  # the MLflow experiment and the reports/<study>/ folder: a name rule
+    """an MLflow tracking URI (http://host:5000, postgresql://...); left out: MLFLOW_TRACKING_URI, else
+    sqlite:///mlflow.db in the working directory"""
+    experiment: Name | None = None
+    """the MLflow experiment (and a study's reports/<study>/ folder); left out: the spec's name"""
     log_model: Bool = False
+    """also log the model with mlflow.pytorch (and a weights-only copy)"""
     async_logging: Bool = False
+    """MLflow's asynchronous metric logging"""
     system_metrics: Bool = False
+    """MLflow's system metrics (CPU, GPU, memory) during the run"""
     log_checkpoint: Bool = True
+    """log the best checkpoint as an artifact (checkpoints/best.pt)"""
 
 
 # ---------------------------------------------------------------- the whole spec
 class ExperimentSpec(Strict):
+    """One experiment: a model, its data and its training; with ``ablation`` or ``search``, a study."""
+
     name: Name
+    """the experiment's name: its run folder and MLflow experiment (letters, digits, _ . -)"""
     description: str = ""
+    """free text: the MLflow experiment's and run's description"""
     seed: Seed = 0
+    """the run's seed: the same seed gives the same data order and the same initial weights in every
+    parameter two variants share"""
     data: DataSpec = DataSpec()
+    """the corpus, its tokenizer and batching"""
     model: ModelSpec = ModelSpec()  # type: ignore[call-arg]  # a dynamic model: its axes have defaults
+    """the model's sizes and one registry key per design axis (`ablate list`)"""
     train: TrainSpec = TrainSpec()
+    """the trainer"""
     eval: EvalSpec = EvalSpec()
+    """evaluation and decoding"""
     tracking: TrackingSpec = TrackingSpec()
+    """MLflow tracking"""
     ablation: AblationSpec | None = None
+    """an ablation study of this spec (`ablate ablate`)"""
     search: SearchSpec | None = None
+    """a hyperparameter search from this spec (`ablate tune`)"""
 
     @model_validator(mode="after")
     def _cross(self) -> ExperimentSpec:
@@ -325,7 +240,7 @@ class ExperimentSpec(Strict):
     def _lm_names(self) -> dict[str, Any]:
         """The keywords of metricnames' lists that a language model's metrics depend on."""
         return {"lm": self.is_lm, "lengths": tuple(self.eval.lengths),
-                "sliding": self.eval.sliding_stride is not None}
+                "sliding": self.eval.sliding_stride is not None, "train_length": self.data.max_len}
 
     def evaluation_metrics(self) -> list[str]:
         """The names each evaluation during training measures."""
@@ -337,7 +252,7 @@ class ExperimentSpec(Strict):
         stopping). A metric the evaluations of this run do not measure is an AblateError, never a silent
         switch (validation rules it out; a spec built without validation still gets the error here)."""
         es = self.train.early_stopping
-        key = es.metric if es is not None else "val/loss"
+        key = es.metric if es is not None else MN.VAL_LOSS
         measured = self.evaluation_metrics()
         if key not in measured:
             raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations "
@@ -385,6 +300,9 @@ def _drop_later_defaults(data: dict[str, Any]) -> None:
             del part[key]
     if data.get("model", {}).get("arch") == "decoder_only":
         data["model"].pop("encoder_layers", None)  # one stack: its depth is decoder_layers
+    text = data.get("data", {}).get("text")
+    if isinstance(text, dict) and text.get("documents") == "lines":
+        del text["documents"]  # how text was cut before documents had a field: older hashes stay
 
 
 def spec_hash(data: dict[str, Any]) -> str:

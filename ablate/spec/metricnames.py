@@ -32,13 +32,28 @@ import difflib
 from collections.abc import Callable
 from typing import Any, Literal
 
+# ---------------------------------------------------------------- every metric name, declared once
+# Everywhere else reads these (tests/test_layout.py fails on a metric name written inline).
+TRAIN_LOSS = "train/loss"
+TRAIN_LR = "train/lr"
+TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
+WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
+CPU_TIME = "train/cpu_time_s"  # the run's process CPU time over all its segments (every thread)
+MODEL_PARAMS = "model/params"  # logged once, at step 0
+PADDING = "data/padding_fraction"  # logged once, at step 0
+PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
+RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
+VAL_LOSS, VAL_PPL, VAL_BPB = "val/loss", "val/ppl", "val/bpb"
+VAL_BLEU, VAL_CHRF, VAL_EXACT_MATCH = "val/bleu", "val/chrf", "val/exact_match"
+TEST_LOSS, TEST_BPB = "test/loss", "test/bpb"
+TEST_BLEU, TEST_CHRF, TEST_EXACT_MATCH = "test/bleu", "test/chrf", "test/exact_match"
+
 SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
 SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
 LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decoding)
-TRAINING_METRICS = ("train/loss", "train/lr", "train/tokens_per_s")
-RUN_METRICS = ("model/params", "train/tokens_per_s", "data/padding_fraction", "train/wall_time_s",
-               "train/cpu_time_s", "peak_memory_mb", "run_memory_mb")
+TRAINING_METRICS = (TRAIN_LOSS, TRAIN_LR, TOKENS_PER_S)
+RUN_METRICS = (MODEL_PARAMS, TOKENS_PER_S, PADDING, WALL_TIME, CPU_TIME, PEAK_MEMORY, RUN_MEMORY)
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
 AVERAGED = "averaged"  # the averaged weights' reading: val/averaged/bleu (train.weight_average)
 
@@ -75,26 +90,41 @@ def length_metric(split: str, length: int, sliding: bool = False) -> str:
     return f"{split}/ppl_at_{length}" + ("_sliding" if sliding else "")
 
 
+def growth_metric(split: str, length: int, sliding: bool = False) -> str:
+    """A language model's loss at evaluation length ``length`` minus its loss at the training length (nats):
+    ``val/loss_growth_at_256`` (non-overlapping windows) or ``val/loss_growth_at_256_sliding``."""
+    return f"{split}/loss_growth_at_{length}" + ("_sliding" if sliding else "")
+
+
 def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val", lm: bool = False,
-                       lengths: tuple[int, ...] = (), sliding: bool = False) -> list[str]:
+                       lengths: tuple[int, ...] = (), sliding: bool = False,
+                       train_length: int | None = None) -> list[str]:
     """The names in one evaluation's dict (`decode`: whether it decoded, i.e. bleu_during_training; `lm`:
-    a language model's, with perplexity at each of its evaluation ``lengths``)."""
+    a language model's, with perplexity at each of its evaluation ``lengths``, and the loss growth at each
+    length other than its ``train_length``)."""
     if lm:
         names = [f"{split}/{name}" for name in LM_METRICS]
+        kinds = (False, True) if sliding else (False,)
         for n in lengths:
-            names += [length_metric(split, n)] + ([length_metric(split, n, True)] if sliding else [])
+            names += [length_metric(split, n, kind) for kind in kinds]
+        for n in lengths:
+            if n != train_length:
+                names += [growth_metric(split, n, kind) for kind in kinds]
         return names
     names_ = SPLIT_METRICS + (quality_metrics(is_text) if decode else ())
     return [f"{split}/{name}" for name in names_]
 
 
 def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
-                   sliding: bool = False, with_averaged: bool = False) -> list[str]:
+                   sliding: bool = False, with_averaged: bool = False, train_length: int | None = None
+                   ) -> list[str]:
     """The names in a finished run's result metrics (``with_averaged``: with train.weight_average, the
     averaged weights' reading of each val/test metric too)."""
-    names = evaluation_metrics(is_text, lm=lm, lengths=lengths, sliding=sliding)
+    lm_names: dict[str, Any] = {"lm": lm, "lengths": lengths, "sliding": sliding,
+                                "train_length": train_length}
+    names = evaluation_metrics(is_text, **lm_names)
     if has_test:
-        names += evaluation_metrics(is_text, split="test", lm=lm, lengths=lengths, sliding=sliding)
+        names += evaluation_metrics(is_text, split="test", **lm_names)
     if with_averaged:
         names += [averaged(n) for n in names]
     return names + [m for m in RUN_METRICS if m not in names]

@@ -24,7 +24,6 @@ chosen variant whose implementation version is above 1 adds ``<axis>_version`` t
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -33,16 +32,12 @@ from pydantic import Field, create_model, model_validator
 import registry
 from ablate.spec.base import Bool, Checks, Float, Int, Strict
 from registry import Axis, Option
+from registry.aliases import did_you_mean
 from registry.masking import format_mask_fill, parse_mask_fill
 
 __all__ = ["ModelSpec", "component_versions", "drop_unset_options", "format_mask_fill", "identity_of",
            "stale_components", "option_owner", "options_of",
            "parse_mask_fill"]
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    hint = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
 def options_of(axis: Axis) -> list[Option]:
@@ -70,12 +65,19 @@ class ModelSpecBase(Strict):
     """The fields of the model section that are not axes; :data:`ModelSpec` adds the axes and options."""
 
     d_model: Annotated[Int, Field(gt=0, le=65536)] = 128
+    """the model (embedding) width"""
     heads: Annotated[Int, Field(gt=0, le=1024)] = 4
+    """attention heads; d_model must be divisible by it"""
     encoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    """encoder layers (encoder_decoder only)"""
     decoder_layers: Annotated[Int, Field(gt=0, le=256)] = 2
+    """decoder layers (a decoder-only model's depth)"""
     d_ff: Annotated[Int, Field(gt=0, le=1_000_000)] = 512
+    """the feed-forward inner width (the gated FFNs use 2/3 of it unless glu_hidden says otherwise)"""
     dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.1
+    """dropout on each sub-layer's output and on the embeddings"""
     attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """dropout on the attention weights"""
 
     @model_validator(mode="before")
     @classmethod
@@ -112,7 +114,7 @@ class ModelSpecBase(Strict):
         known = registry.names(axis.kind)
         if entry is None and not axis.open_values:
             checks.fail(axis.kind, f"unknown {axis.kind} {value!r}; accepted: {', '.join(known)}"
-                        + _did_you_mean(value, known))
+                        + did_you_mean(axis.kind, str(value), known))
             return
         if axis.parent is not None and value != axis.default:
             parent_value = values[axis.parent]
@@ -167,14 +169,21 @@ def _axis_fields() -> dict[str, Any]:
     return fields
 
 
+# Fields after the axes; `arch` is left out of a run's identity at its default (identity_of).
 _TAIL: dict[str, Any] = {
-    # encoder_decoder: translation (Vaswani et al. 2017); decoder_only: a causal language model
-    # (ablate/engine/lm.py). Left out of a run's identity at its default (identity_of).
-    "arch": (Literal["encoder_decoder", "decoder_only"], "encoder_decoder"),
-    "position_dropout": (Bool, True),
-    "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], 512),
-    "embed_scale": (Bool, True),  # multiply embeddings by sqrt(d_model)
-    "init": (Literal["xavier", "default"], "xavier"),
+    "arch": (Literal["encoder_decoder", "decoder_only"], Field(
+        default="encoder_decoder", description="encoder_decoder: translation (Vaswani et al. 2017); "
+        "decoder_only: a causal language model (data.source: text, hub with a text field, or an LM task)")),
+    "position_dropout": (Bool, Field(
+        default=True, description="dropout on the sum of token embeddings and positions")),
+    "max_positions": (Annotated[Int, Field(gt=0, le=1_000_000)], Field(
+        default=512, description="rows of the position table (learned) or buffer (sinusoidal): the "
+        "longest sequence the model can read; at least data.max_len and every eval.lengths")),
+    "embed_scale": (Bool, Field(default=True, description="multiply token embeddings by sqrt(d_model)")),
+    "init": (Literal["xavier", "xavier_embed_normal", "default"], Field(
+        default="xavier", description="xavier: Xavier-uniform weights of every Linear, Conv1d and "
+        "Embedding the builder owns; xavier_embed_normal: the same, but token embeddings from "
+        "N(0, d_model^-1/2) (tensor2tensor, fairseq); default: torch's own initialisation")),
 }
 
 if TYPE_CHECKING:
@@ -201,6 +210,8 @@ if TYPE_CHECKING:
 else:
     ModelSpec = create_model(
         "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **_axis_fields(), **_TAIL,
+        __doc__="The model: its sizes, and one field per design axis naming a registered variant (`ablate "
+        "list` prints each with its paper and options), each followed by the options its variants take.",
     )
 
 

@@ -31,6 +31,19 @@ def _axis_property(axis: registry.Axis, current: dict[str, Any]) -> dict[str, An
     return {**current, "enum": names, "description": f"{axis.doc}: {', '.join(names)}"}
 
 
+def _one_line_descriptions(node: Any) -> None:
+    """Field docstrings wrap at the source's line length: an editor's tooltip should wrap them itself."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                node[key] = " ".join(value.split())
+            else:
+                _one_line_descriptions(value)
+    elif isinstance(node, list):
+        for item in node:
+            _one_line_descriptions(item)
+
+
 def json_schema() -> dict[str, Any]:
     """ExperimentSpec's JSON Schema, axes and options completed from the registry (plugins included)."""
     registry.load_plugins()
@@ -58,6 +71,7 @@ def json_schema() -> dict[str, Any]:
         },
         **schema["properties"],
     }
+    _one_line_descriptions(schema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "ablate experiment spec",

@@ -12,52 +12,115 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
 
 Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
 
 
+class SeedBudget(Strict):
+    """What a study may spend, for ``seeds.max: auto``: ``cells`` (runs at the baseline's settings) or
+    ``hours`` (one cell at a time, at the pilot's measured cell times), exactly one."""
+
+    cells: Annotated[Int, Field(ge=2, le=1_000_000)] | None = None
+    """cells at the baseline's settings, every variant counted"""
+    hours: Annotated[Float, Field(gt=0, le=1e6)] | None = None
+    """hours one cell at a time, at the pilot's measured cell times (train/wall_time_s)"""
+
+    @model_validator(mode="after")
+    def _one(self) -> SeedBudget:
+        if (self.cells is None) == (self.hours is None):
+            raise SpecFieldError.single("cells", "give the budget as cells or hours, exactly one", "hours")
+        return self
+
+
 class SeedRange(Strict):
     """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
-    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides)."""
+    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides).
+    ``max: auto`` lets the power plan choose the largest maximum whose worst case (every comparison to its
+    last look) fits ``budget``, from the pilot's noise and cell times (ablate/study/sizing.py)."""
 
     min: Annotated[Int, Field(ge=2, le=100)]  # a paired t statistic needs two seeds
-    max: Annotated[Int, Field(ge=2, le=100)]
+    """seeds every variant runs first (the first look)"""
+    max: Annotated[Int, Field(ge=2, le=100)] | Literal["auto"]
+    """the most seeds any comparison gets; auto: the largest maximum whose worst case fits seeds.budget, at
+    the pilot's cell times (needs ablation.pilot)"""
     step: Annotated[Int, Field(ge=1, le=100)] = 1
+    """seeds added at a time to the comparisons still open"""
+    budget: SeedBudget | None = None
+    """with max: auto only: what the study may spend ({cells: N} or {hours: H}); left out of the record
+    when not given"""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("budget") is None:
+            data.pop("budget", None)
+        return data
 
     @model_validator(mode="after")
     def _order(self) -> SeedRange:
-        if self.max < self.min:
+        if self.max == "auto":
+            if self.budget is None:
+                raise SpecFieldError.single("budget", "max: auto needs a budget ({cells: N} or {hours: H}) "
+                                            "to choose the maximum from", "max")
+        elif self.budget is not None:
+            raise SpecFieldError.single("budget", "a budget chooses max when max is auto (max is "
+                                        f"{self.max})", "max")
+        elif self.max < self.min:
             raise SpecFieldError.single("max", f"max {self.max} is below min {self.min}", "min")
         return self
+
+
+class PilotSpec(Strict):
+    """An earlier study on the same cell that sizes this one (ablate/study/pilot.py): ``study`` is its
+    report folder (runs.csv; relative to this spec's folder) or its name in the tracking store; ``metric``
+    the pilot's metric whose paired sd stands for this study's deciding metric (default: the same name,
+    e.g. the plain reading where this study decides on an averaged one the pilot never recorded)."""
+
+    study: Annotated[str, Field(min_length=1)]
+    """the pilot's report folder (its runs.csv, relative to this spec's folder) or its study name in the
+    tracking store"""
+    metric: Annotated[str, Field(min_length=1)] | None = None
+    """the pilot's metric whose paired sd stands for this study's deciding metric; default: the same name"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"study": data} if isinstance(data, str) else data
 
 
 class Expectation(Strict):
     """A published result the study checks: how one variant compares with the baseline on the study's
     metric. The report opens by saying, for each, whether the runs reproduce it, contradict it, or cannot
-    tell yet (ablate/report/published.py)."""
+    tell yet (ablate/report/sections/published.py)."""
 
-    variant: Annotated[str, Field(min_length=1)]  # a variant's label, as `ablate ablate --dry-run` lists it
-    # better / worse than the baseline; none: within +-margin; identical: the same value in every seed
+    variant: Annotated[str, Field(min_length=1)]
+    """the variant's label, as `ablate ablate --dry-run` lists it (e.g. residual=post_norm)"""
     effect: Literal["better", "worse", "none", "identical"]
-    source: Annotated[str, Field(min_length=1)]  # who found it, e.g. "Xiong et al. 2020, Fig. 3"
-    # For effect none: the largest difference that still counts as no effect (the metric's units);
-    # default: ablation.min_effect.
+    """the published result: better or worse than the baseline, none (within +-margin), or identical (the
+    same value in every seed)"""
+    source: Annotated[str, Field(min_length=1)]
+    """who found it, e.g. "Xiong et al. 2020, Fig. 3" """
     margin: Annotated[Float, Field(gt=0)] | None = None
-    # published: a result from the literature; identity: an implementation check (two spellings of one
-    # function, e.g. conv1d = linear), reported in its own section, never as literature reproduced.
+    """effect none: the largest difference that still counts as none, in the metric's units; default:
+    ablation.min_effect"""
     kind: Literal["published", "identity"] = "published"
-    # The paper's result holds for converged models (most do): on a study that did not converge, the
-    # report says the claim was not tested at convergence. false: a claim about early training.
+    """published: a result from the literature; identity: an implementation check (two spellings of one
+    function, e.g. conv1d = linear), reported in its own section, never as literature reproduced"""
     at_convergence: Bool = True
+    """the result holds for converged models (most do): on a study that did not converge the report says it
+    was not tested at convergence; false: a claim about early training"""
 
 
 class TuneFidelity(Strict):
     """How long each tuning trial trains: ``steps``, or a ``fraction`` of the cell's ``train.max_steps``."""
 
     steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = None
+    """optimizer steps each trial trains"""
     fraction: Annotated[Float, Field(gt=0, le=1)] | None = None
+    """each trial trains this fraction of the cell's train.max_steps"""
 
     @model_validator(mode="after")
     def _one(self) -> TuneFidelity:
@@ -68,16 +131,22 @@ class TuneFidelity(Strict):
 
 
 class TuneSpec(Strict):
-    """An equal tuning budget for every variant (ablate/study/tuning.py): each variant gets its own search
-    over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the study's
-    seeds then run each variant at its own best settings."""
+    """An equal tuning budget for every variant (ablate/study/arm_settings.py): each variant gets its own
+    search over ``space`` with the same number of trials, fidelity, sampler, sampler seed and pruner; the
+    study's seeds then run each variant at its own best settings."""
 
-    space: dict[str, SearchParam]  # as search.space: dotted spec fields
-    trials: Annotated[Int, Field(ge=1, le=100_000)]  # per variant
-    fidelity: TuneFidelity | None = None  # None: each trial trains as long as a cell
-    seed: Seed | None = None  # the sampler's seed, the same for every variant; None: the spec's seed
-    sampler: Literal["tpe", "random", "grid"] = "tpe"  # grid: every point of the space, trials at most
+    space: dict[str, SearchParam]
+    """what each variant's search tunes, as search.space: a dotted spec field -> its range or choices"""
+    trials: Annotated[Int, Field(ge=1, le=100_000)]
+    """trials per variant, the baseline included"""
+    fidelity: TuneFidelity | None = None
+    """how long each trial trains; left out: as long as a cell"""
+    seed: Seed | None = None
+    """the sampler's seed, the same for every variant; left out: the spec's seed"""
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    """Optuna's sampler: tpe, random, or grid (every point of the space, trials at most)"""
     pruner: PrunerSpec = Field(default_factory=lambda: PrunerSpec())
+    """which trials stop early, the same for every variant"""
 
     @model_validator(mode="after")
     def _shape(self) -> TuneSpec:
@@ -96,8 +165,11 @@ class ConfirmSpec(Strict):
     give."""
 
     overrides: dict[str, Any] = {}
+    """the larger setting as dotted fields over this spec, e.g. {train.max_steps: 1800}"""
     spec: Annotated[str, Field(min_length=1)] | None = None
+    """the larger setting as another spec file (relative to this one)"""
     seeds: Annotated[list[Seed], Field(min_length=2)] | Annotated[Int, Field(ge=2, le=100)]
+    """a list of seeds, or how many from the spec's seed on; paired by seed with the baseline"""
 
     @model_validator(mode="after")
     def _shape(self) -> ConfirmSpec:
@@ -116,31 +188,54 @@ class ConfirmSpec(Strict):
 
 
 class AblationSpec(Strict):
+    """An ablation study (``ablate ablate``): the rest of the spec is the baseline; every variant it
+    derives runs on every seed, and the report compares each with the baseline, paired by seed."""
+
     axes: dict[str, list[Any]] = {}
+    """a dotted spec field -> the values it takes, e.g. model.norm: [builtin, rms]; a value equal to the
+    baseline's is the baseline"""
     design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
+    """one_at_a_time: each axis value alone against the baseline; full_factorial: every combination of the
+    axes (main effects and interactions in the report); variants: the listed variants as they are"""
     variants: list[dict[str, Any]] = []
-    seeds: list[Seed] | SeedRange | None = None  # a fixed list, or {min, max, step} chosen by the evidence
+    """design variants: each a set of overrides (dotted or nested fields) with an optional label, e.g.
+    {label: paper, model.residual: post_norm, train.schedule.warmup_steps: 4000}"""
+    seeds: list[Seed] | SeedRange | None = None
+    """a fixed list of seeds, or {min, max, step}: more seeds only for the comparisons still open; left
+    out: repeats, else the spec's seed alone"""
     repeats: Annotated[Int, Field(ge=1, le=1000)] | None = None
-    metric: str = "auto"  # a result metric (ablate/spec/metricnames.py), or the data's quality metric
-    # With adaptive seeds: a comparison whose interval lies within +-min_effect (the metric's units) is
-    # decided as "no effect that large" and gets no more seeds.
+    """N seeds from the spec's seed on (instead of seeds)"""
+    metric: str = "auto"
+    """the metric the cells are compared on, e.g. val/bleu or val/loss (each cell's best checkpoint's);
+    auto: val/bleu for text, val/exact_match for a synthetic task, val/ppl for a language model"""
     min_effect: Annotated[Float, Field(gt=0)] | None = None
-    alpha: Annotated[Float, Field(gt=0, lt=0.5)] = 0.05  # overall two-sided level of each comparison
-    expect: list[Expectation] = []  # published results this study checks (the report's opening lines)
-    # The regime the verdicts hold for, stated on each: which variant the shared hyperparameters (learning
-    # rate, warm-up, dropout, sizes) were tuned on, and whether the cell converged (None: judged from the
-    # baseline's validation loss over its last evaluations).
-    tuned_on: Annotated[str, Field(min_length=1)] = "baseline"
+    """with a seed range: the smallest effect worth knowing (the metric's units); a comparison whose
+    interval lies within +-min_effect is decided as "no effect that large" and gets no more seeds"""
+    alpha: Annotated[Float, Field(gt=0, lt=0.5)] = 0.05
+    """overall two-sided level of the study's comparisons, corrected together (Holm or Bonferroni)"""
+    expect: list[Expectation] = []
+    """published results this study checks: the report opens with a verdict on each"""
+    # The regime the verdicts hold for, stated on each.
+    tuned_on: Annotated[str, Field(min_length=1)] | None = None
+    """the variant the shared hyperparameters (learning rate, warm-up, sizes) were tuned on, stated beside
+    every verdict; left out, the report says who tuned them only from the study's own searches (tune:)"""
     converged: Bool | None = None
-    # Each variant at its own best (an equal tuning budget) and verdicts checked at a larger scale; left out
-    # of the dumped spec when not given, so that the record of every study without them stays as it was.
+    """whether the cell trains to convergence; null: judged from the baseline's validation loss over its
+    last evaluations"""
+    # Left out of the dumped spec when not given, so that the record of every study without them stays as
+    # it was.
     tune: TuneSpec | None = None
+    """an equal tuning budget for every variant: each is also compared at its own best settings"""
     confirm: ConfirmSpec | None = None
+    """the decided verdicts rerun at a larger setting, paired by seed"""
+    pilot: PilotSpec | None = None
+    """an earlier study on the same cell whose seeds size this one before it runs (its paired sds and cell
+    times): the power plan of `ablate ablate --dry-run` and seeds.max: auto read it"""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("tune", "confirm"):
+        for key in ("tune", "confirm", "pilot", "tuned_on"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -160,6 +255,9 @@ class AblationSpec(Strict):
             checks.fail("repeats", "give seeds or repeats, not both", "seeds")
         if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):
             checks.fail("seeds", "seeds must be distinct")
+        if isinstance(self.seeds, SeedRange) and self.seeds.max == "auto" and self.pilot is None:
+            checks.fail("seeds.max", "max: auto is chosen from a pilot's noise: name one as ablation.pilot "
+                        "(an earlier study's report folder or name)", "pilot")
         if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
             checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
                         "seeds: {min: ..., max: ...}", "seeds")
@@ -176,7 +274,10 @@ class AblationSpec(Strict):
 
 
 class Objective(Strict):
-    metric: str = "val/loss"  # a result metric (ablate/spec/metricnames.py)
+    """What a search optimizes: one of a run's result metrics and its direction."""
+
+    metric: str = MN.VAL_LOSS
+    """a result metric of the run, e.g. val/loss, final/val/bleu"""
     # Left out: the metric's natural direction (maximize BLEU, minimize a loss), not always "minimize".
     direction: Literal["minimize", "maximize"] = Field(
         default="minimize", description="default: the metric's own direction (maximize bleu, minimize loss)")
@@ -191,12 +292,20 @@ class SearchParam(Strict):
     """One dimension: `{low, high, log}` (float), `{low, high, int: true}` or `{choice: [...]}`."""
 
     low: Float | None = None
+    """the range's lower end"""
     high: Float | None = None
+    """the range's upper end"""
     log: Bool = False
+    """sample the range on a log scale (learning rates)"""
     step: Annotated[Float, Field(gt=0)] | None = None
+    """sample the range in steps of this size (needed by the grid sampler unless int)"""
     int: Bool = False
+    """the range holds integers"""
     choice: list[Any] | None = None
+    """the values to choose among (registry keys for a component, e.g. [pre_norm, post_norm])"""
     when: dict[str, list[Any] | Any] | None = None
+    """sample this parameter only when other parameters take these values, e.g. {train.schedule.name:
+    inverse_sqrt}"""
 
     @model_validator(mode="after")
     def _kind(self) -> SearchParam:
@@ -218,19 +327,33 @@ class SearchParam(Strict):
 
 
 class PrunerSpec(Strict):
+    """Which trials stop early, judged at each evaluation."""
+
     name: Literal["median", "hyperband", "none"] = "median"
-    warmup_steps: Annotated[Int, Field(ge=0, le=BIG)] = 0  # evaluations-steps before pruning may start
+    """median: stop a trial below the median of earlier trials at the same step; hyperband; none"""
+    warmup_steps: Annotated[Int, Field(ge=0, le=BIG)] = 0
+    """training steps of a trial before it may be pruned"""
     startup_trials: Annotated[Int, Field(ge=0, le=BIG)] = 2
+    """trials that run in full before any is pruned"""
 
 
 class SearchSpec(Strict):
+    """A hyperparameter search (``ablate tune``): the rest of the spec is trial 0, the baseline."""
+
     objectives: list[Objective] = [Objective()]
+    """one objective, or two for a Pareto front"""
     trials: Annotated[Int, Field(ge=1, le=1_000_000)] = 20
+    """trials in all (`ablate tune --trials` overrides)"""
     timeout: Annotated[Float, Field(gt=0, le=1e9)] | None = None
+    """seconds after which no new trial starts (each worker runs at least one)"""
     sampler: Literal["tpe", "random", "grid"] = "tpe"
+    """Optuna's sampler: tpe, random, or grid (each point once, the baseline first)"""
     pruner: PrunerSpec = PrunerSpec()
+    """which trials stop early"""
     space: dict[str, SearchParam] = {}
+    """a dotted spec field -> its range or choices; any field, components included"""
     importance: Literal["ped_anova", "fanova"] = "ped_anova"
+    """how parameter importances are computed for the report: PED-ANOVA or fANOVA"""
 
     @model_validator(mode="after")
     def _shape(self) -> SearchSpec:

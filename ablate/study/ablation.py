@@ -22,8 +22,9 @@ diverged) cells, resumes interrupted ones from their checkpoints, and re-runs fa
 
 With a seed range the study runs in rounds (ablate/study/adaptive.py): ``min`` seeds first, then more
 seeds only for the comparisons whose group-sequential verdict (ablate/study/sequential.py) is still open.
-Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (issue 29) more arms follow
-the cells at the baseline's settings, in the same queue: ablate/study/arms.py.
+Workers and rounds: ablate/study/rounds.py. With ``tune:`` and ``confirm:`` (tuning each variant, confirming
+at a larger scale) more arms follow the cells at the baseline's settings, in the same queue:
+ablate/study/arms.py.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ablate.tracking.record as R
+from ablate.data.check import check_data
 from ablate.errors import AblateError
 from ablate.study.adaptive import format_progress, needed_keys
 from ablate.study.attrs import PARENT
@@ -68,9 +70,10 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int = 1,
 
     preempt.install()
     plan = plan_study(spec_path, overrides)
+    check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
     if dry_run:
-        return _dry_run(plan, storage)
-    queue, params = _queue_cells(plan, storage, retry_failed)
+        return _dry_run(plan, storage, workers)
+    queue, params = _queue_cells(plan, storage, retry_failed, workers)
     tracker = _open_study_run(plan, queue) if plan.spec.tracking.enabled else None
     _pin_precision(plan, queue, tracker)
     arms: dict[str, StudyPlan] = {R.BASELINE_ARM: plan}
@@ -115,10 +118,12 @@ def _later_arms(plan: StudyPlan, queue: CellQueue, arms: dict[str, StudyPlan], t
                           parent=tracker.run_id if tracker is not None else None, workers=workers)
 
 
-def _dry_run(plan: StudyPlan, storage: str | None) -> int:
-    """The cells and their diffs, the budget of every phase; where a started study stands (read only)."""
+def _dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> int:
+    """The cells and their diffs, the power plan, the budget of every phase; where a started study stands
+    (read only); 2 when a start would refuse the spec (its design differs from the recorded one)."""
+    from ablate.study import preregister
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     print(format_plan(plan))
     records: dict[str, Any] = {}
@@ -127,12 +132,16 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
         store = Store(storage, create=False)
         plan.bind(store)  # reads the store's study names; writes nothing
         found = CellQueue(store, plan.store_name, plan.direction, create=False)
+        if why := preregister.check_only(found, plan):
+            print(f"error: {why}", file=sys.stderr)
+            return 2
         records = dict(found.records())
         if pinned := found.get(PRECISION_ATTR):
             print(f"precision: every cell trains in {pinned} (train.precision: auto, resolved once for the "
                   "study; a cell that ran at another precision is trained again)")
     if plan.spec.train.precision == "auto" and not pinned:
         print(_precision_to_come(bool(records)))
+    print(_power_lines(plan, records, workers), flush=True)
     own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
@@ -144,18 +153,28 @@ def _dry_run(plan: StudyPlan, storage: str | None) -> int:
     return 0
 
 
-def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool
+def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, workers: int = 1
                  ) -> tuple[CellQueue, dict[str, Any]]:
-    """The study's queue in the Optuna store, with the cells it still needs (and, asked to, the failed
-    ones again) enqueued; the Optuna params every cell's trial carries."""
-    from ablate.study import failfast, names
+    """The study's queue in the Optuna store, with its design recorded (or a changed one refused) and the
+    cells it still needs (and, asked to, the failed ones again) enqueued; the Optuna params every cell's
+    trial carries."""
+    from ablate.study import failfast, names, preregister
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     store = Store(storage)
     with store.lock(plan.name):  # two processes starting one study agree on its name
         plan.bind(store)
         queue = CellQueue(store, plan.store_name, plan.direction)
+        text, data = "", None
+        if preregister.check_only(queue, plan) is None and not queue.get(preregister.STORE_ATTR):
+            from ablate.study.sizing import plan_record, study_plan
+
+            planned = study_plan(plan)
+            text = _power_lines(plan, {}, workers, planned)
+            data = None if planned is None else plan_record(planned)
+            print(text, flush=True)  # the plan the design is recorded with, before the first cell
+        preregister.record_or_refuse(queue, plan, text, data)
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
@@ -180,6 +199,8 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
                                          "family": d.family})
     # A tag, not a param: a reopened study may state its expectations anew (params are final).
     tags[R.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
+    if abl.tuned_on is not None:
+        tags[R.TUNED_ON] = abl.tuned_on
     from ablate.study.arms import parent_tags
 
     return tags | parent_tags(plan)  # tune: and confirm: (tags too: they may be added to a running study)
@@ -198,8 +219,45 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
         queue.set(PARENT, tracker.run_id)
     assert tracker.run_id is not None  # tracking is on: a real run
     tracker.log_text(format_plan(plan), R.CELLS_ARTIFACT)
+    _record_design(tracker, queue)
     _say_superseded(*mark_study(tracker.run_id))
     return tracker
+
+
+def _record_design(tracker: NullTracker, queue: CellQueue) -> None:
+    """The pre-registered design on the parent run (a tag) and the plan it was recorded with (plan.txt)."""
+    from ablate.study import preregister
+
+    design = queue.get(preregister.STORE_ATTR)
+    if design:
+        tracker.set_tags({R.PREREGISTERED: design})
+    text, data = preregister.recorded_plan(queue)
+    if data is not None:
+        tracker.set_tags({R.POWER_PLAN: json.dumps(data, sort_keys=True)})
+    if text:
+        tracker.log_text(text, R.PLAN_ARTIFACT)
+
+
+
+def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, planned: Any = None) -> str:
+    """The power plan (ablate/study/sizing.py; ``planned`` when already computed): from the pilot before the
+    first cell, and once the study has pairs of its own, the same plan from them, for information only."""
+    from ablate.study.sizing import format_power_plan, own_seeds_plan, scale_notes, study_plan
+
+    abl = plan.spec.ablation
+    assert abl is not None
+    planned = planned if planned is not None else study_plan(plan)
+    if planned is None:
+        return "power plan: one seed per variant, no paired test to plan"
+    lines = [format_power_plan(planned, abl.min_effect, workers)]
+    if abl.metric == "auto":
+        lines.append(f"  ablation.metric: auto resolved to {plan.metric}: it decides; other metrics are "
+                     "reported beside it and never decide")
+    lines += scale_notes(plan)
+    own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
+    if own and (mine := own_seeds_plan(plan, records)) is not None:
+        lines.append(format_power_plan(mine, abl.min_effect, workers))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.study.sequential import Design, Look, Question, evaluate, planned_looks
+from ablate.study.sequential import Design, evaluate, planned_looks
+from ablate.study.verdict import Look, Question, Verdict, read
 
 TERMINAL = ("finished", "diverged", "failed")
 
@@ -34,10 +35,17 @@ class Progress:
     needed: int  # seeds this comparison needs run (its current look)
     look: Look | None  # the deciding look, else the last complete one (None before the first)
     state: str  # 'effect' | 'no_effect' | 'identical' | 'no_pairs' | 'open' | 'undecided' | 'waiting'
+    verdict: Verdict | None = None  # once its rounds are over: the comparison's verdict
 
     @property
     def decided(self) -> bool:
+        """No more seeds: its verdict is in (``verdict.Verdict.progress``), or it stays undecided."""
         return self.state in ("effect", "no_effect", "identical", "no_pairs", "undecided")
+
+
+def _verdict_in(label: str, needed: int, verdict: Verdict) -> Progress:
+    """A comparison whose rounds are over, with its verdict."""
+    return Progress(label, needed, verdict.look, verdict.progress, verdict)
 
 
 def design_of(ablation: Any, family: int = 1) -> Design | None:
@@ -82,22 +90,21 @@ def progress(plan: Any, design: Design, records: Mapping[str, Any]) -> dict[str,
             continue
         question, margin = asked.get(label, (None, None))
         result: Progress | None = None
-        last: Look | None = None
+        looks: list[Look] = []
         for k, n in enumerate(design.looks):
             diffs, complete = _pairs(plan, records, label, plan.seeds[:n])
             if not complete:
-                result = Progress(label, n, last, "waiting" if k == 0 else "open")
+                result = Progress(label, n, looks[-1] if looks else None, "waiting" if k == 0 else "open")
                 break
             if all(d is None for d in diffs):
-                result = Progress(label, n, last, "no_pairs")
+                result = _verdict_in(label, n, read(looks, lost=True))
                 break
             values = [math.nan if d is None else d for d in diffs]
-            look = last = evaluate(values, design, k + 1, question, margin)
-            if look.decided:
-                # decided while 'open' only inside a none-claim's margin: no effect that large
-                result = Progress(label, n, look, "no_effect" if look.state == "open" else look.state)
+            looks.append(evaluate(values, design, k + 1, question, margin))
+            if looks[-1].decided:
+                result = _verdict_in(label, n, read(looks))
                 break
-        out[label] = result or Progress(label, design.looks[-1], last, "undecided")
+        out[label] = result or _verdict_in(label, design.looks[-1], read(looks))
     return out
 
 

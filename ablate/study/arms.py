@@ -1,9 +1,10 @@
-"""The arms of a study that declares ``ablation.tune`` or ``ablation.confirm`` (issue 29), run by `ablate
+"""The arms of a study that declares ``ablation.tune`` or ``ablation.confirm``, run by `ablate
 ablate` in this order after one another:
 
 1. the study's cells at the baseline's settings, with adaptive seeds (ablate/study/ablation.py): the
    study's own comparisons, the only cells its sequential design and its parent's verdicts count;
-2. each variant's search (ablate/study/tuned.py): the same trials, fidelity, sampler, sampler seed and
+2. each variant's search (ablate/study/variant_searches.py): the same trials, fidelity, sampler, sampler seed
+and
    pruner for every variant, each a child run of the parent and an Optuna study of its own;
 3. the own-best arm: each variant at its own best settings on the study's seeds, with adaptive seeds;
 4. the confirm arm: the comparisons the deciding arm (the own-best arm with ``tune:``, else the cells at
@@ -33,14 +34,12 @@ from typing import Any
 import ablate.tracking.record as R
 from ablate.spec.experiment import flatten
 from ablate.study.adaptive import TERMINAL, needed_keys, progress
+from ablate.study.arm_settings import fidelity_steps, sampler_seed
 from ablate.study.confirm import confirm_cells, confirm_seeds
 from ablate.study.plan import StudyPlan
 from ablate.study.sequential import Design
 from ablate.study.space import show
-from ablate.study.tuned import Tuned, tune_variants, tuned_cells
-from ablate.study.tuning import fidelity_steps, sampler_seed
-
-DECIDED = ("effect", "no_effect")
+from ablate.study.variant_searches import Tuned, tune_variants, tuned_cells
 
 
 def verdict_design(plan: StudyPlan) -> Design:
@@ -58,9 +57,10 @@ def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
 
 
 def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
-    """The arm's comparisons with a verdict (label -> 'effect' | 'no_effect'), in the plan's order."""
+    """The arm's comparisons with a decided verdict (label -> 'effect' | 'no_effect'), in the plan's order:
+    ``verdict.Verdict.decided``, the verdicts a larger scale confirms."""
     found = progress(arm, verdict_design(arm), records)
-    return {label: p.state for label, p in found.items() if p.state in DECIDED}
+    return {label: p.state for label, p in found.items() if p.verdict is not None and p.verdict.decided}
 
 
 def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any],
@@ -163,7 +163,7 @@ def dry_run_lines(plan: StudyPlan, storage: str | None, records: Mapping[str, An
     """Where the later arms stand (read only): the searches, the own-best cells once every search is
     done, and the comparisons the confirm arm would rerun so far."""
     from ablate.study.adaptive import format_progress
-    from ablate.study.tuned import progress_lines, stored_searches
+    from ablate.study.variant_searches import progress_lines, stored_searches
 
     abl = plan.spec.ablation
     assert abl is not None

@@ -15,6 +15,8 @@ OVERRIDES = "ablate.overrides"  # JSON list of the --set overrides the study was
 KIND = "ablate.kind"  # ablation | search
 PARENT = "ablate.parent_run_id"  # the study's parent MLflow run
 STOP = "ablate.stopped"  # why the study stopped (fail-fast); cleared by the next command
+PREREGISTERED = "ablate.preregistered"  # JSON: the design recorded before the first cell (never moves)
+PLAN = "ablate.plan"  # the power plan printed when the design was recorded (text)
 
 # ---------------------------------------------------------------- trial user attributes
 CELL = "ablate.cell"  # a cell's <spec hash>-s<seed>

@@ -1,6 +1,6 @@
 """Ablation cells as trials: one Optuna study per ablation study, each cell (variant x seed) one enqueued
 trial, the trial's state the cell's outcome. ablate/study/ablation.py runs them; the store
-(ablate/study/store.py) makes every pop exact and re-queues the cells of dead workers."""
+(ablate/study/optuna_store.py) makes every pop exact and re-queues the cells of dead workers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.study.attrs import CELL, ERROR, RUN_ID, STATUS
-from ablate.study.store import Store, claim, open_study, requeue, trial_alive
+from ablate.study.optuna_store import Store, claim, open_study, requeue, trial_alive
 
 
 @dataclass

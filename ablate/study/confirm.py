@@ -1,7 +1,7 @@
-"""The cells that check a study's verdicts at a larger scale (``ablation.confirm``, issue 29): the
+"""The cells that check a study's verdicts at a larger scale (``ablation.confirm``): the
 baseline and each variant whose comparison the study decided, at the larger setting (``confirm.overrides``
 over the spec, or ``confirm.spec``), on ``confirm.seeds``: every variant's cell of a seed beside the
-baseline's of the same seed, so that ablate/report/scale.py compares them paired by seed.
+baseline's of the same seed, so that ablate/report/compute/scale_outcomes.py compares them paired by seed.
 
 Each runs with the settings its verdict was measured at: the variant's own fields, plus its best tuning
 values when the study tuned every variant (``settings``). Which comparisons count as decided is
@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ablate.tracking.record as R
+from ablate.study.arm_settings import best_overrides, confirm_base
 from ablate.study.plan import Cell, StudyPlan, spec_diff
 from ablate.study.space import derive
-from ablate.study.tuning import best_overrides, confirm_base
 
 
 def confirm_seeds(plan: StudyPlan) -> list[int]:

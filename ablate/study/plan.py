@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.study import arm_settings as tuning
 from ablate.study import attrs as A
-from ablate.study import tuning
 from ablate.study.adaptive import design_of, format_progress, needed_keys
 from ablate.study.sequential import Design
 from ablate.study.space import derive, show
@@ -35,7 +37,7 @@ class Cell:
     spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
-    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm: issue 29)
+    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
 
     @property
     def key(self) -> str:
@@ -155,11 +157,11 @@ def study_metric(spec: ExperimentSpec) -> str:
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
     if spec.is_lm:
-        auto = "val/ppl"
+        auto = MN.VAL_PPL
     elif spec.eval.metric != "auto":
         auto = f"val/{spec.eval.metric}"
     else:
-        auto = "val/exact_match" if spec.data.source == "synthetic" else "val/bleu"
+        auto = MN.VAL_EXACT_MATCH if spec.data.source == "synthetic" else MN.VAL_BLEU
     return R.averaged(auto) if spec.train.weight_average is not None else auto
 
 
@@ -243,7 +245,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
     if problems:
         raise SpecError(problems)
+    if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
+        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants])
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
+        assert abl.seeds.max != "auto"
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
@@ -257,10 +262,35 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
                      list(overrides))
 
 
+def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
+    """The ablation section with ``seeds.max: auto`` resolved by the budget (ablate/study/sizing.py): the
+    largest maximum whose worst case fits it, at the pilot's cell times. Deterministic, so every worker
+    that plans the study reaches the same maximum; the store's pre-registered design holds it thereafter."""
+    from ablate.study.sizing import choose_max, pilot_of
+
+    abl = spec.ablation
+    assert abl is not None and abl.seeds is not None and not isinstance(abl.seeds, list)
+    pilot = pilot_of(spec, origin, study_metric(spec))
+    assert pilot is not None  # the spec requires a pilot with max: auto
+    first = Design((abl.seeds.min,), abl.alpha, abl.min_effect, max(1, len(labels) - 1))
+    chosen = choose_max(first, len(labels), abl.seeds.budget, pilot.seconds, labels[1:], abl.seeds.step)
+    return abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": chosen})})
+
+
 # ---------------------------------------------------------------- printing
 def _shown(value: Any) -> str:
     # A variant's own option (rope_base, glu_hidden) is absent from a spec without that variant.
     return "(not used)" if value is None else show(value)
+
+
+def _default_design_note(abl: Any, variants: int) -> list[str]:
+    """Several axes and no ``design:`` is one-at-a-time, which a reader of the axes may take for a grid."""
+    if "design" in abl.model_fields_set or len(abl.axes) < 2:
+        return []
+    grid = math.prod(len(values) for values in abl.axes.values())
+    return [f"note: design left to its default, one_at_a_time: each axis changes alone from the baseline "
+            f"({variants} variants), never two together; `design: full_factorial` runs every combination "
+            f"({grid} variants)"]
 
 
 def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
@@ -277,6 +307,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
         shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
     lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
              f"= {count}; metric {plan.metric} ({plan.direction})"]
+    lines += _default_design_note(abl, len(plan.variants))
     if design is not None:
         lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
                      "each later round adds seeds only to the comparisons still open")

@@ -79,7 +79,7 @@ def worker(spec_path: str, overrides: list[str], storage: str | None, index: int
     """Pop and run cells (of any arm) until none is waiting or running anywhere."""
     from ablate.study import failfast
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     plan = plan_study(spec_path, overrides)
     store = Store(storage)

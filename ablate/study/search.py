@@ -28,12 +28,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import ablate.tracking.record as R
+from ablate.data.check import check_data
 from ablate.study import attrs as A
 from ablate.study import failfast
+from ablate.study.findings import finish_search
+from ablate.study.optuna_store import Store, claim, open_study, requeue
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
-from ablate.study.results import finish_search
 from ablate.study.space import point_key
-from ablate.study.store import Store, claim, open_study, requeue
 from ablate.study.workers import cached_data, open_parent, resume_command, run_workers
 
 if TYPE_CHECKING:
@@ -291,6 +292,7 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int = 1, s
 
     preempt.install()
     plan = plan_search(spec_path, overrides)
+    check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a trial
     search = plan.spec.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials

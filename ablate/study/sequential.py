@@ -33,8 +33,9 @@ more often than 5% of the time, so the boundaries are those of a group-sequentia
 * The smallest detectable effect at n seeds is ``(t(1 - p*/2, n-1) + t(power, n-1)) * s / sqrt(n)``: the
   true effect this test would find with probability ``power`` (80%) given the spread s the seeds showed.
 
-Pure numpy/scipy and free of the rest of ``ablate``: ``ablate.study.ablation`` decides the next round with
-it and ``ablate.report`` (a layer above ``study``) states the verdicts with the same code.
+Pure numpy/scipy; the verdict vocabulary and its rules (a look's state, whether it answers its claim's
+question, what a walk of looks says) are ``ablate.study.verdict``'s. ``ablate.study.adaptive`` decides the
+next round with this code and ``ablate.report`` (a layer above ``study``) states the verdicts with it.
 """
 
 from __future__ import annotations
@@ -43,21 +44,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
 import numpy as np
 from scipy import stats
 
-ALPHA = 0.05
+from ablate.study.verdict import ALPHA, Look, Question, State, answers
+
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
 CALIBRATION_SEED = 0
 _CHUNK = 20_000
 METHOD = "Pocock group-sequential paired t-test"
 
-State = Literal["effect", "no_effect", "identical", "open", "untestable"]
-# The question a study's claim asks of a comparison (ablation.expect's effect); None: no claim.
-Question = Literal["better", "worse", "none", "identical"] | None
 
 
 def planned_looks(minimum: int, maximum: int, step: int = 1) -> tuple[int, ...]:
@@ -128,35 +126,6 @@ class Design:
                 f"seeds, {family}, nominal level per look {self.nominal:.4f}" + tail)
 
 
-@dataclass(frozen=True)
-class Look:
-    """One comparison at one look: the mean difference, its repeated confidence interval, the verdict."""
-
-    n: int  # pairs with a finite difference
-    look: int  # 1-based index of the planned look
-    diff: float
-    lo: float
-    hi: float
-    sd: float
-    detectable: float  # smallest effect found with POWER at this n and spread (NaN below 2 pairs)
-    state: State
-    final: bool  # the last planned look: an open comparison stays undecided
-    decided: bool = False  # the comparison's own question is answered (see answers())
-
-
-def answers(state: State, lo: float, hi: float, question: Question, margin: float | None) -> bool:
-    """Whether a look answers the comparison's question (module doc): a ``none`` claim needs its interval
-    within ``+-margin`` or wholly beyond it; any other comparison an effect or no effect as large as
-    min_effect."""
-    if state == "identical":
-        return True
-    if state == "untestable":
-        return False
-    if question == "none" and margin is not None:
-        return (-margin <= lo and hi <= margin) or lo > margin or hi < -margin
-    return state in ("effect", "no_effect")
-
-
 def evaluate(differences: Sequence[float], design: Design, look: int, question: Question = None,
              margin: float | None = None) -> Look:
     """The verdict at planned look ``look`` (1-based) from its per-seed differences (non-finite dropped);
@@ -208,13 +177,3 @@ def run_sequence(differences: Sequence[float | None], design: Design, question: 
     reach (None if the first look is not reached yet)."""
     looks = walk(differences, design, question, margin)
     return looks[-1] if looks else None
-
-
-def reopened(looks: Sequence[Look]) -> Look | None:
-    """The latest earlier look that read an effect or no effect where the last look reads neither: a
-    ``none`` claim's comparison that excluded 0 kept getting seeds, and the seeds since widened its
-    interval back over 0. Every look's interval is valid (they cover the true effect simultaneously), so
-    the earlier reading is evidence a reader should see beside the open one, not an error."""
-    if not looks or looks[-1].state in ("effect", "no_effect", "identical"):
-        return None
-    return next((lk for lk in reversed(looks[:-1]) if lk.state in ("effect", "no_effect")), None)

@@ -1,4 +1,4 @@
-"""`ablate status SPEC`: where a study stands, read from its store (never written).
+"""`ablate status STUDY` (its spec file or its name): where a study stands, read from its store.
 
 Finds the study the spec names even without the ``--set`` overrides it was started with (it lists the
 studies of that spec in the store with their overrides and shows the latest), and prints the grid of cells
@@ -9,18 +9,27 @@ comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import ablate.tracking.record as R
+from ablate.errors import AblateError
 from ablate.study.plan import format_grid, plan_study
 
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
-    """`ablate status SPEC`: the grid of cells with status and metric so far; reads, never writes."""
+    """`ablate status STUDY`: the grid of cells with status and metric so far; reads, never writes. STUDY is
+    the spec file, or the study's name (its spec read back from the study's parent run)."""
+    from ablate.spec.study_ref import is_spec_file
     from ablate.study import names
     from ablate.study.cells import CellQueue
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
+    if not is_spec_file(spec_path):
+        with tempfile.TemporaryDirectory(prefix="ablate-status-") as tmp:
+            return main_status(_recorded_spec(spec_path, Path(tmp)), overrides, storage)
     plan = plan_study(spec_path, overrides)
     records: dict[str, Any] = {}
     if Store.exists(storage):
@@ -49,3 +58,17 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
 
         print("\n".join(dry_run_lines(plan, storage, records)))
     return 0
+
+
+def _recorded_spec(study: str, folder: Path) -> str:
+    """The spec a study ran with, as its parent run recorded it (overrides applied), written to ``folder``."""
+    from ablate.tracking.read import find_study_runs, read_text_artifact
+
+    parent, _ = find_study_runs(study)
+    text = read_text_artifact(parent["run_id"], R.SPEC_ARTIFACT)
+    if not text:
+        raise AblateError(f"study {study!r}: its parent run {parent['run_id']} has no {R.SPEC_ARTIFACT}; "
+                          "give the study's spec file instead")
+    path = folder / f"{study}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)

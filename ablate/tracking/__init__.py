@@ -5,12 +5,17 @@
 * `ablate.tracking.record` names every tag, param, metric and artifact of the record;
 * `ablate.tracking.outbox` sends a run's records from a thread through a queue written ahead on disk,
   where what a tracking server that does not answer could not take waits;
-* `ablate.tracking.store` picks the store (URI precedence, artifact folder, experiment), checks that a
+* `ablate.tracking.mlflow_store` picks the store (URI precedence, artifact folder, experiment), checks that a
   network store answers, records the environment, and lists runs and downloads artifacts;
 * `ablate.tracking.models` logs a run's model with ``mlflow.pytorch`` and loads it back safely;
 * `ablate.tracking.read` reads studies back for reports (parent and child runs, metric histories);
-* `ablate.tracking.transfer` writes runs to files and recreates them (`ablate export` / `ablate import`);
-* `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables.
+* `ablate.tracking.run_files` writes runs to files and recreates them (`ablate export` / `ablate import`);
+* `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables;
+* `ablate.tracking.transport` chooses how records travel (direct, or through the outbox to a server);
+* `ablate.tracking.figures` draws the figures a run logs; `ablate.tracking.translations` writes and reads
+  the hypotheses and references a run's BLEU was computed on;
+* `ablate.tracking.versions` records the component versions a run chose, and
+  `ablate.tracking.supersede` tags the cells a newer version or another precision made stale.
 
 The record (docs/architecture.md, "The MLflow record"): one experiment per study; a study is a parent run
 and every cell or trial a child run with ``mlflow.parentRunId`` set explicitly; params are the resolved
@@ -22,15 +27,14 @@ spec flattened to dotted keys (short JSON values); tags ``ablate.study``, ``abla
 
 Everything goes through an ``MlflowClient`` bound to the run's store (a parent and its child runs can be
 open in one process at once), except ``mlflow.pytorch``, which reads the process-wide URI: `log_model` and
-`load_model` set it (see `store.use_uri`).
+`load_model` set it (see `mlflow_store.use_uri`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ablate.tracking.outbox import send_outbox
-from ablate.tracking.store import (
+from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
     check_reachable,
@@ -41,6 +45,7 @@ from ablate.tracking.store import (
     resolve_run_id,
     resolve_tracking_uri,
 )
+from ablate.tracking.outbox import send_outbox
 from ablate.tracking.tracker import MAX_PARAM_VALUE, MLFLOW_STATUS, NullTracker, Status, Tracker
 
 if TYPE_CHECKING:
@@ -53,11 +58,12 @@ __all__ = [
 ]
 
 
-def main_ui(host: str = "127.0.0.1", port: int = 5000) -> int:
-    """`ablate ui`: serve the MLflow UI over this folder's store until Ctrl-C (see ablate.tracking.server)."""
+def main_ui(study: str | None = None, host: str = "127.0.0.1", port: int = 5000) -> int:
+    """`ablate ui [STUDY]`: serve the MLflow UI over this folder's store until Ctrl-C, opening at STUDY's
+    page when given (its spec file, name or parent run id; see ablate.tracking.server)."""
     from ablate.tracking.server import main_ui as run_ui
 
-    return run_ui(host, port)
+    return run_ui(host, port, study=study)
 
 
 def main_runs(experiment: str | None = None) -> int:

@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from ablate.errors import AblateError
-from ablate.tracking.store import _client, environment, quiet_transfers, use_uri
+from ablate.tracking.mlflow_store import _client, environment, quiet_transfers, use_uri
 
 if TYPE_CHECKING:
     import torch

@@ -1,7 +1,7 @@
 """Reading studies back from MLflow for `ablate report`: the runs of a study (by name or parent run id) as
 pandas rows, metric histories, dataset inputs, text artifacts, and logging the finished report on the
-parent run. The store is the one `ablate.tracking.store.resolve_tracking_uri` picks (MLFLOW_TRACKING_URI,
-else ./mlflow.db).
+parent run. The store is the one `ablate.tracking.mlflow_store.resolve_tracking_uri` picks
+(MLFLOW_TRACKING_URI, else ./mlflow.db).
 """
 
 from __future__ import annotations
@@ -20,21 +20,23 @@ from mlflow.tracking import MlflowClient
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import quiet_transfers as _quiet
+from ablate.tracking.mlflow_store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 STUDY_KINDS = R.STUDY_KINDS
 
 
 def _uri() -> str:
-    from ablate.tracking import resolve_tracking_uri
+    from ablate.tracking.mlflow_store import (
+        resolve_tracking_uri,  # not the package: its server module reads here
+    )
 
     return resolve_tracking_uri(None)
 
 
 def client() -> MlflowClient:
     uri = _uri()
-    from ablate.tracking.store import use_uri
+    from ablate.tracking.mlflow_store import use_uri
 
     use_uri(uri)  # search_runs (pandas) is fluent-only; use_uri does not leak MLFLOW_TRACKING_URI
     return _client_for(uri)
@@ -42,7 +44,7 @@ def client() -> MlflowClient:
 
 @functools.lru_cache(maxsize=4)
 def _client_for(uri: str) -> MlflowClient:
-    from ablate.tracking.store import check_reachable
+    from ablate.tracking.mlflow_store import check_reachable
 
     check_reachable(uri)  # once per store (a failure is not cached): a one-line error, not minutes of retries
     return MlflowClient(tracking_uri=uri)
@@ -76,8 +78,15 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
 
     ``study`` is a study name (tag ``ablate.study`` on a run without a parent; a run tagged ``ablate.kind``
     ablation or search is preferred over a plain single run of the same experiment) or the parent's run id.
-    Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError.
+    Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError,
+    and a local store that does not exist is not created.
     """
+    from ablate.tracking.mlflow_store import missing_local_store
+
+    missing = missing_local_store(_uri())
+    if missing is not None:
+        raise AblateError(f"unknown study {study!r}: no MLflow store at {missing} (nothing has been tracked "
+                          "from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)")
     c = client()
     parent = None
     if RUN_ID.match(study):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ablate.spec import metricnames as _metric
+
 # re-exported (the `X as X` form): writers and readers of the record need this one module
 from ablate.spec.metricnames import AVERAGED as AVERAGED
 from ablate.spec.metricnames import averaged as averaged
@@ -65,8 +67,15 @@ REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, p
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
+# A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,
+# only where the spec sets it: a report never states who tuned them from a default)
+TUNED_ON = "ablate.tuned_on"
+# A study's parent (JSON): its design as recorded before the first cell (ablate/study/preregister.py)
+PREREGISTERED = "ablate.preregistered"
+# A study's parent (JSON): the power plan its design was recorded with (ablate/study/sizing.py plan_record)
+POWER_PLAN = "ablate.power_plan"
 EXPECT = "ablate.expect"  # the published results a study checks (JSON list of ablation.expect entries)
-# A cell's arm (ablation.tune / ablation.confirm, issue 29): which comparison queued it. A run without the
+# A cell's arm (ablation.tune / ablation.confirm): which comparison queued it. A run without the
 # tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the
 # baseline's) is listed under both in the parent's ARMS_ARTIFACT.
 ARM = "ablate.arm"
@@ -104,16 +113,17 @@ CHILD_KINDS = ("cell", "trial")
 
 # ---------------------------------------------------------------- metrics
 FINAL = "final/"
-MODEL_PARAMS = "model/params"  # logged once, at step 0
-PADDING = "data/padding_fraction"  # logged once, at step 0
-TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final/ = the whole run's
-WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
-# The run's process CPU time over all its segments (every thread: core-seconds): final/train/cpu_time_s
-CPU_TIME = "train/cpu_time_s"
-PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
-RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
-TRAIN_LOSS = "train/loss"
-VAL_LOSS = "val/loss"
+# The metric names themselves are declared in ablate/spec/metricnames.py; the ones the record writes are
+# bound here too, so that writers and readers of the record may name them through this module.
+CPU_TIME = _metric.CPU_TIME
+MODEL_PARAMS = _metric.MODEL_PARAMS
+PADDING = _metric.PADDING
+PEAK_MEMORY = _metric.PEAK_MEMORY
+RUN_MEMORY = _metric.RUN_MEMORY
+TOKENS_PER_S = _metric.TOKENS_PER_S
+TRAIN_LOSS = _metric.TRAIN_LOSS
+VAL_LOSS = _metric.VAL_LOSS
+WALL_TIME = _metric.WALL_TIME
 # train.weight_average (ablate/engine/averaging.py): the averaged weights' reading of each val/test metric,
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
 # 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
@@ -162,7 +172,8 @@ CHECKPOINT_ARTIFACT = "checkpoints/best.pt"
 SAMPLES_ARTIFACT = "samples.txt"
 # A text run's final translations of each split its final BLEU was computed on: one JSON object
 # {"hyp": ..., "ref": ...} a line, in corpus order, gzipped (`ablate.tracking.translations`). The
-# report's paired bootstrap (`ablate.report.bootstrap`) reads them; exports carry them (~25 KB a split).
+# report's paired bootstrap (`ablate.report.sections.sampling`) reads them; exports carry them (~25 KB a
+# split).
 TRANSLATIONS_DIR = "translations"
 
 
@@ -174,6 +185,7 @@ def translations_artifact(split: str) -> str:
 LOSS_CURVE_ARTIFACT = "loss_curve.png"
 SUMMARY_ARTIFACT = "summary.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
+PLAN_ARTIFACT = "plan.txt"  # a study's parent: the power plan printed when its design was recorded
 CELLS_TABLE_ARTIFACT = "cells.json"  # a study's parent: the cells table MLflow's artifact view shows
 ARMS_ARTIFACT = "arms.json"  # a study's parent with tune: or confirm:: {arm: {cell key: variant}}
 STATUS_ARTIFACT = "status.txt"  # a finished study's parent: the grid of outcomes

@@ -2,8 +2,8 @@
 and print tables of runs (`ablate runs [--experiment NAME]`).
 
 The server is a subprocess (``python -m mlflow server``), so this module does not import mlflow itself;
-reading runs goes through `ablate.tracking.store`. Servers bind to 127.0.0.1 unless told otherwise. MLflow's
-GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
+reading runs goes through `ablate.tracking.mlflow_store`. Servers bind to 127.0.0.1 unless told otherwise.
+MLflow's GenAI job runner (seven extra worker processes of ~200 MB) is switched off unless asked for: ablate
 never submits jobs.
 """
 
@@ -23,10 +23,12 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.store import (
+from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
     is_server_uri,
@@ -187,6 +189,22 @@ def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
     return f"run {run.name or run_id}", f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
 
 
+def _study_parent(study: str) -> dict[str, Any]:
+    """The study's parent run (as `read.find_study_runs` gives it); a spec file names its study."""
+    from ablate.spec.study_ref import study_name
+    from ablate.tracking.read import find_study_runs
+
+    return find_study_runs(study_name(study))[0]
+
+
+def study_target(parent: dict[str, Any], base_url: str) -> tuple[str, str]:
+    """(what, url) of a study's parent run page in MLflow 3's model-training view."""
+    tags = parent["tags"]
+    what = f"{tags.get(R.KIND, 'study')} study {tags.get(R.STUDY, parent['run_id'])}"
+    url = f"{base_url}/#/experiments/{parent['experiment_id']}/runs/{parent['run_id']}?{R.WORKFLOW_QUERY}"
+    return what, url
+
+
 class _Terminated(Exception):
     """SIGTERM / SIGHUP reached `ablate ui`: stop the server like Ctrl-C does."""
 
@@ -195,24 +213,28 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated(signal.Signals(signum).name)
 
 
-def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> int:
+def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, study: str | None = None) -> int:
     """`ablate ui`: serve the MLflow UI over the tracking store until Ctrl-C or SIGTERM, which end the
     server and its workers too (they run in their own process group: see `stop_server`). Prints the
-    direct URL of the latest study or run."""
+    direct URL of ``study`` (its spec file, name or parent run id: an unknown one is an error before
+    anything starts), else of the latest study or run."""
+    parent = _study_parent(study) if study is not None else None
     uri = resolve_tracking_uri(None)
     if is_server_uri(uri):
         print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
+        if parent is not None:
+            print("open {}: {}".format(*study_target(parent, uri.rstrip("/"))))
         return 0
     log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     process: subprocess.Popen[bytes] | None = None
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
-        target = latest_target(uri, url)  # before the line: once it is shown, the UI has started
+        target = latest_target(uri, url) if parent is None else study_target(parent, url)
         print(f"MLflow UI: {url}/#/experiments?{R.WORKFLOW_QUERY}  (store {uri}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
-            print(f"latest {target[0]}: {target[1]}", flush=True)
+            print(f"{'latest ' if parent is None else 'open '}{target[0]}: {target[1]}", flush=True)
         code = process.wait()
     except (KeyboardInterrupt, _Terminated):  # start_server stops a server that was still starting
         if process is not None:
@@ -226,7 +248,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1) -> i
     return 1
 
 
-METRIC_COLUMNS = ("val/loss", "val/bleu", "val/exact_match", "test/bleu")
+METRIC_COLUMNS = (MN.VAL_LOSS, MN.VAL_BLEU, MN.VAL_EXACT_MATCH, MN.TEST_BLEU)
 
 
 def _cell(value: float | None) -> str:

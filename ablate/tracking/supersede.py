@@ -1,7 +1,7 @@
 """Tag the stale cells of a study ``ablate.superseded``: their variant's implementation changed since.
 
 The run stays in the store as the record of what ran; the MLflow UI shows the tag, reports leave the run out
-(``ablate.report.data``), and the study's next round trains the cell under its new identity.
+(``ablate.report.compute.loaded_study``), and the study's next round trains the cell under its new identity.
 """
 
 from __future__ import annotations

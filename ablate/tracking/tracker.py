@@ -24,8 +24,7 @@ from mlflow.exceptions import MlflowException
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.tracking.outbox import FINISH_WAIT_S, Courier
-from ablate.tracking.store import (
+from ablate.tracking.mlflow_store import (
     check_reachable,
     dataset_source,
     download_artifacts,
@@ -35,6 +34,7 @@ from ablate.tracking.store import (
     is_server_uri,
     resolve_tracking_uri,
 )
+from ablate.tracking.outbox import FINISH_WAIT_S, Courier
 from ablate.tracking.transport import Direct, Queued, Transport
 from ablate.tracking.versions import versions_tag
 

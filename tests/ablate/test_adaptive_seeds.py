@@ -156,10 +156,10 @@ def test_an_imported_study_exports_again_byte_for_byte(workdir: Path,
 def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     import pandas as pd
 
-    from ablate.report.data import build_study
+    from ablate.report.compute.loaded_study import build_study
     from ablate.report.part import Inputs
     from ablate.report.render import Table
-    from ablate.report.seeds import part, sequential_summary
+    from ablate.report.sections.seeds import part, sequential_summary
     from ablate.study.sequential import Design, run_sequence
 
     base = [30.0, 31.0, 29.5, 30.4, 30.9]
@@ -294,8 +294,10 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
 def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_on() -> None:
     """presets-multi30k's c-lightning-2024 at 5 seeds: worse [-2.10, -0.12], which neither lies within its
     claim's ±0.5 nor wholly beyond it, so the study adds seeds; the verdict must not read as final."""
-    from ablate.report.seeds import Comparison, _verdict
-    from ablate.study.sequential import Design, run_sequence
+    from ablate.report.compute.comparisons import Comparison
+    from ablate.report.sections.seeds import _verdict
+    from ablate.study.sequential import Design, run_sequence, walk
+    from ablate.study.verdict import Reading, read
 
     design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
     diffs = [-1.5, -0.6, -1.3, -0.9, -1.25]
@@ -303,10 +305,14 @@ def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_o
     plain = run_sequence(diffs, design)
     assert claimed is not None and plain is not None
     assert claimed.state == plain.state == "effect" and not claimed.decided and plain.decided
-    said = _verdict(Comparison("c", 5, claimed, False, tuple(diffs)), design, True, "BLEU", 2)
+    open_claim = read(walk(diffs, design, "none", 0.5), higher=True)
+    assert open_claim.reading == Reading.CLAIM_OPEN and not open_claim.decided
+    said = _verdict(Comparison("c", 5, open_claim, tuple(diffs)), design, True, "BLEU", 2)
     assert said == ("effect: worse than the baseline so far; its claim's question is open, so the study "
                     "adds seeds")
-    assert _verdict(Comparison("c", 5, plain, False, tuple(diffs)), design, True, "BLEU", 2) == \
+    answered = read(walk(diffs, design), higher=True)
+    assert answered.reading == Reading.WORSE and answered.decided
+    assert _verdict(Comparison("c", 5, answered, tuple(diffs)), design, True, "BLEU", 2) == \
         "effect: worse than the baseline"
 
 
@@ -315,9 +321,11 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
     seeds; at 7 a seed where the baseline trained badly widened the interval back over 0. The verdict says
     open and names the earlier reading with its interval; a comparison decided at its last look, or one
     never decided, names none."""
-    from ablate.report import stats as st
-    from ablate.report.seeds import Comparison, _verdict, reopened_phrase
-    from ablate.study.sequential import Design, reopened, walk
+    from ablate.report.compute import statistics as st
+    from ablate.report.compute.comparisons import Comparison
+    from ablate.report.sections.seeds import _verdict, reopened_phrase
+    from ablate.study.sequential import Design, walk
+    from ablate.study.verdict import Reading, read, reopened
 
     design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
     diffs = [-1.5, -0.6, -1.3, -0.9, -1.25, -0.7, 2.3]
@@ -327,19 +335,21 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
     earlier = reopened(looks)
     assert earlier is not None and earlier.state == "effect" and earlier.hi < 0
     assert earlier.look == max(lk.look for lk in looks[:-1] if lk.state == "effect")  # the latest such look
-    said = _verdict(Comparison("c", 7, looks[-1], False, tuple(diffs), earlier), design, True, "BLEU", 2)
+    verdict = read(looks, higher=True)
+    assert verdict.reading == Reading.REOPENED and verdict.earlier == earlier and verdict.answer == "open"
+    said = _verdict(Comparison("c", 7, verdict, tuple(diffs)), design, True, "BLEU", 2)
     assert said == (f"open: the study has not finished its rounds; at look {earlier.look} "
                     f"({earlier.n} seeds) it read worse ({st.fmt_interval(earlier.lo, earlier.hi, 2)}), "
                     "and the seeds since reopened it")
     assert reopened_phrase(None, design, 2, True, "BLEU") == ""
     # the claim line at the top of the report says it too, as a sentence
-    from ablate.report.published import _reopened
-    from ablate.report.verdicts import Verdict
-    v = Verdict("c", looks[-1], None, "open", None, earlier)
+    from ablate.report.compute.val_and_test import OnBothSplits
+    from ablate.report.sections.published import _reopened
+    v = OnBothSplits("c", verdict, None)
     assert _reopened(v, design, 2, True, "BLEU") == (
         f" At look {earlier.look} ({earlier.n} seeds) it read worse "
         f"({st.fmt_interval(earlier.lo, earlier.hi, 2)}), and the seeds since reopened it.")
-    assert _reopened(Verdict("c", looks[-1], None, "open", None), design, 2, True, "BLEU") == ""
+    assert _reopened(OnBothSplits("c", read(looks[-1:]), None), design, 2, True, "BLEU") == ""
     # decided at its last look, or never read an effect: nothing to name
     assert reopened(walk(diffs[:5], design)) is None
     assert reopened(walk([0.3, -0.2, 0.4, -0.1, 0.2], design, "none", 0.5)) is None

@@ -19,8 +19,8 @@ from mlflow import MlflowClient
 
 import ablate.tracking.record as R
 from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.optuna_store import Store
 from ablate.study.status import main_status
-from ablate.study.store import Store
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study
 
@@ -107,7 +107,7 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
     assert len(trained) == 36
 
 
-def test_adding_tune_and_confirm_to_a_study_keeps_its_cells(workdir: Path,
+def test_adding_arm_settings_to_a_study_keeps_its_cells(workdir: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     trained = fake_training(monkeypatch)
     path = write_study(workdir, "grown", tune=False, confirm=False)
@@ -158,7 +158,7 @@ def test_an_interrupt_in_any_phase_resumes_where_it_stopped(workdir: Path, monke
 def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What each of `--workers N` processes runs in phase b (here in this process, where the stand-in for
     training applies): it claims trials of every variant's search until none is waiting."""
-    from ablate.study.tuned import _tune_worker, close_search, open_search, variants
+    from ablate.study.variant_searches import _tune_worker, close_search, open_search, variants
     from ablate.tracking import Tracker
 
     trained = fake_training(monkeypatch)

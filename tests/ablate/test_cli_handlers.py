@@ -39,7 +39,7 @@ def sample_argv(name: str, sub: argparse.ArgumentParser) -> list[str]:
 
 
 def test_the_command_table_is_the_parser() -> None:
-    assert [c.name for c in COMMANDS] == list(_subparsers())
+    assert [n for c in COMMANDS for n in (c.name, *c.aliases)] == list(_subparsers())
     assert len(COMMANDS) >= 16
 
 
@@ -54,7 +54,7 @@ def test_every_argument_names_a_parameter_of_its_handler(command: cli.Command) -
 
 
 def test_a_reordered_handler_still_gets_each_value_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ablate.study.transfer
+    import ablate.study.export_study
 
     got: dict[str, Any] = {}
 
@@ -62,7 +62,7 @@ def test_a_reordered_handler_still_gets_each_value_by_name(monkeypatch: pytest.M
         got.update(folder=folder, storage=storage)
         return 0
 
-    monkeypatch.setattr(ablate.study.transfer, "main_import", reordered)
+    monkeypatch.setattr(ablate.study.export_study, "main_import", reordered)
     assert main(["import", "exported", "--storage", "journal.log"]) == 0
     assert got == {"folder": "exported", "storage": "journal.log"}
 

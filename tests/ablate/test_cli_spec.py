@@ -460,7 +460,7 @@ def test_every_command_has_help_saying_what_it_does(capsys: pytest.CaptureFixtur
         assert exit_info.value.code == 0
         text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
         assert sub.description and " ".join(sub.description.split()) in text, name
-        assert text.startswith(f"usage: ablate {name}")
+        assert text.startswith(f"usage: ablate {COMMAND[name].name}")  # an alias shows the command's name
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     assert "study name or parent run id" in " ".join(capsys.readouterr().out.split())
@@ -478,7 +478,7 @@ def test_help_and_version() -> None:
         "translate",
         "ui",
         "runs",
-        "ablate",
+        "study (ablate)",
         "status",
         "tune",
         "report",

@@ -188,7 +188,7 @@ def test_bad_data_errors_name_the_place(tmp_path: Path, case: str) -> None:
     expected: str
     if case == "missing":
         files["val"]["tgt"] = "nope.en"
-        expected = rf"data.files.val: file not found: {root}/nope.en"
+        expected = rf"data.files.val.tgt: file not found: {root}/nope.en \(resolved against data.files.root"
     elif case == "counts":
         write(root / "val.en", EN[:2])
         expected = rf"val split: {root}/val.de has 3 lines but {root}/val.en has 2"

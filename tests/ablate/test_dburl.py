@@ -6,7 +6,7 @@ import pytest
 
 from ablate.dburl import redacted
 from ablate.errors import AblateError
-from ablate.study.store import Store
+from ablate.study.optuna_store import Store
 
 
 @pytest.mark.parametrize(("url", "shown"), [

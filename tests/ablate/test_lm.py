@@ -1,5 +1,6 @@
-"""Decoder-only language modelling (issue 30): the spec's arch, packing and evaluation windows, the
-documents of a local corpus, and ALiBi's length extrapolation against learned positions' hard limit."""
+"""Decoder-only language modelling (model.arch: decoder_only): the spec's arch, packing and evaluation
+windows, the documents of a local corpus, and ALiBi's length extrapolation against learned positions' hard
+limit."""
 
 from __future__ import annotations
 
@@ -83,10 +84,29 @@ def test_evaluation_lengths_past_the_position_table_are_a_spec_error(tmp_path: P
 def test_lm_metric_names_are_the_ones_its_runs_report() -> None:
     spec = lm_spec(eval={"lengths": [32, 64], "sliding_stride": 8})
     assert spec.evaluation_metrics() == ["val/loss", "val/ppl", "val/bpb", "val/ppl_at_32",
-                                         "val/ppl_at_32_sliding", "val/ppl_at_64", "val/ppl_at_64_sliding"]
+                                         "val/ppl_at_32_sliding", "val/ppl_at_64", "val/ppl_at_64_sliding",
+                                         "val/loss_growth_at_64", "val/loss_growth_at_64_sliding"]
     with pytest.raises(ValueError, match="val/bleu"):
         lm_spec(train={"early_stopping": {"metric": "val/bleu"}})
     assert lm_spec(train={"early_stopping": {"metric": "val/bpb"}}).selection_metric() == "val/bpb"
+
+
+def test_xavier_embed_normal_draws_only_the_token_embedding_from_n_0_inverse_sqrt_d() -> None:
+    """``model.init: xavier_embed_normal`` (tensor2tensor's and fairseq's embedding init): the sqrt(d)-scaled
+    tied embedding has unit-variance entries, where Xavier's are sqrt(2 / (V + d)) * sqrt(d) (0.35 at V 1000,
+    d 64), smaller than a sinusoid's 0.71; every other parameter is Xavier's draw, unchanged."""
+    model = {"d_model": 64, "heads": 4, "embeddings": "tied", "positions": "sinusoidal", "max_positions": 64}
+    xavier = build_lm(lm_spec(model).model, 1000, seed=3)
+    paper = build_lm(lm_spec({**model, "init": "xavier_embed_normal"}).model, 1000, seed=3)
+    scaled = {name: float((m.embed.weight * m.embed_scale).std())
+              for name, m in (("x", xavier), ("p", paper))}
+    assert scaled["p"] == pytest.approx(1.0, abs=0.02)
+    assert scaled["x"] == pytest.approx((2 / (1000 + 64)) ** 0.5 * 8, rel=0.05)  # Xavier std, times sqrt(d)
+    assert paper.generator.weight is paper.embed.weight  # still tied: one draw
+    others = {n: p for n, p in xavier.named_parameters() if not n.startswith("embed.")}
+    for name, p in paper.named_parameters():
+        if not name.startswith("embed."):
+            assert torch.equal(p, others[name]), name
 
 
 # ---------------------------------------------------------------- packing and windows

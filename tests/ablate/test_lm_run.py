@@ -5,6 +5,7 @@ from the run's record alone, exactly as the cached decoder does on the checkpoin
 from __future__ import annotations
 
 import io
+import math
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
         assert name in result.metrics, name
     assert result.metrics[R.PADDING] == 0.0  # packed blocks
     assert result.metrics["val/ppl_at_16"] == result.metrics["val/ppl"]  # 16 is the training length
+    # the growth past the training length is the log of the perplexity ratio (loss at 32 minus at 16)
+    growth = math.log(result.metrics["val/ppl_at_32"] / result.metrics["val/ppl"])
+    assert result.metrics["val/loss_growth_at_32"] == pytest.approx(growth, abs=1e-9)
+    assert result.metrics["val/loss_growth_at_32_sliding"] == pytest.approx(
+        math.log(result.metrics["val/ppl_at_32_sliding"] / result.metrics["val/ppl"]), abs=1e-9)
+    assert "val/loss_growth_at_16" not in result.metrics  # at the training length it is 0 by definition
     logged = MlflowClient(tracking_uri=uri).get_run(result.run_id).data.metrics
     assert R.final("val/ppl_at_32") in logged and "val/ppl_at_16" in logged  # the curve and the result
     assert set(spec.evaluation_metrics()) <= {k for k in logged if not k.startswith(R.FINAL)}

@@ -11,7 +11,7 @@ import torch
 from ablate.data.prepare import prepare_data
 from ablate.engine.evaluate import evaluate
 from ablate.engine.lm import build_any
-from ablate.report.data import QUALITY, quality_meta
+from ablate.report.compute.loaded_study import QUALITY, quality_meta
 from ablate.spec import metricnames as names
 from ablate.spec.load import load_spec
 from tests.factories import write_tiny_spec

@@ -157,7 +157,7 @@ REF_VARIANTS = {
     ("mask", "-inf"): [7.47105, -1.19925, 1.06454],
     ("attention", "explicit"): [7.47105, -1.19925, 1.06454],
     ("attention", "sdpa"): [7.47105, -1.19925, 1.06454],
-    # the variants of issue 13, pinned when they were added
+    # the variants added beyond the tutorials' axes, pinned when they were added
     ("residual", "deepnorm"): [2.57882, -0.144864, 1.11558],
     ("residual", "rezero"): [5.14926, -0.157155, 1.68044],
     ("residual", "sandwich"): [6.6104, -0.934681, 1.0465],

@@ -18,8 +18,8 @@ from ablate.run.runner import RunResult, format_summary, run_label
 from ablate.spec.load import load_spec
 from ablate.study import names
 from ablate.study.cells import CellQueue
-from ablate.study.store import Store
-from ablate.tracking.store import experiment_id, latest_root_run, resolve_run_id
+from ablate.study.optuna_store import Store
+from ablate.tracking.mlflow_store import experiment_id, latest_root_run, resolve_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
 

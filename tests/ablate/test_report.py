@@ -26,8 +26,8 @@ from scipy import stats
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.report import stats as st
 from ablate.report.build import main_report
+from ablate.report.compute import statistics as st
 from ablate.report.render import STAMP_PREFIX
 from tests.report_studies import EXPORTED, EXPORTS, ONE_SEED, SEARCH
 from tests.stores import mlflow_store
@@ -41,8 +41,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     import torch
 
     from ablate.study.ablation import main_ablate
+    from ablate.study.export_study import main_import
     from ablate.study.search import main_tune
-    from ablate.study.transfer import main_import
 
     root = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,4 +1,5 @@
-"""The report of a study with ``tune:`` and ``confirm:`` (issue 29), end to end through `ablate ablate` and
+"""The report of a study with ``tune:`` and ``confirm:`` (tuning each variant, confirming at a larger scale),
+end to end through `ablate ablate` and
 `ablate report` on the synthetic study of tests/tuned_studies.py, whose answer is known: ``norm=custom``
 needs 3x the baseline's learning rate (worse at the baseline's settings, equal at its own best) and
 ``residual=post_norm`` is better on the short cells and worse at the larger setting (reversed)."""
@@ -13,9 +14,9 @@ import pytest
 
 import ablate.tracking.record as R
 from ablate.cli import main as cli_main
-from ablate.report.arms import Judged, Twice, pending_text
+from ablate.report.compute.arm_verdicts import Judged, Twice, pending_text
 from ablate.study.ablation import main_ablate
-from ablate.study.sequential import Look
+from ablate.study.verdict import Look, read
 from tests.tuned_studies import fake_training, write_study
 
 
@@ -74,8 +75,8 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     assert ("**Tuning changed** `norm=custom`: worse at the baseline's settings, no effect at its own best"
             in text)
     # the regime says which arm the opening verdicts are
-    assert ("hyperparameters tuned on `baseline` (these verdicts; with each variant at its own best "
-            "settings, see Each variant at its own best)") in text
+    assert ("the spec's hyperparameters (who tuned them is not recorded) for these verdicts; each variant "
+            "was also tuned by its own search, see Each variant at its own best") in text
     assert "| norm=custom | -1.004 exact match [" in text and ": worse | -0.004 exact match [" in text
     # each variant's best settings and how far they moved
     best = {r["variant"]: r for r in data["best_settings"]}
@@ -210,8 +211,11 @@ def test_an_imported_export_continues_without_searching_again_and_reports_the_sa
 
 def _judged(answer: str, n: int, final: bool) -> Judged:
     state = {"worse": "effect", "better": "effect", "open": "open"}[answer]
-    look = Look(n, n - 2, -1.0, -3.0, 1.0, 1.0, 2.0, state, final, decided=state == "effect")  # type: ignore[arg-type]
-    return Judged("embeddings=tied", look, answer)
+    diff = 1.0 if answer == "better" else -1.0
+    look = Look(n, n - 2, diff, -3.0, 1.0, 1.0, 2.0, state, final, decided=state == "effect")  # type: ignore[arg-type]
+    judged = Judged("embeddings=tied", read([look], higher=True))
+    assert judged.answer == answer
+    return judged
 
 
 def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -> None:
@@ -234,14 +238,14 @@ def test_a_verdict_the_own_best_arm_has_not_settled_is_pending_not_unchanged() -
     assert same.identical and not same.pending and not same.changed
     assert not running.identical
     # the own-best table's tuning column: pending before 'same cells', which needs both arms settled too
-    from ablate.report.own_best import _tuning_effect
+    from ablate.report.sections.own_best import _tuning_effect
 
     held = Twice("x", worse, _judged("worse", 5, final=False))
     assert [_tuning_effect(t, {"x", "embeddings=tied"}) for t in (running, ended, held)] == [
         "pending", "changed", "same_cells"]
     assert _tuning_effect(held, set()) == "holds"
     # the published-claims line carries the own-best reading where tuning changed or has not settled it
-    from ablate.report.published import _at_own_best
+    from ablate.report.sections.published import _at_own_best
 
     assert _at_own_best(running, 2, "BLEU") == (
         " At its own best settings the comparison reads -1.00 BLEU [-3.00, +1.00], n=6: open (its rounds "

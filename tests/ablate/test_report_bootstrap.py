@@ -1,5 +1,5 @@
-"""The report's paired bootstrap over sentences (`ablate.report.bootstrap`) and the translations artifact it
-reads (`ablate.tracking.translations`).
+"""The report's paired bootstrap over sentences (`ablate.report.sections.sampling`) and the translations
+artifact it reads (`ablate.tracking.translations`).
 
 The fast tests check the artifact's codec, that the interval is sacreBLEU's own paired bootstrap (its
 p-value, its scores) and the section's rules (pairing by seed, comparisons without translations listed as
@@ -25,9 +25,10 @@ from sacrebleu.significance import PairedTest
 
 import ablate.tracking.read
 import ablate.tracking.record as R
-from ablate.report import bootstrap
-from ablate.report.data import Run, Study
+from ablate.report.compute import sentence_bootstrap
+from ablate.report.compute.loaded_study import Run, Study
 from ablate.report.part import Inputs
+from ablate.report.sections import sampling
 from ablate.tracking import translations
 from ablate.tracking.translations import SplitTranslations
 
@@ -65,7 +66,7 @@ def test_translations_round_trip_byte_stable_one_line_per_sentence(tmp_path: Pat
 def test_the_interval_comes_from_sacrebleus_own_paired_bootstrap() -> None:
     refs = sentences(200, 0)
     base, var = degrade(refs, 0.3, 1), degrade(refs, 0.15, 2)
-    b, v, lo, hi, p, signature = bootstrap.paired_bootstrap(base, var, refs)
+    b, v, lo, hi, p, signature = sentence_bootstrap.paired_bootstrap(base, var, refs)
     assert b == pytest.approx(sacrebleu.corpus_bleu(base, [refs]).score)
     assert v == pytest.approx(sacrebleu.corpus_bleu(var, [refs]).score)
     assert lo < v - b < hi  # the observed difference lies inside its bootstrap interval
@@ -82,7 +83,7 @@ def test_identical_systems_differ_by_exactly_zero_at_p_1() -> None:
     above the observed 0, none, and would read 1/1001; the report says p = 1."""
     refs = sentences(50, 3)
     hyps = degrade(refs, 0.2, 4)
-    _, _, lo, hi, p, _ = bootstrap.paired_bootstrap(hyps, list(hyps), refs)
+    _, _, lo, hi, p, _ = sentence_bootstrap.paired_bootstrap(hyps, list(hyps), refs)
     assert lo == hi == 0.0 and p == 1.0
     _, scores = PairedTest([("b", hyps), ("v", list(hyps))], {"BLEU": BLEU()}, [refs], test_type="bs")()
     assert scores["BLEU"][1].p_value == pytest.approx(1 / 1001)
@@ -91,8 +92,8 @@ def test_identical_systems_differ_by_exactly_zero_at_p_1() -> None:
 def test_the_interval_narrows_with_more_sentences() -> None:
     refs = sentences(400, 5)
     base, var = degrade(refs, 0.3, 6), degrade(refs, 0.2, 7)
-    _, _, lo_small, hi_small, _, _ = bootstrap.paired_bootstrap(base[:100], var[:100], refs[:100])
-    _, _, lo, hi, _, _ = bootstrap.paired_bootstrap(base, var, refs)
+    _, _, lo_small, hi_small, _, _ = sentence_bootstrap.paired_bootstrap(base[:100], var[:100], refs[:100])
+    _, _, lo, hi, _, _ = sentence_bootstrap.paired_bootstrap(base, var, refs)
     assert hi - lo < hi_small - lo_small
 
 
@@ -133,7 +134,7 @@ def test_pairs_by_seed_and_lists_comparisons_without_translations(
     for run in runs:
         if run.variant != "old":  # 'old' ran before runs logged their translations
             _give(stored, run, refs, 0.3 if run.variant == "baseline" else 0.1)
-    p = bootstrap.part(Inputs(_study(runs, ["baseline", "better", "old"]), tmp_path))
+    p = sampling.part(Inputs(_study(runs, ["baseline", "better", "old"]), tmp_path))
     assert p is not None and not p.failed
     data = p.data["bleu_bootstrap"]
     assert data["not_resampled"] == ["old on val: no hypotheses recorded",
@@ -152,14 +153,21 @@ def test_pairs_by_seed_and_lists_comparisons_without_translations(
     text = json.dumps([vars(b) for b in section.blocks], ensure_ascii=False)
     assert "test-set sampling" in text.lower() and "seed-to-seed" in text
     assert "no hypotheses recorded" in text
+    # The over-seeds interval is named as what it is (one comparison's, fixed-sample; two seeds: resampled)
+    # and no uncorrected p-value sits beside the corrected verdicts.
+    [table] = [b for b in section.blocks if hasattr(b, "header")]
+    assert table.header[-1] == "Δ BLEU [95% over seeds, one test alone]"
+    assert not any(h.startswith("p ") for h in table.header)
+    assert all(row[-1].endswith("(percentile bootstrap over 2 differences)") for row in table.rows)
+    assert "not the verdict's interval" in text and "kind of interval the verdicts use" not in text
 
 
 def test_no_section_for_a_study_recorded_before_translations(
         stored: dict[tuple[str, str], SplitTranslations], tmp_path: Path) -> None:
     runs = [_run(v, s) for v in ("baseline", "x") for s in (0, 1)]
-    assert bootstrap.part(Inputs(_study(runs, ["baseline", "x"]), tmp_path)) is None
+    assert sampling.part(Inputs(_study(runs, ["baseline", "x"]), tmp_path)) is None
     exact = Study("s", "ablation", {}, runs, ["baseline", "x"], "baseline", "exact_match", "test/exact_match")
-    assert bootstrap.part(Inputs(exact, tmp_path)) is None  # not a BLEU study
+    assert sampling.part(Inputs(exact, tmp_path)) is None  # not a BLEU study
 
 
 def test_a_baseline_recorded_before_translations_is_said_once(
@@ -170,7 +178,7 @@ def test_a_baseline_recorded_before_translations_is_said_once(
     runs = [_run(v, s) for v in ("baseline", "x", "y") for s in (0, 1)]
     for run in runs[2:]:
         _give(stored, run, refs, 0.2)
-    p = bootstrap.part(Inputs(_study(runs, ["baseline", "x", "y"]), tmp_path))
+    p = sampling.part(Inputs(_study(runs, ["baseline", "x", "y"]), tmp_path))
     assert p is not None and p.data["bleu_bootstrap"]["comparisons"] == {}
     assert p.data["bleu_bootstrap"]["not_resampled"] == ["baseline: no hypotheses recorded"]
     (section,) = p.sections
@@ -184,9 +192,9 @@ def test_different_references_are_not_paired(stored: dict[tuple[str, str], Split
     runs = [_run("baseline", 0), _run("x", 0)]
     _give(stored, runs[0], {"val": sentences(20, 1)}, 0.2)
     _give(stored, runs[1], {"val": sentences(20, 2)}, 0.2)  # another val set: nothing to pair
-    p = bootstrap.part(Inputs(_study(runs, ["baseline", "x"]), tmp_path))
+    p = sampling.part(Inputs(_study(runs, ["baseline", "x"]), tmp_path))
     assert p is not None and p.data["bleu_bootstrap"]["comparisons"] == {}
-    assert p.data["bleu_bootstrap"]["not_resampled"] == [f"x on val: {bootstrap.OTHER_SENTENCES}",
+    assert p.data["bleu_bootstrap"]["not_resampled"] == [f"x on val: {sentence_bootstrap.OTHER_SENTENCES}",
                                                          "x on test: no hypotheses recorded"]
 
 
@@ -238,7 +246,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     import torch
 
     from ablate.study.ablation import main_ablate
-    from ablate.study.transfer import main_export
+    from ablate.study.export_study import main_export
     from tests.stores import mlflow_store
 
     root = tmp_path_factory.mktemp("bootstrap")
@@ -255,14 +263,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _part_data(root: Path, store: str) -> dict[str, Any]:
-    from ablate.report.data import load_study
+    from ablate.report.compute.loaded_study import load_study
 
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.setenv("MLFLOW_TRACKING_URI", store)
         study = load_study("boot-text")
         assert [len(study.finished(v)) for v in study.variants] == [2, 2]
-        p = bootstrap.part(Inputs(study, root))
+        p = sampling.part(Inputs(study, root))
         assert p is not None and not p.failed
         data: dict[str, Any] = p.data["bleu_bootstrap"]
         return data
@@ -277,7 +285,7 @@ def _hyps(found: SplitTranslations | None) -> list[str]:
 def test_paired_bootstrap_of_two_real_runs_hypotheses(trained: Path) -> None:
     from mlflow import MlflowClient
 
-    from ablate.report.data import load_study
+    from ablate.report.compute.loaded_study import load_study
 
     store = f"sqlite:///{trained / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as mp:
@@ -313,7 +321,7 @@ def test_paired_bootstrap_of_two_real_runs_hypotheses(trained: Path) -> None:
 
 @pytest.mark.slow
 def test_export_and_import_carry_the_translations(trained: Path) -> None:
-    from ablate.study.transfer import main_import
+    from ablate.study.export_study import main_import
     from tests.stores import mlflow_store
 
     cells = sorted((trained / "export" / "cells").iterdir())
@@ -336,8 +344,8 @@ def test_export_and_import_carry_the_translations(trained: Path) -> None:
 
 @pytest.mark.slow
 def test_a_committed_export_without_translations_gets_no_section(tmp_path: Path) -> None:
-    from ablate.report.data import load_study
-    from ablate.study.transfer import main_import
+    from ablate.report.compute.loaded_study import load_study
+    from ablate.study.export_study import main_import
     from tests.stores import mlflow_store
 
     # tutorial-axes-multi30k's first 37 cells ran before runs logged their translations; its last 6 (seeds
@@ -353,4 +361,4 @@ def test_a_committed_export_without_translations_gets_no_section(tmp_path: Path)
         assert main_import(str(export)) == 0
         study = load_study("tutorial-axes-multi30k")
         assert study.quality == "bleu" and len(study.variants) > 1
-        assert bootstrap.part(Inputs(study, tmp_path)) is None
+        assert sampling.part(Inputs(study, tmp_path)) is None

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import ablate.tracking.record as R
-from ablate.report import budget
-from ablate.report.data import Run, Search, Study
+from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.part import Inputs
+from ablate.report.sections import tuning_budget as budget
 
 
 def _run(variant: str, i: int, score: float | None, status: str = "finished") -> Run:

@@ -1,7 +1,7 @@
-"""The report's "Compute by part" (ablate/report/compute.py): CPU hours per part from the runs' own records,
-and an estimate, said as one, for the runs that logged a wall time but no CPU time (they ran before ablate
-logged it): left out, they made the cells of the committed modern-axes study look 5x cheaper than their
-searches."""
+"""The report's "Compute by part" (ablate/report/sections/compute_hours.py): CPU hours per part from the
+runs' own records, and an estimate, said as one, for the runs that logged a wall time but no CPU time (they
+ran before ablate logged it): left out, they made the cells of the committed modern-axes study look 5x
+cheaper than their searches."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import ablate.tracking.record as R
-from ablate.report.compute import part
-from ablate.report.data import Run, Search, Study
+from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.part import Inputs
 from ablate.report.render import Para, Table
+from ablate.report.sections.compute_hours import part
 
 
 def _run(n: int, wall: float, cpu: float | None) -> Run:

@@ -1,5 +1,6 @@
-"""Expected validation performance (ablate/report/evp.py) against Dodge et al.'s closed form worked by
-hand, and against enumerating every draw of n trials (with replacement) for small N and n."""
+"""Expected validation performance (ablate/report/compute/expected_validation.py) against Dodge et al.'s
+closed form worked by hand, and against enumerating every draw of n trials (with replacement) for small N and
+n."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from ablate.report.evp import evp_curve, expected_best, max_probabilities
+from ablate.report.compute.expected_validation import evp_curve, expected_best, max_probabilities
 
 
 def test_the_closed_form_on_three_known_scores() -> None:
@@ -81,7 +82,7 @@ def test_refuses_what_has_no_curve(scores: list[float], n: int) -> None:
 
 
 def test_leaders_say_where_the_budget_changes_the_winner() -> None:
-    from ablate.report.evp import leaders
+    from ablate.report.compute.expected_validation import leaders
 
     steady, risky = [0.6] * 4, [0.0, 0.9, 0.0, 0.9]
     assert leaders({"steady": evp_curve(steady), "risky": evp_curve(risky)}) == [(1, "steady"), (2, "risky")]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from scipy import stats
 
-from ablate.report import lengths
-from ablate.report.data import Run, Study
+from ablate.report.compute.loaded_study import Run, Study
 from ablate.report.part import Inputs
 from ablate.report.render import Figure, Table
+from ablate.report.sections import lengths
 
 
 def _run(variant: str, seed: int, ppl: dict[int, float], status: str = "finished") -> Run:

@@ -13,11 +13,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report import figures as figs
-from ablate.report import stats as st
-from ablate.report.data import Study, build_study, detect_quality, padding_text, spec_diff
-from ablate.report.environment import hardware_rows
-from ablate.report.factorial_effects import cell_means, factorial_axes, factorial_effects
+from ablate.report import plots as figs
+from ablate.report.compute import statistics as st
+from ablate.report.compute.contrasts import cell_means, factorial_axes, factorial_effects
+from ablate.report.compute.loaded_study import Study, build_study, detect_quality, padding_text, spec_diff
 from ablate.report.render import (
     STAMP_PREFIX,
     Bullets,
@@ -30,6 +29,7 @@ from ablate.report.render import (
     render_html,
     render_markdown,
 )
+from ablate.report.sections.environment import hardware_rows
 
 BASE = {0: 24.1, 1: 25.3, 2: 23.8, 3: 24.9}
 POST = {0: 22.7, 1: 24.0, 2: 22.9, 3: 23.5}
@@ -347,8 +347,8 @@ def test_spec_diff_reads_a_field_one_run_predates_as_its_default() -> None:
 
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.report import search as report_search
     from ablate.report.part import Inputs
+    from ablate.report.sections import trials as report_search
 
     monkeypatch.setattr(report_search, "importances", lambda study, metric: ("", []))
     objectives = json.dumps([{"metric": "val/loss", "direction": "minimize"},
@@ -409,22 +409,28 @@ def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
                                      "train.schedule.warmup_steps": ["400", "0"]}
     rows = {(r.label, r.metric): r for r in factorial_effects(study)}
     y = CELLS
-    # residual: post - pre at the same warm-up and seed; post_norm/0 diverged at seed 2: 5 pairs, 1 left out.
-    d_res = [y[("post_norm", w)][s] - y[("pre_norm", w)][s] for w in ("400", "0") for s in range(3)
-             if y[("post_norm", w)][s] is not None]
+    # residual: post - pre at the same warm-up and seed; post_norm/0 diverged at seed 2, so the warm-up 0
+    # stratum has seeds 0-1 and the 400 one seeds 0-2. The main effect weights the two strata equally (the
+    # mean of their means), never by the seeds each happened to get, with a Welch t-interval.
+    strata = [[y[("post_norm", w)][s] - y[("pre_norm", w)][s] for s in range(3)
+               if y[("post_norm", w)][s] is not None] for w in ("400", "0")]
+    means = [np.mean(g) for g in strata]
+    parts = [np.var(g, ddof=1) / len(g) for g in strata]
+    se = np.sqrt(sum(parts)) / 2
+    df = sum(parts) ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, strata, strict=True))
     main = rows[("residual=post_norm vs pre_norm (main effect)", "val/exact_match")]
-    ref = stats.ttest_1samp(d_res, 0.0)
-    assert main.kind == "main" and main.incomplete == 1 and main.effect.n_min == 5
-    assert main.effect.test == "paired t-test" and main.effect.p == pytest.approx(ref.pvalue, rel=1e-12)
-    assert (main.effect.lo, main.effect.hi) == tuple(pytest.approx(x, rel=1e-9)
-                                                     for x in ref.confidence_interval(0.95))
-    p_text = st.fmt_p(ref.pvalue)
-    assert main.verdict.endswith(f"no detectable effect with 5 pairs (paired t-test, p={p_text}) "
-                                 "(1 matched pair left out: a cell did not finish)")
+    assert main.kind == "main" and main.incomplete == 1 and main.effect.n_min == 3
+    assert main.effect.diff == pytest.approx(np.mean(means)) != pytest.approx(np.mean(sum(strata, [])))
+    assert main.effect.test == "equal-weight t over strata (Welch df)"
+    assert main.effect.p == pytest.approx(2 * stats.t.sf(abs(np.mean(means)) / se, df), rel=1e-9)
+    half = stats.t.ppf(0.975, df) * se
+    assert (main.effect.lo, main.effect.hi) == (pytest.approx(np.mean(means) - half),
+                                                pytest.approx(np.mean(means) + half))
+    assert main.verdict.endswith("(1 matched pair left out: a cell did not finish)")
     warm = rows[("train.schedule.warmup_steps=0 vs 400 (main effect)", "val/exact_match")]
-    d_warm = [y[(r, "0")][s] - y[(r, "400")][s] for r in ("pre_norm", "post_norm") for s in range(3)
-              if y[(r, "0")][s] is not None]
-    assert warm.effect.diff == pytest.approx(np.mean(d_warm)) and warm.effect.n_min == 5
+    d_warm = [[y[(r, "0")][s] - y[(r, "400")][s] for s in range(3) if y[(r, "0")][s] is not None]
+              for r in ("pre_norm", "post_norm")]
+    assert warm.effect.diff == pytest.approx(np.mean([np.mean(g) for g in d_warm])) and warm.effect.n_min == 3
     # Interaction: (post0 - pre0) - (post400 - pre400) per seed; 2 complete seeds -> exact sign flips.
     inter = rows[("residual=post_norm × train.schedule.warmup_steps=0 (interaction)", "val/exact_match")]
     dd = [(y[("post_norm", "0")][s] - y[("pre_norm", "0")][s])
@@ -451,7 +457,8 @@ def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
                                      "train.schedule.warmup_steps": ["0", "100"]}
     rows = {(r.label, r.metric): r for r in factorial_effects(study)}
     warm = rows[("train.schedule.warmup_steps=100 vs 0 (main effect)", "val/exact_match")]
-    assert warm.effect.n_min == 4 and warm.incomplete == 0
+    # both strata have seeds 0 and 1: the strata are averaged within each seed, a paired t-test over 2 seeds
+    assert warm.effect.n_min == 2 and warm.incomplete == 0
     assert warm.effect.diff == pytest.approx(np.mean([0.05, 0.01, 0.2, 0.1]))
 
 
@@ -506,10 +513,10 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
 def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_path: Path) -> None:
     """A baseline run that predates `model.arch`, a RoPE variant with its own option `rope_base`: the axes
     are the positions only; the variant's option stays in what differs."""
-    from ablate.report.data import Run, Study
+    from ablate.report.compute.loaded_study import Run, Study
     from ablate.report.part import Inputs
     from ablate.report.render import Table
-    from ablate.report.results import axes_part
+    from ablate.report.sections.main_table import axes_part
 
     def run(variant: str, params: dict[str, str]) -> Run:
         return Run(variant, variant, 0, "finished", "h", 0.0, params, {"model/params": 10.0}, {})
@@ -525,3 +532,91 @@ def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_p
     assert axes.rows == [["`model.positions`", "sinusoidal, rope"]]
     assert "`model.rope_base`: — → 10000.0" in differs.rows[0][1]
     assert "model.arch" not in differs.rows[0][1]
+
+
+def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
+    from ablate.report.sections.costs import comparable_runs, cost_points
+
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    rows = []
+    for seed in range(6):  # the baseline ran 6 seeds, the variant 3 (adaptive stopping): seeds 0-2 compare
+        base = _row(f"b{seed}", "baseline", seed, "finished", seed, val_exact_match=0.5,
+                    train_wall_time_s=10.0 + 10 * seed)
+        rows.append(base | {"tags.ablate.cpu": "AMD EPYC (family 23, model 49)"})
+        if seed < 3:
+            var = _row(f"v{seed}", "residual=post_norm", seed, "finished", seed, val_exact_match=0.6,
+                       train_wall_time_s=25.0)
+            # seed 2 of the variant ran on a faster machine: its time measures the machine
+            other = "AMD EPYC (family 25, model 17, stepping 1; bf16)"
+            rows.append(var | {"tags.ablate.cpu": other if seed == 2 else "AMD EPYC (family 23, model 49)"})
+    study = build_study(parent, _frame(rows))
+    comp = comparable_runs(study)
+    assert comp.seeds == [0, 1] and comp.hardware == "AMD EPYC (family 23, model 49)" and comp.left_out == 5
+    points = {p.label: p for p in cost_points(study)}
+    assert points["baseline"].cost == pytest.approx(15.0)  # seeds 0 and 1, not the mean over 0-5 (35)
+    assert points["residual=post_norm"].cost == pytest.approx(25.0)
+
+
+def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path) -> None:
+    from ablate.report.part import Inputs
+    from ablate.report.sections import withdrawn
+
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    rows = [_row(f"b{s}", "baseline", s, "finished", s, val_exact_match=0.5) for s in range(2)]
+    rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.6)
+             for s in range(2)]
+    old = _row("old1", "residual=post_norm", 1, "finished", 50, val_exact_match=0.1)
+    rows.append(old | {"tags.ablate.superseded": "ran in bf16, the study's cells in fp32"})
+    study = build_study(parent, _frame(rows))
+    assert [r.run_id for r in study.runs if r.variant == "residual=post_norm"] == ["v0", "v1"]  # left out
+    found = withdrawn.part(Inputs(study, tmp_path))
+    assert found is not None
+    [section] = found.sections
+    [table] = [b for b in section.blocks if hasattr(b, "header")]
+    why = "ran in bf16, the study's cells in fp32"
+    assert table.rows == [["residual=post_norm", "1", "finished", "0.100", why]]
+    assert found.data["withdrawn"][0]["val/exact_match"] == pytest.approx(0.1)
+    clean = build_study(parent, _frame(rows[:-1]))
+    assert withdrawn.part(Inputs(clean, tmp_path)) is None  # nothing withdrawn: no appendix
+
+
+def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(tmp_path: Path) -> None:
+    import json as _json
+
+    from ablate.report.part import Inputs
+    from ablate.report.sections import mde
+    from ablate.study.power import detectable, seeds_needed
+    from ablate.study.sequential import Design
+
+    plan = {"source": "pilot p", "comparisons": [{"label": "residual=post_norm", "sd": 0.02,
+                                                   "sized_sd": 0.027, "detectable": 0.05,
+                                                   "in_sd_units": False}]}
+    design = {"looks": [2, 3, 4], "alpha": 0.05, "min_effect": None, "family": 1}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation",
+                       "ablate.metric": "final/val/exact_match",
+                       "ablate.sequential": _json.dumps(design), "ablate.power_plan": _json.dumps(plan),
+                       "ablate.preregistered": _json.dumps({"metric": "val/exact_match"}),
+                       "ablate.expect": _json.dumps([{"variant": "residual=post_norm", "effect": "none",
+                                                      "margin": 0.01, "source": "x"}])},
+              "params": {}, "metrics": {}}
+    diffs = [0.02, -0.01, 0.03, 0.0]
+    rows = [_row(f"b{s}", "baseline", s, "finished", s, val_exact_match=0.5) for s in range(4)]
+    rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.5 + d)
+             for s, d in enumerate(diffs)]
+    found = mde.part(Inputs(build_study(parent, _frame(rows)), tmp_path))
+    assert found is not None
+    table = next(b for b in found.intro if hasattr(b, "header"))
+    [row] = table.rows
+    sd = float(np.std(diffs, ddof=1))
+    d = Design((2, 3, 4), 0.05, None, 1)
+    needed = seeds_needed(d, sd, "none", 0.01)
+    assert row[:6] == ["residual=post_norm", "0.0200 (0.0270)", "0.050", "4", "+0.010", f"{sd:.4f}"]
+    assert row[6] == f"{detectable(d, sd, 'none', 0.01):.3f}"
+    assert row[7] == (str(needed) if needed else ">100")
+    text = " ".join(getattr(b, "text", "") for b in found.intro)
+    assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
+    assert "Left open by this design: residual=post_norm: a new study" in text
+    assert found.data["power_plan"]["found"][0]["settled"] is False

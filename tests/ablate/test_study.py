@@ -219,8 +219,12 @@ def test_experiment_ablations_expand() -> None:
         "warmup-vs-norm-multi30k.yaml": 24, "presets-multi30k.yaml": 48,
         # the decoder-only LM cell: five position schemes x four seeds
         "positions-extrapolation.yaml": 20,
+        # the same five schemes on long documents (Python docs pages), four seeds
+        "positions-extrapolation-docs.yaml": 20,
         # a fixed list of 8 seeds, two variants: the noise with and without weight averaging
-        "averaging-noise-multi30k.yaml": 16}
+        "averaging-noise-multi30k.yaml": 16,
+        # seeds.max: auto chose 18 from the pilot's cell times and a 6.2-hour budget: 3 variants x 18
+        "sized-axes-multi30k.yaml": 54}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
@@ -306,7 +310,7 @@ def test_failed_cell_reruns_only_with_retry_failed(workdir: Path, crashing_ffn: 
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
 
-    from ablate.study.store import Store
+    from ablate.study.optuna_store import Store
 
     path = write_spec(workdir, "fail", f"""
 ablation:

@@ -119,8 +119,8 @@ def test_the_pin_applies_to_auto_alone() -> None:
 
 
 def test_the_own_best_section_says_when_the_searches_ran_at_another_precision() -> None:
-    from ablate.report.data import Run, Search, Study
-    from ablate.report.own_best import _precisions
+    from ablate.report.compute.loaded_study import Run, Search, Study
+    from ablate.report.sections.own_best import _precisions
 
     def run(variant: str, precision: str, kind: str = "cell") -> Run:
         return Run(run_id=f"{variant}-{precision}", variant=variant, seed=0, status="finished", spec_hash="",

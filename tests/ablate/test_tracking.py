@@ -36,8 +36,8 @@ from ablate.tracking import (
     main_runs,
     resolve_tracking_uri,
 )
+from ablate.tracking import mlflow_store as tracking_store
 from ablate.tracking import models as tracking_models
-from ablate.tracking import store as tracking_store
 from ablate.tracking.server import free_port
 
 
@@ -189,7 +189,8 @@ RESULT_PACKAGES = ("sacrebleu", "tokenizers", "datasets", "optuna", "numpy", "py
 
 
 def cpu_model_name() -> str:
-    """What the CPU is called, read here independently of ablate.tracking.store."""
+    """What the CPU is called, read here independently of ablate.tracking.mlflow_store: the model name
+    (which the full name recorded starts with)."""
     if Path("/proc/cpuinfo").is_file():
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             if line.split(":")[0].strip() == "model name":
@@ -207,11 +208,11 @@ def test_environment_is_recorded_as_tags_and_artifact(store: str, tmp_path: Path
     for package in RESULT_PACKAGES:
         assert tags[f"ablate.version.{package}"] == metadata.version(package), package
     assert tags["ablate.version.python"] == platform.python_version()
-    assert tags["ablate.cpu"] == cpu_model_name() != ""
+    assert tags["ablate.cpu"].startswith(cpu_model_name()) and cpu_model_name() != ""
     env = json.loads(download_artifacts(tracker.run_id, "environment.json", tmp_path,  # type: ignore[arg-type]
                                         tracking_uri=store).read_text())
     assert {p: env[p] for p in RESULT_PACKAGES} == {p: metadata.version(p) for p in RESULT_PACKAGES}
-    assert (env["cpu"], env["cpu_count"]) == (cpu_model_name(), str(os.cpu_count()))
+    assert env["cpu"] == tags["ablate.cpu"] and env["cpu_count"] == str(os.cpu_count())
     if torch.cuda.is_available():
         assert env["gpu"] == tags["ablate.gpu"] == torch.cuda.get_device_name(0)
         assert env["gpu_count"] == str(torch.cuda.device_count())
@@ -222,6 +223,14 @@ def test_environment_is_recorded_as_tags_and_artifact(store: str, tmp_path: Path
 def test_cpu_model_without_cpuinfo(tmp_path: Path) -> None:
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Example CPU @ 3.00GHz\n")
     assert tracking_store.cpu_model(tmp_path / "cpuinfo") == "Example CPU @ 3.00GHz"
+    # a virtual machine's bare family name gets the numbers and bf16 units that tell its CPUs apart
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+        "stepping\t: 1\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nmodel name\t: Other\n")
+    full = "AMD EPYC (family 25, model 17, stepping 1; bf16)"
+    assert tracking_store.cpu_model(tmp_path / "cpuinfo") == full
+    (tmp_path / "cpuinfo").write_text("cpu family\t: 23\nmodel\t: 49\nmodel name\t: AMD EPYC\nflags\t: avx2")
+    assert tracking_store.cpu_model(tmp_path / "cpuinfo") == "AMD EPYC (family 23, model 49)"
     expected = platform.processor() or platform.machine()
     assert tracking_store.cpu_model(tmp_path / "missing") == expected
 

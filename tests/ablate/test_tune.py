@@ -22,9 +22,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.spec.load import SpecError, load_spec
 from ablate.study.attrs import HEARTBEAT, OWNER
+from ablate.study.optuna_store import Store, claim, open_study, reclaim
 from ablate.study.search import _fill, main_tune, sample, search_name
 from ablate.study.space import derive, plan_search
-from ablate.study.store import Store, claim, open_study, reclaim
 from ablate.study.workers import threads_per_worker, usable_cores
 from tests.factories import STUDY_CELL, write_tiny_spec
 
@@ -191,7 +191,7 @@ def test_experiment_searches_plan() -> None:
 
 @pytest.mark.parametrize("name", ["ped_anova", "fanova"])
 def test_importances_name_their_evaluator(tmp_path: Path, name: str) -> None:
-    from ablate.study.results import importances
+    from ablate.study.findings import importances
 
     plan = plan_search(str(write_spec(tmp_path, "imp", f"""
 search:

@@ -1,5 +1,6 @@
-"""Each variant at its own best (ablate/study/tuned.py): a synthetic study with a known answer, where the
-variant needs 3x the baseline's learning rate. Training is replaced by a known function of the spec."""
+"""Each variant at its own best (ablate/study/variant_searches.py): a synthetic study with a known answer,
+where the variant needs 3x the baseline's learning rate. Training is replaced by a known function of the
+spec."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from ablate.run.rundir import RunResult
 from ablate.spec.experiment import ExperimentSpec
 from ablate.study.ablation import main_ablate, plan_study
-from ablate.study.tuned import tune_variants, tuned_cells, variants
+from ablate.study.variant_searches import tune_variants, tuned_cells, variants
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 BASE_LR = 1e-3
@@ -119,7 +120,7 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
     tuned = tune_variants(plan, parent=parent.run_id)
     tune_variants(plan_study(str(path)), parent=parent.run_id)  # a rerun: no new search runs
     parent.end("finished")
-    from ablate.tracking.store import resolve_tracking_uri
+    from ablate.tracking.mlflow_store import resolve_tracking_uri
 
     # the store this study wrote to (an earlier test may have pointed MLflow's global client elsewhere)
     client = MlflowClient(resolve_tracking_uri(plan.spec.tracking.uri))
@@ -163,7 +164,7 @@ def test_a_search_complete_before_an_interrupt_ends_finished_with_its_best_setti
 
     import ablate.tracking.record as R
     from ablate.tracking import Tracker
-    from ablate.tracking.store import resolve_tracking_uri
+    from ablate.tracking.mlflow_store import resolve_tracking_uri
 
     interrupt_once(monkeypatch, before=5)  # the second trial of norm=custom's, after the baseline's four
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "halfway", "train.max_steps": 20},
@@ -187,7 +188,7 @@ def test_a_search_complete_before_an_interrupt_ends_finished_with_its_best_setti
 def test_a_variants_search_run_is_not_read_as_a_cell_of_the_study() -> None:
     import pandas as pd
 
-    from ablate.report.data import build_study
+    from ablate.report.compute.loaded_study import build_study
 
     rows = [{"run_id": f"{variant}-{seed}", "status": "FINISHED", "start_time": pd.Timestamp(seed, unit="s"),
              "tags.ablate.variant": variant, "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",

@@ -1,4 +1,4 @@
-"""An ablation's ``tune:`` and ``confirm:`` sections (issue 29): their shape, located errors, the run
+"""An ablation's ``tune:`` and ``confirm:`` sections: their shape, located errors, the run
 identity they leave alone, and the budget `ablate ablate --dry-run` prints."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from ablate.cli import main as cli_main
 from ablate.spec.load import SpecError, dump_spec_yaml, load_spec
 from ablate.study.ablation import main_ablate, plan_study
-from ablate.study.tuning import fidelity_steps, trial_overrides
+from ablate.study.arm_settings import fidelity_steps, trial_overrides
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 AXES = "  axes: {model.residual: [pre_norm, post_norm], model.norm: [builtin, custom]}\n  seeds: [0, 1]\n"
@@ -36,7 +36,7 @@ def write(folder: Path, ablation: str, name: str = "tuned") -> Path:
                            filename=f"{name}.yaml")
 
 
-def test_tune_and_confirm_leave_the_run_identity_and_the_dumped_record_alone(tmp_path: Path) -> None:
+def test_arm_settings_leave_the_run_identity_and_the_dumped_record_alone(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     plain = load_spec(write(tmp_path, AXES))
     tuned = load_spec(write(tmp_path / "a", AXES + TUNE + CONFIRM))
@@ -190,7 +190,7 @@ def test_confirm_cells_are_the_baseline_and_the_decided_variants_at_the_larger_s
 
 def test_changes_say_how_far_each_best_setting_lies_from_the_baselines() -> None:
     from ablate.spec.study import SearchParam
-    from ablate.study.tuning import changes
+    from ablate.study.arm_settings import changes
 
     space = {"train.optimizer.lr": SearchParam(low=1e-4, high=1e-2, log=True),
              "train.schedule.warmup_steps": SearchParam(low=0, high=800, int=True),

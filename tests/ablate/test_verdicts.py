@@ -1,6 +1,7 @@
-"""The report's verdicts as a reviewer reads them (ablate/report/verdicts.py): validation decides, the test
-split is shown beside each verdict on the same seeds and look and flagged where it disagrees, the regime is
-stated, and the report opens with the forest plot of those intervals. Studies built from run records."""
+"""The report's verdicts as a reviewer reads them (ablate/report/sections/forest_plot.py): validation
+decides, the test split is shown beside each verdict on the same seeds and look and flagged where it
+disagrees, the regime is stated, and the report opens with the forest plot of those intervals. Studies built
+from run records."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from ablate.report.data import build_study
+from ablate.report.compute.comparisons import design_of
+from ablate.report.compute.loaded_study import build_study
+from ablate.report.compute.val_and_test import verdicts
 from ablate.report.part import Inputs
 from ablate.report.render import Figure, Note, Para
-from ablate.report.seeds import design_of
-from ablate.report.summary import part as summary_part
-from ablate.report.verdicts import part, verdicts
+from ablate.report.sections.forest_plot import part
+from ablate.report.sections.summary import part as summary_part
+from ablate.study.verdict import HeldOut, Look, Reading, Verdict, agrees, held_out_reading
 
 BASE_VAL = [30.0, 31.0, 29.5]
 BASE_TEST = [31.0, 30.0, 30.5]
@@ -61,7 +65,7 @@ def test_the_test_split_is_judged_on_the_same_seeds_and_look_and_a_disagreement_
     lines = made.intro[1].items  # type: ignore[attr-defined]
     rope_line = next(line for line in lines if line.startswith("positions=rope"))
     assert "; test: -2.00 BLEU [-2.48, -1.52]" in rope_line
-    assert rope_line.endswith("**the test set disagrees** (worse on test, better on validation)")
+    assert rope_line.endswith("**the test set disagrees (worse on test, better on validation)**")
     assert "disagrees" not in next(line for line in lines if line.startswith("ffn=swiglu"))
     flags = [b for b in made.intro if isinstance(b, Note)]
     assert len(flags) == 1 and "`positions=rope`" in flags[0].text and "`ffn=swiglu`" not in flags[0].text
@@ -75,11 +79,17 @@ def test_the_report_opens_with_the_forest_plot_of_its_verdicts_and_states_the_re
     assert (tmp_path / "verdicts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "±0.5 BLEU" in figure.caption and "2 comparisons, each at level 0.025" in figure.caption
     assert isinstance(regime, Para)
+    # The spec's default once logged ablation.tuned_on 'baseline' for every study: never read as a statement
     assert regime.text == ("**Regime** these verdicts hold for: 2+2 layers, d_model 256 (7.25 M "
-                           "parameters, baseline), 720 steps, hyperparameters tuned on `baseline`, not "
-                           "converged (declared).")
+                           "parameters, baseline), 720 steps, the spec's hyperparameters (who tuned them is "
+                           "not recorded), not converged (declared).")
     assert made.data["verdicts"][1]["agrees"] is False
-    assert made.data["regime"]["converged"] is False
+    assert made.data["regime"]["converged"] is False and made.data["regime"]["tuned_on"] is None
+    stated = _study({"ablation.converged": "False"})
+    stated.parent["tags"]["ablate.tuned_on"] = "baseline"  # the author set ablation.tuned_on
+    again = part(Inputs(stated, tmp_path))
+    assert again is not None and "hyperparameters tuned on `baseline` (as the study states)" in \
+        again.intro[1].text  # type: ignore[attr-defined]
 
 
 def test_a_fixed_seed_study_states_its_regime_too(tmp_path: Path) -> None:
@@ -100,3 +110,31 @@ def test_the_regime_names_the_own_best_arm_only_once_it_has_runs(tmp_path: Path)
     study.parent["tags"]["ablate.tune"] = json.dumps({"trials": 8})
     made = part(Inputs(study, tmp_path))
     assert made is not None and "own best" not in made.data["regime"]["text"]
+
+
+def _said(answer: str, diff: float, lo: float, hi: float, final: bool = True) -> Verdict:
+    state = "effect" if lo > 0 or hi < 0 else "open"
+    look = Look(8, 6, diff, lo, hi, 1.0, 2.0, state, final, decided=answer != "open")  # type: ignore[arg-type]
+    reading = {"better": Reading.BETTER, "worse": Reading.WORSE, "no effect": Reading.WITHIN,
+               "open": Reading.OPEN_AT_MAX}[answer]
+    return Verdict(reading, look, None if answer in ("open", "no effect") else answer == "better")
+
+
+@pytest.mark.parametrize(("val", "test", "margin", "says"), [
+    # validation open, the test interval away from 0 (RoPE in modern-axes: test [+0.07, +2.16]): flagged
+    (("open", 1.21, -0.34, 2.77), ("better", 1.12, 0.07, 2.16), None, HeldOut.UNSETTLED_EFFECT),
+    (("open", 1.21, -0.34, 2.77), ("open", 0.5, -0.2, 1.2), None, None),
+    # an effect on validation: a test interval over 0 is open, one wholly on the other side disagrees
+    (("better", 1.58, 0.2, 3.0), ("open", 1.0, -0.5, 2.5), None, HeldOut.OPEN),
+    (("better", 1.58, 0.2, 3.0), ("worse", -2.0, -2.5, -1.5), None, HeldOut.DISAGREES),
+    (("better", 1.58, 0.2, 3.0), ("better", 1.4, 0.1, 2.7), None, HeldOut.AGREES),
+    # no effect within ±0.5 on validation: the test interval disagrees only when wholly beyond the margin
+    (("no effect", 0.1, -0.3, 0.4), ("worse", -0.4, -0.7, -0.1), 0.5, HeldOut.OPEN),
+    (("no effect", 0.1, -0.3, 0.4), ("worse", -1.0, -1.4, -0.6), 0.5, HeldOut.DISAGREES),
+])
+def test_the_test_flag_in_both_directions(val: tuple[str, float, float, float],
+                                          test: tuple[str, float, float, float], margin: float | None,
+                                          says: HeldOut | None) -> None:
+    assert held_out_reading(_said(*val), _said(*test), margin) == says
+    flag = {HeldOut.AGREES: True, HeldOut.DISAGREES: False, HeldOut.UNSETTLED_EFFECT: False}
+    assert agrees(_said(*val), _said(*test), margin) is (flag.get(says) if says is not None else None)

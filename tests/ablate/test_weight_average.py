@@ -18,8 +18,8 @@ from ablate.engine.averaging import Ema, LastK, fp32_parameters, load_weights, m
 from ablate.engine.checkpoint import load_checkpoint, save_checkpoint
 from ablate.engine.model import build_model
 from ablate.engine.train import Trainer
-from ablate.report import data as data_module
-from ablate.report.data import Run, Study
+from ablate.report.compute import loaded_study as data_module
+from ablate.report.compute.loaded_study import Run, Study
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import SpecError, load_spec
@@ -187,11 +187,12 @@ def test_without_the_option_the_checkpoint_is_as_before(tmp_path: Path) -> None:
 def _tracked(folder: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str) -> tuple[dict[str, float], str]:
     folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(folder))
+    uri = mlflow_store(folder)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     spec = spec_at(folder, "tracking.enabled=true", "train.eval_every=20", *overrides)
     result = run_experiment(spec, quiet=True)
     assert result.status == "finished" and result.run_id is not None
-    run = MlflowClient().get_run(result.run_id)
+    run = MlflowClient(uri).get_run(result.run_id)  # this store, whatever an earlier test made current
     return dict(run.data.metrics), result.run_id
 
 

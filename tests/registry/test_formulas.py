@@ -1,4 +1,5 @@
-"""Each variant added for issue 13 against the formula its docstring cites, written out independently."""
+"""Each variant added beyond the tutorials' five axes (RMSNorm, RoPE, ALiBi, ...) against the formula its
+docstring cites, written out independently."""
 
 from __future__ import annotations
 
@@ -210,6 +211,23 @@ def test_tied_decoder_embeddings_tie_target_input_and_output_only() -> None:
     assert model.src_embed.weight.shape == (13, 16)  # the source vocabulary may differ
     assert model.src_embed.weight.data_ptr() != model.tgt_embed.weight.data_ptr()
 
+
+
+# ---------------------------------------------------------------- sinusoidal positions
+def test_sinusoid_table_is_the_papers_formula_at_every_position_and_feature() -> None:
+    """Vaswani et al. 2017, section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...),
+    computed here in float64 from the formula, independently of the component; each row has norm sqrt(d/2)
+    (sin^2 + cos^2 per pair), whatever the position, so its scale against the token embedding is fixed."""
+    from registry.positions import sinusoid_table
+
+    d, positions = 64, 512
+    table = sinusoid_table(positions, d)
+    for pos in (0, 1, 31, 32, 255, 511):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=2e-4), (pos, i)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=2e-4), (pos, i)
+    torch.testing.assert_close(table.norm(dim=1), torch.full((positions,), math.sqrt(d / 2)))
 
 
 # ---------------------------------------------------------------- embedding dropout

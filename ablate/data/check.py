@@ -1,0 +1,174 @@
+"""The data files a spec names, checked before anything runs: `ablate validate`, every `--dry-run`, and the
+start of `ablate study` / `ablate tune`, so that a missing or malformed file is reported at once rather than
+when the first cell starts training.
+
+Each named file must exist, be readable and hold a non-empty line; parallel ``src``/``tgt`` files must have
+the same number of lines; a TSV or JSONL file (and any text file) must parse on its first ``HEAD_LINES``
+lines. Only the line count reads a whole file (bytes counted, nothing decoded); the full line-by-line check
+stays where the data is prepared. Every problem is one located line: the spec's file and line, the field,
+and the path it resolved to (with what a relative path was resolved against).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.data.corpus import check_jsonl_file, check_text_file, check_tsv_file, named_file_roles
+from ablate.data.paths import DataError, DataPath, data_path, data_root
+from ablate.spec.yamlsrc import Problem, SourceMap, SpecError
+
+if TYPE_CHECKING:
+    from ablate.spec.experiment import DataSpec, ExperimentSpec
+
+HEAD_LINES = 50  # lines parsed per file here; the whole file is checked when the data is prepared
+_GLOB = set("*?[")
+
+
+def count_lines(path: Path) -> int:
+    """Lines of a text file (.gz decompressed), a last line without a newline counted too."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    count, last = 0, b"\n"
+    with opener(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def text_split_paths(text_files: DataPath, documents: str) -> list[Path]:
+    """The files of one ``source: text`` split: the file itself, or with ``documents: files`` every file
+    of the folder (or glob) it names, sorted."""
+    if documents != "files":
+        return [text_files.path]
+    if _GLOB & set(str(text_files.path)):
+        return sorted(Path(p) for p in glob.glob(str(text_files.path)) if Path(p).is_file())
+    if text_files.path.is_dir():
+        return sorted(p for p in text_files.path.iterdir() if p.is_file() and not p.name.startswith("."))
+    return []
+
+
+def text_named_paths(data: DataSpec) -> list[DataPath]:
+    """The splits a ``source: text`` section names, resolved (not checked)."""
+    assert data.text is not None
+    root = data_root(data.text.root, "data.text.root")
+    named = [("train", data.text.train), ("val", data.text.val), ("test", data.text.test)]
+    return [data_path(raw, root, f"data.text.{split}") for split, raw in named if raw is not None]
+
+
+def _readable(named: DataPath, *, folder_ok: bool = False) -> str | None:
+    """Why the path cannot serve as data, or None: exists, is a file, can be read."""
+    path = named.path
+    if not path.exists():
+        return f"file not found: {path}{named.explain()}"
+    if path.is_dir() and not folder_ok:
+        return f"{path} is a folder, not a file{named.explain()}"
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"{path}: cannot be read: {exc.strerror or exc}"
+    return None
+
+
+def _head(path: Path, check: str, spec: DataSpec) -> str | None:
+    """Parse the first lines as the format says, and say if the file holds no sentence at all."""
+    try:
+        if check == "tsv":
+            found, _ = check_tsv_file(path, spec.src_lang, spec.tgt_lang, HEAD_LINES)
+        elif check == "jsonl":
+            found, _ = check_jsonl_file(path, spec.src_lang, spec.tgt_lang, HEAD_LINES)
+        else:
+            found = check_text_file(path, HEAD_LINES, blank_lines=check == "lm")
+            if found == 0 and check == "lm":  # blank lines first: look further before calling it empty
+                found = check_text_file(path, None, blank_lines=True)
+    except DataError as exc:
+        return str(exc)
+    return None if found else f"{path}: empty file (no line of text)"
+
+
+def files_problems(data: DataSpec) -> list[tuple[str, str]]:
+    """(field, message) for every problem of the files a ``files`` or ``text`` source names."""
+    if data.source == "files" and data.files is not None:
+        return _parallel_problems(data)
+    if data.source == "text" and data.text is not None:
+        return _text_problems(data)
+    return []
+
+
+def _parallel_problems(data: DataSpec) -> list[tuple[str, str]]:
+    assert data.files is not None
+    try:
+        roles = named_file_roles(data.files)
+    except DataError as exc:
+        return [("data.files", str(exc))]
+    problems: list[tuple[str, str]] = []
+    counts: dict[tuple[str, str], tuple[int, DataPath]] = {}
+    for role, named in roles:
+        why = _readable(named) or _head(named.path, data.files.format, data)
+        if why is not None:
+            problems.append((named.field, why))
+        elif data.files.format == "text":
+            counts[(role.split, role.side)] = (count_lines(named.path), named)
+    for split in ("train", "val", "test"):
+        if (split, "src") in counts and (split, "tgt") in counts:
+            (n_src, src), (n_tgt, tgt) = counts[(split, "src")], counts[(split, "tgt")]
+            if n_src != n_tgt:
+                problems.append((tgt.field, f"{tgt.path} has {n_tgt} lines but {src.field} ({src.path}) has "
+                                 f"{n_src}: parallel files must align line by line"))
+    return problems
+
+
+def _text_problems(data: DataSpec) -> list[tuple[str, str]]:
+    assert data.text is not None
+    documents = data.text.documents or "lines"
+    problems: list[tuple[str, str]] = []
+    for named in text_named_paths(data):
+        if documents == "files":
+            paths = text_split_paths(named, documents)
+            if not paths:
+                problems.append((named.field, f"no file in {named.path}{named.explain()} (text.documents: "
+                                 "files reads every file of the folder, or of the glob, as one document)"))
+                continue
+        else:
+            why = _readable(named)
+            if why is not None:
+                problems.append((named.field, why))
+                continue
+            paths = [named.path]
+        why = next((w for p in paths if (w := _head(p, "lm", data)) is not None), None)
+        if why is not None:
+            problems.append((named.field, why))
+    return problems
+
+
+def data_problems(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Problem]:
+    """Every problem of the spec's data files, each located at the field that names the file."""
+    try:
+        found = files_problems(spec.data)
+    except DataError as exc:  # an environment variable of a path is not set
+        field, _, message = str(exc).partition(": ")
+        found = [(field, message)]
+    return [Problem(smap.where(field, origin), field, message) for field, message in found]
+
+
+def check_data(spec_path: str, overrides: Sequence[str], spec: ExperimentSpec) -> None:
+    """Raise SpecError (exit 2, one located line each) when a data file the spec names is unusable."""
+    from ablate.spec.load import load_spec_data
+
+    if spec.data.source not in ("files", "text"):
+        return
+    _, smap = load_spec_data(spec_path, overrides)
+    problems = data_problems(spec, smap, str(spec_path))
+    if problems:
+        raise SpecError(problems)
+
+
+def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
+    """`ablate validate`: the spec commands' validation, plus the data files each valid spec names."""
+    from ablate.spec.commands import validate_specs
+
+    return validate_specs(specs, overrides, check=lambda path, spec: check_data(path, overrides, spec))

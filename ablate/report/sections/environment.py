@@ -1,0 +1,89 @@
+"""What the runs of a study ran on: hardware, library versions, the code's commit, and the datasets.
+
+Read from the tags every run carries (``ablate.device``, ``ablate.cpu``, ``ablate.host``,
+``ablate.version.*``, ``mlflow.source.git.commit``), the first run's ``environment.json`` for what no tag
+says, and each run's MLflow dataset inputs (name and digest), which are listed per seed or variant when
+the runs did not all see the same data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import ablate.tracking.record as R
+from ablate.report.compute.loaded_study import design_params, padding_text
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Section, Table
+
+if TYPE_CHECKING:
+    from ablate.report.compute.loaded_study import Study
+
+# Tags every run carries -> the label shown; hardware first, then the software, then the code.
+ENV_TAGS = {R.DEVICE: "device", R.PRECISION: "precision", R.CPU: "CPU", R.HOST: "host"}
+CODE_TAGS = {R.GIT_COMMIT: "git commit", R.GIT_DIRTY: "uncommitted changes"}
+# environment.json keys (the first run's) shown when no tag says the same.
+ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
+ORDER = ["device", "precision", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
+
+
+def environment(study: Study) -> dict[str, list[str]]:
+    """Distinct values across the runs of every environment tag, plus what the first run's
+    environment.json adds (CPU model, core count, platform). Absent entries are simply not shown."""
+    from ablate.tracking.read import read_text_artifact
+
+    env: dict[str, set[str]] = {}
+    for r in study.runs:
+        for tag, value in r.tags.items():
+            version = tag.startswith(R.VERSION_PREFIX)
+            label = ENV_TAGS.get(tag) or CODE_TAGS.get(tag) or (
+                tag.removeprefix(R.VERSION_PREFIX) + " version" if version else None)
+            if label and value:
+                env.setdefault(label, set()).add(value)
+    if study.runs:
+        text = read_text_artifact(study.runs[0].run_id, "environment.json")
+        try:
+            found = json.loads(text) if text else {}
+        except ValueError:
+            found = {}
+        for key, shown in ENV_JSON.items():
+            recorded = found.get(key) if isinstance(found, dict) else None
+            if recorded not in (None, "") and shown not in env:
+                env[shown] = {str(recorded)}
+    return {k: sorted(v) for k, v in env.items()}
+
+
+def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
+    """Hardware rows first (device, CPU, cores, host), then versions, then the code's commit."""
+    code = list(CODE_TAGS.values())
+
+    def rank(k: str) -> tuple[int, int, str]:
+        return (0, ORDER.index(k), k) if k in ORDER else (2, code.index(k), k) if k in code else (1, 0, k)
+
+    rows = [[k, "; ".join(env[k])] for k in sorted(env, key=rank)]
+    return rows or [["(none recorded)", "—"]]
+
+
+# ---------------------------------------------------------------- the section
+def part(inp: Inputs) -> Part:
+    """The reference tables (data, hardware and versions, the baseline's every param), after the results;
+    ``data['datasets']``."""
+    study = inp.study
+    runs = study.runs
+    ref = study.of(study.baseline)[0].params if study.baseline else (runs[0].params if runs else {})
+    data = sorted((k, v) for k, v in design_params(ref).items() if k.startswith("data.") and v != "null")
+    data_rows = [[f"`{k}`", v] for k, v in data] + [["dataset", d.text] for d in inp.datasets]
+    padding = padding_text(study)
+    if padding:
+        data_rows.append(["padding (`data/padding_fraction`)", padding])
+    blocks: list[Block] = []
+    if data_rows:
+        blocks.append(Table(["data", "value"], data_rows, "ll", "Data"))
+    blocks.append(Table(["environment", "value"], hardware_rows(environment(study)), "ll",
+                        "Hardware, versions and code"))
+    if ref:
+        spec_rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items())]
+        title = f"Baseline spec ({study.baseline or 'first run'}): every resolved param"
+        blocks.append(Table(["param", "value"], spec_rows, "ll", title, collapsed=True))
+    return Part("environment", [Section("Data, hardware and code", blocks)],
+                data={"datasets": [d.text for d in inp.datasets]})

@@ -1,0 +1,143 @@
+"""What the design could settle, beside what was found: the power plan a study recorded before its first
+cell (ablate/study/sizing.py), each comparison's minimal detectable effect next to its observed difference,
+and the same plan read off the study's own seeds, for information only (it never moves the design).
+
+The table opens the report (an intro block), so that a reader sees at once whether a "not settled" was
+the design's foreseeable answer; the advice for what is left open is a new study, sized by the study's
+own noise: "a new study with seeds.max N would tell", never more seeds in this one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.report.compute import statistics as st
+from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
+from ablate.report.compute.loaded_study import Study, quality_meta
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Para, Table
+from ablate.study.power import detectable, seeds_needed
+from ablate.study.sequential import Design, Question, walk
+
+
+@dataclass(frozen=True)
+class Found:
+    """One comparison as the study's own seeds read it."""
+
+    label: str
+    question: Question
+    margin: float | None
+    n: int
+    diff: float
+    sd: float
+    detectable: float  # at the study's design and this sd (NaN below two pairs)
+    needed: int | None  # seeds.max a new study would need for the claim at this sd (None: > 100, no claim)
+    settled: bool = False  # the study's own looks answered the comparison's question
+
+
+def _recorded(study: Study, tag: str) -> dict[str, Any] | None:
+    text = study.parent["tags"].get(tag)
+    return json.loads(text) if text else None
+
+
+def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
+    """Each comparison's pairs on the deciding metric and what a design at their sd could detect."""
+    asked = claim_questions(study)
+    rows = []
+    for label in study.variants[1:]:
+        diffs, _ = paired_differences(study, label, metric)
+        d = [x for x in diffs if x is not None and math.isfinite(x)]
+        question, margin = asked.get(label, (None, None))
+        looks = walk(diffs, design, question, margin)
+        settled = bool(looks) and looks[-1].decided
+        if len(d) < 2:
+            first = d[0] if d else math.nan
+            rows.append(Found(label, question, margin, len(d), first, math.nan, math.nan, None))
+            continue
+        mean = sum(d) / len(d)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+        needs = None
+        if question in ("better", "worse", "none") and sd > 0 and not settled:
+            needs = seeds_needed(design, sd, question, margin)
+        rows.append(Found(label, question, margin, len(d), mean, sd,
+                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled))
+    return rows
+
+
+def _planned(plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {str(c["label"]): c for c in (plan or {}).get("comparisons", [])}
+
+
+def _fmt(value: Any, dec: int) -> str:
+    missing = value is None or (isinstance(value, float) and not math.isfinite(value))
+    return "—" if missing else st.fmt(value, dec)
+
+
+def part(inp: Inputs) -> Part | None:
+    study = inp.study
+    if study.kind != "ablation" or study.baseline is None:
+        return None
+    design = design_of(study)
+    if design is None:
+        return None  # a fixed-seed study: its verdicts are fixed-sample tests, no looks to plan
+    metric = decided_metric(study)
+    _, dec, _ = quality_meta(metric)
+    plan = _recorded(study, R.POWER_PLAN)
+    registered = _recorded(study, R.PREREGISTERED)
+    planned = _planned(plan)
+    found = found_rows(study, design, metric)
+    rows = []
+    for f in found:
+        p = planned.get(f.label, {})
+        sd_planned = (f"{_fmt(p.get('sd'), dec + 1)} ({_fmt(p.get('sized_sd'), dec + 1)})"
+                      if p.get("sd") is not None else "—")
+        mde = _fmt(p.get("detectable"), dec) + (" sd" if p.get("in_sd_units") else "") if p else "—"
+        claim = f.question in ("better", "worse", "none") and f.n >= 2
+        needed = ("settled" if f.settled else str(f.needed) if f.needed is not None
+                  else (">100" if claim else "—"))
+        rows.append([f.label, sd_planned, mde, str(f.n), st.fmt(f.diff, dec, signed=True),
+                     _fmt(f.sd, dec + 1), _fmt(f.detectable, dec), needed])
+    blocks: list[Block] = [Para(_opening(registered, plan, design, metric)), Table(
+        ["comparison", "planned sd (bound)", "planned detects", "pairs", "found Δ", "found sd",
+         "detects at found sd", "seeds a new study needs"], rows, align="lrrrrrrr",
+        caption=f"{metric}: the smallest effect each comparison's design detects with 80% power, as planned "
+                "and at the spread its own seeds showed (information only: it never moves the design); the "
+                "last column is the seeds.max a new study would need to settle the comparison's claim")]
+    open_claims = [f for f in found
+                   if not f.settled and f.question in ("better", "worse", "none") and f.n >= 2]
+    if open_claims:
+        blocks.append(Para("Left open by this design: " + "; ".join(
+            f"{f.label}: {new_study_advice(f.needed)}" for f in open_claims) + "."))
+    data = {"power_plan": {"registered": registered, "plan": plan, "metric": metric,
+                           "found": [{"label": f.label, "pairs": f.n, "diff": f.diff, "sd": f.sd,
+                                      "detectable": f.detectable, "seeds_needed": f.needed,
+                                      "settled": f.settled} for f in found]}}
+    return Part("mde", intro=blocks, data=data)
+
+
+def new_study_advice(needed: int | None) -> str:
+    """What would settle a claim this study left open, at the spread its own seeds showed."""
+    if needed is None:
+        return "a new study would need more than 100 seeds at this spread"
+    return f"a new study with seeds.max {needed} would tell"
+
+
+def _opening(registered: dict[str, Any] | None, plan: dict[str, Any] | None, design: Design,
+             metric: str) -> str:
+    looks = f"{design.looks[0]}..{design.looks[-1]} seeds"
+    if registered is None:
+        head = (f"**What the design could settle.** This study started before designs were pre-registered: "
+                f"its design ({metric}, looks at {looks}, alpha {design.alpha:g} over {design.family} "
+                "comparisons) is read from its tags, and it recorded no power plan.")
+    else:
+        head = (f"**What the design could settle.** Pre-registered before the first cell: {metric}, looks at "
+                f"{looks}, alpha {design.alpha:g} over {design.family} comparisons"
+                + (f", min_effect {design.min_effect:g}" if design.min_effect is not None else "") + ".")
+    if plan is not None:
+        source = plan.get("source") or "no pilot (effects in units of the paired sd)"
+        head += f" Its power plan sized the noise from {source}."
+    return head

@@ -1,0 +1,194 @@
+"""The report's "Each variant at its own best" section (``ablation.tune``): every comparison
+twice, at the baseline's settings and with each variant at the best settings of its own search, with both
+intervals and the verdict tuning changed flagged; and each variant's best settings beside the baseline's,
+with how far they moved (`ablate.study.arm_settings.changes`).
+
+A search's best settings are its run's ``ablate.best_settings`` tag; its score at the baseline's settings is
+the trial that ran them (the search's first). Both arms are judged as ablate/report/compute/arm_verdicts.py
+says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.report.compute import statistics as st
+from ablate.report.compute.arm_verdicts import Twice, arm_design, pending_text, tuning, twice
+from ablate.report.compute.comparisons import decided_metric
+from ablate.report.compute.loaded_study import Search, Study, quality_meta
+from ablate.report.part import Inputs, Part
+from ablate.report.render import Block, Note, Para, Section, Table
+from ablate.spec.study import SearchParam
+from ablate.study.arm_settings import Change, changes
+from ablate.study.space import show
+
+
+def _same(text: str | None, value: Any) -> bool:
+    """A param as MLflow holds it (text) is the value (numbers compared as numbers)."""
+    if text is None:
+        return value is None
+    try:
+        return math.isclose(float(text), float(value), rel_tol=1e-9)
+    except (TypeError, ValueError):
+        return text == show(value) or text == str(value)
+
+
+def at_baseline(search: Search, baseline: dict[str, Any], metric: str) -> float | None:
+    """The search's score at the baseline's settings: its finished trial that ran them."""
+    for t in search.trials:
+        if t.status == "finished" and metric in t.metrics and all(
+                _same(t.params.get(k), v) for k, v in baseline.items()):
+            return t.metrics[metric]
+    return None
+
+
+def best_of(search: Search, metric: str, higher: bool) -> float | None:
+    scores = [t.metrics[metric] for t in search.trials
+              if t.status == "finished" and metric in t.metrics and math.isfinite(t.metrics[metric])]
+    return (max(scores) if higher else min(scores)) if scores else None
+
+
+def _moved(c: Change) -> str:
+    """'train.optimizer.lr: 0.001 → 0.003 (x3)'; a choice or an unchanged value without the repetition."""
+    if c.shown == "same":
+        return f"{c.field}: {show(c.baseline)} (same)"
+    tail = "" if "->" in c.shown else f" ({c.shown})"
+    return f"{c.field}: {show(c.baseline)} → {show(c.best)}{tail}"
+
+
+_TUNING_SHOWN = {"changed": "**changed**", "pending": "pending: its rounds continue",
+                 "same_cells": "same settings as the baseline: same cells", "holds": "holds"}
+
+
+def _tuning_effect(t: Twice, unmoved: set[str]) -> str:
+    """What tuning did to this comparison: changed its verdict, has not settled it yet, left both the variant
+    and the baseline at the baseline's settings (both arms are then the same cells), or held it."""
+    if t.changed:
+        return "changed"
+    if t.pending:
+        return "pending"
+    return "same_cells" if t.variant in unmoved else "holds"
+
+
+def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str]) -> Table:
+    body = [[t.variant, t.base.shown(dec, unit), t.own.shown(dec, unit) if t.own else "— (no runs yet)",
+             _TUNING_SHOWN[_tuning_effect(t, unmoved)]] for t in rows]
+    return Table(["variant", "at the baseline's settings", "at its own best", "tuning"], body, "llll",
+                 "Each variant against the baseline, paired by seed: Δ [interval], the pairs it rests on "
+                 "and the verdict, in each arm")
+
+
+def _settings_rows(study: Study, tune: dict[str, Any], metric: str, dec: int
+                   ) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    """Per variant: its best settings, how far each moved from the baseline's, its search's best score and
+    its score at the baseline's settings (rows, and report.json's records)."""
+    space = {k: SearchParam(**v) for k, v in tune["space"].items()}
+    baseline = dict(tune["baseline"])
+    _, _, higher = quality_meta(metric)
+    rows, records = [], []
+    for search in study.searches:
+        text = search.run.tags.get(R.BEST_SETTINGS)
+        best = json.loads(text) if text else None
+        moved = changes(space, baseline, best) if best is not None else []
+        shown = "; ".join(_moved(c) for c in moved) if best is not None else "search not finished"
+        far = max((c.of_range for c in moved), default=0.0)
+        top, base = best_of(search, metric, higher), at_baseline(search, baseline, metric)
+        rows.append([search.run.variant, shown, f"{far:.0%}" if best is not None else "—",
+                     "—" if top is None else st.fmt(top, dec), "—" if base is None else st.fmt(base, dec),
+                     str(len(search.trials))])
+        records.append({"variant": search.run.variant, "best": best, "distance": far if best else None,
+                        "changes": [{"field": c.field, "baseline": c.baseline, "best": c.best,
+                                     "shown": c.shown, "of_range": c.of_range} for c in moved],
+                        "best_score": top, "score_at_baseline_settings": base, "trials": len(search.trials)})
+    return rows, records
+
+
+def _method(tune: dict[str, Any]) -> str:
+    steps = tune.get("fidelity_steps")
+    cell = tune.get("cell_steps")
+    fidelity = f"{steps:,} steps" if steps else "as long as a cell"
+    if steps and cell:
+        fidelity += f" ({steps / cell:.0%} of a cell's {cell:,})"
+    space = ", ".join(f"`{k}`" for k in tune["space"])
+    return ("Every variant, the baseline included, got its own search with the same budget: "
+            f"{tune['trials']} trials of {fidelity}, sampler {tune['sampler']} (seed {tune['seed']}), pruner "
+            f"{tune['pruner']}, over {space}; each search's first trial is the baseline's settings. The "
+            "study's seeds then ran each variant at its own best settings, at a cell's full length (a "
+            "variant whose best settings are the baseline's reuses its cells).")
+
+
+def part(inp: Inputs) -> Part | None:
+    """``data['own_best']``: both arms' verdict per comparison; ``data['best_settings']``: per variant."""
+    study = inp.study
+    tune, design = tuning(study), arm_design(study)
+    if tune is None or design is None:
+        return None
+    metric = decided_metric(study)
+    unit, dec, _ = quality_meta(metric)
+    rows = inp.derived(twice)
+    settings, records = _settings_rows(study, tune, metric, dec)
+    unmoved = {r["variant"] for r in records if r["best"] is not None and r["distance"] == 0}
+    if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns
+        unmoved = set()
+    blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
+                                f"{design.describe()}." + _precisions(study))]
+    if rows:
+        blocks.append(_twice_table(rows, dec, unit, unmoved))
+        changed = [t.variant for t in rows if t.changed]
+        pending = [t for t in rows if t.pending]
+        named = ", ".join(f"`{v}`" for v in changed)
+        if changed:
+            blocks.append(Para(f"Tuning changed the verdict of {named}: at the baseline's settings a "
+                               "comparison measures how well those settings suit the variant as much as the "
+                               "design choice."))
+        elif pending:
+            blocks.append(Para("Tuning changed no verdict among the comparisons both arms have settled."))
+        else:
+            blocks.append(Para("Tuning changed no verdict: each holds with every variant at its own best."))
+        if pending:
+            blocks.append(Note(pending_text(pending) + " Tuning may yet change these.", "info"))
+    else:
+        blocks.append(Note("no cell at each variant's own best has run yet: `ablate ablate` runs them once "
+                           "every search is done.", "info"))
+    if settings:
+        blocks.append(Table(["variant", "best settings (baseline's → best)", "moved", f"best {metric}",
+                             "at baseline's settings", "trials"], settings, "llrrrr",
+                            f"Each variant's best settings and its search's scores on `{metric}` at the "
+                            "tuning fidelity; moved: the largest change as a share of its searched range "
+                            "(log ranges in log units, numeric choices by their steps, another choice 100%)"))
+    data = {"own_best": [{"variant": t.variant, "baseline_settings": _look(t.base.look, t.base.answer),
+                          "own_best": _look(t.own.look, t.own.answer) if t.own else None,
+                          "changed": t.changed, "tuning": _tuning_effect(t, unmoved)} for t in rows],
+            "best_settings": records}
+    return Part("own_best", [Section("Each variant at its own best", blocks)], data=data)
+
+
+def _precisions(study: Study) -> str:
+    """' The searches' trials trained in bf16, the cells in fp32: ...' where they differ, else ''. A study's
+    searches train at its pinned precision, but trials that ran before it pinned one keep theirs
+    (ablate/study/precision.py)."""
+    def ran(runs: list[Any]) -> set[str]:
+        return {r.tags[R.PRECISION] for r in runs if r.tags.get(R.PRECISION)}
+
+    trials = ran([t for s in study.searches for t in s.trials])
+    cells = ran(study.runs) | ran(study.arms[R.OWN_BEST_ARM].runs if R.OWN_BEST_ARM in study.arms else [])
+    if not trials or not cells or trials == cells:
+        return ""
+    trained, measured = " and ".join(sorted(trials)), " and ".join(sorted(cells))
+    if len(trials) > 1:
+        return (f" The searches' trials trained in {trained}: the variants' searches did not all run alike, "
+                "and the best settings they chose carry that difference.")
+    return (f" The searches' trials trained in {trained}, the cells in {measured}: a setting chosen at one "
+            "precision is measured at another, as it is at another length (the tuning fidelity); every "
+            "variant's search ran alike.")
+
+
+def _look(look: Any, answer: str) -> dict[str, Any]:
+    if look is None:
+        return {"answer": answer}
+    return {"answer": answer, "n": look.n, "diff": look.diff, "lo": look.lo, "hi": look.hi,
+            "state": look.state}
+

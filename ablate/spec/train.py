@@ -1,0 +1,181 @@
+"""The spec's ``train`` section: optimizer, schedule, early stopping, weight averaging and the trainer's own
+settings (ablate/engine/train.py reads them). Importable from ``ablate.spec.experiment`` too."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+
+import ablate.spec.metricnames as MN
+from ablate.spec import metricnames
+from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
+
+Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
+
+
+class OptimizerSpec(Strict):
+    """The optimizer (torch.optim)."""
+
+    name: Literal["adam", "adamw"] = "adam"
+    """adam, or adamw (decoupled weight decay)"""
+    lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
+    """the peak learning rate (the schedule's warm-up rises to it)"""
+    betas: tuple[Beta, Beta] = (0.9, 0.98)
+    """Adam's (beta1, beta2); (0.9, 0.98) as in Vaswani et al. 2017"""
+    eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
+    """Adam's epsilon"""
+    weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """weight decay (L2 for adam, decoupled for adamw)"""
+
+
+class ScheduleSpec(Strict):
+    """The learning-rate schedule: a linear warm-up to ``train.optimizer.lr``, then its shape."""
+
+    name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
+    """after the warm-up: constant; inverse_sqrt (the 2017 paper's Noam decay); cosine (to min_lr_ratio x lr
+    at the last step)"""
+    warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
+    """steps of linear warm-up from 0 to the peak learning rate; 0: none"""
+    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0
+    """cosine: the floor, as a fraction of the peak learning rate"""
+
+
+class EarlyStopping(Strict):
+    """Stop when the evaluations stop improving; the same metric picks the best checkpoint."""
+
+    metric: str = MN.VAL_LOSS
+    """a metric each evaluation measures (val/loss, val/ppl, val/bleu, val/exact_match, ...)"""
+    mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
+    patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
+    """evaluations without improvement before training stops"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mode(cls, data: Any) -> Any:
+        return metricnames.with_natural_default(data, "mode", metricnames.mode)
+
+    @model_validator(mode="after")
+    def _consistent_mode(self) -> EarlyStopping:
+        natural = metricnames.mode(self.metric)
+        if self.metric in metricnames.all_metrics() and self.mode != natural:
+            better = "higher" if natural == "max" else "lower"
+            raise SpecFieldError.single(
+                "mode", f"mode {self.mode!r} contradicts {self.metric} ({better} is better): use {natural!r} "
+                "or leave mode out", "metric"
+            )
+        return self
+
+
+class WeightAverage(Strict):
+    """An average of the weights evaluated at the end of the run beside the best checkpoint (ablate/engine/
+    averaging.py). One field for options that exclude each other; ``kind`` says which, and only its own
+    options are accepted:
+
+    - ``last_k`` (``k``, ``every``): the mean of the last ``k`` snapshots of the weights, one taken at every
+      optimizer step that is a multiple of ``every``: theta_avg = (1/k) * sum_j theta_(t_j). Vaswani et al.
+      2017 (section 6.1) averaged the last 5 (base) or 20 (big) checkpoints, written at 10-minute
+      intervals, as fairseq's ``scripts/average_checkpoints.py`` does; Kaddour 2022 ("latest weight
+      averaging") the last k epochs' weights.
+    - ``ema`` (``decay``): an exponential moving average updated after every optimizer step, theta_ema <-
+      decay * theta_ema + (1 - decay) * theta, started at the weights after the first step (the averaging
+      of Polyak & Juditsky 1992 with exponentially fading weights, as timm's ModelEmaV3 and torch's
+      swa_utils.get_ema_multi_avg_fn keep it). Its horizon is about 1 / (1 - decay) steps: choose it well
+      inside the run (0.99 averages over ~100 steps; 0.999 in a 700-step run still weighs the first
+      steps' weights).
+    """
+
+    kind: Literal["last_k", "ema"]
+    """last_k: the mean of the last k snapshots; ema: an exponential moving average of the weights"""
+    k: Annotated[Int, Field(ge=1, le=1000)] | None = None
+    """last_k: how many snapshots are averaged"""
+    every: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    """last_k: a snapshot at every optimizer step that is a multiple of this"""
+    decay: Annotated[Float, Field(ge=0.0, lt=1.0)] | None = None
+    """ema: the weight of the running average at each step (horizon about 1 / (1 - decay) steps)"""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)  # the kind's own options only: the others are None
+        return {key: value for key, value in data.items() if value is not None}
+
+    @model_validator(mode="after")
+    def _options_of_kind(self) -> WeightAverage:
+        checks = Checks()
+        own = {"last_k": ("k", "every"), "ema": ("decay",)}[self.kind]
+        for option in ("k", "every", "decay"):
+            value = getattr(self, option)
+            if option in own and value is None:
+                checks.fail(option, f"kind {self.kind} needs {option}", "kind")
+            elif option not in own and value is not None:
+                checks.fail(option, f"{option} is an option of another kind, not of {self.kind} (which takes "
+                            f"{' and '.join(own)})", "kind")
+        checks.raise_any()
+        return self
+
+
+class TrainSpec(Strict):
+    """The one trainer: AMP precision, optimizer, schedule, budget, evaluations and checkpoints."""
+
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    """fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where this machine has bf16 units,
+    else fp32 on a CPU, fp16 on an older GPU (a study resolves it once for all its cells); checked against
+    this machine when the spec loads"""
+    optimizer: OptimizerSpec = OptimizerSpec()
+    """the optimizer and its peak learning rate"""
+    schedule: ScheduleSpec = ScheduleSpec()
+    """the learning-rate schedule"""
+    accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
+    """batches whose gradients add up to one optimizer step"""
+    clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
+    """clip the gradients' global norm to this (after unscaling); null: no clipping"""
+    label_smoothing: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
+    """label smoothing of the cross-entropy loss (0.1 in Vaswani et al. 2017)"""
+    max_steps: Annotated[Int, Field(ge=1, le=100_000_000)] | None = 1000
+    """optimizer steps to train; null: epochs decide"""
+    epochs: Annotated[Int, Field(ge=1, le=100_000)] | None = None
+    """passes over the training data; with max_steps too, whichever ends first"""
+    eval_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    """steps between evaluations on the validation split"""
+    checkpoint_every: Annotated[Int, Field(ge=1, le=BIG)] = 200
+    """steps between resumable checkpoints"""
+    early_stopping: EarlyStopping | None = None
+    """stop when the validation metric stops improving; left out: train the whole budget"""
+    divergence_factor: Annotated[Float, Field(gt=1.0, le=1e12)] = 4.0
+    """a loss above this times the first logged loss (or a non-finite one) ends the run as diverged"""
+    weight_average: WeightAverage | None = None
+    """evaluate an average of the weights at the end, beside the best checkpoint (the val/averaged/...
+    metrics; a study decides on them by default): {kind: last_k, k, every} or {kind: ema, decay}"""
+    compile: Bool = False
+    """train through torch.compile"""
+    threads: Annotated[Int, Field(ge=0, le=1024)] = 0
+    """CPU threads torch uses; 0: torch's default"""
+    out_dir: str = "runs"
+    """folder of run directories (checkpoints, summary.json), relative to the working directory"""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # weight_average came after runs were recorded: left out of the dump (params, spec.yaml, identity)
+        # when absent, so every spec without it keeps its record and its hash.
+        data: dict[str, Any] = handler(self)
+        if data.get("weight_average") is None:
+            data.pop("weight_average", None)
+        return data
+
+    @model_validator(mode="after")
+    def _budget(self) -> TrainSpec:
+        if self.max_steps is None and self.epochs is None:
+            raise SpecFieldError.single(
+                "max_steps", "set max_steps, epochs or both: training needs an end", "epochs"
+            )
+        avg = self.weight_average
+        if avg is not None and avg.k is not None and avg.every is not None and self.max_steps is not None \
+                and avg.k * avg.every > self.max_steps:
+            raise SpecFieldError.single(
+                "weight_average.k", f"{avg.k} snapshots every {avg.every} steps need {avg.k * avg.every} "
+                f"steps; train.max_steps is {self.max_steps}", "weight_average.every", "max_steps"
+            )
+        return self
+
+
+# ---------------------------------------------------------------- eval

@@ -1,0 +1,155 @@
+"""A pilot: an earlier study on the same cell whose seeds tell a new study how noisy its comparisons are
+and how long its cells take (``ablation.pilot``), read before the new study runs anything.
+
+A pilot is named as a report folder (``reports/<study>``, which holds ``runs.csv``), that ``runs.csv``
+itself, or its ``export`` folder, relative to the spec's folder; or as a study name in the tracking store
+(MLflow, read through ablate/tracking/read.py). Only its cells at the baseline's settings count: they are
+the pairs a plan is about (a tuned arm changes the hyperparameters between variants).
+
+What it gives, per variant label of the pilot: the paired differences ``variant - baseline`` of the chosen
+metric over the seeds where both finished, and the cells' measured training time; the pooled paired sd
+stands for a variant the pilot did not run.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ablate.tracking.record as R
+from ablate.errors import AblateError
+from ablate.study.power import upper_sd
+
+RUNS_CSV = "runs.csv"
+
+
+@dataclass(frozen=True)
+class PairedNoise:
+    """The spread of one comparison's paired differences in a pilot, or pooled over its comparisons."""
+
+    sd: float
+    df: int  # degrees of freedom behind sd (pairs - 1, summed when pooled)
+    basis: str  # 'positions=rope, 8 pairs' or 'pooled over 6 comparisons, 44 pairs'
+
+    @property
+    def upper(self) -> float:
+        """The upper 80% confidence bound the plan sizes on (ablate/study/power.py upper_sd)."""
+        return upper_sd(self.sd, self.df)
+
+
+@dataclass(frozen=True)
+class Pilot:
+    name: str  # as the spec names it
+    metric: str  # the metric its differences are of (plain name: 'val/bleu')
+    differences: dict[str, list[float]]  # variant label -> per-seed paired differences
+    seconds: dict[str, float]  # variant label (baseline included) -> mean training seconds of its cells
+    seeds: tuple[int, ...]  # the seeds its baseline ran (a new study should use others)
+
+    def noise(self, label: str) -> PairedNoise | None:
+        """The pilot's paired sd for ``label``: its own where it has 2 or more pairs, else pooled."""
+        own = self.differences.get(label, [])
+        if len(own) >= 2:
+            return PairedNoise(_sd(own), len(own) - 1, f"{label}, {len(own)} pairs")
+        return self.pooled()
+
+    def pooled(self) -> PairedNoise | None:
+        groups = [d for d in self.differences.values() if len(d) >= 2]
+        df = sum(len(d) - 1 for d in groups)
+        if not df:
+            return None
+        var = sum((len(d) - 1) * _sd(d) ** 2 for d in groups) / df
+        pairs = sum(len(d) for d in groups)
+        return PairedNoise(math.sqrt(var), df, f"pooled over {len(groups)} comparisons, {pairs} pairs")
+
+    def cell_seconds(self, label: str) -> float | None:
+        """A cell's measured training time: the variant's own mean, else the baseline's."""
+        return self.seconds.get(label, self.seconds.get("baseline"))
+
+
+def _sd(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def read_pilot(name: str, spec_dir: Path, metric: str) -> Pilot:
+    """The pilot ``name`` (a report folder, runs.csv or export folder relative to ``spec_dir``, else a
+    study in the tracking store) read for ``metric``; an AblateError naming what is missing otherwise."""
+    path = _runs_csv(name, spec_dir)
+    rows = _csv_rows(path) if path is not None else _store_rows(name)
+    return pilot_from_rows(name, rows, R.unfinal(metric))
+
+
+def _runs_csv(name: str, spec_dir: Path) -> Path | None:
+    base = Path(name) if Path(name).is_absolute() else spec_dir / name
+    for candidate in (base, base / RUNS_CSV, base.parent / RUNS_CSV):
+        if candidate.is_file() and candidate.name == RUNS_CSV:
+            return candidate
+    if base.exists():
+        raise AblateError(f"ablation.pilot: {base} has no {RUNS_CSV} (name a study's report folder, its "
+                          "runs.csv, or a study in the tracking store)")
+    return None
+
+
+def _csv_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="") as fh:
+        return [dict(row) for row in csv.DictReader(fh)]
+
+
+def _store_rows(name: str) -> list[dict[str, Any]]:
+    """The study's child runs in the tracking store, as runs.csv rows (superseded cells left out)."""
+    from ablate.tracking.read import find_study_runs
+
+    try:
+        _, children = find_study_runs(name)
+    except AblateError as exc:
+        raise AblateError(f"ablation.pilot: {name!r} is neither a report folder (no such path) nor a study "
+                          f"in the tracking store: {exc}") from None
+    rows = []
+    for rec in children.to_dict("records"):
+        if rec.get(f"tags.{R.SUPERSEDED}") or rec.get(f"tags.{R.KIND}") != "cell":
+            continue
+        metrics = R.result_metrics({k[8:]: v for k, v in rec.items() if k.startswith("metrics.")
+                                    and isinstance(v, int | float) and math.isfinite(v)})
+        rows.append({"arm": rec.get(f"tags.{R.ARM}") or R.BASELINE_ARM,
+                     "variant": rec.get(f"tags.{R.VARIANT}"), "seed": rec.get(f"tags.{R.SEED}"),
+                     "status": rec.get(f"tags.{R.STATUS}"), **metrics})
+    return rows
+
+
+def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -> Pilot:
+    """Paired differences and cell times from runs.csv-shaped rows (arm, variant, seed, status, metrics)."""
+    rows = list(rows)
+    values: dict[str, dict[int, float]] = {}
+    times: dict[str, list[float]] = {}
+    for row in rows:
+        if (row.get("arm") or R.BASELINE_ARM) != R.BASELINE_ARM or row.get("status") != "finished":
+            continue
+        label, seed = str(row["variant"]), int(row["seed"])
+        value = _number(row.get(metric))
+        if value is not None:
+            values.setdefault(label, {})[seed] = value
+        if (seconds := _number(row.get(R.WALL_TIME))) is not None:
+            times.setdefault(label, []).append(seconds)
+    if "baseline" not in values:
+        known = sorted({m for row in rows for m in row if "/" in m})
+        raise AblateError(f"ablation.pilot: {name} has no finished baseline cell with {metric}"
+                          + (f" (its metrics: {', '.join(known)})" if known else ""))
+    base = values["baseline"]
+    differences = {label: [v[s] - base[s] for s in sorted(v) if s in base]
+                   for label, v in values.items() if label != "baseline"}
+    mean_times = {label: sum(t) / len(t) for label, t in times.items()}
+    return Pilot(name, metric, differences, mean_times, tuple(sorted(base)))
+
+
+def _number(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,284 @@
+"""A study's power plan: before its first cell, what its design can settle, what each claim would need,
+and what it costs; ``seeds.max: auto`` chosen from a budget.
+
+The noise comes from a pilot (``ablation.pilot``, ablate/study/pilot.py): each comparison's paired sd where
+the pilot ran that variant, else the pilot's pooled sd, sized on its upper 80% confidence bound. Without a
+pilot the study cannot be sized yet: the plan gives the smallest detectable effect in units of the paired
+sd, and after the study's first look the same plan from its own seeds, for information only (a plan read
+off a study's own data never moves its recorded design).
+
+Power is simulated over the very procedure the study runs (ablate/study/power.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate.study.adaptive import questions
+from ablate.study.pilot import PairedNoise, Pilot, read_pilot
+from ablate.study.power import (
+    MOST_SEEDS,
+    SD_CONFIDENCE,
+    claim_power,
+    detectable,
+    seeds_needed,
+    simulate,
+)
+from ablate.study.sequential import POWER, Design, Question
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    """One comparison's line of the plan."""
+
+    label: str
+    question: Question  # its claim's (ablation.expect), None without one
+    margin: float | None  # a none claim's margin (default min_effect)
+    noise: PairedNoise | None
+    detectable: float  # smallest effect found with 80% power (in sd units when there is no noise)
+    power: float | None  # the chance its claim's question is answered as a true claim would be
+    needed: int | None  # seeds.max the claim needs (None: more than MOST_SEEDS, or nothing to size)
+    expected_seeds: float  # seeds it runs on average, at the claim's assumed truth
+
+    @property
+    def sized_sd(self) -> float | None:
+        return None if self.noise is None else self.noise.upper
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    design: Design
+    metric: str
+    source: str | None  # where the noise came from; None: not sized yet
+    comparisons: list[ComparisonPlan]
+    cell_seconds: dict[str, float]  # label -> a cell's measured training time
+    step: int = 1
+    informational: bool = False  # read off the study's own seeds: never moves its recorded design
+
+
+def claim_text(label: str, question: Question, margin: float | None, min_effect: float | None) -> str:
+    """'positions=rope better than the baseline (by more than 0.5)', 'norm=rms ≈ baseline (±0.5)'."""
+    if question == "none":
+        return f"{label} ≈ baseline (±{margin if margin is not None else min_effect:g})"
+    if question == "identical":
+        return f"{label} identical to the baseline"
+    if question in ("better", "worse"):
+        beyond = f" by more than {min_effect:g}" if min_effect is not None else ""
+        return f"{label} {question} than the baseline{beyond}"
+    return f"{label} against the baseline"
+
+
+def power_plan(design: Design, metric: str, labels: list[str], asked: Mapping[str, tuple[Question, Any]],
+               noise_of: Callable[[str], PairedNoise | None], source: str | None,
+               cell_seconds: Mapping[str, float], step: int = 1, informational: bool = False) -> PowerPlan:
+    """The plan of every comparison (``labels``: variants other than the baseline)."""
+    rows = []
+    for label in labels:
+        question, margin = asked.get(label, (None, None))
+        noise = noise_of(label)
+        sd = noise.upper if noise is not None else 1.0  # without noise: effects in units of the paired sd
+        truth = design.min_effect if question in ("better", "worse") and design.min_effect else 0.0
+        rows.append(ComparisonPlan(
+            label, question, margin, noise, detectable(design, sd, question, margin),
+            claim_power(design, sd, question, margin) if noise is not None else None,
+            seeds_needed(design, sd, question, margin, step) if noise is not None else None,
+            simulate(design, truth, sd, question, margin).mean_seeds))
+    return PowerPlan(design, metric, source, rows, dict(cell_seconds), step, informational)
+
+
+def pilot_of(spec: Any, origin: str, metric: str) -> Pilot | None:
+    """The spec's pilot read for the deciding ``metric`` (or the pilot's own metric it names)."""
+    abl = spec.ablation
+    if abl is None or abl.pilot is None:
+        return None
+    return read_pilot(abl.pilot.study, Path(origin).parent, abl.pilot.metric or metric)
+
+
+def from_pilot(design: Design, metric: str, labels: list[str], ablation: Any, pilot: Pilot,
+               step: int = 1) -> PowerPlan:
+    source = (f"pilot {pilot.name} ({pilot.metric} at the baseline's settings, seeds "
+              f"{_seeds(pilot.seeds)})")
+    seconds = {label: s for label in ["baseline", *labels] if (s := pilot.cell_seconds(label)) is not None}
+    return power_plan(design, metric, labels, questions(ablation), pilot.noise, source, seconds, step)
+
+
+def _seeds(seeds: tuple[int, ...]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
+def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str, float],
+               labels: list[str], step: int = 1) -> int:
+    """seeds.max: auto: the largest maximum whose worst case (every variant, the baseline included, run to
+    the last look) fits the budget ({cells} or {hours}, one cell at a time at the pilot's cell times)."""
+    from ablate.errors import AblateError
+
+    first = design.looks[0]
+    per_seed = float(variants) if budget.cells is not None else sum(
+        seconds.get(label, seconds.get("baseline", math.nan)) for label in ["baseline", *labels]) / 3600.0
+    if not math.isfinite(per_seed):
+        raise AblateError("seeds.budget: hours needs the pilot's cell times (train/wall_time_s), which it "
+                          "has not recorded; give the budget in cells")
+    limit = budget.cells if budget.cells is not None else budget.hours
+    most = min(MOST_SEEDS, int(limit // per_seed))
+    if most < first:
+        unit = "cells" if budget.cells is not None else "hours"
+        raise AblateError(f"seeds.budget: {limit:g} {unit} cannot run the first look ({first} seeds of "
+                          f"{variants} variants need {first * per_seed:.3g} {unit})")
+    return most
+
+
+def plan_record(pp: PowerPlan) -> dict[str, Any]:
+    """The plan as JSON-able data: what the parent run keeps and the report puts beside what was found."""
+    d = pp.design
+    return {"source": pp.source, "metric": pp.metric, "looks": list(d.looks), "alpha": d.alpha,
+            "family": d.family, "min_effect": d.min_effect, "informational": pp.informational,
+            "sd_confidence": SD_CONFIDENCE, "power": POWER,
+            "comparisons": [{"label": c.label, "question": c.question, "margin": c.margin,
+                             "sd": None if c.noise is None else c.noise.sd,
+                             "df": None if c.noise is None else c.noise.df,
+                             "sized_sd": c.sized_sd, "noise": None if c.noise is None else c.noise.basis,
+                             "detectable": c.detectable if math.isfinite(c.detectable) else None,
+                             "in_sd_units": c.noise is None, "power": c.power, "needed": c.needed,
+                             "expected_seeds": c.expected_seeds} for c in pp.comparisons]}
+
+
+# ---------------------------------------------------------------- printing
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1) -> str:
+    d = pp.design
+    looks = f"{d.looks[0]}..{d.looks[-1]} seeds" if len(d.looks) > 1 else f"{d.looks[0]} seeds"
+    head = (f"power plan ({'information only: ' if pp.informational else ''}Pocock looks at {looks}, "
+            f"{len(pp.comparisons)} comparison{'s' * (len(pp.comparisons) != 1)} at family-wise alpha "
+            f"{d.alpha:g}, each at {d.level:.3g}; deciding metric {pp.metric}; {POWER:.0%} power, simulated "
+            "over the study's own procedure):")
+    lines = [head]
+    if pp.source is None:
+        lines.append("  not sized yet: no pilot (ablation.pilot names an earlier study on this cell); the "
+                     "smallest detectable effects below are in units of the paired sd. After the first look "
+                     "`--dry-run` prints this plan from the study's own seeds, for information only.")
+    else:
+        lines.append(f"  noise: paired sd of {pp.metric} from {pp.source}; sized on its upper "
+                     f"{SD_CONFIDENCE:.0%} confidence bound")
+    width = max([len(c.label) for c in pp.comparisons] + [10])
+    lines.append(f"  {'comparison':<{width}}  {'sd (bound)':>14}  {'detects':>8}  {'power':>6}  needs  claim")
+    for c in pp.comparisons:
+        sd = "-" if c.noise is None else f"{c.noise.sd:.3g} ({c.noise.upper:.3g})"
+        det = f"{c.detectable:.3g}" + ("" if c.noise is not None else " sd")
+        needs = "-" if c.question in (None, "identical") else (
+            str(c.needed) if c.needed is not None else (f">{MOST_SEEDS}" if c.noise is not None else "?"))
+        lines.append(f"  {c.label:<{width}}  {sd:>14}  {det:>8}  {_fmt(c.power, 2):>6}  {needs:>5}  "
+                     f"{claim_text(c.label, c.question, c.margin, min_effect)}"
+                     + (f" [noise: {c.noise.basis}]" if c.noise is not None else ""))
+        if c.noise is not None and c.question not in (None, "identical") and (
+                c.needed is None or c.needed > d.looks[-1]):
+            about = f"about {c.needed}" if c.needed is not None else f"more than {MOST_SEEDS}"
+            lines.append(f"  cannot settle '{claim_text(c.label, c.question, c.margin, min_effect)}': needs "
+                         f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}")
+    lines.extend(cost_lines(pp, workers))
+    return "\n".join(lines)
+
+
+def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
+    """Cells (worst case and expected) and hours, one cell at a time and with ``workers``."""
+    d = pp.design
+    n = len(pp.comparisons) + 1
+    worst = n * d.looks[-1]
+    expected = sum(c.expected_seeds for c in pp.comparisons) + max(
+        [c.expected_seeds for c in pp.comparisons] + [float(d.looks[0])])
+    line = f"  cells: {n * d.looks[0]} at the first look, {worst} at most, about {expected:.0f} expected"
+    if not pp.cell_seconds:
+        return [line + " (no cell time measured yet)"]
+    base = pp.cell_seconds.get("baseline")
+
+    def seconds(label: str) -> float:
+        return pp.cell_seconds.get(label, base if base is not None else math.nan)
+
+    worst_s = d.looks[-1] * (seconds("baseline") + sum(seconds(c.label) for c in pp.comparisons))
+    mean_s = worst_s / worst
+    from ablate.study.walltime import estimate_wall_s
+
+    return [line, f"  time: {mean_s / 60:.1f} min a cell (measured training time); at most "
+            f"{worst_s / 3600:.1f} h one cell at a time, about {expected * mean_s / 3600:.1f} h expected, "
+            f"about {estimate_wall_s(mean_s, round(expected), workers) / 3600:.1f} h of wall time with "
+            f"{workers} worker{'s' * (workers != 1)}"]
+
+
+# Fields that change a likelihood metric's own scale (loss, perplexity): label smoothing trains towards a
+# flatter distribution, and a tokenizer changes what one token is; BLEU and bits per byte are unaffected.
+SCALE_FIELDS = ("train.label_smoothing", "data.tokenizer")
+LIKELIHOOD_WORDS = ("loss", "ppl")
+
+
+def scale_notes(plan: Any) -> list[str]:
+    """One line per variant that changes the deciding metric's own scale (see SCALE_FIELDS)."""
+    if not any(word in plan.metric for word in LIKELIHOOD_WORDS):
+        return []
+    notes = []
+    for cell in plan.cells:
+        if cell.seed != plan.seeds[0]:
+            continue
+        fields = sorted({f for f, _, _ in cell.diff if f.startswith(SCALE_FIELDS)})
+        if fields:
+            notes.append(f"  note: {cell.label} changes {', '.join(fields)}, which changes {plan.metric}'s "
+                         "own scale: its difference mixes the variant's effect with the scale's")
+    return notes
+
+
+# ---------------------------------------------------------------- a study's plan
+def power_design(plan: Any) -> Design | None:
+    """The design a study's verdicts follow: its sequential one, else one look at its fixed seeds (None
+    with a single seed: no paired test)."""
+    if plan.design is not None:
+        return plan.design
+    abl = plan.spec.ablation
+    if len(plan.seeds) < 2:
+        return None
+    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, max(1, len(plan.variants) - 1))
+
+
+def study_plan(plan: Any) -> PowerPlan | None:
+    """The plan before the first cell: from the pilot, else not sized (effects in sd units)."""
+    design = power_design(plan)
+    if design is None:
+        return None
+    abl = plan.spec.ablation
+    labels = [v for v in plan.variants if v != "baseline"]
+    step = abl.seeds.step if plan.design is not None else 1
+    pilot = pilot_of(plan.spec, plan.origin, plan.metric)
+    if pilot is not None:
+        return from_pilot(design, plan.metric, labels, abl, pilot, step)
+    return power_plan(design, plan.metric, labels, questions(abl), lambda _: None, None, {}, step)
+
+
+def own_seeds_plan(plan: Any, records: Mapping[str, Any]) -> PowerPlan | None:
+    """The same plan from the study's own finished pairs, once a comparison has two: for information only
+    (it never moves the recorded design)."""
+    from ablate.study.adaptive import _pairs
+
+    design = power_design(plan)
+    if design is None:
+        return None
+    labels = [v for v in plan.variants if v != "baseline"]
+    noise: dict[str, PairedNoise] = {}
+    for label in labels:
+        diffs, _ = _pairs(plan, records, label, plan.seeds)
+        done = [d for d in diffs if d is not None and math.isfinite(d)]
+        if len(done) >= 2:
+            mean = sum(done) / len(done)
+            sd = math.sqrt(sum((d - mean) ** 2 for d in done) / (len(done) - 1))
+            noise[label] = PairedNoise(sd, len(done) - 1, f"its own {len(done)} pairs")
+    if not noise:
+        return None
+    abl = plan.spec.ablation
+    step = abl.seeds.step if plan.design is not None else 1
+    return power_plan(design, plan.metric, labels, questions(abl), noise.get, "the study's own seeds",
+                      {}, step, informational=True)

@@ -1,0 +1,420 @@
+"""Every verdict ablate states, and the one place each is decided.
+
+A study decides with these rules which comparisons get more seeds and which are rerun at a larger scale;
+the report states the same verdicts in every section (the opening lines, the summary, Adaptive seeds, the
+forest plot, the arms, At a larger scale), rendering them without deciding anything again. A change to a
+rule is a change here and nowhere else:
+
+* :func:`answers`: whether a look answers a comparison's own question (its claim's, else an effect or no
+  effect as large as min_effect): the group-sequential walk stops there.
+* :func:`read`: what a comparison's looks say, as one :class:`Verdict` (:class:`Reading`: better, worse,
+  within the margin, identical, open, open at its maximum, reopened, untestable, an effect read while the
+  claim's own question is still open).
+* :func:`held_out_reading`: what the test split, on the same seeds and look, says beside the validation
+  verdict: agrees, open, disagrees (its interval excludes what validation states) or an effect where
+  validation is open; :func:`agrees` reduces it to the flag the report shows.
+* :func:`fixed_reading`: a fixed seed list's verdict (one look, the report's Effects table).
+* :func:`at_scale`: whether a decided verdict transfers, reverses or is not settled at a larger setting.
+* :func:`judge`: whether a study reproduces, contradicts or has not settled a published result.
+
+Pure arithmetic on numbers the statistics computed (``ablate.study.sequential`` for the looks,
+``ablate.report`` for the fixed-sample effects): it imports nothing of ablate but the spec's claim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from ablate.spec.study import Expectation
+
+ALPHA = 0.05  # the overall two-sided level of every verdict (a study's family shares it)
+
+State = Literal["effect", "no_effect", "identical", "open", "untestable"]
+# The question a study's claim asks of a comparison (ablation.expect's effect); None: no claim.
+Question = Literal["better", "worse", "none", "identical"] | None
+
+
+@dataclass(frozen=True)
+class Look:
+    """One comparison at one look: the mean difference, its repeated confidence interval, the state."""
+
+    n: int  # pairs with a finite difference
+    look: int  # 1-based index of the planned look
+    diff: float
+    lo: float
+    hi: float
+    sd: float
+    detectable: float  # smallest effect found with 80% power at this n and spread (NaN below 2 pairs)
+    state: State
+    final: bool  # the last planned look: an open comparison stays undecided
+    decided: bool = False  # the comparison's own question is answered (see answers())
+
+
+def answers(state: State, lo: float, hi: float, question: Question, margin: float | None) -> bool:
+    """Whether a look answers the comparison's question: a ``none`` claim needs its interval within
+    ``+-margin`` or wholly beyond it (an interval that excludes 0 but still reaches inside the margin answers
+    a question nobody asked); any other comparison an effect or no effect as large as min_effect."""
+    if state == "identical":
+        return True
+    if state == "untestable":
+        return False
+    if question == "none" and margin is not None:
+        return (-margin <= lo and hi <= margin) or lo > margin or hi < -margin
+    return state in ("effect", "no_effect")
+
+
+def reopened(looks: Sequence[Look]) -> Look | None:
+    """The latest earlier look that read an effect or no effect where the last look reads neither: a
+    ``none`` claim's comparison that excluded 0 kept getting seeds, and the seeds since widened its
+    interval back over 0. Every look's interval is valid (they cover the true effect simultaneously), so
+    the earlier reading is evidence a reader should see beside the open one, not an error."""
+    if not looks or looks[-1].state in ("effect", "no_effect", "identical"):
+        return None
+    return next((lk for lk in reversed(looks[:-1]) if lk.state in ("effect", "no_effect")), None)
+
+
+class Reading(StrEnum):
+    """What a comparison's looks say."""
+
+    BETTER = "better"  # an effect, the comparison's question answered
+    WORSE = "worse"
+    WITHIN = "no effect"  # the interval within +-min_effect (or a none claim's own margin)
+    IDENTICAL = "identical"  # every paired seed gives exactly the baseline's value
+    OPEN = "open"  # undecided, its rounds continue
+    OPEN_AT_MAX = "open at its maximum"  # undecided at the last planned look
+    REOPENED = "reopened"  # undecided now, where an earlier look read an effect or no effect
+    UNTESTABLE = "untestable"  # fewer than two finite pairs at the look
+    NO_PAIRS = "no pairs"  # no seed where both it and the baseline finished: nothing to test
+    CLAIM_OPEN = "claim open"  # an effect (or no effect) read while the claim's own question is open
+    WAITING = "waiting"  # before the first planned look
+
+
+Direction = Literal["better", "worse", "none"]  # a decided verdict: an effect either way, or no effect
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One comparison's verdict: the reading, the look it rests on, and an earlier look it reopened."""
+
+    reading: Reading
+    look: Look | None  # the deciding look, else the latest one (None before the first)
+    better: bool | None = None  # the direction of an effect the look reads (None: it reads none)
+    earlier: Look | None = None  # an earlier look that read an effect the later seeds reopened
+
+    @property
+    def answer(self) -> str:
+        """The look's answer in one word: better / worse / no effect / identical / open."""
+        if self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN, Reading.IDENTICAL):
+            return self.reading.value
+        if self.reading == Reading.CLAIM_OPEN:  # what the look reads, though the question goes on
+            return "no effect" if self.better is None else "better" if self.better else "worse"
+        return "open"
+
+    @property
+    def decided(self) -> bool:
+        """An effect or no effect that answers the comparison's question: what a larger scale confirms."""
+        return self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN)
+
+    @property
+    def settled(self) -> bool:
+        """Answered, or undecided at the last planned look: no later round can change it."""
+        return self.answer != "open" or (self.look is not None and self.look.final)
+
+    @property
+    def direction(self) -> Direction | None:
+        """A decided verdict as the larger scale checks it (None: not decided)."""
+        if not self.decided:
+            return None
+        return "none" if self.reading == Reading.WITHIN else "better" if self.better else "worse"
+
+    @property
+    def progress(self) -> str:
+        """The study's one-word state of a comparison whose rounds are over (the dry run's column)."""
+        if self.decided:
+            return "no_effect" if self.reading == Reading.WITHIN else "effect"
+        if self.reading in (Reading.IDENTICAL, Reading.NO_PAIRS):
+            return {Reading.IDENTICAL: "identical", Reading.NO_PAIRS: "no_pairs"}[self.reading]
+        return "undecided"
+
+
+def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verdict:
+    """The verdict of a comparison's looks (``sequential.walk``: up to the one that decided its claim's
+    question); ``higher``: the metric grows as things improve; ``lost``: no seed has a pair."""
+    look = looks[-1] if looks else None
+    earlier = reopened(looks)
+    if lost:
+        return Verdict(Reading.NO_PAIRS, look, None, earlier)
+    if look is None:
+        return Verdict(Reading.WAITING, None)
+    better = (look.diff > 0) == higher if look.state == "effect" else None
+    if look.state == "identical":
+        reading = Reading.IDENTICAL
+    elif look.decided:  # decided while 'open': a none claim's interval within its own margin
+        reading = Reading.WITHIN if better is None else Reading.BETTER if better else Reading.WORSE
+    elif look.state in ("effect", "no_effect"):
+        reading = Reading.CLAIM_OPEN
+    elif look.state == "untestable":
+        reading = Reading.UNTESTABLE
+    elif earlier is not None:
+        reading = Reading.REOPENED
+    else:
+        reading = Reading.OPEN_AT_MAX if look.final else Reading.OPEN
+    return Verdict(reading, look, better, earlier)
+
+
+class HeldOut(StrEnum):
+    """What the test split, on the validation verdict's seeds and look, says beside it."""
+
+    AGREES = "agrees"  # the same answer
+    OPEN = "open"  # its interval neither confirms nor excludes the validation verdict: worded as open
+    DISAGREES = "disagrees"  # its interval excludes the direction (or the margin) validation states
+    UNSETTLED_EFFECT = "effect where validation is open"  # validation open, the test interval excludes 0
+
+
+def held_out_reading(val: Verdict | None, test: Verdict | None, margin: float | None = None
+                     ) -> HeldOut | None:
+    """The test split beside a validation verdict (None: nothing to compare). It disagrees only where its
+    interval excludes what validation states: the direction of an effect (the whole interval on the other
+    side of 0), no effect within +-``margin`` (the interval wholly beyond it), or identity (an interval away
+    from 0); where validation is open, an interval that excludes 0 is flagged too. A test reading that is
+    merely open is worded as open, never as a disagreement."""
+    t = None if test is None else test.look
+    if t is None or val is None or val.look is None or math.isnan(t.lo) or math.isnan(t.hi):
+        return None
+    away = t.lo > 0.0 or t.hi < 0.0
+    if val.answer == "open":
+        return HeldOut.UNSETTLED_EFFECT if away else None
+    if test is not None and test.answer == val.answer:
+        return HeldOut.AGREES
+    v = val.look
+    if val.answer in ("better", "worse"):
+        excluded = t.hi <= 0.0 if v.diff > 0 else t.lo >= 0.0
+    elif val.answer == "no effect" and margin is not None:
+        excluded = t.lo > margin or t.hi < -margin
+    else:  # identical, or no effect without a margin to judge by
+        excluded = away
+    return HeldOut.DISAGREES if excluded else HeldOut.OPEN
+
+
+def agrees(val: Verdict | None, test: Verdict | None, margin: float | None = None) -> bool | None:
+    """False where the test split flags the validation verdict (it disagrees, or finds an effect where
+    validation is open: :func:`held_out_reading`), True where it agrees, None otherwise."""
+    says = held_out_reading(val, test, margin)
+    if says in (HeldOut.DISAGREES, HeldOut.UNSETTLED_EFFECT):
+        return False
+    return True if says == HeldOut.AGREES else None
+
+
+# ---------------------------------------------------------------- a fixed seed list: one look
+class Fixed(StrEnum):
+    """A fixed-sample comparison's verdict (the Effects table; significant at p < ALPHA unadjusted, the
+    Holm-adjusted p beside it)."""
+
+    NO_RUNS = "no finished runs"
+    IDENTICAL = "identical"
+    TOO_FEW = "too few seeds"  # one run on a side: no test at all
+    BETTER = "better"
+    WORSE = "worse"
+    SIGNIFICANT = "significant"  # significant without a direction (an interaction)
+    NOT_TESTABLE = "not testable"  # p < ALPHA out of reach at these sample sizes
+    NO_DETECTABLE = "no detectable effect"
+
+
+def fixed_reading(diff: float, p: float, p_min: float, identical: bool, higher: bool | None,
+                  alpha: float = ALPHA) -> Fixed:
+    """The verdict of one fixed-sample test (``p`` NaN: no test; ``higher`` None: no reference)."""
+    if math.isnan(diff):
+        return Fixed.NO_RUNS
+    if identical:
+        return Fixed.IDENTICAL
+    if math.isnan(p):
+        return Fixed.TOO_FEW
+    if p < alpha:
+        if higher is None:
+            return Fixed.SIGNIFICANT
+        return Fixed.BETTER if (diff > 0) == higher else Fixed.WORSE
+    if p_min >= alpha:  # the test could not have said anything else
+        return Fixed.NOT_TESTABLE
+    return Fixed.NO_DETECTABLE
+
+
+def holm_significant(diff: float, p_holm: float, alpha: float = ALPHA) -> bool:
+    """A fixed seed list's comparisons are one family: a published claim is judged significant by the
+    Holm-adjusted p of the Effects table, not the comparison's own p."""
+    return fixed_reading(diff, p_holm, 0.0, False, True, alpha) in (Fixed.BETTER, Fixed.WORSE)
+
+
+# ---------------------------------------------------------------- at a larger scale
+ScaleOutcome = Literal["transfers", "reverses", "not settled"]
+
+
+def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, confidence: float,
+             higher: bool, margin: float | None) -> ScaleOutcome:
+    """Whether a decided verdict (``small``) transfers to the larger setting's paired effect (``diff``,
+    its interval at ``confidence``, its p; NaN: no test): an effect transfers when the larger scale's test
+    is significant the same way and reverses when significant the other way; no effect transfers when the
+    interval lies within +-margin and reverses when it lies wholly beyond it."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "not settled"
+    if small == "none":
+        m = float(margin)  # type: ignore[arg-type]
+        if -m <= lo and hi <= m:
+            return "transfers"
+        return "reverses" if lo > m or hi < -m else "not settled"
+    if not math.isnan(p) and p < 1 - confidence and (lo > 0 or hi < 0):  # as the study's verdicts
+        direction = "better" if (diff > 0) == higher else "worse"
+        return "transfers" if direction == small else "reverses"
+    return "not settled"
+
+
+# ---------------------------------------------------------------- published results
+class Outcome(StrEnum):
+    """What a study says of a published result it checks (``ablation.expect``)."""
+
+    REPRODUCED = "reproduced"
+    CONTRADICTED = "contradicted"
+    NOT_SETTLED = "not settled"
+
+
+REPRODUCED, CONTRADICTED, OPEN = Outcome.REPRODUCED, Outcome.CONTRADICTED, Outcome.NOT_SETTLED
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runs say about one variant against the baseline on ``metric``."""
+
+    metric: str
+    diff: float  # variant - baseline (NaN: nothing to compare)
+    lo: float  # the interval the verdict rests on (NaN: none)
+    hi: float
+    interval: str  # e.g. 'repeated 95% CI' or '95% CI'
+    n: int  # pairs or seeds behind it
+    significant: bool  # the interval excludes zero by the report's own test
+    differing: int  # paired seeds whose values differ from the baseline's (for 'identical')
+    identical: bool  # paired, at least one pair, every pair exactly equal
+    min_effect: float | None  # the study's smallest effect worth knowing
+    diverged: int  # the variant's runs that diverged
+    runs: int
+    base_diverged: int
+    max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
+    # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
+    # plan, ablate/study/power.py; None: more than its limit, or not computed)
+    seeds_needed: int | None = None
+
+
+def none_margin(question: Question, margin: float | None, min_effect: float | None) -> float | None:
+    """The margin a verdict of no effect is judged by: a ``none`` claim's own, else the study's min_effect."""
+    return margin if question == "none" and margin is not None else min_effect
+
+
+def claim_margin(claim: Expectation, min_effect: float | None) -> float | None:
+    """The equivalence margin of an ``effect: none`` claim: its own, else the study's min_effect."""
+    return none_margin("none", claim.margin, min_effect)
+
+
+def judge(claim: Expectation, ev: Evidence, higher_is_better: bool, unit: str = "") -> tuple[Outcome, str]:
+    """(outcome, why) of one claim on its evidence. ``worse`` / ``better`` are reproduced by a significant
+    difference that way, contradicted by one the other way, by identical seeds or by an interval inside
+    +-min_effect; ``none`` by an interval within +-margin (reproduced) or wholly beyond it (contradicted);
+    ``identical`` by every paired seed equal (or any differing). A variant that diverged in at least half
+    its runs while the baseline never did failed to train: it reproduces ``worse``, contradicts the rest.
+    ``unit``: the metric's, for the margin a reproduced direction clears."""
+    failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
+    if claim.effect == "identical":
+        return _judge_identical(ev, failed)
+    if claim.effect == "none":
+        return _judge_none(claim, ev, failed, higher_is_better)
+    wanted_better = claim.effect == "better"
+    if failed:
+        return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
+    if ev.significant:
+        found_better = _found_better(ev, higher_is_better)
+        found = "better" if found_better else "worse"
+        if found_better != wanted_better:
+            return CONTRADICTED, f"significantly {found}"
+        return REPRODUCED, f"significantly {found}{_how_much(ev, unit)}"
+    if ev.identical:
+        return CONTRADICTED, "identical to the baseline in every paired seed"
+    m, has_ci = ev.min_effect, _has_ci(ev)
+    if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
+        return CONTRADICTED, f"no effect as large as ±{m:g}"
+    if not has_ci:
+        return OPEN, _too_few(ev)
+    return OPEN, ("no significant difference at the study's maximum of "
+                  f"{ev.max_reached} seeds ({_new_study(ev)})" if ev.max_reached
+                  else "no significant difference yet")
+
+
+def _judge_identical(ev: Evidence, failed: bool) -> tuple[Outcome, str]:
+    if ev.identical:
+        return REPRODUCED, f"the same value in all {ev.n} paired seeds"
+    if ev.differing:
+        return CONTRADICTED, f"{ev.differing} paired seed(s) differ from the baseline"
+    if failed:
+        return CONTRADICTED, "it diverged where the baseline did not"
+    return OPEN, "no seed where both it and the baseline finished"
+
+
+def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better: bool
+                ) -> tuple[Outcome, str]:
+    margin = claim_margin(claim, ev.min_effect)
+    assert margin is not None  # the spec refuses 'none' without one
+    has_ci = _has_ci(ev)
+    if ev.identical:
+        return REPRODUCED, "identical to the baseline in every paired seed"
+    if failed:
+        return CONTRADICTED, "it diverged where the baseline did not"
+    if has_ci and -margin <= ev.lo and ev.hi <= margin:
+        return REPRODUCED, f"the interval lies within ±{margin:g}"
+    if has_ci and (ev.lo > margin or ev.hi < -margin):
+        return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
+    if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
+        found = "better" if _found_better(ev, higher_is_better) else "worse"
+        # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
+        # within the margin or wholly beyond it (answers()), up to the maximum.
+        more = (f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+                if ev.max_reached
+                else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
+                if ev.min_effect is not None else "more seeds would tell")
+        return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
+    return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci else _too_few(ev))
+
+
+def _has_ci(ev: Evidence) -> bool:
+    return math.isfinite(ev.lo) and math.isfinite(ev.hi)
+
+
+def _how_much(ev: Evidence, unit: str) -> str:
+    """Whether a reproduced direction also clears the study's min_effect, in the metric's unit."""
+    m = ev.min_effect
+    if m is None or not _has_ci(ev):
+        return ""
+    if min(abs(ev.lo), abs(ev.hi)) >= m:
+        return f", by at least {m:g} {unit}"
+    return f" in direction only: its interval does not clear the {m:g} {unit} this study cares about"
+
+
+def _more_seeds(ev: Evidence) -> str:
+    if ev.max_reached:  # only a new study could settle it: this one's design never moves
+        return f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+    return "more seeds would tell"
+
+
+def _new_study(ev: Evidence) -> str:
+    if ev.seeds_needed is not None:
+        return f"a new study with seeds.max {ev.seeds_needed} would tell"
+    return "a new study would need more than 100 seeds at this spread"
+
+
+def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
+    return (ev.diff > 0) == higher_is_better
+
+
+def _too_few(ev: Evidence) -> str:
+    if ev.n:
+        return "too few paired seeds for an interval yet"
+    return "no seed where both it and the baseline finished"

@@ -1,0 +1,257 @@
+"""A CLI that behaves the same everywhere: the commands that read a study take its spec or its name, an
+unknown study leaves nothing behind, -v/-q go before or after the command, the help names what exists,
+common names suggest registered ones, a run of the wrong kind is one line, `ablate study` is the command's
+name (`ablate ablate` its alias), and the dry run says when several axes fell to the one-at-a-time
+default."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import registry
+from ablate.cli import COMMAND, LIST_KINDS, build_parser, main
+from registry.aliases import COMMON_NAMES, suggest
+from tests.report_studies import EXPORTS
+
+SPEC_2X2 = """\
+name: two-axes
+data:
+  source: synthetic
+  synthetic: {task: copy, vocab_size: 8, min_len: 1, max_len: 3, train_size: 50, val_size: 8, test_size: 8}
+  max_len: 5
+model: {d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32}
+train: {max_steps: 2}
+ablation:
+DESIGN  axes:
+    model.residual: [pre_norm, post_norm]
+    model.norm: [builtin, rms]
+  seeds: [0]
+"""
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# ---------------------------------------------------------------- an unknown study leaves nothing behind
+@pytest.mark.parametrize("argv", [["report", "no-such-study"], ["export", "no-such-study"],
+                                  ["status", "no-such-study"], ["ui", "no-such-study", "--port", "1"],
+                                  ["report", "study.yaml"], ["report", "no-such-study", "--format", "csv"]])
+def test_an_unknown_study_creates_nothing(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the default store: ./mlflow.db, which must not appear
+    (bare_workdir / "study.yaml").write_text(SPEC_2X2.replace("DESIGN", ""))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    name = "two-axes" if argv[1] == "study.yaml" else "no-such-study"
+    assert err == [f"error: unknown study {name!r}: no MLflow store at {bare_workdir / 'mlflow.db'} (nothing "
+                   "has been tracked from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)"]
+    assert listing(bare_workdir) == ["study.yaml"]
+
+
+@pytest.mark.parametrize("argv", [["evaluate", "abc", "--text", "x.txt"], ["generate", "abc"],
+                                  ["translate", "abc", "hallo"]])
+def test_an_unknown_run_creates_nothing(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: unknown run 'abc': no MLflow store at {bare_workdir / 'mlflow.db'} (nothing has been "
+        "tracked from this folder; run it here, or set MLFLOW_TRACKING_URI to its store)"]
+    assert listing(bare_workdir) == []
+
+
+# ---------------------------------------------------------------- a study by its spec or by its name
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The committed rep-abl study imported into a fresh store; its parent's spec.yaml as a spec file."""
+    folder = tmp_path_factory.mktemp("imported")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+        assert main(["import", str(EXPORTS / "rep-abl")]) == 0
+        spec = (EXPORTS / "rep-abl" / "parent" / "artifacts" / "spec.yaml").read_text()
+        (folder / "rep-abl.yaml").write_text(spec)
+        yield folder
+
+
+def test_status_report_and_export_take_the_spec_or_the_name(imported: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    capsys.readouterr()
+    assert main(["status", "rep-abl"]) == 0
+    by_name_out = capsys.readouterr().out
+    assert main(["status", "rep-abl.yaml"]) == 0
+    by_spec_out = capsys.readouterr().out
+    assert by_name_out == by_spec_out and by_name_out.startswith("study rep-abl (9 cells")
+    assert by_name_out.count(" finished ") + by_name_out.count(" diverged ") == 9
+
+    assert main(["report", "rep-abl.yaml", "--out", "by-spec"]) == 0
+    assert main(["report", "rep-abl", "--out", "by-name"]) == 0
+    by_spec, by_name = ((imported / out / "report.json").read_text() for out in ("by-spec", "by-name"))
+    assert by_spec == by_name
+    assert main(["export", "rep-abl.yaml", "--out", "exported"]) == 0
+    assert len(list((imported / "exported" / "cells").iterdir())) == 9
+
+
+def test_ui_given_a_study_links_its_parent_run(imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.tracking.server import _study_parent, study_target
+
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    parent = _study_parent("rep-abl.yaml")
+    assert parent == _study_parent("rep-abl")
+    what, url = study_target(parent, "http://127.0.0.1:5000")
+    assert what == "ablation study rep-abl"
+    assert url.startswith(f"http://127.0.0.1:5000/#/experiments/{parent['experiment_id']}/runs/"
+                          f"{parent['run_id']}?")
+
+
+# ---------------------------------------------------------------- -v / -q anywhere
+@pytest.mark.parametrize(("argv", "verbose", "quiet"), [
+    (["-v", "list"], True, False), (["list", "-v"], True, False), (["--quiet", "list"], False, True),
+    (["list", "norm", "-q"], False, True), (["list"], False, False),
+    (["-v", "list", "mask", "-inf"], True, False),
+])
+def test_verbosity_goes_before_or_after_the_command(argv: list[str], verbose: bool, quiet: bool) -> None:
+    from ablate.cli import _list_names_may_start_with_dash
+
+    args = build_parser().parse_args(_list_names_may_start_with_dash(argv))
+    assert (args.verbose, args.quiet) == (verbose, quiet)
+
+
+def test_verbose_and_quiet_together_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-v", "list", "-q"]) == 2
+    assert capsys.readouterr().err == "error: give -v or -q, not both\n"
+
+
+def test_quiet_turns_the_training_progress_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.cli import QUIET_ENV, QUIET_PROGRESS, quiet_libraries
+    from ablate.engine.progress import Progress
+
+    for key, value in QUIET_ENV.items():  # recorded, so the test leaves the environment as it found it
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv(QUIET_PROGRESS, raising=False)
+    assert Progress(10).enabled
+    monkeypatch.setenv(QUIET_PROGRESS, "0")  # recorded by monkeypatch, so the test leaves it as it was
+    quiet_libraries(quiet=True)
+    assert not Progress(10).enabled
+
+
+# ---------------------------------------------------------------- help texts
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_help_is_current_and_every_positional_is_described(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    assert "decoder-only" in (parser.description or "") and "encoder-decoder" in (parser.description or "")
+    # the built-in axes come first, in declaration order (a plugin's after them): the help names them all
+    assert [a.kind for a in registry.axes()][:len(LIST_KINDS)] == list(LIST_KINDS)
+    list_help = next(a.help for a in _subparsers()["list"]._actions if a.dest == "kind")
+    assert all(kind in (list_help or "") for kind in LIST_KINDS)
+    for name, sub in _subparsers().items():
+        for action in sub._actions:
+            if not action.option_strings:
+                assert action.help, f"{name} {action.dest}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "    study (ablate)" in top and re.search(r"^    ablate\b", top, re.M) is None
+
+
+def test_study_is_the_command_and_ablate_its_alias() -> None:
+    for word in ("study", "ablate"):
+        args = build_parser().parse_args([word, "x.yaml", "--dry-run"])
+        assert args.command == "study" and args.dry_run
+    assert COMMAND["ablate"] is COMMAND["study"]
+
+
+# ---------------------------------------------------------------- common names
+@pytest.mark.parametrize(("kind", "common", "registered"), [
+    ("norm", "layernorm", "builtin"), ("norm", "LayerNorm", "builtin"), ("norm", "rmsnorm", "rms"),
+    ("norm", "RMSNorm", "rms"), ("positions", "rotary", "rope"), ("residual", "prenorm", "pre_norm"),
+])
+def test_common_names_suggest_the_registered_one(kind: str, common: str, registered: str) -> None:
+    assert suggest(kind, common, registry.names(kind)) == registered
+
+
+def test_every_common_name_points_at_a_registered_component() -> None:
+    for kind, table in COMMON_NAMES.items():
+        assert set(table.values()) <= set(registry.names(kind)), kind
+
+
+def test_a_spec_and_list_suggest_the_registered_name(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: {norm: layernorm}\nablation: {axes: {model.norm: [rmsnorm]}}\n")
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert (f"{spec}:2: model.norm: unknown norm 'layernorm'; accepted: builtin, custom, rms, scale; "
+            "did you mean 'builtin'?") in err
+    assert "'rmsnorm' gives an invalid spec" in err and "did you mean 'rms'?" in err
+    assert main(["list", "layernorm"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean norm 'builtin'?")
+
+
+# ---------------------------------------------------------------- the dry run says the design
+@pytest.mark.parametrize(("design", "note"), [("", True), ("  design: one_at_a_time\n", False),
+                                              ("  design: full_factorial\n", False)])
+def test_the_dry_run_names_the_design_and_a_defaulted_one(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str], design: str, note: bool) -> None:
+    (bare_workdir / "s.yaml").write_text(SPEC_2X2.replace("DESIGN", design))
+    assert main(["study", "s.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    name = design.split(":")[1].strip() if design else "one_at_a_time"
+    variants = 4 if name == "full_factorial" else 3
+    assert out[0].startswith(f"study two-axes: design {name}, {variants} variants x 1 seed")
+    notes = [line for line in out if line.startswith("note: design left to its default")]
+    assert notes == ([("note: design left to its default, one_at_a_time: each axis changes alone from the "
+                       "baseline (3 variants), never two together; `design: full_factorial` runs every "
+                       "combination (4 variants)")] if note else [])
+    assert listing(bare_workdir) == ["s.yaml"]
+
+
+# ---------------------------------------------------------------- evaluate: the right kind of run
+PROSE = "The first paragraph,\nwrapped over two lines.\n\nA second one, and more words.\n\n\ndef f(x):\n" \
+        "    return x\n"
+
+
+def test_evaluate_scores_an_lm_on_text_and_refuses_translation_files(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ablate.run.runner import run_experiment
+    from ablate.spec.load import load_spec
+
+    (bare_workdir / "train.txt").write_text(PROSE * 4)
+    (bare_workdir / "val.txt").write_text(PROSE)
+    (bare_workdir / "lm.yaml").write_text(
+        "name: lm-eval\ndata:\n  source: text\n  text: {train: train.txt, val: val.txt}\n"
+        "  tokenizer: {kind: char, vocab_size: 80}\n  max_len: 8\n  batch_tokens: 64\n"
+        "model: {arch: decoder_only, d_model: 16, heads: 2, decoder_layers: 1, d_ff: 32, max_positions: 64}\n"
+        "train: {max_steps: 4, eval_every: 2, checkpoint_every: 2}\n")
+    result = run_experiment(load_spec(bare_workdir / "lm.yaml"), quiet=True)
+    assert result.status == "finished" and result.run_id is not None
+    capsys.readouterr()
+    assert main(["evaluate", result.run_id, "--text", "val.txt"]) == 0
+    out = capsys.readouterr().out
+    ppl = float(re.search(r"perplexity\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bpb = float(re.search(r"bits per byte\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    # the run's own validation text, scored again: the run's own final numbers
+    assert math.isclose(ppl, result.metrics["val/ppl"], abs_tol=0.006)
+    assert math.isclose(bpb, result.metrics["val/bpb"], abs_tol=0.00006)
+    assert "3 documents, cut as paragraphs" in out
+
+    assert main(["evaluate", result.run_id, "--src", "val.txt", "--ref", "val.txt"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: run {result.run_id} is a decoder-only language model: score it with "
+                    f"`ablate evaluate {result.run_id} --text FILE` (perplexity, bits per byte)")
+    assert main(["evaluate", result.run_id]) == 2
+    assert "give --src FILE and --ref FILE" in capsys.readouterr().err
