@@ -133,7 +133,7 @@ class Ema:
                                                    for n, t in shadow.items()}
 
 
-def make_averager(spec: TrainSpec) -> LastK | Ema | None:
+def make_averager(spec: TrainSpec) -> WeightAverager | None:
     """The averager ``train.weight_average`` asks for (None when absent)."""
     avg = spec.weight_average
     if avg is None:

@@ -26,7 +26,7 @@ import ablate.spec.metricnames as MN
 from ablate.data.lm import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
 from ablate.engine import preempt
-from ablate.engine.averaging import Ema, LastK, make_averager
+from ablate.engine.averaging import WeightAverager, make_averager
 from ablate.engine.checkpoint import (
     CHECKPOINT_VERSION,
     TrainState,
@@ -148,7 +148,7 @@ class Trainer:
             self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         # train.weight_average: the averaged weights evaluated at the end beside the best checkpoint
-        self.averager: LastK | Ema | None = make_averager(tspec)
+        self.averager: WeightAverager | None = make_averager(tspec)
         self.pad_id = self.data.tokenizers.pad_id
         self.is_main = self.rank == 0
         self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones

@@ -18,6 +18,8 @@ from ablate.engine.averaging import Ema, LastK, fp32_parameters, load_weights, m
 from ablate.engine.checkpoint import load_checkpoint, save_checkpoint
 from ablate.engine.model import build_model
 from ablate.engine.train import Trainer
+from ablate.report.compute import loaded_study as data_module
+from ablate.report.compute.loaded_study import Run, Study
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import SpecError, load_spec
@@ -269,3 +271,26 @@ def test_averaged_names_keep_their_split_and_direction() -> None:
         "val/averaged/loss")
     assert "test/averaged/bleu" in metricnames.all_metrics()
     assert fp32_parameters(nn.Linear(1, 1)).keys() == {"weight", "bias"}
+
+
+# ---------------------------------------------------------------- the report
+def _report_study(averaged: bool) -> Study:
+    def run(variant: str, seed: int, bleu: float) -> Run:
+        metrics = {"val/bleu": bleu, "test/bleu": bleu - 1, "val/loss": 2.0}
+        if averaged:
+            metrics |= {R.averaged("val/bleu"): bleu + 0.5, R.averaged("test/bleu"): bleu - 0.5}
+        return Run(f"{variant}-{seed}", variant, seed, "finished", "h", 0.0, {}, metrics, {})
+
+    parent = {"tags": {}, "params": {}, "run_name": "s", "run_id": "p"}
+    return data_module._study(parent, [run(v, s, 30.0 + s) for v in ("baseline", "positions=rope")
+                                       for s in (0, 1)])
+
+
+def test_the_report_reads_the_averaged_reading_when_the_runs_have_it() -> None:
+    """ablation.metric auto: the report's effects are on the averaged test reading, and the main table shows
+    both readings; a study without averaging reads and shows as before."""
+    with_avg, without = _report_study(True), _report_study(False)
+    assert with_avg.primary == "test/averaged/bleu" and without.primary == "test/bleu"
+    columns = [key for key, _, _ in data_module.main_table_columns(with_avg)]
+    assert columns[:4] == ["val/bleu", "test/bleu", "val/averaged/bleu", "test/averaged/bleu"]
+    assert not any(R.is_averaged(key) for key, _, _ in data_module.main_table_columns(without))

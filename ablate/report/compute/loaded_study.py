@@ -37,7 +37,10 @@ QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
 }
 # Main-table columns: (metric key, header, decimals); '{q}' is the study's quality metric.
 COLUMNS = [
-    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None), (MN.VAL_CHRF, "val chrF", 2),
+    ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None),
+    # train.weight_average: the averaged weights' reading beside the best checkpoint's (only runs with it)
+    (MN.averaged("val/{q}"), "val {Q} averaged", None), (MN.averaged("test/{q}"), "test {Q} averaged", None),
+    (MN.VAL_CHRF, "val chrF", 2),
     (MN.TEST_CHRF, "test chrF", 2), (MN.VAL_LOSS, "val loss", 3), (MN.VAL_PPL, "val ppl", 2),
     (MN.MODEL_PARAMS, "params", 0), (MN.TOKENS_PER_S, "tokens/s", 0), (MN.RUN_MEMORY, "run MB", 1),
     (MN.PEAK_MEMORY, "peak MB", 1), (MN.WALL_TIME, "wall s", 1),
