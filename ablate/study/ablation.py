@@ -229,7 +229,7 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
         tags[R.TUNED_ON] = abl.tuned_on
     from ablate.study.arms import parent_tags
 
-    return tags | parent_tags(plan)  # tune: and confirm: (tags too: they may be added to a running study)
+    return tags | parent_tags(plan)  # tune: and confirm: (tags: a confirm: may be added to a running study)
 
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:

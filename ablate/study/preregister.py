@@ -22,7 +22,9 @@ from ablate.study.attrs import PREREGISTERED as STORE_ATTR
 
 # record key -> the spec field a reader changes to change it
 FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "ablation.seeds",
-          "alpha": "ablation.alpha", "family": "ablation.axes (the number of comparisons)",
+          "alpha": "ablation.alpha",
+          "family": "ablation.axes or ablation.tune (the comparisons that share alpha: a tuned study's "
+                    "own-best comparisons join them)",
           "min_effect": "ablation.min_effect", "claims": "ablation.expect"}
 
 
