@@ -495,16 +495,19 @@ def test_a_tracking_server_that_hangs_mid_run_holds_up_no_training_step(
     assert max(gaps) < 5000, gaps  # waiting on the frozen server would leave one of 10 s or more
 
 
+# Files the data check before a search accepts (they exist, parse and pair up) but no trial can train on:
+# every sentence is longer than data.max_len.
 NO_DATA = """
 name: nodata
 seed: 0
 data:
   source: files
+  max_len: 8
   files:
     format: text
-    root: ./missing-folder
-    train: {src: train.de.gz, tgt: train.en.gz}
-    val: {src: val.de.gz, tgt: val.en.gz}
+    root: ./too-long
+    train: {src: train.de, tgt: train.en}
+    val: {src: val.de, tgt: val.en}
 model: {d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}
 train: {max_steps: 10, eval_every: 5}
 eval: {samples: 0}
@@ -517,12 +520,17 @@ search:
 
 
 def test_a_search_whose_first_trials_fail_the_same_way_stops_with_that_one_message(tmp_path: Path) -> None:
-    """Every trial of a search over a missing data folder would fail alike: it stops after the first two
-    with one line and exit 2 instead of failing all five; the two go back to the queue for the rerun."""
+    """Every trial of a search over sentences none of which fits data.max_len would fail alike: it stops
+    after the first two with one line and exit 2 instead of failing all five; the two go back to the queue
+    for the rerun."""
     import optuna
     from optuna.trial import TrialState
 
     (tmp_path / "spec.yaml").write_text(NO_DATA)
+    (tmp_path / "too-long").mkdir()
+    for split in ("train", "val"):
+        (tmp_path / "too-long" / f"{split}.de").write_text(("wort " * 60 + "\n") * 5)
+        (tmp_path / "too-long" / f"{split}.en").write_text(("word " * 60 + "\n") * 5)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = subprocess.run([sys.executable, "-m", "ablate", "tune", "spec.yaml"], cwd=tmp_path, env=_env(uri),
                           capture_output=True, text=True, timeout=300)
@@ -530,7 +538,7 @@ def test_a_search_whose_first_trials_fail_the_same_way_stops_with_that_one_messa
     _no_traceback(done, done.stdout, done.stderr)
     (line,) = [m for m in _messages(done.stderr) if m.startswith("error:")]
     assert line.startswith("error: search stopped: its first 2 trials failed the same way: DataError: ")
-    assert "missing-folder" in line
+    assert "no pair of 5 fits data.max_len 8" in line
     assert done.stderr.count("trial ") == 2 + line.count("trial ")  # trials 0 and 1 ran, no third
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
         str(tmp_path / ".ablate" / "optuna-journal.log")))
@@ -539,7 +547,7 @@ def test_a_search_whose_first_trials_fail_the_same_way_stops_with_that_one_messa
     states = [t.state for t in loaded.get_trials()]
     assert states.count(TrialState.FAIL) == 2 and TrialState.COMPLETE not in states
     (parent,) = [r for r in _runs_of(uri, "nodata") if r.data.tags.get("ablate.kind") == "search"]
-    assert parent.info.status == "FAILED" and "missing-folder" in parent.data.tags["ablate.error"]
+    assert parent.info.status == "FAILED" and "data.max_len" in parent.data.tags["ablate.error"]
 
 
 def _runs_of(uri: str, experiment: str) -> list:  # type: ignore[type-arg]
