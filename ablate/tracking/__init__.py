@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 
-def main_ui(study: str | None = None, host: str = "127.0.0.1", port: int = 5000) -> int:
+def main_ui(host: str = "127.0.0.1", port: int = 5000, study: str | None = None) -> int:
     """`ablate ui [STUDY]`: serve the MLflow UI over this folder's store until Ctrl-C, opening at STUDY's
     page when given (its spec file, name or parent run id; see ablate.tracking.server)."""
     from ablate.tracking.server import main_ui as run_ui

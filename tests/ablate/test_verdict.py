@@ -68,10 +68,14 @@ def test_open_readings_are_told_apart() -> None:
 
 
 def test_the_test_split_agrees_only_where_validation_answered() -> None:
-    worse = read([_look("effect", decided=True)])
-    open_ = read([_look("open")])
-    assert agrees(worse, worse) is True and agrees(worse, open_) is False
-    assert agrees(open_, worse) is None and agrees(worse, None) is None
+    worse = read([_look("effect", decided=True)])  # [-1.5, -0.5]
+    open_ = read([_look("open", 0.2)])  # [-0.3, +0.7]: over 0
+    better = read([_look("effect", 1.0, decided=True)])  # [+0.5, +1.5]
+    # an open test reading neither confirms nor excludes the validation verdict: not flagged
+    assert agrees(worse, worse) is True and agrees(worse, open_) is None
+    assert agrees(worse, better) is False  # its interval excludes the direction validation states
+    # validation open: flagged only where the test interval excludes 0
+    assert agrees(open_, worse) is False and agrees(open_, open_) is None and agrees(worse, None) is None
 
 
 def test_a_fixed_seed_lists_verdicts() -> None:
