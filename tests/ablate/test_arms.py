@@ -47,6 +47,7 @@ def _key(spec: object) -> str:
     return f"{spec.spec_hash}-s{spec.seed}"  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # a real training or study (the fast tier stays under 3 minutes)
 def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     trained = fake_training(monkeypatch)

@@ -519,6 +519,7 @@ search:
 """
 
 
+@pytest.mark.slow  # a real training or study (the fast tier stays under 3 minutes)
 def test_a_search_whose_first_trials_fail_the_same_way_stops_with_that_one_message(tmp_path: Path) -> None:
     """Every trial of a search over sentences none of which fits data.max_len would fail alike: it stops
     after the first two with one line and exit 2 instead of failing all five; the two go back to the queue

@@ -174,6 +174,7 @@ def test_multi30k_english_captions_become_documents(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- section 5 of the issue
+@pytest.mark.slow  # a real training or study (the fast tier stays under 3 minutes)
 def test_alibi_trained_at_l_keeps_its_loss_at_2l_and_learned_positions_stop_at_their_table(
         tmp_path: Path) -> None:
     """Press et al. 2022: ALiBi trained on blocks of L tokens predicts as well at 2L (here a copy at a
