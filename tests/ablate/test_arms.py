@@ -135,6 +135,7 @@ def test_adding_arm_settings_to_a_recorded_study_is_refused_and_keeps_its_cells(
     assert {r.info.run_id for r in children} == {r.info.run_id for r in now}
 
 
+@pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_an_interrupt_in_any_phase_resumes_where_it_stopped(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # Ctrl-C in the searches' 4th trial, then (after the rerun's 12 calls to finish) in an own-best cell and

@@ -46,6 +46,7 @@ def record_device(folder: str, index: int, workers: int) -> int:
     return 0
 
 
+@pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_spawned_workers_each_get_their_gpu(tmp_path: Path) -> None:
     assert run_workers(record_device, (str(tmp_path),), 3, gpus=[0, 3]) == 0
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}

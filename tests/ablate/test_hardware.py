@@ -55,6 +55,7 @@ def probe() -> tuple[int, int, int, int]:
     return default, kept, held, released
 
 
+@pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_kept_memory_trains_without_page_faulting_freed_logits_back(probe: tuple[int, int, int, int]) -> None:
     default, kept, _, _ = probe
     # The control: every step's logits and gradients came back as fresh pages (five 64 MB blocks a step).

@@ -26,6 +26,7 @@ def _report(workdir: Path, name: str) -> tuple[str, dict]:
     return (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_scale(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trained = fake_training(monkeypatch)

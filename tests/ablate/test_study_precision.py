@@ -159,6 +159,7 @@ def test_a_study_trains_every_cell_at_one_resolved_precision(workdir: Path) -> N
                 run.data.tags[R.SPEC_PRECISION]) == (here, here, "auto")
 
 
+@pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_a_tuned_studys_searches_train_at_its_precision_too(workdir: Path, monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
     """Each variant's search must run alike: its trials train at the study's precision, like its cells."""
