@@ -193,13 +193,13 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
         plan.bind(store)
         queue = CellQueue(store, plan.store_name, plan.direction)
         text, data = "", None
-        if preregister.check_only(queue, plan) is None and not queue.get(preregister.STORE_ATTR):
+        if not queue.get(preregister.STORE_ATTR):  # the first start: the plan the design is recorded with
             from ablate.study.sizing import plan_record, study_plan
 
             planned = study_plan(plan)
             text = _power_lines(plan, {}, workers, planned)
             data = None if planned is None else plan_record(planned)
-            print(text, flush=True)  # the plan the design is recorded with, before the first cell
+            print(text, flush=True)
         preregister.record_or_refuse(queue, plan, text, data)
         queue.describe(names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation"),
                        R.final(plan.metric))

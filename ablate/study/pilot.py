@@ -53,7 +53,7 @@ class Pilot:
         """The pilot's paired sd for ``label``: its own where it has 2 or more pairs, else pooled."""
         own = self.differences.get(label, [])
         if len(own) >= 2:
-            return PairedNoise(_sd(own), len(own) - 1, f"{label}, {len(own)} pairs")
+            return PairedNoise(paired_sd(own), len(own) - 1, f"{label}, {len(own)} pairs")
         return self.pooled()
 
     def pooled(self) -> PairedNoise | None:
@@ -61,7 +61,7 @@ class Pilot:
         df = sum(len(d) - 1 for d in groups)
         if not df:
             return None
-        var = sum((len(d) - 1) * _sd(d) ** 2 for d in groups) / df
+        var = sum((len(d) - 1) * paired_sd(d) ** 2 for d in groups) / df
         pairs = sum(len(d) for d in groups)
         return PairedNoise(math.sqrt(var), df, f"pooled over {len(groups)} comparisons, {pairs} pairs")
 
@@ -70,7 +70,8 @@ class Pilot:
         return self.seconds.get(label, self.seconds.get("baseline"))
 
 
-def _sd(values: list[float]) -> float:
+def paired_sd(values: list[float]) -> float:
+    """The sample sd (n - 1) of paired differences."""
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 

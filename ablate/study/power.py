@@ -131,16 +131,23 @@ def claim_power(design: Design, sd: float, question: Question, margin: float | N
     """The chance the claim's own question is answered the way a true claim would be: a ``better`` /
     ``worse`` claim (or none) whose true effect is ``min_effect`` ends in that effect; a ``none`` claim whose
     true effect is 0 ends inside its margin. None when the design gives no size to test (no min_effect)."""
+    truth = claim_truth(design, question, margin)
+    if truth is None:
+        return None
+    if question == "none":
+        width = design.min_effect if margin is None else margin
+        return simulate(design, truth, sd, "none", width).within
+    return simulate(design, truth, sd, question, margin).positive
+
+
+def claim_truth(design: Design, question: Question, margin: float | None) -> float | None:
+    """The true effect a claim's power is read at (0 for a ``none`` claim, min_effect for the others), None
+    where the design gives nothing to size: an identity check, or no min_effect / margin."""
     if question == "identical":
         return None  # an implementation check: every seed equal, decided at the first look
     if question == "none":
-        width = design.min_effect if margin is None else margin
-        if width is None:
-            return None
-        return simulate(design, 0.0, sd, "none", width).within
-    if design.min_effect is None:
-        return None
-    return simulate(design, design.min_effect, sd, question, margin).positive
+        return None if (design.min_effect if margin is None else margin) is None else 0.0
+    return design.min_effect
 
 
 def detectable(design: Design, sd: float, question: Question = None, margin: float | None = None) -> float:
@@ -176,7 +183,7 @@ def seeds_needed(design: Design, sd: float, question: Question, margin: float | 
     chances to decide, so the answer is found by bisection; the fixed-sample normal approximation is a
     lower bound (t quantiles exceed z, and looking several times costs seeds), so a claim it already puts
     beyond ``most`` is not simulated."""
-    if claim_power(design, sd, question, margin) is None:
+    if claim_truth(design, question, margin) is None:
         return None
     first = design.looks[0]
     if _fixed_sample_guess(design, sd, question, margin) > most:

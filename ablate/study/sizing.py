@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.study.adaptive import questions
-from ablate.study.pilot import PairedNoise, Pilot, read_pilot
+from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
 from ablate.study.power import (
     MOST_SEEDS,
     SD_CONFIDENCE,
@@ -273,9 +273,7 @@ def own_seeds_plan(plan: Any, records: Mapping[str, Any]) -> PowerPlan | None:
         diffs, _ = _pairs(plan, records, label, plan.seeds)
         done = [d for d in diffs if d is not None and math.isfinite(d)]
         if len(done) >= 2:
-            mean = sum(done) / len(done)
-            sd = math.sqrt(sum((d - mean) ** 2 for d in done) / (len(done) - 1))
-            noise[label] = PairedNoise(sd, len(done) - 1, f"its own {len(done)} pairs")
+            noise[label] = PairedNoise(paired_sd(done), len(done) - 1, f"its own {len(done)} pairs")
     if not noise:
         return None
     abl = plan.spec.ablation

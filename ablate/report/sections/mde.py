@@ -20,6 +20,7 @@ from ablate.report.compute.comparisons import claim_questions, decided_metric, d
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Para, Table
+from ablate.study.pilot import paired_sd
 from ablate.study.power import detectable, seeds_needed
 from ablate.study.sequential import Design, Question, walk
 
@@ -58,8 +59,7 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
             first = d[0] if d else math.nan
             rows.append(Found(label, question, margin, len(d), first, math.nan, math.nan, None))
             continue
-        mean = sum(d) / len(d)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+        mean, sd = sum(d) / len(d), paired_sd(d)
         needs = None
         if question in ("better", "worse", "none") and sd > 0 and not settled:
             needs = seeds_needed(design, sd, question, margin)
