@@ -616,7 +616,37 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     assert row[:6] == ["residual=post_norm", "0.0200 (0.0270)", "0.050", "4", "+0.010", f"{sd:.4f}"]
     assert row[6] == f"{detectable(d, sd, 'none', 0.01):.3f}"
     assert row[7] == (str(needed) if needed else ">100")
+    assert found.data["power_plan"]["forecast"] is None  # the plan gave no powers
     text = " ".join(getattr(b, "text", "") for b in found.intro)
     assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
     assert "Left open by this design: residual=post_norm: a new study" in text
     assert found.data["power_plan"]["found"][0]["settled"] is False
+
+
+def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers() -> None:
+    from itertools import product
+
+    from ablate.report.sections.mde import Forecast, Found, settled_forecast
+
+    powers = {"a": 0.9, "b": 0.6, "c": 0.3}
+    forecast = Forecast(powers, settled=1)
+    assert forecast.expected == pytest.approx(1.8)
+    # the 5% quantile of the Poisson-binomial count, enumerated over every outcome
+    dist = [0.0] * 4
+    for outcome in product([0, 1], repeat=3):
+        prob = 1.0
+        for hit, p in zip(outcome, powers.values(), strict=True):
+            prob *= p if hit else 1 - p
+        dist[sum(outcome)] += prob
+    cumulative = np.cumsum(dist)
+    assert forecast.fewest == int(np.argmax(cumulative > 0.05))
+    assert "within what chance explains" in forecast.sentence()
+    assert "fewer than chance explains" in Forecast({"a": 0.99, "b": 0.99}, settled=0).sentence()
+    assert "as many as or more than planned" in Forecast({"a": 0.83, "b": 0.99}, settled=2).sentence()
+
+    row = Found("a", "better", None, 5, -0.08, 0.02, 0.03, None, settled=True)
+    plan = {"comparisons": [{"label": "a", "power": 0.83}, {"label": "gone", "power": 0.5}]}
+    got = settled_forecast(plan, [row])
+    assert got is not None and got.powers == {"a": 0.83} and got.settled == 1
+    assert settled_forecast(plan | {"informational": True}, [row]) is None  # the study's own seeds
+    assert settled_forecast(None, [row]) is None

@@ -109,14 +109,75 @@ def part(inp: Inputs) -> Part | None:
                 "last column is the seeds.max a new study would need to settle the comparison's claim")]
     open_claims = [f for f in found
                    if not f.settled and f.question in ("better", "worse", "none") and f.n >= 2]
+    forecast = settled_forecast(plan, found)
+    if forecast is not None:
+        blocks.append(Para(forecast.sentence()))
     if open_claims:
         blocks.append(Para("Left open by this design: " + "; ".join(
             f"{f.label}: {new_study_advice(f.needed)}" for f in open_claims) + "."))
     data = {"power_plan": {"registered": registered, "plan": plan, "metric": metric,
                            "found": [{"label": f.label, "pairs": f.n, "diff": f.diff, "sd": f.sd,
                                       "detectable": f.detectable, "seeds_needed": f.needed,
-                                      "settled": f.settled} for f in found]}}
+                                      "settled": f.settled} for f in found],
+                           "forecast": None if forecast is None else forecast.as_dict()}}
     return Part("mde", intro=blocks, data=data)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """How many comparisons the plan expected to settle, against how many the study settled.
+
+    Each comparison settles with the probability its plan gave it (its power at the effect it was sized
+    at), independently of the others, so the count settled is a Poisson-binomial variable: its mean is
+    the sum of the powers, and ``fewest`` is its 5% quantile, the fewest settled comparisons that chance
+    alone explains when the plan's noise and effects are right.
+    """
+
+    powers: dict[str, float]
+    settled: int
+
+    @property
+    def expected(self) -> float:
+        return sum(self.powers.values())
+
+    @property
+    def fewest(self) -> int:
+        dist = [1.0]  # dist[k]: probability that exactly k comparisons settle
+        for p in self.powers.values():
+            dist = [(dist[k] if k < len(dist) else 0.0) * (1 - p) + (dist[k - 1] * p if k else 0.0)
+                    for k in range(len(dist) + 1)]
+        below = 0.0
+        for k, prob in enumerate(dist):
+            below += prob
+            if below > 0.05:
+                return k
+        return len(dist) - 1
+
+    def sentence(self) -> str:
+        each = ", ".join(f"{label} {p:.2f}" for label, p in self.powers.items())
+        verdict = ("as many as or more than planned" if self.settled >= round(self.expected)
+                   else "fewer than planned, within what chance explains" if self.settled >= self.fewest
+                   else "fewer than chance explains: the plan's noise or effects were optimistic")
+        return (f"**Planned against found.** The plan gave each comparison a power ({each}): "
+                f"{self.expected:.2f} of {len(self.powers)} settled expected, and as few as {self.fewest} "
+                f"by chance alone (the 5% quantile). The study settled {self.settled}: {verdict}.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"powers": self.powers, "expected": self.expected, "fewest_by_chance": self.fewest,
+                "settled": self.settled}
+
+
+def settled_forecast(plan: dict[str, Any] | None, found: list[Found]) -> Forecast | None:
+    """The plan's forecast of settled comparisons beside the count found; None without a sizing plan
+    (no plan, or one printed from the study's own seeds for information)."""
+    if not plan or plan.get("informational"):
+        return None
+    powers = {str(c["label"]): float(c["power"]) for c in plan.get("comparisons", [])
+              if isinstance(c.get("power"), int | float) and math.isfinite(c["power"])}
+    mine = [f for f in found if f.label in powers]
+    if not mine:
+        return None
+    return Forecast({f.label: powers[f.label] for f in mine}, sum(f.settled for f in mine))
 
 
 def new_study_advice(needed: int | None) -> str:
