@@ -642,7 +642,7 @@ def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers()
     assert forecast.fewest == int(np.argmax(cumulative > 0.05))
     assert "within what chance explains" in forecast.sentence()
     assert "fewer than chance explains" in Forecast({"a": 0.99, "b": 0.99}, settled=0).sentence()
-    assert "as many as or more than planned" in Forecast({"a": 0.83, "b": 0.99}, settled=2).sentence()
+    assert "at least as many as planned" in Forecast({"a": 0.83, "b": 0.99}, settled=2).sentence()
 
     row = Found("a", "better", None, 5, -0.08, 0.02, 0.03, None, settled=True)
     plan = {"comparisons": [{"label": "a", "power": 0.83}, {"label": "gone", "power": 0.5}]}

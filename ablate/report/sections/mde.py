@@ -155,11 +155,11 @@ class Forecast:
 
     def sentence(self) -> str:
         each = ", ".join(f"{label} {p:.2f}" for label, p in self.powers.items())
-        verdict = ("as many as or more than planned" if self.settled >= round(self.expected)
+        verdict = ("at least as many as planned" if self.settled >= round(self.expected)
                    else "fewer than planned, within what chance explains" if self.settled >= self.fewest
                    else "fewer than chance explains: the plan's noise or effects were optimistic")
         return (f"**Planned against found.** The plan gave each comparison a power ({each}): "
-                f"{self.expected:.2f} of {len(self.powers)} settled expected, and as few as {self.fewest} "
+                f"{self.expected:.2f} of {len(self.powers)} expected to settle, and as few as {self.fewest} "
                 f"by chance alone (the 5% quantile). The study settled {self.settled}: {verdict}.")
 
     def as_dict(self) -> dict[str, Any]:
