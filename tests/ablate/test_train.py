@@ -173,8 +173,10 @@ def test_killed_run_resumes_to_the_same_final_loss_and_weights(tmp_path: Path, u
     elif kill_point == "mid_training":
         _kill_when(_run_cli(spec_path, tmp_path), lambda: (_checkpoint_step(run_root) or 0) >= 21)
     else:
-        _kill_when(_run_cli(spec_path, tmp_path, checkpoint_delay=0.5),
-                   lambda: writing() and (_checkpoint_step(run_root) or 0) >= 7)
+        # The slow check (loading last.pt) first and the tmp file's existence last, just before the kill:
+        # the other order let the write's window close while last.pt loaded on a busy machine.
+        _kill_when(_run_cli(spec_path, tmp_path, checkpoint_delay=1.0),
+                   lambda: (_checkpoint_step(run_root) or 0) >= 7 and writing())
         assert writing()  # really killed between write and rename
     killed_at = _checkpoint_step(run_root)
     if kill_point != "before_first_checkpoint":
