@@ -43,6 +43,7 @@ from ablate.study.sequential import (
     Question,
     planned_looks,
 )
+from ablate.study.verdict import interval_answers, within
 
 PATHS = 20_000  # Monte Carlo error of a power near 0.8: sqrt(.8 * .2 / 2e4) = 0.003
 SIMULATION_SEED = 1
@@ -94,37 +95,19 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
     half = crit * spread / np.sqrt(looks)
     lo, hi = mean - half, mean + half
     width = design.min_effect if margin is None else margin
-    answers = _answers(lo, hi, design, question, width)  # (paths, looks)
+    answers = interval_answers(lo, hi, question, width, design.min_effect)  # (paths, looks)
     answered = answers.any(axis=1)
     stop = np.where(answered, answers.argmax(axis=1), len(looks) - 1)  # the deciding look, else the last
     rows = np.arange(len(stop))
     lo_s, hi_s = lo[rows, stop], hi[rows, stop]
-    inside = _inside(lo_s, hi_s, question, width)
+    inside = np.zeros_like(answered)  # a none claim answered inside its margin reads none, not an effect
+    if question == "none" and width is not None:
+        inside = within(lo_s, hi_s, width)
     positive = answered & (lo_s > 0.0) & ~inside
     negative = answered & (hi_s < 0.0) & ~inside
-    within = answered & ~positive & ~negative
-    return Outcomes(float(positive.mean()), float(negative.mean()), float(within.mean()),
+    small = answered & ~positive & ~negative
+    return Outcomes(float(positive.mean()), float(negative.mean()), float(small.mean()),
                     float((~answered).mean()), float(looks[stop].mean()))
-
-
-def _answers(lo: np.ndarray, hi: np.ndarray, design: Design, question: Question,
-             width: float | None) -> np.ndarray:
-    """Whether each look answers the comparison's question (sequential.answers, on arrays): a ``none``
-    claim inside +-margin or wholly beyond it; any other an effect (interval away from 0) or no effect as
-    large as min_effect."""
-    if question == "none" and width is not None:
-        return ((-width <= lo) & (hi <= width)) | (lo > width) | (hi < -width)
-    read = (lo > 0.0) | (hi < 0.0)
-    if design.min_effect is not None:
-        read = read | ((-design.min_effect <= lo) & (hi <= design.min_effect))
-    return read
-
-
-def _inside(lo: np.ndarray, hi: np.ndarray, question: Question, width: float | None) -> np.ndarray:
-    """Intervals that answer a ``none`` claim as none (inside +-margin), not as an effect."""
-    if question == "none" and width is not None:
-        return (-width <= lo) & (hi <= width)
-    return np.zeros(lo.shape, dtype=bool)
 
 
 def claim_power(design: Design, sd: float, question: Question, margin: float | None) -> float | None:

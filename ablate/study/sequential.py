@@ -48,7 +48,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from ablate.study.verdict import ALPHA, Look, Question, State, answers
+from ablate.study.verdict import ALPHA, Look, Question, State, answers, within
 
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
@@ -147,7 +147,7 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     lo, hi = diff - half, diff + half
     if lo > 0.0 or hi < 0.0:
         state = "effect"
-    elif design.min_effect is not None and -design.min_effect <= lo and hi <= design.min_effect:
+    elif design.min_effect is not None and within(lo, hi, design.min_effect):
         state = "no_effect"
     else:
         state = "open"

@@ -8,7 +8,8 @@ rule is a change here and nowhere else:
 * :func:`one_family`: how many verdicts share the study's alpha (both arms of a tuned study together).
 * the pairs a comparison is judged on, a diverged cell counted against its side: ``ablate.study.pairing``.
 * :func:`answers`: whether a look answers a comparison's own question (its claim's, else an effect or no
-  effect as large as min_effect): the group-sequential walk stops there.
+  effect as large as min_effect): the group-sequential walk stops there; :func:`interval_answers`, the
+  same rule on the interval's bounds (floats, or the power simulation's arrays).
 * :func:`read`: what a comparison's looks say, as one :class:`Verdict` (:class:`Reading`: better, worse,
   within the margin, identical, open, open at its maximum, reopened, untestable, an effect read while the
   claim's own question is still open).
@@ -29,7 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from ablate.spec.study import Expectation
 
@@ -60,13 +61,28 @@ def answers(state: State, lo: float, hi: float, question: Question, margin: floa
     """Whether a look answers the comparison's question: a ``none`` claim needs its interval within
     ``+-margin`` or wholly beyond it (an interval that excludes 0 but still reaches inside the margin answers
     a question nobody asked); any other comparison an effect or no effect as large as min_effect."""
-    if state == "identical":
-        return True
-    if state == "untestable":
-        return False
+    if state in ("identical", "untestable"):
+        return state == "identical"
     if question == "none" and margin is not None:
-        return (-margin <= lo and hi <= margin) or lo > margin or hi < -margin
+        return bool(interval_answers(lo, hi, question, margin, None))
     return state in ("effect", "no_effect")
+
+
+def interval_answers(lo: Any, hi: Any, question: Question, margin: float | None,
+                     min_effect: float | None) -> Any:
+    """:func:`answers` read off the interval alone (a look's state comes from the same bounds), with
+    comparisons, ``&`` and ``|`` only: one rule for a look's floats and the power simulation's arrays."""
+    if question == "none" and margin is not None:
+        return within(lo, hi, margin) | (lo > margin) | (hi < -margin)
+    read = (lo > 0.0) | (hi < 0.0)
+    if min_effect is not None:
+        read = read | within(lo, hi, min_effect)
+    return read
+
+
+def within(lo: Any, hi: Any, width: float) -> Any:
+    """Intervals wholly inside +-width (floats or arrays alike)."""
+    return (-width <= lo) & (hi <= width)
 
 
 # ---------------------------------------------------------------- the family
