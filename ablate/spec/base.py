@@ -13,10 +13,10 @@ a check whose inputs were themselves invalid (ablate/spec/load.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import pydantic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"  # a folder and an MLflow experiment name
 
@@ -39,6 +39,22 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False,
                               use_attribute_docstrings=True)
 
+
+
+class LaterFields(Strict):
+    """A section with fields that came after runs were recorded (``later_fields``): each is left out of the
+    dumped spec (MLflow params, spec.yaml, the run's identity) while unset, so that every spec without it
+    keeps its record and its hash."""
+
+    later_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self.later_fields:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 class Issue(NamedTuple):
     """One failed cross-field check: dotted paths relative to the model that ran it."""

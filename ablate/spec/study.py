@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, model_validator
 
 import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
-from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
+from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 
 Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
 
@@ -35,7 +35,7 @@ class SeedBudget(Strict):
         return self
 
 
-class SeedRange(Strict):
+class SeedRange(LaterFields):
     """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
     still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides).
     ``max: auto`` lets the power plan choose the largest maximum whose worst case (every comparison to its
@@ -51,13 +51,7 @@ class SeedRange(Strict):
     budget: SeedBudget | None = None
     """with max: auto only: what the study may spend ({cells: N} or {hours: H}); left out of the record
     when not given"""
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("budget") is None:
-            data.pop("budget", None)
-        return data
+    later_fields = ("budget",)
 
     @model_validator(mode="after")
     def _order(self) -> SeedRange:
@@ -187,7 +181,7 @@ class ConfirmSpec(Strict):
         return list(self.seeds) if isinstance(self.seeds, list) else [first + i for i in range(self.seeds)]
 
 
-class AblationSpec(Strict):
+class AblationSpec(LaterFields):
     """An ablation study (``ablate ablate``): the rest of the spec is the baseline; every variant it
     derives runs on every seed, and the report compares each with the baseline, paired by seed."""
 
@@ -232,13 +226,7 @@ class AblationSpec(Strict):
     """an earlier study on the same cell whose seeds size this one before it runs (its paired sds and cell
     times): the power plan of `ablate ablate --dry-run` and seeds.max: auto read it"""
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for key in ("tune", "confirm", "pilot", "tuned_on"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
+    later_fields = ("tune", "confirm", "pilot", "tuned_on")
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:

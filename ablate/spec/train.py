@@ -9,7 +9,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 
 import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
-from ablate.spec.base import BIG, Bool, Checks, Float, Int, SpecFieldError, Strict
+from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 
 Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
 
@@ -114,7 +114,7 @@ class WeightAverage(Strict):
         return self
 
 
-class TrainSpec(Strict):
+class TrainSpec(LaterFields):
     """The one trainer: AMP precision, optimizer, schedule, budget, evaluations and checkpoints."""
 
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
@@ -156,14 +156,7 @@ class TrainSpec(Strict):
     """where to train: cpu, cuda or cuda:N; unset, a study worker's own GPU or this machine's default. A
     machine's setting, not the design's: left out of the run's identity"""
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # weight_average came after runs were recorded: left out of the dump (params, spec.yaml, identity)
-        # when absent, so every spec without it keeps its record and its hash.
-        data: dict[str, Any] = handler(self)
-        if data.get("weight_average") is None:
-            data.pop("weight_average", None)
-        return data
+    later_fields = ("weight_average",)
 
     @model_validator(mode="after")
     def _budget(self) -> TrainSpec:
