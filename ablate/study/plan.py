@@ -284,7 +284,7 @@ def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
     pilot = pilot_of(spec, origin, study_metric(spec))
     assert pilot is not None  # the spec requires a pilot with max: auto
     first = Design((abl.seeds.min,), abl.alpha, abl.min_effect, max(1, len(labels) - 1))
-    chosen = choose_max(first, len(labels), abl.seeds.budget, pilot.seconds, labels[1:], abl.seeds.step)
+    chosen = choose_max(first, len(labels), abl.seeds.budget, pilot.seconds, labels[1:])
     return abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": chosen})})
 
 

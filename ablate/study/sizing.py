@@ -113,14 +113,13 @@ def _seeds(seeds: tuple[int, ...]) -> str:
 
 
 def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str, float],
-               labels: list[str], step: int = 1) -> int:
+               labels: list[str]) -> int:
     """seeds.max: auto: the largest maximum whose worst case (every variant, the baseline included, run to
     the last look) fits the budget ({cells} or {hours}, one cell at a time at the pilot's cell times)."""
     from ablate.errors import AblateError
 
     first = design.looks[0]
-    per_seed = float(variants) if budget.cells is not None else sum(
-        seconds.get(label, seconds.get("baseline", math.nan)) for label in ["baseline", *labels]) / 3600.0
+    per_seed = float(variants) if budget.cells is not None else seed_seconds(seconds, labels) / 3600.0
     if not math.isfinite(per_seed):
         raise AblateError("seeds.budget: hours needs the pilot's cell times (train/wall_time_s), which it "
                           "has not recorded; give the budget in cells")
@@ -131,6 +130,13 @@ def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str,
         raise AblateError(f"seeds.budget: {limit:g} {unit} cannot run the first look ({first} seeds of "
                           f"{variants} variants need {first * per_seed:.3g} {unit})")
     return most
+
+
+def seed_seconds(cell_seconds: Mapping[str, float], labels: list[str]) -> float:
+    """One seed of the baseline and every variant in ``labels``, one cell at a time: a variant without a
+    measured time takes the baseline's; NaN where neither was measured."""
+    base = cell_seconds.get("baseline", math.nan)
+    return sum(cell_seconds.get(label, base) for label in ["baseline", *labels])
 
 
 def plan_record(pp: PowerPlan) -> dict[str, Any]:
@@ -197,12 +203,7 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
     line = f"  cells: {n * d.looks[0]} at the first look, {worst} at most, about {expected:.0f} expected"
     if not pp.cell_seconds:
         return [line + " (no cell time measured yet)"]
-    base = pp.cell_seconds.get("baseline")
-
-    def seconds(label: str) -> float:
-        return pp.cell_seconds.get(label, base if base is not None else math.nan)
-
-    worst_s = d.looks[-1] * (seconds("baseline") + sum(seconds(c.label) for c in pp.comparisons))
+    worst_s = d.looks[-1] * seed_seconds(pp.cell_seconds, [c.label for c in pp.comparisons])
     mean_s = worst_s / worst
     from ablate.study.walltime import estimate_wall_s
 
