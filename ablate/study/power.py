@@ -133,6 +133,14 @@ def claim_truth(design: Design, question: Question, margin: float | None) -> flo
     return design.min_effect
 
 
+def expected_truth(design: Design, question: Question, margin: float | None) -> float:
+    """The true effect a comparison's expected seeds (its cost) are read at: its claim's own (claim_truth)
+    where it makes a claim that can be sized, else 0: with nothing to go by, the null, under which a
+    comparison runs longest."""
+    truth = claim_truth(design, question, margin) if question is not None else None
+    return 0.0 if truth is None else truth
+
+
 def detectable(design: Design, sd: float, question: Question = None, margin: float | None = None) -> float:
     """The smallest true effect that ends in an effect verdict of its sign with probability POWER, under the
     comparison's own stopping rule (bisection on the effect; the common draws make power monotone in it)."""

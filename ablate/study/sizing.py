@@ -25,6 +25,7 @@ from ablate.study.power import (
     SD_CONFIDENCE,
     claim_power,
     detectable,
+    expected_truth,
     seeds_needed,
     simulate,
 )
@@ -81,12 +82,11 @@ def power_plan(design: Design, metric: str, labels: list[str], asked: Mapping[st
         question, margin = asked.get(label, (None, None))
         noise = noise_of(label)
         sd = noise.upper if noise is not None else 1.0  # without noise: effects in units of the paired sd
-        truth = design.min_effect if question in ("better", "worse") and design.min_effect else 0.0
         rows.append(ComparisonPlan(
             label, question, margin, noise, detectable(design, sd, question, margin),
             claim_power(design, sd, question, margin) if noise is not None else None,
             seeds_needed(design, sd, question, margin, step) if noise is not None else None,
-            simulate(design, truth, sd, question, margin).mean_seeds))
+            simulate(design, expected_truth(design, question, margin), sd, question, margin).mean_seeds))
     return PowerPlan(design, metric, source, rows, dict(cell_seconds), step, informational)
 
 

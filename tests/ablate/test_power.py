@@ -20,6 +20,7 @@ from ablate.study.pilot import pilot_from_rows, read_pilot
 from ablate.study.power import (
     claim_power,
     detectable,
+    expected_truth,
     fixed_sample_power,
     seeds_needed,
     simulate,
@@ -96,6 +97,18 @@ def test_power_grows_with_seeds_and_the_plan_finds_the_seeds_a_claim_needs() -> 
     assert claim_power(with_max(design, needed - 1), 0.6, "better", None) < 0.82  # type: ignore[operator]
     assert seeds_needed(design, 0.6, "none", 0.05) is None  # a margin this narrow: beyond 100 seeds
     assert detectable(design, 1.0) > detectable(with_max(design, 12), 1.0)
+
+
+def test_a_comparison_is_costed_at_its_claims_truth_else_at_the_null() -> None:
+    design = Design(planned_looks(3, 6), 0.05, 0.5, 1)
+    assert expected_truth(design, "better", None) == 0.5  # a true claim: the effect it states
+    assert expected_truth(design, "worse", None) == 0.5
+    assert expected_truth(design, "none", 0.3) == 0.0
+    for question in (None, "identical"):  # nothing sized: the null, under which a comparison runs longest
+        assert expected_truth(design, question, None) == 0.0
+    assert expected_truth(Design(planned_looks(3, 6), 0.05, None, 1), "better", None) == 0.0
+    null, true = (simulate(design, t, 0.6, "better", None).mean_seeds for t in (0.0, 0.5))
+    assert null > true  # why the null is the cautious cost: an effect stops earlier
 
 
 def test_upper_sd_is_an_80_percent_upper_confidence_bound() -> None:
