@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import ablate.tracking.record as R
 import registry
@@ -205,6 +206,81 @@ def _source_markers(params: dict[str, str]) -> str:
     return "sources without bos or eos"
 
 
+@dataclass(frozen=True)
+class ClaimReading:
+    """What the study says of one published claim: the facts a line and a report.json record both read."""
+
+    claim: Expectation
+    ev: Evidence | None  # None: the study has no runs of the claim's variant yet
+    outcome: str
+    why: str
+    found: str  # the difference, its interval and seeds, in words ("" without evidence)
+    after: str  # what a hostile reader needs beside the finding: size, the test split, the own-best arm
+    scoped: bool  # a claim about converged models, on a study that did not converge
+    settings_bound: bool  # the outcome is the baseline-settings arm's alone (tuning changed or left it open)
+    together: list[tuple[str, str, str]]  # the settings a bundled variant changes at once
+    test_answer: str | None
+
+
+def read_claim(study: Study, claim: Expectation, inp: Inputs, design: Design | None,
+               on_test: dict[str, OnBothSplits], own: dict[str, Twice], unconverged: bool) -> ClaimReading:
+    ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
+          else None)
+    after = ""
+    if ev is None:
+        outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
+    else:
+        unit, dec, higher = quality_meta(ev.metric)
+        v = on_test.get(claim.variant)
+        after = (size_change(study, claim.variant) + _test_disagrees(v, dec, unit)
+                 + _reopened(v, design, dec, higher, unit)
+                 + _at_own_best(own.get(claim.variant), dec, unit))
+        outcome, why = judge(claim, ev, higher, unit)
+        found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
+        if math.isfinite(ev.lo) and math.isfinite(ev.hi):
+            found += f" {st.fmt_interval(ev.lo, ev.hi, dec)} ({ev.interval})"
+        found += f", {ev.n} seed{'s' if ev.n != 1 else ''}"
+        if ev.diverged:
+            found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"
+    t = own.get(claim.variant)
+    return ClaimReading(
+        claim, ev, outcome, why, found, after,
+        scoped=claim.kind == "published" and claim.at_convergence and unconverged,
+        settings_bound=ev is not None and t is not None and (t.changed or t.pending),
+        together=bundled(study, claim.variant) if ev is not None else [],
+        test_answer=on_test[claim.variant].test_answer if claim.variant in on_test else None)
+
+
+def claim_line(r: ClaimReading, study: Study, design: Design | None) -> str:
+    """'**Reproduced** (source): `variant` better than the baseline. This study: ... (Δ ...).'"""
+    claim = r.claim
+    expected = _EXPECTED[claim.effect]
+    margin = claim_margin(claim, design.min_effect if design else None)
+    if claim.effect == "none" and margin is not None:
+        expected += f" (within ±{margin:g})"
+    # tuning changed this comparison's verdict or has not settled it: the outcome is the baseline-settings
+    # arm's alone, and the label says so before the reader reaches the own-best reading after it
+    label = (r.outcome.capitalize() + (" at the baseline's settings" if r.settings_bound else "")
+             + (", not tested at convergence" if r.scoped else ""))
+    changed = _bundle_text(r.together) if r.together else ""
+    return (f"**{label}** ({claim.source}): `{claim.variant}`{changed} {expected}. "
+            f"This study{as_run(study, claim.variant)}: {r.why}" + (f" ({r.found})." if r.found else ".")
+            + r.after)
+
+
+def claim_record(r: ClaimReading) -> dict[str, object]:
+    """The claim's entry in report.json's ``published``."""
+    claim, ev = r.claim, r.ev
+    return {"variant": claim.variant, "expected": claim.effect, "source": claim.source,
+            "kind": claim.kind, "not_tested_at_convergence": r.scoped,
+            "at_baseline_settings_only": r.settings_bound,
+            "margin": claim.margin, "outcome": r.outcome, "why": r.why,
+            "changes": [k for k, _, _ in r.together],
+            "test_answer": r.test_answer,
+            "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
+            "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0}
+
+
 def part(inp: Inputs) -> Part | None:
     """The report's first blocks (None when the study checks no published result); ``data['published']``:
     one record per claim."""
@@ -215,65 +291,19 @@ def part(inp: Inputs) -> Part | None:
     design = design_of(study)
     reg = regime(study)
     unconverged = reg is not None and reg.converged is False
-    lines: list[str] = []
-    checks: list[str] = []
-    records: list[dict[str, object]] = []
     on_test = {v.variant: v for v in verdicts(study, design)} if design is not None else {}
     own = {t.variant: t for t in inp.derived(twice)}
-    for claim in claims:
-        ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
-              else None)
-        after = ""  # what a hostile reader needs beside the finding: size, the test split
-        if ev is None:
-            outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
-        else:
-            unit, dec, higher = quality_meta(ev.metric)
-            v = on_test.get(claim.variant)
-            after = (size_change(study, claim.variant) + _test_disagrees(v, dec, unit)
-                     + _reopened(v, design, dec, higher, unit)
-                     + _at_own_best(own.get(claim.variant), dec, unit))
-            outcome, why = judge(claim, ev, higher, unit)
-            found = f"Δ {st.fmt(ev.diff, dec, True)} {unit}"
-            if math.isfinite(ev.lo) and math.isfinite(ev.hi):
-                found += f" {st.fmt_interval(ev.lo, ev.hi, dec)} ({ev.interval})"
-            found += f", {ev.n} seed{'s' if ev.n != 1 else ''}"
-            if ev.diverged:
-                found += f"; {ev.diverged} of {ev.runs} runs diverged (the baseline: {ev.base_diverged})"
-        expected = _EXPECTED[claim.effect]
-        margin = claim_margin(claim, design.min_effect if design else None)
-        if claim.effect == "none" and margin is not None:
-            expected += f" (within ±{margin:g})"
-        scoped = claim.kind == "published" and claim.at_convergence and unconverged
-        # tuning changed this comparison's verdict or has not settled it: the outcome is the baseline-settings
-        # arm's alone, and the label says so before the reader reaches the own-best reading after it
-        t = own.get(claim.variant)
-        settings_bound = ev is not None and t is not None and (t.changed or t.pending)
-        label = (outcome.capitalize() + (" at the baseline's settings" if settings_bound else "")
-                 + (", not tested at convergence" if scoped else ""))
-        together = bundled(study, claim.variant) if ev is not None else []
-        changed = _bundle_text(together) if together else ""
-        line = (f"**{label}** ({claim.source}): `{claim.variant}`{changed} {expected}. "
-                f"This study{as_run(study, claim.variant)}: {why}" + (f" ({found})." if found else ".")
-                + after)
-        (checks if claim.kind == "identity" else lines).append(line)
-        records.append({"variant": claim.variant, "expected": claim.effect, "source": claim.source,
-                        "kind": claim.kind, "not_tested_at_convergence": scoped,
-                        "at_baseline_settings_only": settings_bound,
-                        "margin": claim.margin, "outcome": outcome, "why": why,
-                        "changes": [k for k, _, _ in together],
-                        "test_answer": on_test[claim.variant].test_answer if claim.variant in on_test
-                        else None,
-                        "metric": ev.metric if ev else None, "diff": ev.diff if ev else None,
-                        "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0})
-    metric = next((r["metric"] for r in records if r["metric"]), study.primary)
+    readings = [read_claim(study, claim, inp, design, on_test, own, unconverged) for claim in claims]
+    lines = [claim_line(r, study, design) for r in readings if r.claim.kind != "identity"]
+    checks = [claim_line(r, study, design) for r in readings if r.claim.kind == "identity"]
+    metric = next((r.ev.metric for r in readings if r.ev is not None and r.ev.metric), study.primary)
     against = f"on `{metric}`, each variant against `{study.baseline}`"
     intro: list[Block] = []
     if lines:
         scope = ("; the study did not converge (see Regime above), so a result a paper reports for "
-                 "converged models is not tested at convergence") if any(
-            r["not_tested_at_convergence"] for r in records) else ""
+                 "converged models is not tested at convergence") if any(r.scoped for r in readings) else ""
         intro = [Para(f"**Published results this study checks** ({against}{scope}):"), Bullets(lines)]
     sections = [Section("Implementation checks", [
         Para(f"Two spellings of one function, checked {against}: these are tests of the implementation, "
              "not results from the literature."), Bullets(checks)])] if checks else []
-    return Part("published", sections, intro=intro, data={"published": records})
+    return Part("published", sections, intro=intro, data={"published": [claim_record(r) for r in readings]})
