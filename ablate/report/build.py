@@ -95,8 +95,6 @@ def _clean(value: Any) -> Any:
 def write_runs_csv(study: Study, path: Path) -> None:
     """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
     arms share once per arm)."""
-    from ablate.tracking.run_files import origin_id  # an imported run shows the id it was exported with
-
     arms = [("", study)] if not study.arms else [(R.BASELINE_ARM, study), *study.arms.items()]
     rows = [(arm, r) for arm, part in arms for r in part.runs]
     metric_keys = sorted({k for _, r in rows for k in r.metrics})
@@ -108,7 +106,7 @@ def write_runs_csv(study: Study, path: Path) -> None:
                 *metric_keys, *varying])
     for arm, r in rows:
         w.writerow([*([arm] if arm else []), r.variant, r.seed, r.status, r.spec_hash,
-                    origin_id(r.run_id, r.tags),
+                    r.shown_id,
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())

@@ -568,7 +568,9 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
     rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.6)
              for s in range(2)]
     old = _row("old1", "residual=post_norm", 1, "finished", 50, val_exact_match=0.1)
-    rows.append(old | {"tags.ablate.superseded": "ran in bf16, the study's cells in fp32"})
+    # an imported run: the import's own id is new each time, the report names the id it was exported with
+    rows.append(old | {"tags.ablate.superseded": "ran in bf16, the study's cells in fp32",
+                       "tags.ablate.origin_run_id": "exported-old1"})
     study = build_study(parent, _frame(rows))
     assert [r.run_id for r in study.runs if r.variant == "residual=post_norm"] == ["v0", "v1"]  # left out
     found = withdrawn.part(Inputs(study, tmp_path))
@@ -578,6 +580,7 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
     why = "ran in bf16, the study's cells in fp32"
     assert table.rows == [["residual=post_norm", "1", "finished", "0.100", why]]
     assert found.data["withdrawn"][0]["val/exact_match"] == pytest.approx(0.1)
+    assert found.data["withdrawn"][0]["run_id"] == "exported-old1"
     clean = build_study(parent, _frame(rows[:-1]))
     assert withdrawn.part(Inputs(clean, tmp_path)) is None  # nothing withdrawn: no appendix
 

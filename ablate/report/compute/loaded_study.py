@@ -21,6 +21,7 @@ import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.tracking.read import tags_and_params
+from ablate.tracking.run_files import origin_id
 from ablate.tracking.versions import stale_reason
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
@@ -61,6 +62,12 @@ class Run:
     params: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
+
+    @property
+    def shown_id(self) -> str:
+        """The id a report names the run by: the one it was first logged under, so that a report regenerated
+        from an imported export names the same runs (the import's own ids are new each time)."""
+        return origin_id(self.run_id, self.tags)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from ablate.report.compute.logged_datasets import data_note
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Section
 from ablate.report.sections import trials as search
+from ablate.tracking.run_files import origin_id
 
 
 def fmt_duration(seconds: float) -> str:
@@ -21,8 +22,6 @@ def fmt_duration(seconds: float) -> str:
 
 def part(inp: Inputs) -> Part:
     """``data``: the study's name, kind and parent run id (as exported, for an imported study)."""
-    from ablate.tracking.run_files import origin_id  # an imported study shows the id it was exported with
-
     study = inp.study
     runs = study.runs
     seeds = sorted({r.seed for r in runs})

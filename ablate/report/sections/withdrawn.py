@@ -22,10 +22,10 @@ def _withdrawn(study: Study) -> list[tuple[str, Run, str]]:
     out = []
     for arm, part in [("", study), *study.arms.items()]:
         for run, why in part.withdrawn:
-            if run.run_id not in seen:
-                seen.add(run.run_id)
+            if run.shown_id not in seen:
+                seen.add(run.shown_id)
                 out.append((arm, run, why))
-    return sorted(out, key=lambda t: (t[1].variant, t[1].seed, t[1].run_id))
+    return sorted(out, key=lambda t: (t[1].variant, t[1].seed, t[1].shown_id))
 
 
 def part(inp: Inputs) -> Part | None:
@@ -46,5 +46,5 @@ def part(inp: Inputs) -> Part | None:
         Table(["variant", "seed", "status", *metrics, "withdrawn because"], table, align="lrl" + "r" *
               len(metrics) + "l", caption="Withdrawn cells (their values never enter a verdict)")])],
         data={"withdrawn": [{"variant": run.variant, "seed": run.seed, "arm": arm or None, "reason": why,
-                             "run_id": run.run_id, **{m: run.metrics.get(m) for m in metrics}}
+                             "run_id": run.shown_id, **{m: run.metrics.get(m) for m in metrics}}
                             for arm, run, why in rows]})
