@@ -53,6 +53,7 @@ from ablate.report.sections import (
     tuning_budget,
     withdrawn,
 )
+from ablate.study.pilot import MACHINE_COLUMN
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
@@ -103,10 +104,10 @@ def write_runs_csv(study: Study, path: Path) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*(["arm"] if study.arms else []), "variant", "seed", "status", "spec_hash", "run_id",
-                *metric_keys, *varying])
+                MACHINE_COLUMN, *metric_keys, *varying])
     for arm, r in rows:
         w.writerow([*([arm] if arm else []), r.variant, r.seed, r.status, r.spec_hash,
-                    r.shown_id,
+                    r.shown_id, R.machine(r.tags) or "",
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())

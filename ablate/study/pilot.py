@@ -7,14 +7,16 @@ itself, or its ``export`` folder, relative to the spec's folder; or as a study n
 the pairs a plan is about (a tuned arm changes the hyperparameters between variants).
 
 What it gives, per variant label of the pilot: the paired differences ``variant - baseline`` of the chosen
-metric over the seeds where both finished, and the cells' measured training time; the pooled paired sd
-stands for a variant the pilot did not run.
+metric over the seeds where both finished, and the cells' measured training time with the machines it was
+measured on (runs.csv's ``machine`` column, the runs' CPU and GPU tags): a plan's hours are that machine's.
+The pooled paired sd stands for a variant the pilot did not run.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from ablate.errors import AblateError
 from ablate.study.power import upper_sd
 
 RUNS_CSV = "runs.csv"
+MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Pilot:
     differences: dict[str, list[float]]  # variant label -> per-seed paired differences
     seconds: dict[str, float]  # variant label (baseline included) -> mean training seconds of its cells
     seeds: tuple[int, ...]  # the seeds its baseline ran (a new study should use others)
+    machines: tuple[tuple[str, int], ...] = ()  # where its timed cells ran: (machine, cells), most first
 
     def noise(self, label: str) -> PairedNoise | None:
         """The pilot's paired sd for ``label``: its own where it has 2 or more pairs, else pooled."""
@@ -64,6 +68,15 @@ class Pilot:
         var = sum((len(d) - 1) * paired_sd(d) ** 2 for d in groups) / df
         pairs = sum(len(d) for d in groups)
         return PairedNoise(math.sqrt(var), df, f"pooled over {len(groups)} comparisons, {pairs} pairs")
+
+    def timed_on(self) -> str | None:
+        """The machine(s) its cell times were measured on, in words; None where no cell names one."""
+        if not self.machines:
+            return None
+        if len(self.machines) == 1:
+            return self.machines[0][0]
+        named = [f"{machine} ({cells} cell{'s' * (cells != 1)})" for machine, cells in self.machines]
+        return f"{', '.join(named[:-1])} and {named[-1]}, averaged over them"
 
     def cell_seconds(self, label: str) -> float | None:
         """A cell's measured training time: the variant's own mean, else the baseline's."""
@@ -117,7 +130,10 @@ def _store_rows(name: str) -> list[dict[str, Any]]:
                                     and isinstance(v, int | float) and math.isfinite(v)})
         rows.append({"arm": rec.get(f"tags.{R.ARM}") or R.BASELINE_ARM,
                      "variant": rec.get(f"tags.{R.VARIANT}"), "seed": rec.get(f"tags.{R.SEED}"),
-                     "status": rec.get(f"tags.{R.STATUS}"), **metrics})
+                     "status": rec.get(f"tags.{R.STATUS}"),
+                     MACHINE_COLUMN: R.machine({k[5:]: v for k, v in rec.items()
+                                                if k.startswith("tags.") and isinstance(v, str)}),
+                     **metrics})
     return rows
 
 
@@ -126,6 +142,7 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
     rows = list(rows)
     values: dict[str, dict[int, float]] = {}
     times: dict[str, list[float]] = {}
+    machines: Counter[str] = Counter()
     for row in rows:
         if (row.get("arm") or R.BASELINE_ARM) != R.BASELINE_ARM or row.get("status") != "finished":
             continue
@@ -135,6 +152,8 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
             values.setdefault(label, {})[seed] = value
         if (seconds := _number(row.get(R.WALL_TIME))) is not None:
             times.setdefault(label, []).append(seconds)
+            if row.get(MACHINE_COLUMN):
+                machines[str(row[MACHINE_COLUMN])] += 1
     if "baseline" not in values:
         known = sorted({m for row in rows for m in row if "/" in m})
         raise AblateError(f"ablation.pilot: {name} has no finished baseline cell with {metric}"
@@ -143,7 +162,8 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
     differences = {label: [v[s] - base[s] for s in sorted(v) if s in base]
                    for label, v in values.items() if label != "baseline"}
     mean_times = {label: sum(t) / len(t) for label, t in times.items()}
-    return Pilot(name, metric, differences, mean_times, tuple(sorted(base)))
+    return Pilot(name, metric, differences, mean_times, tuple(sorted(base)),
+                 tuple(sorted(machines.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 def _number(value: Any) -> float | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class PowerPlan:
     cell_seconds: dict[str, float]  # label -> a cell's measured training time
     step: int = 1
     informational: bool = False  # read off the study's own seeds: never moves its recorded design
+    timed_on: str | None = None  # the machine(s) the cell times were measured on
 
 
 def claim_text(label: str, question: Question, margin: float | None, min_effect: float | None) -> str:
@@ -103,7 +104,8 @@ def from_pilot(design: Design, metric: str, labels: list[str], ablation: Any, pi
     source = (f"pilot {pilot.name} ({pilot.metric} at the baseline's settings, seeds "
               f"{_seeds(pilot.seeds)})")
     seconds = {label: s for label in ["baseline", *labels] if (s := pilot.cell_seconds(label)) is not None}
-    return power_plan(design, metric, labels, questions(ablation), pilot.noise, source, seconds, step)
+    plan = power_plan(design, metric, labels, questions(ablation), pilot.noise, source, seconds, step)
+    return replace(plan, timed_on=pilot.timed_on())
 
 
 def _seeds(seeds: tuple[int, ...]) -> str:
@@ -144,7 +146,7 @@ def plan_record(pp: PowerPlan) -> dict[str, Any]:
     d = pp.design
     return {"source": pp.source, "metric": pp.metric, "looks": list(d.looks), "alpha": d.alpha,
             "family": d.family, "min_effect": d.min_effect, "informational": pp.informational,
-            "sd_confidence": SD_CONFIDENCE, "power": POWER,
+            "sd_confidence": SD_CONFIDENCE, "power": POWER, "timed_on": pp.timed_on,
             "comparisons": [{"label": c.label, "question": c.question, "margin": c.margin,
                              "sd": None if c.noise is None else c.noise.sd,
                              "df": None if c.noise is None else c.noise.df,
@@ -207,7 +209,9 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
     mean_s = worst_s / worst
     from ablate.study.walltime import estimate_wall_s
 
-    return [line, f"  time: {mean_s / 60:.1f} min a cell (measured training time); at most "
+    # the hours are the pilot's machine's: on another, cells take another time
+    measured = f"training time measured on {pp.timed_on}" if pp.timed_on else "measured training time"
+    return [line, f"  time: {mean_s / 60:.1f} min a cell ({measured}); at most "
             f"{worst_s / 3600:.1f} h one cell at a time, about {expected * mean_s / 3600:.1f} h expected, "
             f"about {estimate_wall_s(mean_s, round(expected), workers) / 3600:.1f} h of wall time with "
             f"{workers} worker{'s' * (workers != 1)}"]

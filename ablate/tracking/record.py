@@ -178,6 +178,15 @@ SAMPLES_ARTIFACT = "samples.txt"
 TRANSLATIONS_DIR = "translations"
 
 
+def machine(tags: Mapping[str, str]) -> str | None:
+    """The machine a run ran on, as its tags name it: its CPU, and its GPU where it had one ('AMD EPYC
+    (family 25, model 17, stepping 1; bf16) + NVIDIA H200'); None for a run from before these tags."""
+    cpu, gpu = tags.get(CPU), tags.get(GPU)
+    if cpu is None:
+        return gpu
+    return f"{cpu} + {gpu}" if gpu else cpu
+
+
 def translations_artifact(split: str) -> str:
     """'val' -> 'translations/val.jsonl.gz'."""
     return f"{TRANSLATIONS_DIR}/{split}.jsonl.gz"

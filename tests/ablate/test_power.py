@@ -28,7 +28,7 @@ from ablate.study.power import (
     with_max,
 )
 from ablate.study.sequential import Design, planned_looks
-from ablate.study.sizing import choose_max
+from ablate.study.sizing import choose_max, cost_lines, from_pilot, plan_record
 from tests.ablate.test_adaptive_seeds import write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +139,24 @@ def test_pilot_pairs_by_seed_at_the_baseline_settings_and_pools_the_rest() -> No
     assert pilot.cell_seconds("a") == 300 and pilot.cell_seconds("b") == 100  # b has no time: the baseline's
     with pytest.raises(AblateError, match="no finished baseline cell with val/loss"):
         pilot_from_rows("p", rows, "val/loss")
+    assert pilot.timed_on() is None  # runs.csv without a machine column: nothing to name
+
+
+def test_the_plans_hours_name_the_machine_the_pilot_was_timed_on() -> None:
+    amd, intel = "AMD EPYC (family 25, model 17, stepping 1; bf16)", "Intel Xeon (family 6, model 106)"
+    rows = [{"variant": v, "seed": s, "status": "finished", "val/loss": str(1.0 + 0.1 * s + (v == "a") * d),
+             "train/wall_time_s": "600", "machine": intel if (v, s) == ("a", 3) else amd}
+            for s, d in enumerate([0.1, 0.3, 0.2, 0.1]) for v in ("baseline", "a")]
+    pilot = pilot_from_rows("p", rows, "val/loss")
+    assert pilot.machines == ((amd, 7), (intel, 1))
+    assert pilot.timed_on() == f"{amd} (7 cells) and {intel} (1 cell), averaged over them"
+    design = Design(planned_looks(3, 6), 0.05, 0.5, 1)
+    plan = from_pilot(design, "val/loss", ["a"], SimpleNamespace(expect=[]), pilot)
+    [time_line] = [line for line in cost_lines(plan, 1) if "time:" in line]
+    assert f"10.0 min a cell (training time measured on {amd} (7 cells) and {intel}" in time_line
+    assert plan_record(plan)["timed_on"] == pilot.timed_on()
+    one = pilot_from_rows("p", [r for r in rows if r["machine"] == amd], "val/loss")
+    assert one.timed_on() == amd
 
 
 def test_a_committed_report_is_a_pilot(tmp_path: Path) -> None:
@@ -149,6 +167,7 @@ def test_a_committed_report_is_a_pilot(tmp_path: Path) -> None:
     rope = [float(r["val/bleu"]) - base[r["seed"]] for r in rows if r["variant"] == "positions=rope"]
     assert pilot.noise("positions=rope").sd == pytest.approx(np.std(rope, ddof=1))  # type: ignore[union-attr]
     assert pilot.seeds == tuple(range(8))
+    assert pilot.timed_on() is not None and pilot.timed_on().startswith("AMD EPYC")  # type: ignore[union-attr]
     with pytest.raises(AblateError, match="has no runs.csv"):
         read_pilot(str(tmp_path), tmp_path, "val/bleu")
 

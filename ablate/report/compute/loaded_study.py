@@ -302,8 +302,7 @@ def params_of(study: Study, variant: str) -> float:
 
 def hardware(run: Run) -> str:
     """The machine a run ran on, as its tags name it (CPU, and GPU where there was one)."""
-    cpu, gpu = run.tags.get(R.CPU, "unknown CPU"), run.tags.get(R.GPU)
-    return f"{cpu} + {gpu}" if gpu else cpu
+    return R.machine(run.tags) or "unknown CPU"
 
 
 def quality_meta(key: str) -> tuple[str, int, bool]:
