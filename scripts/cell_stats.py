@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = "finished before" if wall is None else f"{wall:7.1f} s"
         print(f"seed {seed}: {shown}  val/bleu {rows[-1][2]}  test/bleu {rows[-1][3]}", flush=True)
     for name, column in (("wall s", 1), ("val/bleu", 2), ("test/bleu", 3)):
-        values = [r[column] for r in rows if r[column] is not None]
+        values = [float(v) for r in rows if (v := r[column]) is not None]
         if len(values) >= 2:
             print(f"{name:10s} mean {statistics.mean(values):8.2f}  sd {statistics.stdev(values):6.2f}  "
                   f"(n={len(values)})")
