@@ -609,7 +609,8 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     rows = [_row(f"b{s}", "baseline", s, "finished", s, val_exact_match=0.5) for s in range(4)]
     rows += [_row(f"v{s}", "residual=post_norm", s, "finished", 10 + s, val_exact_match=0.5 + d)
              for s, d in enumerate(diffs)]
-    found = mde.part(Inputs(build_study(parent, _frame(rows)), tmp_path))
+    study = build_study(parent, _frame(rows))
+    found = mde.part(Inputs(study, tmp_path))
     assert found is not None
     table = next(b for b in found.intro if hasattr(b, "header"))
     [row] = table.rows
@@ -624,6 +625,23 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
     assert "Left open by this design: residual=post_norm: a new study" in text
     assert found.data["power_plan"]["found"][0]["settled"] is False
+    # the Setup section gives the same plan in a line: its source, planned and at the seeds' own spread
+    plans = mde.plans_of(study)
+    assert plans is not None
+    line = mde.setup_line(plans)
+    assert line.startswith("Power plan, recorded before the first cell from pilot p.")
+    assert f"planned: residual=post_norm 0.050; at the spread of the study's own seeds (information only): " \
+           f"residual=post_norm {row[6]}." in line
+    del parent["tags"]["ablate.power_plan"]
+    plans = mde.plans_of(build_study(parent, _frame(rows)))
+    assert plans is not None
+    line = mde.setup_line(plans)
+    assert line.startswith("Power plan: none recorded before the first cell. ") and "planned:" not in line
+    del parent["tags"]["ablate.preregistered"]  # a study from before designs were pre-registered
+    plans = mde.plans_of(build_study(parent, _frame(rows)))
+    assert plans is not None
+    assert mde.setup_line(plans).startswith(
+        "Power plan: none recorded before the first cell (the study predates pre-registration). ")
 
 
 def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers() -> None:

@@ -68,6 +68,51 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
     return rows
 
 
+@dataclass(frozen=True)
+class Plans:
+    """A study's power plans: the one it recorded before its first cell (None for a study from before
+    pre-registration) and the one its own seeds give, for information only."""
+
+    design: Design
+    metric: str
+    registered: dict[str, Any] | None
+    recorded: dict[str, Any] | None
+    found: list[Found]
+
+
+def plans_of(study: Study) -> Plans | None:
+    """None where there is nothing to plan: not an ablation, no baseline, or fixed seeds (their verdicts are
+    fixed-sample tests, with no looks to plan). Read through ``Inputs.derived``: once per report."""
+    if study.kind != "ablation" or study.baseline is None:
+        return None
+    design = design_of(study)
+    if design is None:
+        return None
+    metric = decided_metric(study)
+    return Plans(design, metric, _recorded(study, R.PREREGISTERED), _recorded(study, R.POWER_PLAN),
+                 found_rows(study, design, metric))
+
+
+def setup_line(plans: Plans) -> str:
+    """The Setup section's line: where the plan came from and what each comparison's design detects, as
+    planned and at the spread of the study's own seeds; the table that opens the report gives the rest."""
+    unit, dec, _ = quality_meta(plans.metric)
+    planned = _planned(plans.recorded)
+    if plans.recorded is not None:
+        head = ("Power plan, recorded before the first cell from "
+                + (plans.recorded.get("source") or "no pilot (effects in units of the paired sd)"))
+    else:
+        head = "Power plan: none recorded before the first cell" + (
+            " (the study predates pre-registration)" if plans.registered is None else "")
+    own = ", ".join(f"{f.label} {_fmt(f.detectable, dec)}" for f in plans.found)
+    before = ", ".join(f"{f.label} {_fmt(p.get('detectable'), dec)}{' sd' if p.get('in_sd_units') else ''}"
+                       for f in plans.found if (p := planned.get(f.label)))
+    return (f"{head}. The smallest effect the design detects with 80% power on `{plans.metric}` ({unit}): "
+            + (f"planned: {before}; " if before else "")
+            + f"at the spread of the study's own seeds (information only): {own}. The opening table, What "
+            "the design could settle, sets them beside what was found.")
+
+
 def _planned(plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {str(c["label"]): c for c in (plan or {}).get("comparisons", [])}
 
@@ -78,18 +123,13 @@ def _fmt(value: Any, dec: int) -> str:
 
 
 def part(inp: Inputs) -> Part | None:
-    study = inp.study
-    if study.kind != "ablation" or study.baseline is None:
+    plans = inp.derived(plans_of)
+    if plans is None:
         return None
-    design = design_of(study)
-    if design is None:
-        return None  # a fixed-seed study: its verdicts are fixed-sample tests, no looks to plan
-    metric = decided_metric(study)
+    design, metric, plan, registered, found = (plans.design, plans.metric, plans.recorded, plans.registered,
+                                               plans.found)
     _, dec, _ = quality_meta(metric)
-    plan = _recorded(study, R.POWER_PLAN)
-    registered = _recorded(study, R.PREREGISTERED)
     planned = _planned(plan)
-    found = found_rows(study, design, metric)
     rows = []
     for f in found:
         p = planned.get(f.label, {})

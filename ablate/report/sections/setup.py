@@ -1,5 +1,6 @@
 """The report's "Setup" section: what was run, in a few lines (the study, its seeds, the metric it is
-judged on, the compute spent), and the study's identity in ``report.json``.
+judged on, the compute spent, its power plan as recorded and at its own seeds' spread), and the study's
+identity in ``report.json``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from ablate.report.compute.loaded_study import QUALITY, Study
 from ablate.report.compute.logged_datasets import data_note
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Section
+from ablate.report.sections import mde
 from ablate.report.sections import trials as search
 from ablate.tracking.run_files import origin_id
 
@@ -42,6 +44,8 @@ def part(inp: Inputs) -> Part:
         items.insert(1, f"Design: `{p['params']['ablation.design']}`")
     if study.arms or study.searches:
         items.insert(2, arms_text(study))
+    if (plans := inp.derived(mde.plans_of)) is not None:
+        items.append(mde.setup_line(plans))
     items.append("Data, hardware, versions and the baseline's full spec: see the last section")
     blocks: list[Block] = [Bullets(items)]
     if study.dropped:
