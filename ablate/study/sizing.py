@@ -13,7 +13,7 @@ Power is simulated over the very procedure the study runs (ablate/study/power.py
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -223,19 +223,24 @@ SCALE_FIELDS = ("train.label_smoothing", "data.tokenizer")
 LIKELIHOOD_WORDS = ("loss", "ppl")
 
 
+def scale_note(label: str, metric: str, changed: Iterable[str]) -> str | None:
+    """'`label` changes train.label_smoothing, which changes val/loss's own scale: ...' where ``metric`` is a
+    likelihood and the variant's ``changed`` fields (dotted) touch one of SCALE_FIELDS, else None: the plan
+    and the report say it in the same words."""
+    if not any(word in metric for word in LIKELIHOOD_WORDS):
+        return None
+    fields = sorted({f for f in changed if f.startswith(SCALE_FIELDS)})
+    if not fields:
+        return None
+    return (f"{label} changes {', '.join(fields)}, which changes {metric}'s own scale: its difference mixes "
+            "the variant's effect with the scale's")
+
+
 def scale_notes(plan: Any) -> list[str]:
-    """One line per variant that changes the deciding metric's own scale (see SCALE_FIELDS)."""
-    if not any(word in plan.metric for word in LIKELIHOOD_WORDS):
-        return []
-    notes = []
-    for cell in plan.cells:
-        if cell.seed != plan.seeds[0]:
-            continue
-        fields = sorted({f for f, _, _ in cell.diff if f.startswith(SCALE_FIELDS)})
-        if fields:
-            notes.append(f"  note: {cell.label} changes {', '.join(fields)}, which changes {plan.metric}'s "
-                         "own scale: its difference mixes the variant's effect with the scale's")
-    return notes
+    """One line per variant that changes the deciding metric's own scale (see scale_note)."""
+    notes = [scale_note(cell.label, plan.metric, (f for f, _, _ in cell.diff))
+             for cell in plan.cells if cell.seed == plan.seeds[0]]
+    return [f"  note: {note}" for note in notes if note is not None]
 
 
 # ---------------------------------------------------------------- a study's plan

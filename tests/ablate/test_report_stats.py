@@ -671,3 +671,24 @@ def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers()
     assert got is not None and got.powers == {"a": 0.83} and got.settled == 1
     assert settled_forecast(plan | {"informational": True}, [row]) is None  # the study's own seeds
     assert settled_forecast(None, [row]) is None
+
+
+def test_a_variant_that_changes_the_metrics_own_scale_is_named_in_the_plans_words() -> None:
+    from ablate.report.sections.summary import scale_changes
+    from ablate.study.sizing import scale_note
+
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
+    rows = []
+    for s in range(2):
+        rows.append(_row(f"b{s}", "baseline", s, "finished", s, val_loss=2.0) | {"params.model.residual": "x"})
+        smooth = _row(f"v{s}", "train.label_smoothing=0.1", s, "finished", 10 + s, val_loss=2.3)
+        rows.append(smooth | {"params.model.residual": "x", "params.train.label_smoothing": "0.1"})
+        post = _row(f"w{s}", "residual=post_norm", s, "finished", 20 + s, val_loss=2.1)
+        rows.append(post)  # a change of architecture keeps the loss's scale
+    study = build_study(parent, _frame(rows))
+    expected = scale_note("`train.label_smoothing=0.1`", "val/loss", ["train.label_smoothing"])
+    assert scale_changes(study, "val/loss") == [expected]
+    assert expected is not None and expected.startswith(
+        "`train.label_smoothing=0.1` changes train.label_smoothing, which changes val/loss's own scale")
+    assert scale_changes(study, "val/bleu") == []  # BLEU reads the translations, not the distribution

@@ -4,7 +4,8 @@ ceiling (``ablate.report.compute.bounds``), then one line per variant against th
 An adaptive study is summarised by the group-sequential test it chose its seeds by (``seeds``), any other
 by each variant's fixed-sample verdict (``stats``): the summary never contradicts the section it points to.
 A study with ``confirm:`` leads with the verdicts that hold at both scales (``at_scale``), and one with
-``tune:`` names the verdicts tuning every variant changed (``arms``).
+``tune:`` names the verdicts tuning every variant changed (``arms``). A variant that changes the verdicts'
+metric's own scale (label smoothing on a loss) is named, in the plan's words.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 from ablate.report.compute.arm_verdicts import pending_text, twice
 from ablate.report.compute.bounds import bound_text
 from ablate.report.compute.comparisons import decided_metric, design_of
-from ablate.report.compute.loaded_study import quality_meta
+from ablate.report.compute.loaded_study import Study, quality_meta, spec_diff
 from ablate.report.compute.val_and_test import regime, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Para
 from ablate.report.sections.forest_plot import test_text
 from ablate.report.sections.larger_scale import deciding_words, holds_at_both, nothing_to_check
 from ablate.report.sections.seeds import sequential_lines
+from ablate.study.sizing import scale_note
 
 
 def part(inp: Inputs) -> Part:
@@ -46,6 +48,9 @@ def part(inp: Inputs) -> Part:
     elif fixed := [r.verdict for r in inp.effects if r.metric == study.primary]:
         intro += [Para(f"**Summary** on `{study.primary}`, each variant against `{study.baseline}` "
                        "(details, tests and caveats below):"), Bullets(fixed)]
+    metric = decided_metric(study) if design is not None else study.primary
+    if scales := scale_changes(study, metric):
+        intro.append(Note("; ".join(scales) + ".", "info"))
     both = inp.derived(twice)
     changed = [t for t in both if t.changed]
     if changed:
@@ -55,6 +60,19 @@ def part(inp: Inputs) -> Part:
     if awaited := [t for t in both if t.pending and t.base.settled]:
         intro.append(Para(f"**{pending_text(awaited)}** (see Each variant at its own best)"))
     return Part("summary", intro=intro, data={"warnings": warnings})
+
+
+def scale_changes(study: Study, metric: str) -> list[str]:
+    """Per variant whose settings change the verdicts' metric's own scale (label smoothing, the tokenizer
+    on a loss), the sentence the plan prints too (ablate.study.sizing.scale_note)."""
+    base = study.of(study.baseline) if study.baseline else []
+    notes = []
+    for variant in study.variants[1:] if base else []:
+        runs = study.of(variant)
+        changed = [k for k, _, _ in spec_diff(base[0].params, runs[0].params)] if runs else []
+        if (note := scale_note(f"`{variant}`", metric, changed)) is not None:
+            notes.append(note)
+    return notes
 
 
 def _both_scales(inp: Inputs) -> list[Block]:
