@@ -274,8 +274,8 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
         "test: 0.000 loss [0.000, 0.000]")  # the test split beside it, on the same seeds
     assert report.index("**Published results this study checks** (on `val/loss`") < report.index("## Setup")
     setup = report[report.index("## Setup"):report.index("## Axes")]
-    assert "- Power plan, recorded before the first cell from no pilot (effects in units of the paired sd). " \
-        "The smallest effect the design detects with 80% power on `val/loss` (loss): planned: " in setup
+    assert ("- Power plan, recorded before the first cell from no pilot (effects in units of the paired sd)."
+            " The smallest effect the design detects with 80% power on `val/loss` (loss): planned: ") in setup
     assert "**Reproduced** (no row is fully masked): `mask=-1e9` identical to the baseline in every seed. " \
         "This study: the same value in all 2 paired seeds" in report
     assert cli_main(["export", "seq", "--out", str(workdir / "export")]) == 0

@@ -681,7 +681,8 @@ def test_a_variant_that_changes_the_metrics_own_scale_is_named_in_the_plans_word
               "tags": {"ablate.study": "s", "ablate.kind": "ablation"}, "params": {}, "metrics": {}}
     rows = []
     for s in range(2):
-        rows.append(_row(f"b{s}", "baseline", s, "finished", s, val_loss=2.0) | {"params.model.residual": "x"})
+        base = _row(f"b{s}", "baseline", s, "finished", s, val_loss=2.0)
+        rows.append(base | {"params.model.residual": "x"})
         smooth = _row(f"v{s}", "train.label_smoothing=0.1", s, "finished", 10 + s, val_loss=2.3)
         rows.append(smooth | {"params.model.residual": "x", "params.train.label_smoothing": "0.1"})
         post = _row(f"w{s}", "residual=post_norm", s, "finished", 20 + s, val_loss=2.1)
