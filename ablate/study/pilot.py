@@ -115,7 +115,7 @@ def _csv_rows(path: Path) -> list[dict[str, Any]]:
 
 def _store_rows(name: str) -> list[dict[str, Any]]:
     """The study's child runs in the tracking store, as runs.csv rows (superseded cells left out)."""
-    from ablate.tracking.read import find_study_runs
+    from ablate.tracking.read import find_study_runs, tags_and_params
 
     try:
         _, children = find_study_runs(name)
@@ -124,15 +124,13 @@ def _store_rows(name: str) -> list[dict[str, Any]]:
                           f"in the tracking store: {exc}") from None
     rows = []
     for rec in children.to_dict("records"):
-        if rec.get(f"tags.{R.SUPERSEDED}") or rec.get(f"tags.{R.KIND}") != "cell":
+        tags, _ = tags_and_params(rec)
+        if tags.get(R.SUPERSEDED) or tags.get(R.KIND) != "cell":
             continue
         metrics = R.result_metrics({k[8:]: v for k, v in rec.items() if k.startswith("metrics.")
                                     and isinstance(v, int | float) and math.isfinite(v)})
-        rows.append({"arm": rec.get(f"tags.{R.ARM}") or R.BASELINE_ARM,
-                     "variant": rec.get(f"tags.{R.VARIANT}"), "seed": rec.get(f"tags.{R.SEED}"),
-                     "status": rec.get(f"tags.{R.STATUS}"),
-                     MACHINE_COLUMN: R.machine({k[5:]: v for k, v in rec.items()
-                                                if k.startswith("tags.") and isinstance(v, str)}),
+        rows.append({"arm": tags.get(R.ARM) or R.BASELINE_ARM, "variant": tags.get(R.VARIANT),
+                     "seed": tags.get(R.SEED), "status": tags.get(R.STATUS), MACHINE_COLUMN: R.machine(tags),
                      **metrics})
     return rows
 

@@ -81,6 +81,27 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield folder
 
 
+def test_a_study_in_the_tracking_store_is_a_pilot(imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from ablate.study.pilot import read_pilot
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    final = {}  # (variant, seed) -> (final val/loss, status), from the export itself
+    for path in (EXPORTS / "rep-abl" / "cells").glob("*/run.json"):
+        run = json.loads(path.read_text())
+        tags = run["tags"]
+        loss = run["metrics"].get("final/val/loss", [[0, 0, math.nan]])[-1][2]
+        final[tags["ablate.variant"], int(tags["ablate.seed"])] = (loss, tags["ablate.status"])
+    pilot = read_pilot("rep-abl", imported / "no-such-folder", "val/loss")  # no path: the store's study
+    post = [final["residual=post_norm", s][0] - final["baseline", s][0] for s in range(3)]
+    assert pilot.differences["residual=post_norm"] == pytest.approx(post)
+    assert "lr=50" not in pilot.differences  # its cells diverged: no finished pair
+    assert pilot.seeds == (0, 1, 2)
+    timed = sum(1 for _, status in final.values() if status == "finished")
+    assert pilot.machines == (("AMD EPYC", timed),) and pilot.timed_on() == "AMD EPYC"
+
+
 def test_status_report_and_export_take_the_spec_or_the_name(imported: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(imported)
