@@ -293,6 +293,13 @@ def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, st
     return diff
 
 
+def variant_diff(study: Study, variant: str) -> list[tuple[str, str, str]]:
+    """``variant``'s spec diff against the baseline (spec_diff), read off each one's first run; [] where
+    either has no run (every run of a variant shares its design params: only the seed differs)."""
+    base, runs = (study.of(study.baseline) if study.baseline else []), study.of(variant)
+    return spec_diff(base[0].params, runs[0].params) if base and runs else []
+
+
 def params_of(study: Study, variant: str) -> float:
     """The variant's parameter count, from any of its runs that logged it (a failed run may not have);
     NaN without one."""
@@ -370,15 +377,13 @@ def effects(study: Study) -> list[EffectRow]:
     """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
     if study.baseline is None:
         return []
-    base_params = study.of(study.baseline)[0].params
     metrics = [study.primary] + ([MN.VAL_LOSS] if study.primary != MN.VAL_LOSS else [])
     rows: list[EffectRow] = []
     for metric in metrics:
         family: list[tuple[str, str, st.Effect]] = []
         base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline) if metric in r.metrics}
         for v in study.variants[1:]:
-            diff = spec_diff(base_params, study.of(v)[0].params)
-            axis = ", ".join(k for k, _, _ in diff) or "(no spec difference)"
+            axis = ", ".join(k for k, _, _ in variant_diff(study, v)) or "(no spec difference)"
             other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
             family.append((v, axis, st.compare(base, other)))
         adjusted = st.holm([e.p for _, _, e in family])

@@ -19,7 +19,7 @@ from ablate.report.compute.loaded_study import (
     main_table_columns,
     params_of,
     quality_meta,
-    spec_diff,
+    variant_diff,
 )
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
@@ -31,12 +31,10 @@ def axes_part(inp: Inputs) -> Part | None:
     study = inp.study
     if study.baseline is None:
         return None
-    base = study.of(study.baseline)[0]
     axes: dict[str, tuple[str, set[str]]] = {}  # key -> (the baseline's value, the variants' values)
     rows = []
     for v in study.variants[1:]:
-        other = study.of(v)[0]
-        diff = spec_diff(base.params, other.params)
+        diff = variant_diff(study, v)
         for k, a, b in diff:
             if a != "—":  # "—": an option of the variant's own component (the "what differs" table has it)
                 axes.setdefault(k, (a, set()))[1].add(b)

@@ -30,7 +30,7 @@ import registry
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, twice
 from ablate.report.compute.comparisons import decided_metric, design_of, paired_differences
-from ablate.report.compute.loaded_study import EffectRow, Study, params_of, quality_meta, spec_diff
+from ablate.report.compute.loaded_study import EffectRow, Study, params_of, quality_meta, variant_diff
 from ablate.report.compute.val_and_test import OnBothSplits, regime, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
@@ -129,10 +129,7 @@ def bundled(study: Study, variant: str) -> list[tuple[str, str, str]]:
     together, and its line must say so. A component's own options ("—" in the spec diff) belong to the
     component and are not counted apart from it. A label that already names every changed setting (a
     factorial cell such as ``residual=post_norm, train.schedule.warmup_steps=0``) says it itself."""
-    runs, base = study.of(variant), study.of(study.baseline) if study.baseline else []
-    if not runs or not base:
-        return []
-    diff = [d for d in spec_diff(base[0].params, runs[0].params) if d[1] != "—"]
+    diff = [d for d in variant_diff(study, variant) if d[1] != "—"]
     named = {part.partition("=")[0] for part in variant.split(", ")}
     if len(diff) < 2 or all(k in named or k.removeprefix("model.") in named for k, _, _ in diff):
         return []

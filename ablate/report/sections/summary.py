@@ -13,7 +13,7 @@ from __future__ import annotations
 from ablate.report.compute.arm_verdicts import pending_text, twice
 from ablate.report.compute.bounds import bound_text
 from ablate.report.compute.comparisons import decided_metric, design_of
-from ablate.report.compute.loaded_study import Study, quality_meta, spec_diff
+from ablate.report.compute.loaded_study import Study, quality_meta, variant_diff
 from ablate.report.compute.val_and_test import regime, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Para
@@ -65,14 +65,9 @@ def part(inp: Inputs) -> Part:
 def scale_changes(study: Study, metric: str) -> list[str]:
     """Per variant whose settings change the verdicts' metric's own scale (label smoothing, the tokenizer
     on a loss), the sentence the plan prints too (ablate.study.sizing.scale_note)."""
-    base = study.of(study.baseline) if study.baseline else []
-    notes = []
-    for variant in study.variants[1:] if base else []:
-        runs = study.of(variant)
-        changed = [k for k, _, _ in spec_diff(base[0].params, runs[0].params)] if runs else []
-        if (note := scale_note(f"`{variant}`", metric, changed)) is not None:
-            notes.append(note)
-    return notes
+    notes = (scale_note(f"`{variant}`", metric, (k for k, _, _ in variant_diff(study, variant)))
+             for variant in study.variants[1:])
+    return [note for note in notes if note is not None]
 
 
 def _both_scales(inp: Inputs) -> list[Block]:
