@@ -105,8 +105,8 @@ def setup_line(plans: Plans) -> str:
         head = "Power plan: none recorded before the first cell" + (
             " (the study predates pre-registration)" if plans.registered is None else "")
     own = ", ".join(f"{f.label} {_fmt(f.detectable, dec)}" for f in plans.found)
-    before = ", ".join(f"{f.label} {_fmt(p.get('detectable'), dec)}{' sd' if p.get('in_sd_units') else ''}"
-                       for f in plans.found if (p := planned.get(f.label)))
+    before = ", ".join(f"{f.label} {_planned_detects(p, dec)}" for f in plans.found
+                       if (p := planned.get(f.label)))
     return (f"{head}. The smallest effect the design detects with 80% power on `{plans.metric}` ({unit}): "
             + (f"planned: {before}; " if before else "")
             + f"at the spread of the study's own seeds (information only): {own}. The opening table, What "
@@ -115,6 +115,11 @@ def setup_line(plans: Plans) -> str:
 
 def _planned(plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {str(c["label"]): c for c in (plan or {}).get("comparisons", [])}
+
+
+def _planned_detects(comparison: dict[str, Any], dec: int) -> str:
+    """A recorded plan's detectable effect for one comparison ('0.049', or '1.23 sd' without a pilot)."""
+    return _fmt(comparison.get("detectable"), dec) + (" sd" if comparison.get("in_sd_units") else "")
 
 
 def _fmt(value: Any, dec: int) -> str:
@@ -135,7 +140,7 @@ def part(inp: Inputs) -> Part | None:
         p = planned.get(f.label, {})
         sd_planned = (f"{_fmt(p.get('sd'), dec + 1)} ({_fmt(p.get('sized_sd'), dec + 1)})"
                       if p.get("sd") is not None else "—")
-        mde = _fmt(p.get("detectable"), dec) + (" sd" if p.get("in_sd_units") else "") if p else "—"
+        mde = _planned_detects(p, dec) if p else "—"
         claim = f.question in ("better", "worse", "none") and f.n >= 2
         needed = ("settled" if f.settled else str(f.needed) if f.needed is not None
                   else (">100" if claim else "—"))
