@@ -165,7 +165,9 @@ def test_two_jobs_give_the_cells_and_metrics_of_two_workers(on_slurm: None, tmp_
 @pytest.mark.soak
 def test_a_preempted_job_requeues_and_finishes_its_cell_in_the_same_run(workdir: Path,
                                                                         on_slurm: None) -> None:
-    path = write_study(workdir, "pre", "{model.residual: [pre_norm]}", "[0]", steps=100)
+    # 1000 steps (about 20 s on 2 cores): at 100 a fast machine finished the cell between its second
+    # checkpoint and the USR2, which then found nothing left to resume
+    path = write_study(workdir, "pre", "{model.residual: [pre_norm]}", "[0]", steps=1000)
     assert cli_main(["ablate", str(path), "--slurm", "--storage", str(workdir / "study.journal")]) == 0
     folder = workdir / "runs" / "pre" / "slurm"
     (job,) = [str(j["job_id"]) for j in recorded_jobs(folder)]
