@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "build_model", "load_spec"]
 
 if TYPE_CHECKING:
-    from ablate.engine.model import build_model
+    from ablate.engine.builders import build_model
     from ablate.spec.load import load_spec
 
 
@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
 
         return load_spec
     if name == "build_model":
-        from ablate.engine.model import build_model
+        from ablate.engine.builders import build_model
 
         return build_model
     raise AttributeError(name)

@@ -76,7 +76,7 @@ def _validate_args(p: argparse.ArgumentParser) -> None:
 
 
 # The axes `ablate list` groups by (registry/<axis>.py; plugins may add more): named in its help without
-# importing the registry, which imports torch. tests/ablate/test_cli_ux.py keeps the two in step.
+# importing the registry, which imports torch. tests/test_cli_ux.py keeps the two in step.
 LIST_KINDS = ("residual", "positions", "ffn", "activation", "norm", "mask", "attention", "embeddings",
               "embedding_dropout")
 

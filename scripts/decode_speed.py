@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 from ablate.data.prepare import prepare_data
+from ablate.engine.builders import build_model
 from ablate.engine.decode import beam_search, beam_search_reference, length_sorted_batches, step_budget
-from ablate.engine.model import Seq2SeqTransformer, build_model
-from ablate.engine.train import load_checkpoint
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
+from ablate.engine.trainer import load_checkpoint
 from ablate.run.runner import run_dir_for
 from ablate.spec.experiment import DecodeSpec, ExperimentSpec
 from ablate.spec.load import load_spec

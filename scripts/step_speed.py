@@ -25,8 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.data.prepare import prepare_data  # noqa: E402
-from ablate.engine.model import build_model  # noqa: E402
-from ablate.engine.train import Trainer  # noqa: E402
+from ablate.engine.builders import build_model
+from ablate.engine.trainer import Trainer  # noqa: E402
 from ablate.hardware import keep_freed_memory_in_process  # noqa: E402
 from ablate.spec.load import load_spec  # noqa: E402
 

@@ -2,9 +2,9 @@
 
 `ablate report` is tested on real studies: an ablation (baseline, post-norm and a variant that diverges,
 three seeds) and a 2 x 2 full factorial (two seeds) were trained once by `ablate ablate` and exported with
-`ablate export` into ``tests/data/report-studies/``; the report tests import them into a fresh MLflow store
-and Optuna storage (`ablate import`, the path a study spread over machines takes) instead of training their
-17 runs at every test session. The one-seed study with explicit attention (whose heat maps need its
+`ablate export` into ``tests/fixtures/report-studies/``; the report tests import them into a fresh MLflow
+store and Optuna storage (`ablate import`, the path a study spread over machines takes) instead of training
+their 17 runs at every test session. The one-seed study with explicit attention (whose heat maps need its
 checkpoint) and the search are trained by the tests themselves, end to end.
 
 Regenerate the exports after a change to what a run records (about a minute)::
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-EXPORTS = Path(__file__).resolve().parent / "data" / "report-studies"
+EXPORTS = Path(__file__).resolve().parent / "fixtures" / "report-studies"
 
 COMMON = """
 data:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGES = sorted(p.parent for p in ROOT.joinpath("ablate").rglob("__init__.py") if p.parent.name != "ablate")
 
-# `report/compute/statistics.py`, `ablate/study/verdict.py`, `registry/rope.py`, `tests/ablate/test_arms.py`
+# `report/compute/statistics.py`, `ablate/study/verdict.py`, `registry/rope.py`, `tests/study/test_arms.py`
 _PATH = re.compile(r"(?<![\w/])((?:ablate/|registry/|tests/|scripts/|docs/)?[\w/]+\.(?:py|md))\b")
 _DOTTED = re.compile(r"(?<![\w.])(ablate(?:\.\w+)+)")
 _LAYERS = ("spec", "data", "engine", "tracking", "run", "study", "report", "bench")

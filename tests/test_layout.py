@@ -49,7 +49,7 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> str:
-    """'ablate.engine.train' -> 'engine'; 'ablate.errors' -> 'errors'; 'ablate.cli' -> 'cli'."""
+    """'ablate.engine.trainer' -> 'engine'; 'ablate.errors' -> 'errors'; 'ablate.cli' -> 'cli'."""
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__"

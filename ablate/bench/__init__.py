@@ -1,9 +1,9 @@
 """Benchmarks that print figures: ``ablate bench``.
 
 Owns training-step throughput against ``torch.nn.Transformer`` and per variant, with model FLOPs
-utilisation (``train``), batched beam search against the tutorials' per-sentence beam (``decode``), the
-framework's own overhead over a bare step loop (``overhead``), the decoder-only language model's step
-(``lm``) and the command that runs them (``suite``).
+utilisation (``train_speed``), batched beam search against the tutorials' per-sentence beam
+(``decode_speed``), the framework's own overhead over a bare step loop (``overhead``), the decoder-only
+language model's step (``lm_speed``) and the command that runs them (``suite``).
 
 May import every layer below it: ``ablate.spec``, ``ablate.data``, ``ablate.engine``,
 ``ablate.tracking``, ``ablate.run``, ``ablate.errors``.

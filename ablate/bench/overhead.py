@@ -5,7 +5,7 @@ Three arms train the bench model on the same batches in the same order, in alter
 
 * **bare**: the step alone (forward, loss, backward, clip, optimizer and scheduler step) on pre-collated
   batches, reading the loss every step as the trainer does;
-* **tracked**: `ablate run`'s training: a :class:`~ablate.engine.train.Trainer` with a real MLflow
+* **tracked**: `ablate run`'s training: a :class:`~ablate.engine.trainer.Trainer` with a real MLflow
   :class:`~ablate.tracking.Tracker` (a sqlite store in a temporary folder) as its metric sink, the spec's
   logging and checkpoint settings, collating its own batches, and the run's one-time work as
   ``run_experiment`` does it (open the MLflow run and log the spec, dataset, tags, parameter count; the
@@ -50,14 +50,14 @@ import torch
 import torch.nn.functional as F
 
 import ablate.tracking.record as R
-from ablate.bench.train import BenchConfig, sync
+from ablate.bench.train_speed import BenchConfig, sync
 from ablate.spec.experiment import ExperimentSpec
 
 if TYPE_CHECKING:
     from ablate.data.batching import Batch
     from ablate.data.prepare import PreparedData
-    from ablate.engine.model import Seq2SeqTransformer
-    from ablate.engine.train import Trainer
+    from ablate.engine.encoder_decoder import Seq2SeqTransformer
+    from ablate.engine.trainer import Trainer
     from ablate.tracking import NullTracker
 
 ASSUMED_RUN_STEPS = 10_000  # the run length one-time costs are spread over when the spec has no max_steps
@@ -143,7 +143,7 @@ class TimedSink:
 @contextmanager
 def timed_checkpoint_writes(clock: Clock, labels: dict[Path, str]) -> Iterator[None]:
     """Time every checkpoint file the trainer writes, as '<arm>/<file name>' (labels: run folder -> arm)."""
-    import ablate.engine.train as train_module
+    import ablate.engine.trainer as train_module
 
     original = train_module.save_checkpoint
 
@@ -170,7 +170,7 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
     """The three arms of the module docstring: the JSON section, and the prepared data and the spec they
     trained on (the decode benchmark reuses both)."""
     from ablate.data.prepare import prepare_data
-    from ablate.engine.train import Trainer
+    from ablate.engine.trainer import Trainer
 
     folder = Path(out_dir)
     clock = Clock()
@@ -206,7 +206,7 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
 
 def _model(ospec: ExperimentSpec, data: PreparedData, device: torch.device) -> Seq2SeqTransformer:
     """One arm's model: the same weights in every arm (built from the spec's seed)."""
-    from ablate.engine.model import build_model
+    from ablate.engine.builders import build_model
 
     tok = data.tokenizers
     return build_model(ospec.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.pad_id, ospec.seed).to(device)
@@ -228,7 +228,7 @@ def _trainer_batches(data: PreparedData, ospec: ExperimentSpec, count: int) -> I
 def _raw_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.device,
              batches: Iterator[Batch]) -> Callable[[], None]:
     """The bare training step (no framework): the same model, optimizer, schedule and clipping."""
-    from ablate.engine.train import build_optimizer, lr_factor
+    from ablate.engine.trainer import build_optimizer, lr_factor
 
     tspec, pad_id = ospec.train, data.tokenizers.pad_id
     raw = _model(ospec, data, device).train()
@@ -255,7 +255,7 @@ def _open_tracked_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.d
     """The tracked arm as `run_experiment` starts a run: the store created (timed apart: a project's
     first run migrates its schema, later runs open it), the run opened, what a run records at its start,
     the step-0 checkpoint."""
-    from ablate.engine.train import Trainer
+    from ablate.engine.trainer import Trainer
     from ablate.run.runner import describe_device
     from ablate.tracking import Tracker
 

@@ -22,7 +22,7 @@ What is measured, all in one process on the same synthetic batches:
   beam (``beam_search_reference``, on a subset: it is slow; the speed-up compares both beams on that subset);
   both beams must return identical hypotheses on a tiny trained model (``decode.identical``).
 * **decoder-only**: training tokens/s and MFU of the decoder-only language model with the same sizes, for
-  every position scheme, on packed blocks, against the same matmul peak (``ablate/bench/lm.py``).
+  every position scheme, on packed blocks, against the same matmul peak (``ablate/bench/lm_speed.py``).
 * **framework overhead**: `ablate run`'s training (``Trainer`` with MLflow tracking on, in a temporary sqlite
   store, and the spec's checkpointing) against a bare loop of the same step on the same batches, each event
   timed and projected to the spec's eval/checkpoint cadence and run length; tracking on vs off; evaluation
@@ -51,10 +51,10 @@ from typing import Any
 import torch
 
 import ablate.spec.metricnames as MN
-from ablate.bench.decode import beam_agreement, bench_decode
-from ablate.bench.lm import LM_FLOP_FORMULA, bench_lm, lm_lines
+from ablate.bench.decode_speed import beam_agreement, bench_decode
+from ablate.bench.lm_speed import LM_FLOP_FORMULA, bench_lm, lm_lines
 from ablate.bench.overhead import framework_overhead
-from ablate.bench.train import (
+from ablate.bench.train_speed import (
     BUILTIN_MODEL,
     FLOP_FORMULA,
     MEMORY_METHOD,
@@ -118,7 +118,7 @@ def machine_info(device: torch.device, peaks: dict[str, float], load: float) -> 
 
 
 def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
-    from ablate.engine.model import build_model
+    from ablate.engine.builders import build_model
     from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, prepare_device
 
     load_before = load_average()

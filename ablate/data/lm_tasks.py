@@ -2,7 +2,7 @@
 
 Each task draws *instances* (one line of space-separated tokens each); ``data.document_lines`` instances
 make one document, so a document can be far longer than the training blocks and an evaluation at 2x or 8x
-the training length still sees the same kind of text (ablate/data/lm.py).
+the training length still sees the same kind of text (ablate/data/lm_corpus.py).
 
 * ``recall``, associative recall (Ba et al. 2016, "Using Fast Weights to Attend to the Recent Past";
   the in-context recall of Olsson et al. 2022's induction heads): ``n`` key-value pairs, then ``?`` and

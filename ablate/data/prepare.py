@@ -64,7 +64,7 @@ def prepare_data(spec: ExperimentSpec | DataSpec, seed: int | None = None) -> Pr
     start = time.perf_counter()
     model = getattr(spec, "model", None)
     if data.is_lm or getattr(model, "arch", "") == "decoder_only":
-        from ablate.data.lm import prepare_lm  # decoder-only language modelling: documents, blocks
+        from ablate.data.lm_corpus import prepare_lm  # decoder-only language modelling: documents, blocks
 
         prepared: PreparedData = prepare_lm(data, seed)
     elif data.source == "synthetic":

@@ -1,5 +1,5 @@
 """What prepared data is: the splits, tokenizers and fingerprint that ``ablate/data/prepare.py`` (translation)
-and ``ablate/data/lm.py`` (language modelling) hand to the engine."""
+and ``ablate/data/lm_corpus.py`` (language modelling) hand to the engine."""
 
 from __future__ import annotations
 

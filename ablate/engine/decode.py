@@ -16,7 +16,7 @@ hypotheses are finished without eos; the best-scoring finished one is returned. 
 exactly greedy decoding, whatever alpha. (Stopping at k finished hypotheses instead, as fairseq and
 HF's early stopping do, can return a worse sequence than greedy: k short, unlikely eos endings may
 fill the list before the likely hypothesis ends: on the trained copy model of
-tests/ablate/test_decode.py that rule lost 1.37 nats to greedy on one sentence of twelve.)
+tests/engine/test_decode.py that rule lost 1.37 nats to greedy on one sentence of twelve.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.engine.model import Seq2SeqTransformer
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.spec.experiment import DecodeSpec
 
 MaxLen = int | Tensor

@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.data.lm import LMData
+from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, TokenBatcher
 from ablate.engine import metrics as M
 from ablate.engine.decode import decode_batch, length_sorted_batches
-from ablate.engine.lm import DecoderOnlyLM
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.lm_eval import evaluate_lm, sample_texts
-from ablate.engine.model import Seq2SeqTransformer
 from ablate.hardware import autocast_context
 from ablate.spec.experiment import ExperimentSpec
 

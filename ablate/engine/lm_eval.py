@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ablate.data.lm import IGNORE, LMData, bits_per_byte, window_batches
-from ablate.engine.lm import DecoderOnlyLM
+from ablate.data.lm_corpus import IGNORE, LMData, bits_per_byte, window_batches
+from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec

@@ -14,10 +14,10 @@ import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData
 from ablate.engine.averaging import load_weights
 from ablate.engine.checkpoint import load_verified
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import Translations, evaluate, has_split, samples_text
-from ablate.engine.lm import DecoderOnlyLM
-from ablate.engine.model import Seq2SeqTransformer
-from ablate.engine.train import Trainer
+from ablate.engine.trainer import Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
 from ablate.tracking import translations

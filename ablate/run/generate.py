@@ -14,7 +14,7 @@ from ablate.run.translate import load_run_model
 def main_generate(run_id: str, prompt: str, max_new: int = 64, greedy: bool = False,
                   temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> int:
     """Print the prompt's continuation (the prompt is not repeated)."""
-    from ablate.engine.lm import DecoderOnlyLM
+    from ablate.engine.decoder_only import DecoderOnlyLM
     from ablate.engine.lm_eval import generate
 
     if max_new < 1:

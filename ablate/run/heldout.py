@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ablate.data.corpus import DataError, check_text_file
-from ablate.data.lm import LMData, LMSplit, cut_documents
+from ablate.data.lm_corpus import LMData, LMSplit, cut_documents
 from ablate.data.tokenize import Tokenizers
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec
@@ -41,7 +41,7 @@ def text_split(spec: ExperimentSpec, tok: Tokenizers, path: Path) -> LMSplit:
 def evaluate_text(run_id: str, model: torch.nn.Module, spec: ExperimentSpec, tok: Tokenizers,
                   text_path: str) -> int:
     """Print the run's perplexity and bits per byte on ``text_path`` (the run's model, spec, tokenizer)."""
-    from ablate.engine.lm import DecoderOnlyLM
+    from ablate.engine.decoder_only import DecoderOnlyLM
     from ablate.engine.lm_eval import evaluate_lm
 
     if not isinstance(model, DecoderOnlyLM):

@@ -26,9 +26,9 @@ import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import metrics as M
 from ablate.engine.checkpoint import load_verified
-from ablate.engine.lm import build_any
+from ablate.engine.dispatch import build_any
 from ablate.engine.progress import PeakMemory
-from ablate.engine.train import EvalHook, Trainer, TrainOutcome
+from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
 from ablate.hardware import prepare_device
 from ablate.run.distributed import DistInfo, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation

@@ -58,8 +58,8 @@ class RunModel:
 
 def load_run_model(run_id: str) -> RunModel:
     """The run's resolved spec, tokenizers and best checkpoint from MLflow, as an eval-mode model."""
-    from ablate.engine.lm import build_any
-    from ablate.engine.train import load_checkpoint
+    from ablate.engine.dispatch import build_any
+    from ablate.engine.trainer import load_checkpoint
     from ablate.spec.load import load_spec
     from ablate.tracking import resolve_run_id
 

@@ -2,11 +2,11 @@
 
 Owns the spec's pydantic models (``experiment``: the whole spec, ``model``: its model section built from
 the registry's axis declarations, ``data``: corpora and tokenizers, ``train``: optimizer, schedule,
-weight averaging and the trainer's settings, ``study``: ablation and search sections, ``base``: strict
-field types and located
+weight averaging and the trainer's settings, ``study_sections``: ablation and search sections, ``base``:
+strict field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
 located one-line errors, the JSON Schema and the field guide generated from the same source, docs/spec.md
-(``errors``, ``schema``, ``guide``, ``guide_examples``), the names of the metrics a run
+(``error_lines``, ``schema``, ``guide``, ``guide_examples``), the names of the metrics a run
 reports (``metricnames``), the spec hash, a run's identity, and the commands that read specs and the
 registry only (``commands``: ``ablate validate``, ``list``, ``show``, ``schema``) and a study named on the
 command line by its spec or its name (``study_ref``).

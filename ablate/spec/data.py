@@ -1,7 +1,7 @@
 """The spec's `data` section: where sentence pairs (or, for a language model, documents) come from and
 how they are tokenized and batched.
 
-Read by ablate/data/prepare.py (synthetic tasks, local files, the Hugging Face Hub), ablate/data/lm.py
+Read by ablate/data/prepare.py (synthetic tasks, local files, the Hugging Face Hub), ablate/data/lm_corpus.py
 (language-modelling text: ``source: text``, a hub text column, the synthetic LM tasks) and
 ablate/data/tokenize.py.
 """
@@ -155,7 +155,7 @@ class DataSpec(Strict):
     text: TextFiles | None = None  # language modelling only (model.arch: decoder_only)
     """language-model text files (source: text, model.arch: decoder_only)"""
     # Language modelling: consecutive lines (captions, task instances) joined into one document; attention
-    # never crosses documents inside a training block (ablate/data/lm.py).
+    # never crosses documents inside a training block (ablate/data/lm_corpus.py).
     document_lines: Annotated[Int, Field(ge=1, le=BIG)] = 1
     """language models: this many consecutive lines form one document (attention never crosses documents)"""
     src_lang: str = "src"

@@ -4,8 +4,8 @@ Every model forbids unknown keys and takes only its own types (ablate/spec/base.
 error, not 1). Components are named by registry keys and checked against the registry, plugins included
 (the registry loads them on first use). Cross-field checks report every failing check at once. Loading
 YAML (line numbers, ``extends:``, ``--set``, this machine's precisions) lives in ``ablate/spec/load.py``.
-The `data` section is in ``ablate/spec/data.py``, `ablation` and `search` in ``ablate/spec/study.py`` (all
-importable from here); this module holds the rest and the whole spec.
+The `data` section is in ``ablate/spec/data.py``, `ablation` and `search` in ``ablate/spec/study_sections.py``
+(all importable from here); this module holds the rest and the whole spec.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ablate.spec.data import (
     TokenizerSpec,
 )
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
-from ablate.spec.study import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
+from ablate.spec.study_sections import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
 from ablate.spec.train import EarlyStopping, OptimizerSpec, ScheduleSpec, TrainSpec, WeightAverage
 
 __all__ = [

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 import registry
-from ablate.spec.errors import check_field_path, explain, remove_failed, show, touches
+from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
 from ablate.spec.yamlsrc import (
     Loc,
@@ -271,7 +271,7 @@ def _validate(
     data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector, check_hardware: bool
 ) -> ExperimentSpec:
     """Every problem in one pass: after a failed validation the failed values are removed and the data is
-    validated again, so that cross-field checks run too (ablate/spec/errors.py ``remove_failed``)."""
+    validated again, so that cross-field checks run too (ablate/spec/error_lines.py ``remove_failed``)."""
     registry.load_plugins()  # a broken plugin is an error here too, even for a spec naming only defaults
     spec: ExperimentSpec | None = None
     current, removed = data, set(out.bad_paths)

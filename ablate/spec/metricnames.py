@@ -1,6 +1,6 @@
 """The metric names a run produces, in one place: what a spec may name as a target, and which way is better.
 
-- At each evaluation (ablate/engine/train.py ``run_evaluation`` -> ablate/engine/evaluate.py
+- At each evaluation (ablate/engine/trainer.py ``run_evaluation`` -> ablate/engine/evaluate.py
   ``evaluate``): ``val/loss``,
   ``val/ppl`` and, when it decodes (``eval.bleu_during_training``), ``val/bleu`` + ``val/chrf`` on text
   data or ``val/exact_match`` on a synthetic task. Early stopping and the tuner's pruning read these.

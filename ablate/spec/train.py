@@ -1,5 +1,5 @@
 """The spec's ``train`` section: optimizer, schedule, early stopping, weight averaging and the trainer's own
-settings (ablate/engine/train.py reads them). Importable from ``ablate.spec.experiment`` too."""
+settings (ablate/engine/trainer.py reads them). Importable from ``ablate.spec.experiment`` too."""
 
 from __future__ import annotations
 

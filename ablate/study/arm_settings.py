@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.spec.errors import check_field_path
+from ablate.spec.error_lines import check_field_path
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec_data, set_dotted
-from ablate.spec.study import ConfirmSpec, SearchParam, TuneSpec
+from ablate.spec.study_sections import ConfirmSpec, SearchParam, TuneSpec
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap
 from ablate.study.space import derive, show
 

@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 
 import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.spec.study import SearchParam
+from ablate.spec.study_sections import SearchParam
 from ablate.study import attrs as A
 from ablate.study.optuna_store import Store, open_study
 from ablate.study.plan import metric_direction

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.spec.errors import check_field_path
+from ablate.spec.error_lines import check_field_path
 from ablate.spec.experiment import ExperimentSpec, SearchParam, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data, set_dotted, validate_data
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from ablate.spec.study import Expectation
+from ablate.spec.study_sections import Expectation
 
 ALPHA = 0.05  # the overall two-sided level of every verdict (a study's family shares it)
 

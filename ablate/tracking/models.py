@@ -11,11 +11,11 @@ and an exported graph keeps only ``forward``, not the ``encode``/``decode`` step
 So the MLflow model of an ablate `Seq2SeqTransformer` also carries two extra files: its state dict
 (``extra_files/state_dict.pt``) and the builder's arguments (``extra_files/ablate_model.json``: the
 ModelSpec, vocabulary sizes, pad id). `load_model` rebuilds the model with
-`ablate.engine.model.build_model` and loads the weights with ``weights_only=True``, never touching the
+`ablate.engine.dispatch.build_any` and loads the weights with ``weights_only=True``, never touching the
 pickle. Any other module comes back only through the pickle, which `load_model` refuses unless
 ``allow_pickle=True`` (a store you trust). ablate's own checkpoints (the ``checkpoints/best.pt`` artifact
 that ``ablate translate`` uses) are loaded with ``weights_only=True`` too
-(`ablate.engine.train.load_checkpoint`). """
+(`ablate.engine.trainer.load_checkpoint`). """
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
     also gets its weights and builder arguments (see the module docstring). Returns the ``models:/`` URI."""
     import mlflow.pytorch
 
-    from ablate.engine.model import Seq2SeqTransformer
+    from ablate.engine.encoder_decoder import Seq2SeqTransformer
 
     env = environment()
     # Explicit requirements skip MLflow's inference, which re-imports the model in a subprocess.
@@ -115,7 +115,7 @@ def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: st
 def _rebuild(build_path: Path, weights_path: Path, *, map_location: str) -> torch.nn.Module:
     import torch
 
-    from ablate.engine.model import build_model
+    from ablate.engine.builders import build_model
     from ablate.spec.experiment import ModelSpec
 
     build = json.loads(build_path.read_text())

@@ -20,11 +20,12 @@ import torch
 from torch import nn
 
 import registry
+from ablate.engine.builders import build_lm, build_model
 from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.init import OWNED_BY_TYPE, stable_seed
-from ablate.engine.lm import DecoderOnlyLM, build_lm
 from ablate.engine.lm_eval import generate
-from ablate.engine.model import Seq2SeqTransformer, build_model
 from ablate.spec.experiment import ModelSpec
 
 # Small tensors: one thread is faster and makes reductions bitwise repeatable.
@@ -223,9 +224,9 @@ def test_every_component_parameter_keeps_its_own_init(kind: str, name: str) -> N
 
 
 # ---------------------------------------------------------------- the decoder-only architecture
-# The same contract for every variant that applies to a decoder-only language model (ablate/engine/lm.py):
-# variants that only mean something with a source side (embeddings: shared) are refused by the spec
-# (tests/ablate/test_lm.py) and left out here.
+# The same contract for every variant that applies to a decoder-only language model
+# (ablate/engine/decoder_only.py): variants that only mean something with a source side (embeddings: shared)
+# are refused by the spec (tests/engine/test_lm.py) and left out here.
 LM_CASES = [(k, n) for k, n in CASES
             if getattr(registry.get(k, n), "decoder_only", True)]
 LM_IDS = [f"{k}:{n}" for k, n in LM_CASES]

@@ -186,7 +186,7 @@ def test_dropout_hits_only_the_sublayer_branch() -> None:
 
 
 def test_shared_layer_norm_is_one_module_in_the_built_model() -> None:
-    from ablate.engine.model import build_model
+    from ablate.engine.builders import build_model
     from ablate.spec.experiment import ModelSpec
 
     spec = ModelSpec(d_model=16, heads=2, d_ff=32, residual="post_norm", shared_layer_norm=True)

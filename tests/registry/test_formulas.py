@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import registry
-from ablate.engine.model import build_model
+from ablate.engine.builders import build_model
 from ablate.spec.experiment import ModelSpec
 from registry.ffn import glu_hidden_size
 from registry.positions import alibi_slopes, relative_buckets

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import registry
-from ablate.engine.model import build_model
+from ablate.engine.builders import build_model
 from ablate.spec.experiment import ModelSpec
 from registry.attention import SMALL_QUERY
 from registry.masking import clamp_fill, make_mask

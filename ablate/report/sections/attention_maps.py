@@ -39,8 +39,8 @@ def draw_attention(run_id: str, path: Path) -> str:
     import torch
 
     from ablate.data.prepare import prepare_data
-    from ablate.engine.model import build_model
-    from ablate.engine.train import load_checkpoint
+    from ablate.engine.builders import build_model
+    from ablate.engine.trainer import load_checkpoint
     from ablate.spec.load import load_spec
     from ablate.tracking.read import download_artifact
 

@@ -22,7 +22,7 @@ from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
-from ablate.spec.study import SearchParam
+from ablate.spec.study_sections import SearchParam
 from ablate.study.arm_settings import Change, changes
 from ablate.study.space import show
 

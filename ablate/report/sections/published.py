@@ -35,7 +35,7 @@ from ablate.report.compute.val_and_test import OnBothSplits, regime, verdicts
 from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.sections.seeds import reopened_phrase
-from ablate.spec.study import Expectation
+from ablate.spec.study_sections import Expectation
 from ablate.study.power import seeds_needed
 from ablate.study.sequential import Design, walk
 from ablate.study.verdict import OPEN, Evidence, HeldOut, claim_margin, holm_significant, judge, read

@@ -1,0 +1,111 @@
+"""The component factory both architectures share: every registry component a model section names,
+built the one way (:class:`Components`), the controlled initialisation of an assembled model
+(:func:`initialise`), and the pieces both skeletons hold (:class:`Stack`, :func:`score_dtype`).
+
+torchtune's split, learned from: components here, the thin builders that arrange them in
+``ablate/engine/builders.py``, the skeletons in ``encoder_decoder.py`` and ``decoder_only.py``, and the
+choice between the two architectures in ``ablate/engine/dispatch.py``. A new axis is taught here, in one
+place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+import registry
+from ablate.engine.init import init_parameters
+from ablate.spec.experiment import ModelSpec
+from registry.masking import MaskFill, make_mask
+from registry.residual import Depth, NormFactory
+
+
+class Stack(nn.Module):
+    """Layers plus the final norm (pre-norm) or an identity (post-norm)."""
+
+    def __init__(self, layers: list[nn.Module], norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+
+def score_dtype(weight: Tensor, device_type: str) -> torch.dtype:
+    """The dtype a model's attention scores have: the autocast dtype when autocast is on, else its weights'
+    (masks are built in it, so a fill such as -1e9 is representable where the scores are)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return weight.dtype
+
+
+class Components:
+    """Every registry component a model section names, built the one way both architectures share: its
+    contract's arguments (registry/<axis>.py), the options its axis and variant declare
+    (``ModelSpec.option_values``) and the sub-axis components it takes (``activation``). The encoder-decoder
+    (``ablate.engine.builders.build_model``) and the decoder-only model (``build_lm`` beside it) only arrange
+    what this builds: a new axis is taught here, in one place."""
+
+    def __init__(self, model_spec: ModelSpec) -> None:
+        self.spec = model_spec
+
+    def component(self, kind: str, *args: object, **kwargs: object) -> nn.Module:
+        s = self.spec
+        entry = registry.REGISTRY.entry(kind, getattr(s, kind))
+        subs = {sub: self.component(sub) for sub in entry.takes}
+        return cast(nn.Module, entry.obj(*args, **kwargs, **s.option_values(kind), **subs))
+
+    def norm(self) -> nn.Module:
+        return self.component("norm", self.spec.d_model)
+
+    def residuals(self, n: int, depth: Depth) -> list[nn.Module]:
+        """One layer's ``n`` residual connections (one norm each, or one shared: ``NormFactory``)."""
+        norms = NormFactory(self.norm)
+        return [self.component("residual", norms, self.spec.dropout, depth=depth) for _ in range(n)]
+
+    def attention(self, cross: bool = False) -> nn.Module:
+        s = self.spec
+        return self.component("attention", s.d_model, s.heads, s.attention_dropout, cross=cross)
+
+    def ffn(self) -> nn.Module:
+        s = self.spec
+        return self.component("ffn", s.d_model, s.d_ff, s.dropout)
+
+    def stack_norm(self) -> nn.Module:
+        """The norm after a stack, for a residual scheme that has one (pre-norm)."""
+        return self.norm() if registry.get("residual", self.spec.residual).final_norm else nn.Identity()
+
+    def positions(self, causal: bool) -> nn.Module:
+        s = self.spec
+        return self.component("positions", s.d_model, s.heads, s.max_positions,
+                              s.dropout if s.position_dropout else 0.0, causal=causal)
+
+    def embeddings(self, src_vocab_size: int, tgt_vocab_size: int) -> tuple[Any, Any, Any]:
+        """(source embedding, target embedding, generator), as the embeddings variant ties them."""
+        s = self.spec
+        make = registry.REGISTRY.entry("embeddings", s.embeddings).obj
+        return cast(tuple[Any, Any, Any],
+                    make(src_vocab_size, tgt_vocab_size, s.d_model, **s.option_values("embeddings")))
+
+    def mask(self) -> MaskFill:
+        return make_mask(self.spec.mask, self.spec.mask_fill)
+
+    def embedding_dropout(self) -> nn.Module:
+        return self.component("embedding_dropout", self.spec.dropout)
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.spec.d_model) if self.spec.embed_scale else 1.0
+
+
+def initialise(model: nn.Module, layers: Sequence[nn.Module], seed: int, init: str) -> None:
+    """Draw every parameter (:func:`init_parameters`), then run each residual's ``init_sublayer`` hook on
+    its sublayer (DeepNorm: the paper's beta-scaled start of value/output and FFN weights)."""
+    init_parameters(model, seed, init)
+    for layer in layers:
+        for residual, sublayer in layer.sublayers():  # type: ignore[operator]
+            hook = getattr(residual, "init_sublayer", None)
+            if hook is not None:
+                hook(sublayer)

@@ -1,0 +1,405 @@
+"""The shared AMP trainer: one loop for every variant.
+
+Reads like nanoGPT's train.py: autocast in plain sight, a GradScaler only for
+fp16, ``unscale_`` before clipping, no callback framework. Everything a resume
+needs (model, optimizer, scheduler, scaler, RNG states, data position, step,
+pending metrics, and a stop once decided) goes into one checkpoint written
+atomically (ablate/engine/checkpoint.py), so a run killed at any moment and restarted
+ends exactly where an uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ablate.spec.metricnames as MN
+from ablate.data.lm_corpus import IGNORE, LMBatch, LMData, PackedBatcher
+from ablate.data.prepare import Batch, PreparedData, TokenBatcher
+from ablate.engine import preempt
+from ablate.engine.averaging import WeightAverager, make_averager
+from ablate.engine.checkpoint import (
+    CHECKPOINT_VERSION,
+    TrainState,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    state_from_dict,
+    state_to_dict,
+)
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
+from ablate.engine.evaluate import evaluate
+from ablate.engine.progress import PeakMemory, Progress
+from ablate.errors import AblateError
+from ablate.hardware import autocast_context, resolve_precision
+from ablate.spec.experiment import ExperimentSpec, TrainSpec
+
+__all__ = ["CHECKPOINT_VERSION", "EvalHook", "TrainOutcome", "TrainState", "Trainer",
+           "build_optimizer", "load_checkpoint", "lr_factor", "planned_steps",
+           "save_checkpoint"]
+
+EvalHook = Callable[[int, dict[str, float]], bool]  # (step, metrics) -> True to stop the run (pruned)
+
+
+class MetricSink(Protocol):
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None: ...
+
+
+# ---------------------------------------------------------------- optimisation
+def build_optimizer(model: nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
+    opt = spec.optimizer
+    cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
+    return cls(model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
+
+
+def lr_factor(step: int, spec: TrainSpec, total_steps: int | None = None) -> float:
+    """Multiplier of the base lr at optimizer step `step` (0-based).
+
+    inverse_sqrt is Noam's schedule normalised to peak at 1.0 after warmup:
+    min((s+1)/w, sqrt(w/(s+1))), so `optimizer.lr` is the peak learning rate.
+    cosine decays to ``min_lr_ratio`` at ``total_steps`` (the trainer passes `planned_steps`, which
+    knows the batches of an epoch; ``max_steps`` when not given) and stays at the floor beyond it.
+    """
+    sched = spec.schedule
+    warmup = sched.warmup_steps
+    s = step + 1
+    if sched.name == "constant":
+        return min(1.0, s / warmup) if warmup else 1.0
+    if sched.name == "inverse_sqrt":
+        if warmup == 0:
+            return 1.0 / math.sqrt(s)
+        return min(s / warmup, math.sqrt(warmup / s))
+    if warmup and s <= warmup:
+        return s / warmup
+    total = total_steps if total_steps is not None else spec.max_steps
+    if total is None:
+        raise ValueError("cosine with an epochs-only budget needs total_steps (see planned_steps)")
+    total = max(total, warmup + 1)
+    progress = min(1.0, (s - warmup) / max(1, total - warmup))
+    floor = sched.min_lr_ratio
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def planned_steps(spec: TrainSpec, batches_per_epoch: int) -> int:
+    """Optimizer steps the budget allows: ``max_steps``, ``epochs`` x steps per epoch, or the smaller.
+
+    An epoch's batch count comes from epoch 0: bucketing reshuffles every epoch, which can move the count
+    by a batch or so, and a step of ``accumulation`` micro-batches may straddle two epochs.
+    """
+    budgets = [spec.max_steps] if spec.max_steps is not None else []
+    if spec.epochs is not None:
+        budgets.append(math.ceil(spec.epochs * batches_per_epoch / spec.accumulation))
+    return max(1, min(budgets))
+
+
+# ---------------------------------------------------------------- the loop
+@dataclass
+class TrainOutcome:
+    status: str  # finished | diverged | pruned | killed
+    state: TrainState
+    reason: str = ""
+
+
+@dataclass
+class Trainer:
+    spec: ExperimentSpec
+    data: PreparedData
+    model: Seq2SeqTransformer | DecoderOnlyLM  # the plain module (evaluation, checkpoints)
+    run_dir: Path
+    device: torch.device
+    sink: MetricSink | None = None
+    hook: EvalHook | None = None
+    rank: int = 0
+    world_size: int = 1
+    train_model: nn.Module | None = None  # DDP- or compile-wrapped view of `model` used for steps
+    state: TrainState = field(default_factory=TrainState)
+    memory: PeakMemory | None = None  # logs peak_memory_mb at each evaluation when given
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        tspec = self.spec.train
+        self.select_metric = self.spec.selection_metric()
+        es = tspec.early_stopping
+        self.select_mode = es.mode if es is not None else "min"
+        self.precision = resolve_precision(tspec.precision, self.device)
+        self.optimizer = build_optimizer(self.model, tspec)
+        self.batcher: TokenBatcher | PackedBatcher
+        if isinstance(self.data, LMData):  # a language model: packed blocks of data.max_len tokens
+            self.batcher = PackedBatcher(self.data.documents["train"], self.data.block_len,
+                                         self.spec.data.batch_tokens, self.spec.seed, shuffle=True,
+                                         rank=self.rank, world_size=self.world_size)
+        else:
+            self.batcher = TokenBatcher(self.data.splits["train"], self.spec.data.batch_tokens,
+                                        self.spec.seed, shuffle=True, rank=self.rank,
+                                        world_size=self.world_size)
+        self.total_steps = planned_steps(tspec, self.batcher.num_batches(0))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        # train.weight_average: the averaged weights evaluated at the end beside the best checkpoint
+        self.averager: WeightAverager | None = make_averager(tspec)
+        self.pad_id = self.data.tokenizers.pad_id
+        self.is_main = self.rank == 0
+        self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
+        self.segment_cpu = time.process_time()
+
+    # -- checkpoints
+    @property
+    def last_path(self) -> Path:
+        return self.run_dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.run_dir / "best.pt"
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        payload = {
+            "version": CHECKPOINT_VERSION,
+            "spec_hash": self.spec.spec_hash,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(),
+            "state": state_to_dict(self.state),
+        }
+        if self.averager is not None:  # the snapshots or the moving average: a resumed run averages the same
+            payload["weight_average"] = self.averager.state_dict()
+        return payload
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        set_rng_state(payload["rng"])
+        self.state = state_from_dict(payload["state"])
+        if self.averager is not None and "weight_average" in payload:
+            self.averager.load_state_dict(payload["weight_average"], self.device)
+        self.segment_started = time.time()
+        self.segment_cpu = time.process_time()
+
+    def wall_seconds(self) -> float:
+        """The run's wall time so far: earlier segments up to the checkpoint resumed from, plus this one."""
+        return self.state.wall_seconds + time.time() - self.segment_started
+
+    def cpu_seconds(self) -> float:
+        """The run's process CPU time so far (all threads), counted as ``wall_seconds``."""
+        return self.state.cpu_seconds + time.process_time() - self.segment_cpu
+
+    def save(self) -> None:
+        """Checkpoint first, then flush metrics: a kill in between re-flushes (deduplicated) on resume."""
+        if self.is_main:
+            now, cpu = time.time(), time.process_time()
+            self.state.wall_seconds += now - self.segment_started
+            self.state.cpu_seconds += cpu - self.segment_cpu
+            self.segment_started, self.segment_cpu = now, cpu
+            save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.sink is not None and self.is_main:
+            for step, metrics, measured in self.state.pending:
+                self.sink.log_metrics(metrics, step, measured)
+        self.state.pending = []
+
+    def record(self, metrics: dict[str, float], step: int) -> None:
+        self.state.pending.append((step, metrics, int(time.time() * 1000)))
+
+    # -- one optimizer step
+    def loss_on(self, batch: Any, model: nn.Module, smoothing: float) -> torch.Tensor:
+        # (src, tgt_in) for translation, (ids, segments) for a language model's packed block
+        inputs = [t.to(self.device, non_blocking=True) for t in batch.model_inputs()]
+        targets = batch.targets.to(self.device, non_blocking=True)
+        with autocast_context(self.precision, self.device):
+            logits = model(*inputs)  # (B, T, V)
+        # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small probabilities.
+        ignore = IGNORE if isinstance(batch, LMBatch) else self.pad_id
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore,
+                               label_smoothing=smoothing)
+
+    def next_batches(self, count: int) -> list[Batch | LMBatch]:
+        """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
+        as an epoch's last batch is taken, so the `epochs` budget ends exactly at an epoch's end."""
+        st = self.state
+        batches: list[Batch | LMBatch] = []
+        while len(batches) < count:
+            n = self.batcher.num_batches(st.epoch)
+            if st.batch_in_epoch >= n:  # a checkpoint written before the roll-over moved here
+                st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+                continue
+            # rank r takes batches r, r + world_size, ... of the epoch's plan
+            indices = self.batcher.all_batches(st.epoch)[self.rank + st.batch_in_epoch * self.world_size]
+            batches.append(self.batcher.collate(indices.tolist()))
+            st.batch_in_epoch += 1
+            if st.batch_in_epoch >= n:
+                st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+        return batches
+
+    def global_sum(self, value: float) -> float:
+        """Sum of `value` over the DDP ranks (the value itself in a single process)."""
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total)
+        return float(total.item())
+
+    def train_step(self) -> tuple[float, int]:
+        """One optimizer step: (loss, target tokens) of the global batch, summed over DDP ranks."""
+        tspec = self.spec.train
+        # `or` would call len() on a torch.compile OptimizedModule (TypeError): test for None explicitly
+        model = self.train_model if self.train_model is not None else self.model
+        model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = self.next_batches(tspec.accumulation)
+        # Target tokens of the whole step on every rank: the step equals one big batch of all of them.
+        total_tokens = int(self.global_sum(sum(b.n_tgt_tokens for b in batches)))
+        loss_sum = 0.0
+        for i, batch in enumerate(batches):
+            # Weight each micro-batch by its share of the step's target tokens; DDP then averages the
+            # ranks' gradients, so x world_size turns that average into the token-weighted sum.
+            weight = batch.n_tgt_tokens * self.world_size / max(1, total_tokens)
+            sync = nullcontext()
+            if self.world_size > 1 and i < len(batches) - 1 and hasattr(model, "no_sync"):
+                sync = model.no_sync()  # type: ignore[operator]  # all-reduce once per step, not per micro-batch
+            with sync:
+                loss = self.loss_on(batch, model, tspec.label_smoothing)
+                self.scaler.scale(loss * weight).backward()
+            loss_sum += float(loss.detach()) * batch.n_tgt_tokens / max(1, total_tokens)
+        loss_sum = self.global_sum(loss_sum)  # the loss of the global batch, the same on every rank
+        if tspec.clip_norm:
+            self.scaler.unscale_(self.optimizer)  # clip true gradients, not scaled ones
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), tspec.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return loss_sum, total_tokens
+
+    # -- the loop
+    def finished_budget(self) -> bool:
+        tspec = self.spec.train
+        if tspec.max_steps is not None and self.state.step >= tspec.max_steps:
+            return True
+        return tspec.epochs is not None and self.state.epoch >= tspec.epochs
+
+    def is_better(self, value: float) -> bool:
+        best = self.state.best_value
+        return best is None or (value < best if self.select_mode == "min" else value > best)
+
+    def run_evaluation(self) -> dict[str, float]:
+        """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
+        metric, count evaluations without improvement, and log peak memory so far."""
+        metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
+                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+        step = self.state.step
+        self.state.history.append((step, metrics))
+        self.record(metrics, step)
+        if self.memory is not None:
+            self.record(self.memory.metrics(), step)
+        key = self.select_metric
+        if key not in metrics:  # selection_metric() rules this out; never fall back to another
+            raise AblateError(f"train.early_stopping.metric: the evaluation at step {step} has no {key!r}")
+        value = metrics[key]
+        if self.is_better(value):
+            self.state.best_value = value
+            self.state.bad_evals = 0
+            if self.is_main:
+                save_checkpoint(self.best_path, {"model": self.model.state_dict(), "step": step,
+                                                 "spec_hash": self.spec.spec_hash, key: value})
+        else:
+            self.state.bad_evals += 1
+        return metrics
+
+    def decide_stop(self, step: int, metrics: dict[str, float]) -> None:
+        """After an evaluation: the tuner's prune or early stopping, kept in the state (saved next)."""
+        es = self.spec.train.early_stopping
+        pruned = self.hook is not None and self.hook(step, metrics)  # the tuner hears every evaluation
+        # At the last evaluation the training is done: pruning would save nothing and only take the run's
+        # final evaluation (and the trial's place in the ranking) away, so the run finishes.
+        if pruned and not self.finished_budget():
+            self.state.stop_status, self.state.stop_reason = "pruned", f"stopped by the tuner at step {step}"
+        elif es is not None and self.state.bad_evals >= es.patience:
+            self.state.stop_status = "finished"
+            self.state.stop_reason = (f"early stop at step {step}: {es.metric} did not improve on "
+                                      f"{self.state.best_value:.4g} in {es.patience} evaluations")
+
+    def fit(self) -> TrainOutcome:
+        tspec = self.spec.train
+        st = self.state
+        if st.stop_status is not None:  # decided and saved before a restart: end where the first run ended
+            return TrainOutcome(st.stop_status, st, st.stop_reason)
+        progress = Progress(self.total_steps, start_step=st.step, enabled=self.is_main and self.show_progress)
+        log_every = max(1, min(50, tspec.eval_every // 4 or 1))
+        with preempt.deferred():
+            try:
+                while not self.finished_budget():
+                    # A SIGTERM/SIGINT during the last step: checkpoint at this boundary and stop (all DDP
+                    # ranks agree on the step, so none waits in an all-reduce for a rank that left).
+                    if self.global_sum(1.0 if preempt.requested() else 0.0) > 0:
+                        preempt.at_boundary()
+                        self.save()
+                        return TrainOutcome("killed", st, f"interrupted by {preempt.signal_name()} at step "
+                                            f"{st.step}; checkpoint saved")
+                    started = time.perf_counter()
+                    loss, tokens = self.train_step()
+                    elapsed = time.perf_counter() - started
+                    st.step += 1
+                    st.train_seconds += elapsed
+                    st.target_tokens += tokens
+                    st.window_steps += 1
+                    st.window_loss += loss
+                    st.window_tokens += tokens
+                    st.window_seconds += elapsed
+                    step = st.step
+                    if st.first_loss is None:
+                        st.first_loss = loss
+                    if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
+                        # the real value (nan/inf included): MLflow stores it, and it says how the run failed
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        st.stop_metrics = {MN.TRAIN_LOSS: loss, MN.TRAIN_LR: lr}
+                        self.record(dict(st.stop_metrics), step)
+                        st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
+                        self.save()
+                        return TrainOutcome("diverged", st, st.stop_reason)
+                    if self.averager is not None:
+                        self.averager.update(step, self.model)
+                    if st.window_steps >= log_every:
+                        mean_loss = st.window_loss / st.window_steps
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        tps = st.window_tokens / max(st.window_seconds, 1e-9)
+                        self.record({MN.TRAIN_LOSS: mean_loss, MN.TRAIN_LR: lr, MN.TOKENS_PER_S: tps},
+                                    step)
+                        st.train_curve.append((step, mean_loss))
+                        progress.update(step, mean_loss, lr, tps)
+                        st.window_steps, st.window_loss, st.window_tokens, st.window_seconds = 0, 0.0, 0, 0.0
+                    if step % tspec.eval_every == 0 or self.finished_budget():
+                        metrics = self.run_evaluation()
+                        progress.note(step, metrics)
+                        self.decide_stop(step, metrics)
+                        self.save()
+                        if st.stop_status is not None:
+                            return TrainOutcome(st.stop_status, st, st.stop_reason)
+                    elif step % tspec.checkpoint_every == 0:
+                        self.save()
+            except KeyboardInterrupt:
+                # A second signal, one outside `preempt.deferred`, or the first one's grace running out
+                # stopped a step half-way: its state is not a boundary, so the last checkpoint written stays
+                # the resume point.
+                return TrainOutcome("killed", self.state, "interrupted mid-step; resumes from the last "
+                                    "checkpoint")
+            finally:
+                progress.close()
+        return TrainOutcome("finished", self.state)

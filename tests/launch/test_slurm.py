@@ -1,0 +1,208 @@
+"""`ablate ablate --slurm`: jobs through submitit that run the study's worker loop against shared stores.
+
+The default suite checks what needs no SLURM: the stores a cluster needs, the sbatch parameters the dry run
+prints, and one study run by a job through submitit's local executor (the same `StudyJob` and `submit`).
+The soak tier runs a real one-node SLURM (tests/slurm_cluster.py, skipped with the reason where it cannot
+start): 2 jobs give the cells and metrics of ``--workers 2``; a job signalled like a preemption requeues
+and finishes its cell in the same MLflow run; a job cancelled outright loses no finished cell.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow import MlflowClient
+
+from ablate.cli import main as cli_main
+from ablate.study.plan import plan_study
+from ablate.study.slurm_queue import job_state, recorded_jobs
+from ablate.study.slurm_submit import JobShape, executor_parameters, log_folder, submit, time_minutes
+from ablate.study.slurm_worker import StudyJob
+from tests.factories import STUDY_CELL, write_tiny_spec
+from tests.stores import mlflow_store
+from tests.study.test_study import assert_each_cell_once, study_runs
+
+REPO = Path(__file__).resolve().parents[2]
+ENDED = ("done", "cancelled", "failed", "timeout", "gone", "node_fail", "out_of_memory")
+
+
+def write_study(folder: Path, name: str, axes: str, seeds: str, steps: int = 20) -> Path:
+    changes = {"name": name, "train.max_steps": steps, "train.eval_every": max(10, steps // 2)}
+    return write_tiny_spec(folder, STUDY_CELL, changes, filename=f"{name}.yaml",
+                           extra=f"\nablation:\n  axes: {axes}\n  seeds: {seeds}\n")
+
+
+# ---------------------------------------------------------------- no SLURM needed
+def test_slurm_needs_a_store_every_job_reaches(bare_workdir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(bare_workdir, "nostore", "{model.residual: [pre_norm]}", "[0]")
+    assert cli_main(["ablate", str(path), "--slurm", "--jobs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --slurm needs a store every job reaches")
+    assert sorted(os.listdir(bare_workdir)) == ["nostore.yaml"]  # nothing queued, nothing submitted
+
+
+def test_dry_run_prints_the_sbatch_parameters_and_an_estimate(bare_workdir: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(bare_workdir, "shape", "{model.residual: [pre_norm, post_norm]}", "[0, 1, 2]")
+    journal = bare_workdir / "shared" / "study.journal"
+    assert cli_main(["ablate", str(path), "--slurm", "--dry-run", "--storage", str(journal), "--jobs", "3",
+                     "--partition", "gpu", "--gpus-per-job", "2", "--cpus-per-job", "8", "--time", "1-02:00",
+                     "--sbatch", "account=lab", "--sbatch", "exclusive"]) == 0
+    out = capsys.readouterr().out
+    folder = bare_workdir / "runs" / "shape" / "slurm"
+    for line in ("#SBATCH --job-name=ablate-shape-w0", "#SBATCH --partition=gpu", "#SBATCH --time=1560",
+                 "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=8", "#SBATCH --signal=USR2@120",
+                 "#SBATCH --account=lab", "#SBATCH --exclusive", "#SBATCH --requeue",
+                 f"#SBATCH --output={folder}/%j_0_log.out"):
+        assert line in out, line
+    assert "3 jobs (ablate-shape-w0 ...), 2 worker processes each" in out  # one worker per GPU of a job
+    assert "estimated wall time:" in out and "for 6 cells, 6 at a time" in out and "probe" in out
+    assert sorted(os.listdir(bare_workdir)) == ["shape.yaml"]  # a dry run writes nothing
+
+
+def test_slurm_options_without_slurm_are_one_line(bare_workdir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(bare_workdir, "noslurm", "{model.residual: [pre_norm]}", "[0]")
+    assert cli_main(["ablate", str(path), "--jobs", "4", "--partition", "gpu"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --jobs, --partition: SLURM options, for `ablate ablate SPEC --slurm ...`")
+
+
+def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
+    assert [time_minutes(t) for t in ("90", "5:30", "01:30:00", "2-00", "1-02:30", "0-00:00:30")] == [
+        90, 6, 90, 2880, 1590, 1]
+    from ablate.errors import AblateError
+
+    for bad in ("soon", "0", "1:2:3:4"):
+        with pytest.raises(AblateError, match="--time"):
+            time_minutes(bad)
+
+
+@pytest.mark.slow
+def test_a_job_runs_the_study_through_submitits_local_executor(workdir: Path) -> None:
+    """The code path of a SLURM job (StudyJob, submit) with submitit's local executor: the job queues the
+    cells, opens the parent run and trains every cell; each run records the device it trained on."""
+    path = write_study(workdir, "localjob", "{model.residual: [pre_norm, post_norm]}", "[0]")
+    plan = plan_study(str(path))
+    job = StudyJob(str(path), [], str(workdir / "study.journal"), 1, str(workdir))
+    (submitted,) = submit(job, executor_parameters(plan, JobShape()), log_folder(plan), 1, plan.name,
+                          cluster="local")
+    assert submitted.result() == 0, submitted.stderr()
+    for run in assert_each_cell_once(path):
+        assert run.data.tags["ablate.device_index"] == "cpu"
+
+
+# ---------------------------------------------------------------- a real one-node SLURM (soak)
+@pytest.fixture
+def on_slurm(slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch and scontrol find the test cluster; the jobs import this tree."""
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+
+def wait_for_jobs(folder: Path, timeout_s: float) -> list[str]:
+    """Poll the study's SLURM jobs until each has ended; their last states."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = [job_state(str(j["job_id"]), folder) for j in recorded_jobs(folder)]
+        if states and all(s.startswith(ENDED) for s in states):
+            return states
+        assert time.monotonic() < deadline, f"SLURM jobs still {states} after {timeout_s:.0f} s"
+        time.sleep(1.0)
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f} s"
+        time.sleep(0.5)
+
+
+def final_metrics(name: str) -> dict[tuple[str, str], float]:
+    """(spec hash, seed) -> final/val/loss of every cell of the study in the current MLflow store."""
+    _, children = study_runs(name)
+    return {(r.data.tags["ablate.spec_hash"], r.data.tags["ablate.seed"]): r.data.metrics["final/val/loss"]
+            for r in children}
+
+
+def scontrol(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                         timeout=30)
+    return dict(item.split("=", 1) for item in out.stdout.split() if "=" in item)
+
+
+@pytest.mark.soak
+def test_two_jobs_give_the_cells_and_metrics_of_two_workers(on_slurm: None, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_study(tmp_path, "twin", "{model.residual: [pre_norm, post_norm]}", "[0, 1]")
+    found = {}
+    for mode in ("workers", "slurm"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(folder))
+        store = ["--storage", str(folder / "study.journal")]
+        if mode == "workers":  # 2 processes on the 2 cores, one torch thread each (train.threads: 1)
+            assert cli_main(["ablate", str(path), "--workers", "2", *store]) == 0
+        else:  # 2 jobs of one CPU each
+            jobs = ["--slurm", "--jobs", "2", "--cpus-per-job", "1"]
+            assert cli_main(["ablate", str(path), *jobs, *store]) == 0
+            assert wait_for_jobs(folder / "runs" / "twin" / "slurm", 150) == ["done", "done"]
+            assert_each_cell_once(path)
+        found[mode] = final_metrics("twin")
+    assert set(found["slurm"]) == set(found["workers"]) and len(found["slurm"]) == 4  # same hashes, seeds
+    for cell, loss in found["workers"].items():
+        assert math.isclose(found["slurm"][cell], loss, rel_tol=1e-5), cell
+
+
+@pytest.mark.soak
+def test_a_preempted_job_requeues_and_finishes_its_cell_in_the_same_run(workdir: Path,
+                                                                        on_slurm: None) -> None:
+    # 1000 steps (about 20 s on 2 cores): at 100 a fast machine finished the cell between its second
+    # checkpoint and the USR2, which then found nothing left to resume
+    path = write_study(workdir, "pre", "{model.residual: [pre_norm]}", "[0]", steps=1000)
+    assert cli_main(["ablate", str(path), "--slurm", "--storage", str(workdir / "study.journal")]) == 0
+    folder = workdir / "runs" / "pre" / "slurm"
+    (job,) = [str(j["job_id"]) for j in recorded_jobs(folder)]
+    (cell,) = plan_study(str(path)).cells
+    run_dir = workdir / "runs" / "pre" / cell.key
+    wait_for(lambda: (run_dir / "last.prev.pt").is_file(), 120, "a checkpoint after step 0")  # mid-cell
+    run_id = (run_dir / "run_id").read_text().strip()
+    subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=30)  # submitit's signal
+    assert wait_for_jobs(folder, 150) == ["done"]
+    assert scontrol(job)["Restarts"] == "1"  # requeued once, by its checkpoint hook
+    log = (folder / f"{job}_0_log.out").read_text()
+    assert "requeueing this job" in log and f"[{cell.key}]: started" in log
+    assert "from step " in log.split("requeueing this job")[1]  # the requeued job resumed the checkpoint
+    (run,) = assert_each_cell_once(path)
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"  # the same MLflow run, finished
+
+
+@pytest.mark.soak
+def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes(workdir: Path,
+                                                                                 on_slurm: None) -> None:
+    path = write_study(workdir, "cut", "{model.residual: [pre_norm]}", "[0, 1]", steps=40)
+    command = ["ablate", str(path), "--slurm", "--storage", str(workdir / "study.journal")]
+    assert cli_main(command) == 0
+    folder = workdir / "runs" / "cut" / "slurm"
+    (job,) = [str(j["job_id"]) for j in recorded_jobs(folder)]
+    log = folder / f"{job}_0_log.out"
+    wait_for(lambda: log.is_file() and ": finished, " in log.read_text(), 120, "a finished cell")
+    subprocess.run(["scancel", job], check=True, timeout=30)  # outright: SIGTERM, then SIGKILL
+    assert wait_for_jobs(folder, 90) == ["cancelled"]
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    before = {r.info.run_id: r.info.end_time for r in study_runs("cut")[1] if r.info.status == "FINISHED"}
+    assert before  # at least the cell that finished before the cancel
+    assert cli_main(command) == 0  # resubmitted
+    assert wait_for_jobs(folder, 150)[-1] == "done"
+    runs = assert_each_cell_once(path)  # every cell once: the finished ones were not trained again
+    for run_id, ended in before.items():
+        assert client.get_run(run_id).info.end_time == ended
+    assert len(runs) == 2
