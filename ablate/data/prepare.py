@@ -121,8 +121,7 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
     if corpus is None:
         assert data.files is not None
         corpus = load_files(data.files, data.src_lang, data.tgt_lang, cache_dir, roles, digest)
-    pairs = {split: ([normalize(s, data.lowercase) for s in p.src],
-                     [normalize(t, data.lowercase) for t in p.tgt]) for split, p in corpus.splits.items()}
+    pairs = _normalized_in_place(corpus, data.lowercase)
     if data.max_train_examples is not None:
         src, tgt = pairs["train"]
         pairs["train"] = (src[:data.max_train_examples], tgt[:data.max_train_examples])
@@ -136,6 +135,19 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
     _write_prepared(path, key, prepared)
     log.info("tokenizer %s (%s)", tok_key, "trained" if trained else "cached")
     return prepared
+
+
+def _normalized_in_place(corpus: Corpus, lowercase: bool) -> dict[str, tuple[list[str], list[str]]]:
+    """Each split's sentences normalised where they are loaded, one sentence at a time: the corpus is held
+    once, never beside a normalised copy of itself."""
+    pairs: dict[str, tuple[list[str], list[str]]] = {}
+    for split in list(corpus.splits):
+        loaded = corpus.splits.pop(split)
+        for side in (loaded.src, loaded.tgt):
+            for i, text in enumerate(side):
+                side[i] = normalize(text, lowercase)
+        pairs[split] = (loaded.src, loaded.tgt)
+    return pairs
 
 
 def _prepared_key(digest: str, data: DataSpec) -> str:
@@ -237,9 +249,11 @@ def _read_prepared(path: Path, key: str) -> PreparedData | None:
 
 
 def _unpack_ints(npz: Any, name: str) -> list[list[int]]:
-    flat: list[int] = npz[name].tolist()
+    """The rows of a packed array, each made a list from its own slice (no list of the whole flat array
+    beside the rows)."""
+    flat: np.ndarray = npz[name]
     offsets: list[int] = npz[f"{name}_off"].tolist()
-    return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def _unpack_text(npz: Any, name: str) -> list[str]:

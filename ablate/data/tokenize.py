@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,8 +182,8 @@ def fixed_wordlevel(words: Sequence[str]) -> Tokenizer:
     return tok
 
 
-def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, min_freq: int) -> Tokenizer:
-    """Train one tokenizer of ``kind`` on ``texts`` (already normalised)."""
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, min_freq: int) -> Tokenizer:
+    """Train one tokenizer of ``kind`` on ``texts`` (already normalised; a list, or a stream of them)."""
     common: dict[str, Any] = {"special_tokens": list(SPECIALS), "show_progress": False}
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -204,7 +204,7 @@ def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, min_freq: 
         trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_freq, **common)
     else:
         raise ValueError(f"unknown tokenizer kind {kind!r}")
-    tok.train_from_iterator(texts, trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer, length=len(texts) if isinstance(texts, Sized) else None)
     return tok
 
 
@@ -248,3 +248,15 @@ def load_or_train(cache_dir: Path, key: str, spec: TokenizerSpec, src_texts: Seq
                "tokenizer": spec.model_dump(mode="json")}
     atomic_write(path, json.dumps(payload).encode())
     return make(src, tgt), True
+
+
+# ------------------------------------------------------------------ a tokenizer of one's own
+def tokenizer_file_identity(spec: TokenizerSpec) -> str | None:
+    """The sha256 of a ``kind: file`` tokenizer's JSON (part of the data identity); None for a trained one."""
+    if spec.kind != "file":
+        return None
+    raise NotImplementedError
+
+
+def load_tokenizer_file(spec: TokenizerSpec, *, lowercase: bool) -> Tokenizers:
+    raise NotImplementedError

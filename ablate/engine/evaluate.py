@@ -111,7 +111,7 @@ def quality(tr: Translations, is_text: bool, split: str) -> dict[str, float]:
 def has_split(data: PreparedData, split: str) -> bool:
     """Whether the prepared data has a non-empty ``split`` (sentence pairs or documents)."""
     if isinstance(data, LMData):
-        return bool(data.documents.get(split) and data.documents[split].docs)
+        return split in data.documents and len(data.documents[split].docs) > 0
     return split in data.splits and bool(data.splits[split].src_ids)
 
 
