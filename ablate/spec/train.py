@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 
@@ -44,7 +43,7 @@ class ScheduleSpec(Strict):
 class EarlyStopping(Strict):
     """Stop when the evaluations stop improving; the same metric picks the best checkpoint."""
 
-    metric: str = MN.VAL_LOSS
+    metric: str = metricnames.VAL_LOSS
     """a metric each evaluation measures (val/loss, val/ppl, val/bleu, val/exact_match, ...)"""
     mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
     patience: Annotated[Int, Field(ge=1, le=BIG)] = 5
