@@ -1,7 +1,8 @@
 """Corpora -> tokenizers -> length-bucketed token batches.
 
 Owns the corpora (``corpus``: synthetic tasks, text files, the Hugging Face Hub through ``datasets``;
-``synthetic``: the generated tasks), tokenizer training and caching (``tokenize``), token-budget batches
+``synthetic``: the generated tasks), tokenizer training and caching (``tokenize``), a tokenizer of one's
+own (``tokenizer_file``: a ``tokenizers`` JSON), token-budget batches
 bucketed by length (``batching``) and the whole preparation of one spec's data (``prepare``, its result
 in ``prepared``); where the paths a spec names point (``paths``) and the check of those files before
 anything runs (``check``: `ablate validate`, every dry run); for a decoder-only language model,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.data.check import text_named_paths, text_split_paths
 from ablate.data.corpus import DataError, check_text_file, expand_env, sha256_json
 from ablate.data.tokenize import normalize
 
@@ -180,8 +181,6 @@ def _capped(pieces: Iterator[Piece], cap: int | None) -> Iterator[Piece]:
 
 def text_source(data: DataSpec) -> DocumentSource:
     """The ``source: text`` splits, their files checked line by line and hashed (the cache key)."""
-    from ablate.data.check import text_named_paths, text_split_paths
-
     assert data.text is not None
     mode = data.text.documents or "lines"
     splits: dict[str, Callable[[], Iterator[Piece]]] = {}
@@ -265,11 +264,19 @@ def _hub_pieces(ds: Any, field: str, data: DataSpec, split: str) -> Callable[[],
     cap = data.max_train_examples if split == "train" else None
 
     def pieces() -> Iterator[Piece]:
-        rows: Iterator[Any] = (row[field] for row in ds) if hasattr(ds, "__iter__") else iter(())
-        texts = (t for t in rows if isinstance(t, str) and t.strip())
+        texts = (t for t in _column(ds, field, split) if isinstance(t, str) and t.strip())
         yield from grouped(texts if cap is None else _first(texts, cap), data.document_lines, data.lowercase)
 
     return pieces
+
+
+def _column(ds: Any, field: str, split: str) -> Iterator[Any]:
+    """A split's text column, row by row (a streamed split says what it lacks only when read)."""
+    for row in ds:
+        if field not in row:
+            raise DataError(f"data.hub.field: the {split} split has no column {field!r}; columns: "
+                            f"{', '.join(row)}")
+        yield row[field]
 
 
 # ------------------------------------------------------------------ the data's content identity

@@ -47,6 +47,7 @@ from ablate.data.corpus import (
 )
 from ablate.data.prepared import PreparedData, Split
 from ablate.data.tokenize import Tokenizers, fixed_wordlevel, load_or_train, normalize, tokenizer_key
+from ablate.data.tokenizer_file import load_tokenizer_file, tokenizer_file_identity
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import DataSpec, ExperimentSpec
@@ -126,9 +127,15 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
         src, tgt = pairs["train"]
         pairs["train"] = (src[:data.max_train_examples], tgt[:data.max_train_examples])
     tok_key = tokenizer_key(digest, data.tokenizer, data.lowercase, data.max_train_examples)
-    tokenizers, trained = load_or_train(cache_dir, tok_key, data.tokenizer, *pairs["train"],
-                                        lowercase=data.lowercase, reverse_source=data.reverse_source,
-                                        source_bos=data.source_bos, source_eos=data.source_eos)
+    if data.tokenizer.kind == "file":  # one's own tokenizer, for both sides: nothing to train
+        tokenizers = load_tokenizer_file(data.tokenizer, lowercase=data.lowercase,
+                                         reverse_source=data.reverse_source, source_bos=data.source_bos,
+                                         source_eos=data.source_eos)
+        trained = False
+    else:
+        tokenizers, trained = load_or_train(cache_dir, tok_key, data.tokenizer, *pairs["train"],
+                                            lowercase=data.lowercase, reverse_source=data.reverse_source,
+                                            source_bos=data.source_bos, source_eos=data.source_eos)
     splits, stats = _encode_splits(pairs, tokenizers, data.max_len)
     stats.update({f"{split}_dropped_empty": n for split, n in corpus.dropped.items() if n})
     prepared = PreparedData(tokenizers, splits, key[:16], corpus.name, True, corpus.source, stats)
@@ -156,8 +163,14 @@ def _prepared_key(digest: str, data: DataSpec) -> str:
         "v": PREPARED_VERSION, "digest": digest, "lowercase": data.lowercase,
         "reverse_source": data.reverse_source, "max_len": data.max_len,
         "max_train_examples": data.max_train_examples, "tokenizer": data.tokenizer.model_dump(mode="json"),
-        "langs": [data.src_lang, data.tgt_lang], **_marker_key(data),
+        "langs": [data.src_lang, data.tgt_lang], **_marker_key(data), **_file_key(data),
     })[:32]
+
+
+def _file_key(data: DataSpec) -> dict[str, str]:
+    """A tokenizer file's sha256 in the key (only then: trained tokenizers keep their keys)."""
+    sha = tokenizer_file_identity(data.tokenizer)
+    return {"tokenizer_file": sha} if sha is not None else {}
 
 
 def _marker_key(data: DataSpec) -> dict[str, bool]:

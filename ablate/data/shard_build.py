@@ -40,6 +40,7 @@ from ablate.data.token_shards import (
     token_dtype,
 )
 from ablate.data.tokenize import Tokenizers, train_tokenizer
+from ablate.data.tokenizer_file import load_tokenizer_file, tokenizer_file_identity
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import DataSpec
@@ -74,8 +75,6 @@ def tokenizer_sha256(tok: Tokenizers) -> str:
 
 
 def _tokenizer_identity(data: DataSpec) -> dict[str, object]:
-    from ablate.data.tokenize import tokenizer_file_identity
-
     return {"spec": data.tokenizer.model_dump(mode="json", exclude_none=True),
             "file": tokenizer_file_identity(data.tokenizer), "lowercase": data.lowercase}
 
@@ -86,12 +85,8 @@ def _train_texts(pieces: Iterator[Piece]) -> Iterator[str]:
 
 
 def lm_tokenizer(source: DocumentSource, data: DataSpec, cache: Path) -> Tokenizers:
-    """The run's tokenizer: a tokenizer file's, or trained on the training documents (cached by content)."""
-    from ablate.data.tokenize import load_tokenizer_file
-
+    """The run's trained tokenizer: trained on the training documents, streamed (cached by content)."""
     spec = data.tokenizer
-    if spec.kind == "file":
-        return load_tokenizer_file(spec, lowercase=data.lowercase)
     key = sha256_json({"v": 2, "source": source.key, "tokenizer": _tokenizer_identity(data)})[:24]
     path = cache / "tokenizers" / f"lm-{key}.json"
     if path.is_file():
@@ -117,24 +112,27 @@ def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
 
 def open_or_build(source: DocumentSource, data: DataSpec, cache: Path) -> Shards:
     """The corpus's shards: opened when a finished folder holds them, else built (and published) now."""
+    # a tokenizer file is read first: a bad one is one line before anything is written
+    own = load_tokenizer_file(data.tokenizer, lowercase=data.lowercase) if data.tokenizer.kind == "file" \
+        else None
     key = sha256_json({"v": SHARD_VERSION, "source": source.key, "tokenizer": _tokenizer_identity(data)})[:24]
     final = cache / "shards" / key
-    opened = _open(final, data)
+    opened = _open(final, own)
     if opened is not None:
         return opened
     with build_lock(final):
-        opened = _open(final, data)  # another process may have built it while this one waited
+        opened = _open(final, own)  # another process may have built it while this one waited
         if opened is not None:
             return opened
-        tok = lm_tokenizer(source, data, cache)
+        tok = own if own is not None else lm_tokenizer(source, data, cache)
         _build(source, tok, final)
-    built = _open(final, data)
+    built = _open(final, own)
     assert built is not None
     built.cached = False
     return built
 
 
-def _open(final: Path, data: DataSpec) -> Shards | None:
+def _open(final: Path, own: Tokenizers | None) -> Shards | None:
     meta = read_meta(final)
     if meta is None:
         return None
@@ -144,11 +142,8 @@ def _open(final: Path, data: DataSpec) -> Shards | None:
         log.warning("token shards %s: unreadable tokenizer.json; preparing them again", final)
         return None
     check_tokenizer(final, meta, tokenizer_sha256(tok))
-    if data.tokenizer.kind == "file":  # the shards must hold the ids of the file the spec names now
-        from ablate.data.tokenize import load_tokenizer_file
-
-        check_tokenizer(final, meta, tokenizer_sha256(load_tokenizer_file(data.tokenizer,
-                                                                          lowercase=data.lowercase)))
+    if own is not None:  # the shards must hold the ids of the file the spec names now
+        check_tokenizer(final, meta, tokenizer_sha256(own))
     splits = {split: open_split(final, split, meta["dtype"]) for split in meta["splits"]}
     return Shards(tok, splits, {s: int(c["bytes"]) for s, c in meta["splits"].items()}, dict(meta["digests"]),
                   final, cached=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any, overload
 
 import numpy as np
+from tqdm import tqdm
 
 from ablate.data.corpus import DataError, atomic_write
 from ablate.data.lm_sources import Piece
@@ -300,8 +301,6 @@ class PrepareProgress:
         self.tokens = 0
         self.documents = 0
         if sys.stderr.isatty() and os.environ.get("ABLATE_QUIET") != "1":
-            from tqdm import tqdm  # only on a terminal
-
             self.bar = tqdm(total=total_bytes, desc=label, unit="B", unit_scale=True, dynamic_ncols=True,
                             file=sys.stderr)
 

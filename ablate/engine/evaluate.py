@@ -31,7 +31,9 @@ class Translations:
 def teacher_forced_loss(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
                         device: torch.device, autocast: object) -> float:
     """Mean token cross-entropy without label smoothing (comparable across variants)."""
-    batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False)
+    tok = data.tokenizers
+    batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False,
+                           specials=(tok.pad_id, tok.bos_id, tok.eos_id))
     pad = data.tokenizers.pad_id
     total, tokens = 0.0, 0
     for indices in batcher.epoch_batches(0):

@@ -140,9 +140,11 @@ class Trainer:
                                          self.spec.data.batch_tokens, self.spec.seed, shuffle=True,
                                          rank=self.rank, world_size=self.world_size)
         else:
+            tok = self.data.tokenizers
             self.batcher = TokenBatcher(self.data.splits["train"], self.spec.data.batch_tokens,
                                         self.spec.seed, shuffle=True, rank=self.rank,
-                                        world_size=self.world_size)
+                                        world_size=self.world_size,
+                                        specials=(tok.pad_id, tok.bos_id, tok.eos_id))
         self.total_steps = planned_steps(tspec, self.batcher.num_batches(0))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, tspec, self.total_steps))
