@@ -72,6 +72,7 @@ class LMSplit:
     n_bytes: int  # UTF-8 bytes of all documents, plus one per document (its eos)
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
+    _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_lists(cls, docs: Sequence[Sequence[int]], texts: Sequence[str] | None,
@@ -86,6 +87,13 @@ class LMSplit:
         """Predicted positions: every token and each document's eos."""
         return self.docs.n_tokens + len(self.docs)
 
+    def _pair_starts(self) -> np.ndarray:
+        """(docs + 1,) where each document's pairs begin (its offset plus one pair per earlier document),
+        computed once: 8 bytes a document, whatever the corpus's tokens."""
+        if self._starts is None:
+            self._starts = np.asarray(self.docs.offsets) + np.arange(len(self.docs.offsets))
+        return self._starts
+
     def n_blocks(self, block_len: int) -> int:
         return self.n_targets // block_len
 
@@ -95,7 +103,7 @@ class LMSplit:
         eos), block ``b`` holds pairs ``b*T .. b*T + T - 1`` of all documents' pairs in order, and a
         segment id is the document's index in the split."""
         offsets = np.asarray(self.docs.offsets)
-        pair_starts = offsets + np.arange(len(offsets))  # (docs + 1,) where each document's pairs begin
+        pair_starts = self._pair_starts()
         p = rows.astype(np.int64)[:, None] * block_len + np.arange(block_len)  # (B, T) pair indices
         doc = np.searchsorted(pair_starts, p, side="right") - 1  # (B, T)
         k = p - pair_starts[doc]  # position of the pair inside its document
