@@ -230,3 +230,21 @@ def test_gzipped_text_gives_the_same_shards(tmp_path: Path) -> None:
             "documents": "paragraphs"}}}))
     assert a.fingerprint == b.fingerprint
     assert [d.tolist() for d in a.documents["train"].docs] == [d.tolist() for d in b.documents["train"].docs]
+
+
+def test_ablate_run_on_a_folder_without_documents_exits_2_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "val"):
+        (tmp_path / "pages" / split).mkdir(parents=True)
+        (tmp_path / "pages" / split / "blank.txt").write_text("\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: none\nmodel: {arch: decoder_only}\ndata:\n  source: text\n"
+                    "  text: {root: pages, train: train, val: val, documents: files}\n"
+                    "  tokenizer: {kind: char, vocab_size: 50}\ntracking: {enabled: false}\n")
+    assert main(["run", str(spec)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "no document" in err[0] and "Traceback" not in err[0]
+    assert published(tmp_path / ".ablate_cache") == [] and not list(tmp_path.rglob("*.building"))
