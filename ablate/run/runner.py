@@ -259,6 +259,7 @@ def start_or_resume(trainer: Trainer, resume: Checkpoint | None, tracker: NullTr
     else:
         trainer.state.run_id = tracker.run_id
         log_run_start(tracker, data, place.device, trainer.precision, model, padding)
+        tracker.set_tags({R.PARAM_GROUPS: trainer.param_groups})  # the no-decay rule and muP's rates
         trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
     return padding
 

@@ -35,11 +35,20 @@ from ablate.spec.data import (
 )
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study_sections import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
-from ablate.spec.train import EarlyStopping, OptimizerSpec, ScheduleSpec, TrainSpec, WeightAverage
+from ablate.spec.train import (
+    EarlyStopping,
+    LossSpec,
+    OptimizerSpec,
+    ScheduleSpec,
+    TrainSpec,
+    WeightAverage,
+    train_identity,
+)
 
 __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
-    "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
+    "ExperimentSpec", "FilePair", "FilesData", "HubData", "LossSpec", "ModelSpec", "Objective",
+    "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
     "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "WeightAverage", "flatten", "format_mask_fill",
     "is_valid_name", "parse_mask_fill", "spec_hash",
@@ -172,9 +181,29 @@ class ExperimentSpec(Strict):
         if not self.is_lm and self.eval.metric not in ("auto", *metricnames.quality_metrics(data.is_text)):
             kind = "text data (files, hub)" if self.eval.metric == "bleu" else "a synthetic task"
             checks.fail("eval.metric", f"{self.eval.metric} needs {kind}; or use auto", "data.source")
+        self._check_recipe(checks)
         self._check_metrics(checks)
         checks.raise_any()
         return self
+
+    def _check_recipe(self, checks: Checks) -> None:
+        """What the model and the training recipe must agree on: muP's per-group learning rates need an
+        optimizer muP's table covers; a sliding window needs the decoder-only stack."""
+        model, optimizer = self.model, self.train.optimizer
+        rule = getattr(registry.get("optimizer", optimizer.name), "mup_rule", None)
+        relative = getattr(registry.get("parametrisation", model.parametrisation), "width_relative", False)
+        if relative and rule is None:
+            takers = [n for n in registry.names("optimizer")
+                      if getattr(registry.get("optimizer", n), "mup_rule", None) is not None]
+            checks.fail("model.parametrisation", f"{model.parametrisation} scales learning rates per "
+                        "parameter group as Yang et al. 2022 (Table 3) do for SGD and Adam-like optimizers; "
+                        f"optimizer {optimizer.name} is not one: use {', '.join(takers)}, or "
+                        "parametrisation: standard",
+                        "train.optimizer.name")
+        if model.window is not None and not self.is_lm:
+            checks.fail("model.window", "a sliding window applies to the causal self-attention of "
+                        "model.arch decoder_only (Mistral, Longformer's causal form); this spec is "
+                        "encoder_decoder: leave model.window out", "model.arch")
 
     @property
     def is_lm(self) -> bool:
@@ -276,6 +305,7 @@ class ExperimentSpec(Strict):
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
         data["train"].pop("device", None)  # where a run trains does not change what it computes
+        data["train"] = train_identity(data["train"])
         data["model"] = identity_of(data["model"])
         _drop_later_defaults(data)
         return data

@@ -65,6 +65,9 @@ DESIGN = "ablate.design"  # an ablation study's design (one_at_a_time, full_fact
 METRIC = "ablate.metric"  # the metric a study ranks its cells or trials by (a final/ name)
 REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, pruned)
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
+# JSON list of the optimizer's parameter groups: learning-rate multiplier (muP), weight decay (the no-decay
+# rule), tensor and parameter counts, the roles each holds and, for muon, which optimizer steps it
+PARAM_GROUPS = "ablate.param_groups"
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 # A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,

@@ -90,7 +90,7 @@ def test_bench_json_has_the_documented_schema(doc: dict) -> None:
 @pytest.mark.timeout(1200)
 def test_bench_covers_every_registered_variant_in_every_precision(doc: dict) -> None:
     spec = ModelSpec(ffn="conv1d", mask="-1e9")  # SPEC's components: its variant is the "default" row
-    expected = {"default"} | {f"{axis.kind}={name}" for axis in registry.axes()
+    expected = {"default"} | {f"{axis.kind}={name}" for axis in registry.model_axes()
                               for name in registry.names(axis.kind) if name != getattr(spec, axis.kind)}
     assert "ffn=linear" in expected and "ffn=conv1d" not in expected
     rows = {(r["variant"], r["precision"]) for r in doc["train"]}
@@ -249,8 +249,8 @@ def test_axis_variants_change_one_component_each() -> None:
     base = ModelSpec(residual="post_norm", shared_layer_norm=True)
     variants = dict(axis_variants(base))
     assert variants["default"] == base
-    every = {f"{a.kind}={n}" for a in registry.axes() for n in registry.names(a.kind)}
-    chosen = {f"{a.kind}={getattr(base, a.kind)}" for a in registry.axes()}
+    every = {f"{a.kind}={n}" for a in registry.model_axes() for n in registry.names(a.kind)}
+    chosen = {f"{a.kind}={getattr(base, a.kind)}" for a in registry.model_axes()}
     assert set(variants) - {"default"} == every - chosen
     for label, spec in variants.items():
         if label == "default":
