@@ -173,6 +173,11 @@ class MultiHeadAttention(nn.Module):
         """Queries and keys as the core scores them (a variant may normalise them); keys are cached so."""
         return q, k
 
+    def shape_k(self, k: Tensor) -> Tensor:
+        """Cross-attention's keys alone as :meth:`shape_qk` shapes them (they may have fewer heads than the
+        queries: a variant with per-head parameters on the queries overrides this)."""
+        return self.shape_qk(k, k)[1]
+
     def _heads(self, x: Tensor, parts: int, heads: int | None = None) -> tuple[Tensor, ...]:
         # (B, T, parts*heads*d_head) -> parts x (B, heads, T, d_head): views, no copy. Unbinding dim 2 of
         # the (B, T, parts, heads, d_head) view (not a permuted one) lets backward stack the gradients
@@ -194,7 +199,7 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of ``memory`` (B, S, d) -> 2 x (B, kv_heads, S, d_head)."""
         k, v = self._heads(self.kv(memory), 2, self.kv_heads)
-        return self.shape_qk(k, k)[1], v
+        return self.shape_k(k), v
 
     def expand_kv(self, t: Tensor) -> Tensor:
         """(B, kv_heads, S, d_head) -> (B, heads, S, d_head): each key/value head repeated for the
@@ -383,7 +388,10 @@ class QKNormAttention(SDPAttention):
 
     def shape_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         q = F.normalize(q.float(), dim=-1).to(q.dtype) * self.gain.to(q.dtype)
-        return q, F.normalize(k.float(), dim=-1).to(k.dtype)
+        return q, self.shape_k(k)
+
+    def shape_k(self, k: Tensor) -> Tensor:
+        return F.normalize(k.float(), dim=-1).to(k.dtype)
 
 
 @register("attention", "explicit")

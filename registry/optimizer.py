@@ -240,16 +240,23 @@ lion.mup_rule = "adam"  # type: ignore[attr-defined]  # entrywise-normalised (a 
 class MuonWithAdamW(torch.optim.Optimizer):
     """Muon on the hidden 2-D weight matrices and AdamW on every other parameter, as one optimizer.
 
-    The two are torch's own (``torch.optim.Muon``, ``torch.optim.AdamW``); this class only shares their
-    parameter groups (``param_groups`` is the list of both, the very same dicts, so the trainer's schedule,
-    gradient clipping and GradScaler see every parameter) and steps and checkpoints both.
+    The two are torch's own (``torch.optim.Muon``, ``torch.optim.AdamW``; either may be absent where it has
+    no parameter); this class only shares their parameter groups (``param_groups`` is the list of both,
+    the very same dicts, so the trainer's schedule, gradient clipping and GradScaler see every parameter)
+    and steps and checkpoints both.
     """
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+    def __init__(self, muon: torch.optim.Muon | None, adamw: torch.optim.AdamW | None) -> None:
         self.muon, self.adamw = muon, adamw
-        params = [p for group in (*muon.param_groups, *adamw.param_groups) for p in group["params"]]
+        params = [p for group in self._inner_groups() for p in group["params"]]
         super().__init__(params, {})
-        self.param_groups = [*muon.param_groups, *adamw.param_groups]
+        self.param_groups = self._inner_groups()
+
+    def _inner(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.muon, self.adamw) if o is not None]
+
+    def _inner_groups(self) -> list[dict[str, Any]]:
+        return [group for optimizer in self._inner() for group in optimizer.param_groups]
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -257,18 +264,20 @@ class MuonWithAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.muon.step()
-        self.adamw.step()
+        for optimizer in self._inner():
+            optimizer.step()
         return loss
 
     def state_dict(self) -> dict[str, Any]:
-        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+        return {"muon": None if self.muon is None else self.muon.state_dict(),
+                "adamw": None if self.adamw is None else self.adamw.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.muon.load_state_dict(state_dict["muon"])
-        self.adamw.load_state_dict(state_dict["adamw"])
+        for optimizer, saved in ((self.muon, state_dict["muon"]), (self.adamw, state_dict["adamw"])):
+            if optimizer is not None:
+                optimizer.load_state_dict(saved)
         # load_state_dict replaces each inner group's dict: share the new ones again
-        self.param_groups = [*self.muon.param_groups, *self.adamw.param_groups]
+        self.param_groups = self._inner_groups()
 
 
 MUON_OPTIONS = (
@@ -305,10 +314,10 @@ def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon
     rule = "match_rms_adamw" if muon_update_rms == "match_adamw" else "original"
     inner_muon = torch.optim.Muon(param_groups(matrices, lr, weight_decay), lr=lr, weight_decay=weight_decay,
                                   momentum=muon_momentum, nesterov=muon_nesterov, ns_steps=muon_ns_steps,
-                                  adjust_lr_fn=rule)
+                                  adjust_lr_fn=rule) if matrices else None
     ratio = muon_adamw_lr / lr if muon_adamw_lr > 0 else 1.0
     inner_adamw = torch.optim.AdamW(param_groups(others, lr, weight_decay, lr_ratio=ratio), lr=lr * ratio,
-                                    betas=betas, eps=eps, weight_decay=weight_decay)
+                                    betas=betas, eps=eps, weight_decay=weight_decay) if others else None
     return MuonWithAdamW(inner_muon, inner_adamw)
 
 

@@ -175,6 +175,8 @@ def identity_of(model: dict[str, Any]) -> dict[str, Any]:
     and options declared ``added_later`` left out at their default."""
     out = identity_options(MODEL, {k: v for k, v in model.items()
                                    if not (k in LATER_FIELDS and v is None)})
+    if out.get("kv_heads") is not None and out.get("kv_heads") == out.get("heads"):
+        out.pop("kv_heads")  # kv_heads = heads is multi-head attention itself: the same run
     if out.get("arch") == "encoder_decoder":  # came after the first record format: old hashes stay
         out.pop("arch")
     out.update({f"{kind}_version": version for kind, version in component_versions(model).items()})

@@ -16,6 +16,7 @@ from typing import Any
 
 import ablate.spec.metricnames as MN
 import ablate.tracking.record as R
+import registry
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
@@ -177,7 +178,11 @@ def study_metric(spec: ExperimentSpec) -> str:
 
 
 def _short(field_path: str) -> str:
-    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm'.
+    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm',
+    # and a recipe axis by its name: 'optimizer=muon' rather than 'train.optimizer.name=muon'.
+    recipe = {axis.spec_field: axis.kind for axis in registry.axes() if axis.section != registry.MODEL}
+    if field_path in recipe:
+        return recipe[field_path]
     return field_path[len("model."):] if field_path.startswith("model.") else field_path
 
 
