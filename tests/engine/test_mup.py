@@ -22,7 +22,8 @@ V = 40
 
 def lm(width: int, parametrisation: str = "standard", base: int = 32, **extra: object) -> torch.nn.Module:
     options = {"mup_base_width": base} if parametrisation == "mup" else {}
-    spec = ModelSpec(arch="decoder_only", d_model=width, heads=4, d_ff=4 * width, decoder_layers=2, dropout=0.0,
+    spec = ModelSpec(arch="decoder_only", d_model=width, heads=4, d_ff=4 * width, decoder_layers=2,
+                     dropout=0.0,
                      max_positions=32, parametrisation=parametrisation, **options, **extra)
     return build_lm(spec, V, seed=3)
 
@@ -50,7 +51,8 @@ def test_mup_multipliers_away_from_the_base_width() -> None:
     for init in ("xavier", "xavier_embed_normal"):
         sp, mup, base = lm(128, init=init), lm(128, "mup", init=init), lm(32, init=init)
         assert mup.logit_multiplier == pytest.approx(0.25) and sp.logit_multiplier == 1.0
-        assert mup.embed_scale == pytest.approx(math.sqrt(32)) and sp.embed_scale == pytest.approx(math.sqrt(128))
+        assert mup.embed_scale == pytest.approx(math.sqrt(32))
+        assert sp.embed_scale == pytest.approx(math.sqrt(128))
         # embeddings: the same std as the base model's (within sampling noise of V x d draws)
         ratio = float(mup.embed.weight.detach().std() / base.embed.weight.detach().std())
         assert ratio == pytest.approx(1.0, rel=0.05), init

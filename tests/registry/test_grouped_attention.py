@@ -41,7 +41,8 @@ def _ids(*shape: int, seed: int = 0) -> torch.Tensor:
 def test_kv_heads_equal_to_heads_is_multi_head_attention(attention: str) -> None:
     """Same parameters (names, shapes, initial values under the same seed), same logits."""
     mha, same = lm(attention), lm(attention, kv_heads=4)
-    assert {k: v.shape for k, v in mha.state_dict().items()} == {k: v.shape for k, v in same.state_dict().items()}
+    shapes = {k: v.shape for k, v in mha.state_dict().items()}
+    assert shapes == {k: v.shape for k, v in same.state_dict().items()}
     for (name, a), (_, b) in zip(mha.state_dict().items(), same.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     ids = _ids(2, 11)
@@ -59,7 +60,8 @@ def _repeat_kv(model: nn.Module, grouped: nn.Module) -> None:
     modules = dict(grouped.named_modules())
     for name, value in state.items():
         owner = modules[name.rsplit(".", 2)[0]] if name.count(".") >= 2 else None
-        if isinstance(owner, MultiHeadAttention) and name.endswith(("qkv.weight", "qkv.bias", "kv.weight", "kv.bias")):
+        fused_names = ("qkv.weight", "qkv.bias", "kv.weight", "kv.bias")
+        if isinstance(owner, MultiHeadAttention) and name.endswith(fused_names):
             d, dh, kv, g = owner.d_model, owner.d_head, owner.kv_heads, owner.groups
             fused = name.rsplit(".", 1)[0].endswith("qkv")
             q, rest = (value[:d], value[d:]) if fused else (None, value)

@@ -58,7 +58,8 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
 
 
-def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: object, ids: torch.Tensor) -> float:
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: object,
+          ids: torch.Tensor) -> float:
     optimizer.zero_grad(set_to_none=True)
     loss = _loss(model, ids)
     loss.backward()

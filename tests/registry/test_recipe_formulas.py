@@ -53,7 +53,8 @@ def test_lion_steps_by_the_sign_of_the_interpolated_momentum() -> None:
     lr, wd, (b1, b2) = 0.01, 0.1, (0.9, 0.99)
     theta, m = p.detach().clone(), torch.zeros(3, 4)
     grads = _grads((3, 4), 3)
-    got = _run(_make("lion", [TrainParam("w", p, HIDDEN)], lr, weight_decay=wd, lion_betas=(b1, b2)), p, grads)
+    lion = _make("lion", [TrainParam("w", p, HIDDEN)], lr, weight_decay=wd, lion_betas=(b1, b2))
+    got = _run(lion, p, grads)
     for grad, after in zip(grads, got, strict=True):
         c = b1 * m + (1 - b1) * grad
         theta = theta - lr * (torch.sign(c) + wd * theta)
@@ -231,7 +232,8 @@ def test_wsd_holds_the_peak_then_decays_over_its_fraction() -> None:
     assert _at("wsd", 109, wsd_shape="1-sqrt", wsd_decay_fraction=0.2, min_lr_ratio=0.1) == pytest.approx(0.1)
     # a fraction of 1: the decay takes every step after the warm-up, as a cosine or linear schedule does
     for step in (10, 40, 77, 109):
-        assert _at("wsd", step, wsd_shape="linear", wsd_decay_fraction=1.0) == pytest.approx(_at("linear", step))
+        whole = _at("wsd", step, wsd_shape="linear", wsd_decay_fraction=1.0)
+        assert whole == pytest.approx(_at("linear", step))
 
 
 def test_the_trainer_reads_the_schedule_from_the_registry_and_keeps_the_old_values() -> None:

@@ -263,8 +263,8 @@ def test_a_plugin_adds_an_optimizer_and_a_schedule_to_the_recipe(tmp_path: Path)
     out = result.stdout.splitlines()
     assert any(line.split()[:1] == ["demo_signsgd"] and "[demo_momentum=0.0]" in line for line in out), out
     assert "validate rc 0" in out and "bad rc 2" in out
-    assert "bad.yaml:3: train.optimizer.demo_momentum: demo_momentum applies to optimizer: demo_signsgd only " \
-        "(this spec has optimizer: adamw)" in result.stderr
+    assert ("bad.yaml:3: train.optimizer.demo_momentum: demo_momentum applies to optimizer: demo_signsgd "
+            "only (this spec has optimizer: adamw)") in result.stderr
     assert "optimizer SignSGD 0.5 [0.01]" in out  # every coordinate moved by lr: the plugin's own update
     assert "factors [0.5, 1.0, 0.5, 0.25]" in out
     assert "demo_signsgd" not in registry.names("optimizer")  # this process never loaded it

@@ -308,7 +308,7 @@ CASES = [
     ),
     Bad("extends-not-a-name", "extends: 5\nname: t\n", 1, "extends", "expected a file name"),
     Bad("extends-self", "extends: extends-self.yaml\nname: t\n", 1, "extends", "cycle"),
-    # The training recipe's axes (registry/optimizer.py, schedule.py, parametrisation.py) and grouped attention
+    # The training recipe's axes (registry/optimizer.py, schedule.py, parametrisation.py), grouped attention
     Bad("unknown-optimizer", "name: t\ntrain:\n  optimizer: {name: adamm}\n", 3, "train.optimizer.name",
         "unknown optimizer 'adamm'; accepted: adafactor, adam, adamw, lion, muon, sgd; did you mean 'adam'?"),
     Bad("unknown-schedule", "name: t\ntrain:\n  schedule:\n    name: cosinus\n", 4, "train.schedule.name",
@@ -316,8 +316,8 @@ CASES = [
     Bad("unknown-loss", "name: t\ntrain:\n  loss: {name: zloss}\n", 3, "train.loss.name",
         "did you mean 'z_loss'?"),
     Bad("kv-heads-not-dividing", BASE + "model:\n  heads: 4\n  kv_heads: 3\n", 5, "model.kv_heads",
-        "kv_heads 3 does not divide heads 4: each key/value head serves heads / kv_heads query heads; try 1, 2 "
-        "or 4"),
+        "kv_heads 3 does not divide heads 4: each key/value head serves heads / kv_heads query heads; "
+        "try 1, 2 or 4"),
     Bad("mup-without-base-width", BASE + "model:\n  parametrisation: mup\n", 4, "model.parametrisation",
         "parametrisation mup needs mup_base_width, the d_model the hyperparameters were tuned at"),
     Bad("mup-base-width-zero", BASE + "model:\n  parametrisation: mup\n  mup_base_width: 0\n", 5,
@@ -338,12 +338,14 @@ CASES = [
         "train.optimizer.betas", "betas applies to optimizer: adam, adamw, muon only"),
     Bad("betas-not-a-pair", "name: t\ntrain:\n  optimizer: {name: adam, betas: [0.9]}\n", 3,
         "train.optimizer.betas", "found [0.9]; expected a list of 2 numbers"),
-    Bad("nesterov-without-momentum", "name: t\ntrain:\n  optimizer: {name: sgd, momentum: 0, nesterov: true}\n",
-        3, "train.optimizer.name", "nesterov needs momentum > 0"),
+    Bad("nesterov-without-momentum",
+        "name: t\ntrain:\n  optimizer: {name: sgd, momentum: 0, nesterov: true}\n", 3, "train.optimizer.name",
+        "nesterov needs momentum > 0"),
     Bad("window-on-encoder-decoder", BASE + "model:\n  window: 8\n", 4, "model.window",
         "a sliding window applies to the causal self-attention of model.arch decoder_only"),
-    Bad("min-lr-ratio-on-inverse-sqrt", "name: t\ntrain:\n  schedule: {name: inverse_sqrt, min_lr_ratio: 0.1}\n",
-        3, "train.schedule.min_lr_ratio", "min_lr_ratio applies to schedule: cosine, linear, wsd only"),
+    Bad("min-lr-ratio-on-inverse-sqrt",
+        "name: t\ntrain:\n  schedule: {name: inverse_sqrt, min_lr_ratio: 0.1}\n", 3,
+        "train.schedule.min_lr_ratio", "min_lr_ratio applies to schedule: cosine, linear, wsd only"),
 ]
 CYCLE = {
     "cycle-a.yaml": "extends: cycle-b.yaml\nname: a\n",
