@@ -22,7 +22,7 @@ import ablate.spec.metricnames as MN
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
-from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, SpecFieldError, Strict
+from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 from ablate.spec.data import (
     LM_TASKS,
     DataSpec,
@@ -81,8 +81,10 @@ class DecodeSpec(Strict):
     """see max_len_a"""
 
 
-class EvalSpec(Strict):
+class EvalSpec(LaterFields):
     """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
+
+    later_fields = ("target_loss",)
 
     decode: DecodeSpec = DecodeSpec()
     """how translations are decoded"""
@@ -101,6 +103,10 @@ class EvalSpec(Strict):
     for blocks of data.max_len 32 (val/ppl_at_<n>)"""
     sliding_stride: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
     """language models: also sliding windows scoring this many new tokens each (val/ppl_at_<n>_sliding)"""
+    target_loss: Annotated[Float, Field(gt=0.0, le=1e4)] | None = None
+    """a validation loss to reach: the run's result then holds val/steps_to_target, the step at which the
+    evaluations' val/loss first reached it (interpolated between evaluations; a run that never does counts
+    its whole budget). Evaluate often (train.eval_every) for a fine reading"""
 
 
 # ---------------------------------------------------------------- tracking
@@ -255,6 +261,7 @@ class ExperimentSpec(Strict):
                 checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
         result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
                                             with_averaged=self.train.weight_average is not None,
+                                            with_target=self.eval.target_loss is not None,
                                             **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric

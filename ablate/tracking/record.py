@@ -127,6 +127,7 @@ RUN_MEMORY = _metric.RUN_MEMORY
 TOKENS_PER_S = _metric.TOKENS_PER_S
 TRAIN_LOSS = _metric.TRAIN_LOSS
 VAL_LOSS = _metric.VAL_LOSS
+VAL_STEPS_TO_TARGET = _metric.VAL_STEPS_TO_TARGET
 WALL_TIME = _metric.WALL_TIME
 # train.weight_average (ablate/engine/averaging.py): the averaged weights' reading of each val/test metric,
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
