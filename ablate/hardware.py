@@ -21,7 +21,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 # The device a study worker trains on (``cuda:3``), set by the process that starts it
-# (ablate/study/devices.py): the environment carries it into spawned workers and SLURM jobs alike.
+# (ablate/launch/gpu_placement.py): the environment carries it into spawned workers and SLURM jobs alike.
 WORKER_DEVICE_ENV = "ABLATE_DEVICE"
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def paired_readings(runs: Iterable[Mapping[str, object]], metric: str, baseline:
                     variant: str) -> list[Paired]:
     """The seeds where both variants finished with both readings, from run records {variant, seed, status,
     metrics} (metrics under their result names, e.g. 'val/bleu' and 'val/averaged/bleu')."""
-    plain, avg = R.plain(metric), R.averaged(metric)
+    plain, avg = record.plain(metric), record.averaged(metric)
     found: dict[tuple[str, int], Mapping[str, float]] = {}
     for run in runs:
         metrics = run["metrics"]
@@ -109,16 +109,16 @@ def read_runs(study: str) -> list[dict[str, object]]:
 
     _, frame = find_study_runs(study)
     records = sorted(frame.to_dict("records"),
-                     key=lambda rec: (rec.get(f"tags.{R.STATUS}") == "finished", rec["start_time"]))
+                     key=lambda rec: (rec.get(f"tags.{record.STATUS}") == "finished", rec["start_time"]))
     cells: dict[tuple[str, str], dict[str, object]] = {}
     for rec in records:  # a later record (finished, then newer) replaces an earlier one of its cell
         tags, _ = tags_and_params(rec)
-        if tags.get(R.KIND) != "cell" or tags.get(R.SUPERSEDED):
+        if tags.get(record.KIND) != "cell" or tags.get(record.SUPERSEDED):
             continue
-        metrics = R.result_metrics({k[len("metrics."):]: float(v) for k, v in rec.items()
+        metrics = record.result_metrics({k[len("metrics."):]: float(v) for k, v in rec.items()
                                     if k.startswith("metrics.") and v == v})  # v == v: not NaN
-        variant, seed = tags.get(R.VARIANT, "?"), tags.get(R.SEED, "0")
-        cells[(variant, seed)] = {"variant": variant, "seed": seed, "status": tags.get(R.STATUS, ""),
+        variant, seed = tags.get(record.VARIANT, "?"), tags.get(record.SEED, "0")
+        cells[(variant, seed)] = {"variant": variant, "seed": seed, "status": tags.get(record.STATUS, ""),
                                   "metrics": metrics}
     return list(cells.values())
 
@@ -128,8 +128,8 @@ def report(pairs: Sequence[Paired], metric: str, baseline: str, variant: str, dr
     n = len(pairs)
     if n < 3:
         return f"{n} paired seed(s) with both readings: at least 3 are needed"
-    rows = [f"{n} seeds ({', '.join(str(p.seed) for p in pairs)}); metric {R.plain(metric)}, without "
-            f"averaging (best checkpoint) and with ({R.averaged(metric)})",
+    rows = [f"{n} seeds ({', '.join(str(p.seed) for p in pairs)}); metric {record.plain(metric)}, without "
+            f"averaging (best checkpoint) and with ({record.averaged(metric)})",
             f"{'':34} {'without':>9} {'with':>9} {'with/without':>13}"]
     diff = f"sd of {variant} - {baseline}"
     columns = {f"seed sd, {baseline}": ([p.base_plain for p in pairs], [p.base_avg for p in pairs]),

@@ -1,4 +1,4 @@
-"""Operating characteristics of adaptive seeds (ablate/study/sequential.py) on simulated metric streams.
+"""Operating characteristics of adaptive seeds (ablate/stats/sequential.py) on simulated metric streams.
 
     python scripts/sequential_sim.py [--min 3] [--max 8] [--step 1] [--min-effect E] [--reps 10000]
 
@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 from scipy import stats
 
-from ablate.study.sequential import Design, planned_looks, run_sequence
+from ablate.stats.sequential import Design, planned_looks, run_sequence
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ def regenerate() -> int:
     trained them; the records are deterministic apart from timestamps and wall times)."""
     import torch
 
-    from ablate.study.ablation import main_ablate
+    from ablate.launch.local_study import main_ablate
     from ablate.study.export_study import main_export
 
     torch.set_num_threads(1)

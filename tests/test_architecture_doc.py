@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGES = sorted(p.parent for p in ROOT.joinpath("ablate").rglob("__init__.py") if p.parent.name != "ablate")
 
-# `report/compute/statistics.py`, `ablate/study/verdict.py`, `registry/rope.py`, `tests/study/test_arms.py`
+# `report/compute/statistics.py`, `ablate/stats/verdict.py`, `registry/rope.py`, `tests/study/test_arms.py`
 _PATH = re.compile(r"(?<![\w/])((?:ablate/|registry/|tests/|scripts/|docs/)?[\w/]+\.(?:py|md))\b")
 _DOTTED = re.compile(r"(?<![\w.])(ablate(?:\.\w+)+)")
-_LAYERS = ("spec", "data", "engine", "tracking", "run", "study", "report", "bench")
+_LAYERS = ("spec", "data", "engine", "tracking", "run", "stats", "study", "launch", "report", "bench")
 
 
 def doc_paths(text: str) -> list[str]:
@@ -61,9 +61,9 @@ def test_every_dotted_name_the_architecture_doc_names_resolves() -> None:
 
 
 def test_a_missing_path_is_found() -> None:
-    assert doc_paths("see `report/build.py` and `ablate/study/verdict.py`, `registry/x.py`, plain.py") == [
-        "ablate/report/build.py", "ablate/study/verdict.py", "registry/x.py"]
-    assert resolves("ablate.study.verdict.read") and not resolves("ablate.report.stats")
+    assert doc_paths("see `report/build.py` and `ablate/stats/verdict.py`, `registry/x.py`, plain.py") == [
+        "ablate/report/build.py", "ablate/stats/verdict.py", "registry/x.py"]
+    assert resolves("ablate.stats.verdict.read") and not resolves("ablate.report.stats")
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.relative_to(ROOT).as_posix())

@@ -1,11 +1,12 @@
 """The layout rules of docs/architecture.md, checked on the source: which package may import what.
 
 The packages of ``ablate`` form layers, each importing only the ones below it: ``spec -> data -> engine
--> tracking -> run -> study -> report -> bench -> cli``, with the leaf modules ``ablate.errors``,
-``ablate.dburl`` and ``ablate.hardware`` usable by all. mlflow is imported only inside
-``ablate/tracking/``, optuna only inside ``ablate/study/``, the registry imports nothing from ``ablate``,
-no two modules import each other (directly or round a longer circle), and no module of the framework
-passes ~400 lines by far. """
+-> tracking -> run -> stats -> study -> launch -> report -> bench -> cli``, with the leaf modules
+``ablate.errors``, ``ablate.dburl`` and ``ablate.hardware`` usable by all. The statistics floor
+(``stats``) imports only ``spec`` (and numpy/scipy), the report nothing of ``launch``; mlflow is imported
+only inside ``ablate/tracking/``, optuna only inside ``ablate/study/``, the registry imports nothing from
+``ablate``, no two modules import each other (directly or round a longer circle), and no module of the
+framework passes ~400 lines by far. """
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.joinpath("ablate").rglob("*.py"), *ROOT.joinpath("registry").rglob("*.py")])
+SOURCE_MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                  for p in SOURCES}
 
 # Bottom to top: a package may import the packages before it in this list, and itself.
-LAYERS = ("spec", "data", "engine", "tracking", "run", "study", "report", "bench", "cli")
+LAYERS = ("spec", "data", "engine", "tracking", "run", "stats", "study", "launch", "report", "bench", "cli")
 LEAVES = ("errors", "dburl", "hardware")  # single modules that import no other layer: usable by all
 TOP = ("__init__", "__main__", "cli")  # the command and the package's lazy public names
 
@@ -36,8 +39,11 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            # ``from a.b import c`` of a module c depends on a.b.c; of a name inside a.b, on a.b
+            subs = {f"{node.module}.{alias.name}" for alias in node.names}
+            names.update(subs)
+            if not subs <= SOURCE_MODULES:
+                names.add(node.module)
     return names
 
 
@@ -101,6 +107,25 @@ def test_every_package_imports_only_the_layers_below_it() -> None:
     assert upward == [], "imports that reach up the layers"
 
 
+# Packages held to fewer layers than the order allows (besides themselves and the leaf modules).
+NARROWER = {"stats": {"spec"}, "report": set(LAYERS[:LAYERS.index("report")]) - {"launch"}}
+THIRD_PARTY = {"stats": {"numpy", "scipy", "math", "collections", "dataclasses", "enum", "functools",
+                         "typing", "itertools", "statistics", "__future__"}}
+
+
+@pytest.mark.parametrize("package", sorted(NARROWER))
+def test_a_narrow_package_imports_only_what_it_may(package: str) -> None:
+    allowed = NARROWER[package] | {package} | set(LEAVES)
+    wrong = [f"{m} -> {t}" for m, p in MODULES.items() if layer_of(m) == package and m.startswith("ablate.")
+             for t in framework_imports(p) if layer_of(t) not in allowed]
+    libraries = THIRD_PARTY.get(package)
+    if libraries is not None:
+        mine = [(m, p) for m, p in MODULES.items() if layer_of(m) == package and m.startswith("ablate.")]
+        wrong += [f"{m} -> {r}" for m, p in mine for r in imported_roots(p)
+                  if r not in libraries | {"ablate"}]
+    assert wrong == []
+
+
 def test_no_module_imports_round_a_circle() -> None:
     graph = {m: framework_imports(p) - {m} for m, p in MODULES.items()}
     cycles: list[list[str]] = []
@@ -122,7 +147,7 @@ def test_no_module_imports_round_a_circle() -> None:
 
 
 # Where the names ablate writes to MLflow and Optuna are declared; everywhere else reads them from there.
-NAME_SCHEMAS = ("ablate.tracking.record", "ablate.study.attrs")
+NAME_SCHEMAS = ("ablate.tracking.record", "ablate.study.optuna_attrs")
 _NAME = re.compile(r"(tags\.|params\.|metrics\.)?ablate\.[a-z_]+(\.[a-z_]*)?")
 
 
@@ -180,7 +205,7 @@ def test_no_module_is_far_over_the_size_budget() -> None:
 
 
 # The packages whose module names a reader must tell apart by name alone (docs/architecture.md).
-NAMED_APART = ("report", "study", "tracking")
+NAMED_APART = ("report", "study", "tracking", "stats", "launch")
 
 
 def named_apart() -> dict[str, list[str]]:

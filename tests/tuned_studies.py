@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-import ablate.tracking.record as R
 from ablate.run.rundir import RunResult
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 BASE_LR = 1e-3
@@ -87,12 +87,13 @@ def fake_training(monkeypatch: pytest.MonkeyPatch, interrupt_at: Collection[int]
         if on_start is not None:
             on_start(tracker.run_id)
         value = score(spec)
-        metrics = {"val/exact_match": value, "val/loss": 2.0 - value, R.WALL_TIME: 2.0, R.CPU_TIME: 3.0}
-        tracker.log_metrics({R.final(k): v for k, v in metrics.items()}, step=spec.train.max_steps or 1)
+        metrics = {"val/exact_match": value, "val/loss": 2.0 - value, record.WALL_TIME: 2.0,
+                   record.CPU_TIME: 3.0}
+        tracker.log_metrics({record.final(k): v for k, v in metrics.items()}, step=spec.train.max_steps or 1)
         tracker.end("finished")
         return RunResult("finished", metrics, spec.spec_hash, str(run_dir or ""), run_id=tracker.run_id)
 
     monkeypatch.setattr("ablate.run.runner.run_experiment", run)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
-    monkeypatch.setattr("ablate.study.workers.cached_data", lambda spec: None)
+    monkeypatch.setattr("ablate.study.train_cells.cached_data", lambda spec: None)
     return trained

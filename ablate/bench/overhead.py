@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-import ablate.tracking.record as R
 from ablate.bench.train_speed import BenchConfig, sync
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from ablate.data.batching import Batch
@@ -268,8 +268,8 @@ def _open_tracked_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.d
     tracked = Trainer(ospec, data, _model(ospec, data, device), run_dir, device, sink=sink)
     tracked.state.run_id = tracker.run_id
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
-    tracker.set_tags({R.DEVICE: describe_device(device)})
-    tracker.log_metrics({R.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=0)
+    tracker.set_tags({record.DEVICE: describe_device(device)})
+    tracker.log_metrics({record.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=0)
     clock.times["tracked/start"].append(time.perf_counter() - started)
     tracked.save()  # run_experiment's step-0 checkpoint
     return tracker, sink, tracked
@@ -294,12 +294,12 @@ def _end_tracked_arm(tracker: NullTracker, tracked: Trainer, ospec: ExperimentSp
     checkpoint and model as the spec asks, the run's end."""
     started = time.perf_counter()
     state = tracked.state
-    tracker.log_metrics({R.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9),
-                         R.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=state.step + 1)
-    val = [(s, m[R.VAL_LOSS]) for s, m in state.history if R.VAL_LOSS in m]
+    tracker.log_metrics({record.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9),
+                         record.MODEL_PARAMS: float(tracked.model.num_parameters())}, step=state.step + 1)
+    val = [(s, m[record.VAL_LOSS]) for s, m in state.history if record.VAL_LOSS in m]
     tracker.log_loss_curve(state.train_curve, val)  # what the runner draws at the end of a run
     if ospec.tracking.log_checkpoint and tracked.best_path.exists():
-        tracker.log_artifact(tracked.best_path, R.CHECKPOINT_DIR)
+        tracker.log_artifact(tracked.best_path, record.CHECKPOINT_DIR)
     if ospec.tracking.log_model:
         tracker.log_model(tracked.model)
     tracker.end("finished")

@@ -50,7 +50,6 @@ from typing import Any
 
 import torch
 
-import ablate.spec.metricnames as MN
 from ablate.bench.decode_speed import beam_agreement, bench_decode
 from ablate.bench.lm_speed import LM_FLOP_FORMULA, bench_lm, lm_lines
 from ablate.bench.overhead import framework_overhead
@@ -67,6 +66,7 @@ from ablate.bench.train_speed import (
     matmul_peak,
     synthetic_batches,
 )
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, ModelSpec
 
 __all__ = ["BenchConfig", "format_table", "main_bench", "run_bench", "targets"]
@@ -222,7 +222,7 @@ def format_table(doc: dict[str, Any]) -> str:
     for r in torch_rows + doc["train"]:
         vs_default = "-" if math.isnan(r["ratio_vs_default"]) else f"{r['ratio_vs_default']:.2f}x"
         lines.append(f"{r['variant']:<24}{r['precision']:<6}{r['tokens_per_s']:>10,.0f}{r['step_ms']:>9.1f}"
-                     f"{r['ratio_vs_torch']:>9.2f}x{vs_default:>11}{r[MN.PEAK_MEMORY]:>9.0f}"
+                     f"{r['ratio_vs_torch']:>9.2f}x{vs_default:>11}{r[metricnames.PEAK_MEMORY]:>9.0f}"
                      f"{100 * r['mfu']:>6.1f}%")
     lines += ["", f"decode ({d['sentences']} sentences): greedy {d['greedy_sent_per_s']:.1f} sent/s, "
               f"beam 4 {d['beam4_sent_per_s']:.1f} sent/s, per-sentence reference beam 4 "

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import ablate.spec.metricnames as MN
+from ablate.spec import metricnames
 from ablate.spec.experiment import ModelSpec, format_mask_fill, parse_mask_fill
 
 PAD, BOS, EOS = 0, 1, 2
@@ -267,7 +267,7 @@ class StepTimer:
         return {"tokens_per_s": statistics.median(r[0] for r in runs),
                 "flops_per_s": statistics.median(r[1] for r in runs),
                 "step_ms": 1000 * statistics.median(r[2] for r in runs),
-                MN.PEAK_MEMORY: self.peak_mb[precision], "params": self.params}
+                metricnames.PEAK_MEMORY: self.peak_mb[precision], "params": self.params}
 
 
 def bench_training(base: ModelSpec, cfg: BenchConfig, device: torch.device, precisions: list[str],

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate.engine.builders import build_lm
+from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.trainer import build_optimizer
 from ablate.spec.experiment import ModelSpec, TrainSpec
 
@@ -34,14 +35,16 @@ class Coordinates:
 
 def model_spec(parametrisation: str, width: int, base_width: int) -> ModelSpec:
     extra = {"mup_base_width": base_width} if parametrisation == "mup" else {}
-    return ModelSpec(arch="decoder_only", d_model=width, heads=4, d_ff=4 * width, decoder_layers=2,
-                     dropout=0.0, max_positions=BLOCK, parametrisation=parametrisation, **extra)
+    return ModelSpec.model_validate({"arch": "decoder_only", "d_model": width, "heads": 4, "d_ff": 4 * width,
+                                     "decoder_layers": 2, "dropout": 0.0, "max_positions": BLOCK,
+                                     "parametrisation": parametrisation, **extra})
 
 
 @torch.no_grad()
-def _measure(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
+def _measure(model: DecoderOnlyLM, ids: torch.Tensor) -> tuple[float, float]:
     seen: dict[str, torch.Tensor] = {}
-    hook = model.decoder.layers[-1].register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
+    last: torch.nn.Module = model.decoder.layers[-1]
+    hook = last.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
     logits = model(ids)
     hook.remove()
     return float(seen["h"].abs().mean()), float(logits.abs().mean())

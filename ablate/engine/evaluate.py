@@ -10,7 +10,7 @@ from torch import nn
 
 from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, TokenBatcher
-from ablate.engine import metrics as M
+from ablate.engine import metrics
 from ablate.engine.decode import decode_batch, length_sorted_batches
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
@@ -89,7 +89,7 @@ def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, spli
     model.eval()
     try:
         loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device))
-        out = {f"{split}/loss": loss, f"{split}/ppl": M.perplexity(loss)}
+        out = {f"{split}/loss": loss, f"{split}/ppl": metrics.perplexity(loss)}
         if decode:
             with autocast_context(precision, device):
                 tr = translate_split(model, data, split, spec, device, limit=limit)
@@ -103,9 +103,9 @@ def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, spli
 
 def quality(tr: Translations, is_text: bool, split: str) -> dict[str, float]:
     if is_text:
-        return {f"{split}/bleu": M.bleu(tr.hypotheses, tr.references),
-                f"{split}/chrf": M.chrf(tr.hypotheses, tr.references)}
-    return {f"{split}/exact_match": M.exact_match(tr.hypothesis_ids, tr.reference_ids)}
+        return {f"{split}/bleu": metrics.bleu(tr.hypotheses, tr.references),
+                f"{split}/chrf": metrics.chrf(tr.hypotheses, tr.references)}
+    return {f"{split}/exact_match": metrics.exact_match(tr.hypothesis_ids, tr.reference_ids)}
 
 
 def has_split(data: PreparedData, split: str) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import sacrebleu
 
-import ablate.spec.metricnames as MN
+from ablate.spec import metricnames
 
 
 def perplexity(loss: float) -> float:
@@ -52,7 +52,7 @@ def _check_lengths(hypotheses: Sequence[object], references: Sequence[object]) -
 
 
 def steps_to_target(history: Sequence[tuple[int, Mapping[str, float]]], target: float, budget: int,
-                    metric: str = MN.VAL_LOSS) -> float:
+                    metric: str = metricnames.VAL_LOSS) -> float:
     """The optimizer step at which ``metric`` first reaches ``target`` (at or below it), interpolated
     linearly between the two evaluations around the crossing (the step at the earlier one plus the
     fraction of the interval the loss took to fall to the target); the first evaluation's step if it is

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-import ablate.spec.metricnames as MN
 from ablate.hardware import release_freed_memory
+from ablate.spec import metricnames
 
 
 class Progress:
@@ -131,8 +131,8 @@ class PeakMemory:
         if peak is None:
             return {}
         if not self.per_run or self.start_mb is None:
-            return {MN.PEAK_MEMORY: peak}
-        return {MN.PEAK_MEMORY: peak, MN.RUN_MEMORY: max(0.0, peak - self.start_mb)}
+            return {metricnames.PEAK_MEMORY: peak}
+        return {metricnames.PEAK_MEMORY: peak, metricnames.RUN_MEMORY: max(0.0, peak - self.start_mb)}
 
 
 def _vm_hwm_kib() -> int | None:

@@ -21,7 +21,6 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
-import ablate.spec.metricnames as MN
 import registry
 from ablate.data.lm_corpus import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
@@ -44,6 +43,7 @@ from ablate.engine.param_roles import describe_groups, train_params
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
 from registry.optimizer import TrainParam
 
@@ -380,7 +380,7 @@ class Trainer:
                     if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
                         # the real value (nan/inf included): MLflow stores it, and it says how the run failed
                         lr = current_lr(self.optimizer)
-                        st.stop_metrics = {MN.TRAIN_LOSS: loss, MN.TRAIN_LR: lr}
+                        st.stop_metrics = {metricnames.TRAIN_LOSS: loss, metricnames.TRAIN_LR: lr}
                         self.record(dict(st.stop_metrics), step)
                         st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
                         self.save()
@@ -391,7 +391,8 @@ class Trainer:
                         mean_loss = st.window_loss / st.window_steps
                         lr = current_lr(self.optimizer)
                         tps = st.window_tokens / max(st.window_seconds, 1e-9)
-                        self.record({MN.TRAIN_LOSS: mean_loss, MN.TRAIN_LR: lr, MN.TOKENS_PER_S: tps},
+                        self.record({metricnames.TRAIN_LOSS: mean_loss, metricnames.TRAIN_LR: lr,
+                                     metricnames.TOKENS_PER_S: tps},
                                     step)
                         st.train_curve.append((step, mean_loss))
                         progress.update(step, mean_loss, lr, tps)

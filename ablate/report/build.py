@@ -6,7 +6,7 @@ study's parent run. Everything is sorted and formatted with fixed precision, and
 byte-stable, so the same runs give the same files except for the one "Report generated on" line.
 
 This module only assembles: each section is a function ``Inputs -> Part | None`` in a module named for
-its concept (``ablate.report.part`` says what a part holds), listed below in the order the report shows
+its concept (``ablate.report.section_api`` says what a part holds), listed below in the order the report shows
 them. The report opens with the parts' intro blocks (the published results a study checks, its summary;
 the best trial for a search); the data, hardware and code tables come last.
 """
@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, design_params, load_study
-from ablate.report.part import Inputs, Part
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import (
     attention_maps,
     compute_hours,
@@ -54,6 +53,7 @@ from ablate.report.sections import (
     withdrawn,
 )
 from ablate.study.pilot import MACHINE_COLUMN
+from ablate.tracking import record
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
@@ -96,7 +96,7 @@ def _clean(value: Any) -> Any:
 def write_runs_csv(study: Study, path: Path) -> None:
     """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
     arms share once per arm)."""
-    arms = [("", study)] if not study.arms else [(R.BASELINE_ARM, study), *study.arms.items()]
+    arms = [("", study)] if not study.arms else [(record.BASELINE_ARM, study), *study.arms.items()]
     rows = [(arm, r) for arm, part in arms for r in part.runs]
     metric_keys = sorted({k for _, r in rows for k in r.metrics})
     varying = sorted(k for k in {k for _, r in rows for k in design_params(r.params)}
@@ -107,7 +107,7 @@ def write_runs_csv(study: Study, path: Path) -> None:
                 MACHINE_COLUMN, *metric_keys, *varying])
     for arm, r in rows:
         w.writerow([*([arm] if arm else []), r.variant, r.seed, r.status, r.spec_hash,
-                    r.shown_id, R.machine(r.tags) or "",
+                    r.shown_id, record.machine(r.tags) or "",
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())

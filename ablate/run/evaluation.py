@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData
 from ablate.engine.averaging import load_weights
 from ablate.engine.checkpoint import load_verified
@@ -21,7 +20,7 @@ from ablate.engine.metrics import steps_to_target
 from ablate.engine.trainer import Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
-from ablate.tracking import translations
+from ablate.tracking import record, translations
 
 if TYPE_CHECKING:
     from ablate.tracking import NullTracker
@@ -46,14 +45,14 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
     if data.is_text:
         log_translations(tracker, decoded)
     if spec.eval.samples:
-        tracker.log_text(samples_text(model, data, spec, device), R.SAMPLES_ARTIFACT)
+        tracker.log_text(samples_text(model, data, spec, device), record.SAMPLES_ARTIFACT)
     if spec.tracking.log_checkpoint and trainer.best_path.exists():
-        tracker.log_artifact(trainer.best_path, R.CHECKPOINT_DIR)
+        tracker.log_artifact(trainer.best_path, record.CHECKPOINT_DIR)
     if spec.tracking.log_model:
         tracker.log_model(model)
     out.update(averaged_evaluation(spec, data, model, trainer, device, precision))
     if spec.eval.target_loss is not None:  # from the evaluations during training, not the best checkpoint
-        out[R.VAL_STEPS_TO_TARGET] = steps_to_target(trainer.state.history, spec.eval.target_loss,
+        out[record.VAL_STEPS_TO_TARGET] = steps_to_target(trainer.state.history, spec.eval.target_loss,
                                                      trainer.total_steps)
     return out
 
@@ -71,7 +70,7 @@ def averaged_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, 
     for split in ("val", "test"):
         if has_split(data, split):
             measured = evaluate(model, data, split, spec, device, precision, decode=True, limit=None)
-            out.update({R.averaged(name): value for name, value in measured.items()})
+            out.update({record.averaged(name): value for name, value in measured.items()})
     return out
 
 
@@ -81,7 +80,7 @@ def log_translations(tracker: NullTracker, decoded: dict[str, Translations]) -> 
     with tempfile.TemporaryDirectory() as tmp:
         for split, tr in decoded.items():
             tracker.log_artifact(translations.write(Path(tmp), split, tr.hypotheses, tr.references),
-                                 R.TRANSLATIONS_DIR)
+                                 record.TRANSLATIONS_DIR)
 
 
 def describe_device(device: torch.device) -> str:

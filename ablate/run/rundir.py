@@ -12,9 +12,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 
 RUN_ID_FILE = "run_id"  # the MLflow run id, written as soon as the run opens (before any checkpoint)
 OUTBOX = "outbox"  # tracking records waiting for a server that did not answer
@@ -86,25 +86,28 @@ def clear_run(run_dir: Path) -> None:
 
 # The summary's rows: result metrics under their MLflow names (final/ for what the final evaluation and
 # the whole run measured, plain for the constants logged once), in reading order.
-SUMMARY_KEYS = (MN.VAL_LOSS, MN.VAL_PPL, MN.VAL_BPB, MN.VAL_BLEU, MN.VAL_CHRF, MN.VAL_EXACT_MATCH,
-                MN.TEST_LOSS, MN.TEST_BPB, MN.TEST_BLEU, MN.TEST_CHRF, MN.TEST_EXACT_MATCH, MN.TRAIN_LOSS,
-                MN.MODEL_PARAMS, MN.TOKENS_PER_S, MN.WALL_TIME, MN.CPU_TIME, MN.PADDING, MN.PEAK_MEMORY,
-                MN.RUN_MEMORY)
+SUMMARY_KEYS = (metricnames.VAL_LOSS, metricnames.VAL_PPL, metricnames.VAL_BPB, metricnames.VAL_BLEU,
+                metricnames.VAL_CHRF, metricnames.VAL_EXACT_MATCH,
+                metricnames.TEST_LOSS, metricnames.TEST_BPB, metricnames.TEST_BLEU, metricnames.TEST_CHRF,
+                metricnames.TEST_EXACT_MATCH, metricnames.TRAIN_LOSS,
+                metricnames.MODEL_PARAMS, metricnames.TOKENS_PER_S, metricnames.WALL_TIME,
+                metricnames.CPU_TIME, metricnames.PADDING, metricnames.PEAK_MEMORY, metricnames.RUN_MEMORY)
 
 
 def format_summary(spec: ExperimentSpec, result: RunResult) -> str:
     lines = [f"{spec.name} [{result.spec_hash}, seed {spec.seed}]: {result.status}"
              + (f" ({result.reason})" if result.reason else "")]
-    whole_run = (R.TOKENS_PER_S, R.WALL_TIME, R.CPU_TIME, R.PEAK_MEMORY, R.RUN_MEMORY)
+    whole_run = (record.TOKENS_PER_S, record.WALL_TIME, record.CPU_TIME, record.PEAK_MEMORY,
+                 record.RUN_MEMORY)
     metrics = dict(result.metrics)
     if "wall_time_s" in metrics:  # a summary.json written before train/wall_time_s
-        metrics.setdefault(R.WALL_TIME, metrics.pop("wall_time_s"))
+        metrics.setdefault(record.WALL_TIME, metrics.pop("wall_time_s"))
     final = result.status in ("finished", "pruned")  # a diverged run has its last training values only
     for key in SUMMARY_KEYS:
         if key in metrics:
             value = metrics[key]
             evaluated = final and key.startswith(("val/", "test/"))  # the best checkpoint, whole splits
-            shown = R.final(key) if evaluated or key in whole_run else key
+            shown = record.final(key) if evaluated or key in whole_run else key
             text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
             lines.append(f"  {shown:<28} {text}")
     lines.append(f"  {'run dir':<28} {result.run_dir}")

@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-import ablate.tracking.record as R
 from ablate.data.prepare import PreparedData, prepare_data
-from ablate.engine import metrics as M
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.dispatch import build_any
+from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
 from ablate.hardware import prepare_device
@@ -47,6 +46,7 @@ from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importa
     write_summary,
 )
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from ablate.tracking import NullTracker
@@ -259,7 +259,7 @@ def start_or_resume(trainer: Trainer, resume: Checkpoint | None, tracker: NullTr
     else:
         trainer.state.run_id = tracker.run_id
         log_run_start(tracker, data, place.device, trainer.precision, model, padding)
-        tracker.set_tags({R.PARAM_GROUPS: trainer.param_groups})  # the no-decay rule and muP's rates
+        tracker.set_tags({record.PARAM_GROUPS: trainer.param_groups})  # the no-decay rule and muP's rates
         trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
     return padding
 
@@ -274,20 +274,20 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     metrics = dict(state.history[-1][1]) if state.history else {}
     metrics.update(state.stop_metrics)  # a diverged run: the real (non-finite) loss it ended with
     # Constants of the run (logged once at step 0 by log_run_start) and whole-run figures.
-    run_level = {R.MODEL_PARAMS: float(_count(model)), R.PADDING: padding,
-                 R.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9)}
+    run_level = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding,
+                 record.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9)}
     evaluated: dict[str, float] = {}
     if status in ("finished", "pruned") and place.dist.is_main:
         evaluated = final_evaluation(spec, data, model, trainer, tracker, place.device)
     metrics.update(run_level)
     metrics.update(evaluated)
-    metrics[R.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included
-    metrics[R.CPU_TIME] = trainer.cpu_seconds()
+    metrics[record.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included
+    metrics[record.CPU_TIME] = trainer.cpu_seconds()
     peak = memory.metrics()
     metrics.update(peak)
     if status != "killed" and place.dist.is_main:
-        final = {**evaluated, R.TOKENS_PER_S: run_level[R.TOKENS_PER_S], **peak,
-                 R.WALL_TIME: metrics[R.WALL_TIME], R.CPU_TIME: metrics[R.CPU_TIME]}
+        final = {**evaluated, record.TOKENS_PER_S: run_level[record.TOKENS_PER_S], **peak,
+                 record.WALL_TIME: metrics[record.WALL_TIME], record.CPU_TIME: metrics[record.CPU_TIME]}
         log_run_end(tracker, model, outcome, final)
     return metrics
 
@@ -297,13 +297,13 @@ def log_run_end(tracker: NullTracker, model: Model, outcome: TrainOutcome, final
     etc. end where training ended, and one name means one thing), why it stopped, the attention kernels
     that ran, the loss curve."""
     state = outcome.state
-    tracker.log_metrics({R.final(k): v for k, v in final.items()}, step=state.step)
+    tracker.log_metrics({record.final(k): v for k, v in final.items()}, step=state.step)
     if outcome.reason:
-        tracker.set_tags({R.REASON: outcome.reason})
+        tracker.set_tags({record.REASON: outcome.reason})
     kernels = model.attention_kernels()
     if kernels:  # sdpa's semantics through torch's fused kernel or two matmuls: which ones ran
-        tracker.set_tags({R.ATTENTION_KERNEL: ", ".join(kernels)})
-    val = [(s, m[R.VAL_LOSS]) for s, m in state.history if R.VAL_LOSS in m]
+        tracker.set_tags({record.ATTENTION_KERNEL: ", ".join(kernels)})
+    val = [(s, m[record.VAL_LOSS]) for s, m in state.history if record.VAL_LOSS in m]
     tracker.log_loss_curve(state.train_curve, val)
 
 
@@ -350,17 +350,18 @@ def log_run_start(tracker: NullTracker, data: PreparedData, device: torch.device
     the sacreBLEU signatures, the device and the precision it resolved to, and step-0 metrics."""
     tracker.log_dataset(data.name, data.fingerprint, source=data.source)
     tok = data.tokenizers
-    tracker.log_text(tok.to_json(), R.TOKENIZERS_ARTIFACT)  # both sides and the normalisation
-    tracker.log_text(tok.src.to_str(), R.SRC_TOKENIZER_ARTIFACT)  # plain Hugging Face tokenizers files
-    tracker.log_text(tok.tgt.to_str(), R.TGT_TOKENIZER_ARTIFACT)
+    tracker.log_text(tok.to_json(), record.TOKENIZERS_ARTIFACT)  # both sides and the normalisation
+    tracker.log_text(tok.src.to_str(), record.SRC_TOKENIZER_ARTIFACT)  # plain Hugging Face tokenizers files
+    tracker.log_text(tok.tgt.to_str(), record.TGT_TOKENIZER_ARTIFACT)
     # precision: auto trains in bf16 on one machine and fp32 on another: the run says which it got
-    tags = {R.DEVICE: describe_device(device), R.DEVICE_INDEX: str(device), R.PRECISION: precision}
+    tags = {record.DEVICE: describe_device(device), record.DEVICE_INDEX: str(device),
+            record.PRECISION: precision}
     if data.is_text:
-        sig = M.signatures()
-        tags.update({R.BLEU_SIGNATURE: sig["bleu"], R.CHRF_SIGNATURE: sig["chrf"]})
+        sig = signatures()
+        tags.update({record.BLEU_SIGNATURE: sig["bleu"], record.CHRF_SIGNATURE: sig["chrf"]})
     tracker.set_tags(tags)
     # Constants of the run: logged once (step 0), not again with the result.
-    tracker.log_metrics({R.MODEL_PARAMS: float(_count(model)), R.PADDING: padding}, step=0)
+    tracker.log_metrics({record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding}, step=0)
 
 
 def _count(model: torch.nn.Module) -> int:

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-import ablate.tracking.record as R
 from ablate.data.tokenize import UNK_ID, Tokenizers
 from ablate.errors import AblateError
+from ablate.tracking import record
 
-SPEC_ARTIFACT = R.SPEC_ARTIFACT
-TOKENIZERS_ARTIFACT = R.TOKENIZERS_ARTIFACT
-CHECKPOINT_ARTIFACT = R.CHECKPOINT_ARTIFACT
+SPEC_ARTIFACT = record.SPEC_ARTIFACT
+TOKENIZERS_ARTIFACT = record.TOKENIZERS_ARTIFACT
+CHECKPOINT_ARTIFACT = record.CHECKPOINT_ARTIFACT
 BATCH_SIZE = 64  # sentences decoded together (length-sorted, so batches carry little padding)
 
 
@@ -174,7 +174,7 @@ def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None
 
 
 def _evaluate_translation(run_id: str, src_path: str, ref_path: str, beam: int | None) -> int:
-    from ablate.engine import metrics as M
+    from ablate.engine import metrics
 
     sources, references = _read_lines(src_path), _read_lines(ref_path)
     if len(sources) != len(references):
@@ -188,10 +188,10 @@ def _evaluate_translation(run_id: str, src_path: str, ref_path: str, beam: int |
                           f"`ablate evaluate {run_id} --text FILE` (perplexity, bits per byte)")
     unknown = sum(1 for s in sources if unknown_words(run.tok, s))
     hyps = translate(run, sources, beam=beam)
-    sig = M.signatures()
+    sig = metrics.signatures()
     print(f"run {run.run_id} on {src_path} ({len(sources)} sentences)")
-    print(f"  BLEU  {M.bleu(hyps, references):.2f}  {sig['bleu']}")
-    print(f"  chrF  {M.chrf(hyps, references):.2f}  {sig['chrf']}")
+    print(f"  BLEU  {metrics.bleu(hyps, references):.2f}  {sig['bleu']}")
+    print(f"  chrF  {metrics.chrf(hyps, references):.2f}  {sig['chrf']}")
     if unknown:
         print(f"  note: {unknown} source sentence(s) hold words unknown to the run's vocabulary")
     return 0

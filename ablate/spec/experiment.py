@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-import ablate.spec.metricnames as MN
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
@@ -288,7 +287,7 @@ class ExperimentSpec(Strict):
         stopping). A metric the evaluations of this run do not measure is an AblateError, never a silent
         switch (validation rules it out; a spec built without validation still gets the error here)."""
         es = self.train.early_stopping
-        key = es.metric if es is not None else MN.VAL_LOSS
+        key = es.metric if es is not None else metricnames.VAL_LOSS
         measured = self.evaluation_metrics()
         if key not in measured:
             raise AblateError(f"train.early_stopping.metric: {key!r} is not measured at the evaluations "

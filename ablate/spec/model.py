@@ -147,6 +147,8 @@ if TYPE_CHECKING:
         mask: str
         attention: str
         embeddings: str
+        parametrisation: str
+        logits: str
         norm_eps: float
         norm_affine: str
         shared_layer_norm: bool

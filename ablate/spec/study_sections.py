@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 
@@ -37,7 +36,7 @@ class SeedBudget(Strict):
 
 class SeedRange(LaterFields):
     """Adaptive seeds: ``min`` seeds for every comparison, then ``step`` more at a time for the comparisons
-    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/study/sequential.py decides).
+    still open, up to ``max`` (seeds spec.seed, spec.seed + 1, ...; ablate/stats/sequential.py decides).
     ``max: auto`` lets the power plan choose the largest maximum whose worst case (every comparison to its
     last look) fits ``budget``, from the pilot's noise and cell times (ablate/study/sizing.py)."""
 
@@ -264,7 +263,7 @@ class AblationSpec(LaterFields):
 class Objective(Strict):
     """What a search optimizes: one of a run's result metrics and its direction."""
 
-    metric: str = MN.VAL_LOSS
+    metric: str = metricnames.VAL_LOSS
     """a result metric of the run, e.g. val/loss, final/val/bleu"""
     # Left out: the metric's natural direction (maximize BLEU, minimize a loss), not always "minimize".
     direction: Literal["minimize", "maximize"] = Field(

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, create_model, model_serializer, model_validator
 
-import ablate.spec.metricnames as MN
 from ablate.spec import metricnames
 from ablate.spec.axis_fields import (
     axis_fields,
@@ -141,7 +140,7 @@ RECIPE_SECTIONS = ("optimizer", "schedule", "loss")  # the train fields that are
 class EarlyStopping(Strict):
     """Stop when the evaluations stop improving; the same metric picks the best checkpoint."""
 
-    metric: str = MN.VAL_LOSS
+    metric: str = metricnames.VAL_LOSS
     """a metric each evaluation measures (val/loss, val/ppl, val/bleu, val/exact_match, ...)"""
     mode: Literal["min", "max"] = Field(default="min", description="default: the metric's own (max for bleu)")
     patience: Annotated[Int, Field(ge=1, le=BIG)] = 5

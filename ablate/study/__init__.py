@@ -1,25 +1,28 @@
-"""Many runs of one spec: ablation studies and Optuna searches. The only package that imports optuna.
+"""Many runs of one spec: ablation studies and Optuna searches, as cells and trials in one Optuna store.
+The only package that imports optuna.
 
-Owns ``ablate ablate`` (``ablation``: the command; ``plan``: designs -> cells, each a run; ``names``:
-variant labels; ``cells``: the queue of cells that runs each once; ``rounds``: the workers' rounds;
-``parent``: the study's parent run; ``precision``: the precision every cell of a study runs at;
-``failfast``: stopping on a repeated failure; ``status``: ``ablate status``), ``ablate tune`` (``search``,
-``space``: the search space over spec fields, ``findings``: best trial, importances, figures), and what both
-coordinate through: the Optuna trial store shared by processes or machines (``optuna_store``: journal file
-or PostgreSQL; ``attrs``: the names of its study and trial attributes), local worker processes (``workers``)
-spread over a node's GPUs (``devices``), and SLURM: ``launch`` routes ``--slurm`` to the submission
-(``slurm_submit``, submitit), each job runs the worker loop (``slurm_worker``) and ``slurm_queue`` keeps the
-submitted jobs and their states. Adaptive seeds: which cells a study still needs (``adaptive``) by the
-group-sequential statistics of ``sequential``; every verdict, the study's and the report's, is decided in
-``verdict`` (pure numpy/scipy, no optuna: ``ablate.report`` imports both to state the same verdicts), on the
-pairs ``pairing`` makes (a diverged cell counted against its side). Sizing a study before its first cell:
-the power of its procedure by simulation (``power``), the noise and cell times of a pilot study (``pilot``),
-the plan, ``seeds.max: auto`` and the scale notes (``sizing``), wall time from cell times (``walltime``),
+An ablation study (``ablate ablate``): its plan (``plan``: designs -> cells, each a run; ``derived_specs``:
+a cell or trial is the baseline spec with dotted fields overridden, and the search space over them;
+``study_names``: readable Optuna study names), its start and end (``ablation``: the queue, the parent run,
+the rounds and arms, the grid of outcomes; ``parent_run``: the study's parent MLflow run), the queue of
+cells that runs each once (``cell_queue``), **where a cell is trained** (``train_cells``: one cell, the
+worker loop, the rounds of an arm), which cells the next round of adaptive seeds needs (``seed_rounds``),
+the precision every cell runs at (``precision``) and stopping on a repeated failure (``failfast``). The
+worker processes are handed in from ``ablate.launch`` (``worker_pool``).
+
+Sizing a study before its first cell: the noise and cell times of a pilot study (``pilot``), the power
+plan, ``seeds.max: auto``, the plan's hours and the scale notes (``sizing``, on ``ablate.stats.power``),
 and the design recorded before the first cell and never moved (``preregister``). Tuning each variant and
-confirming at a larger scale: the arms (``arms``), their settings checked with the plan (``arm_settings``),
-each variant's search (``variant_searches``) and the confirmation cells (``confirm``). ``ablate export`` /
-``ablate import`` of a study's finished cells (``export_study``) and of its searches (``export_searches``).
+confirming at a larger scale: the arms (``arms``), their settings checked with the plan
+(``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
+(``confirm``). A search (``ablate tune``): its trials (``search``) and what it leaves behind
+(``tune_results``: best trial, best.yaml, importances, figures). What all of these coordinate through:
+the Optuna trial store shared by processes or machines (``optuna_store``: journal file or PostgreSQL;
+``optuna_attrs``: the names of its study and trial attributes). ``ablate export`` / ``ablate import`` of
+a study's finished cells (``export_study``) and of its searches (``export_searches``).
+
+Every verdict, the study's rounds' and the report's, is decided in ``ablate.stats``, the floor below.
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.run``,
-``ablate.errors``, ``ablate.dburl``.
+``ablate.stats``, and the leaf modules. Never ``ablate.launch`` (the floor above).
 """

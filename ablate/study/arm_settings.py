@@ -33,7 +33,7 @@ from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec_data, set_dotted
 from ablate.spec.study_sections import ConfirmSpec, SearchParam, TuneSpec
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap
-from ablate.study.space import derive, show
+from ablate.study.derived_specs import derive, show
 
 TUNE, CONFIRM = "ablation.tune", "ablation.confirm"
 

@@ -31,15 +31,16 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.spec.experiment import flatten
-from ablate.study.adaptive import TERMINAL, needed_keys, progress
+from ablate.stats.sequential import Design
 from ablate.study.arm_settings import fidelity_steps, sampler_seed
 from ablate.study.confirm import confirm_cells, confirm_seeds
+from ablate.study.derived_specs import show
 from ablate.study.plan import StudyPlan
-from ablate.study.sequential import Design
-from ablate.study.space import show
-from ablate.study.variant_searches import Tuned, tune_variants, tuned_cells
+from ablate.study.seed_rounds import TERMINAL, format_progress, needed_keys, progress
+from ablate.study.variant_searches import Tuned, progress_lines, stored_searches, tune_variants, tuned_cells
+from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.tracking import record
 
 
 def verdict_design(plan: StudyPlan) -> Design:
@@ -53,7 +54,7 @@ def verdict_design(plan: StudyPlan) -> Design:
 
 
 def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
-    return dataclasses.replace(plan, cells=tuned_cells(plan, tuned), arm=R.OWN_BEST_ARM)
+    return dataclasses.replace(plan, cells=tuned_cells(plan, tuned), arm=record.OWN_BEST_ARM)
 
 
 def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
@@ -70,7 +71,7 @@ def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any]
     settings = {label: t.best for label, t in tuned.items()}
     chosen = list(decided(deciding, records))
     cells = confirm_cells(plan, chosen, settings) if chosen else []  # nothing to confirm: no baseline either
-    return dataclasses.replace(plan, cells=cells, seeds=confirm_seeds(plan), arm=R.CONFIRM_ARM)
+    return dataclasses.replace(plan, cells=cells, seeds=confirm_seeds(plan), arm=record.CONFIRM_ARM)
 
 
 def setting_text(plan: StudyPlan) -> str:
@@ -90,8 +91,8 @@ def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: Mapping[s
     """Every arm the study declares has run, and each has every cell it needs terminal."""
     abl = plan.spec.ablation
     assert abl is not None
-    if (abl.tune is not None and R.OWN_BEST_ARM not in arms) or (
-            abl.confirm is not None and R.CONFIRM_ARM not in arms):
+    if (abl.tune is not None and record.OWN_BEST_ARM not in arms) or (
+            abl.confirm is not None and record.CONFIRM_ARM not in arms):
         return False
     for p in arms.values():
         keys = [c.key for c in p.cells] if p.design is None else needed_keys(p, p.design, records)
@@ -108,19 +109,20 @@ def parent_tags(plan: StudyPlan) -> dict[str, str]:
     if abl.tune is None and abl.confirm is None:
         return {}
     d = verdict_design(plan)
-    deciding = R.OWN_BEST_ARM if abl.tune is not None else R.BASELINE_ARM
-    tags = {R.ARM_DESIGN: json.dumps({"looks": list(d.looks), "alpha": d.alpha, "min_effect": d.min_effect,
+    deciding = record.OWN_BEST_ARM if abl.tune is not None else record.BASELINE_ARM
+    tags = {record.ARM_DESIGN: json.dumps({"looks": list(d.looks), "alpha": d.alpha,
+                                           "min_effect": d.min_effect,
                                       "family": d.family, "decided_by": deciding})}
     if abl.tune is not None:
         t, base = abl.tune, flatten(plan.baseline.resolved())
-        tags[R.TUNE] = json.dumps({
+        tags[record.TUNE] = json.dumps({
             "space": {k: p.model_dump(mode="json", exclude_defaults=True) for k, p in t.space.items()},
             "baseline": {k: base.get(k) for k in t.space}, "trials": t.trials, "sampler": t.sampler,
             "seed": sampler_seed(t, plan.spec), "pruner": t.pruner.name,
             "fidelity_steps": fidelity_steps(t, plan.baseline), "cell_steps": plan.baseline.train.max_steps},
             sort_keys=True)
     if abl.confirm is not None:
-        tags[R.CONFIRM] = json.dumps({"setting": setting_text(plan), "seeds": confirm_seeds(plan)})
+        tags[record.CONFIRM] = json.dumps({"setting": setting_text(plan), "seeds": confirm_seeds(plan)})
     return tags
 
 
@@ -128,7 +130,8 @@ RunArm = Callable[[StudyPlan], int]  # an arm -> the workers' exit code
 
 
 def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callable[[], Mapping[str, Any]],
-                   run_arm: RunArm, *, storage: str | None, parent: str | None, workers: int) -> int:
+                   run_arm: RunArm, *, storage: str | None, parent: str | None,
+                   pool: WorkerPool = IN_PROCESS) -> int:
     """Phases 2-4 after the cells at the baseline's settings (module doc); each arm is added to ``arms``
     before it runs. 0, the workers' code when interrupted, 2 when a search was stopped by a repeated
     failure."""
@@ -138,20 +141,20 @@ def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callabl
     deciding = plan
     if abl.tune is not None:
         print(f"tuning: {len(plan.variants)} searches of {abl.tune.trials} trials each", flush=True)
-        tuned = tune_variants(plan, storage, parent, workers)
+        tuned = tune_variants(plan, storage, parent, pool)
         stopped = {label: t.why for label, t in tuned.items() if t.why}
         if stopped:
             label, why = next(iter(stopped.items()))
             print(f"error: the search of {label} stopped: its first trials failed the same way: {why}; fix "
                   "that and run the same command again", file=sys.stderr)
             return 2
-        deciding = arms[R.OWN_BEST_ARM] = own_best_arm(plan, tuned)
+        deciding = arms[record.OWN_BEST_ARM] = own_best_arm(plan, tuned)
         print("own best: the study's seeds at each variant's own best settings", flush=True)
         code = run_arm(deciding)
         if code:
             return code
     if abl.confirm is not None:
-        arm = arms[R.CONFIRM_ARM] = confirm_arm(plan, deciding, records(), tuned)
+        arm = arms[record.CONFIRM_ARM] = confirm_arm(plan, deciding, records(), tuned)
         chosen = [c.label for c in arm.cells if c.seed == arm.seeds[0] and c.label != "baseline"]
         print(f"confirm at {setting_text(plan)}: {', '.join(chosen) or 'no decided comparison'}", flush=True)
         if chosen:
@@ -162,9 +165,6 @@ def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callabl
 def dry_run_lines(plan: StudyPlan, storage: str | None, records: Mapping[str, Any]) -> list[str]:
     """Where the later arms stand (read only): the searches, the own-best cells once every search is
     done, and the comparisons the confirm arm would rerun so far."""
-    from ablate.study.adaptive import format_progress
-    from ablate.study.variant_searches import progress_lines, stored_searches
-
     abl = plan.spec.ablation
     assert abl is not None
     lines: list[str] = []

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.study.arm_settings import best_overrides, confirm_base
+from ablate.study.derived_specs import derive
 from ablate.study.plan import Cell, StudyPlan, spec_diff
-from ablate.study.space import derive
+from ablate.tracking import record
 
 
 def confirm_seeds(plan: StudyPlan) -> list[int]:
@@ -45,5 +45,5 @@ def confirm_cells(plan: StudyPlan, decided: Sequence[str],
         base = derive(data, where, own["baseline"], origin, seed=seed)
         for label in chosen:
             spec = derive(data, where, own[label], origin, seed=seed)
-            cells.append(Cell(label, seed, spec, own[label], spec_diff(base, spec), arm=R.CONFIRM_ARM))
+            cells.append(Cell(label, seed, spec, own[label], spec_diff(base, spec), arm=record.CONFIRM_ARM))
     return cells

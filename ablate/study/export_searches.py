@@ -28,13 +28,13 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.spec.study_sections import SearchParam
-from ablate.study import attrs as A
+from ablate.study import optuna_attrs
+from ablate.study.derived_specs import show
 from ablate.study.optuna_store import Store, open_study
 from ablate.study.plan import metric_direction
-from ablate.study.space import show
+from ablate.tracking import record
 
 TRIAL_RESULTS = ("finished", "pruned", "diverged")
 STATES = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
@@ -49,19 +49,19 @@ def export_searches(parent: dict[str, Any], frame: pd.DataFrame, dest: Path, par
 
     latest: dict[str, dict[str, Any]] = {}
     for rec in frame.sort_values("start_time").to_dict("records"):
-        if rec.get(f"tags.{R.KIND}") == "search":
-            latest[str(rec.get(f"tags.{R.VARIANT}"))] = rec
+        if rec.get(f"tags.{record.KIND}") == "search":
+            latest[str(rec.get(f"tags.{record.VARIANT}"))] = rec
     out = []
     for i, (variant, rec) in enumerate(sorted(latest.items())):
         folder = dest / "searches" / str(i)
-        record = export_run(str(rec["run_id"]), folder / "run", parent_id=parent_id)
+        run_record = export_run(str(rec["run_id"]), folder / "run", parent_id=parent_id)
         trials = child_runs(str(rec["run_id"]), parent["experiment_id"])
         rows = trials.sort_values("start_time").to_dict("records") if not trials.empty else []
-        kept = [t for t in rows if t.get(f"tags.{R.STATUS}") in TRIAL_RESULTS]
+        kept = [t for t in rows if t.get(f"tags.{record.STATUS}") in TRIAL_RESULTS]
         for k, t in enumerate(kept):
-            export_run(str(t["run_id"]), folder / "trials" / str(k), parent_id=record["run_id"])
+            export_run(str(t["run_id"]), folder / "trials" / str(k), parent_id=run_record["run_id"])
         out.append({"variant": variant, "folder": f"searches/{i}", "trials": len(kept),
-                    "optuna_study": rec.get(f"tags.{R.OPTUNA_STUDY}")})
+                    "optuna_study": rec.get(f"tags.{record.OPTUNA_STUDY}")})
     return out
 
 
@@ -74,46 +74,47 @@ def import_searches(src: Path, meta: dict[str, Any], experiment: str, parent_id:
     if not searches:
         return 0
     parent = json.loads((src / "parent" / "run.json").read_text())
-    tune = json.loads(parent["tags"].get(R.TUNE, "null"))
+    tune = json.loads(parent["tags"].get(record.TUNE, "null"))
     if tune is None:
-        raise AblateError(f"{src}: the export has searches but its parent records no tuning space ({R.TUNE})")
+        raise AblateError(f"{src}: the export has searches but its parent records no tuning space "
+                          f"({record.TUNE})")
     space = {k: SearchParam(**v) for k, v in tune["space"].items()}
     added = 0
     for s in searches:
         folder = src / s["folder"]
         run = json.loads((folder / "run" / "run.json").read_text())
         search_id = import_run(folder / "run", experiment, parent_id)
-        metric = R.unfinal(run["tags"].get(R.METRIC, ""))
+        metric = record.unfinal(run["tags"].get(record.METRIC, ""))
         study = open_study(store, str(s["optuna_study"]), [metric_direction(metric)])
         assert study is not None
         known = bool(study.get_trials(deepcopy=False))
-        study.set_user_attr(A.PARENT, search_id)
+        study.set_user_attr(optuna_attrs.PARENT, search_id)
         for k in range(int(s["trials"])):
             trial_folder = folder / "trials" / str(k)
             trial_id = import_run(trial_folder, experiment, search_id)
             if not known:
-                record = json.loads((trial_folder / "run.json").read_text())
-                study.add_trial(_trial(record, trial_id, space, tune["baseline"], metric))
+                run_record = json.loads((trial_folder / "run.json").read_text())
+                study.add_trial(_trial(run_record, trial_id, space, tune["baseline"], metric))
                 added += 1
     return added
 
 
-def _trial(record: dict[str, Any], run_id: str, space: dict[str, SearchParam], baseline: dict[str, Any],
+def _trial(run_record: dict[str, Any], run_id: str, space: dict[str, SearchParam], baseline: dict[str, Any],
            metric: str) -> optuna.trial.FrozenTrial:
     """A trial of an exported run: its state, value (the final metric), point and attributes."""
-    status = record["tags"][R.STATUS]
+    status = run_record["tags"][record.STATUS]
     params, dists = {}, {}
     for name, p in space.items():
-        if name not in record["params"]:
+        if name not in run_record["params"]:
             continue
-        value = _value(record["params"][name], p, name, record["run_name"])
+        value = _value(run_record["params"][name], p, name, run_record["run_name"])
         params[name], dists[name] = value, _distribution(p, value)
-    rows = record["metrics"].get(R.final(metric), [])
+    rows = run_record["metrics"].get(record.final(metric), [])
     value = float(rows[-1][2]) if rows and status == "finished" else None
     state = STATES[status] if value is None or math.isfinite(value) else TrialState.PRUNED
-    attrs: dict[str, Any] = {A.STATUS: status, A.RUN_ID: run_id}
+    attrs: dict[str, Any] = {optuna_attrs.STATUS: status, optuna_attrs.RUN_ID: run_id}
     if all(show(params.get(k)) == show(v) for k, v in baseline.items()):
-        attrs[A.BASELINE] = True
+        attrs[optuna_attrs.BASELINE] = True
     return optuna.trial.create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
                                      params=params, distributions=dists, user_attrs=attrs)
 

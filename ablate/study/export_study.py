@@ -28,14 +28,14 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.study import attrs as A
-from ablate.study.cells import CellQueue
+from ablate.spec import metricnames
+from ablate.study import optuna_attrs
+from ablate.study.cell_queue import CellQueue
 from ablate.study.export_searches import export_searches, import_searches
 from ablate.study.optuna_store import Store
 from ablate.study.plan import metric_direction
+from ablate.tracking import record
 
 FORMAT = "ablate-study-export/1"
 RESULTS = ("finished", "diverged")
@@ -51,25 +51,25 @@ def main_export(study: str, out: str | None = None) -> int:
     study = study_name(study)  # a spec file names its study
     parent, frame = find_study_runs(study)
     tags = parent["tags"]
-    if tags.get(R.KIND) != "ablation":
-        raise AblateError(f"study {study!r} is not an ablation study ({R.KIND} "
-                          f"{tags.get(R.KIND)!r}): only ablation studies are exported")
-    name = tags.get(R.STUDY, study)
+    if tags.get(record.KIND) != "ablation":
+        raise AblateError(f"study {study!r} is not an ablation study ({record.KIND} "
+                          f"{tags.get(record.KIND)!r}): only ablation studies are exported")
+    name = tags.get(record.STUDY, study)
     dest = Path(out or Path("reports") / name / "export")
     latest: dict[str, dict[str, Any]] = {}  # cell key -> its latest finished or diverged run
     for rec in frame.sort_values("start_time").to_dict("records"):
-        if rec.get(f"tags.{R.STATUS}") in RESULTS and isinstance(rec.get(f"tags.{R.CELL}"), str):
-            latest[rec[f"tags.{R.CELL}"]] = rec
+        if rec.get(f"tags.{record.STATUS}") in RESULTS and isinstance(rec.get(f"tags.{record.CELL}"), str):
+            latest[rec[f"tags.{record.CELL}"]] = rec
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
     try:
-        record = export_run(parent["run_id"], staging / "parent")
+        run_record = export_run(parent["run_id"], staging / "parent")
         for key, rec in sorted(latest.items()):
-            export_run(str(rec["run_id"]), staging / "cells" / key, parent_id=record["run_id"])
-        meta = {"format": FORMAT, "study": name, "experiment": record["experiment"],
-                "optuna_study": tags.get(R.OPTUNA_STUDY), "metric": tags.get(R.METRIC),
+            export_run(str(rec["run_id"]), staging / "cells" / key, parent_id=run_record["run_id"])
+        meta = {"format": FORMAT, "study": name, "experiment": run_record["experiment"],
+                "optuna_study": tags.get(record.OPTUNA_STUDY), "metric": tags.get(record.METRIC),
                 "cells": sorted(latest)}
-        searches = export_searches(parent, frame, staging, record["run_id"])  # ablation.tune's
+        searches = export_searches(parent, frame, staging, run_record["run_id"])  # ablation.tune's
         if searches:
             meta["searches"] = searches
         (staging / "study.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
@@ -101,7 +101,7 @@ def _value(run: dict[str, Any], metric: str, direction: str) -> tuple[float, dic
     rows = sorted(run["metrics"].get(metric, []), key=lambda r: (r[0], r[1]))  # (step, timestamp, value)
     # The final evaluation is logged one step past training, with train/wall_time_s (ablate/run/runner.py);
     # the trial's reports were the evaluations during training only.
-    final = {int(r[0]) for r in run["metrics"].get(MN.WALL_TIME, [])}
+    final = {int(r[0]) for r in run["metrics"].get(metricnames.WALL_TIME, [])}
     history = {int(step): float(v) for step, _, v in rows
                if math.isfinite(float(v)) and int(step) not in final}
     value = float(rows[-1][2]) if rows else math.nan
@@ -128,7 +128,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
     for key in meta["cells"]:
         try:
             runs[key] = json.loads((src / "cells" / key / "run.json").read_text())
-            missing = {R.SEED, R.STATUS} - set(runs[key]["tags"])
+            missing = {record.SEED, record.STATUS} - set(runs[key]["tags"])
             if missing:
                 raise KeyError(f"tags {sorted(missing)} missing")
         except (OSError, ValueError, KeyError) as exc:
@@ -140,7 +140,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
     assert queue.study is not None
     have = set(queue.latest())
     parent_id = import_run(src / "parent", meta["experiment"])
-    queue.set(A.PARENT, parent_id)
+    queue.set(optuna_attrs.PARENT, parent_id)
     added = 0
     for key in meta["cells"]:
         run = runs[key]
@@ -149,10 +149,13 @@ def main_import(folder: str, storage: str | None = None) -> int:
             continue  # the Optuna store already knows the cell: its trial stays
         tags = run["tags"]
         value, history = _value(run, metric, direction)
-        attrs = {A.CELL: key, A.CELL_LABEL: tags.get(R.VARIANT, key), A.CELL_SEED: int(tags[R.SEED]),
-                 A.CELL_SPEC_HASH: tags.get(R.SPEC_HASH, ""),
-                 A.CELL_OVERRIDES: json.dumps(json.loads(tags.get(R.OVERRIDES, "{}")), sort_keys=True),
-                 A.CELL_ARM: tags.get(R.ARM, R.BASELINE_ARM), A.STATUS: tags[R.STATUS], A.RUN_ID: run_id}
+        attrs = {optuna_attrs.CELL: key, optuna_attrs.CELL_LABEL: tags.get(record.VARIANT, key),
+                 optuna_attrs.CELL_SEED: int(tags[record.SEED]),
+                 optuna_attrs.CELL_SPEC_HASH: tags.get(record.SPEC_HASH, ""),
+                 optuna_attrs.CELL_OVERRIDES: json.dumps(json.loads(tags.get(record.OVERRIDES, "{}")),
+                                                         sort_keys=True),
+                 optuna_attrs.CELL_ARM: tags.get(record.ARM, record.BASELINE_ARM),
+                 optuna_attrs.STATUS: tags[record.STATUS], optuna_attrs.RUN_ID: run_id}
         dists: dict[str, BaseDistribution] = {}
         queue.study.add_trial(optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=value, params={}, distributions=dists, user_attrs=attrs,

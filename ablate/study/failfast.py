@@ -17,7 +17,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.study.attrs import ERROR, RETRY_HISTORY, STATUS, STOP
+from ablate.study.optuna_attrs import ERROR, RETRY_HISTORY, STATUS, STOP
 from ablate.study.optuna_store import Store, requeue
 
 FIRST = 2

@@ -11,7 +11,7 @@ cannot be asked, so there the worker refreshes a timestamp (system attr ``ablate
 interval and a timestamp older than the grace period means the worker is gone. Hosts sharing a journal
 need clocks that agree to well within the grace period (NTP does).
 
-Ablation studies queue their cells on top of it (ablate/study/cells.py).
+Ablation studies queue their cells on top of it (ablate/study/cell_queue.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
-from ablate.study.attrs import HEARTBEAT, OWNER
+from ablate.study.optuna_attrs import HEARTBEAT, OWNER
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
 MAX_RETRY = 3  # re-queues of a trial whose worker died (an interrupted one is re-queued without limit)

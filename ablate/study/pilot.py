@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.study.power import upper_sd
+from ablate.stats.power import upper_sd
+from ablate.tracking import record
 
 RUNS_CSV = "runs.csv"
 MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
@@ -40,7 +40,7 @@ class PairedNoise:
 
     @property
     def upper(self) -> float:
-        """The upper 80% confidence bound the plan sizes on (ablate/study/power.py upper_sd)."""
+        """The upper 80% confidence bound the plan sizes on (ablate/stats/power.py upper_sd)."""
         return upper_sd(self.sd, self.df)
 
 
@@ -94,7 +94,7 @@ def read_pilot(name: str, spec_dir: Path, metric: str) -> Pilot:
     study in the tracking store) read for ``metric``; an AblateError naming what is missing otherwise."""
     path = _runs_csv(name, spec_dir)
     rows = _csv_rows(path) if path is not None else _store_rows(name)
-    return pilot_from_rows(name, rows, R.unfinal(metric))
+    return pilot_from_rows(name, rows, record.unfinal(metric))
 
 
 def _runs_csv(name: str, spec_dir: Path) -> Path | None:
@@ -125,13 +125,13 @@ def _store_rows(name: str) -> list[dict[str, Any]]:
     rows = []
     for rec in children.to_dict("records"):
         tags, _ = tags_and_params(rec)
-        if tags.get(R.SUPERSEDED) or tags.get(R.KIND) != "cell":
+        if tags.get(record.SUPERSEDED) or tags.get(record.KIND) != "cell":
             continue
-        metrics = R.result_metrics({k[8:]: v for k, v in rec.items() if k.startswith("metrics.")
+        metrics = record.result_metrics({k[8:]: v for k, v in rec.items() if k.startswith("metrics.")
                                     and isinstance(v, int | float) and math.isfinite(v)})
-        rows.append({"arm": tags.get(R.ARM) or R.BASELINE_ARM, "variant": tags.get(R.VARIANT),
-                     "seed": tags.get(R.SEED), "status": tags.get(R.STATUS), MACHINE_COLUMN: R.machine(tags),
-                     **metrics})
+        rows.append({"arm": tags.get(record.ARM) or record.BASELINE_ARM, "variant": tags.get(record.VARIANT),
+                     "seed": tags.get(record.SEED), "status": tags.get(record.STATUS),
+                     MACHINE_COLUMN: record.machine(tags), **metrics})
     return rows
 
 
@@ -142,13 +142,13 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
     times: dict[str, list[float]] = {}
     machines: Counter[str] = Counter()
     for row in rows:
-        if (row.get("arm") or R.BASELINE_ARM) != R.BASELINE_ARM or row.get("status") != "finished":
+        if (row.get("arm") or record.BASELINE_ARM) != record.BASELINE_ARM or row.get("status") != "finished":
             continue
         label, seed = str(row["variant"]), int(row["seed"])
         value = _number(row.get(metric))
         if value is not None:
             values.setdefault(label, {})[seed] = value
-        if (seconds := _number(row.get(R.WALL_TIME))) is not None:
+        if (seconds := _number(row.get(record.WALL_TIME))) is not None:
             times.setdefault(label, []).append(seconds)
             if row.get(MACHINE_COLUMN):
                 machines[str(row[MACHINE_COLUMN])] += 1

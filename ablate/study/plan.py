@@ -14,19 +14,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
-import registry
 from ablate.errors import AblateError
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, join
+from ablate.stats.sequential import Design
+from ablate.stats.verdict import one_family
 from ablate.study import arm_settings as tuning
-from ablate.study import attrs as A
-from ablate.study.adaptive import design_of, format_progress, needed_keys
-from ablate.study.sequential import Design
-from ablate.study.space import derive, show
-from ablate.study.verdict import one_family
+from ablate.study import optuna_attrs
+from ablate.study.derived_specs import derive, show
+from ablate.study.seed_rounds import design_of, format_progress, needed_keys
+from ablate.tracking import record
 
 TERMINAL = ("finished", "diverged", "failed")
 _NOT_COMPARED = ("seed", "ablation", "search", "description")
@@ -39,7 +38,7 @@ class Cell:
     spec: ExperimentSpec  # the baseline with the overrides applied and seed = the cell's seed
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
-    arm: str = R.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
+    arm: str = record.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
 
     @property
     def key(self) -> str:
@@ -48,9 +47,10 @@ class Cell:
 
     def attrs(self) -> dict[str, Any]:
         """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
-        return {A.CELL: self.key, A.CELL_LABEL: self.label, A.CELL_SEED: self.seed,
-                A.CELL_SPEC_HASH: self.spec.spec_hash, A.CELL_ARM: self.arm,
-                A.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
+        return {optuna_attrs.CELL: self.key, optuna_attrs.CELL_LABEL: self.label,
+                optuna_attrs.CELL_SEED: self.seed,
+                optuna_attrs.CELL_SPEC_HASH: self.spec.spec_hash, optuna_attrs.CELL_ARM: self.arm,
+                optuna_attrs.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
 
 
 @dataclass
@@ -65,7 +65,7 @@ class StudyPlan:
     origin: str
     overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
     optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
-    arm: str = R.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
+    arm: str = record.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
 
     @property
     def name(self) -> str:
@@ -83,10 +83,11 @@ class StudyPlan:
         return self.optuna_name or self.legacy_store_name
 
     def bind(self, store: Any) -> str:
-        """Find (or choose) this study's Optuna name in ``store`` (see ablate/study/names.py)."""
-        from ablate.study import names
+        """Find (or choose) this study's Optuna name in ``store`` (see ablate/study/study_names.py)."""
+        from ablate.study import study_names
 
-        self.optuna_name = names.resolve(store, self.name, self.baseline.spec_hash, self.legacy_store_name)
+        self.optuna_name = study_names.resolve(store, self.name, self.baseline.spec_hash,
+                                               self.legacy_store_name)
         return self.optuna_name
 
     def axis_params(self) -> dict[str, list[Any]]:
@@ -117,13 +118,13 @@ class StudyPlan:
     def design(self) -> Design | None:
         """The sequential design when the seeds are a range (adaptive), else None (and for the confirm
         arm, which runs its fixed confirm.seeds)."""
-        if self.arm == R.CONFIRM_ARM:
+        if self.arm == record.CONFIRM_ARM:
             return None
         return design_of(self.spec.ablation, family=self.family)
 
     @property
     def family(self) -> int:
-        """How many verdicts share the study's alpha (ablate/study/verdict.py one_family), fixed before the
+        """How many verdicts share the study's alpha (ablate/stats/verdict.py one_family), fixed before the
         first cell: with ablation.tune, each variant's own-best comparison joins its baseline's-settings
         one (all counted: which searches will move the settings is not known yet)."""
         abl = self.spec.ablation
@@ -138,14 +139,15 @@ class StudyPlan:
     def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
         """A cell the store holds but the plan does not list: an edited axis's, or a cell of a later arm
         (a variant at its own best; a confirmation cell, whose overrides apply to the larger setting)."""
-        overrides = json.loads(attrs.get(A.CELL_OVERRIDES, "{}"))
-        arm = str(attrs.get(A.CELL_ARM, R.BASELINE_ARM))
+        overrides = json.loads(attrs.get(optuna_attrs.CELL_OVERRIDES, "{}"))
+        arm = str(attrs.get(optuna_attrs.CELL_ARM, record.BASELINE_ARM))
         data, smap, origin = self.data, self.smap, self.origin
         abl = self.spec.ablation
-        if arm == R.CONFIRM_ARM and abl is not None and abl.confirm is not None:
+        if arm == record.CONFIRM_ARM and abl is not None and abl.confirm is not None:
             data, smap, origin = tuning.confirm_base(abl.confirm, self.data, self.smap, self.origin)
-        spec = derive(data, smap, overrides, origin, seed=int(attrs[A.CELL_SEED]))
-        return Cell(str(attrs.get(A.CELL_LABEL, spec.spec_hash)), int(attrs[A.CELL_SEED]), spec, overrides,
+        spec = derive(data, smap, overrides, origin, seed=int(attrs[optuna_attrs.CELL_SEED]))
+        return Cell(str(attrs.get(optuna_attrs.CELL_LABEL, spec.spec_hash)),
+                    int(attrs[optuna_attrs.CELL_SEED]), spec, overrides,
                     arm=arm)
 
 
@@ -169,20 +171,16 @@ def study_metric(spec: ExperimentSpec) -> str:
     if spec.ablation.metric != "auto":
         return spec.ablation.metric
     if spec.is_lm:
-        auto = MN.VAL_PPL
+        auto = metricnames.VAL_PPL
     elif spec.eval.metric != "auto":
         auto = f"val/{spec.eval.metric}"
     else:
-        auto = MN.VAL_EXACT_MATCH if spec.data.source == "synthetic" else MN.VAL_BLEU
-    return R.averaged(auto) if spec.train.weight_average is not None else auto
+        auto = metricnames.VAL_EXACT_MATCH if spec.data.source == "synthetic" else metricnames.VAL_BLEU
+    return record.averaged(auto) if spec.train.weight_average is not None else auto
 
 
 def _short(field_path: str) -> str:
-    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm',
-    # and a recipe axis by its name: 'optimizer=muon' rather than 'train.optimizer.name=muon'.
-    recipe = {axis.spec_field: axis.kind for axis in registry.axes() if axis.section != registry.MODEL}
-    if field_path in recipe:
-        return recipe[field_path]
+    # Components are the point of the tool: 'residual=post_norm' rather than 'model.residual=post_norm'.
     return field_path[len("model."):] if field_path.startswith("model.") else field_path
 
 
@@ -343,7 +341,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
     width = max([len(c.label) for c in plan.cells] + [4])
-    metric_name = R.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
+    metric_name = record.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
     head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
     cells = plan.cells
     if plan.design is not None:  # adaptive: the cells needed so far and those already run

@@ -28,8 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-import ablate.tracking.record as R
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 
 QUEUE_ATTR = "precision"
 
@@ -41,20 +41,20 @@ def first_cell_precision(children: pd.DataFrame) -> str | None:
     ran: list[tuple[Any, str]] = []
     for rec in children.to_dict("records"):
         tags, _ = tags_and_params(rec)
-        if tags.get(R.KIND) == "cell" and rec.get("status") == "FINISHED" and tags.get(R.PRECISION) \
-                and not tags.get(R.SUPERSEDED):
-            ran.append((rec.get("start_time"), tags[R.PRECISION]))
+        finished = tags.get(record.KIND) == "cell" and rec.get("status") == "FINISHED"
+        if finished and tags.get(record.PRECISION) and not tags.get(record.SUPERSEDED):
+            ran.append((rec.get("start_time"), tags[record.PRECISION]))
     return min(ran, key=lambda x: x[0])[1] if ran else None
 
 
 def other_precision(tags: Mapping[str, str], params: Mapping[str, str], pinned: str) -> str | None:
     """Why a finished cell no longer counts ('ran in bf16; the study's cells train in fp32'), or None: it
     ran at the study's precision, or named its own, or predates the precision tag."""
-    ran = tags.get(R.PRECISION)
+    ran = tags.get(record.PRECISION)
     if params.get("train.precision", "auto") != "auto" or not ran or ran == pinned:
         return None
-    return (f"{R.SUPERSEDED_PRECISION}{ran}; the study's cells train in {pinned} (train.precision: auto, "
-            "pinned per study)")
+    return (f"{record.SUPERSEDED_PRECISION}{ran}; the study's cells train in {pinned} "
+            "(train.precision: auto, pinned per study)")
 
 
 def pinned_precision(spec_precision: str, stored: str | None, children: pd.DataFrame | None) -> str | None:
@@ -78,7 +78,7 @@ def at_study_precision(spec: ExperimentSpec, pinned: str | None) -> ExperimentSp
 
 def study_pin(store: Any, cells_study: str, direction: str) -> str | None:
     """The precision an ablation's store keeps for its cells (None: none pinned yet, or no such study)."""
-    from ablate.study.cells import CellQueue
+    from ablate.study.cell_queue import CellQueue
 
     pinned = CellQueue(store, cells_study, direction, create=False).get(QUEUE_ATTR)
     return str(pinned) if pinned else None

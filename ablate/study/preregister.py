@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study.attrs import PLAN as PLAN_ATTR
-from ablate.study.attrs import PREREGISTERED as STORE_ATTR
+from ablate.study.optuna_attrs import PLAN as PLAN_ATTR
+from ablate.study.optuna_attrs import PREREGISTERED as STORE_ATTR
 
 # record key -> the spec field a reader changes to change it
 FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "ablation.seeds",

@@ -21,24 +21,24 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-import ablate.tracking.record as R
 from ablate.data.check import check_data
-from ablate.study import attrs as A
-from ablate.study import failfast
-from ablate.study.findings import finish_search
+from ablate.study import failfast, optuna_attrs
+from ablate.study.derived_specs import SearchPlan, plan_search, point_key
 from ablate.study.optuna_store import Store, claim, open_study, requeue
+from ablate.study.parent_run import close_parent, open_parent, search_description, trials_table
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
-from ablate.study.space import point_key
-from ablate.study.workers import cached_data, local_workers, open_parent, resume_command, run_workers
-
-if TYPE_CHECKING:
-    from ablate.tracking import NullTracker
+from ablate.study.study_names import study_attrs, write_attrs
+from ablate.study.train_cells import cached_data
+from ablate.study.tune_results import finish_search
+from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.tracking import NullTracker, record
 
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
@@ -54,12 +54,12 @@ def search_key(plan: Any) -> str:
 
 
 def search_name(plan: Any, store: Store | None = None) -> str:
-    """The Optuna study: the spec's name, readable (ablate/study/names.py), found in ``store``; without a
-    store, the legacy name (spec name and identity hash) that stores written before kept."""
+    """The Optuna study: the spec's name, readable (ablate/study/study_names.py), found in ``store``; without
+    a store, the legacy name (spec name and identity hash) that stores written before kept."""
     legacy = f"{plan.spec.name}-search-{search_key(plan)}"
     if store is None:
         return legacy
-    from ablate.study.names import resolve
+    from ablate.study.study_names import resolve
 
     return resolve(store, plan.spec.name, search_key(plan), legacy)
 
@@ -95,7 +95,7 @@ def _pruner(plan: Any) -> Any:
 
 
 def _retried(trials: Sequence[FrozenTrial]) -> set[int]:
-    return {n for t in trials for n in t.system_attrs.get(A.RETRY_HISTORY, [])}
+    return {n for t in trials for n in t.system_attrs.get(optuna_attrs.RETRY_HISTORY, [])}
 
 
 def replaced_failures(trials: Sequence[FrozenTrial]) -> set[int]:
@@ -124,7 +124,7 @@ def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
             for note in notes:
                 print(f"note: {note}", flush=True)
             if base is not None:
-                todo.append((base, {A.BASELINE: True}))
+                todo.append((base, {optuna_attrs.BASELINE: True}))
         if grid:
             points = plan.grid_points()
             extra = base is not None and point_key(base) not in {point_key(p) for p in points}
@@ -142,7 +142,7 @@ def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
 
 def _params(t: FrozenTrial) -> dict[str, Any]:
     """A trial's point: its values once sampled, the enqueued ones while it waits."""
-    return dict(t.params) or dict(t.system_attrs.get(A.FIXED_PARAMS, {}))
+    return dict(t.params) or dict(t.system_attrs.get(optuna_attrs.FIXED_PARAMS, {}))
 
 
 def _suggest(trial: optuna.Trial, name: str, p: Any, encoded: bool) -> Any:
@@ -159,7 +159,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[fl
     """Record the outcome; False when the trial was taken over meanwhile (its heartbeat went stale)."""
     state = STATE_OF.get(status, TrialState.FAIL)
     try:
-        trial.set_user_attr(A.STATUS, status)
+        trial.set_user_attr(optuna_attrs.STATUS, status)
         for key, value in attrs.items():
             if value is not None:
                 trial.set_user_attr(key, value)
@@ -189,9 +189,9 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     from ablate.spec.load import SpecError
 
     n, values = trial.number, sample(trial, plan)
-    run_dir = trial.user_attrs.get(A.RUN_DIR) or str(
+    run_dir = trial.user_attrs.get(optuna_attrs.RUN_DIR) or str(
         Path(plan.spec.train.out_dir) / plan.spec.name / study.study_name / f"trial-{n}")
-    trial.set_user_attr(A.RUN_DIR, run_dir)  # a retry resumes this checkpoint (and MLflow run)
+    trial.set_user_attr(optuna_attrs.RUN_DIR, run_dir)  # a retry resumes this checkpoint (and MLflow run)
     try:
         spec = plan.spec_for(values, f"{plan.origin} (trial {n})")
     except SpecError as exc:
@@ -215,13 +215,13 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     def opened(run_id: str | None) -> None:  # the trial knows its run even if training then crashes
         if run_id:
             try:
-                trial.set_user_attr(A.RUN_ID, run_id)
+                trial.set_user_attr(optuna_attrs.RUN_ID, run_id)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # failed as stale meanwhile: the hook stops the run
 
-    tags = {R.TRIAL: str(n), R.KIND: "trial", R.OPTUNA_STUDY: study.study_name}
+    tags = {record.TRIAL: str(n), record.KIND: "trial", record.OPTUNA_STUDY: study.study_name}
     if pinned is not spec:
-        tags[R.SPEC_PRECISION] = spec.train.precision  # reports read the spec's auto, as for its cells
+        tags[record.SPEC_PRECISION] = spec.train.precision  # reports read the spec's auto, as for its cells
         spec = pinned
     try:
         with store.beat(trial):
@@ -238,7 +238,7 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
         print(f"trial {n}: failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
         return "failed"
     status = result.status
-    got = [R.result_value(result.metrics, m) for m in metrics]  # what MLflow holds as final/<metric>
+    got = [record.result_value(result.metrics, m) for m in metrics]  # what MLflow holds as final/<metric>
     if status == "finished" and any(v is None for v in got):
         missing = metrics[got.index(None)]
         status, error = "failed", f"no {missing} in the run's metrics: {sorted(result.metrics)}"
@@ -249,21 +249,20 @@ def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial,
     _tell(study, trial, status, [float(v) for v in got] if status == "finished" else None,  # type: ignore[arg-type]
           mlflow_run_id=result.run_id, error=error)
     shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in values.items())
-    score = ", ".join(f"{R.final(m)} {v:.4g}" for m, v in zip(metrics, got, strict=True) if v is not None)
+    score = ", ".join(f"{record.final(m)} {v:.4g}" for m, v in zip(metrics, got,
+                                                                   strict=True) if v is not None)
     print(f"trial {n}: {status} {score} [{shown}]", flush=True)
     return status
 
 
 def _search_worker(spec_path: str, overrides: list[str], storage: str | None, deadline: float | None,
                    budget: int, index: int, workers: int) -> int:
-    from ablate.study.space import plan_search
-
     plan = plan_search(spec_path, overrides)
     store = Store(storage)
     study = open_study(store, search_name(plan, store), plan.directions,
                        sampler=_sampler(plan, index, store, budget), pruner=_pruner(plan))
     assert study is not None
-    parent = study.user_attrs.get(A.PARENT)
+    parent = study.user_attrs.get(optuna_attrs.PARENT)
     if plan.precision is None and plan.spec.train.precision == "auto":  # stand-alone: main_tune pinned it
         plan.precision = study.user_attrs.get(QUEUE_ATTR)
     started = 0
@@ -284,23 +283,29 @@ def _search_worker(spec_path: str, overrides: list[str], storage: str | None, de
     return 0
 
 
-def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
-              storage: str | None = None, trials: int | None = None,
-              workers_per_gpu: int | None = None) -> int:
-    """`ablate tune SPEC`: run (or continue) the spec's search; print and log the results when it is done."""
-    from ablate.engine import preempt
-    from ablate.study.space import plan_search
+@dataclass
+class TuneRun:
+    """A started search: its plan and trial budget, the store and Optuna study its trials are queued in,
+    its parent MLflow run (None with tracking off) and the deadline of ``search.timeout``."""
 
-    workers = local_workers(workers, workers_per_gpu)
-    preempt.install()
+    plan: SearchPlan
+    budget: int
+    store: Store
+    name: str
+    study: optuna.Study
+    tracker: NullTracker | None
+    deadline: float | None
+
+
+def start_tune(spec_path: str, overrides: Sequence[str], storage: str | None, trials: int | None = None
+                ) -> TuneRun:
+    """Plan the spec's search, check its data, open (or find) its Optuna study with the trial slots
+    enqueued, pin its precision and open its parent run: everything before the first trial trains."""
     plan = plan_search(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a trial
     search = plan.spec.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials
-    from ablate.study.names import study_attrs, write_attrs
-    from ablate.study.parent import close_parent, search_description, trials_table
-
     store = Store(storage)
     with store.lock(plan.spec.name):  # two processes starting one search agree on its name
         name = search_name(plan, store)
@@ -308,10 +313,10 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int | None
         assert study is not None
         write_attrs(study, study_attrs(search_key(plan), plan.spec.name, list(overrides), "search"))
         plan.precision = search_pin(study, plan.spec.train.precision)
-    if study.metric_names != [R.final(m) for m in plan.metrics]:
+    if study.metric_names != [record.final(m) for m in plan.metrics]:
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the dashboard reads the names
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([R.final(m) for m in plan.metrics])
+            study.set_metric_names([record.final(m) for m in plan.metrics])
     failfast.clear(study)  # stopped last time by a repeated failure: its cause may be fixed now
     added = _fill(study, store, plan, budget)
     goals = ", ".join(f"{d} {m}" for m, d in zip(plan.metrics, plan.directions, strict=True))
@@ -323,37 +328,36 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int | None
     tracker: NullTracker | None = None
     if plan.spec.tracking.enabled:
         with store.lock(name):  # one parent run however many processes start at once
-            tags = {R.KIND: "search", R.VARIANT: "search", R.OPTUNA_STUDY: name,
-                    R.METRIC: ", ".join(R.final(m) for m in plan.metrics)}
+            tags = {record.KIND: "search", record.VARIANT: "search", record.OPTUNA_STUDY: name,
+                    record.METRIC: ", ".join(record.final(m) for m in plan.metrics)}
             note = search_description(plan, name, budget)
-            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags, study.user_attrs.get(A.PARENT),
-                                  description=note)
-            study.set_user_attr(A.PARENT, tracker.run_id)
+            tracker = open_parent(plan.spec, f"{plan.spec.name}-search", tags,
+                                  study.user_attrs.get(optuna_attrs.PARENT), description=note)
+            study.set_user_attr(optuna_attrs.PARENT, tracker.run_id)
     deadline = time.time() + search.timeout if search.timeout else None
-    code = 130
-    try:
-        code = run_workers(_search_worker, (spec_path, list(overrides), storage, deadline, budget),
-                           max(1, workers))
-    except KeyboardInterrupt:
-        code = preempt.exit_code()
-    finally:
-        interrupted = code in preempt.STOP_CODES
-        if interrupted:
-            again = resume_command("tune", spec_path, overrides, workers, storage)
-            print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "
-                  f"back to the queue; resume with `{again}`", file=sys.stderr)
-        timed_out = deadline is not None and time.time() >= deadline
-        why = None if interrupted else failfast.stopped(study)
-        done = not interrupted and not why and finish_search(plan, store, name, tracker, timed_out=timed_out)
-        if why:
-            print(f"error: search stopped: its first {failfast.FIRST} trials failed the same way: {why}; fix "
-                  "that and run the same command again (the failed trials are queued again)", file=sys.stderr)
-            code = 2
-        if tracker is not None:
-            all_trials = study.get_trials(deepcopy=False)
-            close_parent(tracker, note=search_description(plan, name, budget, all_trials),
-                         table=trials_table(plan, all_trials), table_artifact=R.TRIALS_TABLE_ARTIFACT,
-                         why=why, done=done, interrupted=interrupted)
-    return code
+    return TuneRun(plan, budget, store, name, study, tracker, deadline)
 
 
+def run_tune(search: TuneRun, worker_args: tuple[Any, ...], pool: WorkerPool = IN_PROCESS) -> int:
+    """The search's trials, trained by ``pool``'s workers until the budget or the deadline is spent; the
+    workers' exit code. ``worker_args``: the spec path, its overrides and the storage."""
+    return pool.run(_search_worker, (*worker_args, search.deadline, search.budget))
+
+
+def close_tune(search: TuneRun, interrupted: bool) -> int:
+    """Write the search's results once it is done (its best trial, importances, figures: finish_search)
+    and bring the parent run up to date; 2 when a repeated failure stopped it, else 0."""
+    plan, study = search.plan, search.study
+    timed_out = search.deadline is not None and time.time() >= search.deadline
+    why = None if interrupted else failfast.stopped(study)
+    done = not interrupted and not why and finish_search(plan, search.store, search.name, search.tracker,
+                                                         timed_out=timed_out)
+    if why:
+        print(f"error: search stopped: its first {failfast.FIRST} trials failed the same way: {why}; fix "
+              "that and run the same command again (the failed trials are queued again)", file=sys.stderr)
+    if search.tracker is not None:
+        all_trials = study.get_trials(deepcopy=False)
+        close_parent(search.tracker, note=search_description(plan, search.name, search.budget, all_trials),
+                     table=trials_table(plan, all_trials), table_artifact=record.TRIALS_TABLE_ARTIFACT,
+                     why=why, done=done, interrupted=interrupted)
+    return 2 if why else 0

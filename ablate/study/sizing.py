@@ -7,7 +7,7 @@ pilot the study cannot be sized yet: the plan gives the smallest detectable effe
 sd, and after the study's first look the same plan from its own seeds, for information only (a plan read
 off a study's own data never moves its recorded design).
 
-Power is simulated over the very procedure the study runs (ablate/study/power.py).
+Power is simulated over the very procedure the study runs (ablate/stats/power.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ablate.study.adaptive import questions
-from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
-from ablate.study.power import (
+from ablate.stats.power import (
     MOST_SEEDS,
     SD_CONFIDENCE,
     claim_power,
@@ -29,7 +27,9 @@ from ablate.study.power import (
     seeds_needed,
     simulate,
 )
-from ablate.study.sequential import POWER, Design, Question
+from ablate.stats.sequential import POWER, Design, Question
+from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
+from ablate.study.seed_rounds import questions
 
 
 @dataclass(frozen=True)
@@ -207,8 +207,6 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
         return [line + " (no cell time measured yet)"]
     worst_s = d.looks[-1] * seed_seconds(pp.cell_seconds, [c.label for c in pp.comparisons])
     mean_s = worst_s / worst
-    from ablate.study.walltime import estimate_wall_s
-
     # the hours are the pilot's machine's: on another, cells take another time
     measured = f"training time measured on {pp.timed_on}" if pp.timed_on else "measured training time"
     return [line, f"  time: {mean_s / 60:.1f} min a cell ({measured}); at most "
@@ -272,7 +270,7 @@ def study_plan(plan: Any) -> PowerPlan | None:
 def own_seeds_plan(plan: Any, records: Mapping[str, Any]) -> PowerPlan | None:
     """The same plan from the study's own finished pairs, once a comparison has two: for information only
     (it never moves the recorded design)."""
-    from ablate.study.adaptive import _pairs
+    from ablate.study.seed_rounds import _pairs
 
     design = power_design(plan)
     if design is None:
@@ -290,3 +288,10 @@ def own_seeds_plan(plan: Any, records: Mapping[str, Any]) -> PowerPlan | None:
     step = abl.seeds.step if plan.design is not None else 1
     return power_plan(design, plan.metric, labels, questions(abl), noise.get, "the study's own seeds",
                       {}, step, informational=True)
+
+
+def estimate_wall_s(cell_seconds: float, cells: int, parallel: int) -> float:
+    """Wall seconds for `cells` cells of `cell_seconds` each, run `parallel` at a time: whole waves."""
+    if cells <= 0:
+        return 0.0
+    return math.ceil(cells / max(1, parallel)) * cell_seconds

@@ -24,24 +24,23 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from optuna.trial import TrialState
 
-import ablate.tracking.record as R
+from ablate.engine import preempt
+from ablate.errors import AblateError
 from ablate.spec.experiment import Objective, SearchSpec
 from ablate.spec.load import set_dotted
-from ablate.study import attrs as A
-from ablate.study import failfast
-from ablate.study import search as S
+from ablate.study import failfast, optuna_attrs
 from ablate.study.arm_settings import best_overrides, sampler_seed, trial_overrides
+from ablate.study.derived_specs import SearchPlan, derive
 from ablate.study.optuna_store import Store, claim, open_study
-from ablate.study.plan import Cell, StudyPlan, spec_diff
+from ablate.study.plan import Cell, StudyPlan, plan_study, spec_diff
 from ablate.study.precision import study_pin
-from ablate.study.space import SearchPlan, derive
-
-if TYPE_CHECKING:
-    from ablate.tracking import NullTracker
+from ablate.study.search import _fill, _pruner, _sampler, run_trial, search_key, trials_done
+from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.tracking import NullTracker, Tracker, record
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def variant_search(plan: StudyPlan, overrides: Mapping[str, Any]) -> SearchPlan:
 
 def search_name(plan: StudyPlan, label: str, splan: SearchPlan) -> str:
     """The Optuna study of one variant's search: the study, the variant, what its trials depend on."""
-    return f"{plan.spec.name}-tune-{label}-{S.search_key(splan)}"
+    return f"{plan.spec.name}-tune-{label}-{search_key(splan)}"
 
 
 @dataclass
@@ -112,7 +111,7 @@ def open_search(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store
         assert study is not None
         tracker = _search_run(splan, label, name, parent, study) if parent else None
     failfast.clear(study)  # stopped last time by a repeated failure: its cause may be fixed now
-    S._fill(study, store, splan, budget)
+    _fill(study, store, splan, budget)
     return OpenSearch(label, splan, name, budget, tracker)
 
 
@@ -120,8 +119,8 @@ def run_search(search: OpenSearch, store: Store, parent: str | None, worker: int
     """Claim and train the search's waiting trials until none is waiting or running anywhere (the same
     loop as `ablate tune`'s workers: several processes or machines share one search)."""
     splan = search.splan
-    study = open_study(store, search.name, splan.directions, sampler=S._sampler(splan, worker, store,
-                       search.budget), pruner=S._pruner(splan))
+    study = open_study(store, search.name, splan.directions, sampler=_sampler(splan, worker, store,
+                       search.budget), pruner=_pruner(splan))
     assert study is not None
     while not failfast.stopped(study):
         trial, busy = claim(study, store)
@@ -130,7 +129,7 @@ def run_search(search: OpenSearch, store: Store, parent: str | None, worker: int
                 return
             time.sleep(min(5.0, float(store.heartbeat or 2)))  # another process's trial may yet die
             continue
-        if S.run_trial(splan, study, store, trial, parent) == "failed":
+        if run_trial(splan, study, store, trial, parent) == "failed":
             failfast.stop_if_repeated(study, store)  # the first trials failed the same way: stop
 
 
@@ -145,30 +144,28 @@ def close_search(search: OpenSearch, store: Store, interrupted: bool) -> Tuned:
     why = failfast.stopped(study)
     result = outcome(trials, search.splan, search.label, search.name, why)
     if search.tracker is not None:
-        from ablate.study.parent import close_parent, search_description, trials_table
+        from ablate.study.parent_run import close_parent, search_description, trials_table
 
         done = not why and all(t.state.is_finished() for t in trials)  # open_search filled every slot
         if done:
-            search.tracker.set_tags({R.BEST_SETTINGS: json.dumps(result.best, sort_keys=True)})
+            search.tracker.set_tags({record.BEST_SETTINGS: json.dumps(result.best, sort_keys=True)})
         note = search_description(search.splan, search.name, search.budget, trials)
         close_parent(search.tracker, note=note, table=trials_table(search.splan, trials),
-                     table_artifact=R.TRIALS_TABLE_ARTIFACT, why=why, done=done, interrupted=interrupted)
+                     table_artifact=record.TRIALS_TABLE_ARTIFACT, why=why, done=done, interrupted=interrupted)
     return result
 
 
 def tune_variant(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store: Store,
                  parent: str | None = None) -> Tuned:
     """Run (or continue) one variant's search to ``tune.trials`` trials in this process; its outcome."""
-    return _tune(plan, [open_search(plan, label, overrides, store, parent)], store, 1, None)[label]
+    return _tune(plan, [open_search(plan, label, overrides, store, parent)], store, IN_PROCESS, None)[label]
 
 
 def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: Any) -> NullTracker:
     """The variant's search run under the study's parent: the one the Optuna study remembers, else new."""
-    from ablate.errors import AblateError
-    from ablate.tracking import Tracker
-
-    tags = {R.KIND: "search", R.VARIANT: label, R.OPTUNA_STUDY: name, R.METRIC: R.final(splan.metrics[0])}
-    known = study.user_attrs.get(A.PARENT)
+    tags = {record.KIND: "search", record.VARIANT: label, record.OPTUNA_STUDY: name,
+            record.METRIC: record.final(splan.metrics[0])}
+    known = study.user_attrs.get(optuna_attrs.PARENT)
     tracker: NullTracker | None = None
     if known:
         try:
@@ -178,7 +175,7 @@ def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: An
     if tracker is None:
         tracker = Tracker.start(splan.spec, run_name=f"{label} search", tags=tags, parent_run_id=parent,
                                 variant=label)
-    study.set_user_attr(A.PARENT, tracker.run_id)
+    study.set_user_attr(optuna_attrs.PARENT, tracker.run_id)
     return tracker
 
 
@@ -187,7 +184,7 @@ def outcome(trials: Any, splan: SearchPlan, label: str, name: str, why: str | No
     ``why`` a repeated failure stopped it)."""
     maximize = splan.directions[0] == "maximize"
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
-    first = next((t for t in done if t.user_attrs.get(A.BASELINE)), None)
+    first = next((t for t in done if t.user_attrs.get(optuna_attrs.BASELINE)), None)
     if not done:
         return Tuned(label, name, {}, None, None, why=why)
     best = (max if maximize else min)(done, key=lambda t: (t.values[0], -t.number))
@@ -198,27 +195,23 @@ def outcome(trials: Any, splan: SearchPlan, label: str, name: str, why: str | No
 
 
 def tune_variants(plan: StudyPlan, storage: str | None = None, parent: str | None = None,
-                  workers: int = 1) -> dict[str, Tuned]:
+                  pool: WorkerPool = IN_PROCESS) -> dict[str, Tuned]:
     """Every variant's search, the baseline's first: one after the other in this process, or shared by
-    ``workers`` processes (each claims the next waiting trial of the first search that has one)."""
+    the pool's worker processes (each claims the next waiting trial of the first search that has one)."""
     store = Store(storage)
     searches = [open_search(plan, label, fields, store, parent) for label, fields in variants(plan).items()]
-    return _tune(plan, searches, store, workers, storage)
+    return _tune(plan, searches, store, pool, storage)
 
 
-def _tune(plan: StudyPlan, searches: list[OpenSearch], store: Store, workers: int, storage: str | None
+def _tune(plan: StudyPlan, searches: list[OpenSearch], store: Store, pool: WorkerPool, storage: str | None
           ) -> dict[str, Tuned]:
     """Run the opened searches and close them, however the run ends (Ctrl-C: re-raised once closed)."""
-    from ablate.engine import preempt
-    from ablate.study.workers import run_workers
-
     interrupted = False
     try:
-        if workers <= 1:
+        if pool.size <= 1:
             for search in searches:
                 run_search(search, store, search.tracker.run_id if search.tracker is not None else None)
-        elif run_workers(_tune_worker, (plan.origin, list(plan.overrides), storage),
-                         workers) in preempt.STOP_CODES:
+        elif pool.run(_tune_worker, (plan.origin, list(plan.overrides), storage)) in preempt.STOP_CODES:
             raise KeyboardInterrupt  # the workers re-queued their trials: say so as one process would
     except KeyboardInterrupt:
         interrupted = True
@@ -230,8 +223,6 @@ def _tune(plan: StudyPlan, searches: list[OpenSearch], store: Store, workers: in
 
 def _tune_worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
     """One of ``--workers`` processes: every variant's search in turn, until none has a trial waiting."""
-    from ablate.study.plan import plan_study
-
     plan = plan_study(spec_path, overrides)
     store = Store(storage)
     for label, fields in variants(plan).items():
@@ -239,7 +230,8 @@ def _tune_worker(spec_path: str, overrides: list[str], storage: str | None, inde
         splan.precision = study_pin(store, plan.store_name, plan.direction)
         name = search_name(plan, label, splan)
         study = open_study(store, name, splan.directions, create=False)
-        parent = study.user_attrs.get(A.PARENT) if study is not None and plan.spec.tracking.enabled else None
+        tracked = study is not None and plan.spec.tracking.enabled
+        parent = study.user_attrs.get(optuna_attrs.PARENT) if tracked else None
         run_search(OpenSearch(label, splan, name, splan.spec.search.trials), store, parent,  # type: ignore[union-attr]
                    worker=index)
     return 0
@@ -257,7 +249,7 @@ def tuned_cells(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> list[Cell]:
             best = tuned[label].best if label in tuned else {}
             own = best_overrides(overrides, best)
             spec = derive(plan.data, plan.smap, own, plan.origin, seed=seed)
-            out.append(Cell(label, seed, spec, own, spec_diff(base_at_seed, spec), arm=R.OWN_BEST_ARM))
+            out.append(Cell(label, seed, spec, own, spec_diff(base_at_seed, spec), arm=record.OWN_BEST_ARM))
     return out
 
 
@@ -276,7 +268,7 @@ def stored_searches(plan: StudyPlan, storage: str | None) -> dict[str, tuple[Tun
             continue
         trials = study.get_trials(deepcopy=False)
         out[label] = (outcome(trials, splan, label, study.study_name, failfast.stopped(study)),
-                      S.trials_done(trials))
+                      trials_done(trials))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import ablate.spec.metricnames as MN
+from ablate.spec import metricnames
 
 
 def loss_curve(train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> Any:
@@ -19,9 +19,9 @@ def loss_curve(train: Sequence[tuple[int, float]], val: Sequence[tuple[int, floa
     fig = Figure(figsize=(6, 3.5), dpi=100)
     ax = fig.add_subplot()
     if train:
-        ax.plot(*zip(*train, strict=True), label=MN.TRAIN_LOSS)
+        ax.plot(*zip(*train, strict=True), label=metricnames.TRAIN_LOSS)
     if val:
-        ax.plot(*zip(*val, strict=True), marker="o", label=MN.VAL_LOSS)
+        ax.plot(*zip(*val, strict=True), marker="o", label=metricnames.VAL_LOSS)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy")
     ax.legend()

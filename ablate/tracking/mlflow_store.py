@@ -30,9 +30,9 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-import ablate.tracking.record as R
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
+from ablate.tracking import record
 
 DEFAULT_DB = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
@@ -125,7 +125,8 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
         # One folder per experiment, named after it: runs then sit at mlartifacts/<name>/<run_id>/artifacts.
         location = (root / (re.sub(r"[^A-Za-z0-9_.\-]+", "_", name)[:100] or "experiment")).as_uri() \
             if root else None
-        tags = {R.EXPERIMENT_KIND: R.MODEL_TRAINING_KIND, **({R.NOTE: description} if description else {})}
+        tags = {record.EXPERIMENT_KIND: record.MODEL_TRAINING_KIND,
+                **({record.NOTE: description} if description else {})}
         try:
             return client.create_experiment(name, artifact_location=location, tags=tags)
         except MlflowException as e:
@@ -136,10 +137,10 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
                 raise
     if exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
-    if R.EXPERIMENT_KIND not in exp.tags:
-        client.set_experiment_tag(exp.experiment_id, R.EXPERIMENT_KIND, R.MODEL_TRAINING_KIND)
-    if description and not exp.tags.get(R.NOTE):
-        client.set_experiment_tag(exp.experiment_id, R.NOTE, description)
+    if record.EXPERIMENT_KIND not in exp.tags:
+        client.set_experiment_tag(exp.experiment_id, record.EXPERIMENT_KIND, record.MODEL_TRAINING_KIND)
+    if description and not exp.tags.get(record.NOTE):
+        client.set_experiment_tag(exp.experiment_id, record.NOTE, description)
     return str(exp.experiment_id)
 
 
@@ -244,13 +245,13 @@ def environment() -> dict[str, str]:
 def environment_tags() -> dict[str, str]:
     """The run tags of `environment`: host, CPU (and GPU), a version tag per package, the git commit."""
     env = environment()
-    tags = {R.HOST: env["host"], R.CPU: env["cpu"],
-            **{f"{R.VERSION_PREFIX}{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
+    tags = {record.HOST: env["host"], record.CPU: env["cpu"],
+            **{f"{record.VERSION_PREFIX}{k}": env[k] for k in ("python", *RESULT_PACKAGES)}}
     if "gpu" in env:
-        tags[R.GPU] = env["gpu"]
+        tags[record.GPU] = env["gpu"]
     if "git_commit" in env:
-        tags[R.GIT_COMMIT] = env["git_commit"]
-        tags[R.GIT_DIRTY] = env["git_dirty"]
+        tags[record.GIT_COMMIT] = env["git_commit"]
+        tags[record.GIT_DIRTY] = env["git_dirty"]
     return tags
 
 
@@ -316,7 +317,7 @@ def latest_root_run(tracking_uri: str | None = None) -> RootRun | None:
     if not ids:
         return None
     for run in client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=500):
-        if R.PARENT_RUN not in run.data.tags:
+        if record.PARENT_RUN not in run.data.tags:
             return RootRun(str(run.info.experiment_id), run.info.run_id, run.info.run_name or "",
                            dict(run.data.tags))
     return None
@@ -383,7 +384,7 @@ def list_runs(experiment: str | None = None, *, tracking_uri: str | None = None)
             for run in page:
                 tags = dict(run.data.tags)
                 rows.append(RunRow(exp.name, run.info.run_id, run.info.run_name or "",
-                                   tags.get(R.STATUS, run.info.status.lower()), tags,
+                                   tags.get(record.STATUS, run.info.status.lower()), tags,
                                    dict(run.data.metrics), run.info.start_time or 0))
             token = page.token
             if not token:

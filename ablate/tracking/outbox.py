@@ -42,7 +42,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 
 QUEUE = "queue.jsonl"
 CURSOR = "sent"
@@ -337,7 +337,7 @@ class Courier:
         """Send the queue; on a failure the server is down and the queue waits for the next try."""
         def send(op: dict[str, Any]) -> None:
             if self._inherited and op["kind"] == "tags":
-                op = {**op, "tags": {k: v for k, v in op["tags"].items() if k != R.STATUS}}
+                op = {**op, "tags": {k: v for k, v in op["tags"].items() if k != record.STATUS}}
             if not (self._inherited and op["kind"] == "end"):
                 deliver(self.client, self.run_id, op)
             self._inherited = max(0, self._inherited - 1)

@@ -18,12 +18,12 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
+from ablate.tracking import record
 from ablate.tracking.mlflow_store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-STUDY_KINDS = R.STUDY_KINDS
+STUDY_KINDS = record.STUDY_KINDS
 
 
 def _uri() -> str:
@@ -66,10 +66,10 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"
 
 
-def tags_and_params(record: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+def tags_and_params(row: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """A ``search_runs`` frame row's tags and params, their prefixes ('tags.', 'params.') removed."""
-    tags = {k[5:]: str(v) for k, v in record.items() if k.startswith("tags.") and isinstance(v, str)}
-    params = {k[7:]: str(v) for k, v in record.items() if k.startswith("params.") and isinstance(v, str)}
+    tags = {k[5:]: str(v) for k, v in row.items() if k.startswith("tags.") and isinstance(v, str)}
+    params = {k[7:]: str(v) for k, v in row.items() if k.startswith("params.") and isinstance(v, str)}
     return tags, params
 
 
@@ -96,10 +96,10 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
             parent = None
     if parent is None:
         found = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                   filter_string=f"tags.`{R.STUDY}` = {_quote(study)}",
+                                   filter_string=f"tags.`{record.STUDY}` = {_quote(study)}",
                                    order_by=["attributes.start_time DESC", "attributes.run_id ASC"])
-        roots = [r for r in found if R.PARENT_RUN not in r.data.tags]
-        studies = [r for r in roots if r.data.tags.get(R.KIND) in STUDY_KINDS]
+        roots = [r for r in found if record.PARENT_RUN not in r.data.tags]
+        studies = [r for r in roots if r.data.tags.get(record.KIND) in STUDY_KINDS]
         if not roots:
             raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
                               f"in {_uri()}")
@@ -116,7 +116,7 @@ def child_runs(run_id: str, experiment_id: str) -> pd.DataFrame:
     cells and searches, or a variant's search's trials."""
     client()
     found = mlflow.search_runs(experiment_ids=[experiment_id],
-                               filter_string=f"tags.`{R.PARENT_RUN}` = {_quote(run_id)}")
+                               filter_string=f"tags.`{record.PARENT_RUN}` = {_quote(run_id)}")
     return found if isinstance(found, pd.DataFrame) else pd.DataFrame()
 
 
@@ -156,7 +156,8 @@ def read_text_artifact(run_id: str, path: str) -> str | None:
         return local.read_text() if local is not None and local.is_file() else None
 
 
-def log_report_artifacts(parent_run_id: str, folder: str | Path, artifact_path: str = R.REPORT_DIR) -> None:
+def log_report_artifacts(parent_run_id: str, folder: str | Path,
+                         artifact_path: str = record.REPORT_DIR) -> None:
     """Attach a written report folder to the study's parent run (replacing an earlier report)."""
     c = client()
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 from ablate.tracking.mlflow_store import experiment_id, quiet_transfers, resolve_tracking_uri
 from ablate.tracking.read import client
 
@@ -39,12 +39,12 @@ MAX_ARTIFACT_BYTES = 2_000_000  # a bigger single file is left out too (and list
 _BATCH = 1000  # MLflow's limit of metrics per log_batch
 _MAX_TAG = 5000  # well under MLflow's tag value limit: a longer list is not carried (never seen: names only)
 # Set by the import itself (name, parent) or about what is not exported (logged models).
-_SET_ON_IMPORT = (R.RUN_NAME, R.PARENT_RUN, "mlflow.log-model.history")
+_SET_ON_IMPORT = (record.RUN_NAME, record.PARENT_RUN, "mlflow.log-model.history")
 
 
 def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
     """The run's id in the store it was first logged in (itself unless it was imported)."""
-    return tags.get(R.ORIGIN_RUN, run_id)
+    return tags.get(record.ORIGIN_RUN, run_id)
 
 
 def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[str, Any]:
@@ -64,18 +64,18 @@ def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[
     folder.mkdir(parents=True, exist_ok=True)
     tags = dict(run.data.tags)
     # What an earlier export of an imported run left out.
-    earlier = json.loads(tags.pop(R.ARTIFACTS_LEFT_OUT, "[]"))
+    earlier = json.loads(tags.pop(record.ARTIFACTS_LEFT_OUT, "[]"))
     left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
     if parent_id is not None:
-        tags[R.PARENT_RUN] = parent_id
-    record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
+        tags[record.PARENT_RUN] = parent_id
+    run_record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
               "experiment": c.get_experiment(run.info.experiment_id).name,
               "start_time": run.info.start_time, "end_time": run.info.end_time,
-              "tags": dict(sorted((k, v) for k, v in tags.items() if k != R.ORIGIN_RUN)),
+              "tags": dict(sorted((k, v) for k, v in tags.items() if k != record.ORIGIN_RUN)),
               "params": dict(sorted(run.data.params.items())),
               "metrics": metrics, "inputs": inputs, "artifacts_left_out": left_out}
-    (folder / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return record
+    (folder / "run.json").write_text(json.dumps(run_record, indent=1, sort_keys=True) + "\n")
+    return run_record
 
 
 def _export_artifacts(c: MlflowClient, run_id: str, dest: Path) -> list[str]:
@@ -102,35 +102,36 @@ def _export_artifacts(c: MlflowClient, run_id: str, dest: Path) -> list[str]:
 
 def import_run(folder: Path, experiment: str, parent_run_id: str | None = None) -> str:
     """Recreate the run of ``folder`` in the current store under ``experiment``; returns its new id."""
-    record = json.loads((folder / "run.json").read_text())
+    run_record = json.loads((folder / "run.json").read_text())
     c = client()
     exp_id = experiment_id(c, experiment, resolve_tracking_uri(None))
-    tags = {k: v for k, v in record["tags"].items() if k not in _SET_ON_IMPORT}
-    tags[R.ORIGIN_RUN] = origin_id(record["run_id"], record["tags"])
-    left_out = json.dumps(record.get("artifacts_left_out", []))
+    tags = {k: v for k, v in run_record["tags"].items() if k not in _SET_ON_IMPORT}
+    tags[record.ORIGIN_RUN] = origin_id(run_record["run_id"], run_record["tags"])
+    left_out = json.dumps(run_record.get("artifacts_left_out", []))
     if left_out != "[]" and len(left_out) <= _MAX_TAG:
-        tags[R.ARTIFACTS_LEFT_OUT] = left_out
+        tags[record.ARTIFACTS_LEFT_OUT] = left_out
     if parent_run_id:
-        tags[R.PARENT_RUN] = parent_run_id
-    run = c.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
+        tags[record.PARENT_RUN] = parent_run_id
+    run = c.create_run(exp_id, start_time=run_record["start_time"], tags=tags,
+                       run_name=run_record["run_name"])
     new_id = run.info.run_id
-    params = [Param(k, v) for k, v in record["params"].items()]
-    metrics = [Metric(k, float(v), int(ts), int(step)) for k, rows in record["metrics"].items()
+    params = [Param(k, v) for k, v in run_record["params"].items()]
+    metrics = [Metric(k, float(v), int(ts), int(step)) for k, rows in run_record["metrics"].items()
                for step, ts, v in rows]
     for i in range(0, len(params), 100):
         c.log_batch(new_id, params=params[i:i + 100])
     for i in range(0, len(metrics), _BATCH):
         c.log_batch(new_id, metrics=metrics[i:i + _BATCH])
-    c.log_batch(new_id, tags=[RunTag(R.RUN_NAME, record["run_name"] or "")])
+    c.log_batch(new_id, tags=[RunTag(record.RUN_NAME, run_record["run_name"] or "")])
     inputs = [DatasetInput(DatasetEntity(d["name"], d["digest"], d["source_type"], d["source"], d["schema"],
                                          d["profile"]), [InputTag(k, v) for k, v in d["tags"].items()])
-              for d in record.get("inputs", [])]
+              for d in run_record.get("inputs", [])]
     if inputs:
         c.log_inputs(new_id, datasets=inputs)
     artifacts = folder / "artifacts"
     if artifacts.is_dir() and any(artifacts.iterdir()):
         with quiet_transfers():
             c.log_artifacts(new_id, str(artifacts))
-    if record["status"] not in ("RUNNING", "SCHEDULED"):  # a study's parent may still be open: keep it so
-        c.set_terminated(new_id, status=record["status"], end_time=record["end_time"])
+    if run_record["status"] not in ("RUNNING", "SCHEDULED"):  # a study's parent may still be open: keep it so
+        c.set_terminated(new_id, status=run_record["status"], end_time=run_record["end_time"])
     return new_id

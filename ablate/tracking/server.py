@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.errors import AblateError
+from ablate.spec import metricnames
+from ablate.tracking import record
 from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
@@ -179,10 +179,10 @@ def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
     if run is None:
         return None
     exp, run_id, tags = run.experiment_id, run.run_id, run.tags
-    query = f"?{R.WORKFLOW_QUERY}"
-    if tags.get(R.KIND) in R.STUDY_KINDS:
-        metric = tags.get(R.METRIC)
-        what = f"{tags[R.KIND]} study {tags.get(R.STUDY, run.name)}" + (
+    query = f"?{record.WORKFLOW_QUERY}"
+    if tags.get(record.KIND) in record.STUDY_KINDS:
+        metric = tags.get(record.METRIC)
+        what = f"{tags[record.KIND]} study {tags.get(record.STUDY, run.name)}" + (
             f" (ranked by {metric})" if metric else "")
         # The parent run's page: its child runs by name ('variant · seed N'), the metric, the cells table.
         return what, f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
@@ -200,8 +200,9 @@ def _study_parent(study: str) -> dict[str, Any]:
 def study_target(parent: dict[str, Any], base_url: str) -> tuple[str, str]:
     """(what, url) of a study's parent run page in MLflow 3's model-training view."""
     tags = parent["tags"]
-    what = f"{tags.get(R.KIND, 'study')} study {tags.get(R.STUDY, parent['run_id'])}"
-    url = f"{base_url}/#/experiments/{parent['experiment_id']}/runs/{parent['run_id']}?{R.WORKFLOW_QUERY}"
+    what = f"{tags.get(record.KIND, 'study')} study {tags.get(record.STUDY, parent['run_id'])}"
+    run = f"experiments/{parent['experiment_id']}/runs/{parent['run_id']}"
+    url = f"{base_url}/#/{run}?{record.WORKFLOW_QUERY}"
     return what, url
 
 
@@ -231,7 +232,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
         target = latest_target(uri, url) if parent is None else study_target(parent, url)
-        print(f"MLflow UI: {url}/#/experiments?{R.WORKFLOW_QUERY}  (store {uri}, artifacts "
+        print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {uri}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
             print(f"{'latest ' if parent is None else 'open '}{target[0]}: {target[1]}", flush=True)
@@ -248,7 +249,8 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     return 1
 
 
-METRIC_COLUMNS = (MN.VAL_LOSS, MN.VAL_BLEU, MN.VAL_EXACT_MATCH, MN.TEST_BLEU)
+METRIC_COLUMNS = (metricnames.VAL_LOSS, metricnames.VAL_BLEU, metricnames.VAL_EXACT_MATCH,
+                  metricnames.TEST_BLEU)
 
 
 def _cell(value: float | None) -> str:
@@ -259,11 +261,12 @@ def _cell(value: float | None) -> str:
 
 def format_runs(rows: list[RunRow], experiment: str) -> str:
     """One experiment's runs as an aligned text table; metric columns only where some run has them."""
-    metrics = [m for m in METRIC_COLUMNS if any(R.result_value(r.metrics, m) is not None for r in rows)] \
-        or [R.VAL_LOSS]
+    metrics = [m for m in METRIC_COLUMNS if any(record.result_value(r.metrics,
+                                                                    m) is not None for r in rows)] \
+        or [record.VAL_LOSS]
     header = ["run", "name", "variant", "seed", "status", *metrics]
-    body = [[r.run_id[:8], r.name, r.tags.get(R.VARIANT, "-"), r.tags.get(R.SEED, "-"),
-             r.status, *(_cell(R.result_value(r.metrics, m)) for m in metrics)] for r in rows]
+    body = [[r.run_id[:8], r.name, r.tags.get(record.VARIANT, "-"), r.tags.get(record.SEED, "-"),
+             r.status, *(_cell(record.result_value(r.metrics, m)) for m in metrics)] for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
     lines = [f"experiment {experiment} ({len(rows)} runs)"]
     for line in [header, *body]:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
+from ablate.tracking import record
 from ablate.tracking.read import client, find_study_runs, tags_and_params
 from ablate.tracking.versions import stale_reason
 
@@ -48,9 +48,9 @@ def tag_stale(children: pd.DataFrame, reason: Reason) -> list[tuple[str, str, st
         why = reason(rec, tags, params)
         if why is None:
             continue
-        now = tags.get(R.SUPERSEDED) != why
+        now = tags.get(record.SUPERSEDED) != why
         if now:
-            c.set_tag(str(rec["run_id"]), R.SUPERSEDED, why)
-        cell = f"{tags.get(R.VARIANT, '?')} seed {tags.get(R.SEED, '?')}"
+            c.set_tag(str(rec["run_id"]), record.SUPERSEDED, why)
+        cell = f"{tags.get(record.VARIANT, '?')} seed {tags.get(record.SEED, '?')}"
         found.append((str(rec["run_id"]), cell, why, now))
     return found

@@ -22,8 +22,8 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
+from ablate.tracking import record
 from ablate.tracking.mlflow_store import (
     check_reachable,
     dataset_source,
@@ -112,7 +112,7 @@ class NullTracker:
             self.end("killed")
         else:
             try:
-                self.set_tags({R.ERROR: f"{exc_type.__name__}: {exc}"})
+                self.set_tags({record.ERROR: f"{exc_type.__name__}: {exc}"})
             finally:
                 self.end("failed")
 
@@ -172,22 +172,22 @@ class Tracker(NullTracker):
         client = MlflowClient(uri)
         env = environment()
         exp_name = experiment or cfg.experiment or spec.name
-        is_study = (tags or {}).get(R.KIND) in R.STUDY_KINDS
+        is_study = (tags or {}).get(record.KIND) in record.STUDY_KINDS
         all_tags: dict[str, Any] = {
-            R.STUDY: exp_name, R.VARIANT: variant or run_name or spec.name,
-            **({} if is_study else {R.SEED: spec.seed, R.SPEC_HASH: spec.spec_hash}),
+            record.STUDY: exp_name, record.VARIANT: variant or run_name or spec.name,
+            **({} if is_study else {record.SEED: spec.seed, record.SPEC_HASH: spec.spec_hash}),
             **({} if is_study else versions_tag(spec)),
-            R.USER: getpass.getuser(), R.SOURCE_TYPE: "LOCAL",
-            R.SOURCE_NAME: Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+            record.USER: getpass.getuser(), record.SOURCE_TYPE: "LOCAL",
+            record.SOURCE_NAME: Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
             **environment_tags(),
         }
         note = spec.description if description is None else description
         if note:
-            all_tags[R.NOTE] = note
+            all_tags[record.NOTE] = note
         if parent_run_id:
-            all_tags[R.PARENT_RUN] = parent_run_id
+            all_tags[record.PARENT_RUN] = parent_run_id
         all_tags.update(tags or {})
-        all_tags[R.STATUS] = "running"
+        all_tags[record.STATUS] = "running"
         if resume_run_id:
             try:
                 run = client.get_run(resume_run_id)
@@ -196,7 +196,7 @@ class Tracker(NullTracker):
             client.update_run(resume_run_id, status="RUNNING")
             run_id, exp_id = resume_run_id, str(run.info.experiment_id)
             # The run keeps the identity tags it was created with; only the caller's and the status change.
-            all_tags = {**(tags or {}), R.STATUS: "running"}
+            all_tags = {**(tags or {}), record.STATUS: "running"}
         else:
             exp_id = experiment_id(client, exp_name, uri, description=spec.description)
             created = client.create_run(exp_id, run_name=run_name,
@@ -207,7 +207,7 @@ class Tracker(NullTracker):
             last = _last_steps(client, run_id) if resume_run_id else {}
         except BaseException:
             try:  # as `end("failed")` does: never leave it RUNNING
-                client.set_tag(run_id, R.STATUS, "failed")
+                client.set_tag(run_id, record.STATUS, "failed")
             finally:
                 client.set_terminated(run_id, MLFLOW_STATUS["failed"])
             raise
@@ -232,19 +232,19 @@ class Tracker(NullTracker):
         changed params listed in ``ablate.params_changed``) or environment leaves them as they are, beside
         the params they explain, and adds ``spec.resumed.yaml`` / ``environment.resumed.json``."""
         if not resumed:
-            self.log_dict(env, R.ENVIRONMENT_ARTIFACT)
-            self.log_text(_spec_yaml(spec), R.SPEC_ARTIFACT)
+            self.log_dict(env, record.ENVIRONMENT_ARTIFACT)
+            self.log_text(_spec_yaml(spec), record.SPEC_ARTIFACT)
             return
         if self._changed:
-            self.log_text(_spec_yaml(spec), R.SPEC_RESUMED_ARTIFACT)
+            self.log_text(_spec_yaml(spec), record.SPEC_RESUMED_ARTIFACT)
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                before = json.loads(download_artifacts(self.run_id, R.ENVIRONMENT_ARTIFACT, tmp,
+                before = json.loads(download_artifacts(self.run_id, record.ENVIRONMENT_ARTIFACT, tmp,
                                                        tracking_uri=self.tracking_uri).read_text())
             except (MlflowException, OSError, ValueError):  # not there (a run ablate did not create)
                 before = None
         if before != dict(env):
-            name = R.ENVIRONMENT_RESUMED_ARTIFACT if before is not None else R.ENVIRONMENT_ARTIFACT
+            name = record.ENVIRONMENT_RESUMED_ARTIFACT if before is not None else record.ENVIRONMENT_ARTIFACT
             self.log_dict(env, name)
 
     # -- logging
@@ -264,7 +264,7 @@ class Tracker(NullTracker):
         self._params.update((p.key, p.value) for p in items)
         if changed:
             self._changed.update(changed)
-            self.set_tags({R.PARAMS_CHANGED: ",".join(sorted(self._changed))})
+            self.set_tags({record.PARAMS_CHANGED: ",".join(sorted(self._changed))})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         """Log ``metrics`` at ``step``, stamped ``timestamp_ms`` (when they were measured; default now). A
@@ -324,7 +324,7 @@ class Tracker(NullTracker):
         logged = self._transport.logged_artifacts()
         entry = {"path": artifact_file, "type": "table"}
         if entry not in logged:
-            self.set_tags({R.LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
+            self.set_tags({record.LOGGED_ARTIFACTS: json.dumps([*logged, entry])})
 
     def log_loss_curve(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
         """``loss_curve.png``: (step, train loss) per logging window and (step, val loss) per evaluation."""
@@ -332,7 +332,7 @@ class Tracker(NullTracker):
 
         figure = loss_curve(train, val)
         if figure is not None:
-            self.log_figure(figure, R.LOSS_CURVE_ARTIFACT)
+            self.log_figure(figure, record.LOSS_CURVE_ARTIFACT)
 
     def log_model(self, model: torch.nn.Module, name: str = "model", *, step: int = 0,
                   model_spec: ModelSpec | None = None) -> str | None:
@@ -346,7 +346,7 @@ class Tracker(NullTracker):
             return None  # the server is away or behind: the best checkpoint in the run folder is the model
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
                         step=step, model_spec=model_spec or self._model_spec)
-        self.set_tags({R.MODEL_URI: uri})
+        self.set_tags({record.MODEL_URI: uri})
         return uri
 
     # -- ending
@@ -378,7 +378,7 @@ class Tracker(NullTracker):
         if not self._release():
             return
         # Queued, the end waits in the queue too, after everything logged before it.
-        self._transport.end({R.STATUS: status}, MLFLOW_STATUS[status])
+        self._transport.end({record.STATUS: status}, MLFLOW_STATUS[status])
 
     def delayed(self) -> int:
         return self._transport.delayed()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def decode(data: bytes) -> SplitTranslations:
 
 def write(folder: Path, split: str, hypotheses: Sequence[str], references: Sequence[str]) -> Path:
     """The split's artifact file under ``folder`` (its name as in the run: ``<split>.jsonl.gz``)."""
-    path = folder / Path(R.translations_artifact(split)).name
+    path = folder / Path(record.translations_artifact(split)).name
     path.write_bytes(encode(hypotheses, references))
     return path
 
@@ -60,5 +60,5 @@ def read(run_id: str, split: str) -> SplitTranslations | None:
     from ablate.tracking.read import download_artifact
 
     with tempfile.TemporaryDirectory() as tmp:
-        local = download_artifact(run_id, R.translations_artifact(split), tmp)
+        local = download_artifact(run_id, record.translations_artifact(split), tmp)
         return decode(local.read_bytes()) if local is not None and local.is_file() else None

@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import Metric, Param, RunTag
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 from ablate.tracking.outbox import Courier, log_dataset
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch (mlflow.utils.validation)
@@ -96,7 +96,7 @@ class Direct:
         log_dataset(self.client, self.run_id, entity, context)
 
     def logged_artifacts(self) -> list[dict[str, str]]:
-        return list(json.loads(self.client.get_run(self.run_id).data.tags.get(R.LOGGED_ARTIFACTS, "[]")))
+        return list(json.loads(self.client.get_run(self.run_id).data.tags.get(record.LOGGED_ARTIFACTS, "[]")))
 
     def settle(self, timeout: float) -> bool:
         return True

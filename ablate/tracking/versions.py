@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import ablate.tracking.record as R
 from ablate.spec.model import component_versions, stale_components
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import ExperimentSpec
@@ -26,12 +26,12 @@ MODEL_PREFIX = "model."
 def versions_tag(spec: ExperimentSpec) -> dict[str, str]:
     """A run's ``ablate.component_versions`` tag: its variants' implementation versions above 1 (none: {})."""
     versions = component_versions(spec.model.model_dump(mode="json"))
-    return {R.COMPONENT_VERSIONS: json.dumps(versions, sort_keys=True)} if versions else {}
+    return {record.COMPONENT_VERSIONS: json.dumps(versions, sort_keys=True)} if versions else {}
 
 
 def recorded_versions(tags: Mapping[str, str]) -> dict[str, int]:
     """A run's ``ablate.component_versions`` tag as {axis: version}; without it, every variant ran at 1."""
-    text = tags.get(R.COMPONENT_VERSIONS, "")
+    text = tags.get(record.COMPONENT_VERSIONS, "")
     try:
         data = json.loads(text) if text else {}
     except ValueError:

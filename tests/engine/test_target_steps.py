@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-import ablate.spec.metricnames as MN
 from ablate.engine.metrics import steps_to_target
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec
 
-HISTORY = [(50, {MN.VAL_LOSS: 5.0}), (100, {MN.VAL_LOSS: 4.4}), (150, {MN.VAL_LOSS: 4.0}),
-           (200, {MN.VAL_LOSS: 4.1})]
+LOSS = metricnames.VAL_LOSS
+HISTORY = [(50, {LOSS: 5.0}), (100, {LOSS: 4.4}), (150, {LOSS: 4.0}), (200, {LOSS: 4.1})]
 
 
 def test_the_crossing_is_interpolated_between_the_evaluations_around_it() -> None:
@@ -22,14 +22,16 @@ def test_the_crossing_is_interpolated_between_the_evaluations_around_it() -> Non
 
 def test_a_target_never_reached_counts_the_whole_budget() -> None:
     assert steps_to_target(HISTORY, 3.9, 200) == 200.0
-    assert steps_to_target([(10, {MN.VAL_LOSS: float("nan")}), (20, {MN.VAL_LOSS: 3.0})], 3.5, 40) == 20.0
+    assert steps_to_target([(10, {LOSS: float("nan")}), (20, {LOSS: 3.0})], 3.5, 40) == 20.0
     assert steps_to_target([], 3.0, 600) == 600.0
 
 
 def test_the_metric_is_a_result_only_with_a_target() -> None:
-    base = {"name": "t", "ablation": {"axes": {"model.norm": ["builtin", "rms"]}, "metric": "val/steps_to_target"}}
+    base = {"name": "t", "ablation": {"axes": {"model.norm": ["builtin", "rms"]},
+                                      "metric": metricnames.VAL_STEPS_TO_TARGET}}
     with pytest.raises(ValueError, match="set eval.target_loss"):
         ExperimentSpec.model_validate(base)
     spec = ExperimentSpec.model_validate({**base, "eval": {"target_loss": 4.2}})
-    assert spec.eval.target_loss == 4.2 and MN.direction(MN.VAL_STEPS_TO_TARGET) == "minimize"
+    assert spec.eval.target_loss == 4.2
+    assert metricnames.direction(metricnames.VAL_STEPS_TO_TARGET) == "minimize"
     assert "target_loss" not in ExperimentSpec.model_validate({"name": "t"}).resolved()["eval"]

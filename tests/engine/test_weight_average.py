@@ -12,7 +12,6 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
 
-import ablate.tracking.record as R
 from ablate.data.prepare import prepare_data
 from ablate.engine.averaging import Ema, LastK, fp32_parameters, load_weights, make_averager
 from ablate.engine.builders import build_model
@@ -24,6 +23,7 @@ from ablate.run.runner import run_experiment
 from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import SpecError, load_spec
 from ablate.study.plan import study_metric
+from ablate.tracking import record
 from tests.factories import tiny_yaml
 from tests.stores import mlflow_store
 
@@ -203,20 +203,22 @@ def test_the_averaged_reading_is_logged_beside_the_plain_one(tmp_path: Path,
     same, _ = _tracked(tmp_path / "k1", monkeypatch, "train.weight_average={kind: last_k, k: 1, every: 20}")
     for split in ("val", "test"):
         for name in ("loss", "exact_match"):
-            plain = R.final(f"{split}/{name}")
-            averaged = R.final(R.averaged(f"{split}/{name}"))
+            plain = record.final(f"{split}/{name}")
+            averaged = record.final(record.averaged(f"{split}/{name}"))
             assert plain in same and averaged in same
             assert same[averaged] == pytest.approx(same[plain], abs=1e-6), name
     other, _ = _tracked(tmp_path / "k3", monkeypatch, LAST_K)
-    assert other[R.final("val/loss")] == pytest.approx(same[R.final("val/loss")], abs=1e-6)  # same training
-    assert other[R.final(R.averaged("val/loss"))] != pytest.approx(other[R.final("val/loss")], abs=1e-6)
+    assert other[record.final("val/loss")] == pytest.approx(same[record.final("val/loss")],
+                                                            abs=1e-6)  # same training
+    assert other[record.final(record.averaged("val/loss"))] != pytest.approx(other[record.final("val/loss")],
+                                                                             abs=1e-6)
 
 
 def test_a_run_without_the_option_logs_no_averaged_reading(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     metrics, _ = _tracked(tmp_path, monkeypatch)
-    assert R.final("val/loss") in metrics
-    assert not any(R.is_averaged(R.unfinal(k)) for k in metrics)
+    assert record.final("val/loss") in metrics
+    assert not any(record.is_averaged(record.unfinal(k)) for k in metrics)
 
 
 # ---------------------------------------------------------------- the spec field
@@ -265,8 +267,8 @@ def test_a_study_with_averaging_decides_on_the_averaged_reading_unless_told_othe
 def test_averaged_names_keep_their_split_and_direction() -> None:
     from ablate.spec import metricnames
 
-    assert R.averaged("val/bleu") == "val/averaged/bleu" == R.averaged("val/averaged/bleu")
-    assert R.plain("test/averaged/chrf") == "test/chrf" and R.plain("val/loss") == "val/loss"
+    assert record.averaged("val/bleu") == "val/averaged/bleu" == record.averaged("val/averaged/bleu")
+    assert record.plain("test/averaged/chrf") == "test/chrf" and record.plain("val/loss") == "val/loss"
     assert metricnames.higher_is_better("val/averaged/bleu") and not metricnames.higher_is_better(
         "val/averaged/loss")
     assert "test/averaged/bleu" in metricnames.all_metrics()
@@ -278,7 +280,7 @@ def _report_study(averaged: bool) -> Study:
     def run(variant: str, seed: int, bleu: float) -> Run:
         metrics = {"val/bleu": bleu, "test/bleu": bleu - 1, "val/loss": 2.0}
         if averaged:
-            metrics |= {R.averaged("val/bleu"): bleu + 0.5, R.averaged("test/bleu"): bleu - 0.5}
+            metrics |= {record.averaged("val/bleu"): bleu + 0.5, record.averaged("test/bleu"): bleu - 0.5}
         return Run(f"{variant}-{seed}", variant, seed, "finished", "h", 0.0, {}, metrics, {})
 
     parent = {"tags": {}, "params": {}, "run_name": "s", "run_id": "p"}
@@ -293,4 +295,4 @@ def test_the_report_reads_the_averaged_reading_when_the_runs_have_it() -> None:
     assert with_avg.primary == "test/averaged/bleu" and without.primary == "test/bleu"
     columns = [key for key, _, _ in data_module.main_table_columns(with_avg)]
     assert columns[:4] == ["val/bleu", "test/bleu", "val/averaged/bleu", "test/averaged/bleu"]
-    assert not any(R.is_averaged(key) for key, _, _ in data_module.main_table_columns(without))
+    assert not any(record.is_averaged(key) for key, _, _ in data_module.main_table_columns(without))

@@ -14,10 +14,10 @@ import torch
 
 from ablate.errors import AblateError
 from ablate.hardware import WORKER_DEVICE_ENV
+from ablate.launch.gpu_placement import worker_count, worker_devices
+from ablate.launch.local_workers import run_workers
 from ablate.run.distributed import DistInfo, pick_device
 from ablate.spec.experiment import ExperimentSpec
-from ablate.study.devices import worker_count, worker_devices
-from ablate.study.workers import run_workers
 from tests.factories import tiny_spec
 
 
@@ -77,7 +77,7 @@ def test_train_device_is_outside_the_run_identity() -> None:
 
 
 def test_the_dry_run_says_where_each_worker_would_train(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.study.ablation import workers_line
+    from ablate.launch.local_study import workers_line
 
     monkeypatch.setattr("ablate.hardware.visible_gpus", lambda: [0, 1])
     assert workers_line(3) == "workers: 3, round robin over the 2 visible GPUs: cuda:0, cuda:1, cuda:0"

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.spec.experiment import ExperimentSpec
-from ablate.study.ablation import main_ablate
-from ablate.study.walltime import (
+from ablate.launch.local_study import main_ablate
+from ablate.launch.wall_time import (
     CellTime,
     estimate_wall_s,
     finished_cell_seconds,
@@ -17,6 +16,7 @@ from ablate.study.walltime import (
     measured_cell_seconds,
     probe_cell_seconds,
 )
+from ablate.spec.experiment import ExperimentSpec
 from tests.factories import STUDY_CELL, tiny_spec, write_tiny_spec
 from tests.study.test_study import study_runs
 

@@ -13,14 +13,13 @@ import pytest
 from scipy import stats
 
 from ablate.report.compute.loaded_study import Study, build_study
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Bullets, Para
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study_sections import Expectation
-from ablate.study.ablation import plan_study
-from ablate.study.plan import format_plan
-from ablate.study.verdict import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
+from ablate.stats.verdict import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
+from ablate.study.plan import format_plan, plan_study
 from tests.factories import write_tiny_spec
 
 AXES = "ablation:\n  axes: {model.positions: [learned], model.residual: [post_norm]}\n"
@@ -207,7 +206,7 @@ def test_the_report_opens_with_each_claim_and_what_the_runs_found() -> None:
 
 
 def test_an_adaptive_study_is_judged_on_its_sequential_interval_and_divergence_counts() -> None:
-    from ablate.study.sequential import Design, run_sequence
+    from ablate.stats.sequential import Design, run_sequence
 
     sequential = {"ablate.metric": "final/val/bleu",
                   "ablate.sequential": json.dumps({"looks": [3, 4], "alpha": 0.05, "min_effect": 1.0})}
@@ -400,7 +399,7 @@ def test_a_claim_line_says_when_the_size_changes_with_the_choice_and_when_the_te
     validation verdict was 'better' while the test split left it open: the line says that too, instead of
     leaving it to a warning further down."""
     from ablate.report.compute.val_and_test import verdicts
-    from ablate.study.sequential import Design, evaluate, run_sequence
+    from ablate.stats.sequential import Design, evaluate, run_sequence
 
     base = [30.0, 31.0, 29.5]
     val = {"embeddings=tied": [27.0, 27.6, 26.3], "attention=qk_norm": [32.0, 33.1, 31.4]}

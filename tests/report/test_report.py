@@ -24,11 +24,11 @@ import pytest
 from mlflow import MlflowClient
 from scipy import stats
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.report.build import main_report
 from ablate.report.compute import statistics as st
 from ablate.report.render import STAMP_PREFIX
+from ablate.tracking import record
 from tests.report_studies import EXPORTED, EXPORTS, ONE_SEED, SEARCH
 from tests.stores import mlflow_store
 
@@ -40,9 +40,9 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A working folder holding the MLflow store of the four studies and their reports."""
     import torch
 
-    from ablate.study.ablation import main_ablate
+    from ablate.launch.local_study import main_ablate
+    from ablate.launch.tune_command import main_tune
     from ablate.study.export_study import main_import
-    from ablate.study.search import main_tune
 
     root = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
@@ -137,7 +137,7 @@ def test_main_table_equals_a_recomputation_from_the_runs(ws: Path) -> None:
         assert row["runs"] == str(len(mine)) and row["finished"] == str(len(done))
         assert row["diverged"] == str(sum(r.data.tags["ablate.status"] == "diverged" for r in mine))
         for header, (key, decimals) in columns.items():
-            values = [R.result_metrics(r.data.metrics)[key] for r in done]
+            values = [record.result_metrics(r.data.metrics)[key] for r in done]
             if not values:
                 assert (cost[variant] if header in costs else row)[header] == "—"
                 continue
@@ -163,7 +163,7 @@ def test_effects_of_three_shared_seeds_are_bootstrapped_and_permutation_tested(w
     runs = _children("rep-abl")
 
     def by_seed(variant: str, key: str) -> dict[int, float]:
-        return {int(r.data.tags["ablate.seed"]): R.result_metrics(r.data.metrics)[key] for r in runs
+        return {int(r.data.tags["ablate.seed"]): record.result_metrics(r.data.metrics)[key] for r in runs
                 if r.data.tags["ablate.variant"] == variant and r.data.tags["ablate.status"] == "finished"}
 
     effects = {(e["variant"], e["metric"]): e for e in data["effects"]}
@@ -196,7 +196,7 @@ def test_full_factorial_gets_main_effects_and_an_interaction(ws: Path) -> None:
     rows = {(f["label"], f["metric"]): f for f in data["factorial"]}
     for key in (data["primary_metric"], "val/loss"):
         y = {(r.data.params["model.residual"], r.data.params["train.schedule.warmup_steps"],
-              int(r.data.tags["ablate.seed"])): R.result_metrics(r.data.metrics)[key] for r in runs}
+              int(r.data.tags["ablate.seed"])): record.result_metrics(r.data.metrics)[key] for r in runs}
         # Main effect: cells that differ only in the residual, matched on warm-up and seed (4 pairs), the
         # two warm-up strata averaged within each seed: n is the 2 seeds
         d = [y[("post_norm", w, s)] - y[("pre_norm", w, s)] for w in ("0", "5") for s in (0, 1)]
@@ -298,7 +298,7 @@ def test_runs_csv_lists_every_run_in_order(ws: Path) -> None:
 def test_setup_names_baseline_axes_seeds_and_environment(ws: Path) -> None:
     md = (ws / "out/abl/report.md").read_text()
     runs = _children("rep-abl")
-    total = sum(R.result_metrics(r.data.metrics).get("train/wall_time_s", 0.0) for r in runs)
+    total = sum(record.result_metrics(r.data.metrics).get("train/wall_time_s", 0.0) for r in runs)
     assert "Seeds: 0, 1, 2" in md and f"({total:,.1f} s)" in md
     assert "| `model.residual` | pre_norm, post_norm |" in md
     assert "| `train.optimizer.lr` | 0.01, 50.0 |" in md
@@ -370,7 +370,7 @@ def test_search_report_shows_the_tuner_importances_and_best_trials(ws: Path) -> 
         else:
             assert shown[k] == ("<0.01" if v < 0.005 else f"{v:.2f}") and data["importances"][k] == v
     trials = [r for r in _children("rep-search") if r.data.tags["ablate.status"] == "finished"]
-    best = min(trials, key=lambda r: R.result_metrics(r.data.metrics)["val/loss"])
+    best = min(trials, key=lambda r: record.result_metrics(r.data.metrics)["val/loss"])
     ranked = _md_table(md, "rank")
     assert ranked[0]["trial"] == best.data.tags["ablate.trial"] and len(ranked) == len(trials)
     assert {p.name for p in (ws / "out/search/figures").glob("*.png")} == {

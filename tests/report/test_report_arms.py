@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import ablate.tracking.record as R
 from ablate.cli import main as cli_main
+from ablate.launch.local_study import main_ablate
 from ablate.report.compute.arm_verdicts import Judged, Twice, pending_text
-from ablate.study.ablation import main_ablate
-from ablate.study.verdict import Look, read
+from ablate.stats.verdict import Look, read
+from ablate.tracking import record
 from tests.tuned_studies import fake_training, write_study
 
 
@@ -131,7 +131,7 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best_and_reversed_at_s
     # runs.csv: every arm's runs, a shared cell once per arm
     with (workdir / "report" / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [sum(r["arm"] == a for r in rows) for a in R.ARMS] == [9, 9, 12]
+    assert [sum(r["arm"] == a for r in rows) for a in record.ARMS] == [9, 9, 12]
 
 
 def test_without_tune_the_verdicts_at_the_baselines_settings_are_checked_at_scale(

@@ -24,12 +24,11 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 import ablate.tracking.read
-import ablate.tracking.record as R
 from ablate.report.compute import sentence_bootstrap
 from ablate.report.compute.loaded_study import Run, Study
-from ablate.report.part import Inputs
+from ablate.report.section_api import Inputs
 from ablate.report.sections import sampling
-from ablate.tracking import translations
+from ablate.tracking import record, translations
 from ablate.tracking.translations import SplitTranslations
 
 SUBJECTS = ["a dog", "two children", "a woman", "the man", "a bird", "the cat", "a child", "an old man"]
@@ -57,7 +56,7 @@ def test_translations_round_trip_byte_stable_one_line_per_sentence(tmp_path: Pat
     assert len(lines) == 3 and json.loads(lines[1]) == {"hyp": hyps[1], "ref": refs[1]}
     assert translations.decode(data) == SplitTranslations(hyps, refs)
     path = translations.write(tmp_path, "val", hyps, refs)
-    assert path.name == Path(R.translations_artifact("val")).name == "val.jsonl.gz"
+    assert path.name == Path(record.translations_artifact("val")).name == "val.jsonl.gz"
     with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
         translations.encode(hyps[:2], refs)
 
@@ -108,7 +107,7 @@ def stored(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[tuple[str, str], Sp
     store: dict[tuple[str, str], SplitTranslations] = {}
 
     def list_artifacts(run_id: str, path: str | None = None) -> list[str]:
-        return sorted(R.translations_artifact(s) for r, s in store if r == run_id)
+        return sorted(record.translations_artifact(s) for r, s in store if r == run_id)
 
     monkeypatch.setattr(ablate.tracking.read, "list_artifacts", list_artifacts)
     monkeypatch.setattr(translations, "read", lambda run_id, split: store.get((run_id, split)))
@@ -245,7 +244,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The study trained by `ablate ablate` (4 runs), exported, and imported into a second store."""
     import torch
 
-    from ablate.study.ablation import main_ablate
+    from ablate.launch.local_study import main_ablate
     from ablate.study.export_study import main_export
     from tests.stores import mlflow_store
 
@@ -300,8 +299,9 @@ def test_paired_bootstrap_of_two_real_runs_hypotheses(trained: Path) -> None:
         assert got is not None and got.references == refs[split]
         assert sacrebleu.corpus_bleu(got.hypotheses, [got.references]).score == pytest.approx(
             runs[key].metrics[f"{split}/bleu"], abs=1e-9)
-        names = {f.path for f in MlflowClient(store).list_artifacts(runs[key].run_id, R.TRANSLATIONS_DIR)}
-        assert names == {R.translations_artifact("val"), R.translations_artifact("test")}
+        names = {f.path for f in MlflowClient(store).list_artifacts(runs[key].run_id,
+                                                                    record.TRANSLATIONS_DIR)}
+        assert names == {record.translations_artifact("val"), record.translations_artifact("test")}
     variant = study.variants[1]
     data = _part_data(trained, store)
     assert data["not_resampled"] == []
@@ -328,7 +328,7 @@ def test_export_and_import_carry_the_translations(trained: Path) -> None:
     assert len(cells) == 4
     for cell in cells:
         for split in ("val", "test"):
-            path = cell / "artifacts" / R.translations_artifact(split)
+            path = cell / "artifacts" / record.translations_artifact(split)
             assert len(translations.decode(path.read_bytes()).hypotheses) == 30
             assert path.stat().st_size < 2_000  # 30 short sentences; a Multi30k split is about 25 KB
     before = _part_data(trained, f"sqlite:///{trained / 'mlflow.db'}")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Run, Search, Study
-from ablate.report.part import Inputs
+from ablate.report.section_api import Inputs
 from ablate.report.sections import tuning_budget as budget
+from ablate.tracking import record
 
 
 def _run(variant: str, i: int, score: float | None, status: str = "finished") -> Run:
@@ -20,7 +20,7 @@ def _run(variant: str, i: int, score: float | None, status: str = "finished") ->
 def _study(trials: dict[str, list[float | None]], planned: int) -> Study:
     searches = [Search(_run(v, -1, None), [_run(v, i, s, "finished" if s is not None else "pruned")
                                            for i, s in enumerate(scores)]) for v, scores in trials.items()]
-    tags = {R.METRIC: "val/bleu", R.TUNE: json.dumps({"trials": planned})}
+    tags = {record.METRIC: "val/bleu", record.TUNE: json.dumps({"trials": planned})}
     return Study("s", "ablation", {"tags": tags}, [], list(trials), "baseline", "bleu", "val/bleu",
                  searches=searches)
 

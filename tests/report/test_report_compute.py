@@ -9,20 +9,21 @@ from pathlib import Path
 
 import pytest
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Run, Search, Study
-from ablate.report.part import Inputs
 from ablate.report.render import Para, Table
+from ablate.report.section_api import Inputs
 from ablate.report.sections.compute_hours import part
+from ablate.tracking import record
 
 
 def _run(n: int, wall: float, cpu: float | None) -> Run:
-    metrics = {R.WALL_TIME: wall, **({R.CPU_TIME: cpu} if cpu is not None else {})}
+    metrics = {record.WALL_TIME: wall, **({record.CPU_TIME: cpu} if cpu is not None else {})}
     return Run(f"r{n}", "baseline", n, "finished", "h", 0.0, {}, metrics, {})
 
 
 def _study(cells: list[Run], trials: list[Run]) -> Study:
-    return Study("s", "ablation", {"tags": {R.ARM_DESIGN: "{}"}}, cells, ["baseline"], "baseline", "bleu",
+    return Study("s", "ablation", {"tags": {record.ARM_DESIGN: "{}"}}, cells, ["baseline"], "baseline",
+                 "bleu",
                  "val/bleu", searches=[Search(_run(99, 0.0, None), trials)])
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from scipy import stats
 
 from ablate.report.compute.loaded_study import Run, Study
-from ablate.report.part import Inputs
 from ablate.report.render import Figure, Table
+from ablate.report.section_api import Inputs
 from ablate.report.sections import lengths
 
 

@@ -347,7 +347,7 @@ def test_spec_diff_reads_a_field_one_run_predates_as_its_default() -> None:
 
 
 def test_two_objective_search_marks_its_pareto_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.report.part import Inputs
+    from ablate.report.section_api import Inputs
     from ablate.report.sections import trials as report_search
 
     monkeypatch.setattr(report_search, "importances", lambda study, metric: ("", []))
@@ -514,8 +514,8 @@ def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_p
     """A baseline run that predates `model.arch`, a RoPE variant with its own option `rope_base`: the axes
     are the positions only; the variant's option stays in what differs."""
     from ablate.report.compute.loaded_study import Run, Study
-    from ablate.report.part import Inputs
     from ablate.report.render import Table
+    from ablate.report.section_api import Inputs
     from ablate.report.sections.main_table import axes_part
 
     def run(variant: str, params: dict[str, str]) -> Run:
@@ -559,7 +559,7 @@ def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
 
 
 def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path) -> None:
-    from ablate.report.part import Inputs
+    from ablate.report.section_api import Inputs
     from ablate.report.sections import withdrawn
 
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
@@ -588,10 +588,10 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
 def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(tmp_path: Path) -> None:
     import json as _json
 
-    from ablate.report.part import Inputs
+    from ablate.report.section_api import Inputs
     from ablate.report.sections import mde
-    from ablate.study.power import detectable, seeds_needed
-    from ablate.study.sequential import Design
+    from ablate.stats.power import detectable, seeds_needed
+    from ablate.stats.sequential import Design
 
     plan = {"source": "pilot p", "comparisons": [{"label": "residual=post_norm", "sd": 0.02,
                                                    "sized_sd": 0.027, "detectable": 0.05,

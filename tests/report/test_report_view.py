@@ -23,8 +23,8 @@ from ablate.report.build import main_report
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Run, build_study, load_study
 from ablate.report.compute.logged_datasets import DatasetRow, data_note, dataset_rows
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import environment
 from ablate.report.sections.costs import cost_points
 from ablate.report.sections.trials import best_spec_path

@@ -1,6 +1,6 @@
 """Every committed report states one verdict per comparison, whichever section a reader opens.
 
-A verdict is decided once (``ablate.study.verdict``) and rendered by several sections: the Adaptive seeds
+A verdict is decided once (``ablate.stats.verdict``) and rendered by several sections: the Adaptive seeds
 table, the summary's lines, the forest plot's validation answers, both arms of a tuned study, the
 published results the study checks, the Effects table of a fixed seed list, and the verdicts checked at a
 larger scale. This walks each committed ``report.json`` (and the summary of its ``report.md``) and checks
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ablate.study.verdict import ALPHA
+from ablate.stats.verdict import ALPHA
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 WITH_VERDICTS = sorted(p.parent.name for p in REPORTS.glob("*/report.json")

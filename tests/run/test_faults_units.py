@@ -365,7 +365,7 @@ def test_a_step_boundary_within_the_grace_disarms_it(monkeypatch: pytest.MonkeyP
 
 
 def test_the_resume_line_repeats_workers_and_storage_but_not_a_password() -> None:
-    from ablate.study.workers import resume_command
+    from ablate.launch.resume import resume_command
 
     assert resume_command("ablate", "s.yaml", []) == "ablate ablate s.yaml"
     assert (resume_command("tune", "s.yaml", ["seed=3"], workers=2, storage="postgresql://bob:hunter2@db:5432/x")

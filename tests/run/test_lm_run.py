@@ -13,7 +13,6 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-import ablate.tracking.record as R
 from ablate.data.lm_corpus import prepare_lm
 from ablate.engine.builders import build_lm
 from ablate.engine.lm_eval import generate
@@ -23,6 +22,7 @@ from ablate.run.generate import main_generate
 from ablate.run.runner import run_experiment
 from ablate.run.translate import main_translate
 from ablate.spec.experiment import ExperimentSpec
+from ablate.tracking import record
 from tests.stores import mlflow_store
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -47,7 +47,7 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
     assert result.status == "finished" and result.run_id is not None
     for name in ("val/loss", "val/ppl", "val/bpb", "val/ppl_at_16", "val/ppl_at_32_sliding", "test/bpb"):
         assert name in result.metrics, name
-    assert result.metrics[R.PADDING] == 0.0  # packed blocks
+    assert result.metrics[record.PADDING] == 0.0  # packed blocks
     assert result.metrics["val/ppl_at_16"] == result.metrics["val/ppl"]  # 16 is the training length
     # the growth past the training length is the log of the perplexity ratio (loss at 32 minus at 16)
     growth = math.log(result.metrics["val/ppl_at_32"] / result.metrics["val/ppl"])
@@ -56,8 +56,8 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
         math.log(result.metrics["val/ppl_at_32_sliding"] / result.metrics["val/ppl"]), abs=1e-9)
     assert "val/loss_growth_at_16" not in result.metrics  # at the training length it is 0 by definition
     logged = MlflowClient(tracking_uri=uri).get_run(result.run_id).data.metrics
-    assert R.final("val/ppl_at_32") in logged and "val/ppl_at_16" in logged  # the curve and the result
-    assert set(spec.evaluation_metrics()) <= {k for k in logged if not k.startswith(R.FINAL)}
+    assert record.final("val/ppl_at_32") in logged and "val/ppl_at_16" in logged  # the curve and the result
+    assert set(spec.evaluation_metrics()) <= {k for k in logged if not k.startswith(record.FINAL)}
 
     data = prepare_lm(spec, spec.seed)
     model = build_lm(spec.model, data.tokenizers.tgt_vocab_size, seed=spec.seed)

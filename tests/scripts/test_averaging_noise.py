@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import ablate.tracking.record as R
+from ablate.tracking import record
 from tests.stores import mlflow_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,19 +113,20 @@ def test_runs_are_read_back_from_mlflow_without_superseded_or_failed_repeats(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     client = MlflowClient(uri)
     experiment = client.create_experiment("noise")
-    parent = client.create_run(experiment, tags={R.STUDY: "noise", R.KIND: "ablation"}).info.run_id
+    parent = client.create_run(experiment, tags={record.STUDY: "noise", record.KIND: "ablation"}).info.run_id
 
     def cell(variant: str, seed: int, status: str, bleu: float, **extra: str) -> None:
-        tags = {R.PARENT_RUN: parent, R.STUDY: "noise", R.KIND: "cell", R.VARIANT: variant, R.SEED: str(seed),
-                R.STATUS: status, **extra}
+        tags = {record.PARENT_RUN: parent, record.STUDY: "noise", record.KIND: "cell",
+                record.VARIANT: variant, record.SEED: str(seed),
+                record.STATUS: status, **extra}
         run_id = client.create_run(experiment, tags=tags).info.run_id
-        client.log_metric(run_id, R.final("val/bleu"), bleu, step=720)
-        client.log_metric(run_id, R.final(R.averaged("val/bleu")), bleu + 1, step=720)
+        client.log_metric(run_id, record.final("val/bleu"), bleu, step=720)
+        client.log_metric(run_id, record.final(record.averaged("val/bleu")), bleu + 1, step=720)
 
     cell("baseline", 100, "finished", 30.0)
     cell("baseline", 100, "failed", 10.0)  # a failed retry never replaces a finished run
     cell("positions=rope", 100, "finished", 31.0)
-    cell("positions=rope", 100, "finished", 20.0, **{R.SUPERSEDED: "ran in bf16"})  # newer, but stale
+    cell("positions=rope", 100, "finished", 20.0, **{record.SUPERSEDED: "ran in bf16"})  # newer, but stale
     runs = S.read_runs("noise")
     pairs = S.paired_readings(runs, "val/bleu", "baseline", "positions=rope")
     assert [(p.seed, p.base_plain, p.base_avg, p.var_plain, p.var_avg) for p in pairs] == [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import ablate.tracking.record as R
 from ablate.study.plan import plan_study
+from ablate.tracking import record
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = sorted(p.parent for p in (REPO / "reports").glob("*/runs.csv")
@@ -25,7 +25,7 @@ def recorded_hashes(report: Path) -> dict[tuple[str, int], str]:
     with open(report / "runs.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     return {(row["variant"], int(row["seed"])): row["spec_hash"] for row in rows
-            if row.get("arm", R.BASELINE_ARM) in ("", R.BASELINE_ARM) and row["spec_hash"]}
+            if row.get("arm", record.BASELINE_ARM) in ("", record.BASELINE_ARM) and row["spec_hash"]}
 
 
 def test_the_committed_studies_are_found() -> None:

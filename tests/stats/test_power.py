@@ -13,11 +13,8 @@ import pytest
 from scipy import stats
 
 from ablate.errors import AblateError
-from ablate.study.ablation import main_ablate
-from ablate.study.adaptive import progress
-from ablate.study.cells import CellRecord
-from ablate.study.pilot import pilot_from_rows, read_pilot
-from ablate.study.power import (
+from ablate.launch.local_study import main_ablate
+from ablate.stats.power import (
     claim_power,
     detectable,
     expected_truth,
@@ -27,7 +24,10 @@ from ablate.study.power import (
     upper_sd,
     with_max,
 )
-from ablate.study.sequential import Design, planned_looks
+from ablate.stats.sequential import Design, planned_looks
+from ablate.study.cell_queue import CellRecord
+from ablate.study.pilot import pilot_from_rows, read_pilot
+from ablate.study.seed_rounds import progress
 from ablate.study.sizing import choose_max, cost_lines, from_pilot, plan_record
 from tests.study.test_adaptive_seeds import write
 
@@ -46,8 +46,9 @@ def test_one_look_matches_the_noncentral_t(n: int, effect: float, level: float) 
 
 def _synthetic_studies(design: Design, effect: float, sd: float, question: str | None, margin: float | None,
                        studies: int, seed: int) -> list[tuple[str, float, float]]:
-    """Run the study's own round planner (ablate/study/adaptive.py ``progress``) on ``studies`` synthetic
-    studies of one comparison, each seed's paired difference N(effect, sd): (state, lo, hi) per study."""
+    """Run the study's own round planner (ablate/study/seed_rounds.py ``progress``) on ``studies``
+    synthetic studies of one comparison, each seed's paired difference N(effect, sd): (state, lo, hi) per
+    study."""
     rng = np.random.default_rng(seed)
     seeds = list(range(design.looks[-1]))
     cells = [SimpleNamespace(label=label, seed=s, key=f"{label}-{s}")

@@ -1,4 +1,4 @@
-"""The group-sequential verdicts of adaptive seeds (ablate/study/sequential.py) on simulated metric streams.
+"""The group-sequential verdicts of adaptive seeds (ablate/stats/sequential.py) on simulated metric streams.
 
 Each repetition is one comparison: per-seed differences drawn from a normal law with a known true effect,
 walked through the planned looks exactly as a study does. Pure numpy: 2000 repetitions take about a second.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate.study.sequential import Design, evaluate, nominal_level, planned_looks, run_sequence
+from ablate.stats.sequential import Design, evaluate, nominal_level, planned_looks, run_sequence
 
 REPS = 2000
 LOOKS = planned_looks(3, 8)  # the issue's example: seeds {min: 3, max: 8}

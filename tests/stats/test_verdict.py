@@ -1,4 +1,4 @@
-"""The one place verdicts are decided (ablate/study/verdict.py): each reading from the looks that give it."""
+"""The one place verdicts are decided (ablate/stats/verdict.py): each reading from the looks that give it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from ablate.study.sequential import Design, walk
-from ablate.study.verdict import (
+from ablate.stats.sequential import Design, walk
+from ablate.stats.verdict import (
     Fixed,
     Look,
     Reading,

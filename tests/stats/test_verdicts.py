@@ -15,11 +15,11 @@ import pytest
 from ablate.report.compute.comparisons import design_of
 from ablate.report.compute.loaded_study import build_study
 from ablate.report.compute.val_and_test import verdicts
-from ablate.report.part import Inputs
 from ablate.report.render import Figure, Note, Para
+from ablate.report.section_api import Inputs
 from ablate.report.sections.forest_plot import part
 from ablate.report.sections.summary import part as summary_part
-from ablate.study.verdict import HeldOut, Look, Reading, Verdict, agrees, held_out_reading
+from ablate.stats.verdict import HeldOut, Look, Reading, Verdict, agrees, held_out_reading
 
 BASE_VAL = [30.0, 31.0, 29.5]
 BASE_TEST = [31.0, 30.0, 30.5]
@@ -142,7 +142,7 @@ def test_the_test_flag_in_both_directions(val: tuple[str, float, float, float],
 
 
 def test_a_diverged_cell_stays_in_its_pair_against_its_own_side() -> None:
-    from ablate.study.pairing import paired_differences
+    from ablate.stats.pairing import paired_differences
 
     pairs = [(("finished", 30.0), ("finished", 31.0)), (("finished", 29.0), ("finished", 28.0)),
              (("finished", 30.0), ("diverged", None)), (("diverged", float("nan")), ("finished", 33.0)),
@@ -165,7 +165,7 @@ def _family_wise_error(family: int, studies: int = 2000, seed: int = 11) -> floa
     """Simulated null studies of 3 comparisons with a tuned arm: 2 own-best comparisons read new cells (their
     searches moved the settings), 1 reads the very cells of its baseline's-settings comparison. The share of
     studies with any false effect among the verdicts both arms state, each walked at alpha / ``family``."""
-    from ablate.study.sequential import Design, planned_looks, walk
+    from ablate.stats.sequential import Design, planned_looks, walk
 
     design = Design(planned_looks(3, 8), 0.05, None, family)
     rng = np.random.default_rng(seed)
@@ -179,7 +179,7 @@ def _family_wise_error(family: int, studies: int = 2000, seed: int = 11) -> floa
 
 
 def test_one_family_over_both_arms_keeps_the_family_wise_error_at_alpha() -> None:
-    from ablate.study.verdict import one_family
+    from ablate.stats.verdict import one_family
 
     family = one_family(3, 2)  # the shared comparison counts once: 5 distinct tests
     assert family == 5
@@ -205,7 +205,7 @@ def test_a_pair_whose_cells_ran_on_different_hardware_is_flagged_in_its_row(tmp_
 
 
 def test_a_diverged_cell_with_no_finished_pair_to_compare_stays_out() -> None:
-    from ablate.study.pairing import paired_differences
+    from ablate.stats.pairing import paired_differences
 
     # higher is better and no score for nothing usable: nothing finished to take the least favourable of
     assert paired_differences([(("finished", 1.0), ("diverged", None))], "val/acc", True) == ([None], 0)

@@ -15,10 +15,11 @@ import pytest
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
+from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError
-from ablate.study.ablation import main_ablate, plan_study
-from ablate.study.adaptive import needed_keys, progress
-from ablate.study.cells import CellRecord
+from ablate.study.cell_queue import CellRecord
+from ablate.study.plan import plan_study
+from ablate.study.seed_rounds import needed_keys, progress
 from tests.report_studies import EXPORTS
 from tests.stores import mlflow_store
 
@@ -157,10 +158,10 @@ def test_report_states_the_sequential_verdicts_with_the_studys_code() -> None:
     import pandas as pd
 
     from ablate.report.compute.loaded_study import build_study
-    from ablate.report.part import Inputs
     from ablate.report.render import Table
+    from ablate.report.section_api import Inputs
     from ablate.report.sections.seeds import part, sequential_summary
-    from ablate.study.sequential import Design, run_sequence
+    from ablate.stats.sequential import Design, run_sequence
 
     base = [30.0, 31.0, 29.5, 30.4, 30.9]
     learned = [30.3, 30.2, 30.6, 29.9, 31.5]  # open: small differences of both signs
@@ -304,8 +305,8 @@ def test_a_significant_comparison_whose_none_claim_is_open_says_the_study_goes_o
     claim's ±0.5 nor wholly beyond it, so the study adds seeds; the verdict must not read as final."""
     from ablate.report.compute.comparisons import Comparison
     from ablate.report.sections.seeds import _verdict
-    from ablate.study.sequential import Design, run_sequence, walk
-    from ablate.study.verdict import Reading, read
+    from ablate.stats.sequential import Design, run_sequence, walk
+    from ablate.stats.verdict import Reading, read
 
     design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
     diffs = [-1.5, -0.6, -1.3, -0.9, -1.25]
@@ -332,8 +333,8 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
     from ablate.report.compute import statistics as st
     from ablate.report.compute.comparisons import Comparison
     from ablate.report.sections.seeds import _verdict, reopened_phrase
-    from ablate.study.sequential import Design, walk
-    from ablate.study.verdict import Reading, read, reopened
+    from ablate.stats.sequential import Design, walk
+    from ablate.stats.verdict import Reading, read, reopened
 
     design = Design((3, 4, 5, 6, 7, 8), 0.05, 0.5, family=5)
     diffs = [-1.5, -0.6, -1.3, -0.9, -1.25, -0.7, 2.3]

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
-from ablate.study.ablation import main_ablate, plan_study
+from ablate.launch.local_study import main_ablate
+from ablate.launch.status import main_status
 from ablate.study.optuna_store import Store
-from ablate.study.status import main_status
+from ablate.study.plan import plan_study
+from ablate.tracking import record
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study
 
@@ -32,14 +33,14 @@ def _runs(name: str) -> tuple[object, list]:
     exp = client.get_experiment_by_name(name)
     assert exp is not None
     runs = client.search_runs([exp.experiment_id], max_results=1000)
-    parents = [r for r in runs if R.PARENT_RUN not in r.data.tags]
+    parents = [r for r in runs if record.PARENT_RUN not in r.data.tags]
     assert len(parents) == 1  # one study, one parent, however often the command ran
-    return parents[0], [r for r in runs if R.PARENT_RUN in r.data.tags]
+    return parents[0], [r for r in runs if record.PARENT_RUN in r.data.tags]
 
 
 def _arms_json(run_id: str) -> dict[str, dict[str, str]]:
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    local = client.download_artifacts(run_id, R.ARMS_ARTIFACT, tempfile.mkdtemp())
+    local = client.download_artifacts(run_id, record.ARMS_ARTIFACT, tempfile.mkdtemp())
     return json.loads(Path(local).read_text())
 
 
@@ -72,22 +73,24 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
 
     parent, children = _runs("phases")
     assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
-    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
-    assert len(cells) == 24 and len({r.data.tags[R.CELL] for r in cells}) == 24  # each cell once
-    assert sorted(r.data.tags[R.ARM] for r in cells) == [R.BASELINE_ARM] * 9 + [R.CONFIRM_ARM] * 12 + \
-        [R.OWN_BEST_ARM] * 3
-    assert sorted(r.data.tags[R.VARIANT] for r in children if r.data.tags.get(R.KIND) == "search") == [
+    cells = [r for r in children if r.data.tags.get(record.KIND) == "cell"]
+    assert len(cells) == 24 and len({r.data.tags[record.CELL] for r in cells}) == 24  # each cell once
+    assert sorted(r.data.tags[record.ARM] for r in cells) == \
+        [record.BASELINE_ARM] * 9 + [record.CONFIRM_ARM] * 12 + [record.OWN_BEST_ARM] * 3
+    searches = [r for r in children if r.data.tags.get(record.KIND) == "search"]
+    assert sorted(r.data.tags[record.VARIANT] for r in searches) == [
         "baseline", "norm=custom", "residual=post_norm"]
     arms = _arms_json(parent.info.run_id)  # type: ignore[attr-defined]
-    assert [len(arms[a]) for a in R.ARMS] == [9, 9, 12]
+    assert [len(arms[a]) for a in record.ARMS] == [9, 9, 12]
     # the parent's description in MLflow's UI lists every arm's cells under its heading
     note = parent.data.tags["mlflow.note.content"]  # type: ignore[attr-defined]
     own, confirmed = note.index("**Each variant at its own best settings**"), note.index(
         "**The decided comparisons at the larger setting**")
     assert own < confirmed and note[own:confirmed].count("| norm=custom |") == 4  # seeds 0-3, the 4th not run
     assert note[confirmed:].count("| norm=custom |") == 4
-    shared = set(arms[R.BASELINE_ARM]) & set(arms[R.OWN_BEST_ARM])  # the baseline's and post_norm's cells
-    assert sorted(arms[R.OWN_BEST_ARM][k] for k in shared) == ["baseline"] * 3 + ["residual=post_norm"] * 3
+    own_best = arms[record.OWN_BEST_ARM]
+    shared = set(arms[record.BASELINE_ARM]) & set(own_best)  # the baseline's and post_norm's cells
+    assert sorted(own_best[k] for k in shared) == ["baseline"] * 3 + ["residual=post_norm"] * 3
 
     capsys.readouterr()
     assert main_ablate(str(path)) == 0  # a rerun: every phase is complete in the store
@@ -149,16 +152,16 @@ def test_an_interrupt_in_any_phase_resumes_where_it_stopped(workdir: Path, monke
     assert len(trained) == 36 + 3  # every interrupted call ran again, nothing else did
     parent, children = _runs("stopped")
     assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
-    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
-    assert len(cells) == 24 and {r.data.tags[R.STATUS] for r in cells} == {"finished"}
-    searches = [r for r in children if r.data.tags.get(R.KIND) == "search"]
-    assert len(searches) == 3 and {json.loads(r.data.tags[R.BEST_SETTINGS])["train.optimizer.lr"]
+    cells = [r for r in children if r.data.tags.get(record.KIND) == "cell"]
+    assert len(cells) == 24 and {r.data.tags[record.STATUS] for r in cells} == {"finished"}
+    searches = [r for r in children if r.data.tags.get(record.KIND) == "search"]
+    assert len(searches) == 3 and {json.loads(r.data.tags[record.BEST_SETTINGS])["train.optimizer.lr"]
                                    for r in searches} == {BASE_LR, 3 * BASE_LR}
     assert {r.info.status for r in searches} == {"FINISHED"}  # reopened and ended by the rerun
-    trials = [r for r in children if r.data.tags.get(R.KIND) == "trial"]
+    trials = [r for r in children if r.data.tags.get(record.KIND) == "trial"]
     # 12 trials, the interrupted one's MLflow run never opened: a search's trials are its run's children
     assert len(trials) == 12
-    assert {r.data.tags[R.PARENT_RUN] for r in trials} == {r.info.run_id for r in searches}
+    assert {r.data.tags[record.PARENT_RUN] for r in trials} == {r.info.run_id for r in searches}
 
 
 def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,7 +174,8 @@ def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch:
     path = write_study(workdir, "shared", confirm=False)
     plan = plan_study(str(path))
     store = Store(None)
-    parent = Tracker.start(plan.spec, run_name="shared", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    parent = Tracker.start(plan.spec, run_name="shared", tags={record.KIND: "ablation",
+                                                               record.VARIANT: "study"})
     searches = [open_search(plan, label, fields, store, parent.run_id)
                 for label, fields in variants(plan).items()]
     assert _tune_worker(str(path), [], None, 1, 2) == 0
@@ -180,10 +184,10 @@ def test_a_worker_process_runs_every_variants_search(workdir: Path, monkeypatch:
     assert outcomes["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
     parent.end("finished")
     _, children = _runs("shared")
-    by_search = {r.info.run_id: r for r in children if r.data.tags.get(R.KIND) == "search"}
-    trials = [r for r in children if r.data.tags.get(R.KIND) == "trial"]
+    by_search = {r.info.run_id: r for r in children if r.data.tags.get(record.KIND) == "search"}
+    trials = [r for r in children if r.data.tags.get(record.KIND) == "trial"]
     assert len(by_search) == 3 and len(trials) == 12  # each trial under its variant's search run
-    assert {r.data.tags[R.PARENT_RUN] for r in trials} == set(by_search)
+    assert {r.data.tags[record.PARENT_RUN] for r in trials} == set(by_search)
 
 
 REAL = """ablation:
@@ -215,14 +219,14 @@ def test_a_trained_study_runs_every_phase_and_reports_them(workdir: Path) -> Non
     assert main_ablate(str(path)) == 0
     parent, children = _runs("real")
     assert parent.info.status == "FINISHED"  # type: ignore[attr-defined]
-    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
-    arms = {r.data.tags[R.ARM] for r in cells}
-    assert R.CONFIRM_ARM in arms and {r.data.tags[R.STATUS] for r in cells} == {"finished"}
-    assert len([r for r in children if r.data.tags.get(R.KIND) == "trial"]) == 4
-    confirm = [r for r in cells if r.data.tags[R.ARM] == R.CONFIRM_ARM]
+    cells = [r for r in children if r.data.tags.get(record.KIND) == "cell"]
+    arms = {r.data.tags[record.ARM] for r in cells}
+    assert record.CONFIRM_ARM in arms and {r.data.tags[record.STATUS] for r in cells} == {"finished"}
+    assert len([r for r in children if r.data.tags.get(record.KIND) == "trial"]) == 4
+    confirm = [r for r in cells if r.data.tags[record.ARM] == record.CONFIRM_ARM]
     assert {int(r.data.params["train.max_steps"]) for r in confirm} == {30}
-    assert all(r.data.metrics[R.final(R.CPU_TIME)] > 0 for r in children if R.KIND in r.data.tags
-               and r.data.tags[R.KIND] in ("cell", "trial"))
+    assert all(r.data.metrics[record.final(record.CPU_TIME)] > 0 for r in children
+               if record.KIND in r.data.tags and r.data.tags[record.KIND] in ("cell", "trial"))
     assert main_ablate(str(path)) == 0 and len(_runs("real")[1]) == len(children)  # nothing trains again
 
     from ablate.cli import main as cli_main
@@ -252,13 +256,13 @@ def test_two_processes_share_every_phase_through_postgresql(workdir: Path, postg
     codes = [p.wait(timeout=600) for p in procs]
     assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
     parents, children = _runs(name)
-    kinds = Counter(r.data.tags.get(R.KIND) for r in children)
+    kinds = Counter(r.data.tags.get(record.KIND) for r in children)
     assert kinds["search"] == 2 and kinds["trial"] == 4  # one search per variant, each trial once
-    cells = [r for r in children if r.data.tags.get(R.KIND) == "cell"]
-    per_cell = Counter(r.data.tags[R.CELL] for r in cells)
+    cells = [r for r in children if r.data.tags.get(record.KIND) == "cell"]
+    per_cell = Counter(r.data.tags[record.CELL] for r in cells)
     assert set(per_cell.values()) == {1}  # no cell trained twice
-    assert {r.data.tags[R.ARM] for r in cells} >= {R.BASELINE_ARM, R.CONFIRM_ARM}
-    assert {r.data.tags[R.STATUS] for r in cells} == {"finished"}
-    trials = Counter(r.data.tags[R.OPTUNA_STUDY] + "#" + r.data.tags[R.TRIAL] for r in children
-                     if r.data.tags.get(R.KIND) == "trial")
+    assert {r.data.tags[record.ARM] for r in cells} >= {record.BASELINE_ARM, record.CONFIRM_ARM}
+    assert {r.data.tags[record.STATUS] for r in cells} == {"finished"}
+    trials = Counter(r.data.tags[record.OPTUNA_STUDY] + "#" + r.data.tags[record.TRIAL] for r in children
+                     if r.data.tags.get(record.KIND) == "trial")
     assert set(trials.values()) == {1}

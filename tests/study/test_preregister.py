@@ -10,13 +10,14 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 
-import ablate.tracking.record as R
 from ablate.cli import main as cli_main
 from ablate.errors import AblateError
+from ablate.launch.local_study import main_ablate
 from ablate.study import preregister
-from ablate.study.ablation import main_ablate, plan_study
-from ablate.study.cells import CellQueue
+from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_store import DEFAULT_JOURNAL, Store
+from ablate.study.plan import plan_study
+from ablate.tracking import record
 from tests.study.test_adaptive_seeds import write
 
 
@@ -78,12 +79,12 @@ def test_a_study_records_its_design_on_the_parent_run(workdir: Path) -> None:
     path = write(workdir, "reg")
     assert main_ablate(str(path)) == 0
     [parent] = [r for r in MlflowClient().search_runs(
-        [MlflowClient().get_experiment_by_name("reg").experiment_id]) if R.PARENT_RUN not in r.data.tags]
-    design = json.loads(parent.data.tags[R.PREREGISTERED])
+        [MlflowClient().get_experiment_by_name("reg").experiment_id]) if record.PARENT_RUN not in r.data.tags]
+    design = json.loads(parent.data.tags[record.PREREGISTERED])
     assert design["looks"] == [2, 3] and design["metric"] == "val/loss"
-    plan_file = MlflowClient().download_artifacts(parent.info.run_id, R.PLAN_ARTIFACT, str(workdir))
+    plan_file = MlflowClient().download_artifacts(parent.info.run_id, record.PLAN_ARTIFACT, str(workdir))
     assert Path(plan_file).read_text().startswith("power plan (Pocock looks at 2..3 seeds, 2 comparisons")
-    planned = json.loads(parent.data.tags[R.POWER_PLAN])
+    planned = json.loads(parent.data.tags[record.POWER_PLAN])
     assert planned["looks"] == [2, 3] and planned["source"] is None  # no pilot: not sized, in sd units
     assert [c["label"] for c in planned["comparisons"]] == ["mask=-1e9", "positions=learned"]
     assert all(c["in_sd_units"] and c["detectable"] > 0 for c in planned["comparisons"])

@@ -22,9 +22,10 @@ from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
 from ablate.data.prepare import TokenBatcher, prepare_data
+from ablate.launch.local_study import main_ablate
+from ablate.launch.status import main_status
 from ablate.spec.load import SpecError
-from ablate.study.ablation import main_ablate, plan_study
-from ablate.study.status import main_status
+from ablate.study.plan import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-import ablate.tracking.record as R
 from ablate.cli import main as cli_main
+from ablate.launch.local_study import main_ablate
 from ablate.spec.experiment import ExperimentSpec
-from ablate.study.ablation import main_ablate
 from ablate.study.precision import at_study_precision, pinned_precision
+from ablate.tracking import record
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.tuned_studies import AXES, BASE_LR, SHORT, TUNE, fake_training
 
@@ -34,7 +34,7 @@ def _machines(monkeypatch: pytest.MonkeyPatch, first: str, then: str, interrupt_
     def run(spec: ExperimentSpec, *, tags: dict[str, str] | None = None, **kw: Any) -> Any:
         here = first if not trained else then
         resolved = here if spec.train.precision == "auto" else spec.train.precision
-        return inner(spec, tags={**(tags or {}), R.PRECISION: resolved}, **kw)
+        return inner(spec, tags={**(tags or {}), record.PRECISION: resolved}, **kw)
 
     monkeypatch.setattr(runner, "run_experiment", run)
     return trained
@@ -125,7 +125,8 @@ def test_the_own_best_section_says_when_the_searches_ran_at_another_precision() 
 
     def run(variant: str, precision: str, kind: str = "cell") -> Run:
         return Run(run_id=f"{variant}-{precision}", variant=variant, seed=0, status="finished", spec_hash="",
-                   params={}, metrics={}, tags={R.KIND: kind, R.PRECISION: precision}, start_time=0.0)
+                   params={}, metrics={}, tags={record.KIND: kind,
+                                                record.PRECISION: precision}, start_time=0.0)
 
     cells = [run("baseline", "fp32"), run("norm=rms", "fp32")]
     study = Study("s", "ablation", {}, cells, ["baseline", "norm=rms"], "baseline", "bleu", "val/bleu")
@@ -153,10 +154,10 @@ def test_a_study_trains_every_cell_at_one_resolved_precision(workdir: Path) -> N
     children = assert_each_cell_once(spec)  # the spec hash tag is the cell's, not the pinned spec's
     parents, _ = study_runs("pinned")
     here = resolve_here()
-    assert parents[0].data.tags[R.STUDY_PRECISION] == here
+    assert parents[0].data.tags[record.STUDY_PRECISION] == here
     for run in children:
-        assert (run.data.tags[R.PRECISION], run.data.params["train.precision"],
-                run.data.tags[R.SPEC_PRECISION]) == (here, here, "auto")
+        assert (run.data.tags[record.PRECISION], run.data.params["train.precision"],
+                run.data.tags[record.SPEC_PRECISION]) == (here, here, "auto")
 
 
 @pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
@@ -178,7 +179,7 @@ def test_a_stand_alone_search_trains_every_trial_at_the_precision_it_first_resol
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """`ablate tune` with `auto`, begun on a bf16 machine and continued on an fp32 one: every trial trains in
     bf16, as one search's trials are compared with each other; a spec that names fp32 pins nothing."""
-    from ablate.study.search import main_tune
+    from ablate.launch.tune_command import main_tune
     from tests.study.test_tune import SEARCH_TRIAL
 
     search = """

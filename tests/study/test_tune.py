@@ -20,12 +20,13 @@ import yaml
 from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.launch.local_workers import threads_per_worker, usable_cores
+from ablate.launch.tune_command import main_tune
 from ablate.spec.load import SpecError, load_spec
-from ablate.study.attrs import HEARTBEAT, OWNER
+from ablate.study.derived_specs import derive, plan_search
+from ablate.study.optuna_attrs import HEARTBEAT, OWNER
 from ablate.study.optuna_store import Store, claim, open_study, reclaim
-from ablate.study.search import _fill, main_tune, sample, search_name
-from ablate.study.space import derive, plan_search
-from ablate.study.workers import threads_per_worker, usable_cores
+from ablate.study.search import _fill, sample, search_name
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 # A search trial: a study cell with a higher learning rate and no BLEU during training.
@@ -228,7 +229,7 @@ def test_experiment_searches_plan() -> None:
 
 @pytest.mark.parametrize("name", ["ped_anova", "fanova"])
 def test_importances_name_their_evaluator(tmp_path: Path, name: str) -> None:
-    from ablate.study.findings import importances
+    from ablate.study.tune_results import importances
 
     plan = plan_search(str(write_spec(tmp_path, "imp", f"""
 search:

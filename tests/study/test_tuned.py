@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from ablate.launch.local_study import main_ablate
 from ablate.run.rundir import RunResult
 from ablate.spec.experiment import ExperimentSpec
-from ablate.study.ablation import main_ablate, plan_study
+from ablate.study.plan import plan_study
 from ablate.study.variant_searches import tune_variants, tuned_cells, variants
 from tests.factories import STUDY_CELL, write_tiny_spec
 
@@ -47,7 +48,7 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
     # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.study.walltime.probe_cell_seconds", lambda spec, steps=0: None)
+    monkeypatch.setattr("ablate.launch.wall_time.probe_cell_seconds", lambda spec, steps=0: None)
     return runs
 
 
@@ -66,7 +67,7 @@ def interrupt_once(monkeypatch: pytest.MonkeyPatch, before: int) -> list[float]:
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
     # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.study.walltime.probe_cell_seconds", lambda spec, steps=0: None)
+    monkeypatch.setattr("ablate.launch.wall_time.probe_cell_seconds", lambda spec, steps=0: None)
     return runs
 
 
@@ -113,13 +114,13 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
                                                                    trained: list[ExperimentSpec]) -> None:
     from mlflow import MlflowClient
 
-    import ablate.tracking.record as R
-    from ablate.tracking import Tracker
+    from ablate.tracking import Tracker, record
 
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "nested", "train.max_steps": 20},
                            extra=STUDY, filename="nested.yaml")
     plan = plan_study(str(path))
-    parent = Tracker.start(plan.spec, run_name="nested", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    parent = Tracker.start(plan.spec, run_name="nested", tags={record.KIND: "ablation",
+                                                               record.VARIANT: "study"})
     assert parent.run_id is not None
     tuned = tune_variants(plan, parent=parent.run_id)
     tune_variants(plan_study(str(path)), parent=parent.run_id)  # a rerun: no new search runs
@@ -132,9 +133,9 @@ def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path
     assert exp is not None
     runs = client.search_runs([exp.experiment_id])
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.run_id]
-    assert sorted(r.data.tags[R.VARIANT] for r in children) == ["baseline", "norm=custom"]
-    assert {r.data.tags[R.KIND] for r in children} == {"search"} and len(runs) == 3
-    assert {r.data.tags[R.OPTUNA_STUDY] for r in children} == {t.study for t in tuned.values()}
+    assert sorted(r.data.tags[record.VARIANT] for r in children) == ["baseline", "norm=custom"]
+    assert {r.data.tags[record.KIND] for r in children} == {"search"} and len(runs) == 3
+    assert {r.data.tags[record.OPTUNA_STUDY] for r in children} == {t.study for t in tuned.values()}
     assert {r.info.status for r in children} == {"FINISHED"}
     assert len(trained) == 8
 
@@ -166,27 +167,27 @@ def test_a_search_complete_before_an_interrupt_ends_finished_with_its_best_setti
     with its best settings (a partial export's report reads them); the interrupted one is neither."""
     from mlflow import MlflowClient
 
-    import ablate.tracking.record as R
-    from ablate.tracking import Tracker
+    from ablate.tracking import Tracker, record
     from ablate.tracking.mlflow_store import resolve_tracking_uri
 
     interrupt_once(monkeypatch, before=5)  # the second trial of norm=custom's, after the baseline's four
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "halfway", "train.max_steps": 20},
                            extra=STUDY, filename="halfway.yaml")
     plan = plan_study(str(path))
-    parent = Tracker.start(plan.spec, run_name="halfway", tags={R.KIND: "ablation", R.VARIANT: "study"})
+    parent = Tracker.start(plan.spec, run_name="halfway", tags={record.KIND: "ablation",
+                                                                record.VARIANT: "study"})
     with pytest.raises(KeyboardInterrupt):
         tune_variants(plan, parent=parent.run_id)
     parent.end("interrupted")
     client = MlflowClient(resolve_tracking_uri(plan.spec.tracking.uri))
     exp = client.get_experiment_by_name(plan.name)
     assert exp is not None
-    searches = {r.data.tags[R.VARIANT]: r for r in client.search_runs([exp.experiment_id])
-                if r.data.tags.get(R.KIND) == "search"}
+    searches = {r.data.tags[record.VARIANT]: r for r in client.search_runs([exp.experiment_id])
+                if r.data.tags.get(record.KIND) == "search"}
     base, custom = searches["baseline"], searches["norm=custom"]
     assert base.info.status == "FINISHED"
-    assert json.loads(base.data.tags[R.BEST_SETTINGS]) == {"train.optimizer.lr": BASE_LR}
-    assert custom.info.status == "KILLED" and R.BEST_SETTINGS not in custom.data.tags
+    assert json.loads(base.data.tags[record.BEST_SETTINGS]) == {"train.optimizer.lr": BASE_LR}
+    assert custom.info.status == "KILLED" and record.BEST_SETTINGS not in custom.data.tags
 
 
 def test_a_variants_search_run_is_not_read_as_a_cell_of_the_study() -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from ablate.cli import main as cli_main
+from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError, dump_spec_yaml, load_spec
-from ablate.study.ablation import main_ablate, plan_study
 from ablate.study.arm_settings import fidelity_steps, trial_overrides
+from ablate.study.plan import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 AXES = "  axes: {model.residual: [pre_norm, post_norm], model.norm: [builtin, custom]}\n  seeds: [0, 1]\n"

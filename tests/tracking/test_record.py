@@ -12,29 +12,29 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.run.runner import RunResult, format_summary, run_label
 from ablate.spec.load import load_spec
-from ablate.study import names
-from ablate.study.cells import CellQueue
+from ablate.study import study_names
+from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_store import Store
+from ablate.tracking import record
 from ablate.tracking.mlflow_store import experiment_id, latest_root_run, resolve_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_final_names_read_back_and_old_records_fall_back() -> None:
-    assert R.final("val/bleu") == "final/val/bleu" == R.final("final/val/bleu")
-    assert R.unfinal("final/val/bleu") == "val/bleu" and R.unfinal("val/bleu") == "val/bleu"
+    assert record.final("val/bleu") == "final/val/bleu" == record.final("final/val/bleu")
+    assert record.unfinal("final/val/bleu") == "val/bleu" and record.unfinal("val/bleu") == "val/bleu"
     new = {"val/bleu": 20.0, "final/val/bleu": 25.0, "final/test/bleu": 24.0, "model/params": 10.0}
-    assert R.result_metrics(new) == {"val/bleu": 25.0, "test/bleu": 24.0, "model/params": 10.0}
+    assert record.result_metrics(new) == {"val/bleu": 25.0, "test/bleu": 24.0, "model/params": 10.0}
     old = {"val/bleu": 25.0, "test/bleu": 24.0}  # the result as the last value of the plain name
-    assert R.result_metrics(old) == old
-    assert R.result_value(new, "val/bleu") == 25.0 == R.result_value(old, "final/val/bleu")
-    assert R.result_value({"val/loss": 3.0}, "val/loss") == 3.0  # a diverged run: its last value
-    assert R.result_value({}, "val/loss") is None
-    found = R.first_artifact(["a.json", "importance.json"], R.IMPORTANCE_ARTIFACT, "a.json")
+    assert record.result_metrics(old) == old
+    assert record.result_value(new, "val/bleu") == 25.0 == record.result_value(old, "final/val/bleu")
+    assert record.result_value({"val/loss": 3.0}, "val/loss") == 3.0  # a diverged run: its last value
+    assert record.result_value({}, "val/loss") is None
+    found = record.first_artifact(["a.json", "importance.json"], record.IMPORTANCE_ARTIFACT, "a.json")
     assert found == "importance.json"
 
 
@@ -57,13 +57,14 @@ def test_experiments_open_in_the_model_training_view_and_run_ids_take_prefixes(t
     client = MlflowClient(uri)
     exp = experiment_id(client, "study-a", uri, description="what it compares")
     tags = client.get_experiment(exp).tags
-    assert tags[R.EXPERIMENT_KIND] == R.MODEL_TRAINING_KIND and tags[R.NOTE] == "what it compares"
+    assert tags[record.EXPERIMENT_KIND] == record.MODEL_TRAINING_KIND
+    assert tags[record.NOTE] == "what it compares"
     old = client.create_experiment("made-before")  # an experiment ablate made before the tag
     assert experiment_id(client, "made-before", uri) == old
-    assert client.get_experiment(old).tags[R.EXPERIMENT_KIND] == R.MODEL_TRAINING_KIND
+    assert client.get_experiment(old).tags[record.EXPERIMENT_KIND] == record.MODEL_TRAINING_KIND
 
-    parent = client.create_run(exp, run_name="study-a", tags={R.KIND: "ablation"}).info.run_id
-    client.create_run(exp, run_name="baseline · seed 0", tags={R.PARENT_RUN: parent})
+    parent = client.create_run(exp, run_name="study-a", tags={record.KIND: "ablation"}).info.run_id
+    client.create_run(exp, run_name="baseline · seed 0", tags={record.PARENT_RUN: parent})
     latest = latest_root_run(uri)
     assert latest is not None and latest.run_id == parent  # the child started later, but has a parent
     assert resolve_run_id(parent[:8], tracking_uri=uri) == parent
@@ -85,18 +86,21 @@ def _common_prefix(client: MlflowClient, exp: str) -> str:
 
 def test_readable_study_names_resume_old_stores_and_keep_identities_apart(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "journal.log"))
-    assert names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
+    assert study_names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
     study = optuna.create_study(study_name="quick-axes", storage=store.storage)
-    names.write_attrs(study, names.study_attrs("a" * 16, "quick-axes", [], "ablation"))
-    assert names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
+    study_names.write_attrs(study, study_names.study_attrs("a" * 16, "quick-axes", [], "ablation"))
+    assert study_names.resolve(store, "quick-axes", "a" * 16, "quick-axes-" + "a" * 16) == "quick-axes"
     # the same spec name with other overrides: another identity, another (still readable) name
-    assert names.resolve(store, "quick-axes", "b" * 16, "quick-axes-" + "b" * 16) == "quick-axes-bbbbbbbb"
+    assert study_names.resolve(store, "quick-axes", "b" * 16,
+                               "quick-axes-" + "b" * 16) == "quick-axes-bbbbbbbb"
     other = optuna.create_study(study_name="quick-axes-bbbbbbbb", storage=store.storage)
-    names.write_attrs(other, names.study_attrs("b" * 16, "quick-axes", ["train.max_steps=5"], "ablation"))
+    study_names.write_attrs(other, study_names.study_attrs("b" * 16, "quick-axes", ["train.max_steps=5"],
+                                                           "ablation"))
     # a store written before readable names: its study is found under the old name
     optuna.create_study(study_name="quick-axes-" + "c" * 16, storage=store.storage)
-    assert names.resolve(store, "quick-axes", "c" * 16, "quick-axes-" + "c" * 16) == "quick-axes-" + "c" * 16
-    known = {k.name: k.overrides for k in names.known_studies(store, "quick-axes", "ablation")}
+    assert study_names.resolve(store, "quick-axes", "c" * 16,
+                               "quick-axes-" + "c" * 16) == "quick-axes-" + "c" * 16
+    known = {k.name: k.overrides for k in study_names.known_studies(store, "quick-axes", "ablation")}
     assert known == {"quick-axes": [], "quick-axes-bbbbbbbb": ["train.max_steps=5"],
                      "quick-axes-" + "c" * 16: None}
 
@@ -104,7 +108,7 @@ def test_readable_study_names_resume_old_stores_and_keep_identities_apart(tmp_pa
 def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "journal.log"))
     queue = CellQueue(store, "s", "maximize")
-    queue.describe(names.study_attrs("k", "s", [], "ablation"), "final/val/exact_match")
+    queue.describe(study_names.study_attrs("k", "s", [], "ablation"), "final/val/exact_match")
     queue.enqueue([{"ablate.cell": "h1-s0", "label": "baseline", "seed": 0},
                    {"ablate.cell": "h2-s0", "label": "residual=post_norm", "seed": 0}])
     choices: dict[str, list[Any]] = {"residual": ["pre_norm", "post_norm"], "train.lr": [0.001, 0.01]}
@@ -117,7 +121,7 @@ def test_ablation_cells_carry_their_axis_values_and_the_study_its_metric_name(tm
     assert study.metric_names == ["final/val/exact_match"]
     assert [t.params for t in study.trials] == [{"residual": "pre_norm", "train.lr": 0.001},
                                                 {"residual": "post_norm", "train.lr": 0.001}]
-    assert study.user_attrs[names.KEY] == "k"
+    assert study.user_attrs[study_names.KEY] == "k"
 
 
 def test_queued_cells_show_their_axis_values_before_a_worker_takes_them(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ The design is the parent's ``ablate.arm_design``: the study's group-sequential d
 else one look at its fixed seeds (the same paired t-test, Bonferroni over the study's comparisons), as
 ablate/study/arms.py decided which comparisons to rerun at scale. Each arm is walked with
 ablate/report/compute/comparisons.py on its own runs (``Study.arms``) and read by
-``ablate.study.verdict.read``, so no own-best or confirmation run enters the verdicts at the baseline's
+``ablate.stats.verdict.read``, so no own-best or confirmation run enters the verdicts at the baseline's
 settings. The sections (ablate/report/sections/): own_best.py, tuning_budget.py, larger_scale.py,
 compute_hours.py, and the summary's opening lines (summary.py).
 """
@@ -19,13 +19,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, family_of
 from ablate.report.compute.loaded_study import Run, Study, quality_meta
 from ablate.report.compute.scale_outcomes import Rerun, Transfer, check_transfers
-from ablate.study.sequential import Design
-from ablate.study.verdict import Look, Verdict, none_margin
+from ablate.stats.sequential import Design
+from ablate.stats.verdict import Look, Verdict, none_margin
+from ablate.tracking import record
 
 
 def _tag(study: Study, name: str) -> dict[str, Any] | None:
@@ -35,7 +35,7 @@ def _tag(study: Study, name: str) -> dict[str, Any] | None:
 
 def arm_design(study: Study) -> Design | None:
     """The design the arms are judged by (None: the study declares neither tune: nor confirm:)."""
-    d = _tag(study, R.ARM_DESIGN)
+    d = _tag(study, record.ARM_DESIGN)
     if d is None:
         return None
     # one family over both arms (family_of): every verdict the report states shares the study's alpha
@@ -45,22 +45,22 @@ def arm_design(study: Study) -> Design | None:
 
 def deciding_arm(study: Study) -> str:
     """The arm whose decided comparisons the confirm arm reruns."""
-    return str((_tag(study, R.ARM_DESIGN) or {}).get("decided_by", R.BASELINE_ARM))
+    return str((_tag(study, record.ARM_DESIGN) or {}).get("decided_by", record.BASELINE_ARM))
 
 
 def tuning(study: Study) -> dict[str, Any] | None:
     """The tuning section as the parent recorded it: space, the baseline's values, trials, fidelity, ..."""
-    return _tag(study, R.TUNE)
+    return _tag(study, record.TUNE)
 
 
 def larger_setting(study: Study) -> dict[str, Any] | None:
     """The confirm section as the parent recorded it: the larger setting (as written) and its seeds."""
-    return _tag(study, R.CONFIRM)
+    return _tag(study, record.CONFIRM)
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One comparison in one arm and its verdict (``ablate.study.verdict.read``)."""
+    """One comparison in one arm and its verdict (``ablate.stats.verdict.read``)."""
 
     variant: str
     judgement: Verdict
@@ -153,7 +153,7 @@ def pending_text(rows: list[Twice]) -> str:
 
 def twice(study: Study) -> list[Twice]:
     """Every comparison in both arms (empty without an own-best arm)."""
-    design, own = arm_design(study), study.arms.get(R.OWN_BEST_ARM)
+    design, own = arm_design(study), study.arms.get(record.OWN_BEST_ARM)
     if design is None or own is None:
         return []
     at_own = judged(own, design)
@@ -161,7 +161,7 @@ def twice(study: Study) -> list[Twice]:
 
 
 def deciding(study: Study) -> Study | None:
-    return study if deciding_arm(study) == R.BASELINE_ARM else study.arms.get(R.OWN_BEST_ARM)
+    return study if deciding_arm(study) == record.BASELINE_ARM else study.arms.get(record.OWN_BEST_ARM)
 
 
 def deciding_rounds_over(study: Study) -> bool:
@@ -184,7 +184,7 @@ def transfers(study: Study) -> list[Transfer] | None:
     metric = decided_metric(study)
     _, _, higher = quality_meta(metric)
     asked = claim_questions(study)
-    at_scale = study.arms.get(R.CONFIRM_ARM)
+    at_scale = study.arms.get(record.CONFIRM_ARM)
 
     def values(variant: str) -> dict[int, float]:
         runs: list[Run] = at_scale.finished(variant) if at_scale is not None else []

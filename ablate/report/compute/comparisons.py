@@ -1,7 +1,7 @@
 """Each comparison of a study with adaptive seeds, walked through its planned looks with the study's own
 code: the design (the parent run's ``ablate.sequential`` tag), the metric it decided by (``ablate.metric``),
 each claim's question (``ablate.expect``), the per-seed paired differences, and the verdict
-``ablate.study.verdict.read`` gives them, so that the report and the study cannot disagree.
+``ablate.stats.verdict.read`` gives them, so that the report and the study cannot disagree.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import json
 import math
 from dataclasses import dataclass
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Study, hardware, quality_meta
-from ablate.study.pairing import Cell
-from ablate.study.pairing import paired_differences as verdict_pairs
-from ablate.study.sequential import Design, walk
-from ablate.study.verdict import Look, Question, Reading, Verdict, one_family, read
+from ablate.stats.pairing import Cell
+from ablate.stats.pairing import paired_differences as verdict_pairs
+from ablate.stats.sequential import Design, walk
+from ablate.stats.verdict import Look, Question, Reading, Verdict, one_family, read
+from ablate.tracking import record
 
 
 def design_of(study: Study) -> Design | None:
     """The study's sequential design from its parent's tag, its family every verdict the report states
     (:func:`family_of`): a study recorded before that rule is judged by it too."""
-    text = study.parent["tags"].get(R.SEQUENTIAL)
+    text = study.parent["tags"].get(record.SEQUENTIAL)
     if not text:
         return None
     d = json.loads(text)
@@ -30,11 +30,11 @@ def design_of(study: Study) -> Design | None:
 
 
 def family_of(study: Study) -> int:
-    """Every comparison the report gives a verdict on, in one family (``ablate.study.verdict.one_family``):
+    """Every comparison the report gives a verdict on, in one family (``ablate.stats.verdict.one_family``):
     the comparisons at the baseline's settings, and with ``ablation.tune`` each variant at its own best
     unless both of its arms read the same cells (the variant's and the baseline's runs are the same)."""
     labels = [v for v in study.variants if v != study.baseline]
-    own = study.arms.get(R.OWN_BEST_ARM)
+    own = study.arms.get(record.OWN_BEST_ARM)
     if own is None or not own.runs or study.baseline is None:
         return one_family(len(labels))
 
@@ -48,19 +48,19 @@ def family_of(study: Study) -> int:
 
 def claim_questions(study: Study) -> dict[str, tuple[Question, float | None]]:
     """{variant: (its claim's question, the claim's own margin)} from the parent's ``ablate.expect`` tag."""
-    text = study.parent["tags"].get(R.EXPECT)
+    text = study.parent["tags"].get(record.EXPECT)
     claims = json.loads(text) if text else []
     return {str(c["variant"]): (c.get("effect"), c.get("margin")) for c in claims if isinstance(c, dict)}
 
 
 def decided_metric(study: Study) -> str:
     """The metric the study added seeds by (its ``ablate.metric`` tag, read as runs name it)."""
-    return R.unfinal(study.parent["tags"].get(R.METRIC, "")) or study.primary
+    return record.unfinal(study.parent["tags"].get(record.METRIC, "")) or study.primary
 
 
 def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
     """Per-seed variant - baseline over the variant's seeds in order, a diverged cell counted against its
-    side (``ablate.study.verdict.paired_differences``; None where a run failed or has no baseline run);
+    side (``ablate.stats.verdict.paired_differences``; None where a run failed or has no baseline run);
     and whether no seed has a pair."""
     out, _ = pairs_with_divergence(study, variant, metric)
     return out, bool(out) and all(d is None for d in out)
@@ -92,7 +92,7 @@ class Comparison:
 
     variant: str
     seeds: int  # the variant's runs, finished or not
-    verdict: Verdict  # what its looks say (``ablate.study.verdict.read``)
+    verdict: Verdict  # what its looks say (``ablate.stats.verdict.read``)
     finite: tuple[float, ...]  # the paired differences so far (for the mean before the first look)
     diverged_pairs: int = 0  # pairs holding a diverged cell, counted against its side
     cross_hardware: int = 0  # pairs whose two cells ran on different hardware (flagged beside the verdict)

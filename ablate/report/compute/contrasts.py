@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Study, quality_meta
+from ablate.spec import metricnames
+from ablate.tracking import record
 
 
 @dataclass
@@ -46,7 +46,7 @@ def axis_value(params: dict[str, str], key: str) -> str:
 def factorial_axes(study: Study) -> dict[str, list[str]] | None:
     """Axis -> values (the baseline's first, then in spec order) of a full-factorial study, else None."""
     params = study.parent["params"]
-    design = params.get("ablation.design") or study.parent["tags"].get(R.DESIGN)
+    design = params.get("ablation.design") or study.parent["tags"].get(record.DESIGN)
     if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
         return None
     base = study.of(study.baseline)[0].params
@@ -146,7 +146,7 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
     if axes is None:
         return []
     names = list(axes)
-    metrics = [study.primary] + ([MN.VAL_LOSS] if study.primary != MN.VAL_LOSS else [])
+    metrics = [study.primary] + ([metricnames.VAL_LOSS] if study.primary != metricnames.VAL_LOSS else [])
     rows: list[FactorialRow] = []
     for metric in metrics:
         values, present = _cells(study, axes, metric)

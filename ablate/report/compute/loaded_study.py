@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
+from ablate.spec import metricnames
+from ablate.tracking import record
 from ablate.tracking.read import tags_and_params
 from ablate.tracking.run_files import origin_id
 from ablate.tracking.versions import stale_reason
@@ -40,15 +40,19 @@ QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
 COLUMNS = [
     ("val/{q}", "val {Q}", None), ("test/{q}", "test {Q}", None),
     # train.weight_average: the averaged weights' reading beside the best checkpoint's (only runs with it)
-    (MN.averaged("val/{q}"), "val {Q} averaged", None), (MN.averaged("test/{q}"), "test {Q} averaged", None),
-    (MN.VAL_CHRF, "val chrF", 2),
-    (MN.TEST_CHRF, "test chrF", 2), (MN.VAL_LOSS, "val loss", 3), (MN.VAL_PPL, "val ppl", 2),
-    (MN.MODEL_PARAMS, "params", 0), (MN.TOKENS_PER_S, "tokens/s", 0), (MN.RUN_MEMORY, "run MB", 1),
-    (MN.PEAK_MEMORY, "peak MB", 1), (MN.WALL_TIME, "wall s", 1),
+    (metricnames.averaged("val/{q}"), "val {Q} averaged", None), (metricnames.averaged("test/{q}"),
+                                                                  "test {Q} averaged", None),
+    (metricnames.VAL_CHRF, "val chrF", 2),
+    (metricnames.TEST_CHRF, "test chrF", 2), (metricnames.VAL_LOSS, "val loss", 3), (metricnames.VAL_PPL,
+                                                                                     "val ppl", 2),
+    (metricnames.MODEL_PARAMS, "params", 0), (metricnames.TOKENS_PER_S, "tokens/s",
+                                              0), (metricnames.RUN_MEMORY, "run MB", 1),
+    (metricnames.PEAK_MEMORY, "peak MB", 1), (metricnames.WALL_TIME, "wall s", 1),
 ]
 # The cost columns among them: the report shows them in a table of their own, so neither table runs off
 # a page.
-COST_COLUMNS = (MN.MODEL_PARAMS, MN.TOKENS_PER_S, MN.RUN_MEMORY, MN.PEAK_MEMORY, MN.WALL_TIME)
+COST_COLUMNS = (metricnames.MODEL_PARAMS, metricnames.TOKENS_PER_S, metricnames.RUN_MEMORY,
+                metricnames.PEAK_MEMORY, metricnames.WALL_TIME)
 
 
 @dataclass
@@ -111,20 +115,20 @@ def _runs_from_frame(frame: pd.DataFrame) -> list[Run]:
     out = []
     for rec in frame.to_dict("records"):
         tags, params = tags_and_params(rec)
-        if tags.get(R.SPEC_PRECISION):
+        if tags.get(record.SPEC_PRECISION):
             # a cell trained at its study's precision logs it; its spec said auto, as the cells' before it
             # did: no difference between them (what each resolved to is its ablate.precision tag)
-            params["train.precision"] = tags[R.SPEC_PRECISION]
+            params["train.precision"] = tags[record.SPEC_PRECISION]
         # final/<name> (the run's result) read as <name>; older runs logged it as <name>'s last value
-        metrics = R.result_metrics({k[8:]: float(v) for k, v in rec.items()
+        metrics = record.result_metrics({k[8:]: float(v) for k, v in rec.items()
                                     if k.startswith("metrics.") and pd.notna(v)})
-        status = tags.get(R.STATUS) or str(rec.get("status", "")).lower()
-        seed_text = tags.get(R.SEED, params.get("seed", "0"))
+        status = tags.get(record.STATUS) or str(rec.get("status", "")).lower()
+        seed_text = tags.get(record.SEED, params.get("seed", "0"))
         start = rec.get("start_time")
         out.append(Run(
-            run_id=str(rec["run_id"]), variant=tags.get(R.VARIANT) or tags.get(R.RUN_NAME, "?"),
+            run_id=str(rec["run_id"]), variant=tags.get(record.VARIANT) or tags.get(record.RUN_NAME, "?"),
             seed=int(seed_text) if seed_text.lstrip("-").isdigit() else 0, status=status,
-            spec_hash=tags.get(R.SPEC_HASH, ""), params=params, metrics=metrics, tags=tags,
+            spec_hash=tags.get(record.SPEC_HASH, ""), params=params, metrics=metrics, tags=tags,
             start_time=start.timestamp() if hasattr(start, "timestamp") else 0.0))
     return out
 
@@ -159,30 +163,32 @@ def _superseded_note(stale: list[tuple[Run, str]]) -> str:
         whys = sep.join(sorted({why for _, why in picked}))
         return f"({whys}): " + "; ".join(sorted(f"{r.variant} seed {r.seed}" for r, _ in picked))
 
-    version = [(r, w) for r, w in stale if not w.startswith(R.SUPERSEDED_PRECISION)]
-    precision = [(r, w) for r, w in stale if w.startswith(R.SUPERSEDED_PRECISION)]
+    version = [(r, w) for r, w in stale if not w.startswith(record.SUPERSEDED_PRECISION)]
+    precision = [(r, w) for r, w in stale if w.startswith(record.SUPERSEDED_PRECISION)]
     notes = []
     if version:
         notes.append(f"{len(version)} run(s) of a variant whose implementation changed since they ran are "
-                     f"left out {listed(version, ', ')}. They stay in the store, tagged {R.SUPERSEDED}; "
+                     f"left out {listed(version, ', ')}. They stay in the store, tagged {record.SUPERSEDED}; "
                      "`ablate ablate` retrains those cells under the new version")
     if precision:
         notes.append(f"{len(precision)} run(s) that trained at another precision than the study's cells are "
-                     f"left out {listed(precision, '; ')}. They stay in the store, tagged {R.SUPERSEDED}; "
-                     "`ablate ablate` trains those cells again at the study's precision")
+                     f"left out {listed(precision, '; ')}. They stay in the store, tagged "
+                     f"{record.SUPERSEDED}; `ablate ablate` trains those cells again at the study's "
+                     "precision")
     return ". ".join(notes)
 
 
 def _other_precision(tags: Mapping[str, str]) -> str | None:
-    why = tags.get(R.SUPERSEDED)
-    return why if why is not None and why.startswith(R.SUPERSEDED_PRECISION) else None
+    why = tags.get(record.SUPERSEDED)
+    return why if why is not None and why.startswith(record.SUPERSEDED_PRECISION) else None
 
 
 def _arms_of(run: Run, listed: Mapping[str, Mapping[str, str]]) -> set[str]:
     """The arms a cell's run belongs to: the one that queued it (its tag; none: the baseline's settings)
     and each arm the parent's arms.json lists its cell under (a cell two arms share)."""
-    key = run.tags.get(R.CELL, "")
-    return {run.tags.get(R.ARM, R.BASELINE_ARM)} | {arm for arm, cells in listed.items() if key in cells}
+    key = run.tags.get(record.CELL, "")
+    return {run.tags.get(record.ARM, record.BASELINE_ARM)} | {arm for arm,
+                                                              cells in listed.items() if key in cells}
 
 
 def build_study(parent: dict[str, Any], frame: pd.DataFrame,
@@ -193,14 +199,14 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     every = _runs_from_frame(frame)
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
-    cells = [r for r in every if r.tags.get(R.KIND) != "search"]
+    cells = [r for r in every if r.tags.get(record.KIND) != "search"]
     listed = arms or {}
-    study = _study(parent, [r for r in cells if R.BASELINE_ARM in _arms_of(r, listed)])
-    for arm in R.ARMS[1:]:
+    study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)])
+    for arm in record.ARMS[1:]:
         runs = [r for r in cells if arm in _arms_of(r, listed)]
         if runs:
             study.arms[arm] = _study(parent, runs)
-    latest = {r.variant: r for r in sorted((r for r in every if r.tags.get(R.KIND) == "search"),
+    latest = {r.variant: r for r in sorted((r for r in every if r.tags.get(record.KIND) == "search"),
                                            key=lambda r: (r.start_time, r.run_id))}
     found = trials or {}
     study.searches = [Search(latest[v], _runs_from_frame(found[latest[v].run_id])
@@ -218,8 +224,8 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
     waiting = sorted(f"{r.variant} seed {r.seed}" for r in runs if r.status in IN_PROGRESS)
     runs = [r for r in runs if r.status not in IN_PROGRESS]
     tags, params = parent["tags"], parent["params"]
-    name = tags.get(R.STUDY) or parent["run_name"] or parent["run_id"]
-    is_search = tags.get(R.KIND) == "search" or any(r.tags.get(R.KIND) == "trial" for r in runs)
+    name = tags.get(record.STUDY) or parent["run_name"] or parent["run_id"]
+    is_search = tags.get(record.KIND) == "search" or any(r.tags.get(record.KIND) == "trial" for r in runs)
     labels = sorted({r.variant for r in runs})
     baseline = "baseline" if "baseline" in labels else None
     notes = [_superseded_note(stale)] if stale else []
@@ -243,8 +249,8 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
         has_test = any(f"test/{quality}" in r.metrics for r in runs if r.status == "finished")
         primary = f"{'test' if has_test else 'val'}/{quality}"
         # runs with train.weight_average: their averaged reading, the one 'auto' decides on
-        if any(R.averaged(primary) in r.metrics for r in runs if r.status == "finished"):
-            primary = R.averaged(primary)
+        if any(record.averaged(primary) in r.metrics for r in runs if r.status == "finished"):
+            primary = record.averaged(primary)
     return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
                  primary, dropped, notes, withdrawn=stale)
 
@@ -255,11 +261,11 @@ def load_study(study: str) -> Study:
     from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact
 
     parent, frame = find_study_runs(study)
-    if R.ARM_DESIGN not in parent["tags"]:
+    if record.ARM_DESIGN not in parent["tags"]:
         return build_study(parent, frame)
-    text = read_text_artifact(parent["run_id"], R.ARMS_ARTIFACT)
+    text = read_text_artifact(parent["run_id"], record.ARMS_ARTIFACT)
     searches = [str(rec["run_id"]) for rec in frame.to_dict("records")
-                if rec.get(f"tags.{R.KIND}") == "search"]
+                if rec.get(f"tags.{record.KIND}") == "search"]
     trials = {run_id: child_runs(run_id, parent["experiment_id"]) for run_id in searches}
     return build_study(parent, frame, json.loads(text) if text else None, trials)
 
@@ -303,13 +309,14 @@ def variant_diff(study: Study, variant: str) -> list[tuple[str, str, str]]:
 def params_of(study: Study, variant: str) -> float:
     """The variant's parameter count, from any of its runs that logged it (a failed run may not have);
     NaN without one."""
-    counts = [r.metrics[MN.MODEL_PARAMS] for r in study.of(variant) if MN.MODEL_PARAMS in r.metrics]
+    counts = [r.metrics[metricnames.MODEL_PARAMS] for r in study.of(variant)
+              if metricnames.MODEL_PARAMS in r.metrics]
     return counts[0] if counts else math.nan
 
 
 def hardware(run: Run) -> str:
     """The machine a run ran on, as its tags name it (CPU, and GPU where there was one)."""
-    return R.machine(run.tags) or "unknown CPU"
+    return record.machine(run.tags) or "unknown CPU"
 
 
 def quality_meta(key: str) -> tuple[str, int, bool]:
@@ -336,7 +343,7 @@ def padding_text(study: Study) -> str | None:
 
     One value when every run saw the same batches; otherwise the range and the value per variant.
     """
-    key = MN.PADDING
+    key = metricnames.PADDING
     per_variant = {v: sorted({round(r.metrics[key], 6) for r in study.of(v) if key in r.metrics})
                    for v in study.variants}
     values = sorted({x for xs in per_variant.values() for x in xs})
@@ -377,7 +384,7 @@ def effects(study: Study) -> list[EffectRow]:
     """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
     if study.baseline is None:
         return []
-    metrics = [study.primary] + ([MN.VAL_LOSS] if study.primary != MN.VAL_LOSS else [])
+    metrics = [study.primary] + ([metricnames.VAL_LOSS] if study.primary != metricnames.VAL_LOSS else [])
     rows: list[EffectRow] = []
     for metric in metrics:
         family: list[tuple[str, str, st.Effect]] = []

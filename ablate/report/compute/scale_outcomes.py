@@ -11,7 +11,7 @@ than the margin appeared).
 Several verdicts checked at once are one family: `check_transfers` widens each interval to 1 - alpha/k
 (Bonferroni over the k verdicts), so that the chance of calling any of them wrongly stays at alpha.
 
-The rule is ``ablate.study.verdict.at_scale``'s; this module computes the paired effect it is applied to
+The rule is ``ablate.stats.verdict.at_scale``'s; this module computes the paired effect it is applied to
 (ablate/report/compute/statistics.py's `compare`) and the family's confidence.
 ablate/report/compute/arm_verdicts.py reads the confirmation runs into it and
 ablate/report/sections/larger_scale.py is the report's section.
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ablate.report.compute.statistics import ALPHA, Effect, compare
-from ablate.study.verdict import Direction, ScaleOutcome, at_scale
+from ablate.stats.verdict import Direction, ScaleOutcome, at_scale
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Rerun:
 
 def check_transfer(verdict: Rerun, higher_is_better: bool, confidence: float = 1 - ALPHA) -> Transfer:
     """Whether one verdict transfers, reverses or is not settled at the larger scale (decided by
-    ``ablate.study.verdict.at_scale`` on the paired effect there)."""
+    ``ablate.stats.verdict.at_scale`` on the paired effect there)."""
     if verdict.small == "none" and (verdict.margin is None or verdict.margin <= 0):
         raise ValueError(f"{verdict.label}: a verdict of no effect needs its margin (> 0)")
     e = compare(verdict.base, verdict.variant, confidence)

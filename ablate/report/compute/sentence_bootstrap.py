@@ -29,10 +29,9 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest, _bootstrap_resample, estimate_ci
 
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Run, Study
-from ablate.tracking import translations
+from ablate.tracking import record, translations
 from ablate.tracking.translations import SplitTranslations
 
 SPLITS = ("val", "test")
@@ -112,8 +111,8 @@ class TranslationReader:
         if run.run_id not in self._have:
             from ablate.tracking.read import list_artifacts
 
-            names = set(list_artifacts(run.run_id, R.TRANSLATIONS_DIR))
-            self._have[run.run_id] = {s for s in SPLITS if R.translations_artifact(s) in names}
+            names = set(list_artifacts(run.run_id, record.TRANSLATIONS_DIR))
+            self._have[run.run_id] = {s for s in SPLITS if record.translations_artifact(s) in names}
         return self._have[run.run_id]
 
     def get(self, run: Run, split: str) -> SplitTranslations | None:

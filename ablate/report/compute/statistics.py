@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from ablate.study.verdict import ALPHA, Fixed, fixed_reading
+from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
 
 CONFIDENCE = 0.95
 TINY = 3  # at most this many observations: bootstrap interval and permutation test instead of a t-test
@@ -230,7 +230,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decimals: int = 2,
             alpha: float = ALPHA, noun: str = "seed", reference: str | None = "the baseline") -> str:
-    """One plain-language line of the verdict ``ablate.study.verdict.fixed_reading`` decides, e.g.
+    """One plain-language line of the verdict ``ablate.stats.verdict.fixed_reading`` decides, e.g.
     'post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (...)'.
 
     ``noun`` names an observation ('seed', or 'pair' for matched factorial cells); ``reference`` is what a

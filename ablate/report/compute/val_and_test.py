@@ -3,7 +3,7 @@ same seeds and at the same look, and the regime the verdict holds for.
 
 Validation decides (the study added seeds by it). The test split is evaluated with the same paired,
 repeated interval at the same look, so the two can be set side by side; whether they agree is
-``ablate.study.verdict.agrees``'s to say. The regime is read from the records: the baseline's size and
+``ablate.stats.verdict.agrees``'s to say. The regime is read from the records: the baseline's size and
 steps, who tuned the shared hyperparameters as the study recorded it (its searches, or ``ablation.tuned_on``
 where the author set it; never a default), and whether the
 baseline's validation loss had stopped falling (``ablation.converged`` overrides the judgement).
@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.study.sequential import Design, evaluate
-from ablate.study.verdict import HeldOut, Look, Verdict, agrees, held_out_reading, none_margin, read
+from ablate.spec import metricnames
+from ablate.stats.sequential import Design, evaluate
+from ablate.stats.verdict import HeldOut, Look, Verdict, agrees, held_out_reading, none_margin, read
+from ablate.tracking import record
 
 # The baseline is still learning when its validation loss fell by more than this share over its last
 # evaluation interval.
@@ -152,14 +152,15 @@ def regime(study: Study) -> Regime | None:
         return None
     first = min(study.of(study.baseline), key=lambda r: r.seed)
     p = first.params
-    params = [r.metrics[MN.MODEL_PARAMS] for r in study.of(study.baseline) if MN.MODEL_PARAMS in r.metrics]
+    params = [r.metrics[metricnames.MODEL_PARAMS] for r in study.of(study.baseline)
+              if metricnames.MODEL_PARAMS in r.metrics]
     declared_text = study.parent["params"].get("ablation.converged", "None")
     # Only what the study recorded: a default once read 'tuned on baseline' for recipes nobody tuned there.
-    tuned_on = study.parent["tags"].get(R.TUNED_ON)
+    tuned_on = study.parent["tags"].get(record.TUNED_ON)
     drop: float | None = None
     declared = declared_text in ("True", "False")
     if not declared:  # judged from the baseline's last evaluations
-        losses = [v for _, v in metric_history(first.run_id, MN.VAL_LOSS)]
+        losses = [v for _, v in metric_history(first.run_id, metricnames.VAL_LOSS)]
         if len(losses) >= 2 and losses[-2] > 0:
             drop = (losses[-2] - losses[-1]) / losses[-2]
     converged = (declared_text == "True") if declared else (None if drop is None else drop <= STILL_FALLING)
@@ -168,4 +169,4 @@ def regime(study: Study) -> Regime | None:
         layers = f"{p.get('model.decoder_layers', '?')} decoder-only"
     return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
                   params[0] if params else None, tuned_on, converged, declared, drop,
-                  own_best=bool(study.arms.get(R.OWN_BEST_ARM) and study.arms[R.OWN_BEST_ARM].runs))
+                  own_best=bool(study.arms.get(record.OWN_BEST_ARM) and study.arms[record.OWN_BEST_ARM].runs))

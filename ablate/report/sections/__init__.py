@@ -1,5 +1,5 @@
 """One module per report section: ``part(inp: Inputs) -> Part | None`` reads computed results
-(``ablate.report.compute``) and renders them; none decides a verdict (``ablate.study.verdict`` does).
+(``ablate.report.compute``) and renders them; none decides a verdict (``ablate.stats.verdict`` does).
 
 ``setup``, ``forest_plot``, ``mde`` (what the design could settle, beside what was found), ``published``,
 ``summary``, ``main_table``, ``seeds``, ``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``,

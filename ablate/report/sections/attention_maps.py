@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from ablate.report import plots as figs
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Figure, Note, Section
+from ablate.report.section_api import Inputs, Part
 
 
 def part(inp: Inputs) -> Part | None:

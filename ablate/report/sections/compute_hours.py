@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import Run, Study
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.tracking import record
 
 
 def parts(study: Study) -> list[tuple[str, list[Run]]]:
@@ -29,8 +29,8 @@ def parts(study: Study) -> list[tuple[str, list[Run]]]:
     seen = {r.run_id for r in study.runs}
     out = [("cells at the baseline's settings", list(study.runs)),
            ("searches (every trial)", [t for s in study.searches for t in s.trials])]
-    for arm, name in ((R.OWN_BEST_ARM, "cells at each variant's own best"),
-                      (R.CONFIRM_ARM, "confirmation cells at the larger setting")):
+    for arm, name in ((record.OWN_BEST_ARM, "cells at each variant's own best"),
+                      (record.CONFIRM_ARM, "confirmation cells at the larger setting")):
         runs = [r for r in study.arms[arm].runs if r.run_id not in seen] if arm in study.arms else []
         seen |= {r.run_id for r in runs}
         out.append((name, runs))
@@ -52,9 +52,9 @@ class CpuRate:
 
 
 def cpu_rate(runs: list[Run]) -> CpuRate | None:
-    both = [r for r in runs if R.WALL_TIME in r.metrics and R.CPU_TIME in r.metrics]
-    wall = sum(r.metrics[R.WALL_TIME] for r in both)
-    return CpuRate(sum(r.metrics[R.CPU_TIME] for r in both) / wall, len(both)) if wall > 0 else None
+    both = [r for r in runs if record.WALL_TIME in r.metrics and record.CPU_TIME in r.metrics]
+    wall = sum(r.metrics[record.WALL_TIME] for r in both)
+    return CpuRate(sum(r.metrics[record.CPU_TIME] for r in both) / wall, len(both)) if wall > 0 else None
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,10 @@ class PartCost:
 
 
 def cost(name: str, runs: list[Run], rate: CpuRate | None) -> PartCost:
-    wall, no_wall = _hours(runs, R.WALL_TIME)
-    cpu, no_cpu = _hours(runs, R.CPU_TIME)
-    unlogged_wall = sum(r.metrics[R.WALL_TIME] for r in runs
-                        if R.CPU_TIME not in r.metrics and R.WALL_TIME in r.metrics) / 3600.0
+    wall, no_wall = _hours(runs, record.WALL_TIME)
+    cpu, no_cpu = _hours(runs, record.CPU_TIME)
+    unlogged_wall = sum(r.metrics[record.WALL_TIME] for r in runs
+                        if record.CPU_TIME not in r.metrics and record.WALL_TIME in r.metrics) / 3600.0
     estimated = unlogged_wall * rate.per_wall if rate else 0.0
     return PartCost(name, len(runs), wall, no_wall, cpu, no_cpu, estimated)
 
@@ -97,7 +97,7 @@ def part(inp: Inputs) -> Part | None:
     """``data['compute']``: per part, its runs, wall hours and CPU hours (logged, and estimated for the runs
     that logged no CPU time), with the runs missing each."""
     study = inp.study
-    if R.ARM_DESIGN not in study.parent["tags"]:
+    if record.ARM_DESIGN not in study.parent["tags"]:
         return None
     split = parts(study)
     all_runs = [r for _, runs in split for r in runs]

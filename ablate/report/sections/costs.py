@@ -14,12 +14,12 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-import ablate.spec.metricnames as MN
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import COST_COLUMNS, QUALITY, Run, Study, hardware, main_table_columns
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Figure, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.spec import metricnames
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,11 @@ def cost_table(study: Study) -> Table | None:
     rows = [[v, *[cost_cell([r.metrics[k] for r in comp.runs[v] if k in r.metrics], d)
                   for k, _, d in cols]] for v in study.variants]
     caption = f"Cost: mean over {scope_words(comp)} (lowest–highest seed)"
-    if any(k == MN.PEAK_MEMORY for k, _, _ in cols):
+    if any(k == metricnames.PEAK_MEMORY for k, _, _ in cols):
         caption += (". peak MB is the process's peak, which counts what the process held before the run "
                     "(in a study worker, what its earlier cells left): it grows with a cell's place in its "
                     "worker as well as with its variant")
-        if any(k == MN.RUN_MEMORY for k, _, _ in cols):
+        if any(k == metricnames.RUN_MEMORY for k, _, _ in cols):
             caption += "; run MB is the run's own footprint above the memory at its start"
     return Table(["variant", *[h for _, h, _ in cols]], rows, caption=caption)
 
@@ -89,7 +89,7 @@ def cost_cell(values: list[float], decimals: int) -> str:
     return mean if lo == hi else f"{mean} ({lo}–{hi})"
 
 
-def cost_points(study: Study, cost_key: str = MN.WALL_TIME) -> list[figs.CostPoint]:
+def cost_points(study: Study, cost_key: str = metricnames.WALL_TIME) -> list[figs.CostPoint]:
     """Per variant with finished runs: mean cost and quality, each with the range of its seeds (lowest to
     highest measured value, so a wall time's bar never reaches below zero), and whether it is on the
     Pareto front of the means."""

@@ -4,17 +4,18 @@ every finished run, one line per variant with a band over its seeds, read from M
 
 from __future__ import annotations
 
-import ablate.spec.metricnames as MN
 from ablate.report import plots as figs
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Note, Section
+from ablate.report.section_api import Inputs, Part
+from ablate.spec import metricnames
 
 
 def part(inp: Inputs) -> Part | None:
     from ablate.tracking.read import metric_history
 
     study = inp.study
-    metrics = [MN.TRAIN_LOSS, MN.VAL_LOSS] + ([f"val/{study.quality}"] if study.quality != "loss" else [])
+    metrics = [metricnames.TRAIN_LOSS,
+               metricnames.VAL_LOSS] + ([f"val/{study.quality}"] if study.quality != "loss" else [])
     curves: dict[str, dict[str, list[list[tuple[int, float]]]]] = {}
     for v in study.variants:
         for r in study.finished(v):

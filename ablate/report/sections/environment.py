@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-import ablate.tracking.record as R
 from ablate.report.compute.loaded_study import design_params, padding_text
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from ablate.report.compute.loaded_study import Study
 
 # Tags every run carries -> the label shown; hardware first, then the software, then the code.
-ENV_TAGS = {R.DEVICE: "device", R.PRECISION: "precision", R.CPU: "CPU", R.HOST: "host"}
-CODE_TAGS = {R.GIT_COMMIT: "git commit", R.GIT_DIRTY: "uncommitted changes"}
+ENV_TAGS = {record.DEVICE: "device", record.PRECISION: "precision", record.CPU: "CPU", record.HOST: "host"}
+CODE_TAGS = {record.GIT_COMMIT: "git commit", record.GIT_DIRTY: "uncommitted changes"}
 # environment.json keys (the first run's) shown when no tag says the same.
 ENV_JSON = {"cpu": "CPU", "cpu_count": "CPU cores (logical)", "gpu": "GPU", "platform": "platform"}
 ORDER = ["device", "precision", "CPU", "CPU cores (logical)", "GPU", "host", "platform"]
@@ -35,9 +35,9 @@ def environment(study: Study) -> dict[str, list[str]]:
     env: dict[str, set[str]] = {}
     for r in study.runs:
         for tag, value in r.tags.items():
-            version = tag.startswith(R.VERSION_PREFIX)
+            version = tag.startswith(record.VERSION_PREFIX)
             label = ENV_TAGS.get(tag) or CODE_TAGS.get(tag) or (
-                tag.removeprefix(R.VERSION_PREFIX) + " version" if version else None)
+                tag.removeprefix(record.VERSION_PREFIX) + " version" if version else None)
             if label and value:
                 env.setdefault(label, set()).add(value)
     if study.runs:

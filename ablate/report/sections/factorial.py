@@ -12,8 +12,8 @@ from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import design_of
 from ablate.report.compute.contrasts import FactorialRow, cell_means
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Figure, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 
 
 def part(inp: Inputs) -> Part:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Note, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.spec import metricnames
+from ablate.tracking import record
 
 
 def part(inp: Inputs) -> Part:
@@ -24,10 +24,10 @@ def part(inp: Inputs) -> Part:
 
     rows = []
     for r in bad:
-        history = metric_history(r.run_id, MN.TRAIN_LOSS)
-        loss = history[-1][1] if history else r.metrics.get(MN.TRAIN_LOSS, math.nan)
+        history = metric_history(r.run_id, metricnames.TRAIN_LOSS)
+        loss = history[-1][1] if history else r.metrics.get(metricnames.TRAIN_LOSS, math.nan)
         step = str(history[-1][0]) if history else "—"
-        reason = r.tags.get(R.REASON) or r.tags.get(R.ERROR) or ""
+        reason = r.tags.get(record.REASON) or r.tags.get(record.ERROR) or ""
         shown = st.fmt(loss, 4) if loss < 1e8 else f"{loss:.3g}"  # the trainer logs 1e9 for a non-finite loss
         rows.append([r.variant, str(r.seed), r.status, step, shown, reason])
     return Part("failures", [Section(title, [

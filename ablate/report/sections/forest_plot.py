@@ -12,8 +12,8 @@ from ablate.report.compute.arm_verdicts import twice
 from ablate.report.compute.comparisons import decided_metric, design_of
 from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, regime, test_metric, verdicts
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Para
+from ablate.report.section_api import Inputs, Part
 
 
 def test_text(v: OnBothSplits, dec: int, unit: str) -> str:

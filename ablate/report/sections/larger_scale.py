@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import deciding_arm, deciding_rounds_over, larger_setting, transfers
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.compute.scale_outcomes import Transfer
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.tracking import record
 
 WORDS = {"better": "better than the baseline", "worse": "worse than the baseline",
          "none": "no effect as large as the margin"}
@@ -38,7 +38,7 @@ def line(t: Transfer, dec: int, unit: str) -> str:
 def deciding_words(study: Study) -> str:
     """The arm whose verdicts are checked, in words: 'with each variant at its own best' or 'at the
     baseline's settings'."""
-    return "with each variant at its own best" if deciding_arm(study) == R.OWN_BEST_ARM else \
+    return "with each variant at its own best" if deciding_arm(study) == record.OWN_BEST_ARM else \
         "at the baseline's settings"
 
 

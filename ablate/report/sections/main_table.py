@@ -21,8 +21,8 @@ from ablate.report.compute.loaded_study import (
     quality_meta,
     variant_diff,
 )
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.costs import cost_table
 
 

@@ -14,15 +14,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Para, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.stats.power import detectable, seeds_needed
+from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
-from ablate.study.power import detectable, seeds_needed
-from ablate.study.sequential import Design, Question, walk
+from ablate.tracking import record
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def plans_of(study: Study) -> Plans | None:
     if design is None:
         return None
     metric = decided_metric(study)
-    return Plans(design, metric, _recorded(study, R.PREREGISTERED), _recorded(study, R.POWER_PLAN),
+    return Plans(design, metric, _recorded(study, record.PREREGISTERED), _recorded(study, record.POWER_PLAN),
                  found_rows(study, design, metric))
 
 

@@ -14,17 +14,17 @@ import json
 import math
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, arm_design, pending_text, tuning, twice
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Note, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 from ablate.spec.study_sections import SearchParam
 from ablate.study.arm_settings import Change, changes
-from ablate.study.space import show
+from ablate.study.derived_specs import show
+from ablate.tracking import record
 
 
 def _same(text: str | None, value: Any) -> bool:
@@ -105,7 +105,7 @@ def _settings_rows(study: Study, tune: dict[str, Any], metric: str, dec: int
     _, _, higher = quality_meta(metric)
     rows, records = [], []
     for search in study.searches:
-        text = search.run.tags.get(R.BEST_SETTINGS)
+        text = search.run.tags.get(record.BEST_SETTINGS)
         best = json.loads(text) if text else None
         moved = changes(space, baseline, best) if best is not None else []
         shown = "; ".join(_moved(c) for c in moved) if best is not None else "search not finished"
@@ -150,7 +150,7 @@ def part(inp: Inputs) -> Part | None:
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
                                 f"{design.describe()}." + _precisions(study))]
-    own = study.arms.get(R.OWN_BEST_ARM)
+    own = study.arms.get(record.OWN_BEST_ARM)
     on_test = {v.variant: v for v in verdicts(own, design)} if own is not None and own.runs else {}
     if rows:
         blocks.append(_twice_table(rows, dec, unit, unmoved, on_test))
@@ -189,10 +189,11 @@ def _precisions(study: Study) -> str:
     searches train at its pinned precision, but trials that ran before it pinned one keep theirs
     (ablate/study/precision.py)."""
     def ran(runs: list[Any]) -> set[str]:
-        return {r.tags[R.PRECISION] for r in runs if r.tags.get(R.PRECISION)}
+        return {r.tags[record.PRECISION] for r in runs if r.tags.get(record.PRECISION)}
 
     trials = ran([t for s in study.searches for t in s.trials])
-    cells = ran(study.runs) | ran(study.arms[R.OWN_BEST_ARM].runs if R.OWN_BEST_ARM in study.arms else [])
+    own_best = study.arms[record.OWN_BEST_ARM].runs if record.OWN_BEST_ARM in study.arms else []
+    cells = ran(study.runs) | ran(own_best)
     if not trials or not cells or trials == cells:
         return ""
     trained, measured = " and ".join(sorted(trials)), " and ".join(sorted(cells))

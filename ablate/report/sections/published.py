@@ -9,7 +9,7 @@ A claim is judged on the evidence the report's verdicts already use, never on a 
 (ablate/report/compute/statistics.py).
 
 Whether the evidence reproduces a claim, contradicts it or settles neither is decided by
-``ablate.study.verdict.judge`` (its rules: reproduced by a significant difference the claimed way, by an
+``ablate.stats.verdict.judge`` (its rules: reproduced by a significant difference the claimed way, by an
 interval within a ``none`` claim's margin, by every paired seed equal for ``identical``; a variant that
 diverged in at least half of its runs while the baseline never did failed to train: that is the "fails"
 of a paper such as Xiong et al. 2020, post-LN without warm-up). This module gathers the evidence and
@@ -25,20 +25,20 @@ import json
 import math
 from dataclasses import dataclass
 
-import ablate.tracking.record as R
 import registry
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, twice
 from ablate.report.compute.comparisons import decided_metric, design_of, paired_differences
 from ablate.report.compute.loaded_study import EffectRow, Study, params_of, quality_meta, variant_diff
 from ablate.report.compute.val_and_test import OnBothSplits, regime, verdicts
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.seeds import reopened_phrase
 from ablate.spec.study_sections import Expectation
-from ablate.study.power import seeds_needed
-from ablate.study.sequential import Design, walk
-from ablate.study.verdict import OPEN, Evidence, HeldOut, claim_margin, holm_significant, judge, read
+from ablate.stats.power import seeds_needed
+from ablate.stats.sequential import Design, walk
+from ablate.stats.verdict import OPEN, Evidence, HeldOut, claim_margin, holm_significant, judge, read
+from ablate.tracking import record
 
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
              "none": "no effect", "identical": "identical to the baseline in every seed"}
@@ -46,7 +46,7 @@ _EXPECTED = {"worse": "worse than the baseline", "better": "better than the base
 
 def claims_of(study: Study) -> list[Expectation]:
     """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
-    text = study.parent["tags"].get(R.EXPECT)
+    text = study.parent["tags"].get(record.EXPECT)
     return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
 
 

@@ -18,8 +18,8 @@ from ablate.report.compute.sentence_bootstrap import (
     compare,
     seed_interval,
 )
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 
 TITLE = "Test-set sampling: paired bootstrap over sentences"
 

@@ -1,7 +1,7 @@
 """The report's "Adaptive seeds" section: the group-sequential verdict of every comparison of a study that
 chose its seeds by the evidence (``ablation.seeds: {min, max}``).
 
-The study decided when to stop adding seeds with ``ablate.study.sequential``; this section re-derives each
+The study decided when to stop adding seeds with ``ablate.stats.sequential``; this section re-derives each
 verdict from the runs with the same code (the design comes from the parent run's ``ablate.sequential``
 tag, the metric from ``ablate.metric``), so the report and the study cannot disagree.
 """
@@ -13,10 +13,10 @@ import math
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import Comparison, comparisons, decided_metric, design_of
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
-from ablate.study.sequential import METHOD, POWER, Design
-from ablate.study.verdict import Look, Reading, read
+from ablate.report.section_api import Inputs, Part
+from ablate.stats.sequential import METHOD, POWER, Design
+from ablate.stats.verdict import Look, Reading, read
 
 
 def reading(look: Look, design: Design, higher: bool, unit: str) -> str:

@@ -5,15 +5,15 @@ identity in ``report.json``.
 
 from __future__ import annotations
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report.compute.arm_verdicts import every_run
 from ablate.report.compute.loaded_study import QUALITY, Study
 from ablate.report.compute.logged_datasets import data_note
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Note, Section
+from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import mde
 from ablate.report.sections import trials as search
+from ablate.spec import metricnames
+from ablate.tracking import record
 from ablate.tracking.run_files import origin_id
 
 
@@ -27,7 +27,7 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
-    total = sum(r.metrics.get(MN.WALL_TIME, 0.0) for r in every_run(study))  # every arm and trial
+    total = sum(r.metrics.get(metricnames.WALL_TIME, 0.0) for r in every_run(study))  # every arm and trial
     p = study.parent
     parent_id = origin_id(p["run_id"], p["tags"])
     items = [f"Study `{study.name}` ({study.kind}), parent run `{parent_id}`, "
@@ -68,16 +68,16 @@ def arms_text(study: Study) -> str:
     if study.searches:
         trials = sum(len(s.trials) for s in study.searches)
         parts.append(f"{len(study.searches)} tuning searches ({trials} trials)")
-    if R.OWN_BEST_ARM in study.arms:
-        own = study.arms[R.OWN_BEST_ARM].runs
+    if record.OWN_BEST_ARM in study.arms:
+        own = study.arms[record.OWN_BEST_ARM].runs
         at_base = {r.run_id for r in study.runs}
         shared = sum(r.run_id in at_base for r in own)
         # a variant whose best settings are the baseline's reuses its cells: say so, or the arms read as
         # twice the training they were
         reused = f" ({shared} of them the same cells as at the baseline's settings)" if shared else ""
         parts.append(f"{len(own)} cells at each variant's own best{reused}")
-    if R.CONFIRM_ARM in study.arms:
-        parts.append(f"{len(study.arms[R.CONFIRM_ARM].runs)} cells at the larger setting")
+    if record.CONFIRM_ARM in study.arms:
+        parts.append(f"{len(study.arms[record.CONFIRM_ARM].runs)} cells at the larger setting")
     return "Arms: " + "; ".join(parts)
 
 
@@ -93,7 +93,7 @@ def mixed_precisions(study: Study) -> str | None:
         for r in arm.runs:
             if r.status != "finished":
                 continue
-            if ran := r.tags.get(R.PRECISION):
+            if ran := r.tags.get(record.PRECISION):
                 counts[ran] = counts.get(ran, 0) + 1
             else:
                 unknown += 1

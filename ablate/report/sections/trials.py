@@ -17,26 +17,26 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-import ablate.spec.metricnames as MN
-import ablate.tracking.record as R
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Block, Bullets, Figure, Note, Para, Section, Table
+from ablate.report.section_api import Inputs, Part
+from ablate.spec import metricnames
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ablate.report.compute.loaded_study import Run, Study
 
-TRIAL_TAGS = (R.TRIAL, "optuna.trial_number")
-IMPORTANCES = (R.IMPORTANCE_ARTIFACT, "importances.json")  # study/findings.py writes the first
+TRIAL_TAGS = (record.TRIAL, "optuna.trial_number")
+IMPORTANCES = (record.IMPORTANCE_ARTIFACT, "importances.json")  # study/tune_results.py writes the first
 TOP_TRIALS = 10
 # Below this many finished trials an importance is a rough ordering: the evaluators fit a model of the
 # objective over the searched space, and a handful of points cannot pin it down.
 FEW_TRIALS = 20
 NOT_VARIED = "did not vary"
-DECIMALS = {MN.MODEL_PARAMS: 0, MN.WALL_TIME: 1}  # other metrics of the ranking: 4
+DECIMALS = {metricnames.MODEL_PARAMS: 0, metricnames.WALL_TIME: 1}  # other metrics of the ranking: 4
 
 
 def objectives(study: Study) -> list[tuple[str, bool]]:
@@ -48,7 +48,7 @@ def objectives(study: Study) -> list[tuple[str, bool]]:
         parsed = None
     if isinstance(parsed, list) and parsed and all(isinstance(o, dict) and "metric" in o for o in parsed):
         return [(str(o["metric"]), o.get("direction") == "maximize") for o in parsed]
-    return [(MN.VAL_LOSS, False)]
+    return [(metricnames.VAL_LOSS, False)]
 
 
 def trial_number(run: Run, fallback: int) -> int:
@@ -62,7 +62,7 @@ def trial_number(run: Run, fallback: int) -> int:
 def importances(study: Study, objective: str) -> tuple[str, list[tuple[str, float]]]:
     """(evaluator, sorted (field, importance)) of ``objective`` from the tuner's importance.json.
 
-    study/findings.py logs ``{"evaluator": name, "importances": {objective: {field: value}}}``; a plain
+    study/tune_results.py logs ``{"evaluator": name, "importances": {objective: {field: value}}}``; a plain
     ``{field: value}`` is accepted too.
     """
     from ablate.tracking.read import read_text_artifact
@@ -148,17 +148,17 @@ def best_spec_path(study: Study) -> str | None:
     the folder the search ran in), from the parent's params and tags; None for records without them."""
     params, tags = study.parent["params"], study.parent["tags"]
     out_dir, name = params.get("train.out_dir"), params.get("name")
-    optuna_study = tags.get(R.OPTUNA_STUDY)
+    optuna_study = tags.get(record.OPTUNA_STUDY)
     if not (out_dir and name and optuna_study):
         return None
-    return str(PurePosixPath(out_dir) / name / optuna_study / R.BEST_SPEC_ARTIFACT)
+    return str(PurePosixPath(out_dir) / name / optuna_study / record.BEST_SPEC_ARTIFACT)
 
 
 def _has_best_artifact(study: Study) -> bool:
     from ablate.tracking.read import list_artifacts
 
     try:
-        return R.BEST_SPEC_ARTIFACT in list_artifacts(study.parent["run_id"])
+        return record.BEST_SPEC_ARTIFACT in list_artifacts(study.parent["run_id"])
     except Exception:  # noqa: BLE001 - an unreadable artifact store only loses the hint
         return False
 
@@ -171,7 +171,7 @@ def search_summary(study: Study, trials: Trials | None = None) -> list[Block]:
         return [Note(f"no trial of the {len(t.trials)} finished with a value of `{t.metric}`: there is no "
                      "best trial (see the trials below).")]
     by_number = dict(t.trials)
-    tag = study.parent["tags"].get(R.BEST_TRIAL, "")
+    tag = study.parent["tags"].get(record.BEST_TRIAL, "")
     tuner_best = int(tag) if tag.isdigit() and int(tag) in by_number else None
     number, run = t.ranked[0]
     values = ", ".join(f"`{m}` {st.fmt(run.metrics[m], 4)}" for m, _ in t.objectives if m in run.metrics)
@@ -222,7 +222,7 @@ def _overview(study: Study, t: Trials) -> list[Block]:
     counts = {s: sum(1 for _, r in trials if r.status == s) for s in sorted({r.status for _, r in trials})}
     p = study.parent["params"]
     goals = ", ".join(f"`{m}` ({'max' if mx else 'min'}imise)" for m, mx in objs)
-    best_tag = study.parent["tags"].get(R.BEST_TRIAL)
+    best_tag = study.parent["tags"].get(record.BEST_TRIAL)
     blocks: list[Block] = [Para(
         f"{len(trials)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}); objective"
         f"{'s' if len(objs) > 1 else ''}: " + goals
@@ -240,7 +240,7 @@ def _ranking(study: Study, t: Trials) -> tuple[list[Block], list[int] | None]:
     objs, done, varied = t.objectives, t.done, t.varied
     obj_cols = [m for m, _ in objs]
     # model/params: a sampled component can change the parameter count, so the ranking shows it.
-    extra = [k for k in (f"test/{study.quality}", MN.WALL_TIME, MN.MODEL_PARAMS)
+    extra = [k for k in (f"test/{study.quality}", metricnames.WALL_TIME, metricnames.MODEL_PARAMS)
              if k not in obj_cols and any(k in r.metrics for _, r in done)]
     shown_metrics = obj_cols + extra
     rows = [[str(i + 1), str(n), r.variant,

@@ -17,8 +17,8 @@ from ablate.report.compute.arm_verdicts import tuning
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.expected_validation import EVPPoint, evp_curve, leaders
 from ablate.report.compute.loaded_study import Search, quality_meta
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Figure, Para, Section
+from ablate.report.section_api import Inputs, Part
 
 
 def scores(search: Search, metric: str) -> list[float]:

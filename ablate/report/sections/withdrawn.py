@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import QUALITY, Run, Study
-from ablate.report.part import Inputs, Part
 from ablate.report.render import Para, Section, Table
+from ablate.report.section_api import Inputs, Part
 
 TITLE = "Appendix: withdrawn cells"
 

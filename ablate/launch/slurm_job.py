@@ -20,7 +20,12 @@ import signal
 import sys
 from typing import Any
 
+import torch
 from submitit.helpers import Checkpointable, DelayedSubmission
+
+from ablate.engine import preempt
+from ablate.launch.local_study import main_ablate
+from ablate.launch.local_workers import threads_per_worker
 
 PREEMPT_SIGNAL = signal.SIGUSR2  # submitit's default (SUBMITIT_PREEMPT_SIGNAL), handled by engine/preempt.py
 
@@ -36,15 +41,9 @@ class StudyJob(Checkpointable):
         self.cwd = cwd  # the submitting command's folder: a default MLflow store (sqlite) resolves there
 
     def __call__(self) -> int:
-        from ablate.engine import preempt
-        from ablate.study.ablation import main_ablate
-        from ablate.study.workers import threads_per_worker
-
         os.chdir(self.cwd)
         requeue = signal.getsignal(PREEMPT_SIGNAL)  # submitit's checkpoint-and-requeue, replaced below
-        if self.workers <= 1:  # spawned workers set their own share (ablate/study/workers.py)
-            import torch
-
+        if self.workers <= 1:  # spawned workers set their own share (ablate/launch/local_workers.py)
             torch.set_num_threads(threads_per_worker(1))  # the job's CPUs, not the node's
         code = main_ablate(self.spec_path, self.overrides, workers=self.workers, storage=self.storage)
         if PREEMPT_SIGNAL in preempt.received() and callable(requeue):

@@ -1,7 +1,7 @@
 """The pairs a comparison is judged on: per seed, the variant's result minus the baseline's, with a diverged
-cell kept in its pair and counted against its own side. The study's rounds (ablate/study/adaptive.py) and
-the report (ablate/report/compute/comparisons.py) both pair through :func:`paired_differences`, so the rule
-changes here and nowhere else; the verdicts those pairs lead to are ablate/study/verdict.py's.
+cell kept in its pair and counted against its own side. The study's rounds (ablate/study/seed_rounds.py)
+and the report (ablate/report/compute/comparisons.py) both pair through :func:`paired_differences`, so the
+rule changes here and nowhere else; the verdicts those pairs lead to are ablate/stats/verdict.py's.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ more often than 5% of the time, so the boundaries are those of a group-sequentia
   true effect this test would find with probability ``power`` (80%) given the spread s the seeds showed.
 
 Pure numpy/scipy; the verdict vocabulary and its rules (a look's state, whether it answers its claim's
-question, what a walk of looks says) are ``ablate.study.verdict``'s. ``ablate.study.adaptive`` decides the
-next round with this code and ``ablate.report`` (a layer above ``study``) states the verdicts with it.
+question, what a walk of looks says) are ``ablate.stats.verdict``'s. ``ablate.study.seed_rounds`` decides
+the next round with this code and ``ablate.report`` (a layer above ``study``) states the verdicts with it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from ablate.study.verdict import ALPHA, Look, Question, State, answers, within
+from ablate.stats.verdict import ALPHA, Look, Question, State, answers, within
 
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005

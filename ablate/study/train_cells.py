@@ -15,43 +15,49 @@ import sys
 import time
 from typing import Any
 
-import ablate.tracking.record as R
-from ablate.study.adaptive import format_progress, needed_keys
-from ablate.study.attrs import CELL, CELL_SPEC_HASH, PARENT
+from ablate.data.prepare import prepare_data
+from ablate.engine import preempt
+from ablate.run import runner
+from ablate.run.runner import run_label
+from ablate.study import failfast
+from ablate.study.cell_queue import CellQueue
+from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
+from ablate.study.optuna_store import Store
 from ablate.study.plan import Cell, StudyPlan, plan_study
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import at_study_precision
+from ablate.study.seed_rounds import format_progress, needed_keys
+from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.tracking import record
 
 # How an arm's runs are named in MLflow beside the cells at the baseline's settings ('norm=custom · seed 0').
-ARM_SUFFIX = {R.OWN_BEST_ARM: " @ own best", R.CONFIRM_ARM: " @ larger scale"}
+ARM_SUFFIX = {record.OWN_BEST_ARM: " @ own best", record.CONFIRM_ARM: " @ larger scale"}
 
 
-def run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | None, quiet: bool) -> str:
+def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: str | None,
+             quiet: bool) -> str:
     """Train one cell (resuming its checkpoint) as a child run of the study's parent; its status."""
-    from ablate.run.runner import run_experiment, run_label
-    from ablate.study.workers import cached_data
-
     def hook(step: int, metrics: dict[str, float]) -> bool:
         queue.report(trial, step, metrics.get(plan.metric))  # the grid's "metric so far"
         return False
 
     queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
-    tags = {R.VARIANT: cell.label, R.CELL: cell.key, R.KIND: "cell", R.ARM: cell.arm,
-            R.OPTUNA_STUDY: plan.store_name, R.OVERRIDES: json.dumps(cell.overrides)}
+    tags = {record.VARIANT: cell.label, record.CELL: cell.key, record.KIND: "cell", record.ARM: cell.arm,
+            record.OPTUNA_STUDY: plan.store_name, record.OVERRIDES: json.dumps(cell.overrides)}
     spec = at_study_precision(cell.spec, queue.get(PRECISION_ATTR))
     if spec is not cell.spec:
         # the run's folder and logged spec say the precision it trains at; its spec hash tag stays the cell's
         # identity (train.precision: auto), which an import gives back to the cell's trial, and reports read
         # its train.precision as the spec's, like the cells' that ran before the study pinned one
-        tags[R.SPEC_HASH] = cell.spec.spec_hash
-        tags[R.SPEC_PRECISION] = cell.spec.train.precision
+        tags[record.SPEC_HASH] = cell.spec.spec_hash
+        tags[record.SPEC_PRECISION] = cell.spec.train.precision
     name = cell.label + ARM_SUFFIX.get(cell.arm, "")
     started = time.time()
     print(f"cell {name} seed {cell.seed} [{cell.key}]: started", flush=True)
     try:
         with queue.store.beat(trial):
             # The study's experiment even for a confirmation cell of another spec file (its own name).
-            result = run_experiment(spec, hook=hook, tags=tags, parent_run_id=parent,
+            result = runner.run_experiment(spec, hook=hook, tags=tags, parent_run_id=parent,
                                     experiment=plan.name, run_name=run_label(name, cell.seed),
                                     data=cached_data(cell.spec), quiet=quiet,
                                     on_start=lambda run_id: queue.started(trial, run_id))
@@ -63,24 +69,21 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: Any, trial: Any, parent: str | 
         print(f"cell {name} seed {cell.seed}: failed ({type(exc).__name__}: {exc})", file=sys.stderr,
               flush=True)
         return "failed"
-    value = R.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
+    value = record.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
     queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
     shown = f"{value:.4g}" if value is not None else "-"
     took = f"{time.time() - started:.0f}s"
-    if result.resumed_at is not None and R.WALL_TIME in result.metrics:  # MLflow's wall time counts them all
-        total = result.metrics[R.WALL_TIME]
+    # MLflow's wall time counts every segment of a resumed cell
+    if result.resumed_at is not None and record.WALL_TIME in result.metrics:
+        total = result.metrics[record.WALL_TIME]
         took += f" from step {result.resumed_at}; {total:.0f}s of training over all its segments"
-    print(f"cell {name} seed {cell.seed}: {result.status}, {R.final(plan.metric)} {shown} ({took})",
+    print(f"cell {name} seed {cell.seed}: {result.status}, {record.final(plan.metric)} {shown} ({took})",
           flush=True)
     return result.status
 
 
 def worker(spec_path: str, overrides: list[str], storage: str | None, index: int, workers: int) -> int:
     """Pop and run cells (of any arm) until none is waiting or running anywhere."""
-    from ablate.study import failfast
-    from ablate.study.cells import CellQueue
-    from ablate.study.optuna_store import Store
-
     plan = plan_study(spec_path, overrides)
     store = Store(storage)
     plan.bind(store)
@@ -115,7 +118,7 @@ def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any
     return {"choices": choices, "values": {c.key: plan.cell_params(c) for c in plan.cells}}
 
 
-def wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
+def wanted(plan: StudyPlan, queue: CellQueue) -> list[dict[str, Any]]:
     """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
     if plan.design is None:
         return [c.attrs() for c in plan.cells]
@@ -123,15 +126,12 @@ def wanted(plan: StudyPlan, queue: Any) -> list[dict[str, Any]]:
     return [c.attrs() for c in plan.cells if c.key in keys]
 
 
-def run_rounds(plan: StudyPlan, queue: Any, params: dict[str, Any], worker_args: tuple[Any, ...],
-               workers: int) -> int:
+def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker_args: tuple[Any, ...],
+               pool: WorkerPool = IN_PROCESS) -> int:
     """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
     open. The workers' exit code."""
-    from ablate.engine import preempt
-    from ablate.study.workers import run_workers
-
     while True:
-        code = run_workers(worker, worker_args, max(1, workers))
+        code = pool.run(worker, worker_args)
         if code in preempt.STOP_CODES or plan.design is None:
             return code
         added, _ = queue.enqueue(wanted(plan, queue), **params)  # the next round: open comparisons only
@@ -141,8 +141,8 @@ def run_rounds(plan: StudyPlan, queue: Any, params: dict[str, Any], worker_args:
         print(f"next round: {added} more cells for the comparisons still open", flush=True)
 
 
-def run_arm(arm: StudyPlan, base: StudyPlan, queue: Any, worker_args: tuple[Any, ...], workers: int,
-            retry_failed: bool = False) -> int:
+def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: tuple[Any, ...],
+            pool: WorkerPool = IN_PROCESS, retry_failed: bool = False) -> int:
     """Enqueue what an arm needs (a cell another arm queued already is shared: the same key is the same
     run) and run its rounds; the workers' exit code."""
     params = cell_params(arm, base)
@@ -152,4 +152,16 @@ def run_arm(arm: StudyPlan, base: StudyPlan, queue: Any, worker_args: tuple[Any,
     print(f"{len(needed)} cells needed now, {new} newly queued"
           + (f", {retried} failed ones re-queued" if retried else "")
           + (f"; {shared} of them are cells at the baseline's settings too" if shared else ""), flush=True)
-    return run_rounds(arm, queue, params, worker_args, workers)
+    return run_rounds(arm, queue, params, worker_args, pool)
+
+
+def cached_data(spec: Any) -> Any:
+    """Prepared data, reused by the next cell/trial of this process with the same data section and seed."""
+    key = json.dumps([spec.data.model_dump(mode="json"), spec.seed], sort_keys=True)
+    if _DATA.get("key") != key:
+        _DATA.clear()
+        _DATA.update(key=key, data=prepare_data(spec))
+    return _DATA["data"]
+
+
+_DATA: dict[str, Any] = {}

@@ -6,7 +6,7 @@ forest plot, the arms, At a larger scale), rendering them without deciding anyth
 rule is a change here and nowhere else:
 
 * :func:`one_family`: how many verdicts share the study's alpha (both arms of a tuned study together).
-* the pairs a comparison is judged on, a diverged cell counted against its side: ``ablate.study.pairing``.
+* the pairs a comparison is judged on, a diverged cell counted against its side: ``ablate.stats.pairing``.
 * :func:`answers`: whether a look answers a comparison's own question (its claim's, else an effect or no
   effect as large as min_effect): the group-sequential walk stops there; :func:`interval_answers`, the
   same rule on the interval's bounds (floats, or the power simulation's arrays).
@@ -20,7 +20,7 @@ rule is a change here and nowhere else:
 * :func:`at_scale`: whether a decided verdict transfers, reverses or is not settled at a larger setting.
 * :func:`judge`: whether a study reproduces, contradicts or has not settled a published result.
 
-Pure arithmetic on numbers the statistics computed (``ablate.study.sequential`` for the looks,
+Pure arithmetic on numbers the statistics computed (``ablate.stats.sequential`` for the looks,
 ``ablate.report`` for the fixed-sample effects): it imports nothing of ablate but the spec's claim.
 """
 
@@ -331,7 +331,7 @@ class Evidence:
     base_diverged: int
     max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
     # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
-    # plan, ablate/study/power.py; None: more than its limit, or not computed)
+    # plan, ablate/stats/power.py; None: more than its limit, or not computed)
     seeds_needed: int | None = None
 
 

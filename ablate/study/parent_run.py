@@ -1,18 +1,19 @@
-"""A study's parent MLflow run: what an ablation's shows (its description: what it compares, the metric
-it ranks by, the cells and their outcome so far; the cells table artifact), a search's trials table, and
-how either study ends it (`close_parent`)."""
+"""A study's parent MLflow run: opened or reopened (`open_parent`), what an ablation's shows (its
+description: what it compares, the metric it ranks by, the cells and their outcome so far; the cells table
+artifact), a search's trials table, and how either study ends it (`close_parent`, or `leave_open` for
+another process to end)."""
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import ablate.tracking.record as R
-from ablate.study import attrs as A
-
-if TYPE_CHECKING:
-    from ablate.tracking import NullTracker
+from ablate.errors import AblateError
+from ablate.spec.experiment import ExperimentSpec
+from ablate.study import optuna_attrs
+from ablate.tracking import NullTracker, Tracker, record
 
 
 def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequence[Any]], table_artifact: str,
@@ -22,10 +23,10 @@ def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequenc
     it the way the study ended: failed when a repeated failure stopped it (``why``, tagged as the error),
     finished when every cell or trial is done (``done_text`` = (text, artifact name) logged first),
     interrupted by a signal, else left open: cells or trials still run in other processes or machines."""
-    tracker.set_tags({R.NOTE: note})
+    tracker.set_tags({record.NOTE: note})
     tracker.log_table(table, table_artifact)
     if why:
-        tracker.set_tags({R.ERROR: why})
+        tracker.set_tags({record.ERROR: why})
         tracker.end("failed")
     elif done:
         if done_text is not None:
@@ -43,7 +44,7 @@ def parent_description(plan: Any, records: Mapping[str, Any], later: Mapping[str
     later arm's cells (each variant at its own best, the confirmation cells) under its heading."""
     abl = plan.spec.ablation
     assert abl is not None
-    metric = R.final(plan.metric)
+    metric = record.final(plan.metric)
     lines = [f"**Ablation study {plan.name}**: design {abl.design}, {len(plan.variants)} variants x "
              f"{len(plan.seeds)} seed(s) = {len(plan.cells)} cells.",
              f"Cells rank by **{metric}** ({plan.direction}): the best checkpoint on the whole validation "
@@ -70,14 +71,14 @@ def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> lis
 
 def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
     """Columns of the cells table (variant, seed, status, metric, run id) as MLflow's log_table takes."""
-    metric = R.final(plan.metric)
+    metric = record.final(plan.metric)
     cols: dict[str, list[Any]] = {"variant": [], "seed": [], "status": [], metric: [], "run": []}
     for c in plan.cells:
         r = records.get(c.key)
         cols["variant"].append(c.label)
         cols["seed"].append(c.seed)
         cols["status"].append(r.status if r else "pending")
-        cols[R.final(plan.metric)].append(round(r.metric, 4) if r and r.metric is not None else None)
+        cols[record.final(plan.metric)].append(round(r.metric, 4) if r and r.metric is not None else None)
         cols["run"].append((r.run_id or "")[:8] if r else "")
     return cols
 
@@ -85,7 +86,7 @@ def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
 def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
     """Columns of a search's trials table (trial, state, each objective's final/ value, the sampled values,
     the MLflow run id): what the search's parent run shows as a description and a table artifact."""
-    metrics = [R.final(m) for m in plan.metrics]
+    metrics = [record.final(m) for m in plan.metrics]
     fields = sorted({k for t in trials for k in t.params})
     cols: dict[str, list[Any]] = {"trial": [], "state": [], **{m: [] for m in metrics},
                                   **{f: [] for f in fields}, "run": []}
@@ -97,7 +98,7 @@ def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
             cols[m].append(round(v, 4) if v is not None and math.isfinite(v) else None)
         for f in fields:
             cols[f].append(plan.decode(f, t.params[f]) if f in t.params else None)
-        cols["run"].append(str(t.user_attrs.get(A.RUN_ID) or "")[:8])
+        cols["run"].append(str(t.user_attrs.get(optuna_attrs.RUN_ID) or "")[:8])
     return cols
 
 
@@ -105,13 +106,31 @@ def search_description(plan: Any, name: str, budget: int, trials: Sequence[Any] 
     """The search parent run's description: what it searches, the metric(s) trials rank by, where the best
     trial's spec is, and (once trials ran) the trials table."""
     search = plan.spec.search
-    ranked = ", ".join(f"{d} **{R.final(m)}**" for m, d in zip(plan.metrics, plan.directions, strict=True))
+    ranked = ", ".join(f"{d} **{record.final(m)}**" for m, d in zip(plan.metrics, plan.directions,
+                                                                    strict=True))
     lines = [f"**Search {plan.spec.name}** (Optuna study `{name}`): {budget} trials, sampler "
              f"{search.sampler}, pruner {search.pruner.name}. Trials rank by {ranked}: the best checkpoint "
-             f"on the whole validation split. The best trial's spec: `{R.BEST_SPEC_ARTIFACT}`; child runs "
-             "are named `trial-N · seed S`.", ""]
+             f"on the whole validation split. The best trial's spec: `{record.BEST_SPEC_ARTIFACT}`; "
+             "child runs are named `trial-N · seed S`.", ""]
     if plan.spec.description:
         lines += [plan.spec.description, ""]
     if trials:
         lines += markdown_table(trials_table(plan, trials))
     return "\n".join(lines)
+
+
+def leave_open(tracker: Any) -> None:
+    """Stop holding a run without ending it (other processes or machines still add children)."""
+    tracker.detach()
+
+
+def open_parent(spec: ExperimentSpec, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
+                description: str | None = None) -> NullTracker:
+    """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
+    tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""
+    if resume_run_id:
+        try:
+            return Tracker.start(spec, run_name=run_name, tags=tags, resume_run_id=resume_run_id)
+        except AblateError as exc:
+            print(f"note: {exc}; starting a new parent run", file=sys.stderr)
+    return Tracker.start(spec, run_name=run_name, tags=tags, description=description)

@@ -1,6 +1,7 @@
-"""`ablate ablate`'s entry: the study's workers on this machine (ablate/study/ablation.py: `main_ablate`), or
-as SLURM jobs with ``--slurm`` (ablate/study/slurm_submit.py), each job running `main_ablate` in its turn
-(ablate/study/slurm_worker.py). Kept apart from both so that neither imports the other.
+"""`ablate ablate`'s entry: the study's workers on this machine (ablate/launch/local_study.py:
+`main_ablate`), or as SLURM jobs with ``--slurm`` (ablate/launch/slurm_submit.py), each job running
+`main_ablate` in its turn (ablate/launch/slurm_job.py). Kept apart from both so that neither imports the
+other.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ablate.errors import AblateError
+from ablate.launch.local_study import main_ablate
+from ablate.launch.slurm_submit import main_slurm
 
 
 def main_launch(spec_path: str, overrides: Sequence[str] = (), workers: int | None = None,
@@ -17,8 +20,6 @@ def main_launch(spec_path: str, overrides: Sequence[str] = (), workers: int | No
                 time: str | None = None, sbatch: Sequence[str] = ()) -> int:
     """`ablate ablate SPEC [--slurm ...]`: the SLURM options without ``--slurm`` are a one-line error."""
     if slurm:
-        from ablate.study.slurm_submit import main_slurm
-
         if retry_failed:
             raise AblateError("--retry-failed with --slurm: run `ablate ablate SPEC --retry-failed --storage "
                               "STORE` once (it re-queues the failed cells), then submit the jobs")
@@ -30,6 +31,4 @@ def main_launch(spec_path: str, overrides: Sequence[str] = (), workers: int | No
         if value != default]
     if given:
         raise AblateError(f"{', '.join(given)}: SLURM options, for `ablate ablate SPEC --slurm ...`")
-    from ablate.study.ablation import main_ablate
-
     return main_ablate(spec_path, overrides, workers, storage, dry_run, retry_failed, workers_per_gpu)

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.study.attrs import CELL, ERROR, RUN_ID, STATUS
+from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS
 from ablate.study.optuna_store import Store, claim, open_study, requeue, trial_alive
 
 
@@ -84,7 +84,7 @@ class CellQueue:
 
     def describe(self, attrs: Mapping[str, Any], metric: str) -> None:
         """Record the study's identity attrs (once) and name its objective for Optuna's dashboard."""
-        from ablate.study.names import write_attrs
+        from ablate.study.study_names import write_attrs
 
         assert self.study is not None
         write_attrs(self.study, dict(attrs))

@@ -1,33 +1,37 @@
-"""Worker processes shared by `ablate ablate` and `ablate tune`, and per-process caches."""
+"""Local worker processes shared by `ablate ablate` and `ablate tune`: N spawned processes, each on its
+GPU (round robin, ablate/launch/gpu_placement.py) with its share of the CPU cores, a signal passed on to
+all of them, and the :class:`~ablate.study.worker_pool.WorkerPool` that hands them to ``study/``."""
 
 from __future__ import annotations
 
-import json
+import ctypes
+import multiprocessing as mp
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ablate.dburl import redacted
+import torch
+
 from ablate.engine import preempt
+from ablate.hardware import WORKER_DEVICE_ENV, visible_gpus
+from ablate.launch.gpu_placement import worker_count, worker_devices
+from ablate.study.worker_pool import WorkerPool
 
-if TYPE_CHECKING:
-    from ablate.spec.experiment import ExperimentSpec
-    from ablate.tracking import NullTracker
+
+def local_pool(workers: int) -> WorkerPool:
+    """``workers`` local processes (:func:`run_workers`) for a study or search to train with."""
+    return WorkerPool(workers, run_workers)
 
 
 def run_workers(target: Callable[..., int], args: tuple[Any, ...], workers: int,
                 gpus: Sequence[int] | None = None) -> int:
     """Run ``target(*args, index, workers)`` in this process (1 worker) or N spawned ones, spread round
-    robin over `gpus` (default: the GPUs this process sees; ablate/study/devices.py); the worst code."""
+    robin over `gpus` (default: the GPUs this process sees; ablate/launch/gpu_placement.py); the worst
+    code."""
     if workers <= 1:
         return target(*args, 0, 1)  # on the first GPU: where pick_device puts a run anyway
-    import multiprocessing as mp
-
-    from ablate.hardware import visible_gpus
-    from ablate.study.devices import worker_devices
-
     devices = worker_devices(workers, visible_gpus() if gpus is None else gpus)
     ctx = mp.get_context("spawn")  # fork would copy torch's thread pools and open connections
     procs = [ctx.Process(target=_worker_entry, args=(target, args, i, workers, devices[i]),
@@ -65,19 +69,12 @@ def _forward(procs: list[Any]) -> None:
 def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int, workers: int,
                   device: str | None = None) -> None:
     if device is not None:
-        from ablate.hardware import WORKER_DEVICE_ENV
-
         os.environ[WORKER_DEVICE_ENV] = device  # read by every run this worker trains (pick_device)
     if sys.platform.startswith("linux"):
         try:  # die with the parent (a SIGKILLed `ablate` must not leave orphans training)
-            import ctypes
-            import signal
-
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:
             pass
-    import torch
-
     torch.set_num_threads(threads_per_worker(workers))  # N workers share the cores, not oversubscribe them
     preempt.install()
     try:
@@ -89,9 +86,6 @@ def _worker_entry(target: Callable[..., int], args: tuple[Any, ...], index: int,
 
 def local_workers(workers: int | None, per_gpu: int | None) -> int:
     """The number of worker processes ``--workers``/``--workers-per-gpu`` ask for on this machine."""
-    from ablate.hardware import visible_gpus
-    from ablate.study.devices import worker_count
-
     return worker_count(workers, per_gpu, visible_gpus() if per_gpu is not None else [])
 
 
@@ -107,49 +101,3 @@ def usable_cores() -> int:
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads for each of `workers` local processes: an equal share of the cores, at least one."""
     return max(1, (usable_cores() if cores is None else cores) // max(1, workers))
-
-
-def cached_data(spec: Any) -> Any:
-    """Prepared data, reused by the next cell/trial of this process with the same data section and seed."""
-    from ablate.data.prepare import prepare_data
-
-    key = json.dumps([spec.data.model_dump(mode="json"), spec.seed], sort_keys=True)
-    if _DATA.get("key") != key:
-        _DATA.clear()
-        _DATA.update(key=key, data=prepare_data(spec))
-    return _DATA["data"]
-
-
-_DATA: dict[str, Any] = {}
-
-
-def leave_open(tracker: Any) -> None:
-    """Stop holding a run without ending it (other processes or machines still add children)."""
-    tracker.detach()
-
-
-def open_parent(spec: ExperimentSpec, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
-                description: str | None = None) -> NullTracker:
-    """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
-    tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""
-    from ablate.errors import AblateError
-    from ablate.tracking import Tracker
-
-    if resume_run_id:
-        try:
-            return Tracker.start(spec, run_name=run_name, tags=tags, resume_run_id=resume_run_id)
-        except AblateError as exc:
-            print(f"note: {exc}; starting a new parent run", file=sys.stderr)
-    return Tracker.start(spec, run_name=run_name, tags=tags, description=description)
-
-
-def resume_command(verb: str, spec_path: str, overrides: Sequence[str], workers: int = 1,
-                   storage: str | None = None) -> str:
-    """The command that continues a study or search as it was started: the same overrides, workers and
-    storage (a password in the storage URL shown as ***: it is not the message's to repeat)."""
-    parts = [f"ablate {verb}", spec_path, *(f"--set {o}" for o in overrides)]
-    if workers > 1:
-        parts.append(f"--workers {workers}")
-    if storage:
-        parts.append(f"--storage {redacted(storage)}")
-    return " ".join(parts)

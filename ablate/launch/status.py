@@ -5,7 +5,7 @@ studies of that spec in the store with their overrides and shows the latest), an
 with status and metric so far (and, with adaptive seeds, where each comparison stands); with ``tune:`` or
 ``confirm:``, where each later phase stands too (each variant's search, the own-best cells, the
 comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it; for a study submitted with
-``--slurm``, its jobs beside the cells (pending, running, requeued, done: ablate/study/slurm_queue.py).
+``--slurm``, its jobs beside the cells (pending, running, requeued, done: ablate/launch/slurm_queue.py).
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ablate.tracking.record as R
 from ablate.errors import AblateError
 from ablate.study.plan import format_grid, plan_study
+from ablate.tracking import record
 
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
     """`ablate status STUDY`: the grid of cells with status and metric so far; reads, never writes. STUDY is
     the spec file, or the study's name (its spec read back from the study's parent run)."""
     from ablate.spec.study_ref import is_spec_file
-    from ablate.study import names
-    from ablate.study.cells import CellQueue
+    from ablate.study import study_names
+    from ablate.study.cell_queue import CellQueue
     from ablate.study.optuna_store import Store
 
     if not is_spec_file(spec_path):
@@ -38,7 +38,7 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
         plan.bind(store)
         queue = CellQueue(store, plan.store_name, plan.direction, create=False)
         if queue.study is None:  # not with these overrides: say which the store has, show the latest
-            known = names.known_studies(store, plan.spec.name, "ablation")
+            known = study_names.known_studies(store, plan.spec.name, "ablation")
             if known:
                 print(f"no study of {spec_path} with " + (f"--set {' --set '.join(overrides)}" if overrides
                       else "no --set overrides") + " in the store; it has:")
@@ -58,8 +58,8 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
         from ablate.study.arms import dry_run_lines
 
         print("\n".join(dry_run_lines(plan, storage, records)))
-    from ablate.study.slurm_queue import jobs_lines
-    from ablate.study.slurm_submit import log_folder
+    from ablate.launch.slurm_queue import jobs_lines
+    from ablate.launch.slurm_submit import log_folder
 
     for line in jobs_lines(log_folder(plan)):  # a study submitted with --slurm: its jobs, as SLURM says
         print(line)
@@ -71,10 +71,10 @@ def _recorded_spec(study: str, folder: Path) -> str:
     from ablate.tracking.read import find_study_runs, read_text_artifact
 
     parent, _ = find_study_runs(study)
-    text = read_text_artifact(parent["run_id"], R.SPEC_ARTIFACT)
+    text = read_text_artifact(parent["run_id"], record.SPEC_ARTIFACT)
     if not text:
-        raise AblateError(f"study {study!r}: its parent run {parent['run_id']} has no {R.SPEC_ARTIFACT}; "
-                          "give the study's spec file instead")
+        raise AblateError(f"study {study!r}: its parent run {parent['run_id']} has no "
+                          f"{record.SPEC_ARTIFACT}; give the study's spec file instead")
     path = folder / f"{study}.yaml"
     path.write_text(text, encoding="utf-8")
     return str(path)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.study.attrs import KEY, KIND, OVERRIDES, SPEC_NAME
+from ablate.study.optuna_attrs import KEY, KIND, OVERRIDES, SPEC_NAME
 
 __all__ = ["KEY", "KIND", "OVERRIDES", "SPEC_NAME"]
 

@@ -3,7 +3,7 @@
 Every comparison is a variant against the baseline, paired by seed, and the study's comparisons are one
 family (each tested at alpha over the family size). Round one runs ``min`` seeds of every variant; after
 each round every comparison is walked through its planned looks (each judged by
-``ablate.study.sequential.evaluate`` against the question of the variant's ``expect:`` claim, if any) and
+``ablate.stats.sequential.evaluate`` against the question of the variant's ``expect:`` claim, if any) and
 one whose question is still open gets the next look's seeds, up to ``max``; a decided one gets none. The
 baseline runs as many seeds as its most demanding comparison.
 Everything is recomputed from the cell records in the store, so a rerun, a second worker or another machine
@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.study.pairing import Cell, paired_differences
-from ablate.study.sequential import Design, evaluate, planned_looks
-from ablate.study.verdict import Look, Question, Verdict, read
+from ablate.stats.pairing import Cell, paired_differences
+from ablate.stats.sequential import Design, evaluate, planned_looks
+from ablate.stats.verdict import Look, Question, Verdict, read
 
 TERMINAL = ("finished", "diverged", "failed")
 
@@ -77,7 +77,7 @@ def _pairs(plan: Any, records: Mapping[str, Any], label: str, seeds: list[int]
             pairs.append((("pending", None), ("pending", None)))
             continue
         pairs.append(((base.status, base.metric), (var.status, var.metric)))
-    # a diverged cell counts against its side (ablate/study/verdict.py paired_differences)
+    # a diverged cell counts against its side (ablate/stats/verdict.py paired_differences)
     return paired_differences(pairs, plan.metric, plan.direction == "maximize")[0], complete
 
 

@@ -13,7 +13,6 @@ time as it is (measure with the same workers per machine, or read it as a lower 
 
 from __future__ import annotations
 
-import math
 import statistics
 import tempfile
 import time
@@ -22,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import ablate.tracking.record as R
-from ablate.study.adaptive import TERMINAL
+from ablate.study.seed_rounds import TERMINAL
+from ablate.study.sizing import estimate_wall_s
+from ablate.tracking import record
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import ExperimentSpec
@@ -37,13 +37,6 @@ class CellTime:
 
     seconds: float
     source: str  # "median of 4 finished cells of study x", "a 10-step probe, extrapolated to 1000 steps"
-
-
-def estimate_wall_s(cell_seconds: float, cells: int, parallel: int) -> float:
-    """Wall seconds for `cells` cells of `cell_seconds` each, run `parallel` at a time: whole waves."""
-    if cells <= 0:
-        return 0.0
-    return math.ceil(cells / max(1, parallel)) * cell_seconds
 
 
 def format_estimate(cell: CellTime, cells: int, parallel: int) -> str:
@@ -71,7 +64,7 @@ def finished_cell_seconds(study: str) -> CellTime | None:
         _, children = find_study_runs(study)
     except AblateError:
         return None
-    kind, status = f"tags.{R.KIND}", f"tags.{R.STATUS}"
+    kind, status = f"tags.{record.KIND}", f"tags.{record.STATUS}"
     if kind not in children or status not in children or "end_time" not in children:
         return None
     done = children[(children[kind] == "cell") & (children[status] == "finished")]
@@ -102,7 +95,7 @@ def probe_cell_seconds(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> CellTi
         started = time.perf_counter()
         result = run_experiment(probe, run_dir=Path(tmp) / "probe", quiet=True)
         whole = time.perf_counter() - started
-    training = result.metrics.get(R.WALL_TIME)
+    training = result.metrics.get(record.WALL_TIME)
     if training is None or training <= 0:
         return CellTime(whole * total / (1 + steps), f"a {1 + steps}-step probe, scaled to {total} steps")
     per_step = training / (1 + steps)

@@ -18,9 +18,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-import ablate.tracking.record as R
-from ablate.study import attrs as A
+from ablate.study import optuna_attrs
 from ablate.study.optuna_store import Store, open_study, reclaim
+from ablate.tracking import record
 
 FIGURE_DPI = 120
 
@@ -124,7 +124,7 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
         print(f"search.timeout ({plan.spec.search.timeout:g} s) reached: {waiting} trials not started; the "
               "results below cover the trials that ran; run the same command again to continue")
     if tracker is not None:
-        tracker.set_tags({R.TRIALS_LEFT: waiting})
+        tracker.set_tags({record.TRIALS_LEFT: waiting})
     if not any(t.state == TrialState.COMPLETE for t in trials):
         print("no trial completed: there is no best trial")
         return True
@@ -135,21 +135,21 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec_for(lead.params, f"{plan.origin} (trial {lead.number})")
     text = (f"# best trial {lead.number} of Optuna study {name}: "
-            + ", ".join(f"{R.final(m)} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
+            + ", ".join(f"{record.final(m)} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
             + "\n# retrain it with: ablate run best.yaml\n" + dump_spec_yaml(spec))
     (folder / "best.yaml").write_text(text)
     title = "Pareto front" if multi else "best trial"
-    goals = ", ".join(f"{d} {R.final(m)}" for m, d in zip(plan.metrics, plan.directions, strict=True))
+    goals = ", ".join(f"{d} {record.final(m)}" for m, d in zip(plan.metrics, plan.directions, strict=True))
     print(f"{title} ({goals}):")
     for t in sorted(best, key=lambda t: t.number):
-        values = ", ".join(f"{R.final(m)} {v:.4g}" for m, v in zip(plan.metrics, t.values, strict=True))
+        values = ", ".join(f"{record.final(m)} {v:.4g}" for m, v in zip(plan.metrics, t.values, strict=True))
         shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in t.params.items())
-        print(f"  trial {t.number}: {values} [{shown}] run {t.user_attrs.get(A.RUN_ID, '-')}")
+        print(f"  trial {t.number}: {values} [{shown}] run {t.user_attrs.get(optuna_attrs.RUN_ID, '-')}")
     print(f"best spec: {folder / 'best.yaml'}")
     evaluator, found = importances(study, plan)
     for metric, scores in found.items():
         ranked = ", ".join(f"{k} {v:.3f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1]))
-        print(f"importance of {R.final(metric)} ({evaluator}): {ranked}")
+        print(f"importance of {record.final(metric)} ({evaluator}): {ranked}")
     pictures = figures(study, plan, folder / "figures")
     if tracker is not None:
         _log(tracker, plan, lead, best, text, evaluator, found, pictures, len(trials) - waiting)
@@ -160,8 +160,8 @@ def _log(tracker: Any, plan: Any, lead: FrozenTrial, best: list[FrozenTrial], te
          found: dict[str, dict[str, float]], pictures: list[Path], step: int) -> None:
     params = {f"best.{k}": plan.decode(k, v) for k, v in lead.params.items()}
     tracker.log_text(text, "best.yaml")
-    tracker.set_tags({**params, R.BEST_TRIAL: lead.number,
-                      R.BEST_RUN: lead.user_attrs.get(A.RUN_ID, "")})
+    tracker.set_tags({**params, record.BEST_TRIAL: lead.number,
+                      record.BEST_RUN: lead.user_attrs.get(optuna_attrs.RUN_ID, "")})
     try:
         tracker.log_params(params)
     except Exception:  # noqa: BLE001 - a longer rerun found a new best: params are immutable, the tags hold it
@@ -173,6 +173,6 @@ def _log(tracker: Any, plan: Any, lead: FrozenTrial, best: list[FrozenTrial], te
     if len(plan.metrics) > 1:
         tracker.log_dict({"objectives": plan.metrics, "directions": plan.directions, "pareto": [
             {"trial": t.number, "values": t.values, "params": t.params,
-             "run_id": t.user_attrs.get(A.RUN_ID)} for t in best]}, "pareto.json")
+             "run_id": t.user_attrs.get(optuna_attrs.RUN_ID)} for t in best]}, "pareto.json")
     for path in pictures:
         tracker.log_artifact(path, "figures")

@@ -1,7 +1,7 @@
 """`ablate ablate SPEC --slurm`: a study's workers as SLURM jobs, submitted through submitit.
 
 Each of ``--jobs N`` jobs runs what ``ablate ablate SPEC --workers K`` runs on one machine
-(ablate/study/slurm_worker.py): it queues the cells the study still needs, opens or reopens the parent run,
+(ablate/launch/slurm_job.py): it queues the cells the study still needs, opens or reopens the parent run,
 pops cells from the study's Optuna store until none is left, and runs the later arms, the same as any
 other machine sharing the store. So every job must reach the same stores: the Optuna store is a
 PostgreSQL URL or a journal file named explicitly (on a filesystem every node sees; the default
@@ -10,8 +10,8 @@ SQLite file is accepted with a note: it suits jobs on one node).
 
 Nothing of ablate keeps running after the submission: the jobs coordinate through the stores, a job
 signalled before its time limit or a preemption requeues itself (submitit's SIGUSR2, wired to the
-trainer's step-boundary stop: ablate/study/slurm_worker.py), and `ablate status SPEC` reads the jobs' states
-from SLURM (ablate/study/slurm_queue.py). Logs go to the study's folder, ``<train.out_dir>/<study>/slurm``;
+trainer's step-boundary stop: ablate/launch/slurm_job.py), and `ablate status SPEC` reads the jobs' states
+from SLURM (ablate/launch/slurm_queue.py). Logs go to the study's folder, ``<train.out_dir>/<study>/slurm``;
 ``squeue`` shows each job as ``ablate-<study>-w<i>``.
 """
 
@@ -59,8 +59,8 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
     params = executor_parameters(plan, shape)
     if dry_run:
         return _dry_run(plan, shape, shared, per_job, folder, params)
-    from ablate.study.slurm_queue import record_jobs
-    from ablate.study.slurm_worker import StudyJob
+    from ablate.launch.slurm_job import StudyJob
+    from ablate.launch.slurm_queue import record_jobs
 
     job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()))
     submitted = [(str(j.job_id), job_name(plan.name, i)) for i, j in
@@ -101,7 +101,7 @@ def tracking_line(plan: StudyPlan) -> str:
 def job_workers(workers: int | None, per_gpu: int | None, gpus_per_job: int) -> int:
     """Worker processes in each job: --workers, else --workers-per-gpu x the job's GPUs, else one per GPU
     (at least one)."""
-    from ablate.study.devices import worker_count
+    from ablate.launch.gpu_placement import worker_count
 
     if per_gpu is None and workers is None:
         return max(1, gpus_per_job)
@@ -180,7 +180,7 @@ def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
 
 def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folder: Path,
              params: dict[str, Any]) -> int:
-    from ablate.study.walltime import remaining_wall_time
+    from ablate.launch.wall_time import remaining_wall_time
 
     print(format_plan(plan, diffs=False))
     print(f"Optuna store: {redacted(storage)}")
@@ -193,7 +193,7 @@ def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folde
 
 def _records(plan: StudyPlan, storage: str) -> dict[str, Any]:
     """Where the study's cells stand in the store (read only), for the estimate of what is left."""
-    from ablate.study.cells import CellQueue
+    from ablate.study.cell_queue import CellQueue
     from ablate.study.optuna_store import Store
 
     if not Store.exists(storage):

@@ -3,7 +3,7 @@ first cell.
 
 A study with ``ablation.seeds: {min, max, step}`` looks at each comparison after ``min`` seeds, then after
 every ``step`` more, and stops a comparison at the first look that answers its own question
-(ablate/study/sequential.py: Pocock's boundaries on the paired t statistic, every comparison at
+(ablate/stats/sequential.py: Pocock's boundaries on the paired t statistic, every comparison at
 ``alpha / family``, a ``none`` claim decided only inside or wholly beyond its margin). Its power has no
 closed form once there are several looks, so it is simulated: ``PATHS`` paired differences per seed,
 ``N(effect, sd)``, walked through the very looks, boundaries and stopping rule the study applies (one look
@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from ablate.study.sequential import (
+from ablate.stats.sequential import (
     CALIBRATION_PATHS,
     CALIBRATION_SEED,
     POWER,
@@ -43,7 +43,7 @@ from ablate.study.sequential import (
     Question,
     planned_looks,
 )
-from ablate.study.verdict import interval_answers, within
+from ablate.stats.verdict import interval_answers, within
 
 PATHS = 20_000  # Monte Carlo error of a power near 0.8: sqrt(.8 * .2 / 2e4) = 0.003
 SIMULATION_SEED = 1
@@ -83,7 +83,7 @@ def _draws(seeds: int) -> np.ndarray:
 def simulate(design: Design, effect: float, sd: float, question: Question = None,
              margin: float | None = None) -> Outcomes:
     """The outcomes of one comparison whose per-seed paired differences are ``N(effect, sd)``, judged as
-    the study judges them (ablate/study/sequential.py ``evaluate`` and ``answers``, look by look, stopping
+    the study judges them (ablate/stats/sequential.py ``evaluate`` and ``answers``, look by look, stopping
     at the first look that answers ``question``)."""
     looks = np.asarray(design.looks)
     x = effect + sd * _draws(int(looks[-1]))  # (paths, max seeds)
@@ -218,7 +218,7 @@ SEARCH_PATHS = 50_000
 @lru_cache(maxsize=16)
 def search_levels(first: int, step: int, most: int, level: float) -> dict[int, float]:
     """Pocock's per-look level for every maximum from ``first`` to ``most`` at once, from one simulation
-    of null paths (the calibration of ablate/study/sequential.py nominal_level, with the running minimum of
+    of null paths (the calibration of ablate/stats/sequential.py nominal_level, with the running minimum of
     the per-look p-values read at each candidate maximum): what the search for seeds needs."""
     rng = np.random.default_rng(CALIBRATION_SEED)
     n = np.arange(first, most + 1)  # every seed count a last look may have
