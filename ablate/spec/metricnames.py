@@ -43,6 +43,8 @@ TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final
 WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
 CPU_TIME = "train/cpu_time_s"  # the run's process CPU time over all its segments (every thread)
 MODEL_PARAMS = "model/params"  # logged once, at step 0
+# a decoder-only model's KV cache per decoded token (bytes, fp32; model.kv_heads), logged once at step 0
+KV_CACHE = "model/kv_cache_bytes_per_token"
 PADDING = "data/padding_fraction"  # logged once, at step 0
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
@@ -135,6 +137,8 @@ def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: 
         names += [averaged(n) for n in names]
     if with_target:
         names.append(VAL_STEPS_TO_TARGET)
+    if lm:
+        names.append(KV_CACHE)
     return names + [m for m in RUN_METRICS if m not in names]
 
 
@@ -144,7 +148,7 @@ def all_metrics() -> list[str]:
     for split in ("val", "test"):
         names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS + ("bpb",)]
     names += [averaged(n) for n in names]
-    names.append(VAL_STEPS_TO_TARGET)
+    names += [VAL_STEPS_TO_TARGET, KV_CACHE]
     return names + [m for m in TRAINING_METRICS + RUN_METRICS if m not in names]
 
 

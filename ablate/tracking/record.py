@@ -121,6 +121,7 @@ FINAL = "final/"
 # bound here too, so that writers and readers of the record may name them through this module.
 CPU_TIME = _metric.CPU_TIME
 MODEL_PARAMS = _metric.MODEL_PARAMS
+KV_CACHE = _metric.KV_CACHE
 PADDING = _metric.PADDING
 PEAK_MEMORY = _metric.PEAK_MEMORY
 RUN_MEMORY = _metric.RUN_MEMORY
@@ -133,7 +134,7 @@ WALL_TIME = _metric.WALL_TIME
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
 # 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
 # best checkpoint's final/val/bleu; `plain` maps back (both imported above).
-CONSTANT_METRICS = (MODEL_PARAMS, PADDING)
+CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE)
 
 
 def final(metric: str) -> str:
