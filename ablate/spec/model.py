@@ -190,7 +190,7 @@ def stale_components(model: Mapping[str, Any], recorded: Mapping[str, int]) -> l
     chosen variant whose version differs from ``recorded`` (the run's :func:`component_versions`; a variant
     it does not name ran at version 1). ``model``: the run's axis values (``{'attention': 'qk_norm'}``)."""
     stale = []
-    for axis in registry.model_axes():
+    for axis in registry.axes():  # the recipe's axes too, where ``model`` names them ({'optimizer': 'lion'})
         name = model.get(axis.kind)
         if isinstance(name, str) and name in registry.names(axis.kind):
             now, then = registry.REGISTRY.entry(axis.kind, name).version, int(recorded.get(axis.kind, 1))
@@ -206,7 +206,7 @@ def component_versions(model: Mapping[str, Any]) -> dict[str, int]:
     variant is fixed. Open values that are not registered (a mask fill of -3e4) have no version.
     """
     versions: dict[str, int] = {}
-    for axis in registry.model_axes():
+    for axis in registry.axes():  # the recipe's axes too, where ``model`` names them ({'optimizer': 'lion'})
         name = model.get(axis.kind)
         if isinstance(name, str) and name in registry.names(axis.kind):
             version = registry.REGISTRY.entry(axis.kind, name).version

@@ -4,10 +4,12 @@ section of its own: :class:`RecipeSection`), early stopping, weight averaging an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, create_model, model_serializer, model_validator
 
+import registry
 from ablate.spec import metricnames
 from ablate.spec.axis_fields import (
     axis_fields,
@@ -127,11 +129,31 @@ def train_identity(train: dict[str, Any]) -> dict[str, Any]:
     for key in RECIPE_SECTIONS:
         if isinstance(out.get(key), dict):
             part = identity_options(f"train.{key}", out[key])
+            version = _version(f"train.{key}", out[key].get("name"))
+            if version > 1:  # a fixed variant's runs get a new identity, and no other run
+                part["version"] = version
             if part:
                 out[key] = part
             else:
                 out.pop(key)
     return out
+
+
+def recipe_choices(train: Mapping[str, Any]) -> dict[str, str]:
+    """{axis kind: variant} of a dumped train section's recipe axes ({'optimizer': 'adamw', ...})."""
+    out = {}
+    for key in RECIPE_SECTIONS:
+        part = train.get(key)
+        if isinstance(part, Mapping) and isinstance(part.get("name"), str):
+            out[section_axis(f"train.{key}").kind] = part["name"]
+    return out
+
+
+def _version(section: str, name: Any) -> int:
+    kind = section_axis(section).kind
+    if not isinstance(name, str) or (kind, name) not in registry.REGISTRY:
+        return 1
+    return registry.REGISTRY.entry(kind, name).version
 
 
 RECIPE_SECTIONS = ("optimizer", "schedule", "loss")  # the train fields that are recipe sections

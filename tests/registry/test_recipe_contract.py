@@ -15,7 +15,9 @@ covered without touching this file.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
+import json
 import math
 
 import pytest
@@ -172,3 +174,23 @@ def test_a_loss_is_finite_ignores_ignored_positions_and_adds_to_the_cross_entrop
     assert float(loss) >= float(ce) - 1e-6
     copy.deepcopy(loss_fn)  # a loss holds no state the trainer would need to checkpoint
     assert not list(loss_fn.parameters())
+
+
+def test_a_recipe_variants_version_enters_only_its_own_runs_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raising lion's implementation version makes lion's runs new cells (and stale ones tagged so), and
+    leaves every other optimizer's run where it was (registry/__init__.py, Entry.version)."""
+    from ablate.spec.experiment import ExperimentSpec
+    from ablate.tracking.versions import stale_reason, versions_tag
+
+    def spec(name: str) -> ExperimentSpec:
+        return ExperimentSpec.model_validate({"name": "v", "train": {"optimizer": {"name": name}}})
+
+    before = {name: spec(name).spec_hash for name in ("lion", "adamw")}
+    bucket = registry.REGISTRY._entries["optimizer"]
+    monkeypatch.setitem(bucket, "lion", dataclasses.replace(bucket["lion"], version=2))
+    assert spec("lion").spec_hash != before["lion"] and spec("adamw").spec_hash == before["adamw"]
+    assert json.loads(versions_tag(spec("lion"))["ablate.component_versions"]) == {"optimizer": 2}
+    assert versions_tag(spec("adamw")) == {}
+    params = {"train.optimizer.name": "lion", "model.norm": "builtin"}
+    assert stale_reason(params, {}) == "optimizer=lion v1, now v2"
+    assert stale_reason(params, {"ablate.component_versions": '{"optimizer": 2}'}) is None
