@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import registry
+from ablate.bench.kv_cache import bench_kv_cache, kv_lines
 from ablate.bench.overhead import saves_per_step, temporary_tracking_store
 from ablate.bench.suite import machine_info, resolve_config, targets
 from ablate.bench.train_speed import (
@@ -337,11 +338,6 @@ def test_bench_measures_the_kv_cache_of_every_kv_heads(doc: dict) -> None:
 
 def test_the_kv_cache_rows_of_a_tiny_model() -> None:
     """Without the whole bench: MQA's cache is 1/heads of MHA's, GQA's in between."""
-    import torch
-
-    from ablate.bench.kv_cache import bench_kv_cache, kv_lines
-    from ablate.bench.train_speed import QUICK
-
     rows = bench_kv_cache(ModelSpec(d_model=16, heads=4, d_ff=32, decoder_layers=2, dropout=0.0), QUICK,
                           torch.device("cpu"))
     assert [(r["kv_heads"], r["fraction_of_mha"]) for r in rows] == [(4, 1.0), (2, 0.5), (1, 0.25)]
