@@ -338,8 +338,8 @@ def test_bench_measures_the_kv_cache_of_every_kv_heads(doc: dict) -> None:
 
 def test_the_kv_cache_rows_of_a_tiny_model() -> None:
     """Without the whole bench: MQA's cache is 1/heads of MHA's, GQA's in between."""
-    rows = bench_kv_cache(ModelSpec(d_model=16, heads=4, d_ff=32, decoder_layers=2, dropout=0.0), QUICK,
-                          torch.device("cpu"))
+    tiny = ModelSpec(d_model=16, heads=4, d_ff=32, decoder_layers=2, dropout=0.0, max_positions=16)
+    rows = bench_kv_cache(tiny, QUICK, torch.device("cpu"))  # 16 tokens decoded: max_positions
     assert [(r["kv_heads"], r["fraction_of_mha"]) for r in rows] == [(4, 1.0), (2, 0.5), (1, 0.25)]
     assert rows[0]["bytes_per_token"] == 2 * 2 * 16 * 4  # layers x (K, V) x d_model x fp32 bytes
     assert len(kv_lines(rows)) == 2 + len(rows)

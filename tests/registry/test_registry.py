@@ -248,6 +248,7 @@ print("factors", [lr_factor(s, spec.train) for s in (0, 1, 11, 21)], flush=True)
 '''
 
 
+@pytest.mark.slow  # a subprocess importing torch and the CLI: seconds
 def test_a_plugin_adds_an_optimizer_and_a_schedule_to_the_recipe(tmp_path: Path) -> None:
     _install(tmp_path, "ablate_recipe_demo", RECIPE_PLUGIN)
     spec = ("name: p\nmodel: {arch: decoder_only, d_model: 16, heads: 2, dropout: 0.0}\ndata: {source: text, "

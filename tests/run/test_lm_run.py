@@ -86,6 +86,7 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow  # a whole tracked run
 def test_a_run_records_its_recipe_its_parameter_groups_and_its_steps_to_target(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole recipe in one run: Muon (with AdamW for the rest) under muP, a WSD schedule, the z-loss,
