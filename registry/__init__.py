@@ -3,7 +3,9 @@
 A component is registered under a *kind* (an axis such as ``residual``) and a *name* (a variant such as
 ``pre_norm``). Specs name components by these keys, never by import path. Each kind is an :class:`Axis`
 declared once (registry/axis.py says what a declaration holds), in the file of this package named after
-it; a variant's own typed options are declared where it is registered. Third-party packages add
+it; a variant's own typed options are declared where it is registered. The model's axes are fields of the
+spec's ``model:`` section; the training recipe's axes (``optimizer``, ``schedule``, ``loss``) each have a
+section of their own (``train.optimizer.name``, ...) and are declared the same way. Third-party packages add
 components, options and even axes through the entry-point group ``ablate.components``: each entry point
 names a module whose import runs its ``declare_axis`` / ``@register`` calls. Plugins are imported on the
 first lookup (``get``, ``names``, ``entries``, ``axes``, ``in``), so spec validation, the model builder and
@@ -23,15 +25,15 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from registry.aliases import did_you_mean
-from registry.axis import Axis, Option
+from registry.axis import MODEL, Axis, Option
 
 T = TypeVar("T")
 Check = Callable[[Mapping[str, Any]], "str | None"]
 
 ENTRY_POINT_GROUP = "ablate.components"
 
-__all__ = ["ENTRY_POINT_GROUP", "REGISTRY", "Axis", "Entry", "Option", "Registry", "RegistryError", "axes",
-           "axis", "declare_axis", "get", "load_plugins", "names", "register"]
+__all__ = ["ENTRY_POINT_GROUP", "MODEL", "REGISTRY", "Axis", "Entry", "Option", "Registry", "RegistryError",
+           "axes", "axis", "declare_axis", "get", "load_plugins", "model_axes", "names", "register"]
 
 
 class RegistryError(LookupError):
@@ -117,10 +119,16 @@ class Registry:
         self._entries.setdefault(axis.kind, {})
         return axis
 
-    def axes(self) -> list[Axis]:
-        """Every declared axis, in declaration order (built-ins first, then plugins)."""
+    def axes(self, section: str | None = None) -> list[Axis]:
+        """Every declared axis, in declaration order (built-ins first, then plugins); with ``section``, only
+        the axes of that spec section (``model``, ``train.optimizer``, ...)."""
         self.load_plugins()
-        return list(self._axes.values())
+        return [a for a in self._axes.values() if section is None or a.section == section]
+
+    def sections(self) -> list[str]:
+        """The spec sections that hold axes, ``model`` first, then the recipe's in declaration order."""
+        self.load_plugins()
+        return list(dict.fromkeys(a.section for a in self._axes.values()))
 
     def axis(self, kind: str) -> Axis:
         self.load_plugins()
@@ -222,14 +230,22 @@ register = REGISTRY.register
 declare_axis = REGISTRY.declare_axis
 axes = REGISTRY.axes
 axis = REGISTRY.axis
+
+
+def model_axes() -> list[Axis]:
+    """The axes of the spec's ``model:`` section (the recipe's optimizer, schedule and loss excluded)."""
+    return REGISTRY.axes(MODEL)
+
+
 get = REGISTRY.get
 names = REGISTRY.names
 load_plugins = REGISTRY.load_plugins  # lookups call it; explicit calls (tests, `ablate list`) are harmless
 
-# One file per axis, in the order `ablate list`, the spec and the schema show them.
+# One file per axis, in the order `ablate list`, the spec and the schema show them: the model's axes, then
+# the training recipe's (their own spec sections: train.optimizer, train.schedule, train.loss).
 _BUILTIN_MODULES = (
     "residual", "positions", "ffn", "activation", "norm", "masking", "attention", "embeddings",
-    "embedding_dropout",
+    "embedding_dropout", "parametrisation", "logits", "optimizer", "schedule", "loss",
 )
 
 for _module in _BUILTIN_MODULES:

@@ -45,3 +45,12 @@ class SiLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.silu(x)
+
+
+@register("activation", "relu2")
+class SquaredReLU(nn.Module):
+    """``max(0, x)^2``, squared ReLU (So et al. 2021, "Primer: Searching for Efficient Transformers for
+    Language Modeling", section 3: one of Primer's two modifications; the modded-nanogpt speedrun's FFN)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x).square()

@@ -1,10 +1,17 @@
 """Multi-head attention: shared projections, swappable core (axis ``attention``).
 
 Component contract: ``cls(d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
-**options)``; ``forward(x (B, T, d), memory (B, S, d) | None = None, mask: AttnMask | None = None,
-cache: KVCache | None = None, rotate: Callable | None = None) -> (B, T, d)``. Self-attention projects Q,
-K and V with ONE fused ``qkv`` Linear (d -> 3d); cross-attention projects Q from ``x`` and K, V from
-``memory`` with one fused ``kv`` Linear (d -> 2d). ``rotate`` (a rotary position scheme's hook) turns
+**options)`` (and ``kv_heads=`` when the spec sets ``model.kv_heads``); ``forward(x (B, T, d), memory
+(B, S, d) | None = None, mask: AttnMask | None = None, cache: KVCache | None = None, rotate: Callable |
+None = None) -> (B, T, d)``. Self-attention projects Q, K and V with ONE fused ``qkv`` Linear (d -> 3d);
+cross-attention projects Q from ``x`` and K, V from ``memory`` with one fused ``kv`` Linear (d -> 2d).
+
+Grouped keys and values (``kv_heads``, Ainslie et al. 2023, "GQA"; Shazeer 2019, "Fast Transformer
+Decoding: One Write-Head is All You Need"): K and V get ``kv_heads`` heads, each shared by ``heads /
+kv_heads`` consecutive query heads, so the fused projections are d -> d + 2 kv_heads d_head (self) and
+d -> 2 kv_heads d_head (cross), and the KV cache holds ``kv_heads`` heads: ``kv_heads / heads`` of
+multi-head attention's memory. ``kv_heads = heads`` is multi-head attention itself (the same modules and
+parameters), 1 is multi-query attention. ``rotate`` (a rotary position scheme's hook) turns
 the queries and the new keys before the keys are cached; a position scheme's score bias arrives inside
 ``mask``. With a cache, self-attention appends the new keys/values to it and cross-attention reuses the
 keys/values stored in it (computed once per source by :meth:`MultiHeadAttention.project_kv`). All
@@ -43,7 +50,7 @@ Rotate = Callable[[Tensor], Tensor]
 
 
 class KVCache:
-    """Keys and values of one attention layer, each (B, heads, T, d_head) as seen by attention.
+    """Keys and values of one attention layer, each (B, kv_heads, T, d_head) as seen by attention.
 
     Self-attention caches grow by :meth:`append` each step, into buffers with spare positions
     (doubled when full): a step writes one position instead of copying the whole history, and a beam
@@ -71,6 +78,12 @@ class KVCache:
     @property
     def length(self) -> int:
         return self._length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values held (the filled positions), what decoding must keep per layer."""
+        k, v = self.k, self.v
+        return 0 if k is None or v is None else k.numel() * k.element_size() + v.numel() * v.element_size()
 
     def fill(self, k: Tensor, v: Tensor) -> None:
         """Hold ``k``, ``v`` as they are (a cross-attention cache: the source side, set once)."""
@@ -110,45 +123,88 @@ class MultiHeadAttention(nn.Module):
     """Projections, head split/merge and caching; subclasses implement :meth:`attend`."""
 
     returns_weights = False  # True where attend() can keep the attention probabilities
+    score_scale: float | None = None  # None: 1/sqrt(d_head); muP sets sqrt(base d_head)/d_head (width_scaled)
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False) -> None:
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
+                 kv_heads: int | None = None) -> None:
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        kv = heads if kv_heads is None else kv_heads
+        if kv < 1 or heads % kv:
+            raise ValueError(f"kv_heads {kv} does not divide heads {heads}")
         self.d_model, self.heads, self.d_head = d_model, heads, d_model // heads
+        self.kv_heads, self.groups = kv, heads // kv  # query heads per key/value head
+        kv_dim = kv * self.d_head
         self.cross = cross
         self.dropout = dropout
         if cross:
             self.q = nn.Linear(d_model, d_model)
-            self.kv = nn.Linear(d_model, 2 * d_model)
+            self.kv = nn.Linear(d_model, 2 * kv_dim)
             self.kv.fused_chunks = 2  # type: ignore[assignment]  # controlled init: Xavier per chunk
         else:
-            self.qkv = nn.Linear(d_model, 3 * d_model)
-            self.qkv.fused_chunks = 3  # type: ignore[assignment]
+            self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim)
+            # Xavier per chunk; grouped K and V are narrower than Q: the chunks' sizes
+            chunks: int | tuple[int, ...] = 3 if kv == heads else (d_model, kv_dim, kv_dim)
+            self.qkv.fused_chunks = chunks  # type: ignore[assignment]
         self.out = nn.Linear(d_model, d_model)
         self.keep_weights = False  # set by Seq2SeqTransformer.attention_maps
         self.last_weights: Tensor | None = None
 
+    @property
+    def scale(self) -> float:
+        """What the scores Q K^T are multiplied by: 1/sqrt(d_head) (Vaswani et al. 2017, eq. 1) unless a
+        variant or the parametrisation says otherwise."""
+        return 1.0 / math.sqrt(self.d_head) if self.score_scale is None else self.score_scale
+
+    def width_scaled(self, base_d_head: int) -> None:
+        """muP's attention (Yang et al. 2022, section 4 and Table 3): scores scaled by 1/d_head instead of
+        1/sqrt(d_head), as ``sqrt(base_d_head) / d_head`` so that it equals the standard 1/sqrt(d_head) at
+        the base width."""
+        self.score_scale = math.sqrt(base_d_head) / self.d_head
+
     def value_output_weights(self) -> list[Tensor]:
         """The value projection rows and the output projection: what DeepNorm initialises beta-scaled."""
-        fused = self.kv.weight[self.d_model:] if self.cross else self.qkv.weight[2 * self.d_model:]
+        kv_dim = self.kv_heads * self.d_head
+        fused = self.kv.weight[kv_dim:] if self.cross else self.qkv.weight[self.d_model + kv_dim:]
         return [fused, self.out.weight]
 
     def shape_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Queries and keys as the core scores them (a variant may normalise them); keys are cached so."""
         return q, k
 
-    def _heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
-        # (B, T, parts*d) -> parts x (B, heads, T, d_head): views, no copy. Unbinding dim 2 of the
-        # (B, T, parts, heads, d_head) view (not a permuted one) lets backward stack the gradients
+    def shape_k(self, k: Tensor) -> Tensor:
+        """Cross-attention's keys alone as :meth:`shape_qk` shapes them (they may have fewer heads than the
+        queries: a variant with per-head parameters on the queries overrides this)."""
+        return self.shape_qk(k, k)[1]
+
+    def _heads(self, x: Tensor, parts: int, heads: int | None = None) -> tuple[Tensor, ...]:
+        # (B, T, parts*heads*d_head) -> parts x (B, heads, T, d_head): views, no copy. Unbinding dim 2 of
+        # the (B, T, parts, heads, d_head) view (not a permuted one) lets backward stack the gradients
         # straight into the projection's layout: one copy instead of stack + clone.
         B, T, _ = x.shape
-        return tuple(t.transpose(1, 2) for t in x.view(B, T, parts, self.heads, self.d_head).unbind(2))
+        h = self.heads if heads is None else heads
+        return tuple(t.transpose(1, 2) for t in x.view(B, T, parts, h, self.d_head).unbind(2))
+
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's Q (B, heads, T, d_head), K and V (B, kv_heads, T, d_head) from ``x``."""
+        if self.groups == 1:
+            q, k, v = self._heads(self.qkv(x), 3)
+            return q, k, v
+        fused = self.qkv(x)  # (B, T, d + 2 kv_heads d_head)
+        (q,) = self._heads(fused[..., : self.d_model], 1)
+        k, v = self._heads(fused[..., self.d_model:], 2, self.kv_heads)
+        return q, k, v
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of ``memory`` (B, S, d) -> 2 x (B, heads, S, d_head)."""
-        k, v = self._heads(self.kv(memory), 2)
-        return self.shape_qk(k, k)[1], v
+        """Cross-attention keys and values of ``memory`` (B, S, d) -> 2 x (B, kv_heads, S, d_head)."""
+        k, v = self._heads(self.kv(memory), 2, self.kv_heads)
+        return self.shape_k(k), v
+
+    def expand_kv(self, t: Tensor) -> Tensor:
+        """(B, kv_heads, S, d_head) -> (B, heads, S, d_head): each key/value head repeated for the
+        ``groups`` query heads sharing it (query head i reads kv head i // groups); a no-op for MHA."""
+        return t if self.groups == 1 else t.repeat_interleave(self.groups, dim=1)
 
     def forward(
         self,
@@ -173,7 +229,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.fill(k, v)
         else:
-            q, k, v = self._heads(self.qkv(x), 3)
+            q, k, v = self._qkv(x)
             if rotate is not None:  # (B, heads, T, d_head): the new keys share the new queries' positions
                 q, k = rotate(q), rotate(k)
             q, k = self.shape_qk(q, k)
@@ -211,10 +267,9 @@ class SDPAttention(MultiHeadAttention):
     matmuls where the fused kernels are slow (:meth:`_attend_matmul`); ``kernels`` collects which ran.
     """
 
-    score_scale: float | None = None  # None: sdpa's own 1/sqrt(d_head)
-
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False) -> None:
-        super().__init__(d_model, heads, dropout, cross)
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
+                 kv_heads: int | None = None) -> None:
+        super().__init__(d_model, heads, dropout, cross, kv_heads)
         self.kernels: set[str] = set()  # "fused", "matmul": an implementation detail a run records
 
     def _ran(self, kernel: str) -> None:
@@ -233,14 +288,21 @@ class SDPAttention(MultiHeadAttention):
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
         self._ran("fused")
         scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
+        gqa = self.groups > 1  # sdpa repeats each K/V head for its query heads itself
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale, enable_gqa=gqa)
         if mask.is_causal:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale,
+                                                  enable_gqa=gqa)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale,
+                                              enable_gqa=gqa)
+
+    def capped(self, scores: Tensor) -> Tensor:
+        """The scaled scores as the softmax gets them (a soft cap in :class:`SoftCapAttention`)."""
+        return scores
 
     def _attend_matmul(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None, p: float) -> Tensor:
         """The same math as sdpa's math path, where torch's fused CPU kernels are slow.
@@ -251,8 +313,8 @@ class SDPAttention(MultiHeadAttention):
         Fully masked rows give zeros, as sdpa's fused kernel does (nan_to_num on the -inf rows).
         """
         self._ran("matmul")
-        scale = 1.0 / math.sqrt(self.d_head) if self.score_scale is None else self.score_scale
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, Tq, Tk)
+        k, v = self.expand_kv(k), self.expand_kv(v)  # (B, heads, Tk, d_head)
+        scores = self.capped(torch.matmul(q, k.transpose(-2, -1)) * self.scale)  # (B, h, Tq, Tk)
         if mask is not None and mask.is_causal:
             tq, tk = scores.shape[-2:]
             future = mask.blocked  # the model's (T, T) causal mask, built once per forward for all layers
@@ -310,8 +372,8 @@ class QKNormAttention(SDPAttention):
     score_scale = 1.0  # g is folded into the queries
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
-                 qk_norm_scale: float = 12.0, qk_norm_length: int = 0) -> None:
-        super().__init__(d_model, heads, dropout, cross)
+                 qk_norm_scale: float = 12.0, qk_norm_length: int = 0, kv_heads: int | None = None) -> None:
+        super().__init__(d_model, heads, dropout, cross, kv_heads)
         self.init_scale = henry_g0(qk_norm_length) if qk_norm_length >= 2 else qk_norm_scale
         # (heads, 1, 1): broadcasts over positions and features
         self.gain = nn.Parameter(torch.full((heads, 1, 1), self.init_scale))
@@ -320,9 +382,16 @@ class QKNormAttention(SDPAttention):
         with torch.no_grad():
             self.gain.fill_(self.init_scale)
 
+    def width_scaled(self, base_d_head: int) -> None:
+        """Nothing: the learned gain times cosine similarities is bounded by g whatever the width, so
+        muP's 1/d scaling does not apply (the logits never grow with d_head)."""
+
     def shape_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         q = F.normalize(q.float(), dim=-1).to(q.dtype) * self.gain.to(q.dtype)
-        return q, F.normalize(k.float(), dim=-1).to(k.dtype)
+        return q, self.shape_k(k)
+
+    def shape_k(self, k: Tensor) -> Tensor:
+        return F.normalize(k.float(), dim=-1).to(k.dtype)
 
 
 @register("attention", "explicit")
@@ -338,7 +407,10 @@ class ExplicitAttention(MultiHeadAttention):
     returns_weights = True
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, Tq, Tk)
+        k, v = self.expand_kv(k), self.expand_kv(v)  # (B, heads, Tk, d_head)
+        scores = torch.matmul(q, k.transpose(-2, -1))  # (B, h, Tq, Tk)
+        # divided by sqrt(d_head) as the tutorials write it (bit for bit as before); muP's scale multiplies
+        scores = scores / math.sqrt(self.d_head) if self.score_scale is None else scores * self.score_scale
         if mask is not None:
             scores = mask.apply(scores)  # position bias added, blocked scores set to the dtype-safe fill
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
@@ -347,3 +419,26 @@ class ExplicitAttention(MultiHeadAttention):
         if self.training and self.dropout > 0:
             weights = F.dropout(weights, self.dropout)
         return torch.matmul(weights, v)
+
+
+SOFTCAP = Option("attn_softcap", float, 50.0,
+                 "the cap c of the attention logits, c * tanh(s / c) (Gemma 2: 50)", gt=0.0, le=1e4)
+
+
+@register("attention", "softcap", options=(SOFTCAP,))
+class SoftCapAttention(SDPAttention):
+    """Attention-logit soft-capping (Gemma Team 2024, "Gemma 2", section 2: soft-capping): the scaled
+    scores pass through ``c * tanh(s / c)`` before the mask and the softmax, so that no logit exceeds ``c``
+    in size (c = 50 in Gemma 2; Grok-1 caps at 30). The projections are the shared ones; the capped scores
+    need the matmul path (sdpa's fused kernels take no score function), so this core always runs it."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
+                 attn_softcap: float = 50.0, kv_heads: int | None = None) -> None:
+        super().__init__(d_model, heads, dropout, cross, kv_heads)
+        self.cap = attn_softcap
+
+    def capped(self, scores: Tensor) -> Tensor:
+        return self.cap * torch.tanh(scores / self.cap)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
+        return self._attend_matmul(q, k, v, mask, self.dropout if self.training else 0.0)

@@ -22,7 +22,9 @@ What is measured, all in one process on the same synthetic batches:
   beam (``beam_search_reference``, on a subset: it is slow; the speed-up compares both beams on that subset);
   both beams must return identical hypotheses on a tiny trained model (``decode.identical``).
 * **decoder-only**: training tokens/s and MFU of the decoder-only language model with the same sizes, for
-  every position scheme, on packed blocks, against the same matmul peak (``ablate/bench/lm_speed.py``).
+  every position scheme, on packed blocks, against the same matmul peak (``ablate/bench/lm_speed.py``);
+  and its KV cache while decoding, for every ``model.kv_heads`` that divides the heads: the bytes held per
+  token, the share of multi-head attention's and the decoding speed (``ablate/bench/kv_cache.py``).
 * **framework overhead**: `ablate run`'s training (``Trainer`` with MLflow tracking on, in a temporary sqlite
   store, and the spec's checkpointing) against a bare loop of the same step on the same batches, each event
   timed and projected to the spec's eval/checkpoint cadence and run length; tracking on vs off; evaluation
@@ -51,6 +53,7 @@ from typing import Any
 import torch
 
 from ablate.bench.decode_speed import beam_agreement, bench_decode
+from ablate.bench.kv_cache import bench_kv_cache, kv_lines
 from ablate.bench.lm_speed import LM_FLOP_FORMULA, bench_lm, lm_lines
 from ablate.bench.overhead import framework_overhead
 from ablate.bench.train_speed import (
@@ -151,6 +154,7 @@ def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
         r["ratio_vs_default"] = r["tokens_per_s"] / default_tps[r["precision"]]
     del timers
     lm_rows = bench_lm(base, cfg, device, precisions, peaks)  # the decoder-only stack, same peak
+    kv_rows = bench_kv_cache(base, cfg, device)  # decoding memory by kv_heads (MHA, GQA, MQA)
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
         log(f"framework overhead ({cfg.overhead_steps} steps x 3 arms, MLflow in a temporary sqlite store)")
         overhead, data, ospec = framework_overhead(spec, cfg, device, tmp)
@@ -171,7 +175,7 @@ def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
                         "precision; steps of all rows interleaved round-robin"}
     doc = {"machine": machine_info(device, peaks, load_before), "config": config, "train": rows,
            "torch_nn_transformer": [{k: v for k, v in r.items() if k != "variant"} for r in baseline],
-           "decode": decode, "framework_overhead": overhead, "lm_train": lm_rows,
+           "decode": decode, "framework_overhead": overhead, "lm_train": lm_rows, "kv_cache": kv_rows,
            "lm_flops_formula": LM_FLOP_FORMULA}
     doc["targets"] = targets(doc)
     return doc
@@ -228,7 +232,8 @@ def format_table(doc: dict[str, Any]) -> str:
               f"beam 4 {d['beam4_sent_per_s']:.1f} sent/s, per-sentence reference beam 4 "
               f"{d['reference_beam4_sent_per_s']:.1f} sent/s -> {d['beam_speedup']:.1f}x",
               f"  batched beam == reference on {d['reference_sentences']} sentences: {d['identical']}",
-              *overhead_lines(o), *lm_lines(doc.get("lm_train", [])), "", "targets:"]
+              *overhead_lines(o), *lm_lines(doc.get("lm_train", [])), *kv_lines(doc.get("kv_cache", [])),
+              "", "targets:"]
     for t in doc["targets"]:
         sign = "<=" if t.get("at_most") else ">="
         verdict = "ok  " if t["met"] else "MISS"

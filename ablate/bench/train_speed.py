@@ -304,7 +304,7 @@ def axis_variants(base: ModelSpec) -> list[tuple[str, ModelSpec]]:
 
     out = [("default", base)]
     current = drop_unset_options(base.model_dump())
-    for axis in registry.axes():
+    for axis in registry.model_axes():
         if axis.parent is not None:
             takers = {e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes}
             if current[axis.parent] not in takers:
@@ -321,7 +321,11 @@ def axis_variants(base: ModelSpec) -> list[tuple[str, ModelSpec]]:
                     data[option.name] = option.default
                 else:
                     data.pop(option.name, None)
-            out.append((f"{axis.kind}={name}", ModelSpec.model_validate(data | {axis.kind: name})))
+            # an option the new variant requires (muP's base width) at its declared example
+            required = {o.name: o.example for o in registry.REGISTRY.entry(axis.kind, name).options
+                        if o.required}
+            out.append((f"{axis.kind}={name}",
+                        ModelSpec.model_validate(data | {axis.kind: name} | required)))
     return out
 
 

@@ -3,7 +3,10 @@
 Owns model assembly from the registry: the component factory (``components``), the two thin builders
 (``builders``), the encoder-decoder skeleton (``encoder_decoder``), the decoder-only one (``decoder_only``)
 and the choice between them by ``model.arch`` (``dispatch``), with controlled initialisation (``init``: every
-parameter drawn from a generator seeded by (seed, name, shape)), the AMP trainer (``trainer``) and the
+parameter drawn from a generator seeded by (seed, name, shape)) and the parametrisation applied after it
+(``parametrise``: muP's multipliers against a base model) and its coordinate check (``coord_check``), the
+AMP trainer (``trainer``), what each parameter
+is to the optimizer (``param_roles``: roles, the no-decay rule, muP's per-group rates) and the
 average of its weights it evaluates beside the best checkpoint (``averaging``: last-k or EMA), stopping
 cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached beam decoding
 (``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and progress, timing

@@ -1,6 +1,7 @@
 """The two model builders, thin: each asks :class:`~ablate.engine.components.Components` for the registry
 components a model section names and arranges them into its skeleton, then draws the parameters
-(:func:`~ablate.engine.components.initialise`). :func:`build_model` makes the encoder-decoder
+(:func:`~ablate.engine.components.initialise`) and applies the parametrisation (``ablate/engine/
+parametrise.py``: muP's multipliers against a base model). :func:`build_model` makes the encoder-decoder
 (``ablate/engine/encoder_decoder.py``), :func:`build_lm` the decoder-only language model
 (``ablate/engine/decoder_only.py``); ``ablate/engine/dispatch.py`` chooses between them by ``model.arch``.
 """
@@ -11,10 +12,12 @@ from typing import cast
 
 from torch import nn
 
+from ablate.engine import parametrise
 from ablate.engine.components import Components, Stack, initialise
 from ablate.engine.decoder_only import DecoderOnlyLM, LMLayer
 from ablate.engine.encoder_decoder import DecoderLayer, EncoderLayer, Seq2SeqTransformer
 from ablate.spec.experiment import ModelSpec
+from registry.attention import MultiHeadAttention
 from registry.residual import Depth
 
 
@@ -37,9 +40,12 @@ def build_model(
     model = Seq2SeqTransformer(
         src_embed, tgt_embed, make.positions(causal=False), make.positions(causal=True),
         encoder, decoder, generator, make.mask(), pad_id=pad_id, embed_scale=make.embed_scale,
-        embed_dropout=make.embedding_dropout(),
+        embed_dropout=make.embedding_dropout(), logits=make.logits(),
     )
     initialise(model, [*encoder.layers, *decoder.layers], seed, s.init)
+    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    parametrise.apply(model, s, make.parametrisation(),
+                      lambda base: build_model(base, src_vocab_size, tgt_vocab_size, pad_id, seed), attention)
     return model
 
 
@@ -58,7 +64,10 @@ def build_lm(model_spec: ModelSpec, vocab_size: int, pad_id: int = 0, seed: int 
     _, embed, generator = make.embeddings(vocab_size, vocab_size)
     model = DecoderOnlyLM(
         embed, make.positions(causal=True), decoder, generator, make.mask(), pad_id=pad_id,
-        embed_scale=make.embed_scale, embed_dropout=make.embedding_dropout(),
+        embed_scale=make.embed_scale, embed_dropout=make.embedding_dropout(), logits=make.logits(),
+        window=s.window,
     )
     initialise(model, layers, seed, s.init)
+    parametrise.apply(model, s, make.parametrisation(), lambda base: build_lm(base, vocab_size, pad_id, seed),
+                      model.attention_modules()["decoder_self"])
     return model

@@ -10,7 +10,6 @@ place.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -68,7 +67,8 @@ class Components:
 
     def attention(self, cross: bool = False) -> nn.Module:
         s = self.spec
-        return self.component("attention", s.d_model, s.heads, s.attention_dropout, cross=cross)
+        grouped = {} if s.kv_heads is None else {"kv_heads": s.kv_heads}  # GQA / MQA (model.kv_heads)
+        return self.component("attention", s.d_model, s.heads, s.attention_dropout, cross=cross, **grouped)
 
     def ffn(self) -> nn.Module:
         s = self.spec
@@ -96,9 +96,22 @@ class Components:
     def embedding_dropout(self) -> nn.Module:
         return self.component("embedding_dropout", self.spec.dropout)
 
+    def logits(self) -> nn.Module:
+        """What the output logits pass through (the logits axis: as they are, or soft-capped)."""
+        return self.component("logits")
+
+    def parametrisation(self) -> Any:
+        """The parametrisation's rules for this model's sizes (registry/parametrisation.py)."""
+        s = self.spec
+        make = registry.REGISTRY.entry("parametrisation", s.parametrisation).obj
+        return make(s.d_model, s.heads, **s.option_values("parametrisation"))
+
     @property
     def embed_scale(self) -> float:
-        return math.sqrt(self.spec.d_model) if self.spec.embed_scale else 1.0
+        """The token embeddings' multiplier: sqrt(d_model) (muP: sqrt of its base width) where
+        ``model.embed_scale`` is on."""
+        return float(self.parametrisation().embed_multiplier(self.spec.d_model)) if self.spec.embed_scale \
+            else 1.0
 
 
 def initialise(model: nn.Module, layers: Sequence[nn.Module], seed: int, init: str) -> None:

@@ -180,7 +180,7 @@ def _best_extensions(model: Seq2SeqTransformer, hidden: Tensor, scores: Tensor,
     V = 0
     for a in range(0, n, VOCAB_CHUNK):
         b = min(n, a + VOCAB_CHUNK)
-        logp = F.log_softmax(model.generator(hidden[a * per : b * per]).float(), dim=-1)
+        logp = F.log_softmax(model.logits(hidden[a * per : b * per]).float(), dim=-1)
         if first_step:
             logp = logp.repeat_interleave(k, dim=0)
         V = logp.size(-1)

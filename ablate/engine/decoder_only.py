@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,7 @@ from ablate.engine.components import Stack, record_attention, score_dtype
 from ablate.errors import AblateError
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
+from registry.parametrisation import WidthShape
 from registry.positions import PositionHooks
 
 
@@ -48,6 +49,11 @@ class LMCache:
     def length(self) -> int:
         """Positions already decoded (the ``start_pos`` of the next call)."""
         return self.layers[0].length if self.layers else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of keys and values held by every layer (what ``ablate bench`` reports for decoding)."""
+        return sum(c.nbytes for c in self.layers)
 
     def reorder(self, index: Tensor) -> None:
         """Keep / reorder / duplicate rows: row i becomes old row ``index[i]``."""
@@ -91,12 +97,20 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, embed: nn.Embedding, positions: nn.Module, decoder: Stack, generator: nn.Linear,
                  mask: MaskFill, pad_id: int = 0, embed_scale: float = 1.0,
-                 embed_dropout: nn.Module | None = None) -> None:
+                 embed_dropout: nn.Module | None = None, logits: nn.Module | None = None,
+                 window: int | None = None) -> None:
         super().__init__()
         self.embed, self.positions, self.decoder = embed, positions, decoder
         # the embedding_dropout axis: on the scaled token embeddings, before the positions are added
         self.embed_dropout = embed_dropout if embed_dropout is not None else nn.Identity()
         self.generator = generator
+        # the logits axis (a soft cap, or the logits as they are), after the parametrisation's multiplier
+        self.logit_head = logits if logits is not None else nn.Identity()
+        self.logit_multiplier = 1.0  # muP's base/width (ablate/engine/parametrise.py)
+        # the parametrisation's rules and each parameter's WidthShape: muP's per-group learning rates
+        self.parametrisation: Any = None
+        self.width_shapes: dict[str, WidthShape] = {}
+        self.window = window  # sliding-window attention: a query sees itself and window - 1 earlier keys
         self.mask = mask
         self.pad_id = pad_id
         self.embed_scale = embed_scale
@@ -105,6 +119,14 @@ class DecoderOnlyLM(nn.Module):
     # ------------------------------------------------------------ helpers
     def _compute_dtype(self, device_type: str) -> torch.dtype:
         return score_dtype(self.generator.weight, device_type)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The output logits (..., V) of final hidden states (..., d): the projection, the
+        parametrisation's multiplier, then the logits axis's component."""
+        out = self.generator(hidden)
+        if self.logit_multiplier != 1.0:
+            out = out * self.logit_multiplier
+        return self.logit_head(out)  # type: ignore[no-any-return]
 
     def check_length(self, end: int) -> None:
         """A one-line error when positions up to ``end - 1`` are past the position scheme's table."""
@@ -154,33 +176,49 @@ class DecoderOnlyLM(nn.Module):
         for i, layer in enumerate(self.decoder.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i], hooks.rotate)
         hidden = self.decoder.norm(x)
-        return self.generator(hidden) if project else hidden
+        return self.logits(hidden) if project else hidden
 
     def _mask(self, T: int, past: int, segments: Tensor | None, dtype: torch.dtype, hooks: PositionHooks,
               device: torch.device) -> AttnMask | None:
-        """Causal (query ``past + i`` sees keys ``0 .. past + i``), block-diagonal over ``segments``."""
+        """Causal (query ``past + i`` sees keys ``0 .. past + i``), block-diagonal over ``segments``, and with
+        a sliding ``window`` only the keys ``past + i - window + 1 .. past + i``."""
+        window = self.window
         if segments is not None and not past and bool((segments == segments[:, :1]).all()):
             segments = None  # every row one document (long documents, most blocks): the causal kernel's path
         if segments is not None:
             if past:
                 raise ValueError("segments describe a packed block: decode it without a cache")
-            causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)  # (T, T) True above diagonal
+            blocked = self._causal(T, 0, device)  # (T, T) True where a query may not look
             other_doc = segments[:, :, None] != segments[:, None, :]  # (B, T, T)
-            blocked = (causal | other_doc)[:, None]  # (B, 1, T, T) broadcasts over heads
-            return self.mask.build(blocked, dtype, position_bias=hooks.bias)
-        if past == 0:
+            return self.mask.build((blocked | other_doc)[:, None], dtype,  # (B, 1, T, T): over heads
+                                   position_bias=hooks.bias)
+        if past == 0 and (window is None or T <= window):
             causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
             return self.mask.build(causal, dtype, is_causal=True, position_bias=hooks.bias)
-        if T > 1:  # several new tokens after a cached prefix
-            q_pos = torch.arange(past, past + T, device=device)[:, None]
-            blocked = torch.arange(past + T, device=device)[None, :] > q_pos  # (T, past+T)
-            return self.mask.build(blocked, dtype, position_bias=hooks.bias)
+        if T > 1 or (window is not None and past + T > window):  # after a cached prefix, or a window
+            return self.mask.build(self._causal(T, past, device), dtype, position_bias=hooks.bias)
         if hooks.bias is not None:  # one new token sees every cached one: only the position bias
             return self.mask.build(None, dtype, position_bias=hooks.bias)
         return None
 
+    def _causal(self, T: int, past: int, device: torch.device) -> Tensor:
+        """(T, past + T) bool, True where query ``past + i`` may not see key ``j``: ``j > past + i``, and
+        with a window ``j <= past + i - window``."""
+        q_pos = torch.arange(past, past + T, device=device)[:, None]
+        k_pos = torch.arange(past + T, device=device)[None, :]
+        blocked = k_pos > q_pos
+        if self.window is not None:
+            blocked |= k_pos <= q_pos - self.window
+        return blocked
+
     def init_cache(self) -> LMCache:
         return LMCache([KVCache() for _ in self.decoder.layers])
+
+    def kv_cache_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes the KV cache holds per decoded token (keys and values of every layer), in ``dtype``: 2 x
+        layers x kv_heads x d_head x element size; ``kv_heads / heads`` of multi-head attention's."""
+        size = torch.empty((), dtype=dtype).element_size()
+        return sum(2 * m.kv_heads * m.d_head * size for m in self.attention_modules()["decoder_self"])
 
     def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
         """The attention modules per role (one role here), in layer order."""

@@ -12,7 +12,7 @@ variants built with the same seed start from identical values in every parameter
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ablate.engine.components import Stack, record_attention, score_dtype
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
+from registry.parametrisation import WidthShape
 from registry.positions import PositionHooks
 
 
@@ -150,6 +151,7 @@ class Seq2SeqTransformer(nn.Module):
         pad_id: int = 0,
         embed_scale: float = 1.0,
         embed_dropout: nn.Module | None = None,
+        logits: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.src_embed, self.tgt_embed = src_embed, tgt_embed
@@ -158,6 +160,12 @@ class Seq2SeqTransformer(nn.Module):
         self.src_pos, self.tgt_pos = src_pos, tgt_pos
         self.encoder, self.decoder = encoder, decoder
         self.generator = generator
+        # the logits axis (a soft cap, or the logits as they are), after the parametrisation's multiplier
+        self.logit_head = logits if logits is not None else nn.Identity()
+        self.logit_multiplier = 1.0  # muP's base/width (ablate/engine/parametrise.py)
+        # the parametrisation's rules and each parameter's WidthShape: muP's per-group learning rates
+        self.parametrisation: Any = None
+        self.width_shapes: dict[str, WidthShape] = {}
         self.mask = mask
         self.pad_id = pad_id
         self.embed_scale = embed_scale
@@ -166,6 +174,14 @@ class Seq2SeqTransformer(nn.Module):
     # ------------------------------------------------------------ helpers
     def _compute_dtype(self, device_type: str) -> torch.dtype:
         return score_dtype(self.generator.weight, device_type)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The output logits (..., V) of final hidden states (..., d): the projection, the
+        parametrisation's multiplier, then the logits axis's component."""
+        out = self.generator(hidden)
+        if self.logit_multiplier != 1.0:
+            out = out * self.logit_multiplier
+        return self.logit_head(out)  # type: ignore[no-any-return]
 
     def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
         x = table(ids)  # (B, T, d)
@@ -213,7 +229,7 @@ class Seq2SeqTransformer(nn.Module):
     ) -> Tensor:
         """Logits (B, T, V). Without a cache ``tgt_in`` is the whole prefix; with one, only the new tokens.
         ``project=False``: the final hidden states (B, T, d) instead, for a caller that applies
-        ``generator`` itself (beam search does, a chunk of rows at a time).
+        :meth:`logits` itself (beam search does, a chunk of rows at a time).
 
         The self-attention mask is causal only: targets are right-padded, so a real position never
         sees a pad and pad positions are ignored by the loss.
@@ -250,7 +266,7 @@ class Seq2SeqTransformer(nn.Module):
                 hooks.rotate,
             )
         hidden = self.decoder.norm(x)
-        return self.generator(hidden) if project else hidden
+        return self.logits(hidden) if project else hidden
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.decode(tgt_in, self.encode(src))

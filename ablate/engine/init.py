@@ -55,6 +55,9 @@ def _draw(module: nn.Module, pname: str, p: Tensor, scheme: str, g: torch.Genera
     if scheme.startswith("xavier") and p.dim() >= 2 and isinstance(module, OWNED_BY_TYPE):
         receptive = p[0][0].numel()
         chunks = getattr(module, "fused_chunks", 1)  # a fused QKV weight is initialised like 3 separate ones
+        if isinstance(chunks, tuple):  # chunks of different sizes (grouped K, V): each its own Xavier bound
+            return torch.cat([torch.empty(rows, *shape[1:]).uniform_(-b, b, generator=g)
+                              for rows, b in zip(chunks, _xavier_bounds(p, chunks), strict=True)])
         fan_in, fan_out = p.size(1) * receptive, p.size(0) * receptive // chunks
         bound = math.sqrt(6.0 / (fan_in + fan_out))
         return torch.empty(shape).uniform_(-bound, bound, generator=g)
@@ -77,6 +80,32 @@ def _draw(module: nn.Module, pname: str, p: Tensor, scheme: str, g: torch.Genera
         for n, q in module.named_parameters(recurse=False):
             q.copy_(saved[n])
     return value
+
+
+def _xavier_bounds(p: Tensor, rows: tuple[int, ...]) -> list[float]:
+    """The Xavier-uniform bound of each chunk of ``rows`` output rows of a fused weight."""
+    receptive = p[0][0].numel()
+    return [math.sqrt(6.0 / (p.size(1) * receptive + n * receptive)) for n in rows]
+
+
+def drawn_std(module: nn.Module, pname: str, p: Tensor, scheme: str) -> float | None:
+    """The standard deviation of what :func:`init_parameters` draws for parameter ``pname`` of ``module``
+    (of the first chunk of a fused weight), from the scheme's formula; None where the component's own
+    ``reset_parameters`` decides (norms' ones, gates), or a norm's fixed values. muP's init multipliers
+    compare it with the same parameter's at the base width (registry/parametrisation.py)."""
+    if isinstance(module, nn.LayerNorm):
+        return None
+    if scheme == "xavier_embed_normal" and isinstance(module, nn.Embedding):
+        return float(p.size(-1) ** -0.5)
+    if scheme.startswith("xavier") and p.dim() >= 2 and isinstance(module, OWNED_BY_TYPE):
+        chunks = getattr(module, "fused_chunks", 1)
+        rows = chunks if isinstance(chunks, tuple) else (p.size(0) // chunks,)
+        return _xavier_bounds(p, rows)[0] / math.sqrt(3.0)  # U(-b, b) has std b / sqrt(3)
+    if isinstance(module, nn.Linear | nn.Conv1d):
+        return 1.0 / math.sqrt(_fan_in(module)) / math.sqrt(3.0)
+    if isinstance(module, nn.Embedding):
+        return 1.0
+    return None
 
 
 @torch.no_grad()

@@ -1,11 +1,14 @@
-"""Quality metrics: token loss / perplexity, sacreBLEU BLEU and chrF, exact match."""
+"""Quality metrics: token loss / perplexity, sacreBLEU BLEU and chrF, exact match, and the steps a run took
+to reach a target validation loss."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sacrebleu
+
+from ablate.spec import metricnames
 
 
 def perplexity(loss: float) -> float:
@@ -46,3 +49,26 @@ def exact_match(hypotheses: Sequence[Sequence[int]] | Sequence[str],
 def _check_lengths(hypotheses: Sequence[object], references: Sequence[object]) -> None:
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+
+
+def steps_to_target(history: Sequence[tuple[int, Mapping[str, float]]], target: float, budget: int,
+                    metric: str = metricnames.VAL_LOSS) -> float:
+    """The optimizer step at which ``metric`` first reaches ``target`` (at or below it), interpolated
+    linearly between the two evaluations around the crossing (the step at the earlier one plus the
+    fraction of the interval the loss took to fall to the target); the first evaluation's step if it is
+    there already. A run that never reaches it counts ``budget``, its planned steps: the value is censored
+    at the budget, which understates the steps of an optimizer that misses the target (a comparison of two
+    optimizers on it is conservative for the one that reaches the target). Jordan et al.'s speedrun and Liu
+    et al. 2025 (figure 1) count the steps (or tokens) to a fixed validation loss the same way."""
+    previous: tuple[int, float] | None = None
+    for step, metrics in history:
+        value = metrics.get(metric)
+        if value is None or not math.isfinite(value):
+            continue
+        if value <= target:
+            if previous is None:
+                return float(step)
+            before_step, before = previous  # before > target >= value
+            return before_step + (step - before_step) * (before - target) / (before - value)
+        previous = (step, value)
+    return float(budget)

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+import registry
 from ablate.data.lm_corpus import IGNORE, LMBatch, LMData, PackedBatcher
 from ablate.data.prepare import Batch, PreparedData, TokenBatcher
 from ablate.engine import preempt
@@ -39,15 +39,17 @@ from ablate.engine.checkpoint import (
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import evaluate
+from ablate.engine.param_roles import describe_groups, train_params
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
+from registry.optimizer import TrainParam
 
 __all__ = ["CHECKPOINT_VERSION", "EvalHook", "TrainOutcome", "TrainState", "Trainer",
-           "build_optimizer", "load_checkpoint", "lr_factor", "planned_steps",
-           "save_checkpoint"]
+           "build_optimizer", "current_lr", "load_checkpoint", "lr_factor", "planned_steps",
+           "save_checkpoint", "train_params_of"]
 
 EvalHook = Callable[[int, dict[str, float]], bool]  # (step, metrics) -> True to stop the run (pruned)
 
@@ -57,49 +59,42 @@ class MetricSink(Protocol):
 
 
 # ---------------------------------------------------------------- optimisation
-def build_optimizer(model: nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
-    """Adam or AdamW over every parameter, as torch's fused kernel (one pass over all parameters) where the
-    parameters' device has one (CPU and CUDA in torch 2.13): on the CPU bench model the step took 3.5x less
-    time than torch's default per-parameter loop (scripts/lm_peers_speed.py, docs/benchmarks.md). The fused
-    kernel rounds differently by at most a few ulp of a weight per step (tests/engine/test_step_numbers.py
-    pins it against torch's reference loop)."""
+def train_params_of(model: nn.Module, spec: TrainSpec) -> list[TrainParam]:
+    """The model's parameters as the optimizer axis takes them: roles, the no-decay rule, muP's rates."""
     opt = spec.optimizer
-    cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
-    params = list(model.parameters())
-    fused = bool(params) and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)
-    return cls(params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
-               **({"fused": True} if fused else {}))
+    rule = getattr(registry.get("optimizer", opt.name), "mup_rule", None)
+    return train_params(model, opt.no_decay, rule)
 
 
-FUSED_DEVICES = ("cpu", "cuda")  # where torch's fused Adam/AdamW kernels run
+def build_optimizer(model: nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
+    """The optimizer ``train.optimizer`` names (registry/optimizer.py), over the model's parameter groups."""
+    opt = spec.optimizer
+    options = opt.option_values()
+    options.pop("no_decay")  # the parameter groups' rule, applied by train_params
+    factory = registry.get("optimizer", opt.name)
+    return cast(torch.optim.Optimizer, factory(train_params_of(model, spec), opt.lr, **options))
 
 
 def lr_factor(step: int, spec: TrainSpec, total_steps: int | None = None) -> float:
-    """Multiplier of the base lr at optimizer step `step` (0-based).
+    """Multiplier of the base lr at optimizer step `step` (0-based): the schedule ``train.schedule`` names
+    (registry/schedule.py), after its warm-up.
 
     inverse_sqrt is Noam's schedule normalised to peak at 1.0 after warmup:
-    min((s+1)/w, sqrt(w/(s+1))), so `optimizer.lr` is the peak learning rate.
-    cosine decays to ``min_lr_ratio`` at ``total_steps`` (the trainer passes `planned_steps`, which
-    knows the batches of an epoch; ``max_steps`` when not given) and stays at the floor beyond it.
+    min((s+1)/w, sqrt(w/(s+1))), so `optimizer.lr` is the peak learning rate. The schedules that decay
+    towards the end (cosine, linear, wsd) reach their floor at ``total_steps`` (the trainer passes
+    `planned_steps`, which knows the batches of an epoch; ``max_steps`` when not given).
     """
     sched = spec.schedule
-    warmup = sched.warmup_steps
-    s = step + 1
-    if sched.name == "constant":
-        return min(1.0, s / warmup) if warmup else 1.0
-    if sched.name == "inverse_sqrt":
-        if warmup == 0:
-            return 1.0 / math.sqrt(s)
-        return min(s / warmup, math.sqrt(warmup / s))
-    if warmup and s <= warmup:
-        return s / warmup
+    schedule = registry.get("schedule", sched.name)
     total = total_steps if total_steps is not None else spec.max_steps
-    if total is None:
-        raise ValueError("cosine with an epochs-only budget needs total_steps (see planned_steps)")
-    total = max(total, warmup + 1)
-    progress = min(1.0, (s - warmup) / max(1, total - warmup))
-    floor = sched.min_lr_ratio
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return float(schedule(step, warmup=sched.warmup_steps, total=total, **sched.option_values()))
+
+
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The schedule's learning rate now: the first group's rate over its muP multiplier."""
+    group = optimizer.param_groups[0]
+    scale = group.get("lr_scale", 1.0)
+    return float(group["lr"]) if scale == 1.0 else float(group["lr"]) / scale
 
 
 def planned_steps(spec: TrainSpec, batches_per_epoch: int) -> int:
@@ -145,6 +140,9 @@ class Trainer:
         self.select_mode = es.mode if es is not None else "min"
         self.precision = resolve_precision(tspec.precision, self.device)
         self.optimizer = build_optimizer(self.model, tspec)
+        # what the run records of its groups (the no-decay rule, muP's rates): tag ablate.param_groups
+        self.param_groups = describe_groups(self.optimizer, train_params_of(self.model, tspec))
+        self.loss_fn: nn.Module = registry.get("loss", tspec.loss.name)(**tspec.loss.option_values())
         self.batcher: TokenBatcher | PackedBatcher
         if isinstance(self.data, LMData):  # a language model: packed blocks of data.max_len tokens
             self.batcher = PackedBatcher(self.data.documents["train"], self.data.block_len,
@@ -239,8 +237,10 @@ class Trainer:
             logits = model(*inputs)  # (B, T, V)
         # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small probabilities.
         ignore = IGNORE if isinstance(batch, LMBatch) else self.pad_id
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore,
-                               label_smoothing=smoothing)
+        # the loss axis (registry/loss.py): cross_entropy is F.cross_entropy itself, as it always was
+        loss: torch.Tensor = self.loss_fn(logits.float().flatten(0, 1), targets.flatten(),
+                                          ignore_index=ignore, label_smoothing=smoothing)
+        return loss
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
@@ -381,7 +381,7 @@ class Trainer:
                         st.first_loss = loss
                     if not math.isfinite(loss) or loss > tspec.divergence_factor * max(st.first_loss, 1e-3):
                         # the real value (nan/inf included): MLflow stores it, and it says how the run failed
-                        lr = self.optimizer.param_groups[0]["lr"]
+                        lr = current_lr(self.optimizer)
                         st.stop_metrics = {metricnames.TRAIN_LOSS: loss, metricnames.TRAIN_LR: lr}
                         self.record(dict(st.stop_metrics), step)
                         st.stop_status, st.stop_reason = "diverged", f"loss {loss:.4g} at step {step}"
@@ -391,7 +391,7 @@ class Trainer:
                         self.averager.update(step, self.model)
                     if st.window_steps >= log_every:
                         mean_loss = st.window_loss / st.window_steps
-                        lr = self.optimizer.param_groups[0]["lr"]
+                        lr = current_lr(self.optimizer)
                         tps = st.window_tokens / max(st.window_seconds, 1e-9)
                         self.record({metricnames.TRAIN_LOSS: mean_loss, metricnames.TRAIN_LR: lr,
                                      metricnames.TOKENS_PER_S: tps},

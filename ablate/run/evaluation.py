@@ -16,6 +16,7 @@ from ablate.engine.checkpoint import load_verified
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import Translations, evaluate, has_split, samples_text
+from ablate.engine.metrics import steps_to_target
 from ablate.engine.trainer import Trainer
 from ablate.hardware import resolve_precision
 from ablate.spec.experiment import ExperimentSpec
@@ -50,6 +51,9 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
     if spec.tracking.log_model:
         tracker.log_model(model)
     out.update(averaged_evaluation(spec, data, model, trainer, device, precision))
+    if spec.eval.target_loss is not None:  # from the evaluations during training, not the best checkpoint
+        out[record.VAL_STEPS_TO_TARGET] = steps_to_target(trainer.state.history, spec.eval.target_loss,
+                                                     trainer.total_steps)
     return out
 
 

@@ -259,6 +259,7 @@ def start_or_resume(trainer: Trainer, resume: Checkpoint | None, tracker: NullTr
     else:
         trainer.state.run_id = tracker.run_id
         log_run_start(tracker, data, place.device, trainer.precision, model, padding)
+        tracker.set_tags({record.PARAM_GROUPS: trainer.param_groups})  # the no-decay rule and muP's rates
         trainer.save()  # step 0: a kill from here on resumes into this same MLflow run
     return padding
 
@@ -273,7 +274,7 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     metrics = dict(state.history[-1][1]) if state.history else {}
     metrics.update(state.stop_metrics)  # a diverged run: the real (non-finite) loss it ended with
     # Constants of the run (logged once at step 0 by log_run_start) and whole-run figures.
-    run_level = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding,
+    run_level = {**_constants(model, padding),
                  record.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9)}
     evaluated: dict[str, float] = {}
     if status in ("finished", "pruned") and place.dist.is_main:
@@ -360,11 +361,21 @@ def log_run_start(tracker: NullTracker, data: PreparedData, device: torch.device
         tags.update({record.BLEU_SIGNATURE: sig["bleu"], record.CHRF_SIGNATURE: sig["chrf"]})
     tracker.set_tags(tags)
     # Constants of the run: logged once (step 0), not again with the result.
-    tracker.log_metrics({record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding}, step=0)
+    tracker.log_metrics(_constants(model, padding), step=0)
 
 
 def _count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def _constants(model: torch.nn.Module, padding: float) -> dict[str, float]:
+    """A run's constants, logged once at step 0: parameters, padding and, for a decoder-only model, the KV
+    cache's bytes per decoded token (model.kv_heads: what grouped-query attention saves in decoding)."""
+    out = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding}
+    kv = getattr(model, "kv_cache_bytes_per_token", None)
+    if kv is not None:
+        out[record.KV_CACHE] = float(kv())
+    return out
 
 
 # ---------------------------------------------------------------- CLI entry point

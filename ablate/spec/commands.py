@@ -71,7 +71,8 @@ def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
             for line in _axis_lines(axis, registry):
                 print(f"    {line}")
         for e in rows:
-            options = ", ".join(f"{o.name}={_option_value(o.default)}" for o in e.options)
+            options = ", ".join(f"{o.name}=" + (f"required, e.g. {o.example}" if o.required else
+                                                 _option_value(o.default)) for o in e.options)
             print(f"  {e.name:<{width}}  {e.summary}{f'  [{options}]' if options else ''}".rstrip())
         if group == "mask":
             print(f"  {'':<{width}}  (any other negative number is accepted too, e.g. -1e6, -1e10)")
@@ -94,7 +95,7 @@ def _common_name_hint(registry: Any, kind: str | None, name: str) -> str:
 
 def _axis_lines(axis: Any, registry: Any) -> list[str]:
     """What `ablate list` says of an axis: its field, default, contract, hook sites and axis-wide options."""
-    lines = [f"model.{axis.kind} (default {axis.default}): {axis.doc}", f"contract: {axis.contract}"]
+    lines = [f"{axis.spec_field} (default {axis.default}): {axis.doc}", f"contract: {axis.contract}"]
     lines += [f"hook: {hook}" for hook in axis.hooks]
     if axis.parent is not None:
         takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 import registry
 from ablate.errors import AblateError
 from ablate.spec import metricnames
-from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, SpecFieldError, Strict
+from ablate.spec.base import BIG, NAME_PATTERN, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 from ablate.spec.data import (
     LM_TASKS,
     DataSpec,
@@ -34,11 +34,20 @@ from ablate.spec.data import (
 )
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study_sections import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
-from ablate.spec.train import EarlyStopping, OptimizerSpec, ScheduleSpec, TrainSpec, WeightAverage
+from ablate.spec.train import (
+    EarlyStopping,
+    LossSpec,
+    OptimizerSpec,
+    ScheduleSpec,
+    TrainSpec,
+    WeightAverage,
+    train_identity,
+)
 
 __all__ = [
     "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
-    "ExperimentSpec", "FilePair", "FilesData", "HubData", "ModelSpec", "Objective", "OptimizerSpec",
+    "ExperimentSpec", "FilePair", "FilesData", "HubData", "LossSpec", "ModelSpec", "Objective",
+    "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
     "TextFiles", "TokenizerSpec", "TrackingSpec", "TrainSpec", "WeightAverage", "flatten", "format_mask_fill",
     "is_valid_name", "parse_mask_fill", "spec_hash",
@@ -71,8 +80,10 @@ class DecodeSpec(Strict):
     """see max_len_a"""
 
 
-class EvalSpec(Strict):
+class EvalSpec(LaterFields):
     """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
+
+    later_fields = ("target_loss",)
 
     decode: DecodeSpec = DecodeSpec()
     """how translations are decoded"""
@@ -91,6 +102,10 @@ class EvalSpec(Strict):
     for blocks of data.max_len 32 (val/ppl_at_<n>)"""
     sliding_stride: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
     """language models: also sliding windows scoring this many new tokens each (val/ppl_at_<n>_sliding)"""
+    target_loss: Annotated[Float, Field(gt=0.0, le=1e4)] | None = None
+    """a validation loss to reach: the run's result then holds val/steps_to_target, the step at which the
+    evaluations' val/loss first reached it (interpolated between evaluations; a run that never does counts
+    its whole budget). Evaluate often (train.eval_every) for a fine reading"""
 
 
 # ---------------------------------------------------------------- tracking
@@ -175,9 +190,29 @@ class ExperimentSpec(Strict):
         if not self.is_lm and self.eval.metric not in ("auto", *metricnames.quality_metrics(data.is_text)):
             kind = "text data (files, hub)" if self.eval.metric == "bleu" else "a synthetic task"
             checks.fail("eval.metric", f"{self.eval.metric} needs {kind}; or use auto", "data.source")
+        self._check_recipe(checks)
         self._check_metrics(checks)
         checks.raise_any()
         return self
+
+    def _check_recipe(self, checks: Checks) -> None:
+        """What the model and the training recipe must agree on: muP's per-group learning rates need an
+        optimizer muP's table covers; a sliding window needs the decoder-only stack."""
+        model, optimizer = self.model, self.train.optimizer
+        rule = getattr(registry.get("optimizer", optimizer.name), "mup_rule", None)
+        relative = getattr(registry.get("parametrisation", model.parametrisation), "width_relative", False)
+        if relative and rule is None:
+            takers = [n for n in registry.names("optimizer")
+                      if getattr(registry.get("optimizer", n), "mup_rule", None) is not None]
+            checks.fail("model.parametrisation", f"{model.parametrisation} scales learning rates per "
+                        "parameter group as Yang et al. 2022 (Table 3) do for SGD and Adam-like optimizers; "
+                        f"optimizer {optimizer.name} is not one: use {', '.join(takers)}, or "
+                        "parametrisation: standard",
+                        "train.optimizer.name")
+        if model.window is not None and not self.is_lm:
+            checks.fail("model.window", "a sliding window applies to the causal self-attention of "
+                        "model.arch decoder_only (Mistral, Longformer's causal form); this spec is "
+                        "encoder_decoder: leave model.window out", "model.arch")
 
     @property
     def is_lm(self) -> bool:
@@ -229,6 +264,7 @@ class ExperimentSpec(Strict):
                 checks.fail("train.early_stopping.metric", problem, *data_fields, "eval.bleu_during_training")
         result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
                                             with_averaged=self.train.weight_average is not None,
+                                            with_target=self.eval.target_loss is not None,
                                             **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
@@ -273,12 +309,15 @@ class ExperimentSpec(Strict):
         return data
 
     def identity(self) -> dict[str, Any]:
-        """What decides a run's result: everything but tracking, the study sections and ``train.device``
-        (the model section as ablate.spec.model.identity_of keeps hashes of older specs)."""
+        """What decides a run's result: everything but tracking, the study sections, ``train.device`` and
+        ``train.threads`` (the model section as ablate.spec.model.identity_of keeps hashes of older specs)."""
         data = self.resolved()
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
         data["train"].pop("device", None)  # where a run trains does not change what it computes
+        # nor with how many CPU threads: kept at its default (0), so the hashes recorded before this rule stay
+        data["train"]["threads"] = 0
+        data["train"] = train_identity(data["train"])
         data["model"] = identity_of(data["model"])
         _drop_later_defaults(data)
         return data

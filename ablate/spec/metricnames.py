@@ -17,6 +17,9 @@
   log-likelihood in bits over the UTF-8 bytes of the text, comparable across tokenizers), and with
   ``eval.lengths`` the perplexity at each evaluation length, ``val/ppl_at_<n>`` (non-overlapping windows)
   and ``val/ppl_at_<n>_sliding`` (sliding windows, with ``eval.sliding_stride``).
+- With ``eval.target_loss``, a run's result also holds ``val/steps_to_target``: the step at which the
+  evaluations' ``val/loss`` first reached the target (interpolated between evaluations; a run that never
+  reaches it counts its whole budget), the deciding metric of "reaches the loss in fewer steps" claims.
 - With ``train.weight_average`` (ablate/engine/averaging.py), a run's result also holds the averaged
   weights' reading of every val/test metric under the `AVERAGED` marker: ``val/averaged/bleu``,
   ``test/averaged/chrf``, ``val/averaged/loss`` (MLflow: ``final/val/averaged/bleu``), beside the best
@@ -40,6 +43,8 @@ TOKENS_PER_S = "train/tokens_per_s"  # per logging window during training; final
 WALL_TIME = "train/wall_time_s"  # the run's result only: final/train/wall_time_s
 CPU_TIME = "train/cpu_time_s"  # the run's process CPU time over all its segments (every thread)
 MODEL_PARAMS = "model/params"  # logged once, at step 0
+# a decoder-only model's KV cache per decoded token (bytes, fp32; model.kv_heads), logged once at step 0
+KV_CACHE = "model/kv_cache_bytes_per_token"
 PADDING = "data/padding_fraction"  # logged once, at step 0
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
@@ -47,6 +52,8 @@ VAL_LOSS, VAL_PPL, VAL_BPB = "val/loss", "val/ppl", "val/bpb"
 VAL_BLEU, VAL_CHRF, VAL_EXACT_MATCH = "val/bleu", "val/chrf", "val/exact_match"
 TEST_LOSS, TEST_BPB = "test/loss", "test/bpb"
 TEST_BLEU, TEST_CHRF, TEST_EXACT_MATCH = "test/bleu", "test/chrf", "test/exact_match"
+# the step at which val/loss first reached eval.target_loss (interpolated; censored at the run's budget)
+VAL_STEPS_TO_TARGET = "val/steps_to_target"
 
 SPLIT_METRICS = ("loss", "ppl")  # teacher-forced, always computed
 TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub data)
@@ -116,10 +123,11 @@ def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val"
 
 
 def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
-                   sliding: bool = False, with_averaged: bool = False, train_length: int | None = None
-                   ) -> list[str]:
+                   sliding: bool = False, with_averaged: bool = False, train_length: int | None = None,
+                   with_target: bool = False) -> list[str]:
     """The names in a finished run's result metrics (``with_averaged``: with train.weight_average, the
-    averaged weights' reading of each val/test metric too)."""
+    averaged weights' reading of each val/test metric too; ``with_target``: with eval.target_loss, the
+    steps to it)."""
     lm_names: dict[str, Any] = {"lm": lm, "lengths": lengths, "sliding": sliding,
                                 "train_length": train_length}
     names = evaluation_metrics(is_text, **lm_names)
@@ -127,6 +135,10 @@ def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: 
         names += evaluation_metrics(is_text, split="test", **lm_names)
     if with_averaged:
         names += [averaged(n) for n in names]
+    if with_target:
+        names.append(VAL_STEPS_TO_TARGET)
+    if lm:
+        names.append(KV_CACHE)
     return names + [m for m in RUN_METRICS if m not in names]
 
 
@@ -136,6 +148,7 @@ def all_metrics() -> list[str]:
     for split in ("val", "test"):
         names += [f"{split}/{m}" for m in SPLIT_METRICS + TEXT_METRICS + SYNTHETIC_METRICS + ("bpb",)]
     names += [averaged(n) for n in names]
+    names += [VAL_STEPS_TO_TARGET, KV_CACHE]
     return names + [m for m in TRAINING_METRICS + RUN_METRICS if m not in names]
 
 
@@ -183,6 +196,8 @@ def _why_missing(metric: str, is_text: bool, at_evaluation: bool) -> str:
         if at_evaluation:
             return f"{metric} is the averaged weights' reading, taken once at the end of the run"
         return f"{metric} is the averaged weights' reading: set train.weight_average"
+    if metric == VAL_STEPS_TO_TARGET:
+        return f"{metric} counts the steps to a validation loss: set eval.target_loss"
     split, _, name = metric.rpartition("/")
     if name in TEXT_METRICS and not is_text:
         return f"{metric} needs text data; a synthetic task reports {split}/exact_match"

@@ -30,35 +30,21 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, create_model, model_validator
 
 import registry
+from ablate.spec.axis_fields import (
+    axis_fields,
+    check_axis,
+    identity_options,
+    option_names,
+    option_owner,
+    options_of,
+    section_option_values,
+)
 from ablate.spec.base import Bool, Checks, Float, Int, Strict
-from registry import Axis, Option
-from registry.aliases import did_you_mean
+from registry import MODEL
 from registry.masking import format_mask_fill, parse_mask_fill
 
 __all__ = ["ModelSpec", "component_versions", "drop_unset_options", "format_mask_fill", "identity_of",
-           "stale_components", "option_owner", "options_of",
-           "parse_mask_fill"]
-
-
-def options_of(axis: Axis) -> list[Option]:
-    """The axis-wide options, then every variant's own ones (each once, in registration order)."""
-    seen: dict[str, Option] = {o.name: o for o in axis.options}
-    for entry in registry.REGISTRY.entries(axis.kind):
-        for option in entry.options:
-            seen.setdefault(option.name, option)
-    return list(seen.values())
-
-
-def option_owner(name: str) -> tuple[Axis, list[str]] | None:
-    """(axis, variants taking it) of an option name; the variants are all of them for an axis-wide option."""
-    for axis in registry.axes():
-        if any(o.name == name for o in axis.options):
-            return axis, registry.names(axis.kind)
-        takers = [e.name for e in registry.REGISTRY.entries(axis.kind)
-                  if any(o.name == name for o in e.options)]
-        if takers:
-            return axis, takers
-    return None
+           "option_owner", "options_of", "parse_mask_fill", "section_option_values", "stale_components"]
 
 
 class ModelSpecBase(Strict):
@@ -78,6 +64,13 @@ class ModelSpecBase(Strict):
     """dropout on each sub-layer's output and on the embeddings"""
     attention_dropout: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
     """dropout on the attention weights"""
+    kv_heads: Annotated[Int, Field(gt=0, le=1024)] | None = None
+    """key/value heads of every attention layer: heads (or left out) is multi-head attention, 1 multi-query
+    (Shazeer 2019), anything between that divides heads grouped-query attention (Ainslie et al. 2023); the
+    KV cache of decoding holds kv_heads / heads of multi-head attention's"""
+    window: Annotated[Int, Field(gt=0, le=1_000_000)] | None = None
+    """decoder-only: sliding-window attention, each query sees itself and the window - 1 tokens before it
+    (Beltagy et al. 2020, Longformer; Jiang et al. 2023, Mistral 7B); left out: the whole causal prefix"""
 
     @model_validator(mode="before")
     @classmethod
@@ -87,7 +80,7 @@ class ModelSpecBase(Strict):
             return data
         checks = Checks()
         out = dict(data)
-        for axis in registry.axes():
+        for axis in registry.model_axes():
             if axis.canonical is None or axis.kind not in out:
                 continue
             try:
@@ -102,43 +95,16 @@ class ModelSpecBase(Strict):
         checks = Checks()
         if self.d_model % self.heads:
             checks.fail("heads", f"d_model {self.d_model} is not divisible by heads {self.heads}", "d_model")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            divisors = [n for n in range(1, self.heads + 1) if self.heads % n == 0]
+            checks.fail("kv_heads", f"kv_heads {self.kv_heads} does not divide heads {self.heads}: each "
+                        f"key/value head serves heads / kv_heads query heads; try {_any_of(divisors)}",
+                        "heads")
         values = self.model_dump()
-        for axis in registry.axes():
-            self._check_axis(axis, values, checks)
+        for axis in registry.model_axes():
+            check_axis(self, axis, values, checks, involves=("d_model", "heads"))
         checks.raise_any()
         return self
-
-    def _check_axis(self, axis: Axis, values: dict[str, Any], checks: Checks) -> None:
-        value = values[axis.kind]
-        entry = registry.REGISTRY.entry(axis.kind, value) if (axis.kind, value) in registry.REGISTRY else None
-        known = registry.names(axis.kind)
-        if entry is None and not axis.open_values:
-            checks.fail(axis.kind, f"unknown {axis.kind} {value!r}; accepted: {', '.join(known)}"
-                        + did_you_mean(axis.kind, str(value), known))
-            return
-        if axis.parent is not None and value != axis.default:
-            parent_value = values[axis.parent]
-            takers = [e.name for e in registry.REGISTRY.entries(axis.parent) if axis.kind in e.takes]
-            if parent_value not in takers:
-                checks.fail(axis.kind, f"{axis.kind} applies to {axis.parent}: {', '.join(takers)} only "
-                            f"(this spec has {axis.parent}: {parent_value})", axis.parent)
-        taken = {o.name for o in axis.options} | ({o.name for o in entry.options} if entry else set())
-        for option in options_of(axis):
-            given = values.get(option.name)
-            if option.name in taken:
-                if given is None:
-                    setattr(self, option.name, option.default)
-                elif (problem := option.problem(given)) is not None:
-                    checks.fail(option.name, problem)
-            elif given is not None and not (option.always and given == option.default):
-                owner = option_owner(option.name)
-                takers = owner[1] if owner else []
-                checks.fail(option.name, f"{option.name} applies to {axis.kind}: {', '.join(takers)} only "
-                            f"(this spec has {axis.kind}: {value})", axis.kind)
-        if entry is not None and entry.check is not None:
-            problem = entry.check(values)
-            if problem:
-                checks.fail(axis.kind, problem, "d_model", "heads")
 
     @property
     def mask_fill(self) -> float:
@@ -146,27 +112,11 @@ class ModelSpecBase(Strict):
 
     def option_values(self, axis: str, variant: str | None = None) -> dict[str, Any]:
         """Constructor keywords of the chosen (or given) variant of ``axis``: axis-wide and own options."""
-        declared = registry.axis(axis)
-        name = variant if variant is not None else getattr(self, axis)
-        entry = registry.REGISTRY.entry(axis, name) if (axis, name) in registry.REGISTRY else None
-        options = [*declared.options, *(entry.options if entry else ())]
-        return {o.keyword: getattr(self, o.name) for o in options}
+        return section_option_values(self, axis, getattr(self, axis) if variant is None else variant)
 
 
-def _option_field(option: Option) -> Any:
-    """An option is typed Any in pydantic and checked by the section's validator: a variant's options are
-    validated only when it is chosen. The schema shows its declared type (ablate/spec/schema.py)."""
-    default = option.default if option.always else None
-    return (Any, Field(default=default, description=option.doc))
-
-
-def _axis_fields() -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for axis in registry.axes():
-        fields[axis.kind] = (str, Field(default=axis.default, description=axis.doc))
-        for option in options_of(axis):
-            fields[option.name] = _option_field(option)
-    return fields
+def _any_of(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:-1]) + f" or {values[-1]}" if len(values) > 1 else str(values[0])
 
 
 # Fields after the axes; `arch` is left out of a run's identity at its default (identity_of).
@@ -197,6 +147,8 @@ if TYPE_CHECKING:
         mask: str
         attention: str
         embeddings: str
+        parametrisation: str
+        logits: str
         norm_eps: float
         norm_affine: str
         shared_layer_norm: bool
@@ -209,19 +161,24 @@ if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any: ...
 else:
     ModelSpec = create_model(
-        "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **_axis_fields(), **_TAIL,
+        "ModelSpec", __base__=ModelSpecBase, __module__=__name__, **axis_fields(MODEL), **_TAIL,
         __doc__="The model: its sizes, and one field per design axis naming a registered variant (`ablate "
         "list` prints each with its paper and options), each followed by the options its variants take.",
     )
 
 
+# Plain fields added after the first record format: left out of the dumped spec (and so of a run's
+# identity) while unset, so every spec that does not set them keeps its hash.
+LATER_FIELDS = ("kv_heads", "window")
+
+
 def identity_of(model: dict[str, Any]) -> dict[str, Any]:
     """The resolved model section as a run's identity: options that do not apply (None) left out, and axes
-    declared ``added_later`` left out at their default."""
-    out = {k: v for k, v in model.items() if v is not None or k not in _option_names()}
-    for axis in registry.axes():
-        if axis.added_later and out.get(axis.kind) == axis.default:
-            out.pop(axis.kind, None)
+    and options declared ``added_later`` left out at their default."""
+    out = identity_options(MODEL, {k: v for k, v in model.items()
+                                   if not (k in LATER_FIELDS and v is None)})
+    if out.get("kv_heads") is not None and out.get("kv_heads") == out.get("heads"):
+        out.pop("kv_heads")  # kv_heads = heads is multi-head attention itself: the same run
     if out.get("arch") == "encoder_decoder":  # came after the first record format: old hashes stay
         out.pop("arch")
     out.update({f"{kind}_version": version for kind, version in component_versions(model).items()})
@@ -233,7 +190,7 @@ def stale_components(model: Mapping[str, Any], recorded: Mapping[str, int]) -> l
     chosen variant whose version differs from ``recorded`` (the run's :func:`component_versions`; a variant
     it does not name ran at version 1). ``model``: the run's axis values (``{'attention': 'qk_norm'}``)."""
     stale = []
-    for axis in registry.axes():
+    for axis in registry.axes():  # the recipe's axes too, where ``model`` names them ({'optimizer': 'lion'})
         name = model.get(axis.kind)
         if isinstance(name, str) and name in registry.names(axis.kind):
             now, then = registry.REGISTRY.entry(axis.kind, name).version, int(recorded.get(axis.kind, 1))
@@ -249,7 +206,7 @@ def component_versions(model: Mapping[str, Any]) -> dict[str, int]:
     variant is fixed. Open values that are not registered (a mask fill of -3e4) have no version.
     """
     versions: dict[str, int] = {}
-    for axis in registry.axes():
+    for axis in registry.axes():  # the recipe's axes too, where ``model`` names them ({'optimizer': 'lion'})
         name = model.get(axis.kind)
         if isinstance(name, str) and name in registry.names(axis.kind):
             version = registry.REGISTRY.entry(axis.kind, name).version
@@ -258,12 +215,9 @@ def component_versions(model: Mapping[str, Any]) -> dict[str, int]:
     return versions
 
 
-def _option_names() -> set[str]:
-    return {o.name for axis in registry.axes() for o in options_of(axis)}
-
-
 def drop_unset_options(model: dict[str, Any]) -> dict[str, Any]:
-    """The resolved model section without the options of variants that are not chosen (None)."""
-    names = _option_names()
-    return {k: v for k, v in model.items() if not (v is None and k in names)}
-
+    """The resolved model section without the options of variants that are not chosen (None) and the later
+    plain fields while unset."""
+    names = option_names(MODEL)
+    return {k: v for k, v in model.items()
+            if not (v is None and (k in names or k in LATER_FIELDS))}

@@ -1,17 +1,30 @@
 """The spec's JSON Schema, for editors (``ablate schema --out experiments/ablate.schema.json``).
 
 Pydantic's schema of :class:`ExperimentSpec`, completed from the registry's declarations: each axis field
-lists its registered variants (the mask axis: any negative number), each variant option its declared type,
-bounds, default and the variants that take it.
+(``model.<axis>``, and each recipe section's ``name``: ``train.optimizer.name``) lists its registered
+variants (the mask axis: any negative number), each variant option its declared type, bounds, default and
+the variants that take it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 import registry
+from ablate.spec.axis_fields import option_owner, options_of, value_field
 from ablate.spec.experiment import ExperimentSpec
-from ablate.spec.model import option_owner, options_of
+
+
+def _section_model(section: str) -> type[BaseModel]:
+    """The pydantic model of a dotted spec section (``model``, ``train.optimizer``)."""
+    model: type[BaseModel] = ExperimentSpec
+    for part in section.split("."):
+        annotation = model.model_fields[part].annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel), section
+        model = annotation
+    return model
 
 
 def _axis_property(axis: registry.Axis, current: dict[str, Any]) -> dict[str, Any]:
@@ -48,14 +61,15 @@ def json_schema() -> dict[str, Any]:
     """ExperimentSpec's JSON Schema, axes and options completed from the registry (plugins included)."""
     registry.load_plugins()
     schema = ExperimentSpec.model_json_schema()
-    model = schema["$defs"]["ModelSpec"]["properties"]
     for axis in registry.axes():
-        model[axis.kind] = _axis_property(axis, model.get(axis.kind, {}))
+        fields = schema["$defs"][_section_model(axis.section).__name__]["properties"]
+        field = value_field(axis)
+        fields[field] = _axis_property(axis, fields.get(field, {}))
         for option in options_of(axis):
             owner = option_owner(option.name)
             takers = f" (applies to {axis.kind}: {', '.join(owner[1])})" if owner else ""
-            model[option.name] = {"title": option.name, **option.json_schema(),
-                                  "description": option.doc + takers}
+            fields[option.name] = {"title": option.name, **option.json_schema(),
+                                   "description": option.doc + takers}
     # `name` is required of a resolved spec, but a child file may inherit it through `extends:`; JSON Schema
     # cannot follow `extends`, so the schema leaves `name` optional and `ablate validate` requires it.
     schema["required"] = [r for r in schema.get("required", []) if r != "name"]

@@ -1,43 +1,162 @@
-"""The spec's ``train`` section: optimizer, schedule, early stopping, weight averaging and the trainer's own
-settings (ablate/engine/trainer.py reads them). Importable from ``ablate.spec.experiment`` too."""
+"""The spec's ``train`` section: optimizer, schedule and loss (the training recipe's registry axes, each a
+section of its own: :class:`RecipeSection`), early stopping, weight averaging and the trainer's own settings
+(ablate/engine/trainer.py reads them). Importable from ``ablate.spec.experiment`` too."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, create_model, model_serializer, model_validator
 
+import registry
 from ablate.spec import metricnames
+from ablate.spec.axis_fields import (
+    axis_fields,
+    check_axis,
+    identity_options,
+    option_names,
+    section_axis,
+    section_option_values,
+)
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 
-Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
+
+class RecipeSection(Strict):
+    """A section of the training recipe that holds one registry axis (registry/optimizer.py,
+    registry/schedule.py, registry/loss.py): its ``name`` is the axis's variant, its other fields the
+    section's own plain settings and the axis's options, each accepted only for the variants that declare it
+    (ablate/spec/axis_fields.py). The dumped section leaves out the options of variants not chosen."""
+
+    section: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _axis(self) -> RecipeSection:
+        checks = Checks()
+        check_axis(self, section_axis(self.section), self.model_dump(), checks)
+        checks.raise_any()
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        names = option_names(self.section)
+        return {key: value for key, value in data.items() if not (value is None and key in names)}
+
+    @property
+    def kind(self) -> str:
+        return section_axis(self.section).kind
+
+    def option_values(self) -> dict[str, Any]:
+        """The chosen variant's constructor keywords: the axis-wide options and its own."""
+        return section_option_values(self, self.kind, getattr(self, "name"))  # noqa: B009  # a dynamic field
 
 
-class OptimizerSpec(Strict):
-    """The optimizer (torch.optim)."""
-
-    name: Literal["adam", "adamw"] = "adam"
-    """adam, or adamw (decoupled weight decay)"""
-    lr: Annotated[Float, Field(gt=0.0, le=100.0)] = 1e-3
-    """the peak learning rate (the schedule's warm-up rises to it)"""
-    betas: tuple[Beta, Beta] = (0.9, 0.98)
-    """Adam's (beta1, beta2); (0.9, 0.98) as in Vaswani et al. 2017"""
-    eps: Annotated[Float, Field(gt=0.0, lt=1.0)] = 1e-9
-    """Adam's epsilon"""
-    weight_decay: Annotated[Float, Field(ge=0.0, lt=1.0)] = 0.0
-    """weight decay (L2 for adam, decoupled for adamw)"""
+class _OptimizerFields(RecipeSection):
+    section: ClassVar[str] = "train.optimizer"
 
 
-class ScheduleSpec(Strict):
-    """The learning-rate schedule: a linear warm-up to ``train.optimizer.lr``, then its shape."""
+class _ScheduleFields(RecipeSection):
+    section: ClassVar[str] = "train.schedule"
 
-    name: Literal["constant", "inverse_sqrt", "cosine"] = "inverse_sqrt"
-    """after the warm-up: constant; inverse_sqrt (the 2017 paper's Noam decay); cosine (to min_lr_ratio x lr
-    at the last step)"""
-    warmup_steps: Annotated[Int, Field(ge=0, le=10_000_000)] = 400
-    """steps of linear warm-up from 0 to the peak learning rate; 0: none"""
-    min_lr_ratio: Annotated[Float, Field(ge=0.0, le=1.0)] = 0.0
-    """cosine: the floor, as a fraction of the peak learning rate"""
+
+class _LossFields(RecipeSection):
+    section: ClassVar[str] = "train.loss"
+
+
+def _recipe_model(name: str, base: type[RecipeSection], doc: str, **plain: Any) -> Any:
+    """The section's model: the axis's ``name`` first, then its ``plain`` fields, then the options."""
+    fields = axis_fields(base.section)
+    first = next(iter(fields))
+    ordered = {first: fields.pop(first), **plain, **fields}
+    return create_model(name, __base__=base, __module__=__name__, __doc__=doc, **ordered)
+
+
+_LR = (Annotated[Float, Field(gt=0.0, le=100.0)], Field(
+    default=1e-3, description="the peak learning rate (the schedule's warm-up rises to it); muP scales it "
+    "per parameter group"))
+_WARMUP = (Annotated[Int, Field(ge=0, le=10_000_000)], Field(
+    default=400, description="steps of linear warm-up from 0 to the peak learning rate, before every "
+    "schedule's shape; 0: none"))
+
+
+if TYPE_CHECKING:
+    class OptimizerSpec(_OptimizerFields):
+        """Static view for type checkers: the axis's fields are dynamic."""
+
+        name: str
+        lr: float
+        weight_decay: float
+        no_decay: str
+        betas: tuple[float, float]
+        eps: float
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    class ScheduleSpec(_ScheduleFields):
+        """Static view for type checkers."""
+
+        name: str
+        warmup_steps: int
+        min_lr_ratio: float
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    class LossSpec(_LossFields):
+        """Static view for type checkers."""
+
+        name: str
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    OptimizerSpec = _recipe_model(
+        "OptimizerSpec", _OptimizerFields, "The optimizer (registry/optimizer.py, `ablate list optimizer`): "
+        "its name, peak learning rate, weight decay, which parameters are not decayed, and the chosen "
+        "optimizer's own options.", lr=_LR)
+    ScheduleSpec = _recipe_model(
+        "ScheduleSpec", _ScheduleFields, "The learning-rate schedule (registry/schedule.py, `ablate list "
+        "schedule`): a linear warm-up to train.optimizer.lr, then its shape.", warmup_steps=_WARMUP)
+    LossSpec = _recipe_model(
+        "LossSpec", _LossFields, "The training loss (registry/loss.py, `ablate list loss`): cross-entropy, "
+        "or with loss terms; evaluation always reports the plain cross-entropy.")
+
+
+def train_identity(train: dict[str, Any]) -> dict[str, Any]:
+    """The dumped train section as a run's identity: each recipe section as ablate/spec/axis_fields.py's
+    ``identity_options`` keeps it (options and axes declared ``added_later`` out at their defaults), and a
+    recipe section left empty so (``train.loss`` at the plain cross-entropy) out altogether."""
+    out = dict(train)
+    for key in RECIPE_SECTIONS:
+        if isinstance(out.get(key), dict):
+            part = identity_options(f"train.{key}", out[key])
+            version = _version(f"train.{key}", out[key].get("name"))
+            if version > 1:  # a fixed variant's runs get a new identity, and no other run
+                part["version"] = version
+            if part:
+                out[key] = part
+            else:
+                out.pop(key)
+    return out
+
+
+def recipe_choices(train: Mapping[str, Any]) -> dict[str, str]:
+    """{axis kind: variant} of a dumped train section's recipe axes ({'optimizer': 'adamw', ...})."""
+    out = {}
+    for key in RECIPE_SECTIONS:
+        part = train.get(key)
+        if isinstance(part, Mapping) and isinstance(part.get("name"), str):
+            out[section_axis(f"train.{key}").kind] = part["name"]
+    return out
+
+
+def _version(section: str, name: Any) -> int:
+    kind = section_axis(section).kind
+    if not isinstance(name, str) or (kind, name) not in registry.REGISTRY:
+        return 1
+    return registry.REGISTRY.entry(kind, name).version
+
+
+RECIPE_SECTIONS = ("optimizer", "schedule", "loss")  # the train fields that are recipe sections
 
 
 class EarlyStopping(Strict):
@@ -120,10 +239,12 @@ class TrainSpec(LaterFields):
     """fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where this machine has bf16 units,
     else fp32 on a CPU, fp16 on an older GPU (a study resolves it once for all its cells); checked against
     this machine when the spec loads"""
-    optimizer: OptimizerSpec = OptimizerSpec()
-    """the optimizer and its peak learning rate"""
-    schedule: ScheduleSpec = ScheduleSpec()
-    """the learning-rate schedule"""
+    optimizer: OptimizerSpec = OptimizerSpec()  # type: ignore[call-arg]  # a dynamic model: defaults
+    """the optimizer, its peak learning rate and its options (`ablate list optimizer`)"""
+    schedule: ScheduleSpec = ScheduleSpec()  # type: ignore[call-arg]
+    """the learning-rate schedule (`ablate list schedule`)"""
+    loss: LossSpec = LossSpec()  # type: ignore[call-arg]
+    """the training loss (`ablate list loss`): cross_entropy, or z_loss with its coefficient"""
     accumulation: Annotated[Int, Field(ge=1, le=4096)] = 1
     """batches whose gradients add up to one optimizer step"""
     clip_norm: Annotated[Float, Field(ge=0.0, le=1e6)] | None = 1.0
@@ -148,7 +269,8 @@ class TrainSpec(LaterFields):
     compile: Bool = False
     """train through torch.compile"""
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0
-    """CPU threads torch uses; 0: torch's default"""
+    """CPU threads torch uses; 0: torch's default. A machine's setting, not the design's: a run's identity
+    is the same whatever it is (on cores other jobs share, 1 can run several times faster than 2)"""
     out_dir: str = "runs"
     """folder of run directories (checkpoints, summary.json), relative to the working directory"""
     device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]+)?)$")] | None = None

@@ -6,7 +6,9 @@ diverged cell counted against its side), the group-sequential looks and the walk
 vocabulary (``verdict``: whether a look answers its claim's question, what a comparison's looks say,
 fixed-sample verdicts, the test split beside the validation verdict, a verdict at a larger scale), a
 published result judged on that evidence (``claims``) and the power of a design by simulating the
-procedure a study runs (``power``).
+procedure a study runs (``power``); and whether a learning-rate search's best rate moves with the width
+(``lr_transfer``: muP's transfer question, a shift of the best log2 rate with a seed-bootstrap interval,
+not a comparison's looks).
 
 May import: ``ablate.spec`` (a claim's question and margin) and numpy/scipy; nothing else of ablate. The
 floors above read it: ``ablate.study`` decides its rounds with it, ``ablate.report`` states what it

@@ -65,6 +65,9 @@ DESIGN = "ablate.design"  # an ablation study's design (one_at_a_time, full_fact
 METRIC = "ablate.metric"  # the metric a study ranks its cells or trials by (a final/ name)
 REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, pruned)
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
+# JSON list of the optimizer's parameter groups: learning-rate multiplier (muP), weight decay (the no-decay
+# rule), tensor and parameter counts, the roles each holds and, for muon, which optimizer steps it
+PARAM_GROUPS = "ablate.param_groups"
 ERROR = "ablate.error"  # the exception a failed run ended with
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 # A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,
@@ -118,18 +121,20 @@ FINAL = "final/"
 # bound here too, so that writers and readers of the record may name them through this module.
 CPU_TIME = _metric.CPU_TIME
 MODEL_PARAMS = _metric.MODEL_PARAMS
+KV_CACHE = _metric.KV_CACHE
 PADDING = _metric.PADDING
 PEAK_MEMORY = _metric.PEAK_MEMORY
 RUN_MEMORY = _metric.RUN_MEMORY
 TOKENS_PER_S = _metric.TOKENS_PER_S
 TRAIN_LOSS = _metric.TRAIN_LOSS
 VAL_LOSS = _metric.VAL_LOSS
+VAL_STEPS_TO_TARGET = _metric.VAL_STEPS_TO_TARGET
 WALL_TIME = _metric.WALL_TIME
 # train.weight_average (ablate/engine/averaging.py): the averaged weights' reading of each val/test metric,
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
 # 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
 # best checkpoint's final/val/bleu; `plain` maps back (both imported above).
-CONSTANT_METRICS = (MODEL_PARAMS, PADDING)
+CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE)
 
 
 def final(metric: str) -> str:

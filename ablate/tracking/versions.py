@@ -14,7 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import registry
 from ablate.spec.model import component_versions, stale_components
+from ablate.spec.train import recipe_choices
 from ablate.tracking import record
 
 if TYPE_CHECKING:
@@ -25,7 +27,8 @@ MODEL_PREFIX = "model."
 
 def versions_tag(spec: ExperimentSpec) -> dict[str, str]:
     """A run's ``ablate.component_versions`` tag: its variants' implementation versions above 1 (none: {})."""
-    versions = component_versions(spec.model.model_dump(mode="json"))
+    chosen = {**spec.model.model_dump(mode="json"), **recipe_choices(spec.train.model_dump(mode="json"))}
+    versions = component_versions(chosen)
     return {record.COMPONENT_VERSIONS: json.dumps(versions, sort_keys=True)} if versions else {}
 
 
@@ -42,5 +45,7 @@ def recorded_versions(tags: Mapping[str, str]) -> dict[str, int]:
 def stale_reason(params: Mapping[str, str], tags: Mapping[str, str]) -> str | None:
     """Why a run's result no longer measures its variants (``'attention=qk_norm v1, now v2'``), or None."""
     model = {k[len(MODEL_PREFIX):]: v for k, v in params.items() if k.startswith(MODEL_PREFIX)}
-    stale = stale_components(model, recorded_versions(tags))
+    recipe = {a.kind: params[a.spec_field] for a in registry.axes()
+              if a.section != registry.MODEL and a.spec_field in params}  # train.optimizer.name -> optimizer
+    stale = stale_components({**model, **recipe}, recorded_versions(tags))
     return "; ".join(stale) if stale else None

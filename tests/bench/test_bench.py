@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import registry
+from ablate.bench.kv_cache import bench_kv_cache, kv_lines
 from ablate.bench.overhead import saves_per_step, temporary_tracking_store
 from ablate.bench.suite import machine_info, resolve_config, targets
 from ablate.bench.train_speed import (
@@ -90,7 +91,7 @@ def test_bench_json_has_the_documented_schema(doc: dict) -> None:
 @pytest.mark.timeout(1200)
 def test_bench_covers_every_registered_variant_in_every_precision(doc: dict) -> None:
     spec = ModelSpec(ffn="conv1d", mask="-1e9")  # SPEC's components: its variant is the "default" row
-    expected = {"default"} | {f"{axis.kind}={name}" for axis in registry.axes()
+    expected = {"default"} | {f"{axis.kind}={name}" for axis in registry.model_axes()
                               for name in registry.names(axis.kind) if name != getattr(spec, axis.kind)}
     assert "ffn=linear" in expected and "ffn=conv1d" not in expected
     rows = {(r["variant"], r["precision"]) for r in doc["train"]}
@@ -249,8 +250,8 @@ def test_axis_variants_change_one_component_each() -> None:
     base = ModelSpec(residual="post_norm", shared_layer_norm=True)
     variants = dict(axis_variants(base))
     assert variants["default"] == base
-    every = {f"{a.kind}={n}" for a in registry.axes() for n in registry.names(a.kind)}
-    chosen = {f"{a.kind}={getattr(base, a.kind)}" for a in registry.axes()}
+    every = {f"{a.kind}={n}" for a in registry.model_axes() for n in registry.names(a.kind)}
+    chosen = {f"{a.kind}={getattr(base, a.kind)}" for a in registry.model_axes()}
     assert set(variants) - {"default"} == every - chosen
     for label, spec in variants.items():
         if label == "default":
@@ -318,3 +319,27 @@ def test_bench_covers_the_decoder_only_stack_for_every_position_scheme(doc: dict
     assert {(r["variant"], r["precision"]) for r in rows} == {(v, p) for v in expected for p in precisions}
     for r in rows:
         assert positive_finite(r["tokens_per_s"]) and positive_finite(r["mfu"]) and r["mfu"] < 1.5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_bench_measures_the_kv_cache_of_every_kv_heads(doc: dict) -> None:
+    """One row per kv_heads dividing the heads, MHA first: the cache measured after decoding holds
+    kv_heads / heads of MHA's bytes, as the per-token formula says."""
+    rows = doc["kv_cache"]
+    heads = rows[0]["heads"]
+    assert [r["kv_heads"] for r in rows] == [n for n in range(heads, 0, -1) if heads % n == 0]
+    for r in rows:
+        assert r["fraction_of_mha"] == pytest.approx(r["kv_heads"] / heads)
+        assert r["bytes_per_token"] == r["per_token_formula"]
+        assert positive_finite(r["decode_tokens_per_s"])
+    assert rows[-1]["params"] < rows[0]["params"]  # one K and one V head: smaller projections
+
+
+def test_the_kv_cache_rows_of_a_tiny_model() -> None:
+    """Without the whole bench: MQA's cache is 1/heads of MHA's, GQA's in between."""
+    tiny = ModelSpec(d_model=16, heads=4, d_ff=32, decoder_layers=2, dropout=0.0, max_positions=16)
+    rows = bench_kv_cache(tiny, QUICK, torch.device("cpu"))  # 16 tokens decoded: max_positions
+    assert [(r["kv_heads"], r["fraction_of_mha"]) for r in rows] == [(4, 1.0), (2, 0.5), (1, 0.25)]
+    assert rows[0]["bytes_per_token"] == 2 * 2 * 16 * 4  # layers x (K, V) x d_model x fp32 bytes
+    assert len(kv_lines(rows)) == 2 + len(rows)

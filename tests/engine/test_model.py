@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 V = 16
 SMALL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0}
 # Every registered component of every declared axis.
-AXES = [(axis.kind, name) for axis in registry.axes() for name in registry.names(axis.kind)]
+AXES = [(axis.kind, name) for axis in registry.model_axes() for name in registry.names(axis.kind)]
 
 
 def tiny(**overrides: object) -> Seq2SeqTransformer:

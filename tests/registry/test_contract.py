@@ -35,15 +35,17 @@ registry.load_plugins()  # installed entry-point plugins are covered too (lookup
 V, BOS, EOS = 19, 1, 2
 SMALL = {"d_model": 16, "heads": 2, "d_ff": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
          "max_positions": 64}
-CASES = [(axis.kind, name) for axis in registry.axes() for name in registry.names(axis.kind)]
+CASES = [(axis.kind, name) for axis in registry.model_axes() for name in registry.names(axis.kind)]
 IDS = [f"{k}:{n}" for k, n in CASES]
 SRCS = [[5, 9, 3, 12, 7], [4, 8, 15], [6, 11, 10, 13, 14, 7, 9], [3]]
 TGTS = [[1, 6, 9, 14], [1, 3, 7, 7, 12, 5], [1, 8], [1, 4, 4]]
 
 
 def settings(kind: str, name: str) -> dict[str, object]:
-    """The model section choosing ``name`` for ``kind`` (a sub-axis: under a parent variant taking it)."""
-    out: dict[str, object] = {**SMALL, kind: name}
+    """The model section choosing ``name`` for ``kind`` (a sub-axis: under a parent variant taking it), with
+    the example value of every option the variant requires (muP's base width)."""
+    required = {o.name: o.example for o in registry.REGISTRY.entry(kind, name).options if o.required}
+    out: dict[str, object] = {**SMALL, kind: name, **required}
     parent = registry.axis(kind).parent
     if parent is not None:
         takers = [e.name for e in registry.REGISTRY.entries(parent) if kind in e.takes]
@@ -74,7 +76,8 @@ def perturbed(model: nn.Module, seed: int) -> nn.Module:
 
 def test_every_axis_and_variant_is_declared_and_documented() -> None:
     kinds = [a.kind for a in registry.axes()]
-    builtin = {"residual", "positions", "ffn", "activation", "norm", "mask", "attention", "embeddings"}
+    builtin = {"residual", "positions", "ffn", "activation", "norm", "mask", "attention", "embeddings",
+               "parametrisation", "logits", "optimizer", "schedule", "loss"}
     assert builtin <= set(kinds)
     for axis in registry.axes():
         assert axis.doc and axis.contract and axis.hooks, axis.kind
@@ -184,8 +187,7 @@ def test_controlled_init_shares_values_with_the_baseline(kind: str, name: str) -
     """Same seed: every parameter the variant shares (name and shape) with the default model starts at the
     baseline's values, or at those values times one constant where the variant's paper prescribes a scaled
     start (DeepNorm's beta); most of the model is shared; and the seed matters."""
-    defaults = {a.kind: a.default for a in registry.axes()}
-    base_settings = {k: v for k, v in settings(kind, name).items() if k not in defaults}
+    base_settings = {k: v for k, v in settings(kind, name).items() if k in SMALL}
     base = _params(build_model(ModelSpec(**base_settings), V, V, seed=3))
     variant = _params(model_for(kind, name, seed=3))
     shared = base.keys() & variant.keys()

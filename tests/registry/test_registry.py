@@ -192,3 +192,80 @@ def test_a_broken_plugin_is_a_one_line_error(tmp_path: Path, module_text: str, c
     plugin = f"plugin 'broken' (ablate_broken from ablate-broken, entry point group {ENTRY_POINT_GROUP})"
     assert result.stderr.splitlines() == [f"error: {plugin} {says}"]
     assert result.stdout == ""
+
+
+RECIPE_PLUGIN = '''
+"""A plugin that adds to the training recipe's axes: an optimizer with its own option, and a schedule."""
+import torch
+
+from registry import Option, register
+
+
+@register("optimizer", "demo_signsgd", options=(Option("demo_momentum", float, 0.0, "the momentum",
+                                                        ge=0.0, lt=1.0),))
+def demo_signsgd(params, lr, *, weight_decay=0.0, demo_momentum=0.0):
+    """signSGD (Bernstein et al. 2018), from a plugin package (tests/registry/test_registry.py)."""
+    class SignSGD(torch.optim.SGD):
+        @torch.no_grad()
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.sign_()
+            return super().step(closure)
+    from registry.optimizer import param_groups
+    return SignSGD(param_groups(params, lr, weight_decay), lr=lr, momentum=demo_momentum)
+
+
+@register("schedule", "demo_halving")
+def demo_halving(step, *, warmup, total=None):
+    """Halve the rate every 10 steps after the warm-up, from a plugin package."""
+    if warmup and step + 1 <= warmup:
+        return (step + 1) / warmup
+    return 0.5 ** ((step + 1 - warmup) // 10)
+'''
+
+RECIPE_CHECK = '''
+import torch
+
+import ablate
+from ablate.cli import main
+from ablate.engine.builders import build_lm
+from ablate.engine.trainer import build_optimizer, lr_factor
+
+print("list rc", main(["list", "optimizer"]), flush=True)
+print("validate rc", main(["validate", "spec.yaml"]), flush=True)
+print("bad rc", main(["validate", "bad.yaml"]), flush=True)
+spec = ablate.load_spec("spec.yaml")
+model = build_lm(spec.model, 11)
+optimizer = build_optimizer(model, spec.train)
+before = [p.detach().clone() for p in model.parameters()]
+model(torch.randint(1, 11, (2, 5))).sum().backward()
+optimizer.step()
+steps = {round(float((p.detach() - b).abs().max()), 6) for p, b in zip(model.parameters(), before)}
+print("optimizer", type(optimizer).__name__, optimizer.param_groups[0]["momentum"], sorted(steps), flush=True)
+print("factors", [lr_factor(s, spec.train) for s in (0, 1, 11, 21)], flush=True)
+'''
+
+
+@pytest.mark.slow  # a subprocess importing torch and the CLI: seconds
+def test_a_plugin_adds_an_optimizer_and_a_schedule_to_the_recipe(tmp_path: Path) -> None:
+    _install(tmp_path, "ablate_recipe_demo", RECIPE_PLUGIN)
+    spec = ("name: p\nmodel: {arch: decoder_only, d_model: 16, heads: 2, dropout: 0.0}\ndata: {source: text, "
+            "text: {root: ., train: t.txt, val: v.txt}}\ntrain:\n  optimizer: {name: demo_signsgd, lr: 0.01, "
+            "demo_momentum: 0.5}\n  schedule: {name: demo_halving, warmup_steps: 2}\n")
+    (tmp_path / "spec.yaml").write_text(spec)
+    for name in ("t.txt", "v.txt"):  # `ablate validate` reads the data files too
+        (tmp_path / name).write_text("a few words of text\n")
+    (tmp_path / "bad.yaml").write_text("name: p\ntrain:\n  optimizer: {name: adamw, demo_momentum: 0.5}\n")
+    (tmp_path / "check.py").write_text(RECIPE_CHECK)
+    result = _run(tmp_path, "check.py")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert any(line.split()[:1] == ["demo_signsgd"] and "[demo_momentum=0.0]" in line for line in out), out
+    assert "validate rc 0" in out and "bad rc 2" in out
+    assert ("bad.yaml:3: train.optimizer.demo_momentum: demo_momentum applies to optimizer: demo_signsgd "
+            "only (this spec has optimizer: adamw)") in result.stderr
+    assert "optimizer SignSGD 0.5 [0.01]" in out  # every coordinate moved by lr: the plugin's own update
+    assert "factors [0.5, 1.0, 0.5, 0.25]" in out
+    assert "demo_signsgd" not in registry.names("optimizer")  # this process never loaded it

@@ -5,6 +5,7 @@ from the run's record alone, exactly as the cached decoder does on the checkpoin
 from __future__ import annotations
 
 import io
+import json
 import math
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -21,6 +22,7 @@ from ablate.errors import AblateError
 from ablate.run.generate import main_generate
 from ablate.run.runner import run_experiment
 from ablate.run.translate import main_translate
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec
 from ablate.tracking import record
 from tests.stores import mlflow_store
@@ -82,3 +84,45 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
             main_generate(result.run_id, prompt, 6, temperature=0.8, top_k=3, seed=5)
         runs.append(out.getvalue())
     assert runs[0] == runs[1]
+
+
+@pytest.mark.slow  # a whole tracked run
+def test_a_run_records_its_recipe_its_parameter_groups_and_its_steps_to_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole recipe in one run: Muon (with AdamW for the rest) under muP, a WSD schedule, the z-loss,
+    grouped attention, a target loss. The run records its parameter groups (tag ablate.param_groups), the
+    KV cache per token once at step 0, the schedule's learning rate (not a group's muP-scaled one) and the
+    steps to the target loss."""
+    from ablate.engine.trainer import lr_factor
+
+    monkeypatch.chdir(tmp_path)
+    uri = mlflow_store(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    spec = ExperimentSpec.model_validate({
+        "name": "lm-recipe", "tracking": {"experiment": "lm-recipe"},
+        "data": {"source": "synthetic", "document_lines": 10, "max_len": 16, "batch_tokens": 128,
+                 "synthetic": {"task": "recall", "vocab_size": 12, "min_len": 2, "max_len": 4,
+                               "train_size": 300, "val_size": 40, "test_size": 20}},
+        "model": {"arch": "decoder_only", "d_model": 32, "heads": 4, "kv_heads": 1, "d_ff": 64,
+                  "decoder_layers": 1, "dropout": 0.0, "max_positions": 64, "parametrisation": "mup",
+                  "mup_base_width": 16},
+        "train": {"max_steps": 12, "eval_every": 3,
+                  "optimizer": {"name": "adamw", "lr": 0.01, "weight_decay": 0.1,
+                                "no_decay": "norms_biases_embeddings"},
+                  "schedule": {"name": "wsd", "warmup_steps": 2, "wsd_decay_fraction": 0.5},
+                  "loss": {"name": "z_loss"}},
+        "eval": {"target_loss": 50.0, "samples": 0},
+    })
+    result = run_experiment(spec, quiet=True)
+    assert result.status == "finished" and result.run_id is not None
+    run = MlflowClient(tracking_uri=uri).get_run(result.run_id)
+    groups = json.loads(run.data.tags[record.PARAM_GROUPS])
+    assert {g["lr_scale"] for g in groups} == {1.0, 0.5}  # muP: hidden matrices at 1/m, m = 2
+    assert all(g["weight_decay"] == 0.0 for g in groups if set(g["roles"]) <= {"norm", "bias", "embedding"})
+    assert any(g["weight_decay"] == 0.1 and "hidden" in g["roles"] for g in groups)
+    assert result.metrics[record.KV_CACHE] == 2 * 1 * 8 * 4  # K and V, 1 layer, one 8-wide head, fp32
+    assert result.metrics[record.VAL_STEPS_TO_TARGET] == 3.0  # the first evaluation is below 50 nats
+    assert run.data.params["train.loss.name"] == "z_loss" and run.data.params["train.schedule.name"] == "wsd"
+    history = MlflowClient(tracking_uri=uri).get_metric_history(result.run_id, metricnames.TRAIN_LR)
+    for point in history:  # the schedule's rate, whatever the first group's muP multiplier
+        assert point.value == pytest.approx(0.01 * lr_factor(point.step, spec.train, 12))

@@ -558,3 +558,12 @@ def test_dump_is_plain_yaml() -> None:
     spec = load_spec(REPO / "experiments" / "quickstart.yaml")
     data = yaml.safe_load(dump_spec_yaml(spec))
     assert data["name"] == "quickstart" and data["model"]["mask"] == "-inf"
+
+
+def test_where_and_on_how_many_threads_a_run_trains_leave_its_identity_alone() -> None:
+    """train.device and train.threads are the machine's settings: the same cell whatever they are, and a
+    spec that sets neither hashes as it did before the rule (threads kept at 0 in the identity)."""
+    base = ExperimentSpec.model_validate({"name": "t"})
+    for train in ({"threads": 1}, {"threads": 8, "device": "cpu"}):
+        assert ExperimentSpec.model_validate({"name": "t", "train": train}).spec_hash == base.spec_hash
+    assert base.identity()["train"]["threads"] == 0 and "device" not in base.identity()["train"]

@@ -126,6 +126,43 @@ search:
     assert len(seen) == 4
 
 
+def test_the_recipe_axes_are_searched_by_name_with_their_own_options(tmp_path: Path) -> None:
+    """Optimizer, schedule, loss and parametrisation are dimensions like any component: each sampled name
+    gives a valid spec, and a variant's own option is sampled only where its variant is chosen (``when``);
+    the baseline's Adam options stay out of the optimizers that do not take them."""
+    path = write_spec(tmp_path, "recipe", """
+search:
+  space:
+    train.optimizer.name: {choice: [adam, adamw, muon]}
+    train.optimizer.muon_update_rms: {choice: [original, match_adamw], when: {train.optimizer.name: muon}}
+    train.schedule.name: {choice: [inverse_sqrt, cosine, wsd]}
+    train.schedule.wsd_decay_fraction: {low: 0.1, high: 0.5, when: {train.schedule.name: wsd}}
+    train.loss.name: {choice: [cross_entropy, z_loss]}
+    model.attention: {choice: [sdpa, softcap]}
+    model.kv_heads: {choice: [1, 2]}
+""")
+    plan = plan_search(str(path))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        values = sample(trial, plan)
+        spec = plan.spec_for(values, "test")
+        opt, sched = spec.train.optimizer, spec.train.schedule
+        assert opt.name == values["train.optimizer.name"] and sched.name == values["train.schedule.name"]
+        assert ("train.optimizer.muon_update_rms" in values) == (opt.name == "muon")
+        if opt.name == "muon":
+            assert opt.muon_update_rms == values["train.optimizer.muon_update_rms"]
+        else:
+            assert opt.muon_update_rms is None  # another variant's option is left out, not defaulted
+        if sched.name == "wsd":
+            assert 0.1 <= sched.wsd_decay_fraction <= 0.5
+        assert spec.train.loss.name == values["train.loss.name"] and spec.model.kv_heads in (1, 2)
+        seen.add((opt.name, sched.name, spec.train.loss.name))
+        study.tell(trial, 0.0)
+    assert len({s[0] for s in seen}) == 3 and len({s[1] for s in seen}) == 3
+
+
 def test_first_trial_is_the_whole_baseline_even_outside_the_ranges(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """lr 0.01 is above its range and warm-up 10 off its step: the first trial still runs exactly the

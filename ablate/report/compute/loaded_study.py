@@ -47,14 +47,15 @@ COLUMNS = [
     (metricnames.VAL_CHRF, "val chrF", 2),
     (metricnames.TEST_CHRF, "test chrF", 2), (metricnames.VAL_LOSS, "val loss", 3), (metricnames.VAL_PPL,
                                                                                      "val ppl", 2),
-    (metricnames.MODEL_PARAMS, "params", 0), (metricnames.TOKENS_PER_S, "tokens/s",
+    (metricnames.MODEL_PARAMS, "params", 0), (metricnames.KV_CACHE, "KV cache B/token", 0),
+    (metricnames.TOKENS_PER_S, "tokens/s",
                                               0), (metricnames.RUN_MEMORY, "run MB", 1),
     (metricnames.PEAK_MEMORY, "peak MB", 1), (metricnames.WALL_TIME, "wall s", 1),
 ]
 # The cost columns among them: the report shows them in a table of their own, so neither table runs off
 # a page.
-COST_COLUMNS = (metricnames.MODEL_PARAMS, metricnames.TOKENS_PER_S, metricnames.RUN_MEMORY,
-                metricnames.PEAK_MEMORY, metricnames.WALL_TIME)
+COST_COLUMNS = (metricnames.MODEL_PARAMS, metricnames.KV_CACHE, metricnames.TOKENS_PER_S,
+                metricnames.RUN_MEMORY, metricnames.PEAK_MEMORY, metricnames.WALL_TIME)
 
 
 @dataclass

@@ -1,0 +1,103 @@
+"""Whether the best learning rate moves with the width: the question of muP's learning-rate transfer (Yang
+et al. 2022, "Tensor Programs V", figure 1), decided from a learning-rate search at several widths.
+
+Input: one value of the deciding metric (lower is better, a validation loss) per (width, learning rate,
+seed), every setting run on the same seeds. For each width the best learning rate is the vertex of the
+parabola through the seed-mean metric, in log2 of the rate, at the best grid rate and its two neighbours
+(the grid rate itself at an end of the grid, where no vertex can be placed: the search did not bracket the
+optimum, and the result says so). The shift is the best log2 rate at the widest width minus that at the
+narrowest. Its interval comes from resampling the seeds with replacement, each seed with all its cells (one
+seed's cells share the data order and the initial draw), ``resamples`` times, and taking the central
+``level`` quantiles.
+
+The verdict, fixed before the data: ``stable`` when the interval lies inside +-``margin`` (log2 units: 1 is a
+factor 2, one step of a grid a factor 2 apart), ``drifts`` when the interval excludes 0, else ``not
+settled``. (Both can hold only for a shift inside the margin yet away from 0; then ``stable`` wins: muP's
+claim is about a shift too small to matter.) Imports numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Cell = tuple[int, float, int]  # (width, learning rate, seed)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """The best log2 learning rate per width, its shift from the narrowest to the widest width with its
+    bootstrap interval, and the verdict."""
+
+    widths: tuple[int, ...]
+    best_log2_lr: tuple[float, ...]  # per width, from all seeds
+    bracketed: tuple[bool, ...]  # per width: the best grid rate is inside the grid (a vertex was fitted)
+    shift: float
+    low: float
+    high: float
+    level: float
+    margin: float
+    seeds: int
+
+    @property
+    def verdict(self) -> str:
+        if -self.margin <= self.low and self.high <= self.margin:
+            return "stable"
+        if self.low > 0 or self.high < 0:
+            return "drifts"
+        return "not settled"
+
+    def best_lr(self, width: int) -> float:
+        return float(2.0 ** self.best_log2_lr[self.widths.index(width)])
+
+
+def vertex(log2_lrs: Sequence[float], values: Sequence[float]) -> tuple[float, bool]:
+    """(log2 rate of the minimum, bracketed): the parabola through the best grid point and its neighbours,
+    or the best grid point itself at an end of the grid (bracketed False)."""
+    i = int(np.argmin(values))
+    if i == 0 or i == len(values) - 1:
+        return float(log2_lrs[i]), False
+    x = np.asarray(log2_lrs[i - 1:i + 2], dtype=float)
+    y = np.asarray(values[i - 1:i + 2], dtype=float)
+    a, b, _ = np.polyfit(x, y, 2)
+    if a <= 0:  # three points with no upward curvature: the grid point is the estimate
+        return float(x[1]), True
+    return float(min(max(-b / (2 * a), x[0]), x[2])), True  # kept between the neighbours
+
+
+def _best(values: Mapping[Cell, float], widths: Sequence[int], lrs: Sequence[float], seeds: Sequence[int]
+          ) -> tuple[list[float], list[bool]]:
+    best, bracketed = [], []
+    logs = [math.log2(lr) for lr in lrs]
+    for w in widths:
+        means = [float(np.mean([values[(w, lr, s)] for s in seeds])) for lr in lrs]
+        x, inside = vertex(logs, means)
+        best.append(x)
+        bracketed.append(inside)
+    return best, bracketed
+
+
+def transfer(values: Mapping[Cell, float], *, margin: float = 1.0, level: float = 0.9, resamples: int = 2000,
+             seed: int = 0) -> Transfer:
+    """The learning-rate transfer of one parametrisation's search (every width x rate x seed present)."""
+    widths = sorted({w for w, _, _ in values})
+    lrs = sorted({lr for _, lr, _ in values})
+    seeds = sorted({s for _, _, s in values})
+    missing = [(w, lr, s) for w in widths for lr in lrs for s in seeds if (w, lr, s) not in values]
+    if missing:
+        raise ValueError(f"the search is incomplete: no value for (width, lr, seed) {missing[:3]}")
+    if len(widths) < 2 or len(lrs) < 3 or len(seeds) < 2:
+        raise ValueError("a transfer needs 2 widths or more, 3 learning rates or more and 2 seeds or more")
+    best, bracketed = _best(values, widths, lrs, seeds)
+    rng = np.random.default_rng(seed)
+    shifts = []
+    for _ in range(resamples):
+        drawn = [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))]
+        b, _ = _best(values, [widths[0], widths[-1]], lrs, drawn)
+        shifts.append(b[1] - b[0])
+    low, high = np.quantile(shifts, [(1 - level) / 2, (1 + level) / 2])
+    return Transfer(tuple(widths), tuple(best), tuple(bracketed), best[-1] - best[0], float(low), float(high),
+                    level, margin, len(seeds))
