@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study import failfast, precision, preregister, study_names
+from ablate.study import failfast, ladder, precision, preregister, study_names
 from ablate.study.arms import arms_done, arms_record, dry_run_lines, parent_tags, run_later_arms
 from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_attrs import PARENT
@@ -45,7 +45,6 @@ from ablate.study.parent_run import cells_table, close_parent, open_parent, pare
 from ablate.study.plan import TERMINAL, StudyPlan, format_grid, format_plan
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import other_precision, pinned_precision
-from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
@@ -116,7 +115,7 @@ def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str,
     own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
-        print(format_progress(plan, plan.design, records))
+        print(ladder.progress_text(plan, records))
     if has_later_arms(plan):
         print("\n".join(dry_run_lines(plan, storage, records)))
     return records
@@ -196,7 +195,8 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
     tags[record.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
     if abl.tuned_on is not None:
         tags[record.TUNED_ON] = abl.tuned_on
-    return tags | parent_tags(plan)  # tune: and confirm: (tags: a confirm: may be added to a running study)
+    # tune:, confirm: and scales: (tags: a confirm: may be added to a running study)
+    return tags | parent_tags(plan) | ladder.scales_tag(plan)
 
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
@@ -267,7 +267,7 @@ def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None,
     if has_later_arms(plan):
         done = arms_done(plan, arms, records)
     else:
-        keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
+        keys = ladder.needed(plan, records)
         done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
     why = None if interrupted else failfast.stopped(queue.study)
     if tracker is not None:

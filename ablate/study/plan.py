@@ -22,9 +22,11 @@ from ablate.spec.yamlsrc import Problem, SourceMap, join
 from ablate.stats.sequential import Design
 from ablate.stats.verdict import one_family
 from ablate.study import arm_settings as tuning
-from ablate.study import optuna_attrs
+from ablate.study import ladder, optuna_attrs
 from ablate.study.derived_specs import derive, show
-from ablate.study.seed_rounds import design_of, format_progress, needed_keys
+from ablate.study.rungs import Rung
+from ablate.study.rungs import expand as expand_rungs
+from ablate.study.seed_rounds import design_of
 from ablate.tracking import record
 
 TERMINAL = ("finished", "diverged", "failed")
@@ -39,6 +41,7 @@ class Cell:
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
     arm: str = record.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
+    rung: str | None = None  # a ladder's rung (ablation.scales); its overrides are in ``overrides``
 
     @property
     def key(self) -> str:
@@ -50,7 +53,8 @@ class Cell:
         return {optuna_attrs.CELL: self.key, optuna_attrs.CELL_LABEL: self.label,
                 optuna_attrs.CELL_SEED: self.seed,
                 optuna_attrs.CELL_SPEC_HASH: self.spec.spec_hash, optuna_attrs.CELL_ARM: self.arm,
-                optuna_attrs.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
+                optuna_attrs.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True),
+                **({optuna_attrs.CELL_RUNG: self.rung} if self.rung is not None else {})}
 
 
 @dataclass
@@ -66,6 +70,8 @@ class StudyPlan:
     overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
     optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
     arm: str = record.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
+    rungs: list[Rung] = field(default_factory=list)  # a ladder's rungs in order of compute (ablation.scales)
+    rung: str | None = None  # one rung's sub-plan (ablate/study/ladder.py): its cells are the rung's
 
     @property
     def name(self) -> str:
@@ -146,9 +152,10 @@ class StudyPlan:
         if arm == record.CONFIRM_ARM and abl is not None and abl.confirm is not None:
             data, smap, origin = tuning.confirm_base(abl.confirm, self.data, self.smap, self.origin)
         spec = derive(data, smap, overrides, origin, seed=int(attrs[optuna_attrs.CELL_SEED]))
+        rung = attrs.get(optuna_attrs.CELL_RUNG)
         return Cell(str(attrs.get(optuna_attrs.CELL_LABEL, spec.spec_hash)),
                     int(attrs[optuna_attrs.CELL_SEED]), spec, overrides,
-                    arm=arm)
+                    arm=arm, rung=None if rung is None else str(rung))
 
 
 def _choice(value: Any) -> Any:
@@ -257,6 +264,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             problems.append(Problem(smap.where(at, origin), at,
                                     f"no variant {claim.variant!r} in this study; its variants: {known}"))
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
+    rungs: list[Rung] = []
+    if abl.scales is not None:  # a ladder: every variant at every rung
+        rungs, found = expand_rungs(abl.scales, data, smap, origin, [(lb, o) for lb, o, _ in variants])
+        problems += found
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
@@ -267,13 +278,18 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
     cells = []
+    at_rungs: list[Rung | None] = [*rungs] or [None]
     for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
-        base_at_seed = derive(data, smap, {}, origin, seed=seed)
-        for label, overrides_, _ in variants:
-            cell_spec = derive(data, smap, overrides_, origin, seed=seed)
-            cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
+        for rung in at_rungs:  # a ladder: each rung's variants paired by seed within the rung
+            at_rung = rung.overrides if rung is not None else {}
+            base_at_seed = derive(data, smap, at_rung, origin, seed=seed)
+            for label, overrides_, _ in variants:
+                merged = {**at_rung, **overrides_}
+                cell_spec = derive(data, smap, merged, origin, seed=seed)
+                cells.append(Cell(label, seed, cell_spec, merged, spec_diff(base_at_seed, cell_spec),
+                                  rung=None if rung is None else rung.name))
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
-                     list(overrides))
+                     list(overrides), rungs=rungs)
 
 
 def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
@@ -312,23 +328,28 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     assert abl is not None
     seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''}"
     design, shown = plan.design, plan.cells
+    rungs = max(1, len(plan.rungs))
     if design is None:
         count = f"{len(plan.cells)} cells"
     else:
         first = design.looks[0]
         seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
-        count = f"{first * len(plan.variants)} to {len(plan.cells)} cells"
+        count = f"{first * len(plan.variants) * rungs} to {len(plan.cells)} cells"
         shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
-    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
+    at_rungs = f" x {rungs} rungs" if plan.rungs else ""
+    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants{at_rungs} x {seeds} "
              f"= {count}; metric {plan.metric} ({plan.direction})"]
     lines += _default_design_note(abl, len(plan.variants))
+    lines += ladder.describe(plan)
     if design is not None:
-        lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
+        each = " (at each rung)" if plan.rungs else ""
+        lines.append(f"adaptive seeds{each}: {design.describe()}; round 1 runs the {len(shown)} cells below, "
                      "each later round adds seeds only to the comparisons still open")
     width = max(len(c.label) for c in plan.cells)
     for c in shown:
-        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
-        if diffs and c.seed == plan.seeds[0]:
+        at = f"  rung {c.rung}" if c.rung is not None else ""
+        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4}{at} {c.key}")
+        if diffs and c.seed == plan.seeds[0] and c.rung in (None, plan.rungs[0].name if plan.rungs else None):
             lines.extend(f"      {k}: {_shown(a)} -> {_shown(b)}" for k, a, b in c.diff)
     if abl.expect:  # what the report will say each run reproduces or contradicts
         lines.append(f"checks {len(abl.expect)} published result{'s' if len(abl.expect) > 1 else ''} "
@@ -342,10 +363,12 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
     width = max([len(c.label) for c in plan.cells] + [4])
     metric_name = record.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
-    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
+    rung_width = max([len(r.name) for r in plan.rungs] + [4]) if plan.rungs else 0
+    rung_head = f"  {'rung':<{rung_width}}" if plan.rungs else ""
+    head = f"  {'cell':<{width}}{rung_head}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
     cells = plan.cells
     if plan.design is not None:  # adaptive: the cells needed so far and those already run
-        needed = set(needed_keys(plan, plan.design, records)) | set(records)
+        needed = set(ladder.needed(plan, records)) | set(records)
         cells = [c for c in plan.cells if c.key in needed]
     lines = [f"study {plan.name} ({len(cells)} cells, metric {metric_name}, {plan.direction})", head]
     counts: Counter[str] = Counter()
@@ -355,11 +378,12 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
         counts[status] += 1
         metric = f"{r.metric:.4g}" if r and r.metric is not None else "-"
         step = str(r.step) if r and r.step is not None else "-"
-        lines.append(f"  {c.label:<{width}}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
+        at = f"  {c.rung or '':<{rung_width}}" if plan.rungs else ""
+        lines.append(f"  {c.label:<{width}}{at}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
                      f"{(r.run_id or '-') if r else '-'}")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
     if plan.design is not None:
-        lines.append(format_progress(plan, plan.design, records))
+        lines.append(ladder.progress_text(plan, records))
     return "\n".join(lines)
 
 
