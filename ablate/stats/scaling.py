@@ -14,8 +14,11 @@ ablate/engine/compute.py) and the metric of each seed there. The fit is
 Both are fitted by least squares to the rung means weighted by their seeds (every seed counts once). The
 power law is linear in ``(E, A)`` once ``alpha`` is fixed, so ``alpha`` is profiled: the residual sum of
 squares on a grid of ``ALPHA_GRID`` exponents (log-spaced over ``ALPHA_RANGE``), refined by a parabola
-through the best grid point and its neighbours. A fit whose best exponent sits at the grid's edge did not
-find a saturating curve in the range the data can tell: it says so (``at_edge``).
+through the best grid point and its neighbours. A best exponent at the grid's lower edge means the rungs
+show no saturation at all (the metric still falls as fast per decade at the largest rung, or faster): the
+power law degenerates into a line in log-compute with an unbounded ``E``, so the fit is log-linear
+instead and says why (``note``); at the upper edge the curve saturates within the ladder and the fit says
+its exponent is only bounded (``at_edge``).
 
 Intervals come from resampling seeds within each rung (``BOOTSTRAP`` replicates from a fixed seed: the
 report is deterministic): each replicate draws every rung's seeds with replacement, with the deviations
@@ -78,7 +81,8 @@ class Fit:
     seeds: int  # seeds the fit used, over every rung
     df: int  # degrees of freedom of the seeds within rungs
     level: float = LEVEL
-    at_edge: bool = False  # the power law's best exponent at the edge of ALPHA_RANGE
+    at_edge: bool = False  # the power law's best exponent at the upper edge of ALPHA_RANGE
+    note: str = ""  # why the form is not the one the rungs' count asks for
     replicates: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)), repr=False, compare=False)
 
     def predict(self, compute: float | np.ndarray) -> np.ndarray:
@@ -101,7 +105,7 @@ class Fit:
         return {"form": self.form, "params": dict(self.params),
                 "intervals": {k: list(v) for k, v in self.intervals.items()}, "c0": self.c0,
                 "rungs": self.rungs, "seeds": self.seeds, "df": self.df, "level": self.level,
-                "at_edge": self.at_edge, "formula": formula(self.form)}
+                "at_edge": self.at_edge, "note": self.note, "formula": formula(self.form)}
 
 
 def formula(form: Form) -> str:
@@ -165,9 +169,9 @@ def _grid_rss(basis: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return syy[:, None] - explained
 
 
-def _power_law(logc: np.ndarray, means: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, bool]:
+def _power_law(logc: np.ndarray, means: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, int]:
     """(R, 3) rows of (E, A, alpha) fitting each row of ``means`` (R, K) at ln(C/C0) ``logc`` (K,); and
-    whether the first row's exponent sits at the grid's edge."""
+    where the first row's exponent sits: -1 at the grid's lower edge, +1 at its upper edge, else 0."""
     alphas = np.geomspace(*ALPHA_RANGE, ALPHA_GRID)
     basis = np.exp(-alphas[:, None] * logc[None, :])  # (G, K): (C/C0)^-alpha
     rss = _grid_rss(basis, means, w)  # (R, G)
@@ -184,7 +188,8 @@ def _power_law(logc: np.ndarray, means: np.ndarray, w: np.ndarray) -> tuple[np.n
     alpha = np.exp(log_alpha)
     x = np.exp(-alpha[:, None] * logc[None, :])  # (R, K)
     e, a, _ = _wls_line(x, means, w)
-    return np.stack([e, a, alpha], axis=1), bool(edge[0])
+    where = 0 if not edge[0] else (-1 if best[0] == 0 else 1)
+    return np.stack([e, a, alpha], axis=1), where
 
 
 def _log_linear(log10c: np.ndarray, means: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -232,13 +237,20 @@ def fit(rungs: Sequence[Rung], draws: Sequence[np.ndarray] | None = None, level:
         draws = [draws[i] for i in kept]
     reps = resampled_means(used, draws)
     df = int(sum(r.n - 1 for r in used))
+    note = ""
+    at_edge = False
     if chosen == "power_law":
-        point, at_edge = _power_law(np.log(c / c0), means, w)
+        point, edge = _power_law(np.log(c / c0), means, w)
+        if edge < 0:
+            chosen, note = "log_linear", ("the power law's exponent ran to its lower bound (no saturation "
+                                          "within the ladder): fitted log-linear instead")
+        at_edge = edge > 0
+    if chosen == "power_law":
         boot, _ = _power_law(np.log(c / c0), reps, w)
     else:
-        point, at_edge = _log_linear(np.log10(c / c0), means, w), False
+        point = _log_linear(np.log10(c / c0), means, w)
         boot = _log_linear(np.log10(c / c0), reps, w)
     params = _params(chosen, point[0])
     lo, hi = widened(point[0], boot, max(df, 1), level)
     intervals = {k: (float(a), float(b)) for k, a, b in zip(params, lo, hi, strict=True)}
-    return Fit(chosen, params, intervals, c0, len(used), int(w.sum()), df, level, at_edge, boot)
+    return Fit(chosen, params, intervals, c0, len(used), int(w.sum()), df, level, at_edge, note, boot)

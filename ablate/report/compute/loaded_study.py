@@ -8,6 +8,7 @@ tests). A full-factorial study's main effects and interactions: ``ablate.report.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -94,6 +95,10 @@ class Study:
     # Runs withdrawn from the comparisons (an earlier implementation of their variant, another precision
     # than the study's), each with the reason it was withdrawn: listed in the report's appendix.
     withdrawn: list[tuple[Run, str]] = field(default_factory=list)
+    # A ladder (ablation.scales): each rung's cells as a study of its own, in order of compute; ``runs``
+    # are then the largest rung's (``rung``), whose verdicts every section that knows no ladder states.
+    rungs: dict[str, Study] = field(default_factory=dict)
+    rung: str | None = None
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]
@@ -200,6 +205,8 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
     cells = [r for r in every if r.tags.get(record.KIND) != "search"]
+    if rung_order(parent):
+        return _ladder(parent, cells)
     listed = arms or {}
     study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)])
     for arm in record.ARMS[1:]:
@@ -212,6 +219,26 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     study.searches = [Search(latest[v], _runs_from_frame(found[latest[v].run_id])
                              if latest[v].run_id in found else []) for v in study.variants if v in latest]
     return study
+
+
+def rung_order(parent: Mapping[str, Any]) -> list[str]:
+    """A ladder's rung names in order of compute (the parent's ``ablate.scales`` tag); [] without one."""
+    text = parent["tags"].get(record.SCALES)
+    return [str(r["name"]) for r in json.loads(text)["rungs"]] if text else []
+
+
+def _ladder(parent: dict[str, Any], cells: list[Run]) -> Study:
+    """A ladder study: each rung's cells a study of their own (paired by seed within the rung), the
+    largest rung with runs standing for the study (its ``rungs`` every rung's)."""
+    rungs = {}
+    for name in rung_order(parent):
+        runs = [r for r in cells if r.tags.get(record.RUNG) == name]
+        if runs:
+            rungs[name] = _study(parent, runs)
+    if not rungs:
+        return _study(parent, [])
+    top = list(rungs)[-1]
+    return dataclasses.replace(rungs[top], rungs=rungs, rung=top)
 
 
 def _study(parent: dict[str, Any], every: list[Run]) -> Study:
