@@ -72,7 +72,8 @@ class Batch:
 
 class TokenBatcher:
     def __init__(self, split: _Split, batch_tokens: int, seed: int, shuffle: bool = True, rank: int = 0,
-                 world_size: int = 1, *, bucket_batches: int = 100) -> None:
+                 world_size: int = 1, *, bucket_batches: int = 100,
+                 specials: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID)) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, found {batch_tokens}")
         if world_size < 1 or not 0 <= rank < world_size:
@@ -87,6 +88,7 @@ class TokenBatcher:
         self.rank = rank
         self.world_size = world_size
         self.bucket_batches = bucket_batches
+        self.pad_id, self.bos_id, self.eos_id = specials  # the tokenizer's (a tokenizer file keeps its own)
         self.src_len = np.fromiter((len(s) for s in split.src_ids), dtype=np.int64, count=n)
         self.tgt_len = np.fromiter((len(t) + 1 for t in split.tgt_ids), dtype=np.int64, count=n)  # + bos/eos
         self._src_cols = np.maximum(self.src_len, 1)  # an empty source still takes one (padded) column
@@ -162,17 +164,17 @@ class TokenBatcher:
         n_rows = len(rows)
         s_max = max(1, max(len(src_ids[i]) for i in rows))
         t_max = max(len(tgt_ids[i]) for i in rows) + 1
-        src = np.full((n_rows, s_max), PAD_ID, dtype=np.int64)  # (B, S)
-        tgt_in = np.full((n_rows, t_max), PAD_ID, dtype=np.int64)  # (B, T)
-        tgt_out = np.full((n_rows, t_max), PAD_ID, dtype=np.int64)  # (B, T)
+        src = np.full((n_rows, s_max), self.pad_id, dtype=np.int64)  # (B, S)
+        tgt_in = np.full((n_rows, t_max), self.pad_id, dtype=np.int64)  # (B, T)
+        tgt_out = np.full((n_rows, t_max), self.pad_id, dtype=np.int64)  # (B, T)
         n_src = n_tgt = 0
         for r, i in enumerate(rows):
             s, t = src_ids[i], tgt_ids[i]
             src[r, :len(s)] = s
-            tgt_in[r, 0] = BOS_ID
+            tgt_in[r, 0] = self.bos_id
             tgt_in[r, 1:len(t) + 1] = t
             tgt_out[r, :len(t)] = t
-            tgt_out[r, len(t)] = EOS_ID
+            tgt_out[r, len(t)] = self.eos_id
             n_src += len(s)
             n_tgt += len(t) + 1
         n_padded = n_rows * (s_max + t_max) - n_src - n_tgt

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ablate.data.corpus import check_jsonl_file, check_text_file, check_tsv_file, named_file_roles
 from ablate.data.paths import DataError, DataPath, data_path, data_root
+from ablate.data.tokenizer_file import load_tokenizer_file
 from ablate.spec.yamlsrc import Problem, SourceMap, SpecError
 
 if TYPE_CHECKING:
@@ -91,11 +92,25 @@ def _head(path: Path, check: str, spec: DataSpec) -> str | None:
 
 
 def files_problems(data: DataSpec) -> list[tuple[str, str]]:
-    """(field, message) for every problem of the files a ``files`` or ``text`` source names."""
+    """(field, message) for every problem of the files a ``files`` or ``text`` source names, and of a
+    tokenizer file (``data.tokenizer.kind: file``)."""
+    problems = _tokenizer_problems(data)
     if data.source == "files" and data.files is not None:
-        return _parallel_problems(data)
+        return _parallel_problems(data) + problems
     if data.source == "text" and data.text is not None:
-        return _text_problems(data)
+        return _text_problems(data) + problems
+    return problems
+
+
+def _tokenizer_problems(data: DataSpec) -> list[tuple[str, str]]:
+    """A tokenizer file that is missing, is not a tokenizer, or lacks a special token: at its field."""
+    if data.tokenizer.kind != "file":
+        return []
+    try:
+        load_tokenizer_file(data.tokenizer, lowercase=data.lowercase)
+    except DataError as exc:
+        field, _, message = str(exc).partition(": ")
+        return [(field, message)]
     return []
 
 
@@ -159,7 +174,7 @@ def check_data(spec_path: str, overrides: Sequence[str], spec: ExperimentSpec) -
     """Raise SpecError (exit 2, one located line each) when a data file the spec names is unusable."""
     from ablate.spec.load import load_spec_data
 
-    if spec.data.source not in ("files", "text"):
+    if spec.data.source not in ("files", "text") and spec.data.tokenizer.kind != "file":
         return
     _, smap = load_spec_data(spec_path, overrides)
     problems = data_problems(spec, smap, str(spec_path))

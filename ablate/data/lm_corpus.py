@@ -1,20 +1,28 @@
-"""Language-modelling data: documents -> one tokenizer -> packed training blocks and evaluation windows.
+"""Language-modelling data: documents -> one tokenizer -> token shards -> packed training blocks and
+evaluation windows.
 
 ``prepare_lm(spec)`` is the entry point for ``model.arch: decoder_only`` (``prepare_data`` hands over to
-it). Text comes from local files (``source: text``, ``.gz`` accepted, read through ``datasets``' text
-loader after our line-by-line check), a hub dataset's text column (``source: hub``, ``hub.field``), or a
-synthetic LM task (ablate/data/lm_tasks.py). Text files are cut into documents as ``data.text.documents``
-says: at blank lines (prose), every ``data.document_lines`` lines (Multi30k captions), one file per document,
-or the whole file as one stream; a hub column or a synthetic task is grouped ``document_lines`` lines at a
-time. The lines of a document are joined by a space. One tokenizer (``data.tokenizer``) is trained on
-the training documents and cached under ``data.cache_dir/tokenizers`` like the translation ones.
+it). Text comes from local files (``source: text``, ``.gz`` accepted, read line by line after our
+line-by-line check), a hub dataset's text column (``source: hub``, ``hub.field``; ``hub.streaming`` reads
+it as it downloads), or a synthetic LM task (ablate/data/lm_tasks.py). Text files are cut into documents as
+``data.text.documents`` says: at blank lines (prose), every ``data.document_lines`` lines (Multi30k
+captions), one file per document, or the whole file as one stream; a hub column or a synthetic task is
+grouped ``document_lines`` lines at a time (ablate/data/lm_sources.py). The lines of a document are joined
+by a space. One tokenizer (``data.tokenizer``) is trained on the training documents and cached under
+``data.cache_dir/tokenizers`` like the translation ones.
+
+Text and hub corpora are tokenized once, streaming and in batches, into memory-mapped token shards under
+``data.cache_dir/shards`` (ablate/data/token_shards.py, built by ablate/data/shard_build.py); a synthetic
+task's few documents stay in memory, in the same form. Nothing else holds a corpus: a split is a flat
+token array and its document index (:class:`LMSplit`), and batches gather their rows from it.
 
 Training blocks (nanoGPT's and GPT-2's packing, made document-aware as torchtune's packed datasets): each
 document becomes ``[bos] d_1 .. d_n [eos]``, i.e. ``n + 1`` (input, target) pairs; the pairs of all
 documents are concatenated and cut into blocks of ``data.max_len`` pairs (the last partial block is
 dropped). A block carries one segment id per position, so the model masks attention between documents of a
 block and restarts absolute positions at each document: no block mixes two documents' contexts, and no
-token is padding (``data/padding_fraction`` is 0).
+token is padding (``data/padding_fraction`` is 0). Block ``b`` is pairs ``b*T .. b*T + T - 1`` of that
+stream, gathered from the memory map when a batch asks for it (:meth:`LMSplit.blocks`).
 
 Evaluation (:func:`windows`) scores every target of every document exactly once: non-overlapping windows
 of the evaluation length, or sliding windows that score ``stride`` new tokens each with the preceding
@@ -34,38 +42,81 @@ import numpy as np
 import torch
 
 from ablate.data import lm_tasks
-from ablate.data.corpus import DataError, atomic_write, check_text_file, expand_env, sha256_json
-from ablate.data.prepared import PreparedData
-from ablate.data.tokenize import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    Tokenizers,
-    fixed_wordlevel,
-    normalize,
-    train_tokenizer,
+from ablate.data.corpus import DataError, expand_env, sha256_json
+from ablate.data.lm_sources import (
+    DocumentSource,
+    cut_documents,
+    documents,
+    hub_source,
+    paragraphs,
+    text_source,
 )
+from ablate.data.prepared import PreparedData
+from ablate.data.shard_build import fingerprint_of, open_or_build
+from ablate.data.token_shards import TokenDocs
+from ablate.data.tokenize import BOS_ID, EOS_ID, PAD_ID, Tokenizers, fixed_wordlevel
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import DataSpec, ExperimentSpec
 
-__all__ = ["IGNORE", "LMBatch", "LMData", "LMSplit", "PackedBatcher", "Window", "pack", "prepare_lm",
-           "windows"]
+__all__ = ["IGNORE", "LMBatch", "LMData", "LMSplit", "PackedBatcher", "Window", "cut_documents", "documents",
+           "pack", "paragraphs", "prepare_lm", "windows"]
 
 IGNORE = -100  # a target that is not scored (cross_entropy's ignore_index)
-LM_VERSION = 1
 
 
 @dataclass
 class LMSplit:
-    docs: list[list[int]]  # token ids of each document, no bos/eos
-    texts: list[str]  # each document's normalised text
+    docs: TokenDocs  # token ids of each document, no bos/eos: views into a memory map (or an array)
+    texts: Sequence[str] | None  # each document's normalised text (evaluation splits; None: not kept)
     n_bytes: int  # UTF-8 bytes of all documents, plus one per document (its eos)
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_lists(cls, docs: Sequence[Sequence[int]], texts: Sequence[str] | None,
+                   n_bytes: int | None = None, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> LMSplit:
+        """A split held in memory (a synthetic task, a held-out file)."""
+        if n_bytes is None:
+            n_bytes = sum(len(t.encode("utf-8")) + 1 for t in texts) if texts is not None else 0
+        return cls(TokenDocs.from_lists(docs), texts, n_bytes, bos_id, eos_id)
 
     @property
     def n_targets(self) -> int:
         """Predicted positions: every token and each document's eos."""
-        return sum(len(d) + 1 for d in self.docs)
+        return self.docs.n_tokens + len(self.docs)
+
+    def _pair_starts(self) -> np.ndarray:
+        """(docs + 1,) where each document's pairs begin (its offset plus one pair per earlier document),
+        computed once: 8 bytes a document, whatever the corpus's tokens."""
+        if self._starts is None:
+            self._starts = np.asarray(self.docs.offsets) + np.arange(len(self.docs.offsets))
+        return self._starts
+
+    def n_blocks(self, block_len: int) -> int:
+        return self.n_targets // block_len
+
+    def blocks(self, rows: np.ndarray, block_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(inputs, targets, segments) of blocks ``rows``, each (len(rows), block_len) int64, gathered from
+        the documents: pair ``k`` of document ``j`` is (bos if k == 0 else d_j[k-1], d_j[k] if k < n_j else
+        eos), block ``b`` holds pairs ``b*T .. b*T + T - 1`` of all documents' pairs in order, and a
+        segment id is the document's index in the split."""
+        offsets = np.asarray(self.docs.offsets)
+        pair_starts = self._pair_starts()
+        p = rows.astype(np.int64)[:, None] * block_len + np.arange(block_len)  # (B, T) pair indices
+        doc = np.searchsorted(pair_starts, p, side="right") - 1  # (B, T)
+        k = p - pair_starts[doc]  # position of the pair inside its document
+        at = offsets[doc] + k  # the target's place in the flat tokens (its input's is one before)
+        n_tokens = max(1, self.docs.n_tokens)
+        tokens = self.docs.tokens
+        before = np.asarray(tokens[np.clip(at - 1, 0, n_tokens - 1)], dtype=np.int64) if len(tokens) \
+            else np.zeros_like(at)
+        here = np.asarray(tokens[np.clip(at, 0, n_tokens - 1)], dtype=np.int64) if len(tokens) \
+            else np.zeros_like(at)
+        inputs = np.where(k == 0, self.bos_id, before)
+        targets = np.where(at == offsets[doc + 1], self.eos_id, here)
+        return inputs, targets, doc
 
 
 @dataclass
@@ -76,173 +127,57 @@ class LMData(PreparedData):
     block_len: int = 128
 
 
-# ------------------------------------------------------------------ loading
-def _text_documents(data: DataSpec) -> dict[str, list[str]]:
-    """The documents of each ``source: text`` split, cut as ``data.text.documents`` says (normalised)."""
-    from ablate.data.check import text_named_paths, text_split_paths
-
-    assert data.text is not None
-    mode = data.text.documents or "lines"
-    out: dict[str, list[str]] = {}
-    for named in text_named_paths(data):
-        split = named.field.rsplit(".", 1)[1]
-        paths = text_split_paths(named, mode)
-        if not paths or not all(p.is_file() for p in paths):
-            raise DataError(f"{named.field}: file not found: {named.path}{named.explain()}")
-        if mode == "files":  # one document per file, its lines joined like a paragraph's
-            out[split] = [d for p in paths if (d := _joined(_read_lines(p, data), data.lowercase))]
-            continue
-        lines = _read_lines(paths[0], data)
-        if mode == "lines" and split == "train":  # lines mode caps lines before grouping them (as it did)
-            lines = lines[:data.max_train_examples]
-        out[split] = cut_documents(lines, data)
-    return out
-
-
-def cut_documents(lines: Sequence[str], data: DataSpec) -> list[str]:
-    """One text's lines cut into documents as the spec cuts its text (``data.text.documents``; a hub
-    column or synthetic task: ``document_lines`` at a time); a ``files`` document is the whole text."""
-    mode = (data.text.documents if data.text is not None else None) or "lines"
-    if mode == "paragraphs":
-        return paragraphs(lines, data.lowercase)
-    if mode in ("stream", "files"):
-        return [d] if (d := _joined(lines, data.lowercase)) else []
-    return documents(lines, data.document_lines, data.lowercase)
-
-
-def _read_lines(path: Path, data: DataSpec) -> list[str]:
-    """A text file's lines, blank ones kept (checked line by line first: UTF-8, no stray carriage return)."""
-    if check_text_file(path, blank_lines=True) == 0:
-        raise DataError(f"{path}: empty file (no line of text)")
-    import datasets  # the same loader as translation files (Arrow, cached)
-
-    loaded = datasets.load_dataset("text", data_files={"lines": str(path)},
-                                   cache_dir=str(Path(expand_env(data.cache_dir)) / "hf"))["lines"]
-    return [line.lstrip("\ufeff") if i == 0 else line for i, line in enumerate(loaded["text"])]
-
-
-def _joined(lines: Sequence[str], lowercase: bool) -> str:
-    """Non-blank lines joined by a space (the tokenizers do not model line breaks)."""
-    return " ".join(clean for line in lines if (clean := normalize(line, lowercase)))
-
-
-def paragraphs(lines: Sequence[str], lowercase: bool) -> list[str]:
-    """One document per run of non-blank lines: a blank line (or several) ends a document."""
-    docs: list[str] = []
-    current: list[str] = []
-    for line in [*lines, ""]:
-        clean = normalize(line, lowercase)
-        if clean:
-            current.append(clean)
-        elif current:
-            docs.append(" ".join(current))
-            current = []
-    return docs
-
-
-def _lines_of_hub(data: DataSpec) -> dict[str, list[str]]:
-    assert data.hub is not None and data.hub.field is not None
-    import datasets
-
-    hub = data.hub
-    label = hub.name if hub.config is None else f"{hub.name}/{hub.config}"
-    try:
-        loaded = datasets.load_dataset(hub.name, hub.config, revision=hub.revision,
-                                       cache_dir=str(Path(expand_env(data.cache_dir)) / "hf"))
-    except Exception as e:  # the hub raises many types; the user needs one line
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"data.hub: cannot load dataset {label!r}: {message}") from e
-    out: dict[str, list[str]] = {}
-    for split, name in (("train", hub.train_split), ("val", hub.val_split), ("test", hub.test_split)):
-        if name is None or (split == "test" and name not in loaded):
-            continue
-        if name not in loaded:
-            raise DataError(f"data.hub.{split}_split: dataset {label!r} has no split {name!r}; "
-                            f"splits: {', '.join(loaded)}")
-        if hub.field not in loaded[name].column_names:
-            raise DataError(f"data.hub.field: {label}[{name}] has no column {hub.field!r}; columns: "
-                            f"{', '.join(loaded[name].column_names)}")
-        out[split] = [t for t in loaded[name][hub.field] if isinstance(t, str) and t.strip()]
-    return out
-
-
-def documents(lines: Sequence[str], per_document: int, lowercase: bool) -> list[str]:
-    """Consecutive lines joined by a space, ``per_document`` at a time (the last document may be shorter)."""
-    clean = [normalize(line, lowercase) for line in lines]
-    clean = [line for line in clean if line]
-    return [" ".join(clean[i:i + per_document]) for i in range(0, len(clean), per_document)]
-
-
-def _tokenizer(data: DataSpec, docs: list[str], digest: str) -> Tokenizers:
-    """One tokenizer for the language model, trained on the training documents (cached by content)."""
-    spec = data.tokenizer
-    cache = Path(expand_env(data.cache_dir, "data.cache_dir")) / "tokenizers"
-    key = sha256_json({"v": LM_VERSION, "lm": digest, "tokenizer": spec.model_dump(mode="json")})[:24]
-    path = cache / f"lm-{key}.json"
-    if path.is_file():
-        try:
-            return Tokenizers.from_json(path.read_text(encoding="utf-8"))
-        except Exception:  # noqa: BLE001 - a damaged cache file is rebuilt, never fatal
-            pass
-    if not docs:
-        raise DataError("the train split is empty: nothing to train the tokenizer on")
-    tok = Tokenizers(train_tokenizer(spec.kind, docs, spec.vocab_size, spec.min_freq), None, kind=spec.kind,
-                     lowercase=data.lowercase)
-    atomic_write(path, tok.to_json().encode())
-    return tok
-
-
-def _source_documents(data: DataSpec, seed: int) -> tuple[dict[str, list[str]], Tokenizers | None, str, str]:
-    """Each split's documents, the tokenizer a synthetic task fixes (else None), the data's name, source."""
-    if data.source == "synthetic":
-        cfg = data.synthetic
-        assert cfg is not None
-        lines = lm_tasks.generate(cfg, seed)
-        tok = Tokenizers(fixed_wordlevel(lm_tasks.vocabulary(cfg)), None, kind="wordlevel")
-        return _grouped(lines, data), tok, f"synthetic-{cfg.task}", f"synthetic:{cfg.task}"
-    if data.source == "hub":
-        assert data.hub is not None
-        return _grouped(_lines_of_hub(data), data), None, data.hub.name, f"hf://{data.hub.name}"
-    assert data.text is not None
-    folder = Path(expand_env(data.text.root)).name if data.text.root else ""
-    train = Path(data.text.train).name
-    name = f"{folder}/{train}" if folder else train  # e.g. 'multi30k/train.en.gz'
-    source = str(Path(expand_env(data.text.root or "")) / data.text.train)
-    texts = _text_documents(data)
-    if data.max_train_examples is not None and data.text.documents != "lines":
-        texts["train"] = texts["train"][:data.max_train_examples]  # documents (lines mode caps lines)
-    return texts, None, name, source
-
-
-def _grouped(lines: dict[str, list[str]], data: DataSpec) -> dict[str, list[str]]:
-    """Lines (a hub column, a synthetic task) grouped ``document_lines`` at a time, the train lines capped."""
+# ------------------------------------------------------------------ preparing
+def _synthetic(data: DataSpec, seed: int) -> LMData:
+    """A synthetic LM task: generated in memory (no shards), its lines grouped into documents."""
+    cfg = data.synthetic
+    assert cfg is not None
+    lines = lm_tasks.generate(cfg, seed)
     if data.max_train_examples is not None:
         lines["train"] = lines["train"][:data.max_train_examples]
-    return {split: documents(ls, data.document_lines, data.lowercase) for split, ls in lines.items()}
-
-
-def prepare_lm(spec: ExperimentSpec | DataSpec, seed: int = 0) -> LMData:
-    """Load, group into documents, tokenize: the splits of a language model (DataError on bad data)."""
-    data = cast("DataSpec", getattr(spec, "data", spec))  # an ExperimentSpec or its DataSpec
-    texts, fixed, name, source = _source_documents(data, seed)
-    digest = sha256_json({"v": LM_VERSION, **{k: sha256_json(v) for k, v in texts.items()}})
-    tok = fixed or _tokenizer(data, texts["train"], digest)
+    texts = {split: documents(ls, data.document_lines, data.lowercase) for split, ls in lines.items()}
+    tok = Tokenizers(fixed_wordlevel(lm_tasks.vocabulary(cfg)), None, kind="wordlevel")
     splits: dict[str, LMSplit] = {}
     for split, docs in texts.items():
         if not docs:
             raise DataError(f"the {split} split has no document")
-        ids = tok.encode_tgt_batch(docs)
-        splits[split] = LMSplit(ids, docs, sum(len(d.encode("utf-8")) + 1 for d in docs))
+        splits[split] = LMSplit.from_lists(tok.encode_tgt_batch(docs), docs, bos_id=tok.bos_id,
+                                           eos_id=tok.eos_id)
+    digests = {k: sha256_json(v) for k, v in texts.items()}
+    fingerprint = fingerprint_of(digests, tok, data)
+    return _lm_data(tok, splits, fingerprint, f"synthetic-{cfg.task}", False, f"synthetic:{cfg.task}", data)
+
+
+def _lm_data(tok: Tokenizers, splits: dict[str, LMSplit], fingerprint: str, name: str, is_text: bool,
+             source: str, data: DataSpec, cached: bool = False) -> LMData:
     stats = {f"{split}_documents": len(s.docs) for split, s in splits.items()}
     stats.update({f"{split}_tokens": s.n_targets for split, s in splits.items()})
     stats["vocab"] = tok.tgt_vocab_size
-    fingerprint = sha256_json({"digest": digest, "tok": sha256_json(tok.to_json()),
-                               "block": data.max_len, "lines": data.document_lines})[:16]
-    return LMData(tok, {}, fingerprint, name, data.source != "synthetic", source, stats,
-                  documents=splits, block_len=data.max_len)
+    return LMData(tok, {}, fingerprint, name, is_text, source, stats, cached=cached, documents=splits,
+                  block_len=data.max_len)
+
+
+def prepare_lm(spec: ExperimentSpec | DataSpec, seed: int = 0) -> LMData:
+    """Load, group into documents, tokenize into shards (or open them): the splits of a language model
+    (DataError, one line, on bad data)."""
+    data = cast("DataSpec", getattr(spec, "data", spec))  # an ExperimentSpec or its DataSpec
+    if data.source == "synthetic":
+        return _synthetic(data, seed)
+    source: DocumentSource = hub_source(data) if data.source == "hub" else text_source(data)
+    cache = Path(expand_env(data.cache_dir, "data.cache_dir"))
+    shards = open_or_build(source, data, cache)
+    splits = {split: LMSplit(docs, texts, shards.n_bytes[split], shards.tokenizers.bos_id,
+                             shards.tokenizers.eos_id)
+              for split, (docs, texts) in shards.splits.items()}
+    fingerprint = fingerprint_of(shards.digests, shards.tokenizers, data)
+    return _lm_data(shards.tokenizers, splits, fingerprint, source.name, True, source.source, data,
+                    cached=shards.cached)
 
 
 # ------------------------------------------------------------------ training blocks
+Docs = Sequence[Sequence[int]] | LMSplit  # documents as lists (tests, small data) or a prepared split
+
+
 @dataclass
 class LMBatch:
     ids: torch.Tensor  # (B, T) long: the inputs
@@ -266,68 +201,82 @@ class LMBatch:
                        targets=self.targets.to(device, non_blocking=non_blocking), segments=seg)
 
 
-def pack(docs: Sequence[Sequence[int]], block_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack(docs: Docs, block_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(inputs, targets, segments), each (blocks, block_len): every document's (input, target) pairs in
     order, cut into blocks; the last partial block is dropped (as nanoGPT's get_batch never reads past
-    the end). Segment ids count documents over the whole stream."""
-    lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
-    total = int(lengths.sum())
-    seq = np.empty(total + len(docs), dtype=np.int64)  # [bos] d [eos] per document
-    at = 0
-    for d in docs:
-        seq[at] = BOS_ID
-        seq[at + 1:at + 1 + len(d)] = d
-        seq[at + 1 + len(d)] = EOS_ID
-        at += len(d) + 2
-    starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])  # where each document's bos sits
-    pair = np.ones(len(seq), dtype=bool)
-    pair[starts + lengths] = False  # an eos is never an input
-    inputs = seq[pair]
-    targets = seq[np.roll(pair, 1)]  # the token after each input
-    segments = np.repeat(np.arange(len(docs)), lengths)
-    n = total // block_len
+    the end). Segment ids count documents over the whole stream. (All blocks at once: for small data and
+    tests; training gathers the rows of each batch, :class:`PackedBatcher`.)"""
+    split = docs if isinstance(docs, LMSplit) else LMSplit.from_lists(docs, None, 0)
+    n = _checked_blocks(split, block_len)
+    return split.blocks(np.arange(n), block_len)
+
+
+def _checked_blocks(split: LMSplit, block_len: int) -> int:
+    n = split.n_blocks(block_len)
     if n == 0:
-        raise DataError(f"the training text has {total} tokens, fewer than one block of data.max_len "
-                        f"{block_len}")
-    cut = n * block_len
-    return (inputs[:cut].reshape(n, block_len), targets[:cut].reshape(n, block_len),
-            segments[:cut].reshape(n, block_len))
+        raise DataError(f"the training text has {split.n_targets} tokens, fewer than one block of "
+                        f"data.max_len {block_len}")
+    return n
+
+
+class _Batches(Sequence[np.ndarray]):
+    """An epoch's batches as slices of one permutation (no list of arrays for a corpus of millions of
+    blocks): batch ``i`` is ``order[i*rows:(i+1)*rows]``."""
+
+    def __init__(self, order: np.ndarray, rows: int, n: int) -> None:
+        self.order, self.rows, self.n = order, rows, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]  # type: ignore[return-value]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.order[i * self.rows:(i + 1) * self.rows]
 
 
 class PackedBatcher:
     """Batches of ``batch_tokens // block_len`` blocks, shuffled per epoch from (seed, epoch); the same
-    interface as :class:`ablate.data.batching.TokenBatcher` (the trainer uses either)."""
+    interface as :class:`ablate.data.batching.TokenBatcher` (the trainer uses either). Only the epoch's
+    permutation of block numbers is held; a batch's rows are gathered from the split when collated, so
+    rank ``r`` of a DDP run reads only its own blocks."""
 
     def __init__(self, split: LMSplit, block_len: int, batch_tokens: int, seed: int, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1) -> None:
-        self.inputs, self.targets, self.segments = pack(split.docs, block_len)
+        self.split, self.block_len = split, block_len
+        self.n_blocks = _checked_blocks(split, block_len)
         self.rows = max(1, batch_tokens // block_len)
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
-        if len(self.inputs) < world_size:
-            raise ValueError(f"{len(self.inputs)} blocks cannot feed {world_size} ranks")
-        self._memo: tuple[int, list[np.ndarray]] | None = None  # the trainer asks once per micro-batch
+        if self.n_blocks < world_size:
+            raise ValueError(f"{self.n_blocks} blocks cannot feed {world_size} ranks")
+        self._memo: tuple[int, _Batches] | None = None  # the trainer asks once per micro-batch
 
-    def all_batches(self, epoch: int) -> list[np.ndarray]:
+    def all_batches(self, epoch: int) -> Sequence[np.ndarray]:
         if self._memo is not None and self._memo[0] == epoch:
             return self._memo[1]
-        n = len(self.inputs)
+        n = self.n_blocks
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
-        batches = [order[i:i + self.rows] for i in range(0, n, self.rows)]
-        usable = len(batches) - len(batches) % self.world_size  # every rank the same number of steps
-        self._memo = (epoch, batches[:max(usable, self.world_size)])
+        count = math.ceil(n / self.rows)
+        usable = count - count % self.world_size  # every rank the same number of steps
+        self._memo = (epoch, _Batches(order, self.rows, min(count, max(usable, self.world_size))))
         return self._memo[1]
 
     def num_batches(self, epoch: int = 0) -> int:
         return len(self.all_batches(epoch)) // self.world_size
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        return [b.tolist() for b in self.all_batches(epoch)[self.rank::self.world_size]]
+        batches = self.all_batches(epoch)
+        return [batches[i].tolist() for i in range(self.rank, len(batches), self.world_size)]
 
     def collate(self, indices: Sequence[int]) -> LMBatch:
         rows = np.asarray(indices, dtype=np.int64)
-        return LMBatch(torch.from_numpy(self.inputs[rows]), torch.from_numpy(self.targets[rows]),
-                       torch.from_numpy(self.segments[rows]), int(rows.size * self.inputs.shape[1]), 0,
-                       rows.tolist())
+        inputs, targets, segments = self.split.blocks(rows, self.block_len)
+        return LMBatch(torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(segments),
+                       int(rows.size * self.block_len), 0, rows.tolist())
 
     def padding_fraction(self, epoch: int = 0) -> float:
         return 0.0  # packed: every position is a real token
@@ -340,15 +289,18 @@ class Window:
     targets: list[int]  # next tokens, IGNORE where already scored by an earlier window
 
 
-def windows(docs: Sequence[Sequence[int]], length: int, stride: int | None = None) -> Iterator[Window]:
+def windows(docs: Docs, length: int, stride: int | None = None) -> Iterator[Window]:
     """Evaluation windows of at most ``length`` positions over each document's (input, target) pairs,
     scoring every target once. ``stride`` None: non-overlapping windows (each starts without context);
     else windows start every ``stride`` pairs and score only the pairs no earlier window scored, with up
-    to ``length - stride`` pairs of context before them (Press et al. 2022's sliding evaluation)."""
+    to ``length - stride`` pairs of context before them (Press et al. 2022's sliding evaluation). A split's
+    documents are read one at a time from its memory map."""
+    bos, eos = (docs.bos_id, docs.eos_id) if isinstance(docs, LMSplit) else (BOS_ID, EOS_ID)
     step = length if stride is None else min(stride, length)
-    for d in docs:
-        inputs = [BOS_ID, *d]
-        targets = [*d, EOS_ID]
+    for d in (docs.docs if isinstance(docs, LMSplit) else docs):
+        ids = d.tolist() if isinstance(d, np.ndarray) else list(d)
+        inputs = [bos, *ids]
+        targets = [*ids, eos]
         n = len(inputs)
         scored = 0
         while scored < n:
@@ -358,8 +310,8 @@ def windows(docs: Sequence[Sequence[int]], length: int, stride: int | None = Non
             scored = end
 
 
-def window_batches(docs: Sequence[Sequence[int]], length: int, stride: int | None, batch_tokens: int
-                   ) -> Iterator[LMBatch]:
+def window_batches(docs: Docs, length: int, stride: int | None, batch_tokens: int,
+                   pad_id: int = PAD_ID) -> Iterator[LMBatch]:
     """The windows, right-padded into batches of about ``batch_tokens`` positions (a causal query never
     sees the padding after it, and padded targets are IGNORE)."""
     rows = max(1, batch_tokens // length)
@@ -367,15 +319,15 @@ def window_batches(docs: Sequence[Sequence[int]], length: int, stride: int | Non
     for w in windows(docs, length, stride):
         chunk.append(w)
         if len(chunk) == rows:
-            yield _collate_windows(chunk)
+            yield _collate_windows(chunk, pad_id)
             chunk = []
     if chunk:
-        yield _collate_windows(chunk)
+        yield _collate_windows(chunk, pad_id)
 
 
-def _collate_windows(chunk: list[Window]) -> LMBatch:
+def _collate_windows(chunk: list[Window], pad_id: int) -> LMBatch:
     width = max(len(w.ids) for w in chunk)
-    ids = torch.full((len(chunk), width), PAD_ID, dtype=torch.long)
+    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
     targets = torch.full((len(chunk), width), IGNORE, dtype=torch.long)
     for r, w in enumerate(chunk):
         ids[r, :len(w.ids)] = torch.tensor(w.ids)

@@ -47,6 +47,7 @@ from ablate.data.corpus import (
 )
 from ablate.data.prepared import PreparedData, Split
 from ablate.data.tokenize import Tokenizers, fixed_wordlevel, load_or_train, normalize, tokenizer_key
+from ablate.data.tokenizer_file import load_tokenizer_file, tokenizer_file_identity
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import DataSpec, ExperimentSpec
@@ -121,15 +122,20 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
     if corpus is None:
         assert data.files is not None
         corpus = load_files(data.files, data.src_lang, data.tgt_lang, cache_dir, roles, digest)
-    pairs = {split: ([normalize(s, data.lowercase) for s in p.src],
-                     [normalize(t, data.lowercase) for t in p.tgt]) for split, p in corpus.splits.items()}
+    pairs = _normalized_in_place(corpus, data.lowercase)
     if data.max_train_examples is not None:
         src, tgt = pairs["train"]
         pairs["train"] = (src[:data.max_train_examples], tgt[:data.max_train_examples])
     tok_key = tokenizer_key(digest, data.tokenizer, data.lowercase, data.max_train_examples)
-    tokenizers, trained = load_or_train(cache_dir, tok_key, data.tokenizer, *pairs["train"],
-                                        lowercase=data.lowercase, reverse_source=data.reverse_source,
-                                        source_bos=data.source_bos, source_eos=data.source_eos)
+    if data.tokenizer.kind == "file":  # one's own tokenizer, for both sides: nothing to train
+        tokenizers = load_tokenizer_file(data.tokenizer, lowercase=data.lowercase,
+                                         reverse_source=data.reverse_source, source_bos=data.source_bos,
+                                         source_eos=data.source_eos)
+        trained = False
+    else:
+        tokenizers, trained = load_or_train(cache_dir, tok_key, data.tokenizer, *pairs["train"],
+                                            lowercase=data.lowercase, reverse_source=data.reverse_source,
+                                            source_bos=data.source_bos, source_eos=data.source_eos)
     splits, stats = _encode_splits(pairs, tokenizers, data.max_len)
     stats.update({f"{split}_dropped_empty": n for split, n in corpus.dropped.items() if n})
     prepared = PreparedData(tokenizers, splits, key[:16], corpus.name, True, corpus.source, stats)
@@ -138,14 +144,33 @@ def _prepare_corpus(data: DataSpec) -> PreparedData:
     return prepared
 
 
+def _normalized_in_place(corpus: Corpus, lowercase: bool) -> dict[str, tuple[list[str], list[str]]]:
+    """Each split's sentences normalised where they are loaded, one sentence at a time: the corpus is held
+    once, never beside a normalised copy of itself."""
+    pairs: dict[str, tuple[list[str], list[str]]] = {}
+    for split in list(corpus.splits):
+        loaded = corpus.splits.pop(split)
+        for side in (loaded.src, loaded.tgt):
+            for i, text in enumerate(side):
+                side[i] = normalize(text, lowercase)
+        pairs[split] = (loaded.src, loaded.tgt)
+    return pairs
+
+
 def _prepared_key(digest: str, data: DataSpec) -> str:
     """Everything that changes the prepared splits: raw content and the preprocessing/tokenizer options."""
     return sha256_json({
         "v": PREPARED_VERSION, "digest": digest, "lowercase": data.lowercase,
         "reverse_source": data.reverse_source, "max_len": data.max_len,
         "max_train_examples": data.max_train_examples, "tokenizer": data.tokenizer.model_dump(mode="json"),
-        "langs": [data.src_lang, data.tgt_lang], **_marker_key(data),
+        "langs": [data.src_lang, data.tgt_lang], **_marker_key(data), **_file_key(data),
     })[:32]
+
+
+def _file_key(data: DataSpec) -> dict[str, str]:
+    """A tokenizer file's sha256 in the key (only then: trained tokenizers keep their keys)."""
+    sha = tokenizer_file_identity(data.tokenizer)
+    return {"tokenizer_file": sha} if sha is not None else {}
 
 
 def _marker_key(data: DataSpec) -> dict[str, bool]:
@@ -237,9 +262,11 @@ def _read_prepared(path: Path, key: str) -> PreparedData | None:
 
 
 def _unpack_ints(npz: Any, name: str) -> list[list[int]]:
-    flat: list[int] = npz[name].tolist()
+    """The rows of a packed array, each made a list from its own slice (no list of the whole flat array
+    beside the rows)."""
+    flat: np.ndarray = npz[name]
     offsets: list[int] = npz[f"{name}_off"].tolist()
-    return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def _unpack_text(npz: Any, name: str) -> list[str]:

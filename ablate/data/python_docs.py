@@ -69,9 +69,11 @@ def read_documents(sources: Path, min_words: int, max_words: int) -> list[Docume
     return docs
 
 
-def split_of(name: str, val_percent: int, test_percent: int) -> str:
-    """The split of a document, from a hash of its name alone: stable whatever else is in the corpus."""
-    bucket = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little") % 100
+def split_of(name: str, val_percent: int, test_percent: int, seed: int | None = None) -> str:
+    """The split of a document, from a hash of its name alone (and of ``seed``, when given): stable whatever
+    else is in the corpus."""
+    key = name if seed is None else f"{seed}:{name}"  # no seed: the Python docs' splits as they were
+    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") % 100
     if bucket < val_percent:
         return "val"
     return "test" if bucket < val_percent + test_percent else "train"

@@ -9,17 +9,22 @@ Kinds (``data.tokenizer.kind``):
   tutorial's WordLevel + Whitespace, one per language, as in preset e-notebook-2024-scalar-ln); decoding
   joins words by spaces.
 * ``char``: one token per character (Metaspace keeps the spaces).
+* ``file``: a tokenizer of one's own, a Hugging Face ``tokenizers`` JSON
+  (``data.tokenizer.path``: GPT-2's, Llama's, one's own), used as it is for
+  both sides (ablate/data/tokenizer_file.py); nothing is trained.
 
-``joint`` trains one vocabulary on both sides; otherwise one per side. The
-special tokens have the same ids everywhere: pad 0, bos 1, eos 2, unk 3. Text
-that *looks* like a special token (``<s>``) is never read as one.
+``joint`` trains one vocabulary on both sides; otherwise one per side. A
+trained tokenizer's special tokens have the same ids everywhere: pad 0, bos 1,
+eos 2, unk 3; a tokenizer file keeps its own, found by name (or named in
+``data.tokenizer.specials``) and carried on the :class:`Tokenizers` object.
+Text that *looks* like a special token (``<s>``) is never read as one.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,14 +59,14 @@ class Tokenizers:
     encoded exactly like the training data in one call.
     """
 
-    pad_id = PAD_ID
-    bos_id = BOS_ID
-    eos_id = EOS_ID
-    unk_id = UNK_ID
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    unk_id: int | None = UNK_ID  # a byte-level tokenizer file has none
 
     def __init__(self, src: Tokenizer, tgt: Tokenizer | None = None, *, kind: str = "bpe",
                  lowercase: bool = False, reverse_source: bool = False, source_bos: bool = False,
-                 source_eos: bool = False) -> None:
+                 source_eos: bool = False, specials: dict[str, int | None] | None = None) -> None:
         self.src = src
         self.tgt = tgt if tgt is not None else src
         self.joint = tgt is None or tgt is src
@@ -70,8 +75,14 @@ class Tokenizers:
         self.reverse_source = reverse_source
         self.source_bos = source_bos
         self.source_eos = source_eos
+        self.specials = specials  # a tokenizer file's ids (None: the trained layout, 0..3)
+        if specials is not None:
+            self.pad_id, self.bos_id, self.eos_id = (int(specials[k] or 0) for k in ("pad", "bos", "eos"))
+            self.unk_id = specials.get("unk")
         for tok in {id(self.src): self.src, id(self.tgt): self.tgt}.values():
             tok.encode_special_tokens = True  # "<s>" in a sentence is text, not bos
+            if specials is not None:
+                continue
             found = [tok.token_to_id(s) for s in SPECIALS]
             if found != [PAD_ID, BOS_ID, EOS_ID, UNK_ID]:
                 raise ValueError(f"special tokens {SPECIALS} must have ids 0..3, found {found}")
@@ -115,7 +126,7 @@ class Tokenizers:
         ``source_eos``."""
         if not (self.source_bos or self.source_eos):
             return rows
-        head, tail = [BOS_ID] * self.source_bos, [EOS_ID] * self.source_eos
+        head, tail = [self.bos_id] * self.source_bos, [self.eos_id] * self.source_eos
         return [[*head, *row, *tail] for row in rows]
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -124,11 +135,22 @@ class Tokenizers:
     # ---------------------------------------------------------- decoding
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Detokenized text; stops at eos, drops pad/bos, keeps unknowns visible as <unk>."""
-        return self.tgt.decode(_strip(ids), skip_special_tokens=False)
+        return self.tgt.decode(self._strip(ids), skip_special_tokens=False)
 
     def decode_src(self, ids: Sequence[int]) -> str:
         """The inverse of ``encode_src`` (pass ``model_src`` ids reversed back when reverse_source)."""
-        return self.src.decode(_strip(ids), skip_special_tokens=False)
+        return self.src.decode(self._strip(ids), skip_special_tokens=False)
+
+    def _strip(self, ids: Sequence[int]) -> list[int]:
+        """Up to the first eos, without pad and bos."""
+        out: list[int] = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i not in (self.pad_id, self.bos_id):
+                out.append(i)
+        return out
 
     # ---------------------------------------------------------- persistence
     def to_json(self) -> str:
@@ -137,6 +159,7 @@ class Tokenizers:
             "reverse_source": self.reverse_source, "source_bos": self.source_bos,
             "source_eos": self.source_eos, "src": self.src.to_str(),
             "tgt": None if self.joint else self.tgt.to_str(),
+            **({"specials": self.specials} if self.specials is not None else {}),
         })
 
     @classmethod
@@ -145,7 +168,7 @@ class Tokenizers:
         tgt = Tokenizer.from_str(data["tgt"]) if data["tgt"] is not None else None
         return cls(Tokenizer.from_str(data["src"]), tgt, kind=data["kind"], lowercase=data["lowercase"],
                    reverse_source=data["reverse_source"], source_bos=data.get("source_bos", False),
-                   source_eos=data.get("source_eos", False))
+                   source_eos=data.get("source_eos", False), specials=data.get("specials"))
 
     def save(self, path: str | Path) -> None:
         atomic_write(Path(path), self.to_json().encode())
@@ -160,17 +183,6 @@ def _encode(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     return [e.ids for e in encode(texts, add_special_tokens=False)]
 
 
-def _strip(ids: Sequence[int]) -> list[int]:
-    out: list[int] = []
-    for i in ids:
-        i = int(i)
-        if i == EOS_ID:
-            break
-        if i not in (PAD_ID, BOS_ID):
-            out.append(i)
-    return out
-
-
 # ------------------------------------------------------------------ building and training
 def fixed_wordlevel(words: Sequence[str]) -> Tokenizer:
     """A word-level tokenizer over a known vocabulary (synthetic tasks): nothing to train."""
@@ -182,8 +194,8 @@ def fixed_wordlevel(words: Sequence[str]) -> Tokenizer:
     return tok
 
 
-def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, min_freq: int) -> Tokenizer:
-    """Train one tokenizer of ``kind`` on ``texts`` (already normalised)."""
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, min_freq: int) -> Tokenizer:
+    """Train one tokenizer of ``kind`` on ``texts`` (already normalised; a list, or a stream of them)."""
     common: dict[str, Any] = {"special_tokens": list(SPECIALS), "show_progress": False}
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -204,7 +216,7 @@ def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, min_freq: 
         trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_freq, **common)
     else:
         raise ValueError(f"unknown tokenizer kind {kind!r}")
-    tok.train_from_iterator(texts, trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer, length=len(texts) if isinstance(texts, Sized) else None)
     return tok
 
 
@@ -248,3 +260,4 @@ def load_or_train(cache_dir: Path, key: str, spec: TokenizerSpec, src_texts: Seq
                "tokenizer": spec.model_dump(mode="json")}
     atomic_write(path, json.dumps(payload).encode())
     return make(src, tgt), True
+

@@ -31,7 +31,9 @@ class Translations:
 def teacher_forced_loss(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
                         device: torch.device, autocast: object) -> float:
     """Mean token cross-entropy without label smoothing (comparable across variants)."""
-    batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False)
+    tok = data.tokenizers
+    batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False,
+                           specials=(tok.pad_id, tok.bos_id, tok.eos_id))
     pad = data.tokenizers.pad_id
     total, tokens = 0.0, 0
     for indices in batcher.epoch_batches(0):
@@ -111,7 +113,7 @@ def quality(tr: Translations, is_text: bool, split: str) -> dict[str, float]:
 def has_split(data: PreparedData, split: str) -> bool:
     """Whether the prepared data has a non-empty ``split`` (sentence pairs or documents)."""
     if isinstance(data, LMData):
-        return bool(data.documents.get(split) and data.documents[split].docs)
+        return split in data.documents and len(data.documents[split].docs) > 0
     return split in data.splits and bool(data.splits[split].src_ids)
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ablate.data.lm_corpus import IGNORE, LMData, bits_per_byte, window_batches
+from ablate.data.lm_corpus import IGNORE, LMData, LMSplit, bits_per_byte, window_batches
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
@@ -26,12 +27,13 @@ from ablate.spec.experiment import ExperimentSpec
 
 
 @torch.no_grad()
-def window_nll(model: DecoderOnlyLM, docs: Sequence[Sequence[int]], length: int, stride: int | None,
-               batch_tokens: int, device: torch.device, precision: str) -> tuple[float, int]:
-    """(summed negative log-likelihood in nats, scored targets) over the documents' windows."""
+def window_nll(model: DecoderOnlyLM, docs: LMSplit | Sequence[Sequence[int]], length: int, stride: int | None,
+               batch_tokens: int, device: torch.device, precision: str, pad_id: int = 0) -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, scored targets) over the documents' windows (a split's
+    documents are read one by one from its memory map)."""
     model.check_length(length)  # one line before any work, not an error half-way through the split
     total, count = 0.0, 0
-    for batch in window_batches(docs, length, stride, batch_tokens):
+    for batch in window_batches(docs, length, stride, batch_tokens, pad_id):
         with autocast_context(precision, device):
             logits = model(batch.ids.to(device))  # (B, T, V)
         total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.targets.to(device).flatten(),
@@ -50,7 +52,8 @@ def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: Experiment
     try:
         part = data.documents[split]
         tokens = spec.data.batch_tokens
-        nll, count = window_nll(model, part.docs, data.block_len, None, tokens, device, precision)
+        pad = data.tokenizers.pad_id
+        nll, count = window_nll(model, part, data.block_len, None, tokens, device, precision, pad)
         loss = nll / max(1, count)
         out = {f"{split}/loss": loss, f"{split}/ppl": _ppl(loss),
                f"{split}/bpb": bits_per_byte(nll, part.n_bytes)}
@@ -59,10 +62,10 @@ def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: Experiment
             if length == data.block_len:  # its non-overlapping windows were just scored: the same numbers
                 n, c = nll, count
             else:
-                n, c = window_nll(model, part.docs, length, None, tokens, device, precision)
+                n, c = window_nll(model, part, length, None, tokens, device, precision, pad)
             out.update(_at_length(split, length, n / max(1, c), loss, length != data.block_len, False))
             if stride is not None:
-                n, c = window_nll(model, part.docs, length, stride, tokens, device, precision)
+                n, c = window_nll(model, part, length, stride, tokens, device, precision, pad)
                 out.update(_at_length(split, length, n / max(1, c), loss, length != data.block_len, True))
         return out
     finally:
@@ -128,7 +131,9 @@ def sample_texts(model: DecoderOnlyLM, data: LMData, count: int, max_new: int = 
     tok = data.tokenizers
     part = data.documents["test"] if "test" in data.documents else data.documents["val"]
     lines = []
-    for doc, text in list(zip(part.docs, part.texts, strict=True))[:count]:
+    for i in range(min(count, len(part.docs))):
+        doc: list[int] = np.asarray(part.docs[i]).tolist()
+        text = part.texts[i] if part.texts is not None else tok.decode_tgt(doc)
         head = doc[: max(1, min(len(doc) // 2, 16))]
         cont = generate(model, [tok.bos_id, *head], max_new, greedy=True, eos_id=tok.eos_id)
         lines += [f"PROMPT: {tok.decode_tgt(head)}", f"REF:    {text}", f"GEN:    {tok.decode_tgt(cont)}", ""]

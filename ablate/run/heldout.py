@@ -34,8 +34,7 @@ def text_split(spec: ExperimentSpec, tok: Tokenizers, path: Path) -> LMSplit:
     docs = cut_documents(lines, spec.data)
     if not docs:
         raise AblateError(f"{path}: no text to score (the file holds only blank lines)")
-    ids = tok.encode_tgt_batch(docs)
-    return LMSplit(ids, docs, sum(len(d.encode("utf-8")) + 1 for d in docs))
+    return LMSplit.from_lists(tok.encode_tgt_batch(docs), docs, bos_id=tok.bos_id, eos_id=tok.eos_id)
 
 
 def evaluate_text(run_id: str, model: torch.nn.Module, spec: ExperimentSpec, tok: Tokenizers,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ablate.data.tokenize import UNK_ID, Tokenizers
+from ablate.data.tokenize import Tokenizers
 from ablate.errors import AblateError
 from ablate.tracking import record
 
@@ -81,7 +81,7 @@ def load_run_model(run_id: str) -> RunModel:
 
 def unknown_words(tok: Tokenizers, text: str) -> list[str]:
     """The words of ``text`` the source tokenizer maps (in part) to <unk>: the model never sees them."""
-    return [w for w in text.split() if UNK_ID in tok.encode_src(w)]
+    return [w for w in text.split() if tok.unk_id is not None and tok.unk_id in tok.encode_src(w)]
 
 
 def translate(run: RunModel, texts: Sequence[str], beam: int | None = None,

@@ -101,6 +101,10 @@ class HubData(Strict):
     """the split evaluations and verdicts read"""
     test_split: str | None = "test"
     """the split scored once at the end; null: none"""
+    streaming: Bool = False
+    """a language model's corpus read as it downloads (datasets' streaming=True) and tokenized into token
+    shards on the way, for corpora too large to download whole (FineWeb-style); name a revision to keep it
+    fixed"""
     field: str | None = "translation"
     """where a row holds its text: translation (a dict keyed by language code, opus style), null (flat
     columns named data.src_lang and data.tgt_lang, multi30k style), or a text column's name (a language
@@ -126,17 +130,49 @@ class TextFiles(Strict):
     folder or glob) or stream (the whole file as one stream, nanoGPT's way)"""
 
 
-class TokenizerSpec(Strict):
-    """The tokenizer(s), trained on the training split and cached under ``data.cache_dir``."""
+class SpecialTokens(Strict):
+    """The tokens of a tokenizer file that play the model's special roles, where their names are not the
+    usual ones (<pad>/[PAD], <s>/<|begin_of_text|>, </s>/<|endoftext|>, <unk>/[UNK])."""
 
-    kind: Literal["bpe", "wordlevel", "char"] = "bpe"
-    """bpe: byte-pair encoding; wordlevel: whitespace words; char: characters"""
+    pad: str | None = None
+    """the padding token, e.g. <|endoftext|> for GPT-2's tokenizer, which has none of its own"""
+    bos: str | None = None
+    """the token that opens a document (a language model) or a target sentence"""
+    eos: str | None = None
+    """the token that ends a document or a sentence"""
+    unk: str | None = None
+    """the unknown token (a byte-level tokenizer has none)"""
+
+
+class TokenizerSpec(Strict):
+    """The tokenizer(s), trained on the training split and cached under ``data.cache_dir``, or one's own
+    tokenizer file."""
+
+    kind: Literal["bpe", "wordlevel", "char", "file"] = "bpe"
+    """bpe: byte-pair encoding; wordlevel: whitespace words; char: characters; file: a Hugging Face
+    tokenizers JSON of one's own (path), used as it is for both sides"""
+    path: str | None = None
+    """kind file: the tokenizer.json (GPT-2's, Llama's, one's own), relative to the working directory,
+    ${VAR} expanded; its sha256 is part of the data identity"""
+    specials: SpecialTokens | None = None
+    """kind file: which of the file's tokens are pad, bos, eos and unk, where the usual names do not find
+    them"""
     vocab_size: Annotated[Int, Field(ge=8, le=1_000_000)] = 8000
     """the largest vocabulary (per language unless joint), special tokens included"""
     joint: Bool = True
     """one vocabulary for both languages (needed by embeddings: shared and tied)"""
     min_freq: Annotated[Int, Field(ge=1, le=BIG)] = 1
     """a token seen fewer times in training is left out of the vocabulary (read as <unk>)"""
+
+    @model_validator(mode="after")
+    def _file(self) -> TokenizerSpec:
+        if self.kind == "file" and not self.path:
+            raise SpecFieldError.single("path", "kind file needs path: the tokenizer.json to use", "kind")
+        if self.kind != "file" and (self.path is not None or self.specials is not None):
+            field = "path" if self.path is not None else "specials"
+            raise SpecFieldError.single(field, f"{field} names a tokenizer file, but kind is {self.kind!r}; "
+                                        "set kind: file", "kind")
+        return self
 
 
 class DataSpec(Strict):

@@ -154,6 +154,10 @@ class ExperimentSpec(Strict):
             if self.eval.lengths or self.eval.sliding_stride is not None:
                 checks.fail("eval.lengths", "eval.lengths and eval.sliding_stride measure a language model's "
                             "perplexity: they need model.arch: decoder_only", "model.arch")
+            if data.source == "hub" and data.hub is not None and data.hub.streaming:
+                checks.fail("data.hub.streaming", "streaming reads a language model's corpus into token "
+                            "shards: it needs model.arch: decoder_only (translation pairs are loaded whole)",
+                            "model.arch")
         joint = getattr(registry.get("embeddings", model.embeddings), "needs_joint_vocabulary", False)
         if joint and not data.tokenizer.joint and data.is_text and not self.is_lm:
             checks.fail(
@@ -303,6 +307,17 @@ def _drop_later_defaults(data: dict[str, Any]) -> None:
     text = data.get("data", {}).get("text")
     if isinstance(text, dict) and text.get("documents") == "lines":
         del text["documents"]  # how text was cut before documents had a field: older hashes stay
+    for section, key, default in _LATER_NESTED:
+        part = data.get("data", {}).get(section)
+        if isinstance(part, dict) and key in part and part[key] == default:
+            del part[key]
+
+
+# Nested fields of the data section added later, left out of the identity at their defaults (a tokenizer
+# file and its special tokens, a streamed hub corpus): a spec that does not set them keeps its hash.
+_LATER_NESTED: tuple[tuple[str, str, Any], ...] = (
+    ("tokenizer", "path", None), ("tokenizer", "specials", None), ("hub", "streaming", False),
+)
 
 
 def spec_hash(data: dict[str, Any]) -> str:

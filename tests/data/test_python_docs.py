@@ -100,7 +100,9 @@ def test_prepared_corpus_is_read_by_the_language_model_loader(tmp_path: Path) ->
     for split in ("train", "val", "test"):
         part = data.documents[split]
         assert len(part.docs) == counts[split]["documents"]
-        assert part.texts == lines(out / f"{split}.txt.gz")
+        written = lines(out / f"{split}.txt.gz")
+        assert list(part.texts or []) == written
+        assert [data.tokenizers.decode_tgt(d) for d in part.docs] == written
         assert min(len(d) for d in part.docs) > 2000  # thousands of tokens a document (here characters)
 
 

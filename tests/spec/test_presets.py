@@ -25,6 +25,8 @@ PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 OPERATIONAL = {"train.out_dir", "train.threads", "train.device"}
 # Evaluation settings of decoder-only language models only (a spec error on a translation model).
 LM_ONLY = {"eval.lengths", "eval.sliding_stride"}
+# A tokenizer file's settings (data.tokenizer.kind: file): nothing to state for a trained tokenizer.
+FILE_ONLY = {"data.tokenizer.path", "data.tokenizer.specials"}
 # The data fields that shape what the model sees (the corpus and its files come from the extended spec).
 DATA_DESIGN = ("data.lowercase", "data.reverse_source", "data.max_len", "data.tokenizer.",
                "data.batch_tokens")
@@ -145,7 +147,7 @@ def test_there_is_one_preset_per_tutorial_design() -> None:
 def test_preset_states_every_setting_it_relies_on(name: str) -> None:
     resolved = flatten(_load(name).resolved())
     relied_on = {k for k in resolved if k.startswith(("model.", "train.", "eval.", *DATA_DESIGN))}
-    missing = sorted(relied_on - OPERATIONAL - LM_ONLY - _own_keys(name))
+    missing = sorted(relied_on - OPERATIONAL - LM_ONLY - FILE_ONLY - _own_keys(name))
     assert missing == [], f"{name} inherits these settings silently: {missing}"
 
 
