@@ -30,6 +30,7 @@ from ablate.report.compute.loaded_study import Study, design_params, load_study
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import (
+    across_scales,
     attention_maps,
     compute_hours,
     costs,
@@ -45,7 +46,6 @@ from ablate.report.sections import (
     own_best,
     published,
     sampling,
-    scaling,
     seeds,
     setup,
     summary,
@@ -64,9 +64,9 @@ PartFn = Callable[[Inputs], Part | None]
 # ladder's scaling figure and transfer table, published results, then the summary, then the factorial
 # main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    scaling.part, setup.part, forest_plot.part, mde.part, published.part, summary.part, main_table.axes_part,
-    main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part, sampling.part,
-    factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
+    across_scales.part, setup.part, forest_plot.part, mde.part, published.part, summary.part,
+    main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
+    sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
     attention_maps.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, trials.part, failures.part, attention_maps.part, environment.part)

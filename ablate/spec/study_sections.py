@@ -185,10 +185,10 @@ RUNG_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$"  # a tag value and a column ent
 
 
 class ScalesSpec(LaterFields):
-    """A ladder of model sizes (ablate/study/ladder.py): every variant runs at every rung on every seed,
-    paired by seed within a rung. Each variant's metric is fitted against training compute (FLOPs by
-    ablate/engine/compute.py's formula) and each comparison gets a transfer verdict: whether its gap grows,
-    shrinks, holds or reverses with compute (ablate/stats/transfer.py)."""
+    """A ladder of model sizes (ablate/study/rungs.py, ablate/study/rung_rounds.py): every variant runs at
+    every rung on every seed, paired by seed within a rung. Each variant's metric is fitted against
+    training compute (FLOPs by ablate/engine/compute.py's formula) and each comparison gets a transfer
+    verdict: whether its gap grows, shrinks, holds or reverses with compute (ablate/stats/transfer.py)."""
 
     rungs: dict[Annotated[str, Field(pattern=RUNG_NAME)], dict[str, Any]]
     """each rung's name -> its overrides of this spec (dotted or nested fields: width, depth, heads, steps,
@@ -205,8 +205,11 @@ class ScalesSpec(LaterFields):
     margin: Annotated[Float, Field(gt=0)] | None = None
     """the change of a gap over the ladder that still counts as holding, in the metric's units; default:
     ablation.min_effect"""
+    budget: SeedBudget | None = None
+    """what the ladder may spend ({cells: N} or {hours: H}, one cell at a time at the pilot's cell times):
+    the power plan says which rungs it affords at the study's seeds, and how many seeds every rung gets"""
 
-    later_fields = ("tokens_per_param", "target", "margin")
+    later_fields = ("tokens_per_param", "target", "margin", "budget")
 
     @model_validator(mode="after")
     def _shape(self) -> ScalesSpec:

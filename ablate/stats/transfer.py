@@ -369,3 +369,44 @@ def signal_to_noise(values: Mapping[str, Sequence[float]]) -> tuple[float, float
         return signal, math.nan, math.nan
     noise = math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / df)
     return signal, noise, (signal / noise if noise > 0 else math.inf)
+
+
+# ---------------------------------------------------------------- what a ladder's design can settle
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class ChangePower:
+    """What a ladder's seeds can tell of one comparison's change over the ladder, before it runs."""
+
+    se: float  # the standard error of the change (the gap at the largest rung minus at the smallest)
+    detectable: float  # the smallest true change found (grows or shrinks) with probability POWER
+    holds: float | None  # the chance of a "holds" verdict when the true change is 0 (None: no margin)
+
+
+def change_power(computes: Sequence[float], sds: Sequence[float], seeds: Sequence[int], alpha: float,
+                 margin: float | None) -> ChangePower:
+    """The power of the change over a ladder of rungs at ``computes`` whose paired differences have sd
+    ``sds`` (a pilot's, per rung) on ``seeds`` pairs each, tested at ``alpha`` (the transfer verdicts'
+    level): the normal approximation of the line's Welch test (module doc), with its t quantile at the
+    Satterthwaite df the plan's seeds give."""
+    rungs = [GapRung(str(i), float(c), tuple([0.0] * max(2, n)))
+             for i, (c, n) in enumerate(zip(computes, seeds, strict=True))]
+    line = fit_line(rungs)
+    if line is None:
+        return ChangePower(math.nan, math.nan, None)
+    order = np.argsort(np.asarray(computes, dtype=float))
+    var = np.asarray([float(sds[i]) ** 2 / max(2, seeds[i]) for i in order])
+    dfs = np.asarray([max(1, seeds[i] - 1) for i in order], dtype=float)
+    c = line.coefficients(0.0) - line.coefficients(line.x(line.rungs[0].compute))
+    parts = c * c * var
+    total = float(parts.sum())
+    df = total * total / float((parts * parts / dfs).sum()) if total > 0 else math.inf
+    se = math.sqrt(total)
+    crit = float(stats.t.ppf(1.0 - alpha / 2.0, df))
+    detectable = (crit + float(stats.t.ppf(POWER, df))) * se
+    holds = None
+    if margin is not None:
+        slack = margin - crit * se  # |estimate| must stay below this for the interval to sit inside
+        holds = max(0.0, 2.0 * float(stats.norm.cdf(slack / se)) - 1.0) if se > 0 else 1.0
+    return ChangePower(se, detectable, holds)

@@ -22,7 +22,7 @@ from ablate.spec.yamlsrc import Problem, SourceMap, join
 from ablate.stats.sequential import Design
 from ablate.stats.verdict import one_family
 from ablate.study import arm_settings as tuning
-from ablate.study import ladder, optuna_attrs
+from ablate.study import optuna_attrs, rung_rounds
 from ablate.study.derived_specs import derive, show
 from ablate.study.rungs import Rung
 from ablate.study.rungs import expand as expand_rungs
@@ -71,7 +71,7 @@ class StudyPlan:
     optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
     arm: str = record.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
     rungs: list[Rung] = field(default_factory=list)  # a ladder's rungs in order of compute (ablation.scales)
-    rung: str | None = None  # one rung's sub-plan (ablate/study/ladder.py): its cells are the rung's
+    rung: str | None = None  # one rung's sub-plan (ablate/study/rung_rounds.py): its cells are the rung's
 
     @property
     def name(self) -> str:
@@ -340,7 +340,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants{at_rungs} x {seeds} "
              f"= {count}; metric {plan.metric} ({plan.direction})"]
     lines += _default_design_note(abl, len(plan.variants))
-    lines += ladder.describe(plan)
+    lines += rung_rounds.describe(plan)
     if design is not None:
         each = " (at each rung)" if plan.rungs else ""
         lines.append(f"adaptive seeds{each}: {design.describe()}; round 1 runs the {len(shown)} cells below, "
@@ -368,7 +368,7 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
     head = f"  {'cell':<{width}}{rung_head}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
     cells = plan.cells
     if plan.design is not None:  # adaptive: the cells needed so far and those already run
-        needed = set(ladder.needed(plan, records)) | set(records)
+        needed = set(rung_rounds.needed(plan, records)) | set(records)
         cells = [c for c in plan.cells if c.key in needed]
     lines = [f"study {plan.name} ({len(cells)} cells, metric {metric_name}, {plan.direction})", head]
     counts: Counter[str] = Counter()
@@ -383,7 +383,7 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
                      f"{(r.run_id or '-') if r else '-'}")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
     if plan.design is not None:
-        lines.append(ladder.progress_text(plan, records))
+        lines.append(rung_rounds.progress_text(plan, records))
     return "\n".join(lines)
 
 

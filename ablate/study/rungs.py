@@ -19,7 +19,7 @@ vocabulary does not matter), else its ``train.max_steps``; ``train.max_steps`` f
 at a rung trains the same tokens, so their cells see the same batches in the same order.
 
 Imports nothing of ablate/study/plan.py (plan imports it); the rung sub-plans the rounds walk are
-ablate/study/ladder.py's.
+ablate/study/rung_rounds.py's.
 """
 
 from __future__ import annotations

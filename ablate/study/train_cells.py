@@ -19,7 +19,7 @@ from ablate.data.prepare import prepare_data
 from ablate.engine import preempt
 from ablate.run import runner
 from ablate.run.runner import run_label
-from ablate.study import failfast, ladder
+from ablate.study import failfast, rung_rounds
 from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
 from ablate.study.optuna_store import Store
@@ -121,7 +121,7 @@ def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any
 
 def wanted(plan: StudyPlan, queue: CellQueue) -> list[dict[str, Any]]:
     """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
-    keys = set(ladder.needed(plan, queue.records()))  # each rung's comparisons walk their own looks
+    keys = set(rung_rounds.needed(plan, queue.records()))  # each rung's comparisons walk their own looks
     return [c.attrs() for c in plan.cells if c.key in keys]
 
 
@@ -136,7 +136,7 @@ def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker
         added, _ = queue.enqueue(wanted(plan, queue), **params)  # the next round: open comparisons only
         if not added:
             return code
-        print(ladder.progress_text(plan, queue.records()))
+        print(rung_rounds.progress_text(plan, queue.records()))
         print(f"next round: {added} more cells for the comparisons still open", flush=True)
 
 

@@ -82,7 +82,7 @@ ARM = "ablate.arm"
 # A ladder's cell (ablation.scales): the rung it ran at. A run without the tag belongs to no ladder.
 RUNG = "ablate.rung"
 # A ladder's parent (JSON): its rungs in order of compute, each with its overrides and planned compute, the
-# target compute and the margin the transfer verdicts are judged by (ablate/study/ladder.py)
+# target compute and the margin the transfer verdicts are judged by (ablate/study/rung_rounds.py)
 SCALES = "ablate.scales"
 BASELINE_ARM = "baseline_settings"  # every variant at the baseline's hyperparameters (the study's cells)
 OWN_BEST_ARM = "own_best"  # every variant at the best settings of its own search (ablation.tune)

@@ -4,8 +4,8 @@ above it), the transfer table after it; the section "Across scales" holds the ru
 signal-to-noise, decision accuracy), each variant's fit, each comparison's verdict at every rung with the
 verdict figure of each rung, and the backtest on the largest rung.
 
-Renders ``ablate.report.compute.ladder``'s numbers; decides nothing (the verdicts are ``ablate.stats``').
-A prediction at the target is always worded as an extrapolation beyond the largest rung.
+Renders ``ablate.report.compute.fitted_ladder``'s numbers; decides nothing (the verdicts are
+``ablate.stats``'). A prediction at the target is always worded as an extrapolation beyond the largest rung.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
-from ablate.report.compute.ladder import AtRung, ComparisonLadder, Ladder, as_record, ladder_of
+from ablate.report.compute.fitted_ladder import AtRung, ComparisonLadder, Ladder, as_record, ladder_of
 from ablate.report.render import Block, Figure, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
 from ablate.stats.scaling import Fit
@@ -89,11 +89,11 @@ def transfer_table(ladder: Ladder) -> Table:
     return Table(["comparison", "transfer verdict", f"gap, smallest → largest rung ({level:.1%})",
                   "per 10x compute", "change over the ladder", "predicted gap at the target"], rows,
                  align="llllll",
-                 caption=f"Each gap (variant − baseline, {ladder.metric}) fitted as a line in log10 compute over "
-                         f"the rungs, each rung with its own spread (Welch–Satterthwaite t); intervals at "
-                         f"{level:.1%} (Bonferroni over the {len(ladder.comparisons)} comparisons). Holds: the "
-                         f"change stays within ±margin; the prediction is an extrapolation, never a "
-                         f"measurement.")
+                 caption=f"Each gap (variant − baseline, {ladder.metric}) fitted as a line in log10 "
+                         "compute over the rungs, each rung with its own spread (Welch–Satterthwaite t); "
+                         f"intervals at {level:.1%} (Bonferroni over the {len(ladder.comparisons)} "
+                         "comparisons). Holds: the change stays within ±margin; the prediction is an "
+                         "extrapolation, never a measurement.")
 
 
 def _grid(ladder: Ladder) -> np.ndarray:
@@ -141,10 +141,10 @@ def fits_table(ladder: Ladder) -> Table:
         rows.append([c.variant, *_fit_cells(c.fit), ": ".join(_fit_cells(c.without_top))])
     return Table(["variant", "form (rungs, seeds)", "parameters (95% intervals)", "without the largest rung"],
                  rows, align="llll",
-                 caption="Each variant's metric against compute: L(C) = E + A (C/C0)^-alpha with 4 or more rungs "
-                         "(C0 the rungs' geometric mean), else L(C) = a + b log10(C/C0); least squares on the "
-                         "rung means weighted by their seeds, intervals from resampling seeds within each rung "
-                         "(widened by t/z for few seeds).")
+                 caption="Each variant's metric against compute: L(C) = E + A (C/C0)^-alpha with 4 or "
+                         "more rungs (C0 the rungs' geometric mean), else L(C) = a + b log10(C/C0); least "
+                         "squares on the rung means weighted by their seeds, intervals from resampling seeds "
+                         "within each rung (widened by t/z for few seeds).")
 
 
 def _fit_cells(fit: Fit | None) -> list[str]:
@@ -166,15 +166,16 @@ def rungs_table(ladder: Ladder) -> Table:
     for i, r in enumerate(ladder.rungs):
         accuracy = ladder.accuracy[i] if i < len(ladder.accuracy) else None
         rows.append([r.name, f"{r.params:,.0f}" if math.isfinite(r.params) else "-",
-                     f"{r.tokens:,.0f}" if math.isfinite(r.tokens) else "-", flops(r.compute), flops(r.planned),
-                     str(r.seeds), _g(r.snr), "(the reference)" if accuracy is None else f"{accuracy:.0%}"])
+                     f"{r.tokens:,.0f}" if math.isfinite(r.tokens) else "-", flops(r.compute),
+                     flops(r.planned), str(r.seeds), _g(r.snr),
+                     "(the reference)" if accuracy is None else f"{accuracy:.0%}"])
     return Table(["rung", "N (no embeddings)", "tokens", "FLOPs", "planned FLOPs", "baseline seeds",
                   "signal/noise", "decision accuracy"], rows,
                  caption="Compute by 6ND + 6·n_layer·n_ctx·d_model·D (Kaplan et al. 2020), measured by each "
                          "run. Signal/noise (Heineman et al. 2025): the largest difference between the "
                          "variants' means over the pooled sd of seeds within variants. Decision accuracy "
-                         "(DataDecide, Magnusson et al. 2025): the share of pairs of variants this rung orders as "
-                         "the largest rung does.")
+                         "(DataDecide, Magnusson et al. 2025): the share of pairs of variants this rung "
+                         "orders as the largest rung does.")
 
 
 def at_rungs_table(ladder: Ladder) -> Table:
@@ -225,8 +226,9 @@ def backtest_table(ladder: Ladder) -> Table | None:
     if not rows:
         return None
     return Table(["comparison", "left out", "predicted gap (prediction interval)", "measured gap", ""], rows,
-                 caption="The gap's line fitted without the largest rung, predicting it: the interval adds that "
-                         "rung's seed noise (estimated on the largest rung fitted) to the line's own error.")
+                 caption="The gap's line fitted without the largest rung, predicting it: the interval adds "
+                         "that rung's seed noise (estimated on the largest rung fitted) to the line's own "
+                         "error.")
 
 
 def _backtest_line(ladder: Ladder) -> str:
@@ -257,8 +259,8 @@ def part(inp: Inputs) -> Part | None:
     intro: list[Block] = [scaling_figure(inp, ladder), transfer_table(ladder), Para(_backtest_line(ladder))]
     blocks: list[Block] = [
         Para(f"A ladder of {len(ladder.rungs)} rungs spanning {ladder.span:.3g}x in training compute; every "
-             f"variant runs at every rung on the same seeds, paired by seed within a rung. The sections after "
-             f"this one state the largest rung's (`{ladder.rungs[-1].name}`) verdicts."),
+             "variant runs at every rung on the same seeds, paired by seed within a rung. The sections "
+             f"after this one state the largest rung's (`{ladder.rungs[-1].name}`) verdicts."),
         rungs_table(ladder), fits_table(ladder), at_rungs_table(ladder), *rung_figures(inp, ladder)]
     test = backtest_table(ladder)
     if test is not None:

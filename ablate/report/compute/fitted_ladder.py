@@ -188,7 +188,8 @@ def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungIn
     gaps, at = [], []
     for name, info in zip(names, rungs, strict=True):
         rung = study.rungs[name]
-        diffs, diverged = pairs_with_divergence(rung, variant, metric) if variant in rung.variants else ([], 0)
+        ran = variant in rung.variants
+        diffs, diverged = pairs_with_divergence(rung, variant, metric) if ran else ([], 0)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
         gaps.append(transfer.GapRung(name, info.compute, finite))
         e = st.compare_differences(finite, 1.0 - alpha / family) if finite else None
@@ -230,8 +231,8 @@ def as_record(ladder: Ladder) -> dict[str, Any]:
         "decision_accuracy": {r.name: a for r, a in zip(ladder.rungs, ladder.accuracy, strict=False)},
         "fits": {c.variant: {"all": None if c.fit is None else c.fit.as_dict(),
                              "without_largest": None if c.without_top is None else c.without_top.as_dict(),
-                             "points": [{"compute": p.compute, "values": list(p.values), "seeds": list(p.seeds)}
-                                        for p in c.points]}
+                             "points": [{"compute": p.compute, "values": list(p.values),
+                                         "seeds": list(p.seeds)} for p in c.points]}
                  for c in ladder.curves},
         "comparisons": {c.variant: {"at_rungs": [a.as_dict() for a in c.at_rungs],
                                     "transfer": None if c.verdict is None else c.verdict.as_dict(),
