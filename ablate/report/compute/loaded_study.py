@@ -407,8 +407,21 @@ class EffectRow:
     verdict: str
 
 
+def _paired_p(study: Study, variant: str, metric: str) -> float:
+    base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline or "") if metric in r.metrics}
+    other = {r.seed: r.metrics[metric] for r in study.finished(variant) if metric in r.metrics}
+    return st.compare(base, other).p
+
+
+def _other_rungs_p(study: Study, metric: str) -> list[float]:
+    """A ladder's comparisons at its other rungs (one family with the largest's): their p-values."""
+    return [_paired_p(rung, v, metric) for name, rung in study.rungs.items() if name != study.rung
+            for v in rung.variants if v != rung.baseline]
+
+
 def effects(study: Study) -> list[EffectRow]:
-    """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
+    """Every non-baseline variant against the baseline, on the primary metric and on val/loss; a ladder's
+    Holm correction runs over its comparisons at every rung (one family)."""
     if study.baseline is None:
         return []
     metrics = [study.primary] + ([metricnames.VAL_LOSS] if study.primary != metricnames.VAL_LOSS else [])
@@ -420,7 +433,7 @@ def effects(study: Study) -> list[EffectRow]:
             axis = ", ".join(k for k, _, _ in variant_diff(study, v)) or "(no spec difference)"
             other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
             family.append((v, axis, st.compare(base, other)))
-        adjusted = st.holm([e.p for _, _, e in family])
+        adjusted = st.holm([e.p for _, _, e in family] + _other_rungs_p(study, metric))[:len(family)]
         unit, dec, higher = quality_meta(metric)
         unit = unit if metric == study.primary else metric
         for (v, axis, e), ph in zip(family, adjusted, strict=True):
