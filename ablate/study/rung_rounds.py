@@ -29,6 +29,12 @@ def rung_plans(plan: Any) -> list[Any]:
             for r in plan.rungs]
 
 
+def family(plan: Any) -> int:
+    """How many verdicts a ladder's rungs share the study's alpha among: every comparison at every rung
+    (one family, Bonferroni / Holm over all of them); a study without rungs: its comparisons."""
+    return max(1, (len(plan.variants) - 1) * max(1, len(plan.rungs)))
+
+
 def needed(plan: Any, records: Mapping[str, Any]) -> list[str]:
     """The cell keys the study needs now: every cell with fixed seeds, else what each rung's open
     comparisons need (seed_rounds.needed_keys per rung), in the plan's order."""

@@ -4,15 +4,21 @@ rung apart (ablate/study/rungs.py, ablate/study/rung_rounds.py)."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
+from ablate.launch.local_study import main_ablate
+from ablate.report.build import main_report
 from ablate.spec.load import SpecError
-from ablate.study import rung_rounds
-from ablate.study.cell_queue import CellRecord
+from ablate.study import preregister, rung_rounds
+from ablate.study.cell_queue import CellQueue, CellRecord
+from ablate.study.optuna_store import Store
 from ablate.study.plan import plan_study
 from ablate.study.rungs import model_shape
 
@@ -156,14 +162,6 @@ def test_a_small_translation_ladder_on_the_synthetic_task_end_to_end(workdir: Pa
     """Train a 3-rung ladder of a 2-variant translation study, 2 seeds (12 cells), and report it: every cell
     records its rung and compute, the report opens with the scaling figure, runs.csv and report.json carry
     the ladder."""
-    import csv
-    import json
-
-    from mlflow import MlflowClient
-
-    from ablate.launch.local_study import main_ablate
-    from ablate.report.build import main_report
-
     scales = ("    rungs:\n      a: {model.d_model: 8, model.d_ff: 16}\n      b: {model.d_model: 16}\n"
               "      c: {model.d_model: 24, model.d_ff: 48}\n    tokens_per_param: 2\n    target: 1e10\n"
               "    margin: 0.2")
@@ -188,3 +186,28 @@ def test_a_small_translation_ladder_on_the_synthetic_task_end_to_end(workdir: Pa
     assert set(data["comparisons"]) == {"norm=rms"}
     with (workdir / "report" / "runs.csv").open() as fh:
         assert {row["rung"] for row in csv.DictReader(fh)} == {"a", "b", "c"}
+
+
+def test_a_ladder_spec_that_changes_its_preregistered_design_is_refused(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The rungs (their overrides, the target, the margin) are part of the design recorded before the first
+    cell, and every rung's comparisons are its family: changing a rung, adding one or removing one is one
+    located refusal, exit 2, nothing queued."""
+    path = write(bare_workdir, name="pre")
+    plan = plan_study(str(path))
+    store = Store(None)
+    plan.bind(store)
+    queue = CellQueue(store, plan.store_name, plan.direction)
+    assert preregister.record_or_refuse(queue, plan, "plan") is True
+    recorded = json.loads(queue.get(preregister.STORE_ATTR))
+    rungs = recorded["scales"]["rungs"]
+    assert recorded["family"] == 3 and [r["name"] for r in rungs] == ["small", "mid", "large"]
+    assert rungs[2]["overrides"]["train.max_steps"] == 8  # the steps its tokens resolved to
+    for old, new in [("tokens: 2048", "tokens: 4096"),  # a rung's budget
+                     ("      mid: {model.d_model: 12, model.d_ff: 24, model.heads: 2, train.max_steps: 6}", ""),
+                     ("    rungs:", "    margin: 0.1\n    rungs:")]:
+        path.write_text(write(bare_workdir, name="pre").read_text().replace(old, new))
+        assert cli_main(["ablate", str(path), "--dry-run"]) == 2
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith("error: ablation.scales (a ladder's rungs, target and "
+                                                     "margin): study 'lad' was pre-registered with scales"), said
