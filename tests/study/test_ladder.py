@@ -203,11 +203,12 @@ def test_a_ladder_spec_that_changes_its_preregistered_design_is_refused(
     rungs = recorded["scales"]["rungs"]
     assert recorded["family"] == 3 and [r["name"] for r in rungs] == ["small", "mid", "large"]
     assert rungs[2]["overrides"]["train.max_steps"] == 8  # the steps its tokens resolved to
-    for old, new in [("tokens: 2048", "tokens: 4096"),  # a rung's budget
-                     ("      mid: {model.d_model: 12, model.d_ff: 24, model.heads: 2, train.max_steps: 6}", ""),
-                     ("    rungs:", "    margin: 0.1\n    rungs:")]:
+    mid = "      mid: {model.d_model: 12, model.d_ff: 24, model.heads: 2, train.max_steps: 6}"
+    for old, new in [("tokens: 2048", "tokens: 4096"),  # a rung's budget, a rung fewer, a margin
+                     (mid, ""), ("    rungs:", "    margin: 0.1\n    rungs:")]:
         path.write_text(write(bare_workdir, name="pre").read_text().replace(old, new))
         assert cli_main(["ablate", str(path), "--dry-run"]) == 2
         said = capsys.readouterr().err.strip().splitlines()
-        assert len(said) == 1 and said[0].startswith("error: ablation.scales (a ladder's rungs, target and "
-                                                     "margin): study 'lad' was pre-registered with scales"), said
+        refusal = ("error: ablation.scales (a ladder's rungs, target and margin): study 'lad' was "
+                   "pre-registered with scales")
+        assert len(said) == 1 and said[0].startswith(refusal), said
