@@ -3,12 +3,13 @@
     pip install -e ".[peers]"        # litgpt and x-transformers, pinned
     python scripts/lm_peers_speed.py [--repeats 5] [--steps 3] [--precisions fp32 bf16] [--compile]
 
-Decoder-only (issue 50's configuration): d 256, 4 heads, 4 layers, GELU MLP 4x, LayerNorm, pre-norm, RoPE,
-untied head, vocabulary 8192, no dropout, batches of 16 x 128 tokens, AdamW: ablate's ``build_lm`` against
-litgpt's ``GPT`` (GptNeoxMLP, LayerNorm, full rotary) and x-transformers' ``TransformerWrapper(Decoder(
-rotary_pos_emb=True))``. Encoder-decoder (``ablate bench``'s default model: d 256, 3+3 layers, d_ff 1024,
-vocabulary 8000): ablate's ``build_model`` against ``torch.nn.Transformer`` (bench/train_speed.py's
-wrapper) and x-transformers' ``XTransformer``, on batches of 32 x 64 source and target tokens.
+Decoder-only (where the step was first compared): d 256, 4 heads, 4 layers, GELU MLP 4x, LayerNorm, pre-norm,
+RoPE, untied head, vocabulary 8192, no dropout, batches of 16 x 128 tokens, AdamW: ablate's ``build_lm``
+against litgpt's ``GPT`` (GptNeoxMLP, LayerNorm, full rotary) and x-transformers'
+``TransformerWrapper(Decoder(rotary_pos_emb=True))``. Encoder-decoder (``ablate bench``'s default model: d
+256, 3+3 layers, d_ff 1024, vocabulary 8000): ablate's ``build_model`` against ``torch.nn.Transformer``
+(bench/train_speed.py's wrapper) and x-transformers' ``XTransformer``, on batches of 32 x 64 source and target
+tokens.
 
 Each codebase trains with its own step: ablate with the trainer's optimizer (``build_optimizer``: torch's
 fused AdamW) and loss (cross-entropy on float32 logits); the peers with ``torch.optim.AdamW`` at torch's

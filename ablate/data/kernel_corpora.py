@@ -4,8 +4,8 @@ ships them.
 * ``docs``: ``linux-doc-6.1`` installs the reStructuredText sources of the kernel's documentation as plain
   text (``/usr/share/doc/linux-doc-6.1/html/_sources/**/*.rst.txt``, about 3,200 pages, 32 MB). One page
   is one document, cleaned as :mod:`ablate.data.python_docs` cleans the Python pages (heading adornments
-  dropped, whitespace runs made one space); pages under ``min_words`` words (index pages, stubs) are left
-  out.
+  dropped, whitespace runs made one space); pages under ``min_words`` words (index pages, stubs) and the
+  ``translations/`` pages (other languages' versions of English pages) are left out.
 * ``source``: ``linux-source-6.1`` installs the kernel's source as one tarball
   (``/usr/src/linux-source-6.1.tar.xz``, 139 MB); its ``.c`` and ``.h`` files (about 55,000, 1.18 GB) are
   read from it as a stream, nothing unpacked. One file is one document, its whitespace runs made one
@@ -53,6 +53,9 @@ VERSION = "6.1"
 TARBALL = Path("/usr/src") / f"linux-source-{VERSION}.tar.xz"
 _SPACE = re.compile(r"\s+")
 C_SUFFIXES = (".c", ".h")
+# Other languages' versions of English pages: thousands of CJK characters would take a small BPE vocabulary
+# for its alphabet (BPE 1000 merged nothing with them in), and they repeat the English pages' content.
+TRANSLATIONS = "translations/"
 
 
 def check_licence(copyright_file: Path) -> str:
@@ -68,13 +71,17 @@ def check_licence(copyright_file: Path) -> str:
 
 
 # ------------------------------------------------------------------ reading each corpus
-def docs_documents(sources: Path, min_words: int) -> Iterator[Document]:
+def docs_documents(sources: Path, min_words: int, translations: bool = False) -> Iterator[Document]:
     """Every ``*.rst.txt`` page under ``sources`` with at least ``min_words`` words once cleaned, in path
-    order."""
+    order; the ``translations/`` pages (Chinese, Japanese, Korean, Italian, Spanish versions of English
+    pages) only with ``translations``."""
     for path in sorted(sources.rglob("*.rst.txt")):
+        name = path.relative_to(sources).as_posix()
+        if not translations and name.startswith(TRANSLATIONS):
+            continue
         text = clean(path.read_text(encoding="utf-8", errors="replace"))
         if len(text.split()) >= min_words:
-            yield Document(path.relative_to(sources).as_posix(), text)
+            yield Document(name, text)
 
 
 def source_documents(tarball: Path, limit: int | None = None) -> Iterator[Document]:
@@ -172,8 +179,8 @@ def find_docs(doc_root: Path = DOC_ROOT) -> tuple[Path, Path]:
 
 
 def prepare_docs(out: Path, sources: Path | None = None, copyright_file: Path | None = None, *,
-                 min_words: int = 100, val_percent: int = 4, test_percent: int = 4, seed: int = 0
-                 ) -> dict[str, dict[str, int]]:
+                 min_words: int = 100, val_percent: int = 4, test_percent: int = 4, seed: int = 0,
+                 translations: bool = False) -> dict[str, dict[str, int]]:
     """The kernel documentation corpus under ``out`` (see the module docstring)."""
     if sources is None or copyright_file is None:
         found_sources, found_copyright = find_docs()
@@ -182,8 +189,8 @@ def prepare_docs(out: Path, sources: Path | None = None, copyright_file: Path | 
     if not sources.is_dir():
         raise DataError(f"{sources}: no such folder of documentation sources")
     about = {"corpus": f"linux-doc-{VERSION}", "sources": str(sources), "copyright": str(copyright_file),
-             "min_words": min_words}
-    return write_corpus(out, docs_documents(sources, min_words), val_percent=val_percent,
+             "min_words": min_words, "translations": translations}
+    return write_corpus(out, docs_documents(sources, min_words, translations), val_percent=val_percent,
                         test_percent=test_percent, seed=seed, licence_text=licence, about=about)
 
 
@@ -208,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = sub.add_parser("docs", help=f"linux-doc-{VERSION}: one documentation page a document")
     docs.add_argument("--sources", type=Path, help="the html/_sources folder (default: the package's)")
     docs.add_argument("--min-words", type=int, default=100, help="shorter pages are left out (default 100)")
+    docs.add_argument("--with-translations", action="store_true",
+                      help="keep the translations/ pages (other languages' versions of English pages)")
     source = sub.add_parser("source", help=f"linux-source-{VERSION}: one .c or .h file a document")
     source.add_argument("--tarball", type=Path, default=TARBALL, help=f"default: {TARBALL}")
     source.add_argument("--limit", type=int, help="only the first N files (a slice, for a quick run)")
@@ -221,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = {"val_percent": args.val_percent, "test_percent": args.test_percent, "seed": args.seed}
     try:
         if args.corpus == "docs":
-            counts = prepare_docs(args.out, args.sources, args.copyright, min_words=args.min_words, **common)
+            counts = prepare_docs(args.out, args.sources, args.copyright, min_words=args.min_words,
+                                  translations=args.with_translations, **common)
         else:
             counts = prepare_source(args.out, args.tarball, args.copyright, limit=args.limit, **common)
     except DataError as e:

@@ -4,9 +4,10 @@ corpus in memory.
 Each split is an iterator of :class:`Piece`\\ s: normalised text and whether it ends its document. Every
 document is one piece, except a ``documents: stream`` file (nanoGPT's one long stream), whose lines are
 pieces of one document, so that a corpus of any size is read, tokenized and written line batch by line
-batch. A document's pieces are joined by one space, as the lines of a document always were; the built-in
-tokenizers (Metaspace BPE, words, characters) give a document's pieces the ids they give the whole
-(tests/data/test_token_shards.py checks it).
+batch. A document's pieces are joined by one space, as the lines of a document always were, and a document
+longer than ``MAX_PIECE_CHARS`` is cut into pieces at spaces too; a piece after the first is encoded with
+that space in front, which gives it the ids it has inside the whole (the built-in Metaspace BPE, words and
+characters, and byte-level tokenizers: tests/data/test_token_shards.py checks it).
 
 Text files are read line by line (``.gz`` decompressed on the fly), split on ``\\n`` only as ``datasets``'
 text loader splits them, a UTF-8 byte-order mark dropped from the first line; the line-by-line check
@@ -38,6 +39,29 @@ __all__ = ["DocumentSource", "Piece", "StreamDigest", "documents", "hub_source",
 class Piece:
     text: str  # normalised, non-empty
     ends: bool = True  # the last piece of its document
+    first: bool = True  # the first piece of its document (a later one is encoded after a space)
+
+
+MAX_PIECE_CHARS = 1 << 16  # a longer document is encoded in pieces of about this many characters
+
+
+def split_long(pieces: Iterable[Piece], limit: int | None = None) -> Iterator[Piece]:
+    """Pieces longer than ``limit`` characters cut at a space (the space dropped: pieces are joined by one),
+    so that a 20 MB source file is never one string with its millions of token objects at once. A piece
+    after the first is encoded with its space in front (shard_build), which gives the ids of the whole for
+    Metaspace and byte-level tokenizers alike (tests/data/test_token_shards.py)."""
+    limit = limit or MAX_PIECE_CHARS
+    for piece in pieces:
+        text, first = piece.text, piece.first
+        while len(text) > limit:
+            cut = text.rfind(" ", 1, limit)
+            if cut <= 0:
+                cut = text.find(" ", limit)  # a run of `limit` characters without a space: cut after it
+                if cut < 0:
+                    break
+            yield Piece(text[:cut], ends=False, first=first)
+            text, first = text[cut + 1:], False
+        yield Piece(text, ends=piece.ends, first=first)
 
 
 @dataclass
@@ -103,13 +127,13 @@ def stream_pieces(lines: Iterable[str], lowercase: bool, piece_lines: int = 256)
             if len(current) == piece_lines:
                 if held is not None:
                     yield held
-                held, current = Piece(" ".join(current), ends=False), []
+                held, current = Piece(" ".join(current), ends=False, first=held is None), []
     if current:
         if held is not None:
             yield held
-        held = Piece(" ".join(current), ends=False)
+        held = Piece(" ".join(current), ends=False, first=held is None)
     if held is not None:
-        yield Piece(held.text, ends=True)
+        yield Piece(held.text, ends=True, first=held.first)
 
 
 def cut_documents(lines: Sequence[str], data: DataSpec) -> list[str]:
@@ -146,6 +170,9 @@ def _file_pieces(paths: Sequence[Path], data: DataSpec, split: str) -> Callable[
     cap = data.max_train_examples if split == "train" else None
 
     def pieces() -> Iterator[Piece]:
+        yield from split_long(whole())
+
+    def whole() -> Iterator[Piece]:
         if mode == "files":  # one document per file, its lines joined like a paragraph's
             found = (Piece(d) for p in paths if (d := joined(read_lines(p), data.lowercase)))
             yield from _capped(found, cap)
@@ -265,7 +292,8 @@ def _hub_pieces(ds: Any, field: str, data: DataSpec, split: str) -> Callable[[],
 
     def pieces() -> Iterator[Piece]:
         texts = (t for t in _column(ds, field, split) if isinstance(t, str) and t.strip())
-        yield from grouped(texts if cap is None else _first(texts, cap), data.document_lines, data.lowercase)
+        yield from split_long(grouped(texts if cap is None else _first(texts, cap), data.document_lines,
+                                      data.lowercase))
 
     return pieces
 

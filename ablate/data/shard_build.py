@@ -204,7 +204,7 @@ def _build_split(writer: SplitWriter, pieces: Iterator[Piece], tok: Tokenizers, 
 
 
 def _write_batch(writer: SplitWriter, batch: list[Piece], tok: Tokenizers, progress: PrepareProgress) -> None:
-    ids = tok.encode_tgt_batch([p.text for p in batch])
+    ids = tok.encode_normalised_batch([p.text if p.first else f" {p.text}" for p in batch])  # lm_sources
     tokens = writer.append(ids, batch)
     writer.commit()  # at a document boundary (else it waits for the stream's next one)
     progress.update(sum(len(p.text) + 1 for p in batch), sum(p.ends for p in batch), tokens)

@@ -132,6 +132,11 @@ class Tokenizers:
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return _encode(self.tgt, [normalize(t, self.lowercase) for t in texts])
 
+    def encode_normalised_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target-side ids of texts already normalised, as they are (a document's later piece keeps the
+        space in front of it: ablate/data/lm_sources.py)."""
+        return _encode(self.tgt, list(texts))
+
     # ---------------------------------------------------------- decoding
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Detokenized text; stops at eos, drops pad/bos, keeps unknowns visible as <unk>."""

@@ -159,6 +159,8 @@ class DecoderOnlyLM(nn.Module):
     def _mask(self, T: int, past: int, segments: Tensor | None, dtype: torch.dtype, hooks: PositionHooks,
               device: torch.device) -> AttnMask | None:
         """Causal (query ``past + i`` sees keys ``0 .. past + i``), block-diagonal over ``segments``."""
+        if segments is not None and not past and bool((segments == segments[:, :1]).all()):
+            segments = None  # every row one document (long documents, most blocks): the causal kernel's path
         if segments is not None:
             if past:
                 raise ValueError("segments describe a packed block: decode it without a cache")

@@ -43,6 +43,9 @@ def doc_tree(tmp_path: Path, pages: int) -> Path:
         words = " ".join(f"word{j}" for j in range(120 + i))
         page.write_text(f"=====\nTitle {i}\n=====\n\n{words}\n\n.. code-block:: c\n\n   int x;\n")
     (sources / "index.rst.txt").write_text("Index\n=====\n\n.. toctree::\n")  # a stub: under 100 words
+    translated = sources / "translations" / "zh_CN" / "page0.rst.txt"  # another language's page0
+    translated.parent.mkdir(parents=True)
+    translated.write_text("内存 " * 200)
     return sources
 
 
@@ -69,6 +72,7 @@ def test_docs_one_page_a_document_split_by_page_with_the_seed(tmp_path: Path) ->
     assert manifest["licence"] == "GPL-2.0-only" and manifest["seed"] == 3
     names = [d["name"] for d in manifest["documents"]]
     assert len(names) == 60 and "index.rst.txt" not in names  # the stub under 100 words is left out
+    assert not any(n.startswith("translations/") for n in names)  # and the other languages' pages
     for split in ("train", "val", "test"):
         part = [d for d in manifest["documents"] if d["split"] == split]
         assert all(split_of(d["name"], 10, 10, seed=3) == split for d in part)

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from ablate.data import shard_build
 from ablate.data.corpus import DataError, sha256_json
 from ablate.data.lm_corpus import PackedBatcher, prepare_lm, windows
-from ablate.data.lm_sources import Piece, StreamDigest, stream_pieces
+from ablate.data.lm_sources import Piece, StreamDigest, split_long, stream_pieces
 from ablate.data.token_shards import token_dtype
 from ablate.data.tokenize import BOS_ID, EOS_ID, train_tokenizer
 from ablate.spec.experiment import ExperimentSpec
@@ -147,15 +148,34 @@ def test_a_build_killed_mid_corpus_resumes_where_it_stopped(tmp_path: Path,
     assert not building.exists()
 
 
-@pytest.mark.parametrize("kind", ["bpe", "wordlevel", "char"])
-def test_a_streams_pieces_get_the_ids_of_the_whole_text(kind: str) -> None:
-    lines = [" ".join(WORDS[i:i + 5]) + (" ," if i % 3 else "") for i in range(0, 17)]
+def byte_level(texts: list[str]) -> Tokenizer:
+    """A GPT-2-style byte-level BPE (a tokenizer file's kind), trained here."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts * 5, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return tok
+
+
+def encoded(tok: Tokenizer, pieces: list[Piece]) -> list[int]:
+    """The ids the shard build writes: a later piece of a document encoded after its space."""
+    texts = [p.text if p.first else f" {p.text}" for p in pieces]
+    return [i for e in tok.encode_batch(texts, add_special_tokens=False) for i in e.ids]
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordlevel", "char", "byte-level file"])
+def test_a_streams_pieces_and_a_long_documents_get_the_ids_of_the_whole_text(kind: str) -> None:
+    lines = [" ".join(WORDS[i:i + 5]) + (" ," if i % 3 else "") + ("  (x)" if i % 4 else "")
+             for i in range(17)]
     whole = " ".join(lines)
-    tok = train_tokenizer(kind, [whole], 200, 1)
+    tok = byte_level([whole]) if kind == "byte-level file" else train_tokenizer(kind, [whole], 200, 1)
     pieces = list(stream_pieces(lines, lowercase=False, piece_lines=4))
     assert [p.ends for p in pieces] == [False] * (len(pieces) - 1) + [True]
-    ids = [i for p in pieces for i in tok.encode(p.text, add_special_tokens=False).ids]
-    assert ids == tok.encode(whole, add_special_tokens=False).ids
+    assert [p.first for p in pieces] == [True] + [False] * (len(pieces) - 1)
+    assert encoded(tok, pieces) == tok.encode(whole, add_special_tokens=False).ids
+    cut = list(split_long([Piece(whole)], limit=40))  # one long document, cut at spaces
+    assert len(cut) > 5 and all(len(p.text) <= 40 for p in cut) and " ".join(p.text for p in cut) == whole
+    assert encoded(tok, cut) == tok.encode(whole, add_special_tokens=False).ids
     digest = StreamDigest()
     for p in pieces:
         digest.add(p)
@@ -230,3 +250,21 @@ def test_gzipped_text_gives_the_same_shards(tmp_path: Path) -> None:
             "documents": "paragraphs"}}}))
     assert a.fingerprint == b.fingerprint
     assert [d.tolist() for d in a.documents["train"].docs] == [d.tolist() for d in b.documents["train"].docs]
+
+
+def test_ablate_run_on_a_folder_without_documents_exits_2_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "val"):
+        (tmp_path / "pages" / split).mkdir(parents=True)
+        (tmp_path / "pages" / split / "blank.txt").write_text("\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: none\nmodel: {arch: decoder_only}\ndata:\n  source: text\n"
+                    "  text: {root: pages, train: train, val: val, documents: files}\n"
+                    "  tokenizer: {kind: char, vocab_size: 50}\ntracking: {enabled: false}\n")
+    assert main(["run", str(spec)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "no document" in err[0] and "Traceback" not in err[0]
+    assert published(tmp_path / ".ablate_cache") == [] and not list(tmp_path.rglob("*.building"))

@@ -64,3 +64,18 @@ def test_one_optimizer_step_matches_torchs_reference_loop_within_the_stated_tole
     for name, fused in after[0].items():
         assert torch.allclose(fused, after[1][name], rtol=STEP_RTOL, atol=STEP_ATOL), name
     assert any(not torch.equal(after[0][n], after[1][n]) for n in after[0])  # the step did move weights
+
+
+def test_a_packed_batch_of_one_document_a_row_takes_the_causal_path_with_the_same_numbers() -> None:
+    """Blocks inside one long document carry one segment id a row: the model masks them as plain causal
+    rows (no (B, 1, T, T) mask), with the same logits bit for bit; a block that mixes documents still masks
+    across them."""
+    model = build_lm(ModelSpec.model_validate(BENCH_LM), 500, seed=0)
+    ids, _ = batch()
+    one_doc = torch.full_like(ids, 7)
+    assert torch.equal(model(ids, one_doc), model(ids))
+    mixed = one_doc.clone()
+    mixed[:, 16:] = 8  # a second document from position 16: its first token sees nothing before it
+    alone = model(ids[:, 16:])
+    assert torch.allclose(model(ids, mixed)[:, 16:], alone, atol=1e-5)
+    assert not torch.allclose(model(ids)[:, 16:], alone, atol=1e-3)
