@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.study.rungs import planned
-from ablate.study.seed_rounds import TERMINAL
 from ablate.study.sizing import estimate_wall_s
+from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.tracking import record
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def measured_cell_seconds(spec: ExperimentSpec, study: str | None, probe: bool =
     return probe_cell_seconds(spec)
 
 
-def remaining_wall_time(plan: Any, records: Mapping[str, Any], parallel: int) -> str:
+def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], parallel: int) -> str:
     """A dry run's estimate (``plan``: a StudyPlan, not imported: the plan prints the power plan, whose time
     line comes from here) for the cells at the baseline's settings not yet done, from a finished cell of
     the study (MLflow, read only when the store has one) or a timed probe of the baseline."""

@@ -184,8 +184,18 @@ class Crossover:
     hi: float
 
     @property
+    def open_below(self) -> bool:
+        """Its interval runs past CROSSOVER_REACH decades below the ladder."""
+        return self.lo <= 0.0
+
+    @property
+    def open_above(self) -> bool:
+        """Its interval runs past CROSSOVER_REACH decades above the largest rung."""
+        return not math.isfinite(self.hi)
+
+    @property
     def bounded(self) -> bool:
-        return 0.0 < self.lo and math.isfinite(self.hi)
+        return not (self.open_below or self.open_above)
 
 
 @dataclass(frozen=True)

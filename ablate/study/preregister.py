@@ -19,9 +19,10 @@ import json
 from typing import Any
 
 from ablate.errors import AblateError
+from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_attrs import PLAN as PLAN_ATTR
 from ablate.study.optuna_attrs import PREREGISTERED as STORE_ATTR
-from ablate.study.rung_rounds import family as ladder_family
+from ablate.study.study_plan import StudyPlan
 
 # record key -> the spec field a reader changes to change it
 FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "ablation.seeds",
@@ -31,7 +32,7 @@ FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "abla
           "min_effect": "ablation.min_effect", "claims": "ablation.expect"}
 
 
-def design_record(plan: Any) -> dict[str, Any]:
+def design_record(plan: StudyPlan) -> dict[str, Any]:
     """The design of ``plan`` (a StudyPlan at the baseline's settings) as a JSON-able dict."""
     abl = plan.spec.ablation
     assert abl is not None
@@ -44,12 +45,12 @@ def design_record(plan: Any) -> dict[str, Any]:
         record["looks"] = list(design.looks)
     else:
         record["seeds"] = list(plan.seeds)
-    if getattr(plan, "rungs", None):  # a ladder: its rungs are its design, every rung's verdicts one family
+    if plan.rungs:  # a ladder: its rungs are its design (its family every rung's comparisons: plan.family)
         scales = abl.scales
+        assert scales is not None
         rungs = [{"name": r.name, "overrides": r.overrides} for r in plan.rungs]  # in order of compute
         record["scales"] = {"rungs": rungs, "target": scales.target,
                             "margin": scales.margin, "tokens_per_param": scales.tokens_per_param}
-        record["family"] = ladder_family(plan)
     return record
 
 
@@ -77,7 +78,8 @@ def _shown(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def record_or_refuse(queue: Any, plan: Any, plan_text: str, plan_data: dict[str, Any] | None = None) -> bool:
+def record_or_refuse(queue: CellQueue, plan: StudyPlan, plan_text: str,
+                     plan_data: dict[str, Any] | None = None) -> bool:
     """Record ``plan``'s design in the study's store if it has none yet (True), with the power plan it was
     recorded with (its text and data), else refuse a changed one with an AblateError (exit 2, nothing
     written). Call under the store's lock."""
@@ -93,7 +95,7 @@ def record_or_refuse(queue: Any, plan: Any, plan_text: str, plan_data: dict[str,
     return True
 
 
-def recorded_plan(queue: Any) -> tuple[str, dict[str, Any] | None]:
+def recorded_plan(queue: CellQueue) -> tuple[str, dict[str, Any] | None]:
     """The power plan the design was recorded with: (its text, its data), ("", None) when none."""
     raw = queue.get(PLAN_ATTR)
     if not raw:
@@ -102,7 +104,7 @@ def recorded_plan(queue: Any) -> tuple[str, dict[str, Any] | None]:
     return str(found.get("text") or ""), found.get("plan")
 
 
-def check_only(queue: Any, plan: Any) -> str | None:
+def check_only(queue: CellQueue, plan: StudyPlan) -> str | None:
     """The dry run's reading: the refusal a start would give, else None (writes nothing)."""
     text = queue.get(STORE_ATTR)
     return refusal(plan.name, json.loads(text), design_record(plan)) if text else None

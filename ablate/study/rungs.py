@@ -18,8 +18,8 @@ vocabulary does not matter), else its ``train.max_steps``; ``train.max_steps`` f
 ``data.batch_tokens`` (a language model's step is ``batch_tokens // max_len`` full blocks). Every variant
 at a rung trains the same tokens, so their cells see the same batches in the same order.
 
-Imports nothing of ablate/study/plan.py (plan imports it); the rung sub-plans the rounds walk are
-ablate/study/rung_rounds.py's.
+Imports nothing of the study's plan (ablate/study/study_plan.py imports it); the rung sub-plans the rounds
+walk are ablate/study/rung_rounds.py's.
 """
 
 from __future__ import annotations

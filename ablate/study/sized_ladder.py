@@ -28,7 +28,6 @@ from ablate.stats.power import POWER, SD_CONFIDENCE, detectable, seeds_needed
 from ablate.stats.sequential import Design
 from ablate.stats.transfer import change_power
 from ablate.study.pilot import RUNG_COLUMN, PairedNoise, Pilot, paired_sd, pilot_from_rows, pilot_rows
-from ablate.study.rung_rounds import family as ladder_family
 from ablate.tracking import record
 
 
@@ -107,7 +106,7 @@ def ladder_design(plan: Any) -> Design | None:
     abl = plan.spec.ablation
     scales = abl.scales
     margin = scales.margin if scales.margin is not None else abl.min_effect
-    family = ladder_family(plan)
+    family = plan.family
     if plan.design is not None:
         return Design(plan.design.looks, abl.alpha, margin, family)
     if len(plan.seeds) < 2:

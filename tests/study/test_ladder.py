@@ -18,8 +18,8 @@ from ablate.report.build import main_report
 from ablate.spec.load import SpecError
 from ablate.study import preregister, rung_rounds
 from ablate.study.cell_queue import CellQueue, CellRecord
+from ablate.study.designs import plan_study
 from ablate.study.optuna_store import Store
-from ablate.study.plan import plan_study
 from ablate.study.rungs import model_shape
 
 SPEC = """\

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from ablate.report.compute.loaded_study import Study, hardware, quality_meta
 from ablate.stats.pairing import Cell
 from ablate.stats.pairing import paired_differences as verdict_pairs
-from ablate.stats.sequential import Design, walk
+
+# METHOD, POWER, Design, Look and Reading are also the statistics floor's vocabulary as the sections read it:
+# a section imports the report's computing half only (tests/test_layout.py)
+from ablate.stats.sequential import METHOD, POWER, Design, walk  # noqa: F401
 from ablate.stats.verdict import Look, Question, Reading, Verdict, one_family, read
 from ablate.tracking import record
 
@@ -24,17 +27,18 @@ def design_of(study: Study) -> Design | None:
     text = study.parent["tags"].get(record.SEQUENTIAL)
     if not text:
         return None
-    d = json.loads(text)
-    return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]), family_of(study))
+    return Design.from_tag(text, family_of(study))
 
 
 def family_of(study: Study) -> int:
     """Every comparison the report gives a verdict on, in one family (``ablate.stats.verdict.one_family``):
     the comparisons at the baseline's settings, and with ``ablation.tune`` each variant at its own best
-    unless both of its arms read the same cells (the variant's and the baseline's runs are the same)."""
+    unless both of its arms read the same cells (the variant's and the baseline's runs are the same); on a
+    ladder, every comparison at every rung."""
     labels = [v for v in study.variants if v != study.baseline]
     own = study.arms.get(record.OWN_BEST_ARM)
+    if study.rungs:  # a ladder: every comparison at every rung
+        return one_family(len(labels), rungs=len(study.rungs))
     if own is None or not own.runs or study.baseline is None:
         return one_family(len(labels))
 
@@ -131,3 +135,10 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
         out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted,
                               cross_hardware(study, v)))
     return out
+
+
+def look_answer(look: Look, higher: bool) -> str:
+    """What one look alone answers (``ablate.stats.verdict.read`` of it): better, worse, no effect,
+    identical or open."""
+    return read([look], higher).answer
+

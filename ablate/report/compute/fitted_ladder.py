@@ -17,6 +17,7 @@ did not log one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -25,11 +26,17 @@ from typing import Any
 import numpy as np
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.comparisons import decided_metric, pairs_with_divergence
+from ablate.report.compute.comparisons import decided_metric, family_of, pairs_with_divergence
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
 from ablate.stats import scaling, transfer
+from ablate.stats.scaling import Fit
+from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
+
+# The statistics floor's vocabulary the ladder's section renders (sections import no stats).
+__all__ = ["AtRung", "ComparisonLadder", "Curve", "Estimate", "Fit", "Fixed", "Ladder", "RungInfo",
+           "Transfer", "TransferVerdict", "as_record", "ladder_of"]
 from ablate.tracking import record
 
 
@@ -68,6 +75,7 @@ class AtRung:
     verdict: Fixed
     diverged_pairs: int = 0
     p_min: float = 0.0  # the smallest p its test can give (a permutation test on 2-3 pairs)
+    identical: bool = False  # every pair exactly equal
 
     def as_dict(self) -> dict[str, Any]:
         return {"rung": self.rung, "diff": self.diff, "lo": self.lo, "hi": self.hi, "p": self.p,
@@ -77,12 +85,16 @@ class AtRung:
 
 @dataclass
 class Curve:
-    """One variant's points and fits: on every rung, and without the largest (the backtest's)."""
+    """One variant's points and fits: on every rung, and without the largest (the backtest's); the fitted
+    curve and its band at the ladder's ``grid`` of compute (what the scaling figure draws)."""
 
     variant: str
     points: list[scaling.Rung]  # per rung (in order), the variant's own compute and seeds' values
     fit: scaling.Fit | None
     without_top: scaling.Fit | None
+    line: list[float] = field(default_factory=list)  # the fit at each grid point (NaN without a fit)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -110,7 +122,19 @@ class Ladder:
     target: float | None
     margin: float | None
     family: int  # the per-rung verdicts' family: comparisons x rungs
+    grid: list[float] = field(default_factory=list)  # compute the curves are drawn at
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def mean_accuracy(self) -> float:
+        """DataDecide's decision accuracy over every smaller rung (NaN without one)."""
+        found = [a for a in self.accuracy if math.isfinite(a)]
+        return float(np.mean(found)) if found else math.nan
+
+    @property
+    def band_level(self) -> float:
+        fits = [c.fit for c in self.curves if c.fit is not None]
+        return fits[0].level if fits else scaling.LEVEL
 
     @property
     def transfer_level(self) -> float:
@@ -150,14 +174,36 @@ def ladder_of(study: Study) -> Ladder | None:
     labels = variants[1:]
     rungs = [_rung_info(study.rungs[n], n, planned.get(n), metric, variants) for n in names]
     curves = [_curve(study, v, names, planned, metric) for v in variants]
-    family = max(1, len(labels) * len(names))
+    family = family_of(study)
     comparisons = [_comparison(study, v, names, rungs, metric, higher, alpha, family, tag) for v in labels]
     _holm_over_ladder(comparisons, higher, alpha)
     means = {c.variant: [p.mean for p in c.points] for c in curves}
     margin = tag.get("margin")
+    target = tag.get("target")
+    grid = _grid(rungs, target)
+    for c in curves:
+        _draw(c, grid)
     return Ladder(metric, unit, dec, higher, alpha, rungs, curves, comparisons,
-                  transfer.decision_accuracy(means), tag.get("target"),
-                  None if margin is None else float(margin), family)
+                  transfer.decision_accuracy(means), target, None if margin is None else float(margin),
+                  family, list(grid))
+
+
+GRID_POINTS = 60
+
+
+def _grid(rungs: list[RungInfo], target: float | None) -> np.ndarray:
+    """Compute from below the smallest rung to beyond the largest (and the target)."""
+    lo = rungs[0].compute / 1.5
+    hi = max(rungs[-1].compute * 1.5, (target or 0.0) * 1.2)
+    return np.geomspace(lo, hi, GRID_POINTS)
+
+
+def _draw(c: Curve, grid: np.ndarray) -> None:
+    if c.fit is None:
+        c.line = c.lo = c.hi = [math.nan] * len(grid)
+        return
+    lo, hi = c.fit.band(grid)
+    c.line, c.lo, c.hi = list(c.fit.predict(grid)), list(lo), list(hi)
 
 
 def _rung_info(rung: Study, name: str, planned: float | None, metric: str, variants: list[str]) -> RungInfo:
@@ -197,7 +243,7 @@ def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungIn
             at.append(AtRung(name, math.nan, math.nan, math.nan, math.nan, math.nan, 0, Fixed.NO_RUNS))
             continue
         at.append(AtRung(name, float(np.mean(finite)), e.lo, e.hi, e.p, math.nan, len(finite), Fixed.NO_RUNS,
-                         diverged, e.p_min))
+                         diverged, e.p_min, e.identical))
     comparisons = max(1, len(study.variants) - 1)
     margin = tag.get("margin")
     verdict = transfer.transfer(gaps, alpha / comparisons, None if margin is None else float(margin),
@@ -216,10 +262,8 @@ def _holm_over_ladder(comparisons: list[ComparisonLadder], higher: bool, alpha: 
     for k, (c, i) in enumerate(cells):
         a = c.at_rungs[i]
         p_holm = holm.get(k, math.nan)
-        identical = a.n > 0 and a.lo == a.hi == 0.0 and a.diff == 0.0
-        reading = fixed_reading(a.diff, p_holm, a.p_min, identical, higher, alpha) if a.n else Fixed.NO_RUNS
-        c.at_rungs[i] = AtRung(a.rung, a.diff, a.lo, a.hi, a.p, p_holm, a.n, reading, a.diverged_pairs,
-                               a.p_min)
+        reading = fixed_reading(a.diff, p_holm, a.p_min, a.identical, higher, alpha)  # no pairs: NaN diff
+        c.at_rungs[i] = dataclasses.replace(a, p_holm=p_holm, verdict=reading)
 
 
 def as_record(ladder: Ladder) -> dict[str, Any]:

@@ -19,7 +19,10 @@ from typing import Any
 import pandas as pd
 
 from ablate.report.compute import statistics as st
+from ablate.report.compute.rung_runs import by_rung, rung_order
 from ablate.spec import metricnames
+from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
+from ablate.study.sizing import scale_note
 from ablate.tracking import record
 from ablate.tracking.read import tags_and_params
 from ablate.tracking.run_files import origin_id
@@ -205,7 +208,7 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
     cells = [r for r in every if r.tags.get(record.KIND) != "search"]
-    if rung_order(parent):
+    if rung_order(parent):  # a ladder (ablation.scales)
         return _ladder(parent, cells)
     listed = arms or {}
     study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)])
@@ -221,24 +224,11 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     return study
 
 
-def rung_order(parent: Mapping[str, Any]) -> list[str]:
-    """A ladder's rung names in order of compute (the parent's ``ablate.scales`` tag); [] without one."""
-    text = parent["tags"].get(record.SCALES)
-    return [str(r["name"]) for r in json.loads(text)["rungs"]] if text else []
-
-
 def _ladder(parent: dict[str, Any], cells: list[Run]) -> Study:
-    """A ladder study: each rung's cells a study of their own (paired by seed within the rung), the
-    largest rung with runs standing for the study (its ``rungs`` every rung's)."""
-    rungs = {}
-    for name in rung_order(parent):
-        runs = [r for r in cells if r.tags.get(record.RUNG) == name]
-        if runs:
-            rungs[name] = _study(parent, runs)
-    if not rungs:
-        return _study(parent, [])
-    top = list(rungs)[-1]
-    return dataclasses.replace(rungs[top], rungs=rungs, rung=top)
+    """A ladder: each rung's cells a study of their own, the largest rung standing for the study."""
+    rungs = {name: _study(parent, runs) for name, runs in by_rung(parent, cells).items()}
+    top = list(rungs)[-1] if rungs else None
+    return dataclasses.replace(rungs[top], rungs=rungs, rung=top) if top else _study(parent, [])
 
 
 def _study(parent: dict[str, Any], every: list[Run]) -> Study:
@@ -407,16 +397,12 @@ class EffectRow:
     verdict: str
 
 
-def _paired_p(study: Study, variant: str, metric: str) -> float:
-    base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline or "") if metric in r.metrics}
-    other = {r.seed: r.metrics[metric] for r in study.finished(variant) if metric in r.metrics}
-    return st.compare(base, other).p
-
-
 def _other_rungs_p(study: Study, metric: str) -> list[float]:
     """A ladder's comparisons at its other rungs (one family with the largest's): their p-values."""
-    return [_paired_p(rung, v, metric) for name, rung in study.rungs.items() if name != study.rung
-            for v in rung.variants if v != rung.baseline]
+    def values(s: Study, v: str) -> dict[int, float]:
+        return {r.seed: r.metrics[metric] for r in s.finished(v) if metric in r.metrics}
+    return [st.compare(values(s, s.baseline or ""), values(s, v)).p for name, s in study.rungs.items()
+            if name != study.rung for v in s.variants if v != s.baseline]
 
 
 def effects(study: Study) -> list[EffectRow]:
@@ -448,3 +434,11 @@ def effects(study: Study) -> list[EffectRow]:
                     text += f" ({len(bad)} of {total} runs did not finish: {counts})"
             rows.append(EffectRow(v, axis, metric, e, ph, text))
     return rows
+
+
+def scale_changes(study: Study, metric: str) -> list[str]:
+    """Per variant whose settings change the verdicts' metric's own scale (label smoothing, the tokenizer
+    on a loss), the sentence the plan prints too (ablate.study.sizing.scale_note)."""
+    notes = (scale_note(f"`{variant}`", metric, (k for k, _, _ in variant_diff(study, variant)))
+             for variant in study.variants[1:])
+    return [note for note in notes if note is not None]

@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
-from ablate.report.compute.fitted_ladder import AtRung, ComparisonLadder, Ladder, as_record, ladder_of
+from ablate.report.compute.fitted_ladder import (
+    AtRung,
+    ComparisonLadder,
+    Estimate,
+    Fit,
+    Fixed,
+    Ladder,
+    Transfer,
+    TransferVerdict,
+    as_record,
+    ladder_of,
+)
 from ablate.report.render import Block, Figure, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
-from ablate.stats.scaling import Fit
-from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
-from ablate.stats.verdict import Fixed
 
 # One mark per verdict at a rung, in the figure's notes.
 MARK = {Fixed.BETTER: "+", Fixed.WORSE: "-", Fixed.IDENTICAL: "=", Fixed.NO_DETECTABLE: "0",
         Fixed.NOT_TESTABLE: "?", Fixed.TOO_FEW: "?", Fixed.NO_RUNS: " "}
-GRID_POINTS = 60
 
 
 def flops(value: float | None) -> str:
@@ -45,8 +50,8 @@ def crossover_text(v: TransferVerdict) -> str:
     c = v.crossover
     if c is None or not math.isfinite(c.compute):
         return "-"
-    lo = "below the range" if c.lo == 0.0 else flops(c.lo)
-    hi = "beyond the range" if not math.isfinite(c.hi) else flops(c.hi)
+    lo = "below the range" if c.open_below else flops(c.lo)
+    hi = "beyond the range" if c.open_above else flops(c.hi)
     return f"{flops(c.compute)} FLOPs [{lo}, {hi}]"
 
 
@@ -96,12 +101,6 @@ def transfer_table(ladder: Ladder) -> Table:
                          "extrapolation, never a measurement.")
 
 
-def _grid(ladder: Ladder) -> np.ndarray:
-    lo = ladder.rungs[0].compute / 1.5
-    hi = max(ladder.rungs[-1].compute * 1.5, (ladder.target or 0.0) * 1.2)
-    return np.geomspace(lo, hi, GRID_POINTS)
-
-
 def _rung_notes(ladder: Ladder) -> list[tuple[float, str]]:
     notes = []
     for i, r in enumerate(ladder.rungs):
@@ -111,25 +110,15 @@ def _rung_notes(ladder: Ladder) -> list[tuple[float, str]]:
 
 
 def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
-    grid = _grid(ladder)
-    curves = []
-    for c in ladder.curves:
-        fit = c.fit
-        if fit is None:
-            empty = [math.nan] * len(grid)
-            curves.append(figs.ScalingCurve(c.variant, [(p.compute, p.values) for p in c.points], list(grid),
-                                            empty, empty, empty))
-            continue
-        lo, hi = fit.band(grid)
-        curves.append(figs.ScalingCurve(c.variant, [(p.compute, p.values) for p in c.points], list(grid),
-                                        list(fit.predict(grid)), list(lo), list(hi)))
+    curves = [figs.ScalingCurve(c.variant, [(p.compute, p.values) for p in c.points], ladder.grid, c.line,
+                                c.lo, c.hi) for c in ladder.curves]
     path = figs.scaling_figure(curves, ladder.rungs[-1].compute, ladder.target, _rung_notes(ladder),
                                ladder.metric, inp.fig_dir / "scaling.png")
     order = ", ".join(f"`{c.variant}`" for c in ladder.comparisons)
     return Figure(f"figures/{path.name}",
                   f"`{ladder.metric}` against training compute over {len(ladder.rungs)} rungs "
                   f"({ladder.span:.3g}x): each variant's seeds (dots), rung means, fitted curve and "
-                  f"{ladder.curves[0].fit.level if ladder.curves[0].fit else 0.95:.0%} band (from "
+                  f"{ladder.band_level:.0%} band (from "
                   "resampling seeds within rungs), dashed beyond the largest rung (an extrapolation). Above "
                   f"each rung its verdicts, one mark per comparison ({order}): + better, - worse, 0 no "
                   "detectable effect, = identical, ? not testable.")
@@ -235,7 +224,7 @@ def _backtest_line(ladder: Ladder) -> str:
     tested = [c.backtest for c in ladder.comparisons if c.backtest is not None]
     inside = sum(b.inside for b in tested)
     accuracy = [a for a in ladder.accuracy if math.isfinite(a)]
-    mean = f"{np.mean(accuracy):.0%}" if accuracy else "-"
+    mean = f"{ladder.mean_accuracy:.0%}" if accuracy else "-"
     return (f"**Backtest**: the smaller rungs predicted the largest rung's gap within the prediction "
             f"interval for {inside} of {len(tested)} comparisons; the smaller rungs order the pairs of "
             f"variants as the largest does in {mean} of cases (DataDecide's decision accuracy, over the "
