@@ -97,8 +97,10 @@ class Expectation(Strict):
     source: Annotated[str, Field(min_length=1)]
     """who found it, e.g. "Xiong et al. 2020, Fig. 3" """
     margin: Annotated[Float, Field(gt=0)] | None = None
-    """effect none: the largest difference that still counts as none, in the metric's units; default:
-    ablation.min_effect"""
+    """in the metric's units: effect none: the largest difference that still counts as none (default:
+    ablation.min_effect); effect better or worse: the claim is superiority (or inferiority) by more than
+    this, reproduced when the whole interval lies beyond it and contradicted when the interval's far bound
+    falls short of it; left out, a better or worse claim is about the direction only"""
     kind: Literal["published", "identity"] = "published"
     """published: a result from the literature; identity: an implementation check (two spellings of one
     function, e.g. conv1d = linear), reported in its own section, never as literature reproduced"""
@@ -314,9 +316,9 @@ class AblationSpec(LaterFields):
                 # Finding no significant difference is not evidence of none: the check needs a width.
                 checks.fail(f"expect.{i}.margin", "effect: none needs a margin (the largest difference that "
                             "counts as none, in the metric's units) or ablation.min_effect", "effect")
-            if claim.effect != "none" and claim.margin is not None:
-                checks.fail(f"expect.{i}.margin", f"margin applies to effect: none only (this one is "
-                            f"{claim.effect})", "effect")
+            if claim.effect == "identical" and claim.margin is not None:
+                checks.fail(f"expect.{i}.margin", "an identity check has no margin: every paired seed is "
+                            "equal or it is not", "effect")
         checks.raise_any()
         return self
 

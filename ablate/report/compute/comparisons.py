@@ -131,8 +131,9 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
         diffs, counted = pairs_with_divergence(study, v, metric)
         lost = bool(diffs) and all(d is None for d in diffs)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
-        looks = walk(diffs, design, *asked.get(v, (None, None)))
-        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted,
+        question, margin = asked.get(v, (None, None))
+        looks = walk(diffs, design, question, margin, higher)
+        out.append(Comparison(v, len(diffs), read(looks, higher, lost, question, margin), finite, counted,
                               cross_hardware(study, v)))
     return out
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
-from ablate.report.compute.loaded_study import Study
+from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.stats.power import detectable, seeds_needed
 from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
@@ -48,7 +48,7 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
         diffs, _ = paired_differences(study, label, metric)
         d = [x for x in diffs if x is not None and math.isfinite(x)]
         question, margin = asked.get(label, (None, None))
-        looks = walk(diffs, design, question, margin)
+        looks = walk(diffs, design, question, margin, quality_meta(metric)[2])
         settled = bool(looks) and looks[-1].decided
         if len(d) < 2:
             first = d[0] if d else math.nan
