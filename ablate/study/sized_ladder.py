@@ -258,9 +258,13 @@ def format_ladder_plan(lp: LadderPlan) -> str:
             needs = "-" if n is None else (str(need) if need is not None else ">100")
             lines.append(f"    {label}: {sd}, detects {det}, an effect of{margin} needs {needs} seeds")
     for t in lp.transfers:
-        holds = ("" if t.holds is None
-                 else f"; a gap that does not move reads holds with probability {t.holds:.2f}")
-        lines.append(f"  transfer {t.label}: detects a change of {t.detectable:.3g} over the ladder{holds}")
+        holds = ""
+        if t.holds is not None:
+            settles = "can" if t.holds >= POWER else "cannot"
+            holds = (f"; a gap that does not move reads holds with probability {t.holds:.2f}: it {settles} "
+                     f"settle 'holds within ±{lp.margin:g}' at these seeds")
+        lines.append(f"  transfer {t.label}: a change of {t.detectable:.3g} or more over the ladder reads "
+                     f"grows or shrinks with {POWER:.0%} power{holds}")
     if lp.hours is not None:
         lines.append(f"  time: {lp.hours:.2f} h one cell at a time (the pilot's measured cell times)")
     afforded = lp.affordable()
