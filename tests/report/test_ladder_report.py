@@ -6,6 +6,7 @@ runs with a known answer; the slow one runs a small translation ladder on the sy
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import pandas as pd
 import pytest
 
 from ablate.report.build import ABLATION_PARTS, assemble, write_runs_csv
+from ablate.report.compute.comparisons import family_of
 from ablate.report.compute.fitted_ladder import ladder_of
-from ablate.report.compute.loaded_study import build_study
+from ablate.report.compute.loaded_study import build_study, effects
 from ablate.report.render import Figure, Table, render_markdown
 from ablate.report.section_api import Inputs
 from ablate.report.sections import across_scales
@@ -102,3 +104,14 @@ def test_the_report_opens_with_the_scaling_figure_and_the_transfer_table(tmp_pat
     with (tmp_path / "runs.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 4 * 18 and {r["rung"] for r in rows} == {n for n, _ in RUNGS}
+
+
+def test_the_effects_table_corrects_over_every_rung() -> None:
+    """The largest rung's effects (the sections that know no ladder) are Holm-corrected over the
+    comparisons of every rung: with four rungs their adjusted p is at least the single rung's."""
+    study = build_study(*ladder_frame())
+    assert family_of(study) == 2 * 4
+    single = dataclasses.replace(study, rungs={})
+    for ladder_row, alone in zip(effects(study), effects(single), strict=True):
+        assert ladder_row.variant == alone.variant and ladder_row.p_holm >= alone.p_holm
+    assert any(a.p_holm > b.p_holm for a, b in zip(effects(study), effects(single), strict=True))

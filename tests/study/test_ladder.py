@@ -212,3 +212,13 @@ def test_a_ladder_spec_that_changes_its_preregistered_design_is_refused(
         refusal = ("error: ablation.scales (a ladder's rungs, target and margin): study 'lad' was "
                    "pre-registered with scales")
         assert len(said) == 1 and said[0].startswith(refusal), said
+
+
+def test_every_rungs_comparisons_are_one_family(tmp_path: Path) -> None:
+    """Each comparison is made at every rung, and all of those verdicts share the study's alpha: the plan's
+    family, each rung's sequential design and the pre-registered record all count comparisons x rungs."""
+    plan = plan_study(str(write(tmp_path, seeds="  seeds: {min: 2, max: 3}\n  min_effect: 0.05")))
+    assert plan.family == 1 * 3  # one comparison (norm=rms) at three rungs
+    assert plan.design is not None and plan.design.family == 3 and plan.design.level == pytest.approx(0.05 / 3)
+    assert {sub.design.family for sub in rung_rounds.rung_plans(plan) if sub.design} == {3}
+    assert preregister.design_record(plan)["family"] == 3
