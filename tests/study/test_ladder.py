@@ -219,6 +219,7 @@ def test_every_rungs_comparisons_are_one_family(tmp_path: Path) -> None:
     family, each rung's sequential design and the pre-registered record all count comparisons x rungs."""
     plan = plan_study(str(write(tmp_path, seeds="  seeds: {min: 2, max: 3}\n  min_effect: 0.05")))
     assert plan.family == 1 * 3  # one comparison (norm=rms) at three rungs
-    assert plan.design is not None and plan.design.family == 3 and plan.design.level == pytest.approx(0.05 / 3)
+    assert plan.design is not None and plan.design.family == 3
+    assert plan.design.level == pytest.approx(0.05 / 3)
     assert {sub.design.family for sub in rung_rounds.rung_plans(plan) if sub.design} == {3}
     assert preregister.design_record(plan)["family"] == 3
