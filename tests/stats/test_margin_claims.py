@@ -101,6 +101,7 @@ def test_the_margin_rules_predicted_power_matches_a_simulated_study(looks: tuple
     assert abs(predicted - simulated) <= 0.03, (predicted, simulated)
 
 
+@pytest.mark.slow
 def test_clearing_a_margin_takes_more_seeds_than_excluding_zero() -> None:
     """sized-axes' RoPE comparison at its own found effect and spread (-0.083 nats, paired sd 0.022): its
     design (looks at 3..18 seeds, 2 comparisons) stops later when it must clear 0.05 than when it must

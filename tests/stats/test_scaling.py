@@ -76,10 +76,10 @@ def _coverage(sims: int, replicates: int) -> dict[str, float]:
 
 
 def test_intervals_cover_the_truth_at_their_nominal_level() -> None:
-    """95% intervals from resampling 5 seeds within each of 5 rungs: over 150 simulated ladders, each
+    """95% intervals from resampling 5 seeds within each of 5 rungs: over 120 simulated ladders, each
     covers the true exponent, floor and curve in 0.95 of them, within three binomial standard errors."""
-    sims = 150
-    coverage = _coverage(sims, replicates=600)
+    sims = 120
+    coverage = _coverage(sims, replicates=500)
     tolerance = 3 * math.sqrt(0.95 * 0.05 / sims)
     for name, rate in coverage.items():
         assert abs(rate - 0.95) <= tolerance, (name, rate)
