@@ -11,7 +11,8 @@ average of its weights it evaluates beside the best checkpoint (``averaging``: l
 cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached beam decoding
 (``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and progress, timing
 and memory readings (``progress``); the decoder-only language model's perplexity evaluation and cached
-sampling (``lm_eval``). Devices and precisions are the leaf module
+sampling (``lm_eval``); a run's training compute, its parameters without embeddings, tokens and FLOPs
+(``compute``, Kaplan et al. 2020's formula). Devices and precisions are the leaf module
 ``ablate.hardware``'s, which every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.study.rungs import planned
 from ablate.study.sizing import estimate_wall_s
 from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.tracking import record
@@ -37,6 +38,7 @@ class CellTime:
 
     seconds: float
     source: str  # "median of 4 finished cells of study x", "a 10-step probe, extrapolated to 1000 steps"
+    training: float | None = None  # the part of ``seconds`` that trains (a probe's; the rest is fixed)
 
 
 def format_estimate(cell: CellTime, cells: int, parallel: int) -> str:
@@ -100,7 +102,7 @@ def probe_cell_seconds(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> CellTi
         return CellTime(whole * total / (1 + steps), f"a {1 + steps}-step probe, scaled to {total} steps")
     per_step = training / (1 + steps)
     return CellTime(max(0.0, whole - training) + per_step * total,
-                    f"a {1 + steps}-step probe here, extrapolated to {total} steps")
+                    f"a {1 + steps}-step probe here, extrapolated to {total} steps", per_step * total)
 
 
 def measured_cell_seconds(spec: ExperimentSpec, study: str | None, probe: bool = True) -> CellTime | None:
@@ -120,7 +122,27 @@ def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], parallel: i
     if not left:
         return "estimated wall time: none (every cell at the baseline's settings is done)"
     finished = any(r.status == "finished" for r in records.values())
+    if getattr(plan, "rungs", None):  # a ladder: its cells' times differ by rung, a probe of each scales
+        finished = False
     cell = measured_cell_seconds(plan.baseline, plan.name if finished else None)
     if cell is None:
         return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
+    if getattr(plan, "rungs", None):
+        return _ladder_estimate(plan, left, cell, parallel)
     return format_estimate(cell, len(left), parallel)
+
+
+def _ladder_estimate(plan: Any, left: list[Any], cell: CellTime, parallel: int) -> str:
+    """A ladder's cells at the spec's own cell time, its training part scaled by each rung's planned FLOPs
+    (training time grows with compute; a pilot ladder's measured times, in the power plan above, are the
+    better figure)."""
+    base = planned(plan.baseline).flops
+    scale = {r.name: r.compute.flops / base for r in plan.rungs} if base > 0 else {}
+    training = cell.training if cell.training is not None else cell.seconds
+    fixed = cell.seconds - training  # data and evaluation: the same at every rung
+    seconds = sum(fixed + training * scale.get(c.rung, 1.0) for c in left)
+    wall = seconds / max(1, parallel)
+    return (f"estimated wall time: {_duration(wall)} for {len(left)} cells of {len(plan.rungs)} rungs, "
+            f"{parallel} at a time, from the spec's own cell ({_duration(cell.seconds)}, {cell.source}) "
+            f"scaled to each rung by its planned FLOPs (the spec's: {base:.3g}); a pilot ladder's measured "
+            "times are in the power plan")

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.report.compute.loaded_study import MACHINE_COLUMN, Study, design_params, load_study
+from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import (
+    across_scales,
     attention_maps,
     compute_hours,
     costs,
@@ -58,12 +59,13 @@ __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main
 
 PartFn = Callable[[Inputs], Part | None]
 
-# The report of an ablation, top to bottom. A part's intro blocks open the report in this order too:
-# published results, then the summary, then the factorial main effects.
+# The report of an ablation, top to bottom. A part's intro blocks open the report in this order too: a
+# ladder's scaling figure and transfer table, published results, then the summary, then the factorial
+# main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    setup.part, forest_plot.part, mde.part, published.part, summary.part, main_table.axes_part,
-    main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part, sampling.part,
-    factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
+    across_scales.part, setup.part, forest_plot.part, mde.part, published.part, summary.part,
+    main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
+    sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
     attention_maps.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, trials.part, failures.part, attention_maps.part, environment.part)
@@ -94,7 +96,10 @@ def _clean(value: Any) -> Any:
 
 def write_runs_csv(study: Study, path: Path) -> None:
     """One row per run; a study with tune: or confirm: lists every arm's runs, the arm first (a cell two
-    arms share once per arm)."""
+    arms share once per arm); a ladder every rung's, its rung first."""
+    if study.rungs:
+        write_ladder_csv(study, path)
+        return
     arms = [("", study)] if not study.arms else [(record.BASELINE_ARM, study), *study.arms.items()]
     rows = [(arm, r) for arm, part in arms for r in part.runs]
     metric_keys = sorted({k for _, r in rows for k in r.metrics})
@@ -107,6 +112,24 @@ def write_runs_csv(study: Study, path: Path) -> None:
     for arm, r in rows:
         w.writerow([*([arm] if arm else []), r.variant, r.seed, r.status, r.spec_hash,
                     r.shown_id, record.machine(r.tags) or "",
+                    *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
+                    *[r.params.get(k, "") for k in varying]])
+    path.write_text(buf.getvalue())
+
+
+def write_ladder_csv(study: Study, path: Path) -> None:
+    """A ladder's runs.csv: one row per run of every rung, the rung column first (runs.csv's other columns
+    as for any study)."""
+    rows = [(rung, r) for rung, part in study.rungs.items() for r in part.runs]
+    metric_keys = sorted({k for _, r in rows for k in r.metrics})
+    varying = sorted(k for k in {k for _, r in rows for k in design_params(r.params)}
+                     if len({r.params.get(k) for _, r in rows}) > 1)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([RUNG_COLUMN, "variant", "seed", "status", "spec_hash", "run_id", MACHINE_COLUMN, *metric_keys,
+                *varying])
+    for rung, r in rows:
+        w.writerow([rung, r.variant, r.seed, r.status, r.spec_hash, r.shown_id, record.machine(r.tags) or "",
                     *[repr(r.metrics[k]) if k in r.metrics else "" for k in metric_keys],
                     *[r.params.get(k, "") for k in varying]])
     path.write_text(buf.getvalue())

@@ -340,3 +340,58 @@ def attention_heatmaps(maps: Mapping[str, np.ndarray], labels: Mapping[str, tupl
             ax.set_xlabel("key")
             ax.set_ylabel("query")
         return save(fig, path)
+
+
+@dataclass(frozen=True)
+class ScalingCurve:
+    """One variant in the scaling figure: its seeds' points, its fitted curve and band over ``grid``."""
+
+    label: str
+    points: Sequence[tuple[float, Sequence[float]]]  # (compute, the seeds' values) per rung
+    grid: Sequence[float]  # compute at which the curve and band are drawn
+    curve: Sequence[float]
+    lo: Sequence[float]
+    hi: Sequence[float]
+
+
+def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float | None,
+                   rung_notes: Sequence[tuple[float, str]], ylabel: str, path: Path) -> Path:
+    """The metric against training compute on a log axis: per variant its seeds (dots), rung means
+    (markers), fitted curve and band, solid up to the largest rung and dashed beyond it (an
+    extrapolation); the target marked; each rung's verdicts written above it (``rung_notes``: compute,
+    text). PDF and SVG beside the PNG."""
+    with _style():
+        fig = Figure(figsize=(7.5, 5.0), layout="constrained")
+        ax = fig.subplots()
+        for i, c in enumerate(curves):
+            color, (_, marker) = _color(i), _style_of(i)
+            for x, values in c.points:
+                ax.plot([x] * len(values), list(values), ".", color=color, alpha=0.35, markersize=4)
+                if len(values):
+                    ax.plot([x], [float(np.mean(values))], marker, color=color, markersize=6)
+            grid = np.asarray(c.grid, dtype=float)
+            inside = grid <= largest * (1 + 1e-9)
+            curve, lo, hi = (np.asarray(v, dtype=float) for v in (c.curve, c.lo, c.hi))
+            if np.isfinite(curve).any():
+                ax.plot(grid[inside], curve[inside], "-", color=color, linewidth=1.6, label=c.label)
+                ax.plot(grid[~inside], curve[~inside], "--", color=color, linewidth=1.2)
+                ok = np.isfinite(lo) & np.isfinite(hi)
+                ax.fill_between(grid[ok], lo[ok], hi[ok], color=color, alpha=0.12, linewidth=0)
+            else:
+                ax.plot([], [], marker, color=color, label=c.label)
+        if target is not None:
+            ax.axvline(target, color="#444444", linestyle=":", linewidth=1.2,
+                       label=f"target {target:.3g} FLOPs (extrapolated)")
+        ax.set_xscale("log")
+        bottom, top = ax.get_ylim()
+        top += 0.18 * (top - bottom)  # headroom for the rungs' notes
+        ax.set_ylim(bottom, top)
+        for x, text in rung_notes:
+            ax.annotate(text, (x, top), xytext=(0, -4), textcoords="offset points", ha="center", va="top",
+                        fontsize=7, family="monospace", color="#333333")
+        ax.set_xlabel("training compute (FLOPs, 6ND + attention)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="best")
+        save_vector(fig, path)
+        return save(fig, path)

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine.checkpoint import load_verified
+from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
 from ablate.engine.dispatch import build_any
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
@@ -274,8 +276,10 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     metrics = dict(state.history[-1][1]) if state.history else {}
     metrics.update(state.stop_metrics)  # a diverged run: the real (non-finite) loss it ended with
     # Constants of the run (logged once at step 0 by log_run_start) and whole-run figures.
+    compute = run_compute(model, data, state.target_tokens)
     run_level = {**_constants(model, padding),
-                 record.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9)}
+                 record.TOKENS_PER_S: state.target_tokens / max(state.train_seconds, 1e-9),
+                 record.TRAIN_TOKENS: float(compute.tokens), record.TRAIN_FLOPS: compute.flops}
     evaluated: dict[str, float] = {}
     if status in ("finished", "pruned") and place.dist.is_main:
         evaluated = final_evaluation(spec, data, model, trainer, tracker, place.device)
@@ -287,6 +291,7 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     metrics.update(peak)
     if status != "killed" and place.dist.is_main:
         final = {**evaluated, record.TOKENS_PER_S: run_level[record.TOKENS_PER_S], **peak,
+                 record.TRAIN_TOKENS: float(compute.tokens), record.TRAIN_FLOPS: compute.flops,
                  record.WALL_TIME: metrics[record.WALL_TIME], record.CPU_TIME: metrics[record.CPU_TIME]}
         log_run_end(tracker, model, outcome, final)
     return metrics
@@ -369,13 +374,25 @@ def _count(model: torch.nn.Module) -> int:
 
 
 def _constants(model: torch.nn.Module, padding: float) -> dict[str, float]:
-    """A run's constants, logged once at step 0: parameters, padding and, for a decoder-only model, the KV
-    cache's bytes per decoded token (model.kv_heads: what grouped-query attention saves in decoding)."""
-    out = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding}
+    """A run's constants, logged once at step 0: parameters (all, and without embeddings: the N of
+    ablate/engine/compute.py), padding and, for a decoder-only model, the KV cache's bytes per decoded token
+    (model.kv_heads: what grouped-query attention saves in decoding)."""
+    out = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding,
+           record.NON_EMBEDDING_PARAMS: float(shape_of(model).non_embedding)}
     kv = getattr(model, "kv_cache_bytes_per_token", None)
     if kv is not None:
         out[record.KV_CACHE] = float(kv())
     return out
+
+
+def run_compute(model: torch.nn.Module, data: PreparedData, tokens: int) -> Compute:
+    """The run's training compute (ablate/engine/compute.py): a language model's blocks are its context; a
+    translation model's sentence lengths are its training split's."""
+    if isinstance(data, LMData):
+        return training_compute(model, tokens, context=data.block_len)
+    train = data.splits["train"]
+    source_len, target_len = mean_lengths(train.src_ids, train.tgt_ids)
+    return training_compute(model, tokens, source_len=source_len, target_len=target_len)
 
 
 # ---------------------------------------------------------------- CLI entry point

@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 import registry
 from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
+from ablate.spec.study_sections import RUNG_TOKENS
 from ablate.spec.yamlsrc import (
     Loc,
     MaskText,
@@ -338,13 +339,17 @@ def _section(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 def _check_paths(data: dict[str, Any], smap: SourceMap, origin: str, out: _Collector) -> set[str]:
     """Ablation axes and search dimensions must name spec fields (checked even when the rest is invalid)."""
     bad: set[str] = set()
+    rungs = _section(data, "ablation", "scales", "rungs")
     for section, keys in (
         ("ablation.axes", _section(data, "ablation", "axes")),
         ("search.space", _section(data, "search", "space")),
         ("ablation.tune.space", _section(data, "ablation", "tune", "space")),
         ("ablation.confirm.overrides", _section(data, "ablation", "confirm", "overrides")),
+        *((f"ablation.scales.rungs.{name}", _section(rungs, str(name))) for name in rungs),
     ):
         for key in keys:
+            if section.startswith("ablation.scales.") and key == RUNG_TOKENS:
+                continue  # a rung's own key: the tokens its cells train on
             error = check_field_path(str(key))
             if error:
                 path = f"{section}.{key}"

@@ -9,7 +9,8 @@
   ``val/*`` and ``test/*`` (every split decoded, test when the data has a test split), ``model/params``,
   ``train/tokens_per_s``, ``data/padding_fraction``, ``train/wall_time_s``, ``train/cpu_time_s`` (the
   process's CPU time, every thread), ``peak_memory_mb`` and ``run_memory_mb`` (the run's own footprint
-  above the process's memory at its start). MLflow
+  above the process's memory at its start), and its training compute (ablate/engine/compute.py):
+  ``model/params_non_embedding``, ``train/tokens`` and ``train/flops``. MLflow
   holds the result under ``final/`` names (``final/val/bleu``) beside the training-time curves, and the
   constants ``model/params`` and ``data/padding_fraction`` once, at step 0 (ablate/tracking/record.py).
 - A decoder-only language model (``model.arch: decoder_only``, ablate/engine/lm_eval.py) decodes nothing:
@@ -45,6 +46,11 @@ CPU_TIME = "train/cpu_time_s"  # the run's process CPU time over all its segment
 MODEL_PARAMS = "model/params"  # logged once, at step 0
 # a decoder-only model's KV cache per decoded token (bytes, fp32; model.kv_heads), logged once at step 0
 KV_CACHE = "model/kv_cache_bytes_per_token"
+# Training compute (ablate/engine/compute.py, Kaplan et al. 2020): the parameters without embeddings (logged
+# once, at step 0), the tokens the run trained on and its FLOPs (the run's result: final/train/flops)
+NON_EMBEDDING_PARAMS = "model/params_non_embedding"
+TRAIN_TOKENS = "train/tokens"
+TRAIN_FLOPS = "train/flops"
 PADDING = "data/padding_fraction"  # logged once, at step 0
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
@@ -60,7 +66,8 @@ TEXT_METRICS = ("bleu", "chrf")  # sacrebleu on detokenized text (files and hub 
 SYNTHETIC_METRICS = ("exact_match",)  # token sequences of a synthetic task
 LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decoding)
 TRAINING_METRICS = (TRAIN_LOSS, TRAIN_LR, TOKENS_PER_S)
-RUN_METRICS = (MODEL_PARAMS, TOKENS_PER_S, PADDING, WALL_TIME, CPU_TIME, PEAK_MEMORY, RUN_MEMORY)
+RUN_METRICS = (MODEL_PARAMS, TOKENS_PER_S, PADDING, WALL_TIME, CPU_TIME, PEAK_MEMORY, RUN_MEMORY,
+               NON_EMBEDDING_PARAMS, TRAIN_TOKENS, TRAIN_FLOPS)
 _HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
 AVERAGED = "averaged"  # the averaged weights' reading: val/averaged/bleu (train.weight_average)
 

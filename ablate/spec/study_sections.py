@@ -97,8 +97,10 @@ class Expectation(Strict):
     source: Annotated[str, Field(min_length=1)]
     """who found it, e.g. "Xiong et al. 2020, Fig. 3" """
     margin: Annotated[Float, Field(gt=0)] | None = None
-    """effect none: the largest difference that still counts as none, in the metric's units; default:
-    ablation.min_effect"""
+    """in the metric's units: effect none: the largest difference that still counts as none (default:
+    ablation.min_effect); effect better or worse: the claim is superiority (or inferiority) by more than
+    this, reproduced when the whole interval lies beyond it and contradicted when the interval's far bound
+    falls short of it; left out, a better or worse claim is about the direction only"""
     kind: Literal["published", "identity"] = "published"
     """published: a result from the literature; identity: an implementation check (two spellings of one
     function, e.g. conv1d = linear), reported in its own section, never as literature reproduced"""
@@ -180,6 +182,59 @@ class ConfirmSpec(Strict):
         return list(self.seeds) if isinstance(self.seeds, list) else [first + i for i in range(self.seeds)]
 
 
+RUNG_TOKENS = "tokens"  # a rung's own key beside its spec fields: the tokens its cells train on
+RUNG_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$"  # a tag value and a column entry
+
+
+class ScalesSpec(LaterFields):
+    """A ladder of model sizes (ablate/study/rungs.py, ablate/study/rung_rounds.py): every variant runs at
+    every rung on every seed, paired by seed within a rung. Each variant's metric is fitted against
+    training compute (FLOPs by ablate/engine/compute.py's formula) and each comparison gets a transfer
+    verdict: whether its gap grows, shrinks, holds or reverses with compute (ablate/stats/transfer.py)."""
+
+    rungs: dict[Annotated[str, Field(pattern=RUNG_NAME)], dict[str, Any]]
+    """each rung's name -> its overrides of this spec (dotted or nested fields: width, depth, heads, steps,
+    batch), and optionally tokens: N (the tokens each cell trains on; train.max_steps follows from
+    data.batch_tokens), e.g. {small: {model.d_model: 64, model.d_ff: 256}, large: {model.d_model: 128,
+    model.d_ff: 512, tokens: 4000000}}; ordered by compute in the report"""
+    tokens_per_param: Annotated[Float, Field(gt=0, le=1e6)] | None = None
+    """the tokens each rung's cells train on, as a multiple of the baseline's parameters without embeddings
+    at that rung (Chinchilla's compute-optimal ratio is about 20); train.max_steps follows from
+    data.batch_tokens; a rung that sets its steps or tokens itself keeps them"""
+    target: Annotated[Float, Field(gt=0)] | None = None
+    """the training compute (FLOPs) the transfer verdict predicts each gap at: above the largest rung's,
+    and always reported as an extrapolation beyond it"""
+    margin: Annotated[Float, Field(gt=0)] | None = None
+    """the change of a gap over the ladder that still counts as holding, in the metric's units; default:
+    ablation.min_effect"""
+    budget: SeedBudget | None = None
+    """what the ladder may spend ({cells: N} or {hours: H}, one cell at a time at the pilot's cell times):
+    the power plan says which rungs it affords at the study's seeds, and how many seeds every rung gets"""
+
+    later_fields = ("tokens_per_param", "target", "margin", "budget")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScalesSpec:
+        checks = Checks()
+        if len(self.rungs) < 2:
+            checks.fail("rungs", f"a ladder needs at least 2 rungs to fit anything against compute (found "
+                        f"{len(self.rungs)}); one setting at a larger scale is ablation.confirm")
+        for name, overrides in self.rungs.items():
+            if not overrides:
+                checks.fail(f"rungs.{name}", f"rung {name!r} overrides nothing: every rung is a size of its "
+                            "own (give its width, depth, heads, steps, tokens or batch)")
+            tokens = overrides.get(RUNG_TOKENS)
+            if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int | float)
+                                       or tokens <= 0):
+                checks.fail(f"rungs.{name}.{RUNG_TOKENS}", f"tokens must be a positive number, found "
+                            f"{tokens!r}")
+            if tokens is not None and "train.max_steps" in overrides:
+                checks.fail(f"rungs.{name}.{RUNG_TOKENS}", "give a rung's tokens or its train.max_steps, "
+                            "not both", f"rungs.{name}")
+        checks.raise_any()
+        return self
+
+
 class AblationSpec(LaterFields):
     """An ablation study (``ablate ablate``): the rest of the spec is the baseline; every variant it
     derives runs on every seed, and the report compares each with the baseline, paired by seed."""
@@ -224,8 +279,11 @@ class AblationSpec(LaterFields):
     pilot: PilotSpec | None = None
     """an earlier study on the same cell whose seeds size this one before it runs (its paired sds and cell
     times): the power plan of `ablate ablate --dry-run` and seeds.max: auto read it"""
+    scales: ScalesSpec | None = None
+    """a ladder of model sizes: every variant at every rung, each variant's metric fitted against training
+    compute, each comparison's transfer verdict and a backtest on the largest rung"""
 
-    later_fields = ("tune", "confirm", "pilot", "tuned_on")
+    later_fields = ("tune", "confirm", "pilot", "tuned_on", "scales")
 
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:
@@ -248,14 +306,19 @@ class AblationSpec(LaterFields):
         if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
             checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
                         "seeds: {min: ..., max: ...}", "seeds")
+        if self.scales is not None:
+            for other in ("tune", "confirm"):
+                if getattr(self, other) is not None:
+                    checks.fail("scales", f"a ladder (scales) and {other} do not combine yet: run the ladder "
+                                f"at the baseline's settings, or {other} without it", other)
         for i, claim in enumerate(self.expect):
             if claim.effect == "none" and claim.margin is None and self.min_effect is None:
                 # Finding no significant difference is not evidence of none: the check needs a width.
                 checks.fail(f"expect.{i}.margin", "effect: none needs a margin (the largest difference that "
                             "counts as none, in the metric's units) or ablation.min_effect", "effect")
-            if claim.effect != "none" and claim.margin is not None:
-                checks.fail(f"expect.{i}.margin", f"margin applies to effect: none only (this one is "
-                            f"{claim.effect})", "effect")
+            if claim.effect == "identical" and claim.margin is not None:
+                checks.fail(f"expect.{i}.margin", "an identity check has no margin: every paired seed is "
+                            "equal or it is not", "effect")
         checks.raise_any()
         return self
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ablate.spec.study_sections import Expectation
-from ablate.stats.verdict import none_margin
+from ablate.stats.verdict import is_margin_claim, margin_reading, none_margin
 
 
 class Outcome(StrEnum):
@@ -70,6 +70,8 @@ def judge(claim: Expectation, ev: Evidence | None, higher_is_better: bool, unit:
         return _judge_identical(ev, failed)
     if claim.effect == "none":
         return _judge_none(claim, ev, failed, higher_is_better)
+    if is_margin_claim(claim.effect, claim.margin):
+        return _judge_margin(claim, ev, failed, higher_is_better, unit)
     wanted_better = claim.effect == "better"
     if failed:
         return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
@@ -124,6 +126,39 @@ def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better
                 if ev.min_effect is not None else "more seeds would tell")
         return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
     return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci else _too_few(ev))
+
+
+def _judge_margin(claim: Expectation, ev: Evidence, failed: bool, higher_is_better: bool, unit: str
+                  ) -> tuple[Outcome, str]:
+    """A claim of superiority (or inferiority) by a margin: reproduced when the whole interval lies beyond
+    the margin the claimed way, contradicted as stated when its far bound falls short of it (saying whether
+    the direction held), open otherwise; a variant that failed to train contradicts ``better`` by any
+    margin and reproduces ``worse``."""
+    margin = claim.margin
+    assert margin is not None
+    by = f"{claim.effect} by more than {margin:g}{' ' + unit if unit else ''}"
+    if failed:
+        outcome = REPRODUCED if claim.effect == "worse" else CONTRADICTED
+        return outcome, "it failed to train (diverged)"
+    if ev.identical:
+        return CONTRADICTED, f"as stated ({by}): identical to the baseline in every paired seed"
+    if not _has_ci(ev):
+        return OPEN, _too_few(ev)
+    beyond, short = margin_reading(ev.lo, ev.hi, claim.effect, margin, higher_is_better)
+    if beyond:
+        return REPRODUCED, f"{by}: the whole interval lies beyond {margin:g}"
+    if short:
+        if ev.significant:
+            found = "better" if _found_better(ev, higher_is_better) else "worse"
+            held = (f"significantly {found}, by less than {margin:g}" if found == claim.effect
+                    else f"significantly {found}: the direction did not hold either")
+        else:
+            held = f"by less than {margin:g}, its direction open"
+        return CONTRADICTED, f"as stated ({by}): {held}"
+    reach = f"the interval reaches both sides of {margin:g}"
+    if ev.max_reached:
+        return OPEN, f"{reach}: the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+    return OPEN, f"{reach}: {_more_seeds(ev)}"
 
 
 def _has_ci(ev: Evidence) -> bool:

@@ -19,8 +19,13 @@ What it answers, each at ``POWER`` (80%):
 * the minimal detectable effect of a comparison: the smallest true effect that ends in an effect verdict
   of the right sign with probability 0.8;
 * the seeds a claim needs: the smallest ``max`` (``min`` and ``step`` kept) at which a ``better`` or
-  ``worse`` claim whose true effect is ``min_effect`` ends in that effect, or a ``none`` claim whose true
-  effect is 0 ends inside its ``+-margin``, with probability 0.8.
+  ``worse`` claim whose true effect is ``min_effect`` ends in that effect, a ``none`` claim whose true
+  effect is 0 ends inside its ``+-margin``, or a margin claim (``better`` / ``worse`` by more than its
+  margin) whose true effect is its margin plus ``min_effect`` (twice its margin without one) ends with its
+  interval wholly beyond the margin, with probability 0.8.
+
+Effects are simulated in the claim's own direction: a positive difference is the way a ``better`` (or
+``worse``) claim says the variant moves.
 
 The noise is a pilot's paired sd, which is itself an estimate: plans size on its upper 80% confidence bound
 (``upper_sd``), so that the predicted power is not optimistic.
@@ -43,7 +48,7 @@ from ablate.stats.sequential import (
     Question,
     planned_looks,
 )
-from ablate.stats.verdict import interval_answers, within
+from ablate.stats.verdict import interval_answers, is_margin_claim, within
 
 PATHS = 20_000  # Monte Carlo error of a power near 0.8: sqrt(.8 * .2 / 2e4) = 0.003
 SIMULATION_SEED = 1
@@ -68,6 +73,7 @@ class Outcomes:
     within: float  # decided inside +-margin (a none claim) or +-min_effect (no effect that large)
     open: float  # still undecided at the last look
     mean_seeds: float  # seeds the comparison runs, on average
+    beyond: float = 0.0  # a margin claim decided with its interval wholly beyond its margin (reproduced)
 
     @property
     def settled(self) -> float:
@@ -94,7 +100,9 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
     crit = np.asarray([design.critical(int(n)) for n in looks])
     half = crit * spread / np.sqrt(looks)
     lo, hi = mean - half, mean + half
-    width = design.min_effect if margin is None else margin
+    own = is_margin_claim(question, margin)
+    # a none claim's margin defaults to min_effect; a better / worse claim's is its own or none at all
+    width = margin if margin is not None or question in ("better", "worse") else design.min_effect
     answers = interval_answers(lo, hi, question, width, design.min_effect)  # (paths, looks)
     answered = answers.any(axis=1)
     stop = np.where(answered, answers.argmax(axis=1), len(looks) - 1)  # the deciding look, else the last
@@ -106,21 +114,25 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
     positive = answered & (lo_s > 0.0) & ~inside
     negative = answered & (hi_s < 0.0) & ~inside
     small = answered & ~positive & ~negative
+    beyond = answered & (lo_s > margin) if own and margin is not None else np.zeros_like(answered)
     return Outcomes(float(positive.mean()), float(negative.mean()), float(small.mean()),
-                    float((~answered).mean()), float(looks[stop].mean()))
+                    float((~answered).mean()), float(looks[stop].mean()), float(beyond.mean()))
 
 
 def claim_power(design: Design, sd: float, question: Question, margin: float | None) -> float | None:
     """The chance the claim's own question is answered the way a true claim would be: a ``better`` /
     ``worse`` claim (or none) whose true effect is ``min_effect`` ends in that effect; a ``none`` claim whose
-    true effect is 0 ends inside its margin. None when the design gives no size to test (no min_effect)."""
+    true effect is 0 ends inside its margin; a margin claim whose true effect is its margin plus min_effect
+    (twice its margin without one) ends wholly beyond its margin. None when the design gives no size to test
+    (no min_effect)."""
     truth = claim_truth(design, question, margin)
     if truth is None:
         return None
     if question == "none":
         width = design.min_effect if margin is None else margin
         return simulate(design, truth, sd, "none", width).within
-    return simulate(design, truth, sd, question, margin).positive
+    found = simulate(design, truth, sd, question, margin)
+    return found.beyond if is_margin_claim(question, margin) else found.positive
 
 
 def claim_truth(design: Design, question: Question, margin: float | None) -> float | None:
@@ -130,6 +142,9 @@ def claim_truth(design: Design, question: Question, margin: float | None) -> flo
         return None  # an implementation check: every seed equal, decided at the first look
     if question == "none":
         return None if (design.min_effect if margin is None else margin) is None else 0.0
+    if is_margin_claim(question, margin):  # true by the smallest effect worth knowing beyond its margin
+        assert margin is not None
+        return margin + (design.min_effect if design.min_effect is not None else margin)
     return design.min_effect
 
 
@@ -251,6 +266,10 @@ def _fixed_sample_guess(design: Design, sd: float, question: Question, margin: f
         assert width is not None
         # the interval's half-width must fall inside the margin, on both sides at once
         z_power, effect = float(stats.norm.ppf(1.0 - (1.0 - POWER) / 2.0)), width
+    elif is_margin_claim(question, margin):  # the interval must clear the margin: the distance to it counts
+        truth = claim_truth(design, question, margin)
+        assert truth is not None and margin is not None
+        z_power, effect = float(stats.norm.ppf(POWER)), truth - margin
     else:
         assert design.min_effect is not None
         z_power, effect = float(stats.norm.ppf(POWER)), design.min_effect

@@ -166,13 +166,16 @@ class Design:
 
 
 def evaluate(differences: Sequence[float], design: Design, look: int, question: Question = None,
-             margin: float | None = None) -> Look:
+             margin: float | None = None, higher: bool = True) -> Look:
     """The verdict at planned look ``look`` (1-based) from its per-seed differences (non-finite dropped);
-    ``question`` and ``margin`` (a ``none`` claim's; default min_effect) decide whether it is decided."""
+    ``question`` and ``margin`` (a ``none`` claim's, default min_effect; a ``better`` / ``worse`` claim's own,
+    superiority by that margin) decide whether it is decided; ``higher``: the metric grows as things
+    improve (which way a margin claim points)."""
     d = np.asarray([float(v) for v in differences], dtype=float)
     d = d[np.isfinite(d)]
     n, final = len(d), look >= len(design.looks)
-    margin = design.min_effect if margin is None else margin
+    if margin is None and question not in ("better", "worse"):  # a direction-only claim names no margin
+        margin = design.min_effect
     if n < 2:
         diff = float(d.mean()) if n else math.nan
         return Look(n, look, diff, math.nan, math.nan, math.nan, math.nan, State.UNTESTABLE, final)
@@ -180,7 +183,7 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     if sd == 0.0:  # t undefined: every seed moved by exactly the same amount (0: e.g. mask -inf vs -1e9)
         state = State.IDENTICAL if diff == 0.0 else State.EFFECT
         return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final,
-                    answers(state, diff, diff, question, margin))
+                    answers(state, diff, diff, question, margin, higher))
     crit = design.critical(n)
     half = crit * sd / math.sqrt(n)
     lo, hi = diff - half, diff + half
@@ -191,14 +194,15 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     else:
         state = State.OPEN
     detectable = (crit + _quantile(POWER, n - 1)) * sd / math.sqrt(n)
-    return Look(n, look, diff, lo, hi, sd, detectable, state, final, answers(state, lo, hi, question, margin))
+    return Look(n, look, diff, lo, hi, sd, detectable, state, final,
+                answers(state, lo, hi, question, margin, higher))
 
 
 Window = Callable[[int], Sequence[float | None] | None]  # n -> the first n seeds' differences, None: not in
 
 
-def walk_windows(window: Window, design: Design, question: Question = None, margin: float | None = None
-                 ) -> list[Look]:
+def walk_windows(window: Window, design: Design, question: Question = None, margin: float | None = None,
+                 higher: bool = True) -> list[Look]:
     """Every planned look whose seeds are in (``window(n)``: the paired differences of the first n seeds,
     None: the n-th is not in yet), up to and including the one that decided the comparison's ``question``:
     a later look is never consulted once an earlier one decided."""
@@ -208,25 +212,25 @@ def walk_windows(window: Window, design: Design, question: Question = None, marg
         if differences is None:
             break
         values = [math.nan if v is None else float(v) for v in differences]
-        looks.append(evaluate(values, design, k, question, margin))
+        looks.append(evaluate(values, design, k, question, margin, higher))
         if looks[-1].decided:
             break
     return looks
 
 
 def walk(differences: Sequence[float | None], design: Design, question: Question = None,
-         margin: float | None = None) -> list[Look]:
+         margin: float | None = None, higher: bool = True) -> list[Look]:
     """:func:`walk_windows` over the per-seed differences (in seed order; None: the pair has no value,
     e.g. a diverged run), each look reading the first n of them."""
     return walk_windows(lambda n: differences[:n] if len(differences) >= n else None, design, question,
-                        margin)
+                        margin, higher)
 
 
 def run_sequence(differences: Sequence[float | None], design: Design, question: Question = None,
-                 margin: float | None = None) -> Look | None:
+                 margin: float | None = None, higher: bool = True) -> Look | None:
     """The look that decided the comparison's ``question`` (:func:`walk`), else the last look the data
     reach (None if the first look is not reached yet)."""
-    looks = walk(differences, design, question, margin)
+    looks = walk(differences, design, question, margin, higher)
     return looks[-1] if looks else None
 
 
@@ -270,8 +274,8 @@ def progress(pairs: Sequence[tuple[Cell, Cell]], metric: str, higher: bool, desi
     first = design.looks[0]
     if (seen := window(first)) is not None and all(d is None for d in seen):
         return Progress(first, read([], lost=True), done=True)
-    looks = walk_windows(window, design, question, margin)
-    verdict = read(looks)
+    looks = walk_windows(window, design, question, margin, higher)
+    verdict = read(looks, higher, question=question, margin=margin)
     if looks and (looks[-1].decided or looks[-1].final):
         return Progress(design.looks[len(looks) - 1], verdict, done=True)
     return Progress(design.looks[len(looks)], verdict, done=False)

@@ -79,23 +79,53 @@ class Look:
     decided: bool = False  # the comparison's own question is answered (see answers())
 
 
-def answers(state: State, lo: float, hi: float, question: Question, margin: float | None) -> bool:
+def answers(state: State, lo: float, hi: float, question: Question, margin: float | None,
+            higher: bool = True) -> bool:
     """Whether a look answers the comparison's question: a ``none`` claim needs its interval within
     ``+-margin`` or wholly beyond it (an interval that excludes 0 but still reaches inside the margin answers
-    a question nobody asked); any other comparison an effect or no effect as large as min_effect."""
+    a question nobody asked); a ``better`` / ``worse`` claim with a margin (superiority by that margin) its
+    interval wholly beyond the margin in the claimed direction or its far bound short of it
+    (:func:`margin_reading`; ``higher``: the metric grows as things improve); any other comparison an
+    effect or no effect as large as min_effect."""
     if state in (State.IDENTICAL, State.UNTESTABLE):
         return state == State.IDENTICAL
-    if question == "none" and margin is not None:
-        return bool(interval_answers(lo, hi, question, margin, None))
+    if margin is not None and question in ("none", "better", "worse"):
+        return bool(interval_answers(lo, hi, question, margin, None, higher))
     return state in (State.EFFECT, State.NO_EFFECT)
 
 
+def is_margin_claim(question: Question, margin: float | None) -> bool:
+    """A ``better`` / ``worse`` claim that names a margin: superiority (or inferiority) by more than it."""
+    return question in ("better", "worse") and margin is not None
+
+
+def claimed(lo: Any, hi: Any, question: Question, higher: bool) -> tuple[Any, Any]:
+    """The interval in the claim's own direction: positive is the way a ``better`` (or ``worse``) claim
+    says the variant moves, on a metric that grows (``higher``) or shrinks as things improve."""
+    if (question == "worse") == higher:  # better on a loss, worse on BLEU: the claim points below 0
+        return -hi, -lo
+    return lo, hi
+
+
+def margin_reading(lo: Any, hi: Any, question: Question, margin: float, higher: bool = True
+                   ) -> tuple[Any, Any]:
+    """A margin claim's rule on an interval (floats or arrays): (beyond, short): the whole interval lies
+    beyond ``margin`` in the claimed direction (the claim reproduced), or its far bound falls short of it
+    (the claim contradicted as stated, whatever the direction)."""
+    c_lo, c_hi = claimed(lo, hi, question, higher)
+    return c_lo > margin, c_hi < margin
+
+
 def interval_answers(lo: Any, hi: Any, question: Question, margin: float | None,
-                     min_effect: float | None) -> Any:
+                     min_effect: float | None, higher: bool = True) -> Any:
     """:func:`answers` read off the interval alone (a look's state comes from the same bounds), with
     comparisons, ``&`` and ``|`` only: one rule for a look's floats and the power simulation's arrays."""
     if question == "none" and margin is not None:
         return within(lo, hi, margin) | (lo > margin) | (hi < -margin)
+    if is_margin_claim(question, margin):
+        assert margin is not None
+        beyond, short = margin_reading(lo, hi, question, margin, higher)
+        return beyond | short
     read = (lo > 0.0) | (hi < 0.0)
     if min_effect is not None:
         read = read | within(lo, hi, min_effect)
@@ -108,14 +138,15 @@ def within(lo: Any, hi: Any, width: float) -> Any:
 
 
 # ---------------------------------------------------------------- the family
-def one_family(comparisons: int, own_best_distinct: int = 0) -> int:
+def one_family(comparisons: int, own_best_distinct: int = 0, rungs: int = 0) -> int:
     """How many verdicts share the study's alpha (Bonferroni): every comparison a report gives a verdict
     on, at the baseline's settings and at each variant's own best alike; an own-best comparison that reads
     the very cells of its baseline's-settings one (neither search moved the settings) is the same test and
     counts once (``own_best_distinct`` counts the others). Before the searches have run, a tuned study counts
     every own-best comparison (``own_best_distinct = comparisons``): the design is fixed before its data.
-    The confirm arm's transfers are a family of their own."""
-    return max(1, comparisons + own_best_distinct)
+    On a ladder (``rungs`` > 0) every comparison is made at every rung, and all of those verdicts are one
+    family. The confirm arm's transfers, and a ladder's transfer verdicts, are families of their own."""
+    return max(1, (comparisons + own_best_distinct) * max(1, rungs))
 
 
 def family_confidence(family: int, alpha: float = ALPHA) -> float:
@@ -147,6 +178,7 @@ class Reading(StrEnum):
     UNTESTABLE = "untestable"  # fewer than two finite pairs at the look
     NO_PAIRS = "no pairs"  # no seed where both it and the baseline finished: nothing to test
     CLAIM_OPEN = "claim open"  # an effect (or no effect) read while the claim's own question is open
+    SHORT = "short of its margin"  # a margin claim answered: the interval's far bound short of its margin
     WAITING = "waiting"  # before the first planned look
 
 
@@ -170,7 +202,7 @@ class Verdict:
     @property
     def answer(self) -> str:
         """The look's answer in one word: better / worse / no effect / identical / open."""
-        if self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN, Reading.IDENTICAL):
+        if self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN, Reading.IDENTICAL, Reading.SHORT):
             return self.reading.value
         if self.reading == Reading.CLAIM_OPEN:  # what the look reads, though the question goes on
             return "no effect" if self.better is None else "better" if self.better else "worse"
@@ -200,6 +232,8 @@ class Verdict:
         """The study's one-word state of a comparison whose rounds are over (the dry run's column)."""
         if self.decided:
             return RoundState.NO_EFFECT if self.reading == Reading.WITHIN else RoundState.EFFECT
+        if self.reading == Reading.SHORT:  # no effect as large as the claim's margin, the claimed way
+            return RoundState.NO_EFFECT
         if self.reading == Reading.IDENTICAL:
             return RoundState.IDENTICAL
         if self.reading == Reading.NO_PAIRS:
@@ -207,9 +241,12 @@ class Verdict:
         return RoundState.UNDECIDED
 
 
-def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verdict:
+def read(looks: Sequence[Look], higher: bool = True, lost: bool = False, question: Question = None,
+         margin: float | None = None) -> Verdict:
     """The verdict of a comparison's looks (``sequential.walk``: up to the one that decided its claim's
-    question); ``higher``: the metric grows as things improve; ``lost``: no seed has a pair."""
+    question); ``higher``: the metric grows as things improve; ``lost``: no seed has a pair; ``question``
+    and ``margin``: its claim's (a margin claim answered short of its margin without an effect either way
+    reads so; with one, the effect)."""
     look = looks[-1] if looks else None
     earlier = reopened(looks)
     if lost:
@@ -219,6 +256,8 @@ def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verd
     better = (look.diff > 0) == higher if look.state == State.EFFECT else None
     if look.state == State.IDENTICAL:
         reading = Reading.IDENTICAL
+    elif look.decided and is_margin_claim(question, margin) and better is None:
+        reading = Reading.SHORT  # short of the margin with no effect either way (an effect reads as one)
     elif look.decided:  # decided while 'open': a none claim's interval within its own margin
         reading = Reading.WITHIN if better is None else Reading.BETTER if better else Reading.WORSE
     elif look.state in (State.EFFECT, State.NO_EFFECT):
@@ -261,6 +300,8 @@ def held_out_reading(val: Verdict | None, test: Verdict | None, margin: float | 
         excluded = t.hi <= 0.0 if v.diff > 0 else t.lo >= 0.0
     elif val.answer == "no effect" and margin is not None:
         excluded = t.lo > margin or t.hi < -margin
+    elif val.answer == Reading.SHORT.value:  # short of a claim's margin: the test split only agrees or not
+        excluded = False
     else:  # identical, or no effect without a margin to judge by
         excluded = away
     return HeldOut.DISAGREES if excluded else HeldOut.OPEN

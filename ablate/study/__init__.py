@@ -16,11 +16,14 @@ plan, ``seeds.max: auto``, the plan's hours and the scale notes (``sizing``, on 
 and the design recorded before the first cell and never moved (``preregister``). Tuning each variant and
 confirming at a larger scale: the arms (``arms``), their settings checked with the plan
 (``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
-(``confirm``). A search (``ablate tune``): its trials (``search``) and what it leaves behind
-(``tune_results``: best trial, best.yaml, importances, figures). What all of these coordinate through:
-the Optuna trial store shared by processes or machines (``optuna_store``: journal file or PostgreSQL;
-``optuna_attrs``: the names of its study and trial attributes). ``ablate export`` / ``ablate import`` of
-a study's finished cells (``export_study``) and of its searches (``export_searches``).
+(``confirm``). A ladder of model sizes (``ablation.scales``): its rungs, their steps and planned compute
+(``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), and its
+power plan, rung by rung from a pilot ladder (``sized_ladder``). A search
+(``ablate tune``): its trials (``search``) and what it leaves behind (``tune_results``: best trial,
+best.yaml, importances, figures). What all of these coordinate through: the Optuna trial store shared
+by processes or machines (``optuna_store``: journal file or PostgreSQL; ``optuna_attrs``: the names of
+its study and trial attributes). ``ablate export`` / ``ablate import`` of a study's finished cells
+(``export_study``) and of its searches (``export_searches``).
 
 Every verdict, the study's rounds' and the report's, is decided in ``ablate.stats``, the floor below.
 

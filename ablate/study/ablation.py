@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study import failfast, precision, preregister, study_names
+from ablate.study import failfast, precision, preregister, rung_rounds, study_names
 from ablate.study.arms import arms_done, arms_record, dry_run_lines, parent_tags, run_later_arms
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_grid, format_plan
@@ -45,7 +45,8 @@ from ablate.study.optuna_store import Store
 from ablate.study.parent_run import cells_table, close_parent, open_parent, parent_description
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import other_precision, pinned_precision
-from ablate.study.seed_rounds import format_progress, needed_keys
+from ablate.study.sized_ladder import format_ladder_plan, ladder_plan
+from ablate.study.sized_ladder import plan_record as ladder_plan_record
 from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
 from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
@@ -117,7 +118,7 @@ def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str,
     own = {c.key for c in plan.cells} & set(records)  # the later arms' cells are counted with them
     if plan.design is not None and own:
         print(f"so far ({len(own)} cells in the store):")
-        print(format_progress(plan, plan.design, records))
+        print(rung_rounds.progress_text(plan, records))
     if has_later_arms(plan):
         print("\n".join(dry_run_lines(plan, storage, records)))
     return records
@@ -166,9 +167,14 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
         queue = CellQueue(store, plan.store_name, plan.direction)
         text, data = "", None
         if not queue.get(preregister.STORE_ATTR):  # the first start: the plan the design is recorded with
-            planned = study_plan(plan)
-            text = _power_lines(plan, {}, workers, planned)
-            data = None if planned is None else plan_record(planned)
+            if plan.rungs:  # a ladder: sized rung by rung
+                laddered = ladder_plan(plan)
+                text = _power_lines(plan, {}, workers)
+                data = None if laddered is None else ladder_plan_record(laddered)
+            else:
+                planned = study_plan(plan)
+                text = _power_lines(plan, {}, workers, planned)
+                data = None if planned is None else plan_record(planned)
             print(text, flush=True)
         preregister.record_or_refuse(queue, plan, text, data)
         attrs = study_names.study_attrs(plan.baseline.spec_hash, plan.spec.name, plan.overrides, "ablation")
@@ -195,7 +201,8 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
     tags[record.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
     if abl.tuned_on is not None:
         tags[record.TUNED_ON] = abl.tuned_on
-    return tags | parent_tags(plan)  # tune: and confirm: (tags: a confirm: may be added to a running study)
+    # tune:, confirm: and scales: (tags: a confirm: may be added to a running study)
+    return tags | parent_tags(plan) | rung_rounds.scales_tag(plan)
 
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
@@ -230,6 +237,8 @@ def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, plan
     first cell, and once the study has pairs of its own, the same plan from them, for information only."""
     abl = plan.spec.ablation
     assert abl is not None
+    if plan.rungs:
+        return _ladder_power_lines(plan, records)
     planned = planned if planned is not None else study_plan(plan)
     if planned is None:
         return "power plan: one seed per variant, no paired test to plan"
@@ -241,6 +250,18 @@ def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, plan
     own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
     if own and (mine := own_seeds_plan(plan, records)) is not None:
         lines.append(format_power_plan(mine, abl.min_effect, workers))
+    return "\n".join(lines)
+
+
+def _ladder_power_lines(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+    """A ladder's power plan (ablate/study/sized_ladder.py), and once it has pairs of its own the same plan
+    from them, for information only."""
+    planned = ladder_plan(plan)
+    if planned is None:
+        return "power plan: one seed per variant, no paired test to plan"
+    lines = [format_ladder_plan(planned)]
+    if records and (mine := ladder_plan(plan, records)) is not None:
+        lines.append(format_ladder_plan(mine))
     return "\n".join(lines)
 
 
@@ -266,7 +287,7 @@ def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None,
     if has_later_arms(plan):
         done = arms_done(plan, arms, records)
     else:
-        keys = [c.key for c in plan.cells] if plan.design is None else needed_keys(plan, plan.design, records)
+        keys = rung_rounds.needed(plan, records)
         done = all(records.get(k) and records[k].status in TERMINAL for k in keys)
     why = None if interrupted else failfast.stopped(queue.study)
     if tracker is not None:

@@ -19,8 +19,10 @@ from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, join
 from ablate.stats.sequential import Design
 from ablate.study import arm_settings as tuning
+from ablate.study import rung_rounds
 from ablate.study.derived_specs import derive, show
-from ablate.study.seed_rounds import format_progress, needed_keys
+from ablate.study.rungs import Rung
+from ablate.study.rungs import expand as expand_rungs
 from ablate.study.study_plan import Cell, StudyPlan, short_field
 from ablate.tracking import record
 
@@ -117,6 +119,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             problems.append(Problem(smap.where(at, origin), at,
                                     f"no variant {claim.variant!r} in this study; its variants: {known}"))
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
+    rungs: list[Rung] = []
+    if abl.scales is not None:  # a ladder: every variant at every rung
+        rungs, found = expand_rungs(abl.scales, data, smap, origin, [(lb, o) for lb, o, _ in variants])
+        problems += found
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
@@ -127,13 +133,18 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
     cells = []
+    at_rungs: list[Rung | None] = [*rungs] or [None]
     for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
-        base_at_seed = derive(data, smap, {}, origin, seed=seed)
-        for label, overrides_, _ in variants:
-            cell_spec = derive(data, smap, overrides_, origin, seed=seed)
-            cells.append(Cell(label, seed, cell_spec, overrides_, spec_diff(base_at_seed, cell_spec)))
+        for rung in at_rungs:  # a ladder: each rung's variants paired by seed within the rung
+            at_rung = rung.overrides if rung is not None else {}
+            base_at_seed = derive(data, smap, at_rung, origin, seed=seed)
+            for label, overrides_, _ in variants:
+                merged = {**at_rung, **overrides_}
+                cell_spec = derive(data, smap, merged, origin, seed=seed)
+                cells.append(Cell(label, seed, cell_spec, merged, spec_diff(base_at_seed, cell_spec),
+                                  rung=None if rung is None else rung.name))
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
-                     list(overrides))
+                     list(overrides), rungs=rungs)
 
 
 def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
@@ -172,23 +183,28 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     assert abl is not None
     seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''}"
     design, shown = plan.design, plan.cells
+    rungs = max(1, len(plan.rungs))
     if design is None:
         count = f"{len(plan.cells)} cells"
     else:
         first = design.looks[0]
         seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
-        count = f"{first * len(plan.variants)} to {len(plan.cells)} cells"
+        count = f"{first * len(plan.variants) * rungs} to {len(plan.cells)} cells"
         shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
-    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants x {seeds} "
+    at_rungs = f" x {rungs} rungs" if plan.rungs else ""
+    lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants{at_rungs} x {seeds} "
              f"= {count}; metric {plan.metric} ({plan.direction})"]
     lines += _default_design_note(abl, len(plan.variants))
+    lines += rung_rounds.describe(plan)
     if design is not None:
-        lines.append(f"adaptive seeds: {design.describe()}; round 1 runs the {len(shown)} cells below, "
+        each = " (at each rung)" if plan.rungs else ""
+        lines.append(f"adaptive seeds{each}: {design.describe()}; round 1 runs the {len(shown)} cells below, "
                      "each later round adds seeds only to the comparisons still open")
     width = max(len(c.label) for c in plan.cells)
     for c in shown:
-        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4} {c.key}")
-        if diffs and c.seed == plan.seeds[0]:
+        at = f"  rung {c.rung}" if c.rung is not None else ""
+        lines.append(f"  {c.label:<{width}}  seed {c.seed:<4}{at} {c.key}")
+        if diffs and c.seed == plan.seeds[0] and c.rung in (None, plan.rungs[0].name if plan.rungs else None):
             lines.extend(f"      {k}: {_shown(a)} -> {_shown(b)}" for k, a, b in c.diff)
     if abl.expect:  # what the report will say each run reproduces or contradicts
         lines.append(f"checks {len(abl.expect)} published result{'s' if len(abl.expect) > 1 else ''} "
@@ -202,10 +218,12 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
 def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
     width = max([len(c.label) for c in plan.cells] + [4])
     metric_name = record.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
-    head = f"  {'cell':<{width}}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
+    rung_width = max([len(r.name) for r in plan.rungs] + [4]) if plan.rungs else 0
+    rung_head = f"  {'rung':<{rung_width}}" if plan.rungs else ""
+    head = f"  {'cell':<{width}}{rung_head}  {'seed':>4}  {'status':<11} {metric_name:>16}  {'step':>6}  run"
     cells = plan.cells
     if plan.design is not None:  # adaptive: the cells needed so far and those already run
-        needed = set(needed_keys(plan, plan.design, records)) | set(records)
+        needed = set(rung_rounds.needed(plan, records)) | set(records)
         cells = [c for c in plan.cells if c.key in needed]
     lines = [f"study {plan.name} ({len(cells)} cells, metric {metric_name}, {plan.direction})", head]
     counts: Counter[str] = Counter()
@@ -215,11 +233,12 @@ def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
         counts[status] += 1
         metric = f"{r.metric:.4g}" if r and r.metric is not None else "-"
         step = str(r.step) if r and r.step is not None else "-"
-        lines.append(f"  {c.label:<{width}}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
+        at = f"  {c.rung or '':<{rung_width}}" if plan.rungs else ""
+        lines.append(f"  {c.label:<{width}}{at}  {c.seed:>4}  {status:<11} {metric:>16}  {step:>6}  "
                      f"{(r.run_id or '-') if r else '-'}")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.most_common()))
     if plan.design is not None:
-        lines.append(format_progress(plan, plan.design, records))
+        lines.append(rung_rounds.progress_text(plan, records))
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ CELL_SPEC_HASH = "spec_hash"
 CELL_OVERRIDES = "overrides"  # JSON: the fields the cell changes from the baseline
 CELL_ARM = "arm"  # the arm that queued the cell (absent: the baseline's settings); a confirm cell's
 #                   overrides apply to the larger setting (ablation.confirm), not to the study's spec
+CELL_RUNG = "rung"  # a ladder's cell: its rung (ablation.scales; absent: the study has no ladder)
 RUN_ID = "mlflow_run_id"  # the cell's or trial's MLflow run, set as soon as the run opens
 STATUS = "status"  # the run's ablate status (finished | diverged | failed | pruned | killed)
 ERROR = "error"  # the last lines of a failed run's error

@@ -48,13 +48,15 @@ def parent_description(plan: StudyPlan, records: Mapping[str, Any],
     abl = plan.spec.ablation
     assert abl is not None
     metric = record.final(plan.metric)
+    rungs = f"{len(plan.rungs)} rungs x " if getattr(plan, "rungs", None) else ""
     lines = [f"**Ablation study {plan.name}**: design {abl.design}, {len(plan.variants)} variants x "
-             f"{len(plan.seeds)} seed(s) = {len(plan.cells)} cells.",
+             f"{rungs}{len(plan.seeds)} seed(s) = {len(plan.cells)} cells.",
              f"Cells rank by **{metric}** ({plan.direction}): the best checkpoint on the whole validation "
              "split; child runs are named `variant · seed N`.", ""]
     if plan.spec.description:
         lines += [plan.spec.description, ""]
-    lines += markdown_table(cells_table(plan, records), "lrlrl")
+    align = "llrlrl" if rungs else "lrlrl"
+    lines += markdown_table(cells_table(plan, records), align)
     for heading, arm in (later or {}).items():
         if arm.cells:
             lines += ["", f"**{heading[0].upper()}{heading[1:]}**", ""]
@@ -76,9 +78,13 @@ def cells_table(plan: StudyPlan, records: Mapping[str, Any]) -> dict[str, list[A
     """Columns of the cells table (variant, seed, status, metric, run id) as MLflow's log_table takes."""
     metric = record.final(plan.metric)
     cols: dict[str, list[Any]] = {"variant": [], "seed": [], "status": [], metric: [], "run": []}
+    if getattr(plan, "rungs", None):  # a ladder: each cell's rung beside its variant
+        cols = {"variant": [], "rung": [], **{k: v for k, v in cols.items() if k != "variant"}}
     for c in plan.cells:
         r = records.get(c.key)
         cols["variant"].append(c.label)
+        if "rung" in cols:
+            cols["rung"].append(c.rung)
         cols["seed"].append(c.seed)
         cols["status"].append(r.status if r else "pending")
         cols[record.final(plan.metric)].append(round(r.metric, 4) if r and r.metric is not None else None)

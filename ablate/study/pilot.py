@@ -28,6 +28,7 @@ from ablate.tracking import record
 
 RUNS_CSV = "runs.csv"
 MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
+RUNG_COLUMN = "rung"  # a ladder's runs.csv: the rung each cell ran at (ablate.tracking.record.RUNG)
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,18 @@ def paired_sd(values: list[float]) -> float:
 def read_pilot(name: str, spec_dir: Path, metric: str) -> Pilot:
     """The pilot ``name`` (a report folder, runs.csv or export folder relative to ``spec_dir``, else a
     study in the tracking store) read for ``metric``; an AblateError naming what is missing otherwise."""
-    path = _runs_csv(name, spec_dir)
-    rows = _csv_rows(path) if path is not None else _store_rows(name)
+    rows = pilot_rows(name, spec_dir)
+    rungs = sorted({str(row.get(RUNG_COLUMN)) for row in rows if row.get(RUNG_COLUMN)})
+    if rungs:
+        raise AblateError(f"ablation.pilot: {name} is a ladder (rungs {', '.join(rungs)}): its noise differs "
+                          "by rung, so it sizes a ladder (ablation.scales) rung by rung, not one cell")
     return pilot_from_rows(name, rows, record.unfinal(metric))
+
+
+def pilot_rows(name: str, spec_dir: Path) -> list[dict[str, Any]]:
+    """The pilot's cells as runs.csv rows (its report folder's runs.csv, else the tracking store's)."""
+    path = _runs_csv(name, spec_dir)
+    return _csv_rows(path) if path is not None else _store_rows(name)
 
 
 def _runs_csv(name: str, spec_dir: Path) -> Path | None:
@@ -131,7 +141,8 @@ def _store_rows(name: str) -> list[dict[str, Any]]:
                                     and isinstance(v, int | float) and math.isfinite(v)})
         rows.append({"arm": tags.get(record.ARM) or record.BASELINE_ARM, "variant": tags.get(record.VARIANT),
                      "seed": tags.get(record.SEED), "status": tags.get(record.STATUS),
-                     MACHINE_COLUMN: record.machine(tags), **metrics})
+                     MACHINE_COLUMN: record.machine(tags), RUNG_COLUMN: tags.get(record.RUNG) or "",
+                     **metrics})
     return rows
 
 

@@ -2,11 +2,13 @@
 
 What decides a study's verdicts is fixed when it starts: the deciding metric (``ablation.metric`` as
 resolved), the seeds (the planned looks, or the fixed list), the level and the family it is shared by, the
-smallest effect worth knowing and each claim's question and margin. The group-sequential constants (Pocock's
-per-look level) depend on them, so changing any of them once cells have run would judge old data by a rule
-chosen after seeing it. The record lives in the study's Optuna store (every worker and machine reads it
-before taking a cell) and on its parent MLflow run; a spec that no longer matches it is refused with one
-line naming the field that changed and how to run the new design: a new study, under a new name.
+smallest effect worth knowing and each claim's question and margin; a ladder's rungs (their overrides, the
+target and the margin its transfer verdicts are judged by), its family every rung's comparisons. The group-
+sequential constants (Pocock's per-look level) depend on them, so changing any of them once cells have run
+would judge old data by a rule chosen after seeing it. The record lives in the study's Optuna store (every
+worker and machine reads it before taking a cell) and on its parent MLflow run; a spec that no longer
+matches it is refused with one line naming the field that changed and how to run the new design: a new
+study, under a new name.
 
 A study started before this record existed gets it at its next start, from its spec as it then is.
 """
@@ -24,7 +26,7 @@ from ablate.study.study_plan import StudyPlan
 
 # record key -> the spec field a reader changes to change it
 FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "ablation.seeds",
-          "alpha": "ablation.alpha",
+          "alpha": "ablation.alpha", "scales": "ablation.scales (a ladder's rungs, target and margin)",
           "family": "ablation.axes or ablation.tune (the comparisons that share alpha: a tuned study's "
                     "own-best comparisons join them)",
           "min_effect": "ablation.min_effect", "claims": "ablation.expect"}
@@ -43,6 +45,12 @@ def design_record(plan: StudyPlan) -> dict[str, Any]:
         record["looks"] = list(design.looks)
     else:
         record["seeds"] = list(plan.seeds)
+    if plan.rungs:  # a ladder: its rungs are its design (its family every rung's comparisons: plan.family)
+        scales = abl.scales
+        assert scales is not None
+        rungs = [{"name": r.name, "overrides": r.overrides} for r in plan.rungs]  # in order of compute
+        record["scales"] = {"rungs": rungs, "target": scales.target,
+                            "margin": scales.margin, "tokens_per_param": scales.tokens_per_param}
     return record
 
 

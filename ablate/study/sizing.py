@@ -64,13 +64,15 @@ class PowerPlan:
 
 
 def claim_text(label: str, question: Question, margin: float | None, min_effect: float | None) -> str:
-    """'positions=rope better than the baseline (by more than 0.5)', 'norm=rms ≈ baseline (±0.5)'."""
+    """'positions=rope better than the baseline' (the direction only), 'positions=rope better than the
+    baseline by more than 0.05' (a margin claim: its own margin, never min_effect), 'norm=rms ≈ baseline
+    (±0.5)'."""
     if question == "none":
         return f"{label} ≈ baseline (±{margin if margin is not None else min_effect:g})"
     if question == "identical":
         return f"{label} identical to the baseline"
     if question in ("better", "worse"):
-        beyond = f" by more than {min_effect:g}" if min_effect is not None else ""
+        beyond = f" by more than {margin:g}" if margin is not None else ""
         return f"{label} {question} than the baseline{beyond}"
     return f"{label} against the baseline"
 

@@ -19,6 +19,7 @@ from ablate.stats.verdict import one_family
 from ablate.study import arm_settings, optuna_attrs, study_names
 from ablate.study.derived_specs import derive
 from ablate.study.optuna_store import Store
+from ablate.study.rungs import Rung
 from ablate.tracking import record
 
 TERMINAL = ("finished", "diverged", "failed")
@@ -32,6 +33,7 @@ class Cell:
     overrides: dict[str, Any] = field(default_factory=dict)
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (field, baseline, cell)
     arm: str = record.BASELINE_ARM  # which comparison queued it (ablation.tune, ablation.confirm)
+    rung: str | None = None  # a ladder's rung (ablation.scales); its overrides are in ``overrides``
 
     @property
     def key(self) -> str:
@@ -43,7 +45,8 @@ class Cell:
         return {optuna_attrs.CELL: self.key, optuna_attrs.CELL_LABEL: self.label,
                 optuna_attrs.CELL_SEED: self.seed,
                 optuna_attrs.CELL_SPEC_HASH: self.spec.spec_hash, optuna_attrs.CELL_ARM: self.arm,
-                optuna_attrs.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True)}
+                optuna_attrs.CELL_OVERRIDES: json.dumps(self.overrides, sort_keys=True),
+                **({optuna_attrs.CELL_RUNG: self.rung} if self.rung is not None else {})}
 
 
 @dataclass
@@ -59,6 +62,8 @@ class StudyPlan:
     overrides: list[str] = field(default_factory=list)  # the --set overrides it was planned with
     optuna_name: str | None = None  # the Optuna study's name in the store (`bind`)
     arm: str = record.BASELINE_ARM  # an arm of the study (ablate/study/arms.py): its cells are the arm's
+    rungs: list[Rung] = field(default_factory=list)  # a ladder's rungs in order of compute (ablation.scales)
+    rung: str | None = None  # one rung's sub-plan (ablate/study/rung_rounds.py): its cells are the rung's
 
     @property
     def name(self) -> str:
@@ -139,11 +144,12 @@ class StudyPlan:
     def family(self) -> int:
         """How many verdicts share the study's alpha (ablate/stats/verdict.py one_family), fixed before the
         first cell: with ablation.tune, each variant's own-best comparison joins its baseline's-settings
-        one (all counted: which searches will move the settings is not known yet)."""
+        one (all counted: which searches will move the settings is not known yet); on a ladder, every
+        comparison at every rung (a rung's sub-plan keeps the whole ladder's family)."""
         abl = self.spec.ablation
         comparisons = len(self.variants) - 1
         tuned = abl is not None and abl.tune is not None
-        return one_family(comparisons, comparisons if tuned else 0)
+        return one_family(comparisons, comparisons if tuned else 0, rungs=len(self.rungs))
 
     @property
     def variants(self) -> list[str]:
@@ -159,9 +165,10 @@ class StudyPlan:
         if arm == record.CONFIRM_ARM and abl is not None and abl.confirm is not None:
             data, smap, origin = arm_settings.confirm_base(abl.confirm, self.data, self.smap, self.origin)
         spec = derive(data, smap, overrides, origin, seed=int(attrs[optuna_attrs.CELL_SEED]))
+        rung = attrs.get(optuna_attrs.CELL_RUNG)
         return Cell(str(attrs.get(optuna_attrs.CELL_LABEL, spec.spec_hash)),
                     int(attrs[optuna_attrs.CELL_SEED]), spec, overrides,
-                    arm=arm)
+                    arm=arm, rung=None if rung is None else str(rung))
 
 
 def _choice(value: Any) -> Any:

@@ -19,14 +19,13 @@ from ablate.data.prepare import prepare_data
 from ablate.engine import preempt
 from ablate.run import runner
 from ablate.run.runner import run_label
-from ablate.study import failfast
+from ablate.study import failfast, rung_rounds
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import plan_study
 from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
 from ablate.study.optuna_store import Store
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import at_study_precision
-from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.study_plan import Cell, StudyPlan
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
@@ -45,6 +44,8 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: 
     queue.set_params(trial, plan.axis_params(), plan.cell_params(cell))
     tags = {record.VARIANT: cell.label, record.CELL: cell.key, record.KIND: "cell", record.ARM: cell.arm,
             record.OPTUNA_STUDY: plan.store_name, record.OVERRIDES: json.dumps(cell.overrides)}
+    if cell.rung is not None:  # a ladder's cell: paired by seed within its rung
+        tags[record.RUNG] = cell.rung
     spec = at_study_precision(cell.spec, queue.get(PRECISION_ATTR))
     if spec is not cell.spec:
         # the run's folder and logged spec say the precision it trains at; its spec hash tag stays the cell's
@@ -52,7 +53,7 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: 
         # its train.precision as the spec's, like the cells' that ran before the study pinned one
         tags[record.SPEC_HASH] = cell.spec.spec_hash
         tags[record.SPEC_PRECISION] = cell.spec.train.precision
-    name = cell.label + ARM_SUFFIX.get(cell.arm, "")
+    name = cell.label + ARM_SUFFIX.get(cell.arm, "") + (f" @ {cell.rung}" if cell.rung is not None else "")
     started = time.time()
     print(f"cell {name} seed {cell.seed} [{cell.key}]: started", flush=True)
     try:
@@ -121,9 +122,7 @@ def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any
 
 def wanted(plan: StudyPlan, queue: CellQueue) -> list[dict[str, Any]]:
     """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
-    if plan.design is None:
-        return [c.attrs() for c in plan.cells]
-    keys = set(needed_keys(plan, plan.design, queue.records()))
+    keys = set(rung_rounds.needed(plan, queue.records()))  # each rung's comparisons walk their own looks
     return [c.attrs() for c in plan.cells if c.key in keys]
 
 
@@ -138,7 +137,7 @@ def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker
         added, _ = queue.enqueue(wanted(plan, queue), **params)  # the next round: open comparisons only
         if not added:
             return code
-        print(format_progress(plan, plan.design, queue.records()))
+        print(rung_rounds.progress_text(plan, queue.records()))
         print(f"next round: {added} more cells for the comparisons still open", flush=True)
 
 

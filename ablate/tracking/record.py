@@ -82,6 +82,11 @@ EXPECT = "ablate.expect"  # the published results a study checks (JSON list of a
 # tag ran at the baseline's settings. A cell two arms share (a variant whose best settings are the
 # baseline's) is listed under both in the parent's ARMS_ARTIFACT.
 ARM = "ablate.arm"
+# A ladder's cell (ablation.scales): the rung it ran at. A run without the tag belongs to no ladder.
+RUNG = "ablate.rung"
+# A ladder's parent (JSON): its rungs in order of compute, each with its overrides and planned compute, the
+# target compute and the margin the transfer verdicts are judged by (ablate/study/rung_rounds.py)
+SCALES = "ablate.scales"
 BASELINE_ARM = "baseline_settings"  # every variant at the baseline's hyperparameters (the study's cells)
 OWN_BEST_ARM = "own_best"  # every variant at the best settings of its own search (ablation.tune)
 CONFIRM_ARM = "confirm"  # the decided comparisons rerun at the larger setting (ablation.confirm)
@@ -122,6 +127,9 @@ FINAL = "final/"
 CPU_TIME = _metric.CPU_TIME
 MODEL_PARAMS = _metric.MODEL_PARAMS
 KV_CACHE = _metric.KV_CACHE
+NON_EMBEDDING_PARAMS = _metric.NON_EMBEDDING_PARAMS
+TRAIN_TOKENS = _metric.TRAIN_TOKENS
+TRAIN_FLOPS = _metric.TRAIN_FLOPS
 PADDING = _metric.PADDING
 PEAK_MEMORY = _metric.PEAK_MEMORY
 RUN_MEMORY = _metric.RUN_MEMORY
@@ -134,7 +142,7 @@ WALL_TIME = _metric.WALL_TIME
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
 # 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
 # best checkpoint's final/val/bleu; `plain` maps back (both imported above).
-CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE)
+CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE, NON_EMBEDDING_PARAMS)
 
 
 def final(metric: str) -> str:

@@ -48,8 +48,8 @@ def test_an_expectation_names_a_variant_the_study_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("entry", "message"), [
     ("{variant: positions=learned, effect: none, source: a paper}", "effect: none needs a margin"),
-    ("{variant: positions=learned, effect: worse, source: a paper, margin: 1}",
-     "margin applies to effect: none only (this one is worse)"),
+    ("{variant: positions=learned, effect: identical, source: a paper, margin: 1}",
+     "an identity check has no margin"),
     ("{variant: positions=learned, effect: slower, source: a paper}", "ablation.expect.0.effect"),
     ("{variant: positions=learned, effect: worse, source: ''}", "ablation.expect.0.source"),
 ])

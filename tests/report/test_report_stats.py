@@ -663,9 +663,19 @@ def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers()
         dist[sum(outcome)] += prob
     cumulative = np.cumsum(dist)
     assert forecast.fewest == int(np.argmax(cumulative > 0.05))
-    assert "within what chance explains" in forecast_sentence(forecast)
-    assert "fewer than chance explains" in forecast_sentence(Forecast({"a": 0.99, "b": 0.99}, settled=0))
-    assert "at least as many as planned" in forecast_sentence(Forecast({"a": 0.83, "b": 0.99}, settled=2))
+    assert forecast.most == int(np.argmax(cumulative > 0.95 - 1e-12))
+    # the chance of as few (and as many) settled as found, were the plan right: the line can fail
+    assert forecast.as_few == pytest.approx(dist[0] + dist[1])
+    assert forecast.as_many == pytest.approx(1 - dist[0])
+    assert "within what the plan explains" in forecast_sentence(forecast)
+    short = Forecast({"a": 0.99, "b": 0.99}, settled=0)
+    assert short.as_few == pytest.approx(0.0001)
+    assert "fewer than the plan explains" in forecast_sentence(short)
+    over = Forecast({"a": 0.1, "b": 0.1, "c": 0.1}, settled=3)
+    assert "more than the plan explains" in forecast_sentence(over)
+    sized = Forecast({"a": 0.83, "b": 0.99}, settled=2)  # sized-axes: 2 of 2 settled
+    assert sized.as_many == pytest.approx(0.83 * 0.99)
+    assert "as many with 0.82" in forecast_sentence(sized)
 
     row = Found("a", "better", None, 5, -0.08, 0.02, 0.03, None, settled=True)
     plan = {"comparisons": [{"label": "a", "power": 0.83}, {"label": "gone", "power": 0.5}]}

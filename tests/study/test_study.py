@@ -225,7 +225,11 @@ def test_experiment_ablations_expand() -> None:
         # a fixed list of 8 seeds, two variants: the noise with and without weight averaging
         "averaging-noise-multi30k.yaml": 16,
         # seeds.max: auto chose 18 from the pilot's cell times and a 6.2-hour budget: 3 variants x 18
-        "sized-axes-multi30k.yaml": 54}
+        "sized-axes-multi30k.yaml": 54,
+        # a ladder: 4 variants x 4 rungs x 6 seeds, and its pilot ladder on 2 seeds of its own
+        "ladder-kdocs.yaml": 96, "ladder-kdocs-pilot.yaml": 32,
+        # a margin claim: seeds.max: auto chose 15 from a 30-cell budget, 2 variants x 15
+        "rope-margin-multi30k.yaml": 30}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]

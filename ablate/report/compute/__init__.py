@@ -8,6 +8,8 @@ sections), ``val_and_test`` (the test split beside the validation verdict, the r
 (the evidence for each published claim), ``detectable_effects`` (what the design could settle: the recorded
 power plan, the effects the study's own seeds could detect, the forecast), ``heat_maps`` (attention maps of a
 logged run, either architecture), ``contrasts`` (factorial effects), ``expected_validation``,
-``sentence_bootstrap``, ``bounds`` and ``logged_datasets``. The sections (``ablate.report.sections``) read
-these; nothing here imports a section.
+``sentence_bootstrap``, ``bounds``, ``logged_datasets``, ``rung_runs`` (a ladder's runs by rung) and
+``fitted_ladder`` (a ladder's fits, transfer
+verdicts, per-rung verdicts, backtest, decision accuracy and signal-to-noise). The sections
+(``ablate.report.sections``) read these; nothing here imports a section.
 """

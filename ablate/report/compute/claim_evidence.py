@@ -12,7 +12,7 @@ import math
 
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import decided_metric, paired_differences
-from ablate.report.compute.loaded_study import EffectRow, Study
+from ablate.report.compute.loaded_study import EffectRow, Study, quality_meta
 from ablate.spec.study_sections import Expectation
 from ablate.stats.claims import Evidence, Outcome, claim_margin, judge
 from ablate.stats.power import seeds_needed
@@ -42,7 +42,9 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     identical = bool(diffs) and differing == 0
     nan = math.nan
     if design is not None:
-        said = read(walk(paired, design, claim.effect if claim else None, claim.margin if claim else None))
+        question, margin = (claim.effect, claim.margin) if claim else (None, None)
+        higher = quality_meta(metric)[2]
+        said = read(walk(paired, design, question, margin, higher), higher, question=question, margin=margin)
         look = said.look
         if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
             mean = sum(diffs) / len(diffs) if diffs else nan

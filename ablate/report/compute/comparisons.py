@@ -33,9 +33,12 @@ def design_of(study: Study) -> Design | None:
 def family_of(study: Study) -> int:
     """Every comparison the report gives a verdict on, in one family (``ablate.stats.verdict.one_family``):
     the comparisons at the baseline's settings, and with ``ablation.tune`` each variant at its own best
-    unless both of its arms read the same cells (the variant's and the baseline's runs are the same)."""
+    unless both of its arms read the same cells (the variant's and the baseline's runs are the same); on a
+    ladder, every comparison at every rung."""
     labels = [v for v in study.variants if v != study.baseline]
     own = study.arms.get(record.OWN_BEST_ARM)
+    if study.rungs:  # a ladder: every comparison at every rung
+        return one_family(len(labels), rungs=len(study.rungs))
     if own is None or not own.runs or study.baseline is None:
         return one_family(len(labels))
 
@@ -128,8 +131,9 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
         diffs, counted = pairs_with_divergence(study, v, metric)
         lost = bool(diffs) and all(d is None for d in diffs)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
-        looks = walk(diffs, design, *asked.get(v, (None, None)))
-        out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted,
+        question, margin = asked.get(v, (None, None))
+        looks = walk(diffs, design, question, margin, higher)
+        out.append(Comparison(v, len(diffs), read(looks, higher, lost, question, margin), finite, counted,
                               cross_hardware(study, v)))
     return out
 

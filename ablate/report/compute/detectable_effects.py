@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
-from ablate.report.compute.loaded_study import Study
+from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.stats.power import detectable, seeds_needed
 from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
@@ -48,7 +48,7 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
         diffs, _ = paired_differences(study, label, metric)
         d = [x for x in diffs if x is not None and math.isfinite(x)]
         question, margin = asked.get(label, (None, None))
-        looks = walk(diffs, design, question, margin)
+        looks = walk(diffs, design, question, margin, quality_meta(metric)[2])
         settled = bool(looks) and looks[-1].decided
         if len(d) < 2:
             first = d[0] if d else math.nan
@@ -94,8 +94,11 @@ class Forecast:
 
     Each comparison settles with the probability its plan gave it (its power at the effect it was sized
     at), independently of the others, so the count settled is a Poisson-binomial variable: its mean is
-    the sum of the powers, and ``fewest`` is its 5% quantile, the fewest settled comparisons that chance
-    alone explains when the plan's noise and effects are right.
+    the sum of the powers, its central 90% interval runs from ``fewest`` (the 5% quantile) to ``most`` (the
+    95%), and the line that compares it with the count found reports the chance of as few settled as found
+    (``as_few``) and of as many (``as_many``): either below 5% says the plan was wrong, one way or the
+    other. Both are printed, so a reader sees how far the count found could have failed the plan: with
+    powers near 1, "as many" is near 1 whatever happens, and only "as few" can fail.
     """
 
     powers: dict[str, float]
@@ -106,21 +109,44 @@ class Forecast:
         return sum(self.powers.values())
 
     @property
-    def fewest(self) -> int:
-        dist = [1.0]  # dist[k]: probability that exactly k comparisons settle
+    def distribution(self) -> list[float]:
+        """dist[k]: the probability that exactly k comparisons settle."""
+        dist = [1.0]
         for p in self.powers.values():
             dist = [(dist[k] if k < len(dist) else 0.0) * (1 - p) + (dist[k - 1] * p if k else 0.0)
                     for k in range(len(dist) + 1)]
+        return dist
+
+    def _quantile(self, q: float) -> int:
         below = 0.0
-        for k, prob in enumerate(dist):
+        for k, prob in enumerate(self.distribution):
             below += prob
-            if below > 0.05:
+            if below > q:
                 return k
-        return len(dist) - 1
+        return len(self.powers)
+
+    @property
+    def fewest(self) -> int:
+        return self._quantile(0.05)
+
+    @property
+    def most(self) -> int:
+        return self._quantile(0.95 - 1e-12)
+
+    @property
+    def as_few(self) -> float:
+        """The chance of settling no more than the study did, if the plan was right."""
+        return float(sum(self.distribution[: self.settled + 1]))
+
+    @property
+    def as_many(self) -> float:
+        """The chance of settling no fewer than the study did, if the plan was right."""
+        return float(sum(self.distribution[self.settled:]))
 
     def as_dict(self) -> dict[str, Any]:
         return {"powers": self.powers, "expected": self.expected, "fewest_by_chance": self.fewest,
-                "settled": self.settled}
+                "most_by_chance": self.most, "settled": self.settled, "as_few": self.as_few,
+                "as_many": self.as_many}
 
 
 def settled_forecast(plan: dict[str, Any] | None, found: list[Found]) -> Forecast | None:

@@ -8,6 +8,7 @@ tests). A full-factorial study's main effects and interactions: ``ablate.report.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -18,8 +19,9 @@ from typing import Any
 import pandas as pd
 
 from ablate.report.compute import statistics as st
+from ablate.report.compute.rung_runs import by_rung, rung_order
 from ablate.spec import metricnames
-from ablate.study.pilot import MACHINE_COLUMN  # noqa: F401  # runs.csv's column, for build.py
+from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.sizing import scale_note
 from ablate.tracking import record
 from ablate.tracking.read import tags_and_params
@@ -97,6 +99,10 @@ class Study:
     # Runs withdrawn from the comparisons (an earlier implementation of their variant, another precision
     # than the study's), each with the reason it was withdrawn: listed in the report's appendix.
     withdrawn: list[tuple[Run, str]] = field(default_factory=list)
+    # A ladder (ablation.scales): each rung's cells as a study of its own, in order of compute; ``runs``
+    # are then the largest rung's (``rung``), whose verdicts every section that knows no ladder states.
+    rungs: dict[str, Study] = field(default_factory=dict)
+    rung: str | None = None
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]
@@ -203,6 +209,8 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
     cells = [r for r in every if r.tags.get(record.KIND) != "search"]
+    if rung_order(parent):  # a ladder (ablation.scales)
+        return _ladder(parent, cells)
     listed = arms or {}
     study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)])
     for arm in record.ARMS[1:]:
@@ -215,6 +223,13 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     study.searches = [Search(latest[v], _runs_from_frame(found[latest[v].run_id])
                              if latest[v].run_id in found else []) for v in study.variants if v in latest]
     return study
+
+
+def _ladder(parent: dict[str, Any], cells: list[Run]) -> Study:
+    """A ladder: each rung's cells a study of their own, the largest rung standing for the study."""
+    rungs = {name: _study(parent, runs) for name, runs in by_rung(parent, cells).items()}
+    top = list(rungs)[-1] if rungs else None
+    return dataclasses.replace(rungs[top], rungs=rungs, rung=top) if top else _study(parent, [])
 
 
 def _study(parent: dict[str, Any], every: list[Run]) -> Study:
@@ -383,8 +398,17 @@ class EffectRow:
     verdict: str
 
 
+def _other_rungs_p(study: Study, metric: str) -> list[float]:
+    """A ladder's comparisons at its other rungs (one family with the largest's): their p-values."""
+    def values(s: Study, v: str) -> dict[int, float]:
+        return {r.seed: r.metrics[metric] for r in s.finished(v) if metric in r.metrics}
+    return [st.compare(values(s, s.baseline or ""), values(s, v)).p for name, s in study.rungs.items()
+            if name != study.rung for v in s.variants if v != s.baseline]
+
+
 def effects(study: Study) -> list[EffectRow]:
-    """Every non-baseline variant against the baseline, on the primary metric and on val/loss."""
+    """Every non-baseline variant against the baseline, on the primary metric and on val/loss; a ladder's
+    Holm correction runs over its comparisons at every rung (one family)."""
     if study.baseline is None:
         return []
     metrics = [study.primary] + ([metricnames.VAL_LOSS] if study.primary != metricnames.VAL_LOSS else [])
@@ -396,7 +420,7 @@ def effects(study: Study) -> list[EffectRow]:
             axis = ", ".join(k for k, _, _ in variant_diff(study, v)) or "(no spec difference)"
             other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
             family.append((v, axis, st.compare(base, other)))
-        adjusted = st.holm([e.p for _, _, e in family])
+        adjusted = st.holm([e.p for _, _, e in family] + _other_rungs_p(study, metric))[:len(family)]
         unit, dec, higher = quality_meta(metric)
         unit = unit if metric == study.primary else metric
         for (v, axis, e), ph in zip(family, adjusted, strict=True):

@@ -138,7 +138,9 @@ def verdicts(study: Study, design: Design) -> list[OnBothSplits]:
         if look is not None and has_test and test is not None:
             diffs = paired_differences(study, c.variant, test)[0][: design.looks[look.look - 1]]
             values = [math.nan if d is None else d for d in diffs]
-            on_test = read([evaluate(values, design, look.look, *asked.get(c.variant, (None, None)))], higher)
+            question, margin = asked.get(c.variant, (None, None))
+            on_test = read([evaluate(values, design, look.look, question, margin, higher)], higher,
+                           question=question, margin=margin)
         question, own = asked.get(c.variant, (None, None))
         out.append(OnBothSplits(c.variant, c.verdict, on_test, none_margin(question, own, design.min_effect)))
     return out

@@ -120,13 +120,17 @@ def _opening(registered: dict[str, Any] | None, plan: dict[str, Any] | None, des
 
 
 def forecast_sentence(forecast: Forecast) -> str:
-    """The forecast line: the plan's powers, the count it expected and the fewest chance explains, against
-    the count the study settled."""
+    """The forecast line: the plan's powers and the count it expected with its 90% interval, against the
+    count the study settled, and the chance of as few (and as many) as found were the plan right."""
     each = ", ".join(f"{label} {p:.2f}" for label, p in forecast.powers.items())
-    settled = forecast.settled
-    verdict = ("at least as many as planned" if settled >= round(forecast.expected)
-               else "fewer than planned, within what chance explains" if settled >= forecast.fewest
-               else "fewer than chance explains: the plan's noise or effects were optimistic")
+    settled, few, many = forecast.settled, forecast.as_few, forecast.as_many
+    if few < 0.05:
+        verdict = "fewer than the plan explains: its noise or effects were optimistic"
+    elif many < 0.05:
+        verdict = "more than the plan explains: its noise or effects were pessimistic"
+    else:
+        verdict = "within what the plan explains"
     return (f"**Planned against found.** The plan gave each comparison a power ({each}): "
-            f"{forecast.expected:.2f} of {len(forecast.powers)} expected to settle, and as few as "
-            f"{forecast.fewest} by chance alone (the 5% quantile). The study settled {settled}: {verdict}.")
+            f"{forecast.expected:.2f} of {len(forecast.powers)} expected to settle, {forecast.fewest} to "
+            f"{forecast.most} by chance alone (90%). The study settled {settled}; were the plan right, as "
+            f"few would settle with probability {few:.2f} and as many with {many:.2f}: {verdict}.")

@@ -206,6 +206,8 @@ def claim_line(r: ClaimReading, study: Study, design: Design | None) -> str:
     margin = claim_margin(claim, design.min_effect if design else None)
     if claim.effect == "none" and margin is not None:
         expected += f" (within ±{margin:g})"
+    elif claim.effect in ("better", "worse") and claim.margin is not None:  # a margin claim says its own
+        expected += f" by more than {claim.margin:g}"
     # tuning changed this comparison's verdict or has not settled it: the outcome is the baseline-settings
     # arm's alone, and the label says so before the reader reaches the own-best reading after it
     label = (r.outcome.capitalize() + (" at the baseline's settings" if r.settings_bound else "")

@@ -68,6 +68,8 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
     if v.answer == "no effect":
         return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else \
             "no effect beyond its claim's margin"
+    if v.reading == Reading.SHORT:
+        return "short of its claim's margin: the interval's far bound falls short of it"
     if v.reading == Reading.UNTESTABLE:
         return "too few finished pairs to test"
     return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final

@@ -1,0 +1,117 @@
+"""A ladder's report (ablate/report/compute/ladder.py, ablate/report/sections/scaling.py): read back rung
+by rung, it opens with the scaling figure and the transfer table, states every rung's verdicts in one
+family and backtests the largest rung; runs.csv carries the rung. The fast tests build the study from
+runs with a known answer; the slow one runs a small translation ladder on the synthetic task end to end."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablate.report.build import ABLATION_PARTS, assemble, write_runs_csv
+from ablate.report.compute.comparisons import family_of
+from ablate.report.compute.fitted_ladder import ladder_of
+from ablate.report.compute.loaded_study import build_study, effects
+from ablate.report.render import Figure, Table, render_markdown
+from ablate.report.section_api import Inputs
+from ablate.report.sections import across_scales
+from ablate.stats.transfer import Transfer
+from ablate.stats.verdict import Fixed
+
+RUNGS = [("xs", 1e10), ("s", 4e10), ("m", 1.6e11), ("l", 6.4e11)]
+
+
+def ladder_frame(seeds: int = 6) -> tuple[dict[str, object], pd.DataFrame]:
+    """A ladder whose loss falls with compute; 'wide' is 0.02 better at the smallest rung and 0.14 at the
+    largest (its gap grows by 0.04 per rung), 'same' is the baseline plus noise."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, (rung, flops) in enumerate(RUNGS):
+        for seed in range(seeds):
+            base = 4.0 - 0.5 * k + 0.05 * rng.standard_normal()
+            values = {"baseline": base, "wide": base - 0.02 - 0.04 * k + 0.01 * rng.standard_normal(),
+                      "same": base + 0.01 * rng.standard_normal()}
+            for variant, value in values.items():
+                rows.append({"run_id": f"{rung}-{variant}-{seed}", "status": "FINISHED",
+                             "start_time": pd.Timestamp(len(rows), unit="s"),
+                             "tags.ablate.variant": variant, "tags.ablate.seed": str(seed),
+                             "tags.ablate.status": "finished", "tags.ablate.rung": rung,
+                             "tags.ablate.kind": "cell", "metrics.final/val/loss": value,
+                             "metrics.final/train/flops": flops * (1.1 if variant == "wide" else 1.0),
+                             "metrics.model/params_non_embedding": 1000.0 * (k + 1),
+                             "metrics.final/train/tokens": 2e4 * (k + 1)})
+    scales = {"rungs": [{"name": n, "flops": f} for n, f in RUNGS], "target": 1e13, "margin": 0.05}
+    tags = {"ablate.study": "lad", "ablate.kind": "ablation", "ablate.metric": "final/val/loss",
+            "ablate.scales": json.dumps(scales)}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "lad", "status": "FINISHED",
+              "params": {"ablation.metric": "val/loss", "ablation.alpha": "0.05"}, "metrics": {},
+              "tags": tags}
+    return parent, pd.DataFrame(rows)
+
+
+def test_a_ladder_is_read_rung_by_rung_and_the_largest_stands_for_the_study() -> None:
+    study = build_study(*ladder_frame())
+    assert list(study.rungs) == ["xs", "s", "m", "l"] and study.rung == "l"
+    assert {r.tags["ablate.rung"] for r in study.runs} == {"l"}  # the sections that know no ladder: rung l
+    # 3 variants x 6 seeds at every rung, none deduplicated away
+    assert all(len(rung.runs) == 18 for rung in study.rungs.values())
+
+
+def test_the_ladder_says_how_each_gap_moves_and_backtests_the_largest_rung() -> None:
+    ladder = ladder_of(build_study(*ladder_frame()))
+    assert ladder is not None and [r.name for r in ladder.rungs] == ["xs", "s", "m", "l"]
+    assert ladder.rungs[0].compute == pytest.approx(1e10)  # the baseline's measured compute
+    assert ladder.family == 2 * 4  # every comparison at every rung: one family
+    wide = next(c for c in ladder.comparisons if c.variant == "wide")
+    same = next(c for c in ladder.comparisons if c.variant == "same")
+    assert wide.verdict is not None and wide.verdict.verdict == Transfer.GROWS
+    assert wide.verdict.top.value == pytest.approx(-0.14, abs=0.02)
+    assert wide.verdict.prediction is not None and wide.verdict.beyond == pytest.approx(1e13 / 6.4e11)
+    assert [a.verdict for a in wide.at_rungs][-1] == Fixed.BETTER  # lower loss is better
+    assert same.verdict is not None and same.verdict.verdict in (Transfer.HOLDS, Transfer.NOT_SETTLED)
+    assert wide.backtest is not None and wide.backtest.rung == "l" and wide.backtest.inside
+    # decision accuracy: the pair (baseline, same) is a coin flip; the pairs with 'wide' are ordered alike
+    assert all(a >= 1 / 3 for a in ladder.accuracy) and len(ladder.accuracy) == 3
+    fit = next(c for c in ladder.curves if c.variant == "baseline").fit
+    assert fit is not None and fit.rungs == 4
+
+
+def test_the_report_opens_with_the_scaling_figure_and_the_transfer_table(tmp_path: Path) -> None:
+    study = build_study(*ladder_frame())
+    (tmp_path / "figures").mkdir()
+    part = across_scales.part(Inputs(study, tmp_path / "figures"))
+    assert part is not None and not part.failed
+    assert isinstance(part.intro[0], Figure) and part.intro[0].path == "figures/scaling.png"
+    assert isinstance(part.intro[1], Table) and part.intro[1].header[1] == "transfer verdict"
+    assert ABLATION_PARTS[0] is across_scales.part  # its intro opens the report, before every other part's
+    doc, data = assemble("Ablation report: lad", [part])
+    text = render_markdown(doc)
+    assert text[text.index("!["):].startswith("![`val/loss` against training compute")
+    assert "extrapolated" in part.intro[1].rows[0][-1]  # a prediction is always called an extrapolation
+    for suffix in ("png", "pdf", "svg"):
+        assert (tmp_path / "figures" / f"scaling.{suffix}").is_file()
+    assert all((tmp_path / "figures" / f"verdicts_{name}.png").is_file() for name, _ in RUNGS)
+    ladder = data["ladder"]
+    assert ladder["fits"]["baseline"]["all"]["form"] in ("power_law", "log_linear")
+    assert ladder["comparisons"]["wide"]["transfer"]["verdict"] == "grows"
+    write_runs_csv(study, tmp_path / "runs.csv")
+    with (tmp_path / "runs.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 * 18 and {r["rung"] for r in rows} == {n for n, _ in RUNGS}
+
+
+def test_the_effects_table_corrects_over_every_rung() -> None:
+    """The largest rung's effects (the sections that know no ladder) are Holm-corrected over the
+    comparisons of every rung: with four rungs their adjusted p is at least the single rung's."""
+    study = build_study(*ladder_frame())
+    assert family_of(study) == 2 * 4
+    single = dataclasses.replace(study, rungs={})
+    for ladder_row, alone in zip(effects(study), effects(single), strict=True):
+        assert ladder_row.variant == alone.variant and ladder_row.p_holm >= alone.p_holm
+    assert any(a.p_holm > b.p_holm for a, b in zip(effects(study), effects(single), strict=True))
