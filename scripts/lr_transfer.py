@@ -5,7 +5,7 @@
 Reads the study's ``runs.csv`` (one row per cell: ``model.parametrisation``, ``model.d_model``,
 ``train.optimizer.lr`` where a cell differs from the baseline, the baseline's own values otherwise, taken
 from its ``export/``), groups the finished cells by parametrisation, and decides for each whether the best
-learning rate moves with the width (ablate/stats/lr_transfer.py: the best log2 rate per width from a
+learning rate moves with the width (ablate/stats/best_rate_shift.py: the best log2 rate per width from a
 parabola through the seed means, its shift from the narrowest to the widest width with a seed-bootstrap
 90% interval; stable inside +-1, drifts when the interval excludes 0). muP's cells at its base width are the
 standard parametrisation's (the same model bit for bit), so they are shared. Prints the table of seed-mean
@@ -25,7 +25,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ablate.report.plots import save
-from ablate.stats.lr_transfer import Transfer, transfer
+from ablate.stats.best_rate_shift import Transfer, transfer
 
 Cells = dict[tuple[int, float, int], float]
 

@@ -309,14 +309,14 @@ class ExperimentSpec(Strict):
         return data
 
     def identity(self) -> dict[str, Any]:
-        """What decides a run's result: everything but tracking, the study sections, ``train.device`` and
-        ``train.threads`` (the model section as ablate.spec.model.identity_of keeps hashes of older specs)."""
+        """What decides a run's result: everything but tracking, the study sections and ``train.device``
+        (the model section as ablate.spec.model.identity_of keeps hashes of older specs). ``train.threads``
+        stays in it: runs were recorded with it, and leaving it out would change the hash of every one
+        that set it."""
         data = self.resolved()
         for key in ("tracking", "ablation", "search", "description"):
             data.pop(key, None)
         data["train"].pop("device", None)  # where a run trains does not change what it computes
-        # nor with how many CPU threads: kept at its default (0), so the hashes recorded before this rule stay
-        data["train"]["threads"] = 0
         data["train"] = train_identity(data["train"])
         data["model"] = identity_of(data["model"])
         _drop_later_defaults(data)

@@ -269,8 +269,8 @@ class TrainSpec(LaterFields):
     compile: Bool = False
     """train through torch.compile"""
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0
-    """CPU threads torch uses; 0: torch's default. A machine's setting, not the design's: a run's identity
-    is the same whatever it is (on cores other jobs share, 1 can run several times faster than 2)"""
+    """CPU threads torch uses; 0: torch's default (on cores other jobs share, 1 can run several times faster
+    than 2). Part of a run's identity, as it always was: runs recorded with it keep their hash"""
     out_dir: str = "runs"
     """folder of run directories (checkpoints, summary.json), relative to the working directory"""
     device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]+)?)$")] | None = None

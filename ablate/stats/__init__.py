@@ -7,7 +7,7 @@ vocabulary (``verdict``: whether a look answers its claim's question, what a com
 fixed-sample verdicts, the test split beside the validation verdict, a verdict at a larger scale), a
 published result judged on that evidence (``claims``) and the power of a design by simulating the
 procedure a study runs (``power``); and whether a learning-rate search's best rate moves with the width
-(``lr_transfer``: muP's transfer question, a shift of the best log2 rate with a seed-bootstrap interval,
+(``best_rate_shift``: muP's transfer question, a shift of the best log2 rate with a seed-bootstrap interval,
 not a comparison's looks); a ladder's fits of each variant's metric against training compute (``scaling``:
 a saturating power law or a log-linear curve, intervals from resampling seeds within rungs) and each
 comparison's transfer verdict, its prediction at a target compute and the backtest on the largest rung

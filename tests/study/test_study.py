@@ -229,7 +229,15 @@ def test_experiment_ablations_expand() -> None:
         # a ladder: 4 variants x 4 rungs x 6 seeds, and its pilot ladder on 2 seeds of its own
         "ladder-kdocs.yaml": 96, "ladder-kdocs-pilot.yaml": 32,
         # a margin claim: seeds.max: auto chose 15 from a 30-cell budget, 2 variants x 15
-        "rope-margin-multi30k.yaml": 30}
+        "rope-margin-multi30k.yaml": 30,
+        # the recipe studies on the Python-docs LM cell: kv_heads 1 and 2 against MHA, 24 seeds at most
+        "gqa-docs.yaml": 72,
+        # Muon against AdamW: its 3-seed pilot, then 15 seeds at most from the pilot's plan
+        "muon-pilot-docs.yaml": 6, "muon-vs-adamw-docs.yaml": 30,
+        # muP against standard: a learning-rate grid at each width and parametrisation, 3 seeds
+        "mup-transfer-docs.yaml": 90,
+        # WSD against cosine, fixed rates and each tuned: 37 seeds at most
+        "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]

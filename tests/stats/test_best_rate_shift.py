@@ -1,4 +1,4 @@
-"""ablate/stats/lr_transfer.py on searches with a known answer: a loss whose optimum in log2 lr moves by a
+"""ablate/stats/best_rate_shift.py on searches with a known answer: a loss whose optimum in log2 lr moves by a
 set amount between widths, plus seed noise."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ablate.stats.lr_transfer import transfer, vertex
+from ablate.stats.best_rate_shift import transfer, vertex
 
 WIDTHS = (32, 64, 128)
 LRS = tuple(1e-3 * 2**i for i in range(6))  # 1e-3 .. 3.2e-2
