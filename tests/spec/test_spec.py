@@ -564,7 +564,8 @@ def test_where_a_run_trains_leaves_its_identity_alone_and_its_threads_keep_their
     """train.device is the machine's setting: the same cell wherever it trains. train.threads stays in the
     identity: runs were recorded with it, and a spec that set it must find them again."""
     base = ExperimentSpec.model_validate({"name": "t"})
-    assert ExperimentSpec.model_validate({"name": "t", "train": {"device": "cpu"}}).spec_hash == base.spec_hash
+    on_cpu = ExperimentSpec.model_validate({"name": "t", "train": {"device": "cpu"}})
+    assert on_cpu.spec_hash == base.spec_hash
     one_thread = ExperimentSpec.model_validate({"name": "t", "train": {"threads": 1}})
     assert one_thread.spec_hash != base.spec_hash and one_thread.identity()["train"]["threads"] == 1
     assert "device" not in base.identity()["train"]
