@@ -13,6 +13,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.bench.train_speed import BOS, EOS, PAD, QUICK_MODEL, BenchConfig, sync
+from ablate.data.prepare import TokenBatcher, prepare_data
+from ablate.engine.builders import build_model
+from ablate.engine.decode import (
+    beam_search,
+    beam_search_reference,
+    greedy_decode,
+    length_sorted_batches,
+    step_budget,
+)
 from ablate.spec.experiment import ExperimentSpec, ModelSpec
 
 Budget = Callable[[torch.Tensor], torch.Tensor]  # source lengths (B,) -> decoding steps (B,)
@@ -21,8 +30,6 @@ Budget = Callable[[torch.Tensor], torch.Tensor]  # source lengths (B,) -> decodi
 def decode_batches(sources: list[list[int]], index: list[int], size: int, budget: Budget,
                    device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Length-sorted, right-padded source batches (as the evaluator builds them) with their step budgets."""
-    from ablate.engine.decode import length_sorted_batches
-
     return [(src.to(device), budget(src.ne(PAD).sum(1)))
             for _, src in length_sorted_batches(sources, index, size, PAD)]
 
@@ -49,8 +56,6 @@ def bench_decode(model: nn.Module, sources: list[list[int]], cfg: BenchConfig, l
     + 1 steps, Multi30k-like output lengths. Its flat distributions make near-ties between hypotheses
     common, so the two beams' agreement is checked on a trained model (:func:`beam_agreement`).
     """
-    from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
-
     every = list(range(len(sources)))
     subset = every[:: max(1, len(every) // cfg.reference_sentences)][: cfg.reference_sentences]
     fixed: Budget = lambda lens: lens + 1  # noqa: E731
@@ -76,10 +81,6 @@ def beam_agreement(base: ModelSpec, cfg: BenchConfig, device: torch.device, out_
     """Batched beam 4 (KV cache) vs the per-sentence reference beam on a tiny model with the spec's
     components, trained on the synthetic copy task with Multi30k-like lengths (peaked distributions,
     eos at varied positions); the decoding budget is the spec's max_len rule."""
-    from ablate.data.prepare import TokenBatcher, prepare_data
-    from ablate.engine.builders import build_model
-    from ablate.engine.decode import beam_search, beam_search_reference, step_budget
-
     spec = ExperimentSpec.model_validate({
         "name": "bench-agreement", "data": {
             "source": "synthetic", "max_len": cfg.max_len + 2, "batch_tokens": 512, "cache_dir": out_dir,

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import registry
 from ablate.bench.train_speed import BenchConfig, log, sync
 from ablate.engine.builders import build_lm
 from ablate.engine.decoder_only import DecoderOnlyLM
@@ -56,8 +57,6 @@ def _blocks(cfg: BenchConfig, count: int, seed: int) -> list[tuple[torch.Tensor,
 def bench_lm(base: ModelSpec, cfg: BenchConfig, device: torch.device, precisions: list[str],
              peaks: dict[str, float]) -> list[dict[str, Any]]:
     """One row per (position scheme, precision): tokens/s (median over timed steps), step time, MFU."""
-    import registry
-
     schemes = [base.positions] + [n for n in registry.names("positions") if n != base.positions]
     batches = _blocks(cfg, cfg.batches, 0)
     rows: list[dict[str, Any]] = []

@@ -49,9 +49,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+import ablate.engine.trainer as train_module
 from ablate.bench.train_speed import BenchConfig, sync
+from ablate.data.prepare import TokenBatcher, prepare_data
+from ablate.engine.builders import build_model
+from ablate.engine.trainer import Trainer, build_optimizer, lr_factor
+from ablate.run.runner import describe_device
 from ablate.spec.experiment import ExperimentSpec
-from ablate.tracking import record
+from ablate.tracking import Tracker, record
 
 if TYPE_CHECKING:
     from ablate.data.batching import Batch
@@ -143,8 +148,6 @@ class TimedSink:
 @contextmanager
 def timed_checkpoint_writes(clock: Clock, labels: dict[Path, str]) -> Iterator[None]:
     """Time every checkpoint file the trainer writes, as '<arm>/<file name>' (labels: run folder -> arm)."""
-    import ablate.engine.trainer as train_module
-
     original = train_module.save_checkpoint
 
     def timed(path: Path, payload: dict[str, Any], **options: Any) -> None:
@@ -169,9 +172,6 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
                        out_dir: str) -> tuple[dict[str, Any], Any, ExperimentSpec]:
     """The three arms of the module docstring: the JSON section, and the prepared data and the spec they
     trained on (the decode benchmark reuses both)."""
-    from ablate.data.prepare import prepare_data
-    from ablate.engine.trainer import Trainer
-
     folder = Path(out_dir)
     clock = Clock()
     warm, chunks = max(1, cfg.warmup), 4
@@ -206,16 +206,12 @@ def framework_overhead(spec: ExperimentSpec, cfg: BenchConfig, device: torch.dev
 
 def _model(ospec: ExperimentSpec, data: PreparedData, device: torch.device) -> Seq2SeqTransformer:
     """One arm's model: the same weights in every arm (built from the spec's seed)."""
-    from ablate.engine.builders import build_model
-
     tok = data.tokenizers
     return build_model(ospec.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.pad_id, ospec.seed).to(device)
 
 
 def _trainer_batches(data: PreparedData, ospec: ExperimentSpec, count: int) -> Iterator[Batch]:
     """The trainers' first ``count`` batches in their order, collated ahead: a bare loop does no data work."""
-    from ablate.data.prepare import TokenBatcher
-
     batcher = TokenBatcher(data.splits["train"], ospec.data.batch_tokens, ospec.seed, shuffle=True)
     order: list[list[int]] = []
     for epoch in range(1000):
@@ -228,8 +224,6 @@ def _trainer_batches(data: PreparedData, ospec: ExperimentSpec, count: int) -> I
 def _raw_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.device,
              batches: Iterator[Batch]) -> Callable[[], None]:
     """The bare training step (no framework): the same model, optimizer, schedule and clipping."""
-    from ablate.engine.trainer import build_optimizer, lr_factor
-
     tspec, pad_id = ospec.train, data.tokenizers.pad_id
     raw = _model(ospec, data, device).train()
     optimizer = build_optimizer(raw, tspec)
@@ -255,10 +249,6 @@ def _open_tracked_arm(ospec: ExperimentSpec, data: PreparedData, device: torch.d
     """The tracked arm as `run_experiment` starts a run: the store created (timed apart: a project's
     first run migrates its schema, later runs open it), the run opened, what a run records at its start,
     the step-0 checkpoint."""
-    from ablate.engine.trainer import Trainer
-    from ablate.run.runner import describe_device
-    from ablate.tracking import Tracker
-
     started = time.perf_counter()
     Tracker.start(ospec, run_name="bench-overhead-store").end("finished")
     clock.times["store/create"].append(time.perf_counter() - started)

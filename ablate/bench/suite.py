@@ -69,8 +69,11 @@ from ablate.bench.train_speed import (
     matmul_peak,
     synthetic_batches,
 )
+from ablate.engine.builders import build_model
+from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, prepare_device
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, ModelSpec
+from ablate.spec.load import apply_overrides, load_spec, validate_data
 
 __all__ = ["BenchConfig", "format_table", "main_bench", "run_bench", "targets"]
 
@@ -82,8 +85,6 @@ def resolve_config(spec_path: str | None, overrides: list[str], quick: bool
 
     From a file: its model, batch_tokens and vocabulary size; --quick keeps its components at tiny dims.
     """
-    from ablate.spec.load import apply_overrides, load_spec, validate_data
-
     cfg = QUICK if quick else BenchConfig()
     if spec_path is None:
         data = apply_overrides({"name": "bench", "model": dict(QUICK_MODEL if quick else BUILTIN_MODEL),
@@ -121,9 +122,6 @@ def machine_info(device: torch.device, peaks: dict[str, float], load: float) -> 
 
 
 def run_bench(spec: ExperimentSpec, cfg: BenchConfig) -> dict[str, Any]:
-    from ablate.engine.builders import build_model
-    from ablate.hardware import cpu_has_fast_bf16, cuda_has_native_bf16, prepare_device
-
     load_before = load_average()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     prepare_device(device)  # as `ablate run` trains: so the timed steps are a run's

@@ -20,8 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import registry
+from ablate.data.prepare import Split, TokenBatcher
+from ablate.engine.builders import build_model
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
+from ablate.hardware import autocast_context
 from ablate.spec import metricnames
 from ablate.spec.experiment import ModelSpec, format_mask_fill, parse_mask_fill
+from ablate.spec.model import drop_unset_options, options_of
 
 PAD, BOS, EOS = 0, 1, 2
 FLOP_FORMULA = ("6 * [S * (encoder matmul weights + cross-attention K/V weights) + T * (other decoder "
@@ -100,8 +106,6 @@ class TorchTransformer(nn.Module):
 # ---------------------------------------------------------------- inputs
 def synthetic_batches(cfg: BenchConfig, seed: int = 0) -> tuple[list[Any], float]:
     """Batches cut by the project's TokenBatcher from Multi30k-like pairs; their target padding fraction."""
-    from ablate.data.prepare import Split, TokenBatcher
-
     g = torch.Generator().manual_seed(seed)
     n = max(64, 4 * cfg.batches * cfg.batch_tokens // cfg.min_len)
     span = cfg.max_len - cfg.min_len
@@ -126,8 +130,6 @@ def _matmul_weights(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
 def model_macs(model: nn.Module) -> tuple[int, int, int, int, int]:
     """(MACs per source token, MACs per target token, d_model, encoder layers, decoder layers) of a built
     ablate model: every matmul weight where it runs (the decoder's cross-attention K/V on source tokens)."""
-    from ablate.engine.encoder_decoder import Seq2SeqTransformer
-
     assert isinstance(model, Seq2SeqTransformer)
     kv: list[torch.Tensor] = [layer.cross_attn.kv.weight for layer in model.decoder.layers]  # type: ignore[union-attr,misc]
     cross_kv = sum(w.numel() for w in kv)
@@ -235,16 +237,11 @@ class StepTimer:
     def _counted(self) -> nn.Module:
         """The model whose matmul weights are counted: torch.nn.Transformer's baseline is counted as the
         ablate model of the same spec (the same matmuls)."""
-        from ablate.engine.builders import build_model
-        from ablate.engine.encoder_decoder import Seq2SeqTransformer
-
         if isinstance(self.model, Seq2SeqTransformer):
             return self.model
         return build_model(self.spec, self.vocab, self.vocab, PAD, 0)
 
     def step(self, precision: str, i: int) -> float:
-        from ablate.hardware import autocast_context
-
         src, tgt_in, tgt_out = self.data[i % len(self.data)]
         sync(self.device)
         started = time.perf_counter()
@@ -274,8 +271,6 @@ def bench_training(base: ModelSpec, cfg: BenchConfig, device: torch.device, prec
                    batches: list[Any]) -> list[tuple[str, StepTimer]]:
     """torch.nn.Transformer, the spec's model and every axis variant; timed steps interleaved round-robin
     (model x precision), so that a change of machine load hits every row alike."""
-    from ablate.engine.builders import build_model
-
     v = cfg.vocab
     configs: list[tuple[str, Callable[[], nn.Module], ModelSpec]] = [
         ("torch.nn.Transformer", lambda: TorchTransformer(base, v, v), base)]
@@ -299,9 +294,6 @@ def axis_variants(base: ModelSpec) -> list[tuple[str, ModelSpec]]:
     """The spec's model, then one model per registered variant of each declared axis (the other axes as
     the spec's; the options of the replaced variant dropped, the new variant's at their defaults). A
     sub-axis (activation) is varied only under a parent variant that takes it."""
-    import registry
-    from ablate.spec.model import drop_unset_options, options_of
-
     out = [("default", base)]
     current = drop_unset_options(base.model_dump())
     for axis in registry.model_axes():

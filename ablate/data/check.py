@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from ablate.data.corpus import check_jsonl_file, check_text_file, check_tsv_file, named_file_roles
 from ablate.data.paths import DataError, DataPath, data_path, data_root
 from ablate.data.tokenizer_file import load_tokenizer_file
+from ablate.spec.commands import validate_specs
+from ablate.spec.load import load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, SpecError
 
 if TYPE_CHECKING:
@@ -172,8 +174,6 @@ def data_problems(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Pr
 
 def check_data(spec_path: str, overrides: Sequence[str], spec: ExperimentSpec) -> None:
     """Raise SpecError (exit 2, one located line each) when a data file the spec names is unusable."""
-    from ablate.spec.load import load_spec_data
-
     if spec.data.source not in ("files", "text") and spec.data.tokenizer.kind != "file":
         return
     _, smap = load_spec_data(spec_path, overrides)
@@ -184,6 +184,4 @@ def check_data(spec_path: str, overrides: Sequence[str], spec: ExperimentSpec) -
 
 def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
     """`ablate validate`: the spec commands' validation, plus the data files each valid spec names."""
-    from ablate.spec.commands import validate_specs
-
     return validate_specs(specs, overrides, check=lambda path, spec: check_data(path, overrides, spec))

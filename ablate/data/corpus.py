@@ -16,6 +16,7 @@ because only it can say *which* line is bad: every problem is a one-line
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
 import itertools
@@ -27,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import datasets
 
 from ablate.data.paths import DataError, DataPath, data_path, data_root, expand_env
 
@@ -270,7 +273,6 @@ def load_files(files: FilesData, src_lang: str, tgt_lang: str, cache_dir: Path,
                 raise DataError(f"{split} split: {src.path} has {counts[src]} lines but {tgt.path} has "
                                 f"{counts[tgt]}: parallel files must align line by line")
 
-    import datasets  # heavy import: only when the prepared cache misses
 
     hf_cache = str(cache_dir / "hf")
     data_files = {f"{r.split}_{r.side}": str(r.path) for r in roles}
@@ -299,8 +301,6 @@ def load_files(files: FilesData, src_lang: str, tgt_lang: str, cache_dir: Path,
 def _load_pair_file(datasets: Any, role: FileRole, fmt: str, extra: Any, hf_cache: str) -> TextPairs:
     name = f"{role.split}_{role.side}"
     if fmt == "tsv":
-        import csv
-
         features = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
         loaded = datasets.load_dataset(
             "csv", data_files={name: str(role.path)}, cache_dir=hf_cache, delimiter="\t",
@@ -322,8 +322,6 @@ def load_hub(hub: HubData, src_lang: str, tgt_lang: str, cache_dir: Path) -> Cor
     A local folder works as ``name`` too (train.jsonl / validation.jsonl / test.jsonl), which is
     how this is tested offline. Rows whose text is missing or blank are dropped and counted.
     """
-    import datasets
-
     label = hub.name if hub.config is None else f"{hub.name}/{hub.config}"
     try:
         loaded = datasets.load_dataset(hub.name, hub.config, revision=hub.revision,

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import datasets  # heavy: only for a hub source
+
 from ablate.data.check import text_named_paths, text_split_paths
 from ablate.data.corpus import DataError, check_text_file, expand_env, sha256_json
 from ablate.data.tokenize import normalize
@@ -244,7 +246,6 @@ def hub_source(data: DataSpec) -> DocumentSource:
     """A hub dataset's text column, grouped ``document_lines`` rows at a time; ``hub.streaming`` reads the
     rows as they come (``load_dataset(streaming=True)``) instead of downloading the dataset first."""
     assert data.hub is not None and data.hub.field is not None
-    import datasets  # heavy: only for a hub source
 
     hub = data.hub
     text_field = hub.field

@@ -45,6 +45,7 @@ from ablate.data.corpus import (
     resolve_files,
     sha256_json,
 )
+from ablate.data.lm_corpus import prepare_lm  # decoder-only language modelling: documents, blocks
 from ablate.data.prepared import PreparedData, Split
 from ablate.data.tokenize import Tokenizers, fixed_wordlevel, load_or_train, normalize, tokenizer_key
 from ablate.data.tokenizer_file import load_tokenizer_file, tokenizer_file_identity
@@ -65,8 +66,6 @@ def prepare_data(spec: ExperimentSpec | DataSpec, seed: int | None = None) -> Pr
     start = time.perf_counter()
     model = getattr(spec, "model", None)
     if data.is_lm or getattr(model, "arch", "") == "decoder_only":
-        from ablate.data.lm_corpus import prepare_lm  # decoder-only language modelling: documents, blocks
-
         prepared: PreparedData = prepare_lm(data, seed)
     elif data.source == "synthetic":
         prepared = _prepare_synthetic(data, seed)

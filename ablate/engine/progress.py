@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from ablate.hardware import release_freed_memory
 from ablate.spec import metricnames
@@ -33,8 +34,6 @@ class Progress:
         self.last_line: float | None = None
         self.bar: Any = None
         if self.enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True)
 
     def eta_s(self, step: int) -> float | None:
@@ -119,7 +118,7 @@ class PeakMemory:
             if hwm is not None:
                 return hwm / 1024
         try:
-            import resource
+            import resource  # lazy: POSIX only (Windows has no resource module)
 
             # ru_maxrss is in KiB on Linux: the process's peak resident set since it started.
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

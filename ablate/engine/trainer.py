@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 import registry
@@ -264,7 +265,6 @@ class Trainer:
         """Sum of `value` over the DDP ranks (the value itself in a single process)."""
         if self.world_size == 1:
             return value
-        import torch.distributed as dist
 
         total = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(total)

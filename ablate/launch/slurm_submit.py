@@ -23,10 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import submitit
+from submitit.slurm.slurm import _make_sbatch_string
+
 from ablate.dburl import redacted
 from ablate.errors import AblateError
+from ablate.launch.gpu_placement import worker_count
+from ablate.launch.slurm_job import StudyJob
+from ablate.launch.slurm_queue import record_jobs
+from ablate.launch.wall_time import remaining_wall_time
+from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_plan, plan_study
+from ablate.study.optuna_store import Store
 from ablate.study.study_plan import StudyPlan
+from ablate.tracking.mlflow_store import resolve_tracking_uri
 
 SIGNAL_DELAY_S = 120  # SLURM signals a job this long before its time limit (--signal=USR2@120)
 MAX_TIMEOUTS = 100  # requeues after a time limit (submitit's default 3 is too few for a long study)
@@ -60,9 +70,6 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
     params = executor_parameters(plan, shape)
     if dry_run:
         return _dry_run(plan, shape, shared, per_job, folder, params)
-    from ablate.launch.slurm_job import StudyJob
-    from ablate.launch.slurm_queue import record_jobs
-
     job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()))
     submitted = [(str(j.job_id), job_name(plan.name, i)) for i, j in
                  enumerate(submit(job, params, folder, jobs, plan.name))]
@@ -90,7 +97,6 @@ def tracking_line(plan: StudyPlan) -> str:
     """Where the jobs record their runs; a local SQLite file gets a note (one node only)."""
     if not plan.spec.tracking.enabled:
         return "MLflow: tracking is off in this spec (tracking.enabled: false)"
-    from ablate.tracking.mlflow_store import resolve_tracking_uri
 
     uri = resolve_tracking_uri(plan.spec.tracking.uri)
     if uri.startswith("sqlite"):
@@ -102,8 +108,6 @@ def tracking_line(plan: StudyPlan) -> str:
 def job_workers(workers: int | None, per_gpu: int | None, gpus_per_job: int) -> int:
     """Worker processes in each job: --workers, else --workers-per-gpu x the job's GPUs, else one per GPU
     (at least one)."""
-    from ablate.launch.gpu_placement import worker_count
-
     if per_gpu is None and workers is None:
         return max(1, gpus_per_job)
     return worker_count(workers, per_gpu, list(range(gpus_per_job)) if per_gpu is not None else [])
@@ -169,8 +173,6 @@ def job_name(study: str, index: int) -> str:
 
 def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
     """The ``#SBATCH`` lines submitit writes for one job with `params` (no SLURM needed to see them)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
     slurm = {k.removeprefix("slurm_"): v for k, v in params.items()}
     slurm["time"] = slurm.pop("timeout_min")
     slurm["ntasks_per_node"] = slurm.pop("tasks_per_node")
@@ -181,8 +183,6 @@ def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
 
 def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folder: Path,
              params: dict[str, Any]) -> int:
-    from ablate.launch.wall_time import remaining_wall_time
-
     print(format_plan(plan, diffs=False))
     print(f"Optuna store: {redacted(storage)}")
     print(f"would submit {shape.jobs} jobs ({job_name(plan.name, 0)} ...), {per_job} worker processes each, "
@@ -194,9 +194,6 @@ def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folde
 
 def _records(plan: StudyPlan, storage: str) -> dict[str, Any]:
     """Where the study's cells stand in the store (read only), for the estimate of what is left."""
-    from ablate.study.cell_queue import CellQueue
-    from ablate.study.optuna_store import Store
-
     if not Store.exists(storage):
         return {}
     store = Store(storage, create=False)
@@ -208,8 +205,6 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
            cluster: str = "slurm") -> list[Any]:
     """Submit `jobs` copies of `job`, the i-th named `job_name(study, i)`; submitit's Job of each.
     ``cluster="local"`` runs them with submitit's local executor (the tests' way without SLURM)."""
-    import submitit
-
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_TIMEOUTS)
     except RuntimeError as exc:  # submitit's "Could not detect srun": not on a SLURM cluster

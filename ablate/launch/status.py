@@ -16,18 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
+from ablate.launch.slurm_queue import jobs_lines
+from ablate.launch.slurm_submit import log_folder
+from ablate.spec.study_ref import is_spec_file
+from ablate.study import study_names
+from ablate.study.arms import dry_run_lines
+from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_grid, plan_study
+from ablate.study.optuna_store import Store
 from ablate.tracking import record
+from ablate.tracking.read import find_study_runs, read_text_artifact
 
 
 def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | None = None) -> int:
     """`ablate status STUDY`: the grid of cells with status and metric so far; reads, never writes. STUDY is
     the spec file, or the study's name (its spec read back from the study's parent run)."""
-    from ablate.spec.study_ref import is_spec_file
-    from ablate.study import study_names
-    from ablate.study.cell_queue import CellQueue
-    from ablate.study.optuna_store import Store
-
     if not is_spec_file(spec_path):
         with tempfile.TemporaryDirectory(prefix="ablate-status-") as tmp:
             return main_status(_recorded_spec(spec_path, Path(tmp)), overrides, storage)
@@ -55,12 +58,7 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
     print(format_grid(plan, records))
     abl = plan.spec.ablation
     if abl is not None and (abl.tune is not None or abl.confirm is not None):
-        from ablate.study.arms import dry_run_lines
-
         print("\n".join(dry_run_lines(plan, storage, records)))
-    from ablate.launch.slurm_queue import jobs_lines
-    from ablate.launch.slurm_submit import log_folder
-
     for line in jobs_lines(log_folder(plan)):  # a study submitted with --slurm: its jobs, as SLURM says
         print(line)
     return 0
@@ -68,8 +66,6 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
 
 def _recorded_spec(study: str, folder: Path) -> str:
     """The spec a study ran with, as its parent run recorded it (overrides applied), written to ``folder``."""
-    from ablate.tracking.read import find_study_runs, read_text_artifact
-
     parent, _ = find_study_runs(study)
     text = read_text_artifact(parent["run_id"], record.SPEC_ARTIFACT)
     if not text:

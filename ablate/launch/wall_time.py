@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.errors import AblateError
+from ablate.run import runner
 from ablate.study.rungs import planned
 from ablate.study.sizing import estimate_wall_s
 from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.tracking import record
+from ablate.tracking.read import find_study_runs
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import ExperimentSpec
@@ -59,9 +62,6 @@ def _duration(seconds: float) -> str:
 def finished_cell_seconds(study: str) -> CellTime | None:
     """The median MLflow duration (end - start) of the study's finished cells; None when it has none (or no
     MLflow record). A resumed cell's duration includes the pause, so the median, not the mean."""
-    from ablate.errors import AblateError
-    from ablate.tracking.read import find_study_runs
-
     try:
         _, children = find_study_runs(study)
     except AblateError:
@@ -82,8 +82,6 @@ def probe_cell_seconds(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> CellTi
     """Train `spec` for 1 + `steps` steps untracked in a temporary folder and extrapolate to its
     ``train.max_steps``: (whole probe - its training) + training per step x max_steps. None for a spec
     that ends by epochs only (its steps are not known before the data is)."""
-    from ablate.run.runner import run_experiment
-
     total = spec.train.max_steps
     if total is None:
         return None
@@ -95,7 +93,7 @@ def probe_cell_seconds(spec: ExperimentSpec, steps: int = PROBE_STEPS) -> CellTi
             "data": spec.data.model_copy(update={"cache_dir": tmp}),  # a dry run writes nothing of its own
             "tracking": spec.tracking.model_copy(update={"enabled": False})})
         started = time.perf_counter()
-        result = run_experiment(probe, run_dir=Path(tmp) / "probe", quiet=True)
+        result = runner.run_experiment(probe, run_dir=Path(tmp) / "probe", quiet=True)
         whole = time.perf_counter() - started
     training = result.metrics.get(record.WALL_TIME)
     if training is None or training <= 0:

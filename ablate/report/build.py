@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate import __version__
 from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
+from ablate.report.paper import write_table
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import (
@@ -53,7 +55,9 @@ from ablate.report.sections import (
     tuning_budget,
     withdrawn,
 )
+from ablate.spec.study_ref import study_name
 from ablate.tracking import record
+from ablate.tracking.read import log_report_artifacts
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
@@ -137,8 +141,6 @@ def write_ladder_csv(study: Study, path: Path) -> None:
 
 def stamp() -> str:
     """The one line that may differ between reruns; SOURCE_DATE_EPOCH pins it (reproducible builds)."""
-    from ablate import __version__
-
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     now = time.gmtime(int(epoch)) if epoch and epoch.isdigit() else time.gmtime()
     return f"{STAMP_PREFIX}{time.strftime('%Y-%m-%d %H:%M:%S', now)} UTC by ablate {__version__}"
@@ -182,14 +184,10 @@ def main_report(study: str, out: str | None = None, table_format: str | None = N
     the parent run id; ``table_format`` also writes the effects as a table (ablate/report/paper.py). Exit 1
     when a section failed or the report could not be logged to MLflow (the files are written either
     way)."""
-    from ablate.spec.study_ref import study_name
-    from ablate.tracking.read import log_report_artifacts
-
     loaded = load_study(study_name(study))
     out_dir = Path(out) if out else Path("reports") / loaded.name
     report = build_report(loaded, out_dir)
     if table_format is not None:  # the effects for a paper, from the report.json just written
-        from ablate.report.paper import write_table
 
         print(f"table: {write_table(out_dir, table_format)}")
     n_fig = len(list((out_dir / "figures").glob("*.png")))

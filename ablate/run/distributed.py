@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from ablate.errors import AblateError
 from ablate.hardware import WORKER_DEVICE_ENV, visible_gpus
@@ -32,7 +33,6 @@ def init_distributed() -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
-    import torch.distributed as dist
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

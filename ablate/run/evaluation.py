@@ -4,6 +4,7 @@ weights on the same splits too (ablate/engine/averaging.py), a second reading of
 
 from __future__ import annotations
 
+import platform
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +87,5 @@ def log_translations(tracker: NullTracker, decoded: dict[str, Translations]) -> 
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform
 
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.lm_eval import generate
 from ablate.errors import AblateError
 from ablate.run.translate import load_run_model
 
@@ -14,9 +16,6 @@ from ablate.run.translate import load_run_model
 def main_generate(run_id: str, prompt: str, max_new: int = 64, greedy: bool = False,
                   temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> int:
     """Print the prompt's continuation (the prompt is not repeated)."""
-    from ablate.engine.decoder_only import DecoderOnlyLM
-    from ablate.engine.lm_eval import generate
-
     if max_new < 1:
         raise AblateError(f"--max-new must be at least 1, found {max_new}")
     if temperature <= 0 and not greedy:

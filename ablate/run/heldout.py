@@ -16,6 +16,8 @@ import torch
 from ablate.data.corpus import DataError, check_text_file
 from ablate.data.lm_corpus import LMData, LMSplit, cut_documents
 from ablate.data.tokenize import Tokenizers
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.lm_eval import evaluate_lm
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec
 
@@ -40,9 +42,6 @@ def text_split(spec: ExperimentSpec, tok: Tokenizers, path: Path) -> LMSplit:
 def evaluate_text(run_id: str, model: torch.nn.Module, spec: ExperimentSpec, tok: Tokenizers,
                   text_path: str) -> int:
     """Print the run's perplexity and bits per byte on ``text_path`` (the run's model, spec, tokenizer)."""
-    from ablate.engine.decoder_only import DecoderOnlyLM
-    from ablate.engine.lm_eval import evaluate_lm
-
     if not isinstance(model, DecoderOnlyLM):
         raise AblateError(f"run {run_id} is an encoder-decoder translation model: score it with "
                           f"`ablate evaluate {run_id} --src FILE --ref FILE` (BLEU, chrF)")

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, prepare_data
+from ablate.engine import preempt
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
 from ablate.engine.dispatch import build_any
@@ -33,6 +35,7 @@ from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
 from ablate.hardware import prepare_device
 from ablate.run.distributed import DistInfo, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation
+from ablate.run.lock import RunLock
 from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importable from here too
     LAST_CHECKPOINT,
     OUTBOX,
@@ -48,7 +51,8 @@ from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importa
     write_summary,
 )
 from ablate.spec.experiment import ExperimentSpec
-from ablate.tracking import record
+from ablate.spec.load import load_spec
+from ablate.tracking import NullTracker, Tracker, check_reachable, record, resolve_tracking_uri, send_outbox
 
 if TYPE_CHECKING:
     from ablate.tracking import NullTracker
@@ -173,8 +177,6 @@ def finished_run(spec: ExperimentSpec, place: Place) -> RunResult | None:
     if done is None or done.status not in TERMINAL:
         return None
     if spec.tracking.enabled and place.dist.is_main and (place.run_dir / OUTBOX).is_dir():
-        from ablate.tracking import resolve_tracking_uri, send_outbox
-
         send_outbox(place.run_dir / OUTBOX, done.run_id, resolve_tracking_uri(spec.tracking.uri))
     return done
 
@@ -182,8 +184,6 @@ def finished_run(spec: ExperimentSpec, place: Place) -> RunResult | None:
 def check_tracking_store(spec: ExperimentSpec, place: Place) -> None:
     """A dead tracking server fails in one line before the data is prepared."""
     if spec.tracking.enabled and place.dist.is_main:
-        from ablate.tracking import check_reachable, resolve_tracking_uri
-
         check_reachable(resolve_tracking_uri(spec.tracking.uri))
 
 
@@ -208,8 +208,6 @@ def open_tracker(spec: ExperimentSpec, options: RunOptions, place: Place,
     """The run's MLflow record (a NullTracker off rank 0 or with tracking off): resumed into the run the
     checkpoint names, else the one the folder recorded when it opened (killed before any checkpoint). Its
     id goes into the run folder at once."""
-    from ablate.tracking import NullTracker, Tracker
-
     if not (spec.tracking.enabled and place.dist.is_main):
         return NullTracker()
     resume_id = (resume["state"].get("run_id") if resume else None) or read_run_id(place.run_dir)
@@ -234,8 +232,6 @@ def wrap(spec: ExperimentSpec, model: Model, place: Place) -> torch.nn.Module:
         torch._dynamo.reset()
         train_model = torch.compile(model)  # type: ignore[assignment]
     if place.dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
         device = place.device
         train_model = DistributedDataParallel(
             train_model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -399,18 +395,12 @@ def run_compute(model: torch.nn.Module, data: PreparedData, tokens: int) -> Comp
 def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: bool = False) -> int:
     """`ablate run SPEC`: one writer per run folder (`RunLock`); SIGTERM/SIGINT checkpoint and exit 143/130
     with one line saying how to resume; ``restart`` trains the run from the start (a new MLflow run)."""
-    from ablate.engine import preempt
-    from ablate.run.lock import RunLock
-    from ablate.spec.load import load_spec
-
     preempt.install()
     spec = load_spec(spec_path, overrides)
     run_dir = run_dir_for(spec)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     command = " ".join(["ablate run", spec_path, *(f"--set {o}" for o in overrides)])
     if rank0 and spec.tracking.enabled and not (run_dir / SUMMARY).exists():
-        from ablate.tracking import check_reachable, resolve_tracking_uri
-
         check_reachable(resolve_tracking_uri(spec.tracking.uri))  # a dead server: nothing written, no lock
     try:
         lock = RunLock(run_dir, wait=wait) if rank0 else None

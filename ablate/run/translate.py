@@ -10,6 +10,7 @@ A run id may be given as a unique prefix (``ablate runs`` prints 8 characters).
 
 from __future__ import annotations
 
+import gzip
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,9 +20,16 @@ from typing import Any
 
 import torch
 
+from ablate.data.prepare import prepare_data
 from ablate.data.tokenize import Tokenizers
+from ablate.engine import metrics
+from ablate.engine.decode import decode_batch, length_sorted_batches
+from ablate.engine.dispatch import build_any
+from ablate.engine.trainer import load_checkpoint
 from ablate.errors import AblateError
-from ablate.tracking import record
+from ablate.run.heldout import evaluate_text
+from ablate.spec.load import load_spec
+from ablate.tracking import download_artifacts, record, resolve_run_id
 
 SPEC_ARTIFACT = record.SPEC_ARTIFACT
 TOKENIZERS_ARTIFACT = record.TOKENIZERS_ARTIFACT
@@ -30,8 +38,6 @@ BATCH_SIZE = 64  # sentences decoded together (length-sorted, so batches carry l
 
 
 def _fetch(run_id: str, path: str) -> Path:
-    from ablate.tracking import download_artifacts
-
     return Path(download_artifacts(run_id, path))
 
 
@@ -40,8 +46,6 @@ def run_tokenizers(run_id: str, spec: object) -> Tokenizers:
     try:
         path = _fetch(run_id, TOKENIZERS_ARTIFACT)
     except Exception:  # noqa: BLE001 - MLflow raises several types for a missing artifact
-        from ablate.data.prepare import prepare_data
-
         return prepare_data(spec).tokenizers  # type: ignore[arg-type]
     return Tokenizers.load(path)
 
@@ -58,11 +62,6 @@ class RunModel:
 
 def load_run_model(run_id: str) -> RunModel:
     """The run's resolved spec, tokenizers and best checkpoint from MLflow, as an eval-mode model."""
-    from ablate.engine.dispatch import build_any
-    from ablate.engine.trainer import load_checkpoint
-    from ablate.spec.load import load_spec
-    from ablate.tracking import resolve_run_id
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep stdout to translations
     run_id = resolve_run_id(run_id)
     try:
@@ -88,8 +87,6 @@ def translate(run: RunModel, texts: Sequence[str], beam: int | None = None,
               warn: Callable[[str], None] | None = None) -> list[str]:
     """Decode ``texts`` in length-sorted batches; ``warn`` receives one line per sentence with words the
     source vocabulary does not know (a silent <unk> would read as a bad translation)."""
-    from ablate.engine.decode import decode_batch, length_sorted_batches
-
     spec, tok = run.spec, run.tok
     decode_spec = spec.eval.decode
     if beam is not None:
@@ -126,7 +123,6 @@ def _read_lines(path: str) -> list[str]:
     """Sentences, one a line, from a file ('-': standard input); gzip by the .gz suffix."""
     if path == "-":
         return [line.rstrip("\n") for line in sys.stdin]
-    import gzip
 
     try:
         opener: Any = gzip.open if path.endswith(".gz") else open
@@ -163,7 +159,6 @@ def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None
     if text_path is not None:
         if src_path is not None or ref_path is not None:
             raise AblateError("give --text FILE (a language model) or --src and --ref (a translation model)")
-        from ablate.run.heldout import evaluate_text
 
         run = load_run_model(run_id)
         return evaluate_text(run.run_id, run.model, run.spec, run.tok, text_path)
@@ -174,8 +169,6 @@ def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None
 
 
 def _evaluate_translation(run_id: str, src_path: str, ref_path: str, beam: int | None) -> int:
-    from ablate.engine import metrics
-
     sources, references = _read_lines(src_path), _read_lines(ref_path)
     if len(sources) != len(references):
         raise AblateError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}: "

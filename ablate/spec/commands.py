@@ -10,7 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import registry
 from ablate.errors import AblateError
+from ablate.spec.load import SpecError, dump_spec_yaml, json_schema, load_spec
+from registry.aliases import suggest
 
 if TYPE_CHECKING:
     from ablate.spec.experiment import ExperimentSpec
@@ -25,8 +28,6 @@ def validate_specs(specs: Sequence[str], overrides: Sequence[str] = (),
                    check: Callable[[str, ExperimentSpec], None] | None = None) -> int:
     """Print `ok SPEC (hash)` for each valid spec, every problem of the others (exit 2); ``check`` looks
     further at a valid spec (its data files) and raises SpecError."""
-    from ablate.spec.load import SpecError, load_spec
-
     failed: list[str] = []
     for path in specs:
         try:
@@ -43,8 +44,6 @@ def validate_specs(specs: Sequence[str], overrides: Sequence[str] = (),
 
 
 def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
-    import registry
-
     kinds = [axis.kind for axis in registry.axes()]  # declaration order, plugins' axes after the built-ins
     if kind is not None and kind not in kinds:
         if pattern == "*" and (any(c in kind for c in "*?[") or registry.REGISTRY.entries(None, kind)):
@@ -84,8 +83,6 @@ def cmd_list(kind: str | None = None, pattern: str = "*") -> int:
 
 def _common_name_hint(registry: Any, kind: str | None, name: str) -> str:
     """`ablate list layernorm`: "; did you mean norm 'builtin'?" (registry/aliases.py's common names)."""
-    from registry.aliases import suggest
-
     for group in [kind] if kind else [a.kind for a in registry.axes()]:
         hint = suggest(group, name, registry.names(group))
         if hint is not None and hint != name:
@@ -109,8 +106,6 @@ def _option_value(value: Any) -> str:
 
 
 def cmd_show(spec_path: str, overrides: Sequence[str] = ()) -> int:
-    from ablate.spec.load import dump_spec_yaml, load_spec
-
     spec = load_spec(spec_path, list(overrides))
     print(f"# resolved from {spec_path}" + "".join(f" --set {o}" for o in overrides))
     print(f"# spec_hash: {spec.spec_hash}")
@@ -119,8 +114,6 @@ def cmd_show(spec_path: str, overrides: Sequence[str] = ()) -> int:
 
 
 def cmd_schema(out: str | None = None) -> int:
-    from ablate.spec.load import json_schema
-
     text = json.dumps(json_schema(), indent=2) + "\n"
     if out:
         Path(out).write_text(text)

@@ -21,8 +21,10 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 import registry
+from ablate import hardware
 from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
+from ablate.spec.schema import json_schema as build
 from ablate.spec.study_sections import RUNG_TOKENS
 from ablate.spec.yamlsrc import (
     Loc,
@@ -307,8 +309,6 @@ def _validate(
 
 def _precision(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Problem]:
     """train.precision against what this machine runs (ablate/hardware.py), reported like any field."""
-    from ablate import hardware
-
     at, precision = "train.precision", spec.train.precision
     reason = hardware.precision_problem(precision)
     if reason is None:
@@ -406,6 +406,4 @@ def dump_spec_yaml(spec: ExperimentSpec) -> str:
 
 
 def json_schema() -> dict[str, Any]:
-    from ablate.spec.schema import json_schema as build
-
     return build()

@@ -12,6 +12,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ablate.spec.load import load_spec
+
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -24,7 +26,6 @@ def study_name(arg: str, overrides: Sequence[str] = ()) -> str:
     """The study's name as its runs carry it (tag ``ablate.study``); a name or run id is returned as is."""
     if not is_spec_file(arg):
         return arg
-    from ablate.spec.load import load_spec
 
     spec = load_spec(arg, list(overrides), check_hardware=False)  # read only: nothing trains here
     if spec.tracking.uri and not os.environ.get("MLFLOW_TRACKING_URI"):

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS
 from ablate.study.optuna_store import Store, claim, open_study, requeue, trial_alive
+from ablate.study.study_names import write_attrs
 
 
 @dataclass
@@ -84,8 +86,6 @@ class CellQueue:
 
     def describe(self, attrs: Mapping[str, Any], metric: str) -> None:
         """Record the study's identity attrs (once) and name its objective for Optuna's dashboard."""
-        from ablate.study.study_names import write_attrs
-
         assert self.study is not None
         write_attrs(self.study, dict(attrs))
         if self.study.metric_names != [metric]:
@@ -101,8 +101,6 @@ class CellQueue:
 
     def _record_params(self, trial_id: int, recorded: Mapping[str, Any], choices: Mapping[str, Sequence[Any]],
                        values: Mapping[str, Any]) -> None:
-        from optuna.distributions import CategoricalDistribution
-
         for name, value in values.items():
             if name in recorded or value not in choices.get(name, ()):
                 continue

@@ -23,6 +23,7 @@ from ablate.study import rung_rounds
 from ablate.study.derived_specs import derive, show
 from ablate.study.rungs import Rung
 from ablate.study.rungs import expand as expand_rungs
+from ablate.study.sizing import choose_max, pilot_of
 from ablate.study.study_plan import Cell, StudyPlan, short_field
 from ablate.tracking import record
 
@@ -151,8 +152,6 @@ def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
     """The ablation section with ``seeds.max: auto`` resolved by the budget (ablate/study/sizing.py): the
     largest maximum whose worst case fits it, at the pilot's cell times. Deterministic, so every worker
     that plans the study reaches the same maximum; the store's pre-registered design holds it thereafter."""
-    from ablate.study.sizing import choose_max, pilot_of
-
     abl = spec.ablation
     assert abl is not None and abl.seeds is not None and not isinstance(abl.seeds, list)
     pilot = pilot_of(spec, origin, study_metric(spec))

@@ -35,6 +35,8 @@ from ablate.study.derived_specs import show
 from ablate.study.optuna_store import Store, open_study
 from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
+from ablate.tracking.read import child_runs
+from ablate.tracking.run_files import export_run, import_run
 
 TRIAL_RESULTS = ("finished", "pruned", "diverged")
 STATES = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
@@ -44,9 +46,6 @@ def export_searches(parent: dict[str, Any], frame: pd.DataFrame, dest: Path, par
                     ) -> list[dict[str, Any]]:
     """Write each variant's latest search run and its trials under ``dest``/searches; their index for
     study.json (``parent_id``: the parent's id as exported)."""
-    from ablate.tracking.read import child_runs
-    from ablate.tracking.run_files import export_run
-
     latest: dict[str, dict[str, Any]] = {}
     for rec in frame.sort_values("start_time").to_dict("records"):
         if rec.get(f"tags.{record.KIND}") == "search":
@@ -68,8 +67,6 @@ def export_searches(parent: dict[str, Any], frame: pd.DataFrame, dest: Path, par
 def import_searches(src: Path, meta: dict[str, Any], experiment: str, parent_id: str, store: Store) -> int:
     """Recreate the export's searches under the imported parent, in MLflow and in ``store``; the trials
     added to Optuna (a search the store already holds keeps its trials)."""
-    from ablate.tracking.run_files import import_run
-
     searches = meta.get("searches") or []
     if not searches:
         return 0

@@ -30,12 +30,15 @@ from optuna.trial import TrialState
 
 from ablate.errors import AblateError
 from ablate.spec import metricnames
+from ablate.spec.study_ref import study_name
 from ablate.study import optuna_attrs
 from ablate.study.cell_queue import CellQueue
 from ablate.study.export_searches import export_searches, import_searches
 from ablate.study.optuna_store import Store
 from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
+from ablate.tracking.read import find_study_runs
+from ablate.tracking.run_files import export_run, import_run
 
 FORMAT = "ablate-study-export/1"
 RESULTS = ("finished", "diverged")
@@ -44,10 +47,6 @@ RESULTS = ("finished", "diverged")
 def main_export(study: str, out: str | None = None) -> int:
     """Write the study's finished cells to ``out`` (default reports/<study>/export); replaces an older
     export there atomically (written beside it, then moved into place)."""
-    from ablate.spec.study_ref import study_name
-    from ablate.tracking.read import find_study_runs
-    from ablate.tracking.run_files import export_run
-
     study = study_name(study)  # a spec file names its study
     parent, frame = find_study_runs(study)
     tags = parent["tags"]
@@ -112,9 +111,6 @@ def _value(run: dict[str, Any], metric: str, direction: str) -> tuple[float, dic
 
 def main_import(folder: str, storage: str | None = None) -> int:
     """Recreate an exported study in the current MLflow store and the Optuna store ``storage``."""
-    from ablate.tracking.read import find_study_runs
-    from ablate.tracking.run_files import import_run
-
     src = Path(folder)
     meta = _meta(src)
     try:

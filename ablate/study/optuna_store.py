@@ -16,9 +16,11 @@ Ablation studies queue their cells on top of it (ablate/study/cell_queue.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.pool import NullPool
 
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
@@ -102,11 +106,6 @@ class Store:
     def lock(self, name: str) -> Iterator[None]:
         """Exclusive across processes (journal, sqlite: a file lock) and machines (PostgreSQL: advisory)."""
         if self.kind == "rdb" and self._url.startswith("postgresql"):
-            import hashlib
-
-            import sqlalchemy
-            from sqlalchemy.pool import NullPool
-
             key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
             engine = sqlalchemy.create_engine(self._url, poolclass=NullPool)
             try:
@@ -157,7 +156,7 @@ def _nothing() -> Iterator[None]:
 @contextmanager
 def _file_lock(path: str) -> Iterator[None]:
     try:
-        import fcntl
+        import fcntl  # lazy: POSIX only (Windows has none: Optuna's lock file below)
     except ImportError:  # Windows: Optuna's lock file (a dead holder's lock expires after its grace period)
         lock = JournalFileOpenLock(path)
         lock.acquire()
@@ -178,8 +177,6 @@ class _Heartbeat:
     """Calls ``beat(trial_id)`` on entry and then every ``interval`` seconds until the block ends."""
 
     def __init__(self, store: Store, trial: Any, beat: Any, interval: float) -> None:
-        import threading
-
         self._id = store.trial_id(trial.study.study_name, trial.number)
         self._beat, self._stop = beat, threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)

@@ -25,6 +25,7 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.stats.power import upper_sd
 from ablate.tracking import record
+from ablate.tracking.read import find_study_runs, tags_and_params
 
 RUNS_CSV = "runs.csv"
 MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
@@ -125,8 +126,6 @@ def _csv_rows(path: Path) -> list[dict[str, Any]]:
 
 def _store_rows(name: str) -> list[dict[str, Any]]:
     """The study's child runs in the tracking store, as runs.csv rows (superseded cells left out)."""
-    from ablate.tracking.read import find_study_runs, tags_and_params
-
     try:
         _, children = find_study_runs(name)
     except AblateError as exc:

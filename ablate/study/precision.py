@@ -27,17 +27,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+import torch
 
+from ablate.hardware import default_device_type, resolve_precision
 from ablate.spec.experiment import ExperimentSpec
+from ablate.study.cell_queue import CellQueue
 from ablate.tracking import record
+from ablate.tracking.read import tags_and_params
 
 QUEUE_ATTR = "precision"
 
 
 def first_cell_precision(children: pd.DataFrame) -> str | None:
     """The precision the study's earliest finished, current cell ran at (None: no such cell)."""
-    from ablate.tracking.read import tags_and_params
-
     ran: list[tuple[Any, str]] = []
     for rec in children.to_dict("records"):
         tags, _ = tags_and_params(rec)
@@ -78,8 +80,6 @@ def at_study_precision(spec: ExperimentSpec, pinned: str | None) -> ExperimentSp
 
 def study_pin(store: Any, cells_study: str, direction: str) -> str | None:
     """The precision an ablation's store keeps for its cells (None: none pinned yet, or no such study)."""
-    from ablate.study.cell_queue import CellQueue
-
     pinned = CellQueue(store, cells_study, direction, create=False).get(QUEUE_ATTR)
     return str(pinned) if pinned else None
 
@@ -99,8 +99,4 @@ def search_pin(study: Any, spec_precision: str) -> str | None:
 
 
 def resolve_here() -> str:
-    import torch
-
-    from ablate.hardware import default_device_type, resolve_precision
-
     return resolve_precision("auto", torch.device(default_device_type()))

@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +30,16 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.data.check import check_data
+from ablate.run import runner
+from ablate.run.runner import run_label
+from ablate.spec.experiment import spec_hash
+from ablate.spec.load import SpecError
 from ablate.study import failfast, optuna_attrs
 from ablate.study.derived_specs import SearchPlan, plan_search, point_key
 from ablate.study.optuna_store import Store, claim, open_study, requeue
 from ablate.study.parent_run import close_parent, open_parent, search_description, trials_table
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
-from ablate.study.study_names import study_attrs, write_attrs
+from ablate.study.study_names import resolve, study_attrs, write_attrs
 from ablate.study.train_cells import cached_data
 from ablate.study.tune_results import finish_search
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
@@ -45,8 +50,6 @@ STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diver
 
 def search_key(plan: SearchPlan) -> str:
     """A hash of what the trials depend on (not the trial budget): the search's identity."""
-    from ablate.spec.experiment import spec_hash
-
     s = plan.search
     key = {"baseline": plan.spec.identity(), "objectives": [o.model_dump() for o in s.objectives],
            "space": {k: v.model_dump() for k, v in s.space.items()}, "sampler": s.sampler}
@@ -59,7 +62,6 @@ def search_name(plan: SearchPlan, store: Store | None = None) -> str:
     legacy = f"{plan.spec.name}-search-{search_key(plan)}"
     if store is None:
         return legacy
-    from ablate.study.study_names import resolve
 
     return resolve(store, plan.spec.name, search_key(plan), legacy)
 
@@ -78,8 +80,6 @@ def _sampler(plan: SearchPlan, worker: int, store: Store, budget: int) -> Any:
 
 
 def zlib_crc(text: str) -> int:
-    import zlib
-
     return zlib.crc32(text.encode()) % 100_000
 
 
@@ -186,9 +186,6 @@ def sample(trial: optuna.Trial, plan: SearchPlan) -> dict[str, Any]:
 def run_trial(plan: SearchPlan, study: optuna.Study, store: Store, trial: optuna.Trial,
               parent: str | None) -> str:
     """Sample, train, tell. A crash is a FAILed trial and the study goes on; divergence counts as pruned."""
-    from ablate.run.runner import run_experiment
-    from ablate.spec.load import SpecError
-
     n, values = trial.number, sample(trial, plan)
     run_dir = trial.user_attrs.get(optuna_attrs.RUN_DIR) or str(
         Path(plan.spec.train.out_dir) / plan.spec.name / study.study_name / f"trial-{n}")
@@ -201,7 +198,6 @@ def run_trial(plan: SearchPlan, study: optuna.Study, store: Store, trial: optuna
     pinned = at_study_precision(spec, plan.precision)
     metrics, single = plan.metrics, len(plan.metrics) == 1
 
-    from ablate.run.runner import run_label
 
     def hook(step: int, evaluation: dict[str, float]) -> bool:
         value = evaluation.get(metrics[0])
@@ -226,10 +222,11 @@ def run_trial(plan: SearchPlan, study: optuna.Study, store: Store, trial: optuna
         spec = pinned
     try:
         with store.beat(trial):
-            result = run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags, parent_run_id=parent,
-                                    run_name=run_label(f"trial-{n}", spec.seed), data=cached_data(spec),
-                                    quiet=True, variant=f"trial-{n}",
-                                    on_start=opened)
+            # through the module, as train_cells does: one place where a study starts a training run
+            result = runner.run_experiment(spec, hook=hook, run_dir=Path(run_dir), tags=tags,
+                                           parent_run_id=parent, run_name=run_label(f"trial-{n}", spec.seed),
+                                           data=cached_data(spec), quiet=True, variant=f"trial-{n}",
+                                           on_start=opened)
     except KeyboardInterrupt:
         if _tell(study, trial, "killed"):
             requeue(study, study.get_trials(deepcopy=False)[n])  # the next run resumes it

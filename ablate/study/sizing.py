@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ablate.errors import AblateError
 from ablate.stats.power import (
     MOST_SEEDS,
     SD_CONFIDENCE,
@@ -121,8 +122,6 @@ def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str,
                labels: list[str]) -> int:
     """seeds.max: auto: the largest maximum whose worst case (every variant, the baseline included, run to
     the last look) fits the budget ({cells} or {hours}, one cell at a time at the pilot's cell times)."""
-    from ablate.errors import AblateError
-
     first = design.looks[0]
     per_seed = float(variants) if budget.cells is not None else seed_seconds(seconds, labels) / 3600.0
     if not math.isfinite(per_seed):

@@ -15,9 +15,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import optuna
+from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
+from optuna.visualization import matplotlib as ovm
 
+from ablate.spec.load import dump_spec_yaml
 from ablate.study import optuna_attrs
 from ablate.study.derived_specs import SearchPlan
 from ablate.study.optuna_store import Store, open_study, reclaim
@@ -27,8 +32,6 @@ FIGURE_DPI = 120
 
 
 def _evaluator(name: str) -> Any:
-    from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
-
     return FanovaImportanceEvaluator(seed=0) if name == "fanova" else PedAnovaImportanceEvaluator()
 
 
@@ -57,12 +60,7 @@ def importances(study: optuna.Study, plan: SearchPlan) -> tuple[str, dict[str, d
 
 def figures(study: optuna.Study, plan: SearchPlan, folder: Path) -> list[Path]:
     """Optuna's matplotlib plots as PNGs (Agg backend: no display needed)."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as ovm
-
     multi, metrics = len(plan.metrics) > 1, plan.metrics
     evaluator_name = type(_evaluator(plan.search.importance)).__name__
     first = {"target": _target(0, multi), "target_name": metrics[0]}
@@ -106,8 +104,6 @@ def _lead(best: list[FrozenTrial], plan: SearchPlan) -> FrozenTrial:
 def finish_search(plan: SearchPlan, store: Store, name: str, tracker: Any, timed_out: bool = False) -> bool:
     """Print and log the results when no trial is left to run (`timed_out`: none is running; the slots
     still waiting are for the next run); False (nothing logged) while some still run or wait."""
-    from ablate.spec.load import dump_spec_yaml
-
     study = open_study(store, name, plan.directions, create=False)
     if study is None:
         return False

@@ -37,6 +37,7 @@ from ablate.study.arm_settings import best_overrides, sampler_seed, trial_overri
 from ablate.study.derived_specs import SearchPlan, derive
 from ablate.study.designs import plan_study, spec_diff
 from ablate.study.optuna_store import Store, claim, open_study
+from ablate.study.parent_run import close_parent, search_description, trials_table
 from ablate.study.precision import study_pin
 from ablate.study.search import _fill, _pruner, _sampler, run_trial, search_key, trials_done
 from ablate.study.study_plan import Cell, StudyPlan
@@ -145,8 +146,6 @@ def close_search(search: OpenSearch, store: Store, interrupted: bool) -> Tuned:
     why = failfast.stopped(study)
     result = outcome(trials, search.splan, search.label, search.name, why)
     if search.tracker is not None:
-        from ablate.study.parent_run import close_parent, search_description, trials_table
-
         done = not why and all(t.state.is_finished() for t in trials)  # open_search filled every slot
         if done:
             search.tracker.set_tags({record.BEST_SETTINGS: json.dumps(result.best, sort_keys=True)})

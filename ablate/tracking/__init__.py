@@ -61,14 +61,14 @@ __all__ = [
 def main_ui(host: str = "127.0.0.1", port: int = 5000, study: str | None = None) -> int:
     """`ablate ui [STUDY]`: serve the MLflow UI over this folder's store until Ctrl-C, opening at STUDY's
     page when given (its spec file, name or parent run id; see ablate.tracking.server)."""
-    from ablate.tracking.server import main_ui as run_ui
+    from ablate.tracking.server import main_ui as run_ui  # lazy: MLflow's server app, only for `ablate ui`
 
     return run_ui(host, port, study=study)
 
 
 def main_runs(experiment: str | None = None) -> int:
     """`ablate runs`: print a table of runs (see ablate.tracking.server)."""
-    from ablate.tracking.server import main_runs as print_runs
+    from ablate.tracking.server import main_runs as print_runs  # lazy: the server module, for `ablate runs`
 
     return print_runs(experiment)
 
@@ -77,6 +77,6 @@ def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: st
                allow_pickle: bool = False) -> torch.nn.Module:
     """The last model `Tracker.log_model` logged in ``run_id``; see `ablate.tracking.models.load_model`
     (an ablate model comes back through ``weights_only=True``, a pickle only with ``allow_pickle``)."""
-    from ablate.tracking.models import load_model as load  # torch and the model builder, only when asked
+    from ablate.tracking.models import load_model as load  # lazy: torch and the model builder, when asked
 
     return load(run_id, tracking_uri=tracking_uri, map_location=map_location, allow_pickle=allow_pickle)

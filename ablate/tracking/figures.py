@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from ablate.spec import metricnames
 
 
@@ -14,7 +16,6 @@ def loss_curve(train: Sequence[tuple[int, float]], val: Sequence[tuple[int, floa
     optimizer step, as a matplotlib ``Figure``; None when there is nothing to draw."""
     if not train and not val:
         return None
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 3.5), dpi=100)
     ax = fig.add_subplot()

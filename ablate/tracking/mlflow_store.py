@@ -27,7 +27,11 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import mlflow
+import torch
 from mlflow import MlflowClient
+from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.data.dataset_source_registry import resolve_dataset_source
+from mlflow.data.http_dataset_source import HTTPDatasetSource
 from mlflow.exceptions import MlflowException
 
 from ablate.dburl import redacted, with_installed_driver
@@ -147,16 +151,11 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
 def dataset_source(source: str) -> Any:
     """An MLflow DatasetSource for a URL, an existing local path, or anything else (hub name, synthetic)."""
     if urlparse(source).scheme in ("http", "https"):
-        from mlflow.data.http_dataset_source import HTTPDatasetSource
-
         return HTTPDatasetSource(source)
     if os.path.exists(source):
-        from mlflow.data.dataset_source_registry import resolve_dataset_source
-
         with warnings.catch_warnings():  # "can be interpreted in multiple ways": all of them are 'local'
             warnings.simplefilter("ignore", UserWarning)
             return resolve_dataset_source(str(Path(source).resolve()))
-    from mlflow.data.code_dataset_source import CodeDatasetSource
 
     return CodeDatasetSource({"source": source})
 
@@ -207,8 +206,6 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
 
 def _gpu() -> dict[str, str]:
     """Name and count of the CUDA devices, and the CUDA version torch was built with; {} without CUDA."""
-    import torch
-
     if not torch.cuda.is_available():
         return {}
     try:

@@ -26,10 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mlflow
+import mlflow.pytorch
+import torch
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
+from mlflow.pytorch import load_model as unpickle_model
 
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.engine.dispatch import build_any
+from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.errors import AblateError
+from ablate.spec.experiment import ModelSpec
 from ablate.tracking.mlflow_store import _client, environment, quiet_transfers, use_uri
 
 if TYPE_CHECKING:
@@ -47,11 +54,6 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
               model_spec: ModelSpec | None = None) -> str:
     """Log ``model`` with ``mlflow.pytorch`` into ``run_id``; an ablate model built from ``model_spec``
     also gets its weights and builder arguments (see the module docstring). Returns the ``models:/`` URI."""
-    import mlflow.pytorch
-
-    from ablate.engine.decoder_only import DecoderOnlyLM
-    from ablate.engine.encoder_decoder import Seq2SeqTransformer
-
     env = environment()
     # Explicit requirements skip MLflow's inference, which re-imports the model in a subprocess.
     reqs = [f"{p}=={env[p]}" for p in ("torch", "mlflow") if env[p] != "unknown"]
@@ -71,8 +73,6 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
 
 
 def _write_weights(model: Any, model_spec: ModelSpec, folder: Path) -> tuple[Path, Path]:
-    import torch
-
     vocab = model.generator.out_features
     source = getattr(model, "src_embed", None)  # a decoder-only model has one vocabulary
     build = {"model": model_spec.model_dump(mode="json"),
@@ -111,18 +111,12 @@ def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: st
     if not allow_pickle:
         raise AblateError(f"the model of MLflow run {run_id} is a pickled module, not an ablate model with "
                           "its weights; load it with allow_pickle=True only from a store you trust")
-    from mlflow.pytorch import load_model as unpickle_model
 
     use_uri(client.tracking_uri)
     return unpickle_model(f"models:/{model_id}", map_location=map_location)
 
 
 def _rebuild(build_path: Path, weights_path: Path, *, map_location: str) -> torch.nn.Module:
-    import torch
-
-    from ablate.engine.dispatch import build_any
-    from ablate.spec.experiment import ModelSpec
-
     build = json.loads(build_path.read_text())
     model = build_any(ModelSpec.model_validate(build["model"]), int(build["src_vocab_size"]),
                         int(build["tgt_vocab_size"]), pad_id=int(build["pad_id"]))

@@ -20,6 +20,9 @@ from mlflow.tracking import MlflowClient
 
 from ablate.errors import AblateError
 from ablate.tracking import record
+
+# not the package: its server module reads here
+from ablate.tracking.mlflow_store import check_reachable, missing_local_store, resolve_tracking_uri, use_uri
 from ablate.tracking.mlflow_store import quiet_transfers as _quiet
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -27,16 +30,11 @@ STUDY_KINDS = record.STUDY_KINDS
 
 
 def _uri() -> str:
-    from ablate.tracking.mlflow_store import (
-        resolve_tracking_uri,  # not the package: its server module reads here
-    )
-
     return resolve_tracking_uri(None)
 
 
 def client() -> MlflowClient:
     uri = _uri()
-    from ablate.tracking.mlflow_store import use_uri
 
     use_uri(uri)  # search_runs (pandas) is fluent-only; use_uri does not leak MLFLOW_TRACKING_URI
     return _client_for(uri)
@@ -44,8 +42,6 @@ def client() -> MlflowClient:
 
 @functools.lru_cache(maxsize=4)
 def _client_for(uri: str) -> MlflowClient:
-    from ablate.tracking.mlflow_store import check_reachable
-
     check_reachable(uri)  # once per store (a failure is not cached): a one-line error, not minutes of retries
     return MlflowClient(tracking_uri=uri)
 
@@ -81,8 +77,6 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
     Several parents with one name (a study started twice): the latest one wins. Unknown -> AblateError,
     and a local store that does not exist is not created.
     """
-    from ablate.tracking.mlflow_store import missing_local_store
-
     missing = missing_local_store(_uri())
     if missing is not None:
         raise AblateError(f"unknown study {study!r}: no MLflow store at {missing} (nothing has been tracked "

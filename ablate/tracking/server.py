@@ -27,6 +27,7 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.spec import metricnames
+from ablate.spec.study_ref import study_name
 from ablate.tracking import record
 from ablate.tracking.mlflow_store import (
     RunRow,
@@ -36,6 +37,7 @@ from ablate.tracking.mlflow_store import (
     list_runs,
     resolve_tracking_uri,
 )
+from ablate.tracking.read import find_study_runs
 
 
 class ServerError(AblateError):
@@ -191,9 +193,6 @@ def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
 
 def _study_parent(study: str) -> dict[str, Any]:
     """The study's parent run (as `read.find_study_runs` gives it); a spec file names its study."""
-    from ablate.spec.study_ref import study_name
-    from ablate.tracking.read import find_study_runs
-
     return find_study_runs(study_name(study))[0]
 
 

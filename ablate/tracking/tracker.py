@@ -18,12 +18,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mlflow import MlflowClient
+from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 from ablate.errors import AblateError
+from ablate.spec.experiment import flatten
+from ablate.spec.load import dump_spec_yaml
 from ablate.tracking import record
+from ablate.tracking.figures import loss_curve
 from ablate.tracking.mlflow_store import (
     check_reachable,
     dataset_source,
@@ -34,6 +39,7 @@ from ablate.tracking.mlflow_store import (
     is_server_uri,
     resolve_tracking_uri,
 )
+from ablate.tracking.models import log_model
 from ablate.tracking.outbox import FINISH_WAIT_S, Courier
 from ablate.tracking.transport import Direct, Queued, Transport
 from ablate.tracking.versions import versions_tag
@@ -249,8 +255,6 @@ class Tracker(NullTracker):
 
     # -- logging
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
-        from ablate.spec.experiment import flatten
-
         self.log_params(flatten(spec.resolved()))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -306,8 +310,6 @@ class Tracker(NullTracker):
     def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None:
         """Record the dataset as a run input (Datasets column of the UI): name, digest (fingerprint, at most
         36 characters for MLflow) and where it came from (URL, file path, hub name or a description)."""
-        from mlflow.data.meta_dataset import MetaDataset
-
         dataset = MetaDataset(dataset_source(source), name=name, digest=digest[:36])  # type: ignore[abstract]
         entity = DatasetEntity(**dataset.to_dict())  # name, digest, source_type, source
         self._transport.dataset(entity, context)
@@ -328,8 +330,6 @@ class Tracker(NullTracker):
 
     def log_loss_curve(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
         """``loss_curve.png``: (step, train loss) per logging window and (step, val loss) per evaluation."""
-        from ablate.tracking.figures import loss_curve
-
         figure = loss_curve(train, val)
         if figure is not None:
             self.log_figure(figure, record.LOSS_CURVE_ARTIFACT)
@@ -340,8 +340,6 @@ class Tracker(NullTracker):
         run's spec) also gets its weights, so that `load_model` rebuilds it without unpickling
         (`ablate.tracking.models`). Returns its ``models:/`` URI, also kept in the ``ablate.model_uri``
         tag."""
-        from ablate.tracking.models import log_model
-
         if not self._transport.settle(FINISH_WAIT_S):
             return None  # the server is away or behind: the best checkpoint in the run folder is the model
         uri = log_model(self.client, self.run_id, self.experiment_id, self.tracking_uri, model, name=name,
@@ -386,7 +384,6 @@ class Tracker(NullTracker):
     def _start_system_metrics(self, resumed: bool) -> None:
         # CPU, memory, disk, network (psutil) and GPU (pynvml, when present) as system/* metrics; the
         # sampling period is MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL seconds (default 10).
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         self._monitor = SystemMetricsMonitor(self.run_id, resume_logging=resumed,
                                              tracking_uri=self.tracking_uri)
@@ -410,10 +407,4 @@ def _last_steps(client: MlflowClient, run_id: str) -> dict[str, int]:
 
 
 def _spec_yaml(spec: ExperimentSpec) -> str:
-    try:
-        from ablate.spec.load import dump_spec_yaml
-    except ImportError:  # specload is another module's; the resolved data is the same information
-        import yaml
-
-        return yaml.safe_dump(spec.resolved(), sort_keys=False)
     return dump_spec_yaml(spec)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.tracking import record
+from ablate.tracking.read import download_artifact
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ def write(folder: Path, split: str, hypotheses: Sequence[str], references: Seque
 def read(run_id: str, split: str) -> SplitTranslations | None:
     """The run's translations of ``split``; None when the run has none (recorded before they were logged,
     an LM or synthetic-task run, or a run that did not finish)."""
-    from ablate.tracking.read import download_artifact
-
     with tempfile.TemporaryDirectory() as tmp:
         local = download_artifact(run_id, record.translations_artifact(split), tmp)
         return decode(local.read_bytes()) if local is not None and local.is_file() else None

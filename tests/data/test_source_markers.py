@@ -127,7 +127,7 @@ def test_presets_whose_tutorials_wrap_the_source_do_so() -> None:
 
 def test_translation_reads_user_text_as_training_read_its_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     """`ablate translate` gives the model what training gave it: the marker after the (cut) tokens."""
-    import ablate.engine.decode as decode
+    import ablate.run.translate
     from ablate.engine.builders import build_model
     from ablate.run.translate import RunModel, translate
 
@@ -140,7 +140,7 @@ def test_translation_reads_user_text_as_training_read_its_sources(monkeypatch: p
         seen.extend([t for t in row if t != PAD_ID] for row in src.tolist())  # type: ignore[attr-defined]
         return [[] for _ in src.tolist()]  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(decode, "decode_batch", record)
+    monkeypatch.setattr(ablate.run.translate, "decode_batch", record)  # where translate looks it up
     long = " ".join(f"w{i}" for i in range(16))  # past data.max_len 16 - 2: cut to 14 tokens, then eos
     translate(RunModel("r", spec, tok, model.eval()), ["w3 w4", long])
     assert sorted(seen) == sorted([[*tok.encode_src("w3 w4"), EOS_ID], [*tok.encode_src(long)[:14], EOS_ID]])

@@ -23,7 +23,6 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-import ablate.tracking.read
 from ablate.report.compute import sentence_bootstrap
 from ablate.report.compute.loaded_study import Run, Study
 from ablate.report.section_api import Inputs
@@ -109,7 +108,7 @@ def stored(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[tuple[str, str], Sp
     def list_artifacts(run_id: str, path: str | None = None) -> list[str]:
         return sorted(record.translations_artifact(s) for r, s in store if r == run_id)
 
-    monkeypatch.setattr(ablate.tracking.read, "list_artifacts", list_artifacts)
+    monkeypatch.setattr(sentence_bootstrap, "list_artifacts", list_artifacts)  # where the reader looks
     monkeypatch.setattr(translations, "read", lambda run_id, split: store.get((run_id, split)))
     yield store
 

@@ -21,11 +21,13 @@ import pandas as pd
 from ablate.report.compute import statistics as st
 from ablate.report.compute.rung_runs import by_rung, rung_order
 from ablate.spec import metricnames
+from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.sizing import scale_note
 from ablate.tracking import record
-from ablate.tracking.read import tags_and_params
+from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact, tags_and_params
 from ablate.tracking.run_files import origin_id
+from ablate.tracking.tracker import param_value
 from ablate.tracking.versions import stale_reason
 
 # Params that never describe a design choice: identity, bookkeeping, the study sections themselves.
@@ -276,8 +278,6 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
 def load_study(study: str) -> Study:
     """The study (a name or the parent's run id) read back from MLflow; with tune: or confirm:, its arms
     (the parent's arms.json) and each search's trials too."""
-    from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact
-
     parent, frame = find_study_runs(study)
     if record.ARM_DESIGN not in parent["tags"]:
         return build_study(parent, frame)
@@ -296,9 +296,6 @@ def design_params(params: dict[str, str]) -> dict[str, str]:
 @functools.cache
 def spec_defaults() -> dict[str, str]:
     """Every spec field's default, as a run logs it as a param: what a run that predates a field ran with."""
-    from ablate.spec.experiment import ExperimentSpec, flatten
-    from ablate.tracking.tracker import param_value
-
     spec = ExperimentSpec.model_validate({"name": "defaults"})
     return {k: param_value(v) for k, v in flatten(spec.resolved()).items()}
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ablate.tracking.read import dataset_inputs
+
 if TYPE_CHECKING:
     from ablate.report.compute.loaded_study import Run, Study
 
@@ -89,8 +91,6 @@ def data_note(rows: Sequence[DatasetRow]) -> tuple[str, str] | None:
 
 def study_dataset_rows(study: Study) -> list[DatasetRow]:
     """``dataset_rows`` of every run of the study, read from MLflow."""
-    from ablate.tracking.read import dataset_inputs
-
     def inputs_of(run_id: str) -> RunDatasets:
         return tuple(sorted({(name, digest) for name, digest, _ in dataset_inputs(run_id)}))
 

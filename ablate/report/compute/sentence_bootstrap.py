@@ -32,6 +32,7 @@ from sacrebleu.significance import PairedTest, _bootstrap_resample, estimate_ci
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Run, Study
 from ablate.tracking import record, translations
+from ablate.tracking.read import list_artifacts
 from ablate.tracking.translations import SplitTranslations
 
 SPLITS = ("val", "test")
@@ -109,8 +110,6 @@ class TranslationReader:
 
     def has(self, run: Run) -> set[str]:
         if run.run_id not in self._have:
-            from ablate.tracking.read import list_artifacts
-
             names = set(list_artifacts(run.run_id, record.TRANSLATIONS_DIR))
             self._have[run.run_id] = {s for s in SPLITS if record.translations_artifact(s) in names}
         return self._have[run.run_id]

@@ -21,6 +21,7 @@ from ablate.spec import metricnames
 from ablate.stats.sequential import Design, evaluate
 from ablate.stats.verdict import HeldOut, Look, Verdict, agrees, held_out_reading, none_margin, read
 from ablate.tracking import record
+from ablate.tracking.read import metric_history
 
 # The baseline is still learning when its validation loss fell by more than this share over its last
 # evaluation interval.
@@ -148,8 +149,6 @@ def verdicts(study: Study, design: Design) -> list[OnBothSplits]:
 
 def regime(study: Study) -> Regime | None:
     """The baseline's regime (None without a baseline run)."""
-    from ablate.tracking.read import metric_history
-
     if study.baseline is None or not study.of(study.baseline):
         return None
     first = min(study.of(study.baseline), key=lambda r: r.seed)

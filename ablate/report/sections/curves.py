@@ -8,11 +8,10 @@ from ablate.report import plots as figs
 from ablate.report.render import Block, Figure, Note, Section
 from ablate.report.section_api import Inputs, Part
 from ablate.spec import metricnames
+from ablate.tracking.read import metric_history
 
 
 def part(inp: Inputs) -> Part | None:
-    from ablate.tracking.read import metric_history
-
     study = inp.study
     metrics = [metricnames.TRAIN_LOSS,
                metricnames.VAL_LOSS] + ([f"val/{study.quality}"] if study.quality != "loss" else [])

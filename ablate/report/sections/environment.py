@@ -15,6 +15,7 @@ from ablate.report.compute.loaded_study import design_params, padding_text
 from ablate.report.render import Block, Section, Table
 from ablate.report.section_api import Inputs, Part
 from ablate.tracking import record
+from ablate.tracking.read import read_text_artifact
 
 if TYPE_CHECKING:
     from ablate.report.compute.loaded_study import Study
@@ -30,8 +31,6 @@ ORDER = ["device", "precision", "CPU", "CPU cores (logical)", "GPU", "host", "pl
 def environment(study: Study) -> dict[str, list[str]]:
     """Distinct values across the runs of every environment tag, plus what the first run's
     environment.json adds (CPU model, core count, platform). Absent entries are simply not shown."""
-    from ablate.tracking.read import read_text_artifact
-
     env: dict[str, set[str]] = {}
     for r in study.runs:
         for tag, value in r.tags.items():

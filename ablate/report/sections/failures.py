@@ -12,6 +12,7 @@ from ablate.report.render import Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
 from ablate.spec import metricnames
 from ablate.tracking import record
+from ablate.tracking.read import metric_history
 
 
 def part(inp: Inputs) -> Part:
@@ -20,7 +21,6 @@ def part(inp: Inputs) -> Part:
     title = "Divergence and failures"
     if not bad:
         return Part("failures", [Section(title, [Para(f"All {len(study.runs)} runs finished.")])])
-    from ablate.tracking.read import metric_history
 
     rows = []
     for r in bad:

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
+from ablate.report.compute.loaded_study import design_params
 from ablate.report.render import Block, Bullets, Figure, Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
 from ablate.spec import metricnames
 from ablate.tracking import record
+from ablate.tracking.read import list_artifacts, read_text_artifact
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,8 +67,6 @@ def importances(study: Study, objective: str) -> tuple[str, list[tuple[str, floa
     study/tune_results.py logs ``{"evaluator": name, "importances": {objective: {field: value}}}``; a plain
     ``{field: value}`` is accepted too.
     """
-    from ablate.tracking.read import read_text_artifact
-
     text = None
     for name in IMPORTANCES:
         text = read_text_artifact(study.parent["run_id"], name)
@@ -131,8 +131,6 @@ class Trials:
 
 
 def read_trials(study: Study) -> Trials:
-    from ablate.report.compute.loaded_study import design_params
-
     objs = objectives(study)
     metric, maximize = objs[0]
     trials = sorted(((trial_number(r, i), r) for i, r in enumerate(study.runs)), key=lambda t: t[0])
@@ -155,8 +153,6 @@ def best_spec_path(study: Study) -> str | None:
 
 
 def _has_best_artifact(study: Study) -> bool:
-    from ablate.tracking.read import list_artifacts
-
     try:
         return record.BEST_SPEC_ARTIFACT in list_artifacts(study.parent["run_id"])
     except Exception:  # noqa: BLE001 - an unreadable artifact store only loses the hint
