@@ -183,7 +183,7 @@ class PairRotation(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         real = x.float().contiguous()  # (B, heads, T, d_head); a copy of a strided or half-precision head
         out = real * cos
         out += swap_pairs(real * sin)  # (x_2i cos - x_2i+1 sin, x_2i+1 cos + x_2i sin)
@@ -191,7 +191,7 @@ class PairRotation(torch.autograd.Function):
         return out.to(x.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         cos, sin = ctx.saved_tensors
         real = grad.float().contiguous()
         out = real * cos

@@ -3,13 +3,13 @@
 Owns model assembly from the registry: the component factory (``components``), the two thin builders
 (``builders``), the encoder-decoder skeleton (``encoder_decoder``), the decoder-only one (``decoder_only``)
 and the choice between them by ``model.arch`` (``dispatch``), with controlled initialisation (``init``: every
-parameter drawn from a generator seeded by (seed, name, shape)), the AMP trainer (``trainer``) and the
-average of its weights it evaluates beside the best checkpoint (``averaging``: last-k or EMA), stopping
-cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached beam decoding
-(``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and progress, timing
-and memory readings (``progress``); the decoder-only language model's perplexity evaluation and cached
-sampling (``lm_eval``). Devices and precisions are the leaf module
-``ablate.hardware``'s, which every layer may use.
+parameter drawn from a generator seeded by (seed, name, shape)), the AMP trainer (``trainer``), its loss
+(``token_loss``: the generator and the cross-entropy a chunk of rows at a time) and the average of its
+weights it evaluates beside the best checkpoint (``averaging``: last-k or EMA), stopping cleanly on a signal
+(``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached beam decoding (``decode``),
+evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and progress, timing and memory
+readings (``progress``); the decoder-only language model's perplexity evaluation and cached sampling
+(``lm_eval``). Devices and precisions are the leaf module ``ablate.hardware``'s, which every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:
 the trainer reports through an :class:`~ablate.engine.trainer.EvalHook`, and whoever runs it records.

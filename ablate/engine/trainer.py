@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ablate.data.lm_corpus import IGNORE, LMBatch, LMData, PackedBatcher
@@ -40,6 +39,7 @@ from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import evaluate
 from ablate.engine.progress import PeakMemory, Progress
+from ablate.engine.token_loss import token_loss
 from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
@@ -235,12 +235,12 @@ class Trainer:
         # (src, tgt_in) for translation, (ids, segments) for a language model's packed block
         inputs = [t.to(self.device, non_blocking=True) for t in batch.model_inputs()]
         targets = batch.targets.to(self.device, non_blocking=True)
-        with autocast_context(self.precision, self.device):
-            logits = model(*inputs)  # (B, T, V)
-        # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small probabilities.
         ignore = IGNORE if isinstance(batch, LMBatch) else self.pad_id
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=ignore,
-                               label_smoothing=smoothing)
+        with autocast_context(self.precision, self.device):
+            hidden = model(*inputs, project=False)  # (B, T, d): the generator is applied with the loss
+            # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small
+            # probabilities. Chunked with the generator: the (B*T, V) logits are never held whole.
+            return token_loss(hidden, self.model.generator, targets, ignore, smoothing)
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon

@@ -1,7 +1,8 @@
 """The numbers the speed work must not move (docs/benchmarks.md, "A step as fast as the best LM codebases"):
 the decoder-only model's logits at a fixed seed, bit for bit, and one optimizer step of the trainer's
 optimizer (torch's fused Adam/AdamW kernel) against torch's reference per-parameter loop, within a stated
-tolerance; RoPE's PairRotation against its pairwise formula, bit for bit, forward and backward."""
+tolerance; RoPE's PairRotation against its pairwise formula, bit for bit, forward and backward; the
+trainer's chunked loss against cross-entropy of the whole logits, within a stated tolerance."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch.nn.functional as F
 
 import registry
 import registry.positions
+from ablate.data.lm_corpus import IGNORE
 from ablate.engine.builders import build_lm
+from ablate.engine.token_loss import token_loss
 from ablate.engine.trainer import build_optimizer
 from ablate.hardware import autocast_context
 from ablate.spec.experiment import ModelSpec, TrainSpec
@@ -136,3 +139,44 @@ def test_a_rope_models_logits_and_gradients_are_the_pairwise_formulas_bit_for_bi
         runs.append((logits.detach(), {n: p.grad for n, p in model.named_parameters()}))
     assert torch.equal(runs[0][0], runs[1][0])
     assert all(torch.equal(grad, runs[1][1][name]) for name, grad in runs[0][1].items())
+
+
+# The trainer's chunked loss against cross-entropy of the whole logits (tests/engine/test_token_loss.py):
+# every parameter's gradient within this of its largest value, in float32 and under bf16 autocast
+LOSS_RTOL = {"fp32": 1e-5, "bf16": 2e-2}
+LR = 3e-3
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("embeddings", ["separate", "tied"])
+def test_the_trainers_chunked_loss_moves_one_step_as_the_whole_logits_loss_within_the_stated_tolerance(
+        precision: str, embeddings: str) -> None:
+    ids, targets = batch()
+    targets[:, :3] = IGNORE  # some unscored targets, as a window's already scored prefix
+    losses, grads, steps = [], [], []
+    for chunked in (True, False):
+        model = build_lm(ModelSpec.model_validate({**BENCH_LM, "embeddings": embeddings}), 500, seed=0)
+        with autocast_context(precision, CPU):
+            if chunked:
+                loss = token_loss(model(ids, project=False), model.generator, targets, IGNORE)
+            else:
+                logits = model(ids).float().flatten(0, 1)  # (B*T, V)
+                loss = F.cross_entropy(logits, targets.flatten(), ignore_index=IGNORE)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        build_optimizer(model, TrainSpec.model_validate({"optimizer": {"name": "adamw", "lr": LR}})).step()
+        steps.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert grads[0].keys() == grads[1].keys() and "generator.bias" in grads[0]
+    for name, grad in grads[0].items():
+        largest = float(grads[1][name].abs().max())
+        assert float((grad - grads[1][name]).abs().max()) <= LOSS_RTOL[precision] * largest, name
+    for name, weight in steps[0].items():
+        # Adam's first step is lr * g / (|g| + eps), about lr * sign(g): where the reference gradient stands
+        # well clear of the two gradients' stated disagreement, the two steps are the same to float32's
+        # rounding; near zero a sign may differ (a step of 2 lr), as any rounding of the gradient may flip it.
+        reference = grads[1][name]
+        clear = reference.abs() > 10 * LOSS_RTOL[precision] * float(reference.abs().max())
+        assert bool(clear.any()), name
+        assert float((weight - steps[1][name]).abs()[clear].max()) <= 1e-3 * LR, name
