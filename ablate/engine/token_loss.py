@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Logits of one chunk (rows x vocabulary): 2M on a CPU (8 MB of float32, a few cache-sized passes; 256
-# rows of an 8,192-type vocabulary measured fastest among 128-2,048), 64M on a GPU (fewer, larger launches).
-CHUNK_ELEMENTS = {"cpu": 1 << 21}
+# Logits of one chunk (rows x vocabulary): 8M on a CPU (32 MB of float32; 1,024 rows of an 8,192-type
+# vocabulary). The loss and gradients of 2,048 x 256 hidden rows, CPU ms, min of 5 (docs/benchmarks.md):
+# 1 thread, rows 256 / 1,024 / whole logits: fp32 381 / 376 / 477, bf16 217 / 300 / 353; 2 threads: fp32
+# 884 / 541 / 659, bf16 742 / 494 / 542 (smaller chunks' matmuls parallelise worse). 64M on a GPU.
+CHUNK_ELEMENTS = {"cpu": 1 << 23}
 GPU_CHUNK_ELEMENTS = 1 << 26
 MIN_CHUNK_ROWS = 32
 
