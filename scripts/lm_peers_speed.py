@@ -12,8 +12,9 @@ against litgpt's ``GPT`` (GptNeoxMLP, LayerNorm, full rotary) and x-transformers
 tokens.
 
 Each codebase trains with its own step: ablate with the trainer's optimizer (``build_optimizer``: torch's
-fused AdamW) and loss (cross-entropy on float32 logits); the peers with ``torch.optim.AdamW`` at torch's
-defaults (what litgpt's pretraining script and an x-transformers loop use on a CPU) and the same loss. The
+fused AdamW) and loss (``token_loss``: the generator and the float32 cross-entropy a chunk of rows at a
+time); the peers with ``torch.optim.AdamW`` at torch's defaults (what litgpt's pretraining script and an
+x-transformers loop use on a CPU) and cross-entropy on float32 logits (XTransformer its own loss). The
 models take turns: one repeat times ``--steps`` steps of each model after a warm-up of its own, and the
 figure is the median tokens/s of ``--repeats`` alternating repeats (warm-up and turn order shared), so a
 machine that slows down mid-run slows every model alike. It prints each model's tokens/s and parameter
@@ -36,7 +37,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.bench.train_speed import TorchTransformer  # noqa: E402
+from ablate.data.lm_corpus import IGNORE  # noqa: E402
 from ablate.engine.builders import build_lm, build_model  # noqa: E402
+from ablate.engine.token_loss import token_loss  # noqa: E402
 from ablate.engine.trainer import build_optimizer  # noqa: E402
 from ablate.hardware import autocast_context  # noqa: E402
 from ablate.spec.experiment import ModelSpec, TrainSpec  # noqa: E402
@@ -86,8 +89,13 @@ def lm_step(name: str, model: nn.Module, precision: str) -> Step:
     def step() -> int:
         optimizer.zero_grad(set_to_none=True)
         with autocast_context(precision, torch.device("cpu")):
-            logits = model(ids)  # (B, T, V)
-        F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()).backward()
+            if name == "ablate":  # the trainer's loss: the generator applied with the cross-entropy, chunked
+                loss = token_loss(model(ids, project=False), model.generator, targets, IGNORE)
+            else:
+                logits = model(ids)  # (B, T, V)
+        if name != "ablate":
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss.backward()
         optimizer.step()
         return ids.numel()
 
@@ -105,9 +113,11 @@ def mt_step(name: str, model: nn.Module, precision: str) -> Step:
         with autocast_context(precision, torch.device("cpu")):
             if name == "x-transformers":  # XTransformer computes its own loss on tgt (it shifts it itself)
                 loss = model(src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))
+            elif name == "ablate":  # the trainer's loss (no target is ignored here)
+                loss = token_loss(model(src, tgt_in, project=False), model.generator, tgt_out, IGNORE)
             else:
                 logits = model(src, tgt_in)  # (B, T, V)
-        if name != "x-transformers":
+        if name == "torch.nn.Transformer":
             loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten())
         loss.backward()
         optimizer.step()

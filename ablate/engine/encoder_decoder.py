@@ -268,8 +268,10 @@ class Seq2SeqTransformer(nn.Module):
         hidden = self.decoder.norm(x)
         return self.logits(hidden) if project else hidden
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.decode(tgt_in, self.encode(src))
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+        """Logits (B, T, V) of the next target token at each position of ``tgt_in``; ``project=False``:
+        the final hidden states (B, T, d) (the trainer's loss applies the generator itself)."""
+        return self.decode(tgt_in, self.encode(src), project=project)
 
     def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
         """The attention modules per role, in layer order."""

@@ -42,10 +42,12 @@ from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import evaluate
 from ablate.engine.param_roles import describe_groups, train_params
 from ablate.engine.progress import PeakMemory, Progress
+from ablate.engine.token_loss import token_loss
 from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
+from registry.loss import CrossEntropy
 from registry.optimizer import TrainParam
 
 __all__ = ["CHECKPOINT_VERSION", "EvalHook", "TrainOutcome", "TrainState", "Trainer",
@@ -234,14 +236,27 @@ class Trainer:
         # (src, tgt_in) for translation, (ids, segments) for a language model's packed block
         inputs = [t.to(self.device, non_blocking=True) for t in batch.model_inputs()]
         targets = batch.targets.to(self.device, non_blocking=True)
-        with autocast_context(self.precision, self.device):
-            logits = model(*inputs)  # (B, T, V)
-        # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small probabilities.
         ignore = IGNORE if isinstance(batch, LMBatch) else self.pad_id
-        # the loss axis (registry/loss.py): cross_entropy is F.cross_entropy itself, as it always was
+        with autocast_context(self.precision, self.device):
+            if self.chunked_loss():
+                hidden = model(*inputs, project=False)  # (B, T, d): the generator is applied with the loss
+                # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small
+                # probabilities. Chunked with the generator: the (B*T, V) logits are never held whole.
+                return token_loss(hidden, self.model.generator, targets, ignore, smoothing)
+            logits = model(*inputs)  # (B, T, V)
+        # the loss axis (registry/loss.py) on the whole logits, in fp32: a loss term beyond the cross-entropy
+        # (z-loss) or logits that are more than the generator's (a soft cap, muP's multiplier)
         loss: torch.Tensor = self.loss_fn(logits.float().flatten(0, 1), targets.flatten(),
                                           ignore_index=ignore, label_smoothing=smoothing)
         return loss
+
+    def chunked_loss(self) -> bool:
+        """Whether the loss is the plain cross-entropy of the generator's own logits, which token_loss
+        computes a chunk of rows at a time: the loss axis's cross_entropy, no logits axis, a logit
+        multiplier of 1."""
+        model = self.model
+        return (isinstance(self.loss_fn, CrossEntropy) and isinstance(model.logit_head, nn.Identity)
+                and model.logit_multiplier == 1.0)
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon

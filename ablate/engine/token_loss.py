@@ -1,0 +1,132 @@
+"""The training loss of both architectures: mean cross-entropy of the generator's logits against the target
+tokens, computed with the generator a chunk of rows at a time, forward and gradient together, so the
+(tokens, vocabulary) logits are never held whole (the fused linear cross-entropy of Liger Kernel, Hsu et al.
+2024, written here with torch's own kernels).
+
+What it computes is what the trainer computed before: ``F.cross_entropy(generator(hidden).float(), targets,
+ignore_index=..., label_smoothing=...)``: the logits in the autocast dtype (bf16 or fp16 under mixed
+precision, float32 otherwise), their log-softmax and the loss in float32. The differences are of rounding
+only: the weight's gradient is summed over chunks, and the 1/n of the mean is applied to the gradients at
+the end rather than to each logit's (tests/engine/test_token_loss.py states the tolerances). What it
+saves:
+
+* rows whose target is ignored (padding, tokens an earlier window scored) cost nothing: the generator is
+  applied to the scored rows only;
+* no (tokens, vocabulary) tensor outlives its chunk: on GPT-2 small's batch (16 x 1024 tokens, 50,257
+  types) the float32 logits, their log-softmax and their gradient were 3.3 GB each;
+* the backward is a multiplication of three stored gradients by the loss's incoming gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Logits of one chunk (rows x vocabulary): 8M on a CPU (32 MB of float32; 1,024 rows of an 8,192-type
+# vocabulary). The loss and gradients of 2,048 x 256 hidden rows, CPU ms, min of 5 (docs/benchmarks.md):
+# 1 thread, rows 256 / 1,024 / whole logits: fp32 381 / 376 / 477, bf16 217 / 300 / 353; 2 threads: fp32
+# 884 / 541 / 659, bf16 742 / 494 / 542 (smaller chunks' matmuls parallelise worse). 64M on a GPU.
+CHUNK_ELEMENTS = {"cpu": 1 << 23}
+GPU_CHUNK_ELEMENTS = 1 << 26
+MIN_CHUNK_ROWS = 32
+
+
+def chunk_rows(vocab: int, device: torch.device) -> int:
+    """Rows of one chunk for a vocabulary of ``vocab`` types on ``device``."""
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(device.type, GPU_CHUNK_ELEMENTS) // max(1, vocab))
+
+
+def compute_dtype(weight: Tensor) -> torch.dtype:
+    """The dtype the generator's matmul runs in: autocast's where autocast is on, else the weight's."""
+    device_type = weight.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return weight.dtype
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``hidden @ weight.T + bias`` (N, V) against ``targets`` (N,), with its
+    gradients computed in the forward, one chunk of rows at a time (see the module's docstring).
+
+    Per chunk: logits ``z`` in ``dtype`` (then float32), ``log p = log_softmax(z)``, the loss
+    ``-(1 - eps) log p_t - eps/V sum_j log p_j`` and its gradient ``p - (1 - eps) onehot(t) - eps/V``
+    (Szegedy et al. 2016's label smoothing, as ``F.cross_entropy`` defines it), cast to ``dtype`` for the
+    two matmuls that give the gradients of the hidden rows and of the weight.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None,  # type: ignore[override]
+                targets: Tensor, smoothing: float, dtype: torch.dtype, rows: int, grads: bool) -> Tensor:
+        vocab = weight.size(0)
+        with torch.autocast(hidden.device.type, enabled=False):  # the dtypes below are chosen explicitly
+            h = hidden.to(dtype)  # (N, d): the scored rows
+            w = weight.to(dtype)  # (V, d)
+            b = None if bias is None else bias.to(dtype)
+            grad_hidden = torch.empty(h.shape, dtype=hidden.dtype, device=h.device)
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
+            grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=h.device)
+            total = torch.zeros((), dtype=torch.float32, device=h.device)
+            for start in range(0, h.size(0), rows):
+                h_c, t_c = h[start:start + rows], targets[start:start + rows]  # (n, d), (n,)
+                z = h_c @ w.t() if b is None else torch.addmm(b, h_c, w.t())  # (n, V) in dtype
+                logp = torch.log_softmax(z.float(), dim=-1)  # (n, V) float32
+                picked = logp.gather(1, t_c[:, None]).squeeze(1)  # (n,) log p of each target
+                total -= picked.sum() * (1.0 - smoothing)
+                if smoothing:
+                    total -= logp.sum() * (smoothing / vocab)
+                if not grads:  # no backward will come (evaluation, torch.no_grad): the loss alone
+                    continue
+                grad = logp.exp_()  # (n, V): softmax, in place of log p
+                grad[torch.arange(t_c.numel(), device=h.device), t_c] -= 1.0 - smoothing
+                if smoothing:
+                    grad -= smoothing / vocab
+                if grad_bias is not None:
+                    grad_bias += grad.sum(0)
+                grad_low = grad.to(dtype)
+                grad_hidden[start:start + rows] = grad_low @ w  # (n, d)
+                if dtype == torch.float32:
+                    grad_weight.addmm_(grad_low.t(), h_c)  # (V, d), accumulated in place
+                else:
+                    grad_weight += (grad_low.t() @ h_c).float()
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        scale = grad_total.float()
+        bias = None if grad_bias is None else (grad_bias * scale).to(ctx.bias_dtype)
+        return ((grad_hidden * scale).to(grad_hidden.dtype), (grad_weight * scale).to(ctx.weight_dtype), bias,
+                None, None, None, None, None)
+
+
+def token_loss(hidden: Tensor, generator: nn.Module, targets: Tensor, ignore_index: int,
+               label_smoothing: float = 0.0) -> Tensor:
+    """Mean cross-entropy (float32, a scalar) of ``generator(hidden)`` over the vocabulary against
+    ``targets`` (B, T), leaving out targets equal to ``ignore_index``; ``hidden`` (B, T, d) are the final
+    hidden states (the models' ``project=False``). Call it where the model ran: under its autocast.
+
+    The fused path (:class:`LinearCrossEntropy`) serves a plain ``nn.Linear`` generator (every registered
+    embeddings variant's); another module is applied whole and scored with ``F.cross_entropy``.
+    """
+    flat_targets = targets.flatten()
+    if type(generator) is not nn.Linear:
+        logits = generator(hidden)  # (B, T, V)
+        return F.cross_entropy(logits.float().flatten(0, 1), flat_targets, ignore_index=ignore_index,
+                               label_smoothing=label_smoothing)
+    rows = hidden.flatten(0, 1)  # (N, d)
+    scored = flat_targets != ignore_index
+    n = int(scored.sum())
+    if n < flat_targets.numel():  # only the scored rows meet the generator
+        index = scored.nonzero().squeeze(1)
+        rows, flat_targets = rows.index_select(0, index), flat_targets.index_select(0, index)
+    weight, bias = generator.weight, generator.bias
+    # the gradients are computed in the forward: only where a backward can follow
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (rows, weight, bias))
+    total = LinearCrossEntropy.apply(rows, weight, bias, flat_targets, float(label_smoothing),
+                                     compute_dtype(weight), chunk_rows(weight.size(0), weight.device), grads)
+    return total / n  # nan without a scored target, as F.cross_entropy's mean
