@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.data.check import check_data
 from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.study.plan import StudyPlan, format_plan, plan_study
@@ -52,6 +53,7 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
     if jobs < 1:
         raise AblateError(f"--jobs {jobs}: expected 1 or more")
     plan = plan_study(spec_path, overrides)  # a bad spec: its located errors before anything else
+    check_data(spec_path, overrides, plan.spec)  # and its data files, as every command checks them
     shared = shared_storage(storage)
     print(tracking_line(plan))
     per_job = job_workers(workers, workers_per_gpu, gpus_per_job)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from ablate.data.check import checked_spec
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.dispatch import build_any
@@ -373,10 +374,9 @@ def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: 
     with one line saying how to resume; ``restart`` trains the run from the start (a new MLflow run)."""
     from ablate.engine import preempt
     from ablate.run.lock import RunLock
-    from ablate.spec.load import load_spec
 
     preempt.install()
-    spec = load_spec(spec_path, overrides)
+    spec = checked_spec(spec_path, overrides)  # the spec and its data files: located lines, nothing written
     run_dir = run_dir_for(spec)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     command = " ".join(["ablate run", spec_path, *(f"--set {o}" for o in overrides)])

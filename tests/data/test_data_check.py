@@ -274,3 +274,39 @@ def test_the_positions_study_keeps_the_identity_of_its_exported_cells() -> None:
         cell = load_spec(export / "cells" / key / "artifacts" / "spec.yaml", check_hardware=False)
         assert f"{cell.spec_hash}-s{cell.seed}" == key
         assert re.fullmatch(r"[0-9a-f]{12}-s\d", key)
+
+
+SEARCH_SECTION = """\
+search:
+  trials: 2
+  space:
+    train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
+"""
+EVERY_COMMAND = {
+    "validate": ["validate"], "run": ["run"], "study": ["study"], "study --dry-run": ["study", "--dry-run"],
+    "study --slurm": ["study", "--slurm", "--storage", "study.journal"],
+    "study --slurm --dry-run": ["study", "--slurm", "--dry-run", "--storage", "study.journal"],
+    "tune": ["tune"],
+}
+
+
+@pytest.mark.parametrize("command", list(EVERY_COMMAND))
+def test_every_command_gives_the_same_located_lines_for_a_missing_file_and_writes_nothing(
+        command: str, bare_workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One validation path (ablate/data/check.py): `ablate run` used to say `data.files.val.src: file not
+    found` unlocated, from inside the run, after making runs/<name>/<hash>-s0/."""
+    write_pairs(bare_workdir, "train", 5)
+    spec = write_files_spec(bare_workdir)  # val.de / val.en do not exist
+    if command == "tune":
+        spec.write_text(spec.read_text().split("ablation:")[0] + SEARCH_SECTION)
+    before = sorted(p.name for p in bare_workdir.iterdir())
+    args = EVERY_COMMAND[command]
+    assert main([args[0], str(spec), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert errors(err) == [
+        f"error: {spec}:7: data.files.val.src: file not found: {bare_workdir / 'val.de'} (resolved against "
+        f"the working directory {bare_workdir})",
+        f"error: {spec}:7: data.files.val.tgt: file not found: {bare_workdir / 'val.en'} (resolved against "
+        f"the working directory {bare_workdir})"], err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in bare_workdir.iterdir()) == before  # no runs/, no store, no journal
