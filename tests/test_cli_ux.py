@@ -196,6 +196,17 @@ def test_study_is_the_command_and_ablate_its_alias() -> None:
     assert COMMAND["ablate"] is COMMAND["study"]
 
 
+def test_every_hint_message_and_doc_names_the_command_study() -> None:
+    """The README teaches `ablate study`; a hint, message, report or doc saying `ablate ablate` (the alias)
+    left a user with two names for one command. Only the command table names the alias."""
+    repo = Path(__file__).resolve().parents[1]
+    files = [*repo.glob("ablate/**/*.py"), *repo.glob("docs/*.md"), repo / "README.md",
+             repo / "CONTRIBUTING.md", *repo.glob("reports/*/report.md"), *repo.glob("reports/*/report.html")]
+    found = [f"{path.relative_to(repo)}:{n}" for path in files
+             for n, line in enumerate(path.read_text().splitlines(), 1) if "ablate ablate" in line]
+    assert found == ["ablate/cli.py:28", "ablate/cli.py:268"]  # the examples' and the table's alias note
+
+
 # ---------------------------------------------------------------- common names
 @pytest.mark.parametrize(("kind", "common", "registered"), [
     ("norm", "layernorm", "builtin"), ("norm", "LayerNorm", "builtin"), ("norm", "rmsnorm", "rms"),

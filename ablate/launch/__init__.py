@@ -1,6 +1,6 @@
 """Where a study's cells run: the launch floor, above ``ablate.study``.
 
-Owns the commands that start studies and searches on this machine (``study_command``: `ablate ablate`'s
+Owns the commands that start studies and searches on this machine (``study_command``: `ablate study`'s
 entry, local or ``--slurm``; ``local_study``: the study's workers here; ``tune_command``: `ablate tune`),
 the local worker processes and their share of the cores (``local_workers``), which GPU each worker trains
 on (``gpu_placement``), SLURM jobs through submitit (``slurm_submit``: checking the stores and submitting;

@@ -4,7 +4,7 @@ Finds the study the spec names even without the ``--set`` overrides it was start
 studies of that spec in the store with their overrides and shows the latest), and prints the grid of cells
 with status and metric so far (and, with adaptive seeds, where each comparison stands); with ``tune:`` or
 ``confirm:``, where each later phase stands too (each variant's search, the own-best cells, the
-comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it; for a study submitted with
+comparisons the confirm phase reruns), as ``ablate study --dry-run`` says it; for a study submitted with
 ``--slurm``, its jobs beside the cells (pending, running, requeued, done: ablate/launch/slurm_queue.py).
 """
 

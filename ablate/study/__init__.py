@@ -1,7 +1,7 @@
 """Many runs of one spec: ablation studies and Optuna searches, as cells and trials in one Optuna store.
 The only package that imports optuna.
 
-An ablation study (``ablate ablate``): its plan (``plan``: designs -> cells, each a run; ``derived_specs``:
+An ablation study (``ablate study``): its plan (``plan``: designs -> cells, each a run; ``derived_specs``:
 a cell or trial is the baseline spec with dotted fields overridden, and the search space over them;
 ``study_names``: readable Optuna study names), its start and end (``ablation``: the queue, the parent run,
 the rounds and arms, the grid of outcomes; ``parent_run``: the study's parent MLflow run), the queue of

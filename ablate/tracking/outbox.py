@@ -237,7 +237,7 @@ def log_dataset(client: MlflowClient, run_id: str, entity: DatasetEntity, contex
     try:
         client.log_inputs(run_id, [DatasetInput(entity, [tag])])
     except MlflowException as e:
-        # Two workers logging the same dataset at once (ablate ablate/tune --workers N): the store's
+        # Two workers logging the same dataset at once (ablate study/tune --workers N): the store's
         # check-then-insert fails for one of them on the unique (experiment, name, digest) key. The row
         # exists now, so a second try links it to this run.
         if "unique constraint" not in str(e).lower() and "integrityerror" not in str(e).lower():

@@ -50,7 +50,7 @@ SPEC_HASH = "ablate.spec_hash"  # the resolved spec's hash: a run's identity (no
 STATUS = "ablate.status"  # running | finished | diverged | failed | pruned | killed
 # JSON {axis: version} of the chosen variants whose implementation version is above 1 (absent: all 1)
 COMPONENT_VERSIONS = "ablate.component_versions"
-# Set by `ablate ablate` on a cell whose variant's implementation changed since it ran: why it is stale.
+# Set by `ablate study` on a cell whose variant's implementation changed since it ran: why it is stale.
 # The run stays in the store; reports leave it out and the study retrains the cell under its new identity.
 SUPERSEDED = "ablate.superseded"
 # how a superseded tag for another precision than the study's begins (ablate/study/precision.py); a

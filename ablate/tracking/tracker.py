@@ -315,7 +315,7 @@ class Tracker(NullTracker):
     def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
         """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table,
         replacing an earlier one. Not ``MlflowClient.log_table``, which appends to an existing artifact (a
-        study parent logs its cells table each time `ablate ablate` stops): the same "split" JSON (columns,
+        study parent logs its cells table each time `ablate study` stops): the same "split" JSON (columns,
         rows; NaN as null, e.g. a diverged cell's metric), listed once in ``mlflow.loggedArtifacts``."""
         names = list(columns)
         rows = [[None if isinstance(v, float) and not math.isfinite(v) else v for v in row]

@@ -1,5 +1,5 @@
 """The report of a study with ``tune:`` and ``confirm:`` (tuning each variant, confirming at a larger scale),
-end to end through `ablate ablate` and
+end to end through `ablate study` and
 `ablate report` on the synthetic study of tests/tuned_studies.py, whose answer is known: ``norm=custom``
 needs 3x the baseline's learning rate (worse at the baseline's settings, equal at its own best) and
 ``residual=post_norm`` is better on the short cells and worse at the larger setting (reversed)."""

@@ -1,4 +1,4 @@
-"""`ablate ablate` with ``tune:`` and ``confirm:`` (ablate/study/arms.py): the phases in order, each arm's
+"""`ablate study` with ``tune:`` and ``confirm:`` (ablate/study/arms.py): the phases in order, each arm's
 cells in the study's one queue, nothing trained twice on a rerun, an interrupt in any phase resumed, and a
 study that adds the sections later keeping every cell it has. Training is the known function of
 tests/tuned_studies.py, recorded as real MLflow runs."""
@@ -243,7 +243,7 @@ def test_a_trained_study_runs_every_phase_and_reports_them(workdir: Path) -> Non
 @pytest.mark.soak
 @pytest.mark.postgres
 def test_two_processes_share_every_phase_through_postgresql(workdir: Path, postgres_url: str) -> None:
-    """Two `ablate ablate --storage postgresql://...` (two machines) on the trained study above: the cells,
+    """Two `ablate study --storage postgresql://...` (two machines) on the trained study above: the cells,
     the searches' trials, the own-best and the confirmation cells are each trained once, by one process or
     the other, and both end 0."""
     name = f"pg-arms-{os.getpid()}-{int(time.time())}"

@@ -157,7 +157,7 @@ ablation:
 
 @pytest.mark.slow
 def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
+    """What the trainer actually gets, cell by cell through `ablate study`: within a seed every variant
     trains on the same batches in the same order at every step (past an epoch boundary) and starts from
     identical values in every parameter it shares with the baseline; another seed differs in both."""
     import ablate.run.runner
@@ -343,7 +343,7 @@ ablation:
 @pytest.mark.postgres
 def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Two `ablate ablate --storage postgresql://...` (two machines) split the cells: each runs once."""
+    """Two `ablate study --storage postgresql://...` (two machines) split the cells: each runs once."""
     name = f"pg-{os.getpid()}-{int(time.time())}"
     path = write_spec(workdir, name, """
 ablation:

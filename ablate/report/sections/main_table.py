@@ -73,7 +73,7 @@ def seed_notes(study: Study, summary: dict[str, dict[str, Any]]) -> list[Block]:
         return "; ".join(f"`{v}`" for v in labels)
 
     more = (f"Re-run with {st.TINY + 1} or more seeds (ablation.seeds)" if design_of(study) is None else
-            "This study adds seeds itself where a verdict is still open (ablate ablate); meanwhile the "
+            "This study adds seeds itself where a verdict is still open (ablate study); meanwhile the "
             "summary judges it by the group-sequential test (Adaptive seeds)")
     if none:
         blocks.append(Note(f"no finished run for {names(none)}: every run diverged or failed, so "
