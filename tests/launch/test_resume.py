@@ -20,11 +20,12 @@ def test_a_slurm_jobs_resume_hint_submits_the_same_jobs_again() -> None:
     flags = submission_flags(shape, workers=None, workers_per_gpu=2)
     launched = Launched("s.yaml", ("seed=1",), 1, "postgresql://bob:pw@db/x", flags, "/home/bob/study")
     hint = launched.resume()
-    assert hint == ("cd /home/bob/study && ablate study s.yaml --set seed=1 --storage postgresql://bob:***@db/x "
-                    "--slurm --jobs 4 --workers-per-gpu 2 --partition gpu --gpus-per-job 1 --time 4:00:00 "
+    assert hint == ("cd /home/bob/study && ablate study s.yaml --set seed=1 --storage "
+                    "postgresql://bob:***@db/x --slurm --jobs 4 --workers-per-gpu 2 --partition gpu --gpus-per-job 1 --time 4:00:00 "
                     "--sbatch account=lab")
     args = parses_as(hint)
-    assert args["slurm"] and args["jobs"] == 4 and args["partition"] == "gpu" and args["overrides"] == ["seed=1"]
+    assert args["slurm"] and args["jobs"] == 4 and args["partition"] == "gpu"
+    assert args["overrides"] == ["seed=1"]
     assert args["sbatch"] == ["account=lab"] and args["workers_per_gpu"] == 2
 
 
@@ -38,7 +39,8 @@ def test_the_failed_cells_hint_keeps_the_overrides_and_the_store() -> None:
 
 def test_a_searchs_hint_keeps_its_trials_and_the_status_hint_its_overrides() -> None:
     assert resume_command("tune", "q.yaml", [], extra=["--trials 3"]) == "ablate tune q.yaml --trials 3"
-    assert status_command("s.yaml", ["seed=1"], "j.log") == "ablate status s.yaml --set seed=1 --storage j.log"
+    status = status_command("s.yaml", ["seed=1"], "j.log")
+    assert status == "ablate status s.yaml --set seed=1 --storage j.log"
     assert parses_as(status_command("s.yaml", ["seed=1"], "j.log"))["overrides"] == ["seed=1"]
 
 

@@ -237,7 +237,8 @@ def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes
     assert ended_state(job_result(job, folder), None) == "cancelled (SIGTERM)"
     text = log.read_text()
     assert "Job completed successfully" not in text
-    assert f"resume with `cd {workdir} && ablate study {path} --storage {workdir / 'study.journal'} --slurm`" in text
+    journal = workdir / "study.journal"
+    assert f"resume with `cd {workdir} && ablate study {path} --storage {journal} --slurm`" in text
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     before = {r.info.run_id: r.info.end_time for r in study_runs("cut")[1] if r.info.status == "FINISHED"}
     assert before  # at least the cell that finished before the cancel
