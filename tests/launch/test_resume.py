@@ -21,8 +21,8 @@ def test_a_slurm_jobs_resume_hint_submits_the_same_jobs_again() -> None:
     launched = Launched("s.yaml", ("seed=1",), 1, "postgresql://bob:pw@db/x", flags, "/home/bob/study")
     hint = launched.resume()
     assert hint == ("cd /home/bob/study && ablate study s.yaml --set seed=1 --storage "
-                    "postgresql://bob:***@db/x --slurm --jobs 4 --workers-per-gpu 2 --partition gpu --gpus-per-job 1 --time 4:00:00 "
-                    "--sbatch account=lab")
+                    "postgresql://bob:***@db/x --slurm --jobs 4 --workers-per-gpu 2 --partition gpu "
+                    "--gpus-per-job 1 --time 4:00:00 --sbatch account=lab")
     args = parses_as(hint)
     assert args["slurm"] and args["jobs"] == 4 and args["partition"] == "gpu"
     assert args["overrides"] == ["seed=1"]

@@ -1,4 +1,5 @@
-"""The queue of a study's cells in its Optuna store (ablate/study/cell_queue.py and optuna_store.py): a cell stopped part-way resumes before any new cell starts, and `ablate status` calls it interrupted, not
+"""The queue of a study's cells in its Optuna store (ablate/study/cell_queue.py and optuna_store.py): a
+cell stopped part-way resumes before any new cell starts, and `ablate status` calls it interrupted, not
 pending, until it does."""
 
 from __future__ import annotations
