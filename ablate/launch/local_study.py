@@ -86,7 +86,7 @@ def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int, launched:
     keys = {c.key for arm in arms.values() for c in arm.cells}
     failed = [k for k in keys if ended.records.get(k) and ended.records[k].status == "failed"]
     if failed:
-        print(f"{plural(len(failed), 'cell')} failed; `{launched.resume('--retry-failed')}` runs them again",
-              file=sys.stderr)
+        print(f"{plural(len(failed), 'cell')} failed; `{launched.resume('--retry-failed')}` runs "
+              f"{'it' if len(failed) == 1 else 'them'} again", file=sys.stderr)
         return 1
     return code

@@ -150,8 +150,9 @@ def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
     except KeyboardInterrupt:
         tracker.end("interrupted")
         raise
-    except BaseException:
+    except BaseException as exc:
         try:
+            tracker.set_tags({record.ERROR: f"{type(exc).__name__}: {exc}"[-2000:]})  # MLflow says why
             tracker.end("failed")
         except Exception:  # noqa: BLE001 - the store may be what failed (full disk): keep the first error
             pass

@@ -172,6 +172,18 @@ class CellQueue:
             return
         requeue(self.study, self.study.get_trials(deepcopy=False)[trial.number])
 
+    def failed_segments(self) -> dict[str, list[str]]:
+        """Cell key -> the errors of its earlier trials that failed, for the cells queued again since
+        (``--retry-failed``): their failure is history the latest trial no longer shows."""
+        latest = self.latest()
+        out: dict[str, list[str]] = {}
+        for t in self.study.get_trials(deepcopy=False) if self.study else []:
+            key = t.user_attrs.get(CELL)
+            if key is None or latest.get(key) is t or t.user_attrs.get(STATUS) != "failed":
+                continue
+            out.setdefault(key, []).append(str(t.user_attrs.get(ERROR, "no error recorded")))
+        return out
+
     def records(self) -> dict[str, CellRecord]:
         out: dict[str, CellRecord] = {}
         for key, t in self.latest().items():

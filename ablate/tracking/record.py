@@ -66,6 +66,9 @@ METRIC = "ablate.metric"  # the metric a study ranks its cells or trials by (a f
 REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, pruned)
 ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
 ERROR = "ablate.error"  # the exception a failed run ended with
+# JSON list of the errors earlier segments of a run failed with, when it was resumed after them (its status
+# and ablate.error then say how its last segment ended; these stay visible in MLflow)
+FAILED_SEGMENTS = "ablate.failed_segments"
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 # A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,
 # only where the spec sets it: a report never states who tuned them from a default)

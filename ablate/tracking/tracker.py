@@ -131,6 +131,19 @@ def _end_open_runs() -> None:
             pass
 
 
+def failed_segments(tags: Mapping[str, str]) -> dict[str, str]:
+    """The tag that keeps a failed segment visible once its run is resumed (--retry-failed): the earlier
+    failures' errors, this one's added; nothing when the run's last segment did not fail."""
+    if tags.get(record.STATUS) != "failed":
+        return {}
+    try:
+        earlier = list(json.loads(tags.get(record.FAILED_SEGMENTS, "[]")))
+    except ValueError:
+        earlier = []
+    earlier.append(tags.get(record.ERROR, "failed (no error recorded)")[-500:])
+    return {record.FAILED_SEGMENTS: json.dumps(earlier[-10:])}  # an MLflow tag holds 8000 characters
+
+
 class Tracker(NullTracker):
     """One MLflow run. Use `Tracker.start`; as a context manager it ends failed on an exception, killed on
     Ctrl-C, finished otherwise."""
@@ -196,7 +209,7 @@ class Tracker(NullTracker):
             client.update_run(resume_run_id, status="RUNNING")
             run_id, exp_id = resume_run_id, str(run.info.experiment_id)
             # The run keeps the identity tags it was created with; only the caller's and the status change.
-            all_tags = {**(tags or {}), record.STATUS: "running"}
+            all_tags = {**(tags or {}), record.STATUS: "running", **failed_segments(run.data.tags)}
         else:
             exp_id = experiment_id(client, exp_name, uri, description=spec.description)
             created = client.create_run(exp_id, run_name=run_name,
