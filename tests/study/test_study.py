@@ -374,7 +374,8 @@ def test_a_failed_segment_stays_visible_in_mlflow_and_status_once_retried(
         runs = {r.data.tags["ablate.variant"]: r for r in study_runs("flaky")[1]}
         run = runs["ffn=flaky"]
         assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
-        assert json.loads(run.data.tags["ablate.failed_segments"]) == ["RuntimeError: boom: a flaky component"]
+        segments = json.loads(run.data.tags["ablate.failed_segments"])
+        assert segments == ["RuntimeError: boom: a flaky component"]
         assert "ablate.failed_segments" not in runs["baseline"].data.tags
         capsys.readouterr()
         assert main_status(str(path)) == 0
