@@ -122,6 +122,17 @@ def test_status_report_and_export_take_the_spec_or_the_name(imported: Path, monk
     assert len(list((imported / "exported" / "cells").iterdir())) == 9
 
 
+def test_an_unknown_study_in_a_store_lists_the_studies_it_has(imported: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    capsys.readouterr()
+    assert main(["report", "rep-ab"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: unknown study 'rep-ab': no MLflow parent run with that name or id in sqlite:///"
+                    f"{imported / 'mlflow.db'}; its studies: rep-abl; did you mean 'rep-abl'?")
+
+
 def test_ui_given_a_study_links_its_parent_run(imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ablate.tracking.server import _study_parent, study_target
 
