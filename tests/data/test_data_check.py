@@ -310,3 +310,27 @@ def test_every_command_gives_the_same_located_lines_for_a_missing_file_and_write
         f"the working directory {bare_workdir})"], err
     assert "Traceback" not in err
     assert sorted(p.name for p in bare_workdir.iterdir()) == before  # no runs/, no store, no journal
+
+
+@pytest.mark.slow
+def test_a_searchs_best_yaml_reads_its_data_from_any_folder(bare_workdir: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """best.yaml said "retrain it with: ablate run best.yaml", which failed from its own folder: its data
+    paths were relative to the folder the search ran in."""
+    corpus = bare_workdir / "corpus"
+    corpus.mkdir()
+    for split in ("train", "val"):
+        write_pairs(corpus, split, 6)
+    spec = write_files_spec(bare_workdir, train="{src: corpus/train.de, tgt: corpus/train.en}",
+                            val="{src: corpus/val.de, tgt: corpus/val.en}")
+    text = spec.read_text().split("ablation:")[0].replace("max_steps: 2", "max_steps: 2, eval_every: 2")
+    spec.write_text(text + SEARCH_SECTION.replace("trials: 2", "trials: 1"))
+    assert main(["tune", str(spec)]) == 0
+    (best,) = bare_workdir.glob("runs/own-data/*/best.yaml")
+    hint = next(line for line in best.read_text().splitlines() if line.startswith("# retrain it with:"))
+    where = best.relative_to(bare_workdir)
+    assert hint.startswith(f"# retrain it with: ablate run {where}  (from {bare_workdir}")
+    os.chdir(best.parent)  # its own folder (bare_workdir's monkeypatch restores the working directory)
+    capsys.readouterr()
+    assert main(["validate", "best.yaml"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("ok best.yaml")
