@@ -212,7 +212,8 @@ def test_every_hint_message_and_doc_names_the_command_study() -> None:
     left a user with two names for one command. Only the command table names the alias."""
     repo = Path(__file__).resolve().parents[1]
     files = [*repo.glob("ablate/**/*.py"), *repo.glob("docs/*.md"), repo / "README.md",
-             repo / "CONTRIBUTING.md", *repo.glob("reports/*/report.md"), *repo.glob("reports/*/report.html")]
+             repo / "CONTRIBUTING.md", *repo.glob("reports/*/report.md"), *repo.glob("reports/*/report.html"),
+             *repo.glob("experiments/**/*.yaml"), *repo.glob("scripts/*.py")]
     found = [f"{path.relative_to(repo)}:{n}" for path in files
              for n, line in enumerate(path.read_text().splitlines(), 1) if "ablate ablate" in line]
     assert found == ["ablate/cli.py:28", "ablate/cli.py:268"]  # the examples' and the table's alias note
