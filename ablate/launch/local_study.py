@@ -17,7 +17,7 @@ from ablate.engine import preempt
 from ablate.launch.gpu_placement import worker_devices
 from ablate.launch.local_workers import local_pool, local_workers
 from ablate.launch.resume import Launched, plural
-from ablate.launch.wall_time import remaining_wall_time
+from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.study import failfast
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
 from ablate.study.plan import StudyPlan, plan_study
@@ -58,7 +58,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
         return 2
     print(workers_line(workers))
     if not pilot_times(plan):  # the plan gave the time from the pilot's cells; else measure it here
-        print(remaining_wall_time(plan, records, workers))
+        print(remaining_wall_time(plan, records, local_sharing(workers, len(hardware.visible_gpus()))))
     return 0
 
 

@@ -224,14 +224,15 @@ def sbatch_lines(params: dict[str, Any], folder: Path, name: str) -> list[str]:
 
 def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folder: Path,
              params: dict[str, Any]) -> int:
-    from ablate.launch.wall_time import remaining_wall_time
+    from ablate.launch.wall_time import job_sharing, remaining_wall_time  # torch: only for the estimate
 
     print(format_plan(plan, diffs=False))
     print(f"Optuna store: {redacted(storage)}")
     print(f"would submit {plural(shape.jobs, 'job')} ({job_name(plan.name, 0)} ...), "
           f"{plural(per_job, 'worker process')} each, with these sbatch parameters:")
     print("\n".join(f"  {line}" for line in sbatch_lines(params, folder, job_name(plan.name, 0))))
-    print(remaining_wall_time(plan, _records(plan, storage), shape.jobs * per_job))
+    sharing = job_sharing(shape.jobs, per_job, shape.cpus_per_job, shape.gpus_per_job)
+    print(remaining_wall_time(plan, _records(plan, storage), sharing))
     return 0
 
 
