@@ -21,15 +21,17 @@ what they measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing as mp
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import torch
@@ -207,8 +209,10 @@ def tracking_seconds(spec: ExperimentSpec, parts: CellParts) -> float:
     first (its creation, once per store, not counted)."""
     from ablate.tracking import Tracker  # mlflow: imported only when the spec tracks
 
-    with tempfile.TemporaryDirectory(prefix="ablate-probe-store-") as tmp:
-        uri = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
+    # In the store's folder, named by the environment too: MLflow puts a new store's artifacts under the
+    # working directory, and parts of a run (its dataset input, figures) read the environment's store.
+    with tempfile.TemporaryDirectory(prefix="ablate-probe-store-") as tmp, contextlib.chdir(tmp), \
+            _environment("MLFLOW_TRACKING_URI", f"sqlite:///{Path(tmp) / 'mlflow.db'}") as uri:
         tracked = spec.model_copy(update={"tracking": spec.tracking.model_copy(
             update={"uri": uri, "experiment": "probe", "system_metrics": False})})
         Tracker.start(tracked, run_name="warm-up").end("finished")  # the store's tables: not a cell's cost
@@ -226,6 +230,20 @@ def tracking_seconds(spec: ExperimentSpec, parts: CellParts) -> float:
         tracker.end("finished")
         whole = time.perf_counter() - started
     return whole + logging_s * (records - timed) / max(1, timed)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[str]:
+    """``name`` set to ``value`` inside the block, put back as it was after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield value
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 # ---------------------------------------------------------------- several at once
@@ -255,13 +273,25 @@ def _spawned_probes(spec: ExperimentSpec, copies: int, threads: int | None) -> l
         p.start()
     found: list[CellParts] = []
     try:
-        for _ in procs:
-            ready, parts = queue.get(timeout=3600)
+        while len(found) < copies:
+            try:
+                ready, parts = queue.get(timeout=2.0)
+            except Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:  # it said why on stderr; the estimate says it is unknown
+                    raise ProbeFailed(f"a probe process exited with code {dead[0].exitcode}") from None
+                continue
             found.append(CellParts(**{**parts, "start_s": max(0.0, ready - started)}))
     finally:
         for p in procs:
             p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
     return found
+
+
+class ProbeFailed(Exception):
+    """A probe could not measure the cell (a spawned probe died): the estimate is unknown, not wrong."""
 
 
 def _probe_entry(spec_json: str, threads: int | None, queue: Any) -> None:
@@ -269,7 +299,8 @@ def _probe_entry(spec_json: str, threads: int | None, queue: Any) -> None:
     ready = time.time()
     spec = ExperimentSpec.model_validate_json(spec_json)
     queue.put((ready, asdict(probe_parts(spec, threads))))
-    os._exit(0)  # nothing left to flush; torch's thread pools need not wind down
+    queue.close()
+    queue.join_thread()  # the result is through the pipe before this process ends
 
 
 def study_seconds(parts: CellParts, cells: int, parallel: int, seeds: int) -> float:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ablate.launch.cell_probe import CellParts, probe_cell, study_seconds
+from ablate.launch.cell_probe import CellParts, ProbeFailed, probe_cell, study_seconds
 from ablate.launch.local_workers import threads_per_worker
 from ablate.study.seed_rounds import TERMINAL
 from ablate.study.sizing import estimate_wall_s
@@ -131,7 +131,10 @@ def remaining_wall_time(plan: Any, records: Mapping[str, Any], sharing: Sharing)
         found = finished_cell_seconds(plan.name)
         if found is not None:
             return format_estimate(found, len(left), sharing.parallel)
-    parts = probe(plan.baseline, sharing)
+    try:
+        parts = probe(plan.baseline, sharing)
+    except ProbeFailed as exc:
+        return f"estimated wall time: unknown ({exc}; its error is above)"
     if parts is None:
         return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
     return format_probe_estimate(parts, len(left), sharing, len({c.seed for c in left}))
