@@ -45,6 +45,7 @@ from ablate.engine.trainer import Trainer
 from ablate.hardware import autocast_context, prepare_device, resolve_precision
 from ablate.run.distributed import DistInfo, pick_device
 from ablate.run.runner import build
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec
 
 TIMED_STEPS = 20  # optimizer steps timed, after WARM_STEPS untimed ones (allocation, first kernels)
@@ -222,7 +223,8 @@ def tracking_seconds(spec: ExperimentSpec, parts: CellParts) -> float:
         records = parts.steps // log_every + parts.evals
         timed = min(LOG_RECORDS, records)
         for step in range(timed):
-            tracker.log_metrics({"train/loss": 1.0, "train/lr": 1e-3, "train/tokens_per_s": 1.0}, step=step)
+            tracker.log_metrics({metricnames.TRAIN_LOSS: 1.0, metricnames.TRAIN_LR: 1e-3,
+                                 metricnames.TOKENS_PER_S: 1.0}, step=step)
         tracker.flush()
         logging_s = time.perf_counter() - started
         tracker.log_loss_curve([(s, 1.0) for s in range(timed)], [])
