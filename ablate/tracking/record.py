@@ -41,6 +41,11 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING_KIND = "custom_model_development"
 # The UI's query parameter for the home page's GenAI / model-training switch.
 WORKFLOW_QUERY = "workflowType=machine_learning"
+# An experiment tag holding a runs-page state (filter, grouping, charts) that the URL parameter
+# viewStateShareKey=<key> opens: MLflow 3's shared views (ablate/tracking/comparison_view.py writes one)
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+SHARED_VIEW_QUERY = "viewStateShareKey"
+CHART_MODE_QUERY = "compareRunsMode=CHART"  # the runs page's chart view, not its table
 
 # ---------------------------------------------------------------- ablate's run tags
 STUDY = "ablate.study"  # the study (= MLflow experiment) a run belongs to

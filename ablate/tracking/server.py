@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,22 +172,46 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int 
     return process.wait()
 
 
-def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
-    """(what, url) of what was run last in the store: a study's parent run or a single run (its run
-    page); None for an empty store. URLs go
-    to MLflow 3's model-training view (the UI otherwise opens on its GenAI home)."""
+@dataclass(frozen=True)
+class Target:
+    """What `ablate ui` links: ``url`` opens it (a study: its comparison view; a run: its page), and a
+    study's parent run page (its cells table and plan) beside it."""
+
+    what: str
+    url: str
+    parent_url: str | None = None
+
+
+def _run_page(base_url: str, experiment_id: str, run_id: str) -> str:
+    return f"{base_url}/#/experiments/{experiment_id}/runs/{run_id}?{record.WORKFLOW_QUERY}"
+
+
+def _study_target(uri: str, base_url: str, experiment_id: str, run_id: str, tags: dict[str, str],
+                  name: str) -> Target:
+    """A study's comparison view (written into its experiment when missing) and its parent run page."""
+    from ablate.tracking.comparison_view import comparison_url, comparison_view  # mlflow: a study to show
+
+    kind, metric = tags.get(record.KIND, "ablation"), tags.get(record.METRIC, "")
+    metric = metric.split(",")[0].strip()  # a search with several objectives: the first
+    study = tags.get(record.STUDY, name)
+    if not metric:
+        return Target(f"{kind} study {study}", _run_page(base_url, experiment_id, run_id))
+    key = comparison_view(uri, experiment_id, kind, metric)
+    how = "its cells by variant, seeds pooled" if kind == "ablation" else "its trials"
+    return Target(f"{kind} study {study} ({how}, on {metric})", comparison_url(base_url, experiment_id, key),
+                  _run_page(base_url, experiment_id, run_id))
+
+
+def latest_target(uri: str, base_url: str) -> Target | None:
+    """What was run last in the store: a study (its comparison view, and its parent run) or a single run
+    (its page); None for an empty store. URLs go to MLflow 3's model-training view (the UI otherwise
+    opens on its GenAI home)."""
     run = latest_root_run(uri)
     if run is None:
         return None
-    exp, run_id, tags = run.experiment_id, run.run_id, run.tags
-    query = f"?{record.WORKFLOW_QUERY}"
-    if tags.get(record.KIND) in record.STUDY_KINDS:
-        metric = tags.get(record.METRIC)
-        what = f"{tags[record.KIND]} study {tags.get(record.STUDY, run.name)}" + (
-            f" (ranked by {metric})" if metric else "")
-        # The parent run's page: its child runs by name ('variant · seed N'), the metric, the cells table.
-        return what, f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
-    return f"run {run.name or run_id}", f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
+    if run.tags.get(record.KIND) in record.STUDY_KINDS:
+        return _study_target(uri, base_url, run.experiment_id, run.run_id, run.tags, run.name)
+    return Target(f"run {run.name or run.run_id}", _run_page(base_url, run.experiment_id, run.run_id))
 
 
 def _study_parent(study: str) -> dict[str, Any]:
@@ -197,13 +222,17 @@ def _study_parent(study: str) -> dict[str, Any]:
     return find_study_runs(study_name(study))[0]
 
 
-def study_target(parent: dict[str, Any], base_url: str) -> tuple[str, str]:
-    """(what, url) of a study's parent run page in MLflow 3's model-training view."""
+def study_target(parent: dict[str, Any], uri: str, base_url: str) -> Target:
+    """A study's comparison view and parent run page, from its parent run (`_study_parent`)."""
     tags = parent["tags"]
-    what = f"{tags.get(record.KIND, 'study')} study {tags.get(record.STUDY, parent['run_id'])}"
-    run = f"experiments/{parent['experiment_id']}/runs/{parent['run_id']}"
-    url = f"{base_url}/#/{run}?{record.WORKFLOW_QUERY}"
-    return what, url
+    return _study_target(uri, base_url, str(parent["experiment_id"]), parent["run_id"], tags,
+                         parent.get("run_name") or parent["run_id"])
+
+
+def _print_target(target: Target, latest: bool) -> None:
+    print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
+    if target.parent_url is not None:
+        print(f"  its parent run (cells table, power plan, report): {target.parent_url}", flush=True)
 
 
 class _Terminated(Exception):
@@ -224,18 +253,18 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     if is_server_uri(uri):
         print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
         if parent is not None:
-            print("open {}: {}".format(*study_target(parent, uri.rstrip("/"))))
+            _print_target(study_target(parent, uri, uri.rstrip("/")), latest=False)
         return 0
     log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     process: subprocess.Popen[bytes] | None = None
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
-        target = latest_target(uri, url) if parent is None else study_target(parent, url)
+        target = latest_target(uri, url) if parent is None else study_target(parent, uri, url)
         print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {uri}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
-            print(f"{'latest ' if parent is None else 'open '}{target[0]}: {target[1]}", flush=True)
+            _print_target(target, latest=parent is None)
         code = process.wait()
     except (KeyboardInterrupt, _Terminated):  # start_server stops a server that was still starting
         if process is not None:
