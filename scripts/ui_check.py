@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         check("Group by: ablate.variant" in compare.replace("\xa0", " ") and "js-plotly-plot" in compare
               and re.search(r">(final/)?val/exact_match<", compare) is not None,
               "the comparison charts the deciding metric, grouped by the variant tag")
-        check("You're viewing a shared view" in compare.replace("&#39;", "'"), "the study's shared view applies")
+        check("You're viewing a shared view" in compare.replace("&#39;", "'"),
+              "the study's shared view applies")
         study_dom = doms["study"]
         check(all(n in study_dom for n in want), "the study's page lists every cell by variant and seed")
         check("final/val/exact_match" in study_dom, "the study's page names the metric it ranks by")
