@@ -137,8 +137,9 @@ def tracking_line(plan: StudyPlan) -> str:
 
     uri = resolve_tracking_uri(plan.spec.tracking.uri)
     if uri.startswith("sqlite"):
-        return (f"MLflow: {uri} (note: a local SQLite file suits jobs on this node only; on a cluster "
-                "start an MLflow server and set MLFLOW_TRACKING_URI=http://HOST:PORT or tracking.uri)")
+        return (f"MLflow: {redacted(uri)} (note: a local SQLite file suits jobs on this node only; on a "
+                "cluster start an MLflow server and set MLFLOW_TRACKING_URI=http://HOST:PORT or "
+                "tracking.uri)")
     return f"MLflow: {redacted(uri)}"
 
 

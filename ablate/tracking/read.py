@@ -19,6 +19,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.tracking import record
 from ablate.tracking.mlflow_store import quiet_transfers as _quiet
@@ -103,7 +104,7 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
         studies = [r for r in roots if r.data.tags.get(record.KIND) in STUDY_KINDS]
         if not roots:
             raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
-                              f"in {_uri()}; {known_studies_text(study)}")
+                              f"in {redacted(_uri())}; {known_studies_text(study)}")
         parent = (studies or roots)[0]
     children = child_runs(parent.info.run_id, parent.info.experiment_id)
     if children.empty:

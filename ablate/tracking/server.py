@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.spec import metricnames
 from ablate.tracking import record
@@ -76,19 +77,22 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | None = None,
                  artifacts_dir: str | Path | None = None, *, workers: int = 1, timeout: float = 60.0,
-                 log_path: str | Path | None = None,
-                 jobs: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+                 log_path: str | Path | None = None, jobs: bool = False,
+                 app_name: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``mlflow server`` and return (process, url) once ``/health`` answers.
 
     ``backend_uri`` defaults to `resolve_tracking_uri` (this folder's ``mlflow.db``); artifacts are served
     through the server (``mlflow-artifacts:/``) from ``artifacts_dir``, by default the ``mlartifacts``
     folder beside the database. ``port=0`` picks a free port. The server's output goes to ``log_path``
     (a temporary file if None). Raises `ServerError` with the log's end if it exits or does not answer
-    within ``timeout`` seconds. Stop it with `stop_server`.
+    within ``timeout`` seconds. Stop it with `stop_server`. ``app_name="basic-auth"``: MLflow's own
+    authentication (users and passwords; its settings come from the environment: MLFLOW_AUTH_CONFIG_PATH,
+    MLFLOW_AUTH_ADMIN_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY), /health answering without a login.
     """
     backend = backend_uri or resolve_tracking_uri(None)
     if is_server_uri(backend):
-        raise AblateError(f"{backend} is already an MLflow server: open it in a browser or log to it")
+        raise AblateError(f"{redacted(backend)} is already an MLflow server: open it in a browser or log to "
+                          "it")
     root = Path(artifacts_dir) if artifacts_dir is not None else artifact_root(backend)
     assert root is not None  # a database store always has one
     port = port or free_port(host)
@@ -98,7 +102,7 @@ def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | N
         tempfile.mkstemp(prefix="ablate-mlflow-server-", suffix=".log")[1])
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
            "--artifacts-destination", str(root.resolve()), "--host", host, "--port", str(port),
-           "--workers", str(workers)]
+           "--workers", str(workers), *(["--app-name", app_name] if app_name else [])]
     env = dict(os.environ)
     if not jobs:
         env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
@@ -251,7 +255,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     parent = _study_parent(study) if study is not None else None
     uri = resolve_tracking_uri(None)
     if is_server_uri(uri):
-        print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
+        print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {redacted(uri)}")
         if parent is not None:
             _print_target(study_target(parent, uri, uri.rstrip("/")), latest=False)
         return 0
@@ -261,7 +265,7 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
         target = latest_target(uri, url) if parent is None else study_target(parent, uri, url)
-        print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {uri}, artifacts "
+        print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {redacted(uri)}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
             _print_target(target, latest=parent is None)

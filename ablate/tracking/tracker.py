@@ -22,6 +22,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.tracking import record
 from ablate.tracking.mlflow_store import (
@@ -205,7 +206,8 @@ class Tracker(NullTracker):
             try:
                 run = client.get_run(resume_run_id)
             except MlflowException as e:
-                raise AblateError(f"cannot resume MLflow run {resume_run_id} in {uri}: {e.message}") from e
+                raise AblateError(f"cannot resume MLflow run {resume_run_id} in {redacted(uri)}: "
+                                  f"{e.message}") from e
             client.update_run(resume_run_id, status="RUNNING")
             run_id, exp_id = resume_run_id, str(run.info.experiment_id)
             # The run keeps the identity tags it was created with; only the caller's and the status change.
@@ -264,7 +266,10 @@ class Tracker(NullTracker):
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
         from ablate.spec.experiment import flatten
 
-        self.log_params(flatten(spec.resolved()))
+        params = flatten(spec.resolved())
+        if isinstance(params.get(TRACKING_URI), str):  # a password in the URI is not the run's to keep
+            params[TRACKING_URI] = redacted(params[TRACKING_URI])
+        self.log_params(params)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params not logged yet. MLflow refuses to change a param, so a value that differs from the
@@ -422,7 +427,14 @@ def _last_steps(client: MlflowClient, run_id: str) -> dict[str, int]:
             for key in client.get_run(run_id).data.metrics if not key.startswith("system/")}
 
 
+TRACKING_URI = "tracking.uri"  # the spec field whose value may carry a login (http://user:pw@host)
+
+
 def _spec_yaml(spec: ExperimentSpec) -> str:
+    """The run's spec.yaml: the resolved spec, a password in its tracking URI shown as ***."""
+    if spec.tracking.uri and redacted(spec.tracking.uri) != spec.tracking.uri:
+        spec = spec.model_copy(update={"tracking": spec.tracking.model_copy(
+            update={"uri": redacted(spec.tracking.uri)})})
     try:
         from ablate.spec.load import dump_spec_yaml
     except ImportError:  # specload is another module's; the resolved data is the same information
