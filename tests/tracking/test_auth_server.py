@@ -46,7 +46,7 @@ def auth_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     admin_pw, user_pw = "adm-" + secrets.token_hex(12), "pw-" + secrets.token_hex(12)
     config = tmp_path / "basic_auth.ini"
     config.write_text(f"""[mlflow]
-default_permission = READ
+default_permission = NO_PERMISSIONS
 database_uri = sqlite:///{tmp_path / 'basic_auth.db'}
 admin_username = {ADMIN}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
