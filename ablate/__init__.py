@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "build_model", "load_spec"]
 
 if TYPE_CHECKING:
-    from ablate.engine.builders import build_model
+    from ablate.engine.dispatch import build_any as build_model
     from ablate.spec.load import load_spec
 
 
@@ -18,8 +18,8 @@ def __getattr__(name: str) -> Any:
         from ablate.spec.load import load_spec
 
         return load_spec
-    if name == "build_model":
-        from ablate.engine.builders import build_model
+    if name == "build_model":  # the model a spec's model section names, either architecture (model.arch)
+        from ablate.engine.dispatch import build_any
 
-        return build_model
+        return build_any
     raise AttributeError(name)

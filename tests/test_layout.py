@@ -109,7 +109,7 @@ def test_every_package_imports_only_the_layers_below_it() -> None:
 
 # Packages held to fewer layers than the order allows (besides themselves and the leaf modules).
 NARROWER = {"stats": {"spec"}, "report": set(LAYERS[:LAYERS.index("report")]) - {"launch"}}
-THIRD_PARTY = {"stats": {"numpy", "scipy", "math", "collections", "dataclasses", "enum", "functools",
+THIRD_PARTY = {"stats": {"numpy", "scipy", "math", "json", "collections", "dataclasses", "enum", "functools",
                          "typing", "itertools", "statistics", "__future__"}}
 
 
@@ -246,6 +246,15 @@ def test_no_two_modules_are_told_apart_only_by_a_prefix_or_suffix() -> None:
 def test_a_near_homonym_is_found() -> None:
     assert near_homonyms(["at_scale", "scale", "tuned", "tuning", "arms", "arm", "plan"]) == [
         ("arm", "arms"), ("scale", "at_scale"), ("tuned", "tuning")]
+
+
+def test_the_reports_sections_read_only_its_computations() -> None:
+    """Only report/compute/ reads the study and statistics floors; the sections and the assembler read what
+    it computed (docs/architecture.md, "Adding a report section")."""
+    reach = [f"{m} -> {t}" for m, p in MODULES.items()
+             if m.startswith("ablate.report.") and not m.startswith("ablate.report.compute")
+             for t in framework_imports(p) if layer_of(t) in ("study", "stats", "launch")]
+    assert reach == []
 
 
 def test_the_reports_computations_import_no_section() -> None:

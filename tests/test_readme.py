@@ -14,7 +14,7 @@ import yaml
 
 from ablate.cli import build_parser
 from ablate.spec.load import load_spec
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

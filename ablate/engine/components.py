@@ -11,7 +11,7 @@ place.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 import registry
 from ablate.engine.init import init_parameters
 from ablate.spec.experiment import ModelSpec
+from registry.attention import MultiHeadAttention
 from registry.masking import MaskFill, make_mask
 from registry.residual import Depth, NormFactory
 
@@ -109,3 +110,26 @@ def initialise(model: nn.Module, layers: Sequence[nn.Module], seed: int, init: s
             hook = getattr(residual, "init_sublayer", None)
             if hook is not None:
                 hook(sublayer)
+
+
+@torch.no_grad()
+def record_attention(model: nn.Module, groups: Mapping[str, Sequence[MultiHeadAttention]],
+                     forward: Callable[[], object]) -> dict[str, list[Tensor]]:
+    """Attention probabilities per role and layer, each (heads, Tq, Tk), of the one example ``forward``
+    runs through ``model`` in eval mode: the attention cores of ``groups`` keep their last weights for it
+    (``model.attention: explicit``; sdpa keeps none), then forget them."""
+    everything = [m for group in groups.values() for m in group]
+    if not all(getattr(m, "returns_weights", False) for m in everything):
+        raise ValueError("attention_maps needs model.attention: explicit (sdpa keeps no weights)")
+    was_training = model.training
+    model.eval()
+    try:
+        for m in everything:
+            m.keep_weights = True
+        forward()
+        return {k: [m.last_weights[0] for m in group] for k, group in groups.items()}  # type: ignore[index]
+    finally:
+        for m in everything:
+            m.keep_weights, m.last_weights = False, None
+        model.train(was_training)
+

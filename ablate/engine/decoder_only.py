@@ -26,7 +26,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from ablate.engine.components import Stack, score_dtype
+from ablate.engine.components import Stack, record_attention, score_dtype
 from ablate.errors import AblateError
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
@@ -183,6 +183,12 @@ class DecoderOnlyLM(nn.Module):
     def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
         """The attention modules per role (one role here), in layer order."""
         return {"decoder_self": [cast(MultiHeadAttention, layer.self_attn) for layer in self.decoder.layers]}
+
+    def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
+        """Causal self-attention probabilities per layer, each (heads, T, T), of one sequence (batch of 1)."""
+        if ids.size(0) != 1:
+            raise ValueError(f"attention_maps takes one sequence, found {ids.size(0)}")
+        return record_attention(self, self.attention_modules(), lambda: self.forward(ids))
 
     def attention_kernels(self) -> list[str]:
         """Which kernels the attention cores report having run, sorted (see Seq2SeqTransformer)."""

@@ -17,7 +17,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from ablate.engine.components import Stack, score_dtype
+from ablate.engine.components import Stack, record_attention, score_dtype
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
 from registry.positions import PositionHooks
@@ -267,23 +267,9 @@ class Seq2SeqTransformer(nn.Module):
     @torch.no_grad()
     def attention_maps(self, src: Tensor, tgt_in: Tensor) -> dict[str, list[Tensor]]:
         """Attention probabilities per layer, each (heads, Tq, Tk), of one sentence pair (batch of 1)."""
-        modules = self.attention_modules()
-        everything = [m for group in modules.values() for m in group]
-        if not all(getattr(m, "returns_weights", False) for m in everything):
-            raise ValueError("attention_maps needs model.attention: explicit (sdpa keeps no weights)")
         if src.size(0) != 1 or tgt_in.size(0) != 1:
             raise ValueError(f"attention_maps takes one sentence pair, found {src.size(0)}, {tgt_in.size(0)}")
-        was_training = self.training
-        self.eval()
-        try:
-            for m in everything:
-                m.keep_weights = True
-            self.forward(src, tgt_in)
-            return {k: [m.last_weights[0] for m in group] for k, group in modules.items()}  # type: ignore[index]
-        finally:
-            for m in everything:
-                m.keep_weights, m.last_weights = False, None
-            self.train(was_training)
+        return record_attention(self, self.attention_modules(), lambda: self.forward(src, tgt_in))
 
     def attention_kernels(self) -> list[str]:
         """Which kernels attention cores report having run (sdpa: "fused" and/or "matmul"), sorted."""

@@ -20,7 +20,8 @@ from ablate.launch.resume import Launched, plural
 from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.study import failfast
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
-from ablate.study.plan import StudyPlan, plan_study
+from ablate.study.designs import plan_study
+from ablate.study.study_plan import StudyPlan
 
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,

@@ -27,7 +27,8 @@ from ablate.data.check import check_data
 from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.launch.resume import Launched, plural, status_command
-from ablate.study.plan import StudyPlan, format_plan, plan_study
+from ablate.study.designs import format_plan, plan_study
+from ablate.study.study_plan import StudyPlan
 
 SIGNAL_DELAY_S = 120  # SLURM signals a job this long before its time limit (--signal=USR2@120)
 MAX_TIMEOUTS = 100  # requeues after a time limit (submitit's default 3 is too few for a long study)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study.plan import format_grid, plan_study
+from ablate.study.designs import format_grid, plan_study
 from ablate.tracking import record
 
 

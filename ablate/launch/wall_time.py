@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.launch.cell_probe import CellParts, ProbeFailed, probe_cell, study_seconds
 from ablate.launch.local_workers import threads_per_worker
-from ablate.study.seed_rounds import TERMINAL
 from ablate.study.sizing import estimate_wall_s
+from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.tracking import record
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def probe(spec: ExperimentSpec, sharing: Sharing) -> CellParts | None:
     return probe_cell(spec, sharing.copies, sharing.threads, sharing.spawned)
 
 
-def remaining_wall_time(plan: Any, records: Mapping[str, Any], sharing: Sharing) -> str:
+def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sharing) -> str:
     """A dry run's estimate (``plan``: a StudyPlan, not imported: the plan prints the power plan, whose time
     line comes from here) for the cells at the baseline's settings not yet done, from the study's finished
     cells (MLflow, read only when the store has one), else a probe of the baseline."""

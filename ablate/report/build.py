@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.report.compute.loaded_study import Study, design_params, load_study
+from ablate.report.compute.loaded_study import MACHINE_COLUMN, Study, design_params, load_study
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections import (
@@ -52,7 +52,6 @@ from ablate.report.sections import (
     tuning_budget,
     withdrawn,
 )
-from ablate.study.pilot import MACHINE_COLUMN
 from ablate.tracking import record
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]

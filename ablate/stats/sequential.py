@@ -40,15 +40,19 @@ the next round with this code and ``ablate.report`` (a layer above ``study``) st
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from ablate.stats.verdict import ALPHA, Look, Question, State, answers, within
+from ablate.spec.study_sections import AblationSpec
+from ablate.stats.pairing import Cell, paired_differences
+from ablate.stats.verdict import ALPHA, Look, Question, RoundState, State, Verdict, answers, read, within
 
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
@@ -116,6 +120,41 @@ class Design:
         """|t| a look with n paired seeds must pass (df n - 1)."""
         return _quantile(1.0 - self.nominal / 2.0, n - 1)
 
+    @classmethod
+    def from_spec(cls, ablation: AblationSpec, family: int, maximum: int | None = None) -> Design | None:
+        """The one constructor of a study's sequential design: its planned looks from ``ablation.seeds``'
+        range (``maximum`` in place of ``seeds.max``: the first look alone while ``max: auto`` is being
+        chosen), its alpha and min_effect, and the ``family`` of verdicts that share its alpha (one_family).
+        None for a fixed seed list, whose verdicts take :meth:`one_look`."""
+        seeds = ablation.seeds
+        if seeds is None or isinstance(seeds, list):
+            return None
+        top = seeds.max if maximum is None else maximum
+        return cls(planned_looks(seeds.min, int(top), seeds.step), ablation.alpha, ablation.min_effect,
+                   max(1, family))
+
+    @classmethod
+    def one_look(cls, ablation: AblationSpec, family: int, seeds: int) -> Design:
+        """A fixed seed list's design: one look at all its ``seeds``, the same paired t-test, the same
+        alpha shared by the same family."""
+        return cls((seeds,), ablation.alpha, ablation.min_effect, family)
+
+    def to_tag(self, **extra: Any) -> str:
+        """The design as the parent run's tag records it (JSON; ``extra`` keys after the design's own):
+        read back by :meth:`from_tag`."""
+        return json.dumps({"looks": list(self.looks), "alpha": self.alpha, "min_effect": self.min_effect,
+                           "family": self.family, **extra})
+
+    @classmethod
+    def from_tag(cls, text: str, family: int | None = None) -> Design:
+        """A design recorded by :meth:`to_tag`; ``family``: the family a reader judges it by, in place of
+        the recorded one (a report counts every verdict it states: a study recorded before that rule is
+        judged by it too)."""
+        d = json.loads(text)
+        return cls(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
+                   None if d.get("min_effect") is None else float(d["min_effect"]),
+                   int(d.get("family", 1)) if family is None else family)
+
     def describe(self) -> str:
         looks = ", ".join(str(n) for n in self.looks)
         tail = f"; min_effect {self.min_effect:g}" if self.min_effect is not None else ""
@@ -136,39 +175,51 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     margin = design.min_effect if margin is None else margin
     if n < 2:
         diff = float(d.mean()) if n else math.nan
-        return Look(n, look, diff, math.nan, math.nan, math.nan, math.nan, "untestable", final)
+        return Look(n, look, diff, math.nan, math.nan, math.nan, math.nan, State.UNTESTABLE, final)
     diff, sd = float(d.mean()), float(d.std(ddof=1))
     if sd == 0.0:  # t undefined: every seed moved by exactly the same amount (0: e.g. mask -inf vs -1e9)
-        state: State = "identical" if diff == 0.0 else "effect"
+        state = State.IDENTICAL if diff == 0.0 else State.EFFECT
         return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final,
                     answers(state, diff, diff, question, margin))
     crit = design.critical(n)
     half = crit * sd / math.sqrt(n)
     lo, hi = diff - half, diff + half
     if lo > 0.0 or hi < 0.0:
-        state = "effect"
+        state = State.EFFECT
     elif design.min_effect is not None and within(lo, hi, design.min_effect):
-        state = "no_effect"
+        state = State.NO_EFFECT
     else:
-        state = "open"
+        state = State.OPEN
     detectable = (crit + _quantile(POWER, n - 1)) * sd / math.sqrt(n)
     return Look(n, look, diff, lo, hi, sd, detectable, state, final, answers(state, lo, hi, question, margin))
 
 
-def walk(differences: Sequence[float | None], design: Design, question: Question = None,
-         margin: float | None = None) -> list[Look]:
-    """Every planned look the per-seed differences (in seed order; None: the pair has no value, e.g. a
-    diverged run) reach, up to and including the one that decided the comparison's ``question``: a later
-    look is never consulted once an earlier one decided."""
+Window = Callable[[int], Sequence[float | None] | None]  # n -> the first n seeds' differences, None: not in
+
+
+def walk_windows(window: Window, design: Design, question: Question = None, margin: float | None = None
+                 ) -> list[Look]:
+    """Every planned look whose seeds are in (``window(n)``: the paired differences of the first n seeds,
+    None: the n-th is not in yet), up to and including the one that decided the comparison's ``question``:
+    a later look is never consulted once an earlier one decided."""
     looks: list[Look] = []
     for k, n in enumerate(design.looks, start=1):
-        if len(differences) < n:
+        differences = window(n)
+        if differences is None:
             break
-        values = [math.nan if v is None else float(v) for v in differences[:n]]
+        values = [math.nan if v is None else float(v) for v in differences]
         looks.append(evaluate(values, design, k, question, margin))
         if looks[-1].decided:
             break
     return looks
+
+
+def walk(differences: Sequence[float | None], design: Design, question: Question = None,
+         margin: float | None = None) -> list[Look]:
+    """:func:`walk_windows` over the per-seed differences (in seed order; None: the pair has no value,
+    e.g. a diverged run), each look reading the first n of them."""
+    return walk_windows(lambda n: differences[:n] if len(differences) >= n else None, design, question,
+                        margin)
 
 
 def run_sequence(differences: Sequence[float | None], design: Design, question: Question = None,
@@ -177,3 +228,51 @@ def run_sequence(differences: Sequence[float | None], design: Design, question: 
     reach (None if the first look is not reached yet)."""
     looks = walk(differences, design, question, margin)
     return looks[-1] if looks else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one comparison's rounds of adaptive seeds stand: the seeds it needs run now, its verdict so far
+    (its deciding or latest look: ``verdict.look``), and whether its rounds are over."""
+
+    needed: int
+    verdict: Verdict
+    done: bool
+
+    @property
+    def look(self) -> Look | None:
+        return self.verdict.look
+
+    @property
+    def state(self) -> RoundState:
+        """Its one-word state: the verdict's once its rounds are over, else open or waiting."""
+        if self.done:
+            return self.verdict.progress
+        return RoundState.OPEN if self.verdict.look is not None else RoundState.WAITING
+
+    @property
+    def decided(self) -> bool:
+        """No more seeds: its verdict is in, or it stays undecided at its last planned look."""
+        return self.done
+
+
+def progress(pairs: Sequence[tuple[Cell, Cell]], metric: str, higher: bool, design: Design,
+             question: Question = None, margin: float | None = None) -> Progress:
+    """Where a comparison's rounds stand, from the (baseline, variant) cells of its leading seeds that have
+    both ended, in seed order. Each look pairs its own seeds (ablate/stats/pairing.py: a diverged cell
+    counts against its side among the pairs that look sees) and :func:`walk_windows` decides; a first look
+    whose seeds have no pair at all ends its rounds as ``no pairs`` (a variant, or the baseline, that
+    diverged or failed in every seed: a result, not a reason to spend more seeds); otherwise a comparison
+    neither decided nor at its last look needs the next look's seeds."""
+    def window(n: int) -> list[float | None] | None:
+        return paired_differences(pairs[:n], metric, higher)[0] if len(pairs) >= n else None
+
+    first = design.looks[0]
+    if (seen := window(first)) is not None and all(d is None for d in seen):
+        return Progress(first, read([], lost=True), done=True)
+    looks = walk_windows(window, design, question, margin)
+    verdict = read(looks)
+    if looks and (looks[-1].decided or looks[-1].final):
+        return Progress(design.looks[len(looks) - 1], verdict, done=True)
+    return Progress(design.looks[len(looks)], verdict, done=False)
+

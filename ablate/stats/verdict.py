@@ -18,7 +18,8 @@ rule is a change here and nowhere else:
   validation is open; :func:`agrees` reduces it to the flag the report shows.
 * :func:`fixed_reading`: a fixed seed list's verdict (one look, the report's Effects table).
 * :func:`at_scale`: whether a decided verdict transfers, reverses or is not settled at a larger setting.
-* :func:`judge`: whether a study reproduces, contradicts or has not settled a published result.
+* ``ablate.stats.claims.judge``: whether a study reproduces, contradicts or has not settled a published
+  result.
 
 Pure arithmetic on numbers the statistics computed (``ablate.stats.sequential`` for the looks,
 ``ablate.report`` for the fixed-sample effects): it imports nothing of ablate but the spec's claim.
@@ -32,13 +33,34 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from ablate.spec.study_sections import Expectation
-
 ALPHA = 0.05  # the overall two-sided level of every verdict (a study's family shares it)
 
-State = Literal["effect", "no_effect", "identical", "open", "untestable"]
-# The question a study's claim asks of a comparison (ablation.expect's effect); None: no claim.
+# The question a study's claim asks of a comparison (ablation.expect's effect, in the spec's words); None:
+# no claim.
 Question = Literal["better", "worse", "none", "identical"] | None
+
+
+class State(StrEnum):
+    """What one look's interval says (ablate.stats.sequential.evaluate)."""
+
+    EFFECT = "effect"  # the repeated interval excludes 0
+    NO_EFFECT = "no_effect"  # it lies within +-min_effect
+    IDENTICAL = "identical"  # every pair's difference is exactly 0
+    OPEN = "open"  # neither
+    UNTESTABLE = "untestable"  # fewer than two finite pairs
+
+
+class RoundState(StrEnum):
+    """Where a comparison's rounds of adaptive seeds stand, in one word (the dry run's and status' column):
+    its verdict once its rounds are over (:attr:`Verdict.progress`), else open or waiting."""
+
+    EFFECT = "effect"
+    NO_EFFECT = "no_effect"
+    IDENTICAL = "identical"
+    NO_PAIRS = "no_pairs"
+    UNDECIDED = "undecided"  # open at the last planned look: no more seeds
+    OPEN = "open"  # a look read, more seeds to come
+    WAITING = "waiting"  # before its first look
 
 
 @dataclass(frozen=True)
@@ -61,11 +83,11 @@ def answers(state: State, lo: float, hi: float, question: Question, margin: floa
     """Whether a look answers the comparison's question: a ``none`` claim needs its interval within
     ``+-margin`` or wholly beyond it (an interval that excludes 0 but still reaches inside the margin answers
     a question nobody asked); any other comparison an effect or no effect as large as min_effect."""
-    if state in ("identical", "untestable"):
-        return state == "identical"
+    if state in (State.IDENTICAL, State.UNTESTABLE):
+        return state == State.IDENTICAL
     if question == "none" and margin is not None:
         return bool(interval_answers(lo, hi, question, margin, None))
-    return state in ("effect", "no_effect")
+    return state in (State.EFFECT, State.NO_EFFECT)
 
 
 def interval_answers(lo: Any, hi: Any, question: Question, margin: float | None,
@@ -96,14 +118,20 @@ def one_family(comparisons: int, own_best_distinct: int = 0) -> int:
     return max(1, comparisons + own_best_distinct)
 
 
+def family_confidence(family: int, alpha: float = ALPHA) -> float:
+    """The confidence each of a family's ``family`` intervals is read at, so that the chance of calling any
+    of them wrongly stays at ``alpha`` (Bonferroni: 1 - alpha / family)."""
+    return 1 - alpha / max(1, family)
+
+
 def reopened(looks: Sequence[Look]) -> Look | None:
     """The latest earlier look that read an effect or no effect where the last look reads neither: a
     ``none`` claim's comparison that excluded 0 kept getting seeds, and the seeds since widened its
     interval back over 0. Every look's interval is valid (they cover the true effect simultaneously), so
     the earlier reading is evidence a reader should see beside the open one, not an error."""
-    if not looks or looks[-1].state in ("effect", "no_effect", "identical"):
+    if not looks or looks[-1].state in (State.EFFECT, State.NO_EFFECT, State.IDENTICAL):
         return None
-    return next((lk for lk in reversed(looks[:-1]) if lk.state in ("effect", "no_effect")), None)
+    return next((lk for lk in reversed(looks[:-1]) if lk.state in (State.EFFECT, State.NO_EFFECT)), None)
 
 
 class Reading(StrEnum):
@@ -122,7 +150,12 @@ class Reading(StrEnum):
     WAITING = "waiting"  # before the first planned look
 
 
-Direction = Literal["better", "worse", "none"]  # a decided verdict: an effect either way, or no effect
+class Direction(StrEnum):
+    """A decided verdict as a larger scale checks it: an effect either way, or no effect."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -158,16 +191,20 @@ class Verdict:
         """A decided verdict as the larger scale checks it (None: not decided)."""
         if not self.decided:
             return None
-        return "none" if self.reading == Reading.WITHIN else "better" if self.better else "worse"
+        if self.reading == Reading.WITHIN:
+            return Direction.NONE
+        return Direction.BETTER if self.better else Direction.WORSE
 
     @property
-    def progress(self) -> str:
+    def progress(self) -> RoundState:
         """The study's one-word state of a comparison whose rounds are over (the dry run's column)."""
         if self.decided:
-            return "no_effect" if self.reading == Reading.WITHIN else "effect"
-        if self.reading in (Reading.IDENTICAL, Reading.NO_PAIRS):
-            return {Reading.IDENTICAL: "identical", Reading.NO_PAIRS: "no_pairs"}[self.reading]
-        return "undecided"
+            return RoundState.NO_EFFECT if self.reading == Reading.WITHIN else RoundState.EFFECT
+        if self.reading == Reading.IDENTICAL:
+            return RoundState.IDENTICAL
+        if self.reading == Reading.NO_PAIRS:
+            return RoundState.NO_PAIRS
+        return RoundState.UNDECIDED
 
 
 def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verdict:
@@ -179,14 +216,14 @@ def read(looks: Sequence[Look], higher: bool = True, lost: bool = False) -> Verd
         return Verdict(Reading.NO_PAIRS, look, None, earlier)
     if look is None:
         return Verdict(Reading.WAITING, None)
-    better = (look.diff > 0) == higher if look.state == "effect" else None
-    if look.state == "identical":
+    better = (look.diff > 0) == higher if look.state == State.EFFECT else None
+    if look.state == State.IDENTICAL:
         reading = Reading.IDENTICAL
     elif look.decided:  # decided while 'open': a none claim's interval within its own margin
         reading = Reading.WITHIN if better is None else Reading.BETTER if better else Reading.WORSE
-    elif look.state in ("effect", "no_effect"):
+    elif look.state in (State.EFFECT, State.NO_EFFECT):
         reading = Reading.CLAIM_OPEN
-    elif look.state == "untestable":
+    elif look.state == State.UNTESTABLE:
         reading = Reading.UNTESTABLE
     elif earlier is not None:
         reading = Reading.REOPENED
@@ -278,7 +315,12 @@ def holm_significant(diff: float, p_holm: float, alpha: float = ALPHA) -> bool:
 
 
 # ---------------------------------------------------------------- at a larger scale
-ScaleOutcome = Literal["transfers", "reverses", "not settled"]
+class ScaleOutcome(StrEnum):
+    """Whether a decided verdict holds at a larger setting."""
+
+    TRANSFERS = "transfers"
+    REVERSES = "reverses"
+    NOT_SETTLED = "not settled"
 
 
 def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, confidence: float,
@@ -288,162 +330,18 @@ def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, conf
     is significant the same way and reverses when significant the other way; no effect transfers when the
     interval lies within +-margin and reverses when it lies wholly beyond it."""
     if math.isnan(lo) or math.isnan(hi):
-        return "not settled"
-    if small == "none":
+        return ScaleOutcome.NOT_SETTLED
+    if small == Direction.NONE:
         m = float(margin)  # type: ignore[arg-type]
-        if -m <= lo and hi <= m:
-            return "transfers"
-        return "reverses" if lo > m or hi < -m else "not settled"
+        if within(lo, hi, m):
+            return ScaleOutcome.TRANSFERS
+        return ScaleOutcome.REVERSES if lo > m or hi < -m else ScaleOutcome.NOT_SETTLED
     if not math.isnan(p) and p < 1 - confidence and (lo > 0 or hi < 0):  # as the study's verdicts
-        direction = "better" if (diff > 0) == higher else "worse"
-        return "transfers" if direction == small else "reverses"
-    return "not settled"
-
-
-# ---------------------------------------------------------------- published results
-class Outcome(StrEnum):
-    """What a study says of a published result it checks (``ablation.expect``)."""
-
-    REPRODUCED = "reproduced"
-    CONTRADICTED = "contradicted"
-    NOT_SETTLED = "not settled"
-
-
-REPRODUCED, CONTRADICTED, OPEN = Outcome.REPRODUCED, Outcome.CONTRADICTED, Outcome.NOT_SETTLED
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the runs say about one variant against the baseline on ``metric``."""
-
-    metric: str
-    diff: float  # variant - baseline (NaN: nothing to compare)
-    lo: float  # the interval the verdict rests on (NaN: none)
-    hi: float
-    interval: str  # e.g. 'repeated 95% CI' or '95% CI'
-    n: int  # pairs or seeds behind it
-    significant: bool  # the interval excludes zero by the report's own test
-    differing: int  # paired seeds whose values differ from the baseline's (for 'identical')
-    identical: bool  # paired, at least one pair, every pair exactly equal
-    min_effect: float | None  # the study's smallest effect worth knowing
-    diverged: int  # the variant's runs that diverged
-    runs: int
-    base_diverged: int
-    max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
-    # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
-    # plan, ablate/stats/power.py; None: more than its limit, or not computed)
-    seeds_needed: int | None = None
+        direction = Direction.BETTER if (diff > 0) == higher else Direction.WORSE
+        return ScaleOutcome.TRANSFERS if direction == small else ScaleOutcome.REVERSES
+    return ScaleOutcome.NOT_SETTLED
 
 
 def none_margin(question: Question, margin: float | None, min_effect: float | None) -> float | None:
     """The margin a verdict of no effect is judged by: a ``none`` claim's own, else the study's min_effect."""
     return margin if question == "none" and margin is not None else min_effect
-
-
-def claim_margin(claim: Expectation, min_effect: float | None) -> float | None:
-    """The equivalence margin of an ``effect: none`` claim: its own, else the study's min_effect."""
-    return none_margin("none", claim.margin, min_effect)
-
-
-def judge(claim: Expectation, ev: Evidence, higher_is_better: bool, unit: str = "") -> tuple[Outcome, str]:
-    """(outcome, why) of one claim on its evidence. ``worse`` / ``better`` are reproduced by a significant
-    difference that way, contradicted by one the other way, by identical seeds or by an interval inside
-    +-min_effect; ``none`` by an interval within +-margin (reproduced) or wholly beyond it (contradicted);
-    ``identical`` by every paired seed equal (or any differing). A variant that diverged in at least half
-    its runs while the baseline never did failed to train: it reproduces ``worse``, contradicts the rest.
-    ``unit``: the metric's, for the margin a reproduced direction clears."""
-    failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
-    if claim.effect == "identical":
-        return _judge_identical(ev, failed)
-    if claim.effect == "none":
-        return _judge_none(claim, ev, failed, higher_is_better)
-    wanted_better = claim.effect == "better"
-    if failed:
-        return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
-    if ev.significant:
-        found_better = _found_better(ev, higher_is_better)
-        found = "better" if found_better else "worse"
-        if found_better != wanted_better:
-            return CONTRADICTED, f"significantly {found}"
-        return REPRODUCED, f"significantly {found}{_how_much(ev, unit)}"
-    if ev.identical:
-        return CONTRADICTED, "identical to the baseline in every paired seed"
-    m, has_ci = ev.min_effect, _has_ci(ev)
-    if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
-        return CONTRADICTED, f"no effect as large as ±{m:g}"
-    if not has_ci:
-        return OPEN, _too_few(ev)
-    return OPEN, ("no significant difference at the study's maximum of "
-                  f"{ev.max_reached} seeds ({_new_study(ev)})" if ev.max_reached
-                  else "no significant difference yet")
-
-
-def _judge_identical(ev: Evidence, failed: bool) -> tuple[Outcome, str]:
-    if ev.identical:
-        return REPRODUCED, f"the same value in all {ev.n} paired seeds"
-    if ev.differing:
-        return CONTRADICTED, f"{ev.differing} paired seed(s) differ from the baseline"
-    if failed:
-        return CONTRADICTED, "it diverged where the baseline did not"
-    return OPEN, "no seed where both it and the baseline finished"
-
-
-def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better: bool
-                ) -> tuple[Outcome, str]:
-    margin = claim_margin(claim, ev.min_effect)
-    assert margin is not None  # the spec refuses 'none' without one
-    has_ci = _has_ci(ev)
-    if ev.identical:
-        return REPRODUCED, "identical to the baseline in every paired seed"
-    if failed:
-        return CONTRADICTED, "it diverged where the baseline did not"
-    if has_ci and -margin <= ev.lo and ev.hi <= margin:
-        return REPRODUCED, f"the interval lies within ±{margin:g}"
-    if has_ci and (ev.lo > margin or ev.hi < -margin):
-        return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
-    if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
-        found = "better" if _found_better(ev, higher_is_better) else "worse"
-        # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
-        # within the margin or wholly beyond it (answers()), up to the maximum.
-        more = (f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
-                if ev.max_reached
-                else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
-                if ev.min_effect is not None else "more seeds would tell")
-        return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
-    return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci else _too_few(ev))
-
-
-def _has_ci(ev: Evidence) -> bool:
-    return math.isfinite(ev.lo) and math.isfinite(ev.hi)
-
-
-def _how_much(ev: Evidence, unit: str) -> str:
-    """Whether a reproduced direction also clears the study's min_effect, in the metric's unit."""
-    m = ev.min_effect
-    if m is None or not _has_ci(ev):
-        return ""
-    if min(abs(ev.lo), abs(ev.hi)) >= m:
-        return f", by at least {m:g} {unit}"
-    return f" in direction only: its interval does not clear the {m:g} {unit} this study cares about"
-
-
-def _more_seeds(ev: Evidence) -> str:
-    if ev.max_reached:  # only a new study could settle it: this one's design never moves
-        return f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
-    return "more seeds would tell"
-
-
-def _new_study(ev: Evidence) -> str:
-    if ev.seeds_needed is not None:
-        return f"a new study with seeds.max {ev.seeds_needed} would tell"
-    return "a new study would need more than 100 seeds at this spread"
-
-
-def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
-    return (ev.diff > 0) == higher_is_better
-
-
-def _too_few(ev: Evidence) -> str:
-    if ev.n:
-        return "too few paired seeds for an interval yet"
-    return "no seed where both it and the baseline finished"

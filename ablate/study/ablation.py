@@ -39,14 +39,15 @@ from ablate.errors import AblateError
 from ablate.study import failfast, precision, preregister, study_names
 from ablate.study.arms import arms_done, arms_record, dry_run_lines, parent_tags, run_later_arms
 from ablate.study.cell_queue import CellQueue
+from ablate.study.designs import format_grid, format_plan
 from ablate.study.optuna_attrs import PARENT
 from ablate.study.optuna_store import Store
 from ablate.study.parent_run import cells_table, close_parent, open_parent, parent_description
-from ablate.study.plan import TERMINAL, StudyPlan, format_grid, format_plan
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import other_precision, pinned_precision
 from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
+from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, record
@@ -189,9 +190,7 @@ def _parent_tags(plan: StudyPlan) -> dict[str, str]:
     tags = {record.KIND: "ablation", record.VARIANT: "study", record.OPTUNA_STUDY: plan.store_name,
             record.DESIGN: abl.design, record.METRIC: record.final(plan.metric)}
     if plan.design is not None:
-        d = plan.design
-        tags[record.SEQUENTIAL] = json.dumps({"looks": list(d.looks), "alpha": d.alpha,
-                                              "min_effect": d.min_effect, "family": d.family})
+        tags[record.SEQUENTIAL] = plan.design.to_tag()
     # A tag, not a param: a reopened study may state its expectations anew (params are final).
     tags[record.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
     if abl.tuned_on is not None:

@@ -16,7 +16,7 @@
 This module holds what needs no Optuna: the checks of both sections against the spec (every problem
 located at its file and line, raised with the rest of the plan's problems), the steps a tuning trial
 trains (its fidelity), the spec a trial of a variant trains, and the budget `ablate study --dry-run`
-prints. It imports nothing of ablate/study/plan.py (plan imports it).
+prints. It imports nothing of ablate/study/designs.py (plan imports it).
 """
 
 from __future__ import annotations

@@ -32,25 +32,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ablate.spec.experiment import flatten
-from ablate.stats.sequential import Design
 from ablate.study.arm_settings import fidelity_steps, sampler_seed
 from ablate.study.confirm import confirm_cells, confirm_seeds
 from ablate.study.derived_specs import show
-from ablate.study.plan import StudyPlan
-from ablate.study.seed_rounds import TERMINAL, format_progress, needed_keys, progress
+from ablate.study.seed_rounds import comparison_progress, format_progress, needed_keys
+from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.study.variant_searches import Tuned, progress_lines, stored_searches, tune_variants, tuned_cells
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
-
-
-def verdict_design(plan: StudyPlan) -> Design:
-    """The design an arm's comparisons are decided by: the study's sequential one with a seed range, else
-    one look at all its fixed seeds."""
-    if plan.design is not None:
-        return plan.design
-    abl = plan.spec.ablation
-    assert abl is not None
-    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, plan.family)
 
 
 def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
@@ -60,8 +49,8 @@ def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
 def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
     """The arm's comparisons with a decided verdict (label -> 'effect' | 'no_effect'), in the plan's order:
     ``verdict.Verdict.decided``, the verdicts a larger scale confirms."""
-    found = progress(arm, verdict_design(arm), records)
-    return {label: p.state for label, p in found.items() if p.verdict is not None and p.verdict.decided}
+    found = comparison_progress(arm, arm.verdict_design, records)
+    return {label: p.state for label, p in found.items() if p.verdict.decided}
 
 
 def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any],
@@ -108,11 +97,8 @@ def parent_tags(plan: StudyPlan) -> dict[str, str]:
     assert abl is not None
     if abl.tune is None and abl.confirm is None:
         return {}
-    d = verdict_design(plan)
     deciding = record.OWN_BEST_ARM if abl.tune is not None else record.BASELINE_ARM
-    tags = {record.ARM_DESIGN: json.dumps({"looks": list(d.looks), "alpha": d.alpha,
-                                           "min_effect": d.min_effect,
-                                      "family": d.family, "decided_by": deciding})}
+    tags = {record.ARM_DESIGN: plan.verdict_design.to_tag(decided_by=deciding)}
     if abl.tune is not None:
         t, base = abl.tune, flatten(plan.baseline.resolved())
         tags[record.TUNE] = json.dumps({

@@ -16,7 +16,8 @@ from typing import Any
 
 from ablate.study.arm_settings import best_overrides, confirm_base
 from ablate.study.derived_specs import derive
-from ablate.study.plan import Cell, StudyPlan, spec_diff
+from ablate.study.designs import spec_diff
+from ablate.study.study_plan import Cell, StudyPlan
 from ablate.tracking import record
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.spec.error_lines import check_field_path
-from ablate.spec.experiment import ExperimentSpec, SearchParam, flatten
+from ablate.spec.experiment import ExperimentSpec, SearchParam, SearchSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data, set_dotted, validate_data
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap
 
@@ -79,9 +79,14 @@ class SearchPlan:
     precision: str | None = None
 
     @property
-    def space(self) -> dict[str, SearchParam]:
+    def search(self) -> SearchSpec:
+        """The spec's search section (a search plan always has one)."""
         assert self.spec.search is not None
-        return self.spec.search.space
+        return self.spec.search
+
+    @property
+    def space(self) -> dict[str, SearchParam]:
+        return self.search.space
 
     @property
     def metrics(self) -> list[str]:

@@ -33,7 +33,7 @@ from ablate.spec.study_sections import SearchParam
 from ablate.study import optuna_attrs
 from ablate.study.derived_specs import show
 from ablate.study.optuna_store import Store, open_study
-from ablate.study.plan import metric_direction
+from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
 
 TRIAL_RESULTS = ("finished", "pruned", "diverged")

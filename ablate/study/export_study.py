@@ -34,7 +34,7 @@ from ablate.study import optuna_attrs
 from ablate.study.cell_queue import CellQueue
 from ablate.study.export_searches import export_searches, import_searches
 from ablate.study.optuna_store import Store
-from ablate.study.plan import metric_direction
+from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
 
 FORMAT = "ablate-study-export/1"

@@ -13,6 +13,8 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec
 from ablate.study import optuna_attrs
+from ablate.study.derived_specs import SearchPlan
+from ablate.study.study_plan import StudyPlan
 from ablate.tracking import NullTracker, Tracker, record
 
 
@@ -38,7 +40,8 @@ def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequenc
         tracker.detach()
 
 
-def parent_description(plan: Any, records: Mapping[str, Any], later: Mapping[str, Any] | None = None) -> str:
+def parent_description(plan: StudyPlan, records: Mapping[str, Any],
+                       later: Mapping[str, Any] | None = None) -> str:
     """The study parent run's description (markdown in MLflow's UI): what it compares, the metric it
     ranks by, and the cells with their outcome so far; ``later`` (heading -> the arm's plan) adds each
     later arm's cells (each variant at its own best, the confirmation cells) under its heading."""
@@ -69,7 +72,7 @@ def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> lis
     return lines
 
 
-def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
+def cells_table(plan: StudyPlan, records: Mapping[str, Any]) -> dict[str, list[Any]]:
     """Columns of the cells table (variant, seed, status, metric, run id) as MLflow's log_table takes."""
     metric = record.final(plan.metric)
     cols: dict[str, list[Any]] = {"variant": [], "seed": [], "status": [], metric: [], "run": []}
@@ -83,7 +86,7 @@ def cells_table(plan: Any, records: Mapping[str, Any]) -> dict[str, list[Any]]:
     return cols
 
 
-def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
+def trials_table(plan: SearchPlan, trials: Sequence[Any]) -> dict[str, list[Any]]:
     """Columns of a search's trials table (trial, state, each objective's final/ value, the sampled values,
     the MLflow run id): what the search's parent run shows as a description and a table artifact."""
     metrics = [record.final(m) for m in plan.metrics]
@@ -102,10 +105,10 @@ def trials_table(plan: Any, trials: Sequence[Any]) -> dict[str, list[Any]]:
     return cols
 
 
-def search_description(plan: Any, name: str, budget: int, trials: Sequence[Any] = ()) -> str:
+def search_description(plan: SearchPlan, name: str, budget: int, trials: Sequence[Any] = ()) -> str:
     """The search parent run's description: what it searches, the metric(s) trials rank by, where the best
     trial's spec is, and (once trials ran) the trials table."""
-    search = plan.spec.search
+    search = plan.search
     ranked = ", ".join(f"{d} **{record.final(m)}**" for m, d in zip(plan.metrics, plan.directions,
                                                                     strict=True))
     lines = [f"**Search {plan.spec.name}** (Optuna study `{name}`): {budget} trials, sampler "

@@ -17,8 +17,10 @@ import json
 from typing import Any
 
 from ablate.errors import AblateError
+from ablate.study.cell_queue import CellQueue
 from ablate.study.optuna_attrs import PLAN as PLAN_ATTR
 from ablate.study.optuna_attrs import PREREGISTERED as STORE_ATTR
+from ablate.study.study_plan import StudyPlan
 
 # record key -> the spec field a reader changes to change it
 FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "ablation.seeds",
@@ -28,7 +30,7 @@ FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "abla
           "min_effect": "ablation.min_effect", "claims": "ablation.expect"}
 
 
-def design_record(plan: Any) -> dict[str, Any]:
+def design_record(plan: StudyPlan) -> dict[str, Any]:
     """The design of ``plan`` (a StudyPlan at the baseline's settings) as a JSON-able dict."""
     abl = plan.spec.ablation
     assert abl is not None
@@ -68,7 +70,8 @@ def _shown(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def record_or_refuse(queue: Any, plan: Any, plan_text: str, plan_data: dict[str, Any] | None = None) -> bool:
+def record_or_refuse(queue: CellQueue, plan: StudyPlan, plan_text: str,
+                     plan_data: dict[str, Any] | None = None) -> bool:
     """Record ``plan``'s design in the study's store if it has none yet (True), with the power plan it was
     recorded with (its text and data), else refuse a changed one with an AblateError (exit 2, nothing
     written). Call under the store's lock."""
@@ -84,7 +87,7 @@ def record_or_refuse(queue: Any, plan: Any, plan_text: str, plan_data: dict[str,
     return True
 
 
-def recorded_plan(queue: Any) -> tuple[str, dict[str, Any] | None]:
+def recorded_plan(queue: CellQueue) -> tuple[str, dict[str, Any] | None]:
     """The power plan the design was recorded with: (its text, its data), ("", None) when none."""
     raw = queue.get(PLAN_ATTR)
     if not raw:
@@ -93,7 +96,7 @@ def recorded_plan(queue: Any) -> tuple[str, dict[str, Any] | None]:
     return str(found.get("text") or ""), found.get("plan")
 
 
-def check_only(queue: Any, plan: Any) -> str | None:
+def check_only(queue: CellQueue, plan: StudyPlan) -> str | None:
     """The dry run's reading: the refusal a start would give, else None (writes nothing)."""
     text = queue.get(STORE_ATTR)
     return refusal(plan.name, json.loads(text), design_record(plan)) if text else None

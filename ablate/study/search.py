@@ -43,17 +43,17 @@ from ablate.tracking import NullTracker, record
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
 
-def search_key(plan: Any) -> str:
+def search_key(plan: SearchPlan) -> str:
     """A hash of what the trials depend on (not the trial budget): the search's identity."""
     from ablate.spec.experiment import spec_hash
 
-    s = plan.spec.search
+    s = plan.search
     key = {"baseline": plan.spec.identity(), "objectives": [o.model_dump() for o in s.objectives],
            "space": {k: v.model_dump() for k, v in s.space.items()}, "sampler": s.sampler}
     return spec_hash(key)
 
 
-def search_name(plan: Any, store: Store | None = None) -> str:
+def search_name(plan: SearchPlan, store: Store | None = None) -> str:
     """The Optuna study: the spec's name, readable (ablate/study/study_names.py), found in ``store``; without
     a store, the legacy name (spec name and identity hash) that stores written before kept."""
     legacy = f"{plan.spec.name}-search-{search_key(plan)}"
@@ -64,8 +64,8 @@ def search_name(plan: Any, store: Store | None = None) -> str:
     return resolve(store, plan.spec.name, search_key(plan), legacy)
 
 
-def _sampler(plan: Any, worker: int, store: Store, budget: int) -> Any:
-    s = plan.spec.search
+def _sampler(plan: SearchPlan, worker: int, store: Store, budget: int) -> Any:
+    s = plan.search
     # Workers must not draw the same random start-up points: seed by worker (and host, across machines).
     seed = plan.spec.seed + worker + (zlib_crc(socket.gethostname()) if store.kind == "rdb" else 0)
     if s.sampler == "random":
@@ -83,8 +83,8 @@ def zlib_crc(text: str) -> int:
     return zlib.crc32(text.encode()) % 100_000
 
 
-def _pruner(plan: Any) -> Any:
-    p, s = plan.spec.search.pruner, plan.spec.search
+def _pruner(plan: SearchPlan) -> Any:
+    p, s = plan.search.pruner, plan.search
     if p.name == "none" or len(s.objectives) > 1:  # Optuna prunes single-objective studies only
         return optuna.pruners.NopPruner()
     if p.name == "hyperband":
@@ -110,11 +110,11 @@ def trials_done(trials: Sequence[FrozenTrial]) -> int:
     return sum(t.state.is_finished() and t.number not in replaced for t in trials)
 
 
-def _fill(study: optuna.Study, store: Store, plan: Any, budget: int) -> int:
+def _fill(study: optuna.Study, store: Store, plan: SearchPlan, budget: int) -> int:
     """Enqueue the baseline (first trial) and slots up to `budget` trials: empty ones the sampler fills,
     or with the grid sampler each grid point's values (the baseline's point once, first). A re-queued
     retry of a dead or interrupted trial takes its slot, so the study ends with exactly `budget` trials."""
-    grid = plan.spec.search.sampler == "grid"
+    grid = plan.search.sampler == "grid"
     with store.lock(study.study_name):
         trials = study.get_trials(deepcopy=False)
         counted = len(trials) - len(replaced_failures(trials))
@@ -171,7 +171,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[fl
     return True
 
 
-def sample(trial: optuna.Trial, plan: Any) -> dict[str, Any]:
+def sample(trial: optuna.Trial, plan: SearchPlan) -> dict[str, Any]:
     """The trial's values of the active dimensions, in dependency order (`when` sees earlier choices)."""
     values: dict[str, Any] = {}
     with warnings.catch_warnings():
@@ -183,7 +183,8 @@ def sample(trial: optuna.Trial, plan: Any) -> dict[str, Any]:
     return values
 
 
-def run_trial(plan: Any, study: optuna.Study, store: Store, trial: optuna.Trial, parent: str | None) -> str:
+def run_trial(plan: SearchPlan, study: optuna.Study, store: Store, trial: optuna.Trial,
+              parent: str | None) -> str:
     """Sample, train, tell. A crash is a FAILed trial and the study goes on; divergence counts as pruned."""
     from ablate.run.runner import run_experiment
     from ablate.spec.load import SpecError
@@ -303,7 +304,7 @@ def start_tune(spec_path: str, overrides: Sequence[str], storage: str | None, tr
     enqueued, pin its precision and open its parent run: everything before the first trial trains."""
     plan = plan_search(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a trial
-    search = plan.spec.search
+    search = plan.search
     assert search is not None  # plan_search checked
     budget = trials or search.trials
     store = Store(storage)

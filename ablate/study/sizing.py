@@ -29,7 +29,8 @@ from ablate.stats.power import (
 )
 from ablate.stats.sequential import POWER, Design, Question
 from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
-from ablate.study.seed_rounds import questions
+from ablate.study.seed_rounds import ended_pairs, questions
+from ablate.study.study_plan import StudyPlan
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def scale_note(label: str, metric: str, changed: Iterable[str]) -> str | None:
             "the variant's effect with the scale's")
 
 
-def scale_notes(plan: Any) -> list[str]:
+def scale_notes(plan: StudyPlan) -> list[str]:
     """One line per variant that changes the deciding metric's own scale (see scale_note)."""
     notes = [scale_note(cell.label, plan.metric, (f for f, _, _ in cell.diff))
              for cell in plan.cells if cell.seed == plan.seeds[0]]
@@ -242,50 +243,45 @@ def scale_notes(plan: Any) -> list[str]:
 
 
 # ---------------------------------------------------------------- a study's plan
-def power_design(plan: Any) -> Design | None:
-    """The design a study's verdicts follow: its sequential one, else one look at its fixed seeds (None
-    with a single seed: no paired test)."""
-    if plan.design is not None:
-        return plan.design
-    abl = plan.spec.ablation
-    if len(plan.seeds) < 2:
+def power_design(plan: StudyPlan) -> Design | None:
+    """The design a study's verdicts follow (``StudyPlan.verdict_design``); None with a single fixed seed:
+    no paired test to plan."""
+    if plan.design is None and len(plan.seeds) < 2:
         return None
-    return Design((len(plan.seeds),), abl.alpha, abl.min_effect, plan.family)
+    return plan.verdict_design
 
 
-def study_plan(plan: Any) -> PowerPlan | None:
+def study_plan(plan: StudyPlan) -> PowerPlan | None:
     """The plan before the first cell: from the pilot, else not sized (effects in sd units)."""
     design = power_design(plan)
     if design is None:
         return None
-    abl = plan.spec.ablation
+    abl = plan.ablation
     labels = [v for v in plan.variants if v != "baseline"]
-    step = abl.seeds.step if plan.design is not None else 1
+    step = plan.seed_step
     pilot = pilot_of(plan.spec, plan.origin, plan.metric)
     if pilot is not None:
         return from_pilot(design, plan.metric, labels, abl, pilot, step)
     return power_plan(design, plan.metric, labels, questions(abl), lambda _: None, None, {}, step)
 
 
-def own_seeds_plan(plan: Any, records: Mapping[str, Any]) -> PowerPlan | None:
+def own_seeds_plan(plan: StudyPlan, records: Mapping[str, Any]) -> PowerPlan | None:
     """The same plan from the study's own finished pairs, once a comparison has two: for information only
     (it never moves the recorded design)."""
-    from ablate.study.seed_rounds import _pairs
-
     design = power_design(plan)
     if design is None:
         return None
     labels = [v for v in plan.variants if v != "baseline"]
     noise: dict[str, PairedNoise] = {}
     for label in labels:
-        diffs, _ = _pairs(plan, records, label, plan.seeds)
+        diffs = ended_pairs(plan, records, label, leading=False)
         done = [d for d in diffs if d is not None and math.isfinite(d)]
         if len(done) >= 2:
             noise[label] = PairedNoise(paired_sd(done), len(done) - 1, f"its own {len(done)} pairs")
     if not noise:
         return None
-    abl = plan.spec.ablation
-    step = abl.seeds.step if plan.design is not None else 1
+    abl = plan.ablation
+    step = plan.seed_step
     return power_plan(design, plan.metric, labels, questions(abl), noise.get, "the study's own seeds",
                       {}, step, informational=True)
 

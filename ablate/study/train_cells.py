@@ -21,12 +21,13 @@ from ablate.run import runner
 from ablate.run.runner import run_label
 from ablate.study import failfast
 from ablate.study.cell_queue import CellQueue
+from ablate.study.designs import plan_study
 from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
 from ablate.study.optuna_store import Store
-from ablate.study.plan import Cell, StudyPlan, plan_study
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import at_study_precision
 from ablate.study.seed_rounds import format_progress, needed_keys
+from ablate.study.study_plan import Cell, StudyPlan
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
 

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.data.paths import with_absolute_roots
 from ablate.study import optuna_attrs
+from ablate.study.derived_specs import SearchPlan
 from ablate.study.optuna_store import Store, open_study, reclaim
 from ablate.tracking import record
 
@@ -36,9 +37,9 @@ def _target(index: int, multi: bool, sign: float = 1.0) -> Any:
     return (lambda t: sign * t.values[index]) if multi else None
 
 
-def importances(study: optuna.Study, plan: Any) -> tuple[str, dict[str, dict[str, float]]]:
+def importances(study: optuna.Study, plan: SearchPlan) -> tuple[str, dict[str, dict[str, float]]]:
     """(evaluator name, {objective: {field: importance}}); objectives with too few trials are left out."""
-    evaluator = _evaluator(plan.spec.search.importance)
+    evaluator = _evaluator(plan.search.importance)
     multi = len(plan.metrics) > 1
     out: dict[str, dict[str, float]] = {}
     for i, metric in enumerate(plan.metrics):
@@ -55,7 +56,7 @@ def importances(study: optuna.Study, plan: Any) -> tuple[str, dict[str, dict[str
     return type(evaluator).__name__, out
 
 
-def figures(study: optuna.Study, plan: Any, folder: Path) -> list[Path]:
+def figures(study: optuna.Study, plan: SearchPlan, folder: Path) -> list[Path]:
     """Optuna's matplotlib plots as PNGs (Agg backend: no display needed)."""
     import matplotlib
 
@@ -64,12 +65,12 @@ def figures(study: optuna.Study, plan: Any, folder: Path) -> list[Path]:
     from optuna.visualization import matplotlib as ovm
 
     multi, metrics = len(plan.metrics) > 1, plan.metrics
-    evaluator_name = type(_evaluator(plan.spec.search.importance)).__name__
+    evaluator_name = type(_evaluator(plan.search.importance)).__name__
     first = {"target": _target(0, multi), "target_name": metrics[0]}
     plots: dict[str, Any] = {
         "optimization_history": lambda: ovm.plot_optimization_history(study, **first),
         "param_importances": lambda: ovm.plot_param_importances(
-            study, evaluator=_evaluator(plan.spec.search.importance), **first),
+            study, evaluator=_evaluator(plan.search.importance), **first),
         "parallel_coordinate": lambda: ovm.plot_parallel_coordinate(study, **first),
     }
     if multi:
@@ -97,13 +98,13 @@ def figures(study: optuna.Study, plan: Any, folder: Path) -> list[Path]:
     return written
 
 
-def _lead(best: list[FrozenTrial], plan: Any) -> FrozenTrial:
+def _lead(best: list[FrozenTrial], plan: SearchPlan) -> FrozenTrial:
     """The trial best.yaml reproduces: the best one, or on a Pareto front the best on the first objective."""
     sign = 1.0 if plan.directions[0] == "minimize" else -1.0
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: bool = False) -> bool:
+def finish_search(plan: SearchPlan, store: Store, name: str, tracker: Any, timed_out: bool = False) -> bool:
     """Print and log the results when no trial is left to run (`timed_out`: none is running; the slots
     still waiting are for the next run); False (nothing logged) while some still run or wait."""
     from ablate.spec.load import dump_spec_yaml
@@ -122,7 +123,7 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
               "continue")
         return False
     if waiting:
-        print(f"search.timeout ({plan.spec.search.timeout:g} s) reached: {waiting} trials not started; the "
+        print(f"search.timeout ({plan.search.timeout:g} s) reached: {waiting} trials not started; the "
               "results below cover the trials that ran; run the same command again to continue")
     if tracker is not None:
         tracker.set_tags({record.TRIALS_LEFT: waiting})
@@ -160,8 +161,8 @@ def finish_search(plan: Any, store: Store, name: str, tracker: Any, timed_out: b
     return True
 
 
-def _log(tracker: Any, plan: Any, lead: FrozenTrial, best: list[FrozenTrial], text: str, evaluator: str,
-         found: dict[str, dict[str, float]], pictures: list[Path], step: int) -> None:
+def _log(tracker: Any, plan: SearchPlan, lead: FrozenTrial, best: list[FrozenTrial], text: str,
+         evaluator: str, found: dict[str, dict[str, float]], pictures: list[Path], step: int) -> None:
     params = {f"best.{k}": plan.decode(k, v) for k, v in lead.params.items()}
     tracker.log_text(text, "best.yaml")
     tracker.set_tags({**params, record.BEST_TRIAL: lead.number,

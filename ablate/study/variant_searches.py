@@ -35,10 +35,11 @@ from ablate.spec.load import set_dotted
 from ablate.study import failfast, optuna_attrs
 from ablate.study.arm_settings import best_overrides, sampler_seed, trial_overrides
 from ablate.study.derived_specs import SearchPlan, derive
+from ablate.study.designs import plan_study, spec_diff
 from ablate.study.optuna_store import Store, claim, open_study
-from ablate.study.plan import Cell, StudyPlan, plan_study, spec_diff
 from ablate.study.precision import study_pin
 from ablate.study.search import _fill, _pruner, _sampler, run_trial, search_key, trials_done
+from ablate.study.study_plan import Cell, StudyPlan
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, Tracker, record
 
@@ -230,8 +231,8 @@ def _tune_worker(spec_path: str, overrides: list[str], storage: str | None, inde
         splan.precision = study_pin(store, plan.store_name, plan.direction)
         name = search_name(plan, label, splan)
         study = open_study(store, name, splan.directions, create=False)
-        tracked = study is not None and plan.spec.tracking.enabled
-        parent = study.user_attrs.get(optuna_attrs.PARENT) if tracked else None
+        parent = (study.user_attrs.get(optuna_attrs.PARENT)
+                  if study is not None and plan.spec.tracking.enabled else None)
         run_search(OpenSearch(label, splan, name, splan.spec.search.trials), store, parent,  # type: ignore[union-attr]
                    worker=index)
     return 0

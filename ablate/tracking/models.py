@@ -8,7 +8,8 @@ loading one runs whatever code the store holds. MLflow's safe format, ``serializ
 ``torch.export`` graph), cannot carry ablate's model: the decoder's masking and KV cache are data-dependent,
 and an exported graph keeps only ``forward``, not the ``encode``/``decode`` steps that decoding calls.
 
-So the MLflow model of an ablate `Seq2SeqTransformer` also carries two extra files: its state dict
+So the MLflow model of an ablate model (either architecture: `Seq2SeqTransformer` or `DecoderOnlyLM`) also
+carries two extra files: its state dict
 (``extra_files/state_dict.pt``) and the builder's arguments (``extra_files/ablate_model.json``: the
 ModelSpec, vocabulary sizes, pad id). `load_model` rebuilds the model with
 `ablate.engine.dispatch.build_any` and loads the weights with ``weights_only=True``, never touching the
@@ -48,6 +49,7 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
     also gets its weights and builder arguments (see the module docstring). Returns the ``models:/`` URI."""
     import mlflow.pytorch
 
+    from ablate.engine.decoder_only import DecoderOnlyLM
     from ablate.engine.encoder_decoder import Seq2SeqTransformer
 
     env = environment()
@@ -59,7 +61,7 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
     use_uri(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
         extra = None
-        if isinstance(model, Seq2SeqTransformer) and model_spec is not None:
+        if isinstance(model, Seq2SeqTransformer | DecoderOnlyLM) and model_spec is not None:
             extra = [str(p) for p in _write_weights(model, model_spec, Path(tmp))]
         # pickle, not MLflow's newer default 'pt2' (an exported graph): see the module docstring.
         info = mlflow.pytorch.log_model(model, name=name, run_id=run_id, step=step, model_id=logged.model_id,
@@ -71,8 +73,11 @@ def log_model(client: MlflowClient, run_id: str, experiment_id: str, tracking_ur
 def _write_weights(model: Any, model_spec: ModelSpec, folder: Path) -> tuple[Path, Path]:
     import torch
 
-    build = {"model": model_spec.model_dump(mode="json"), "src_vocab_size": model.src_embed.num_embeddings,
-             "tgt_vocab_size": model.generator.out_features, "pad_id": model.pad_id}
+    vocab = model.generator.out_features
+    source = getattr(model, "src_embed", None)  # a decoder-only model has one vocabulary
+    build = {"model": model_spec.model_dump(mode="json"),
+             "src_vocab_size": source.num_embeddings if source is not None else vocab,
+             "tgt_vocab_size": vocab, "pad_id": model.pad_id}
     build_path, weights_path = folder / BUILD_FILE, folder / WEIGHTS_FILE
     build_path.write_text(json.dumps(build, indent=2, sort_keys=True))
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights_path)
@@ -115,11 +120,11 @@ def load_model(run_id: str, *, tracking_uri: str | None = None, map_location: st
 def _rebuild(build_path: Path, weights_path: Path, *, map_location: str) -> torch.nn.Module:
     import torch
 
-    from ablate.engine.builders import build_model
+    from ablate.engine.dispatch import build_any
     from ablate.spec.experiment import ModelSpec
 
     build = json.loads(build_path.read_text())
-    model = build_model(ModelSpec.model_validate(build["model"]), int(build["src_vocab_size"]),
+    model = build_any(ModelSpec.model_validate(build["model"]), int(build["src_vocab_size"]),
                         int(build["tgt_vocab_size"]), pad_id=int(build["pad_id"]))
     state = torch.load(weights_path, map_location="cpu", weights_only=True)
     model.load_state_dict(state)  # strict: a spec that does not fit the weights is an error, not a guess

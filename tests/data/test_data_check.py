@@ -264,7 +264,7 @@ def test_committed_lm_specs_keep_their_line_documents(name: str) -> None:
 def test_the_positions_study_keeps_the_identity_of_its_exported_cells() -> None:
     """The cells the committed positions-extrapolation export holds are the cells the spec plans today, and
     each exported cell's spec.yaml still hashes to its key."""
-    from ablate.study.plan import plan_study
+    from ablate.study.designs import plan_study
 
     export = REPO / "reports" / "positions-extrapolation" / "export"
     recorded = set(json.loads((export / "study.json").read_text())["cells"])

@@ -214,7 +214,8 @@ def test_alibi_trained_at_l_keeps_its_loss_at_2l_and_learned_positions_stop_at_t
 
 
 def test_an_lm_study_ranks_by_perplexity_and_lower_is_better() -> None:
-    from ablate.study.plan import metric_direction, study_metric
+    from ablate.study.designs import study_metric
+    from ablate.study.study_plan import metric_direction
 
     spec = lm_spec(ablation={"axes": {"model.positions": ["sinusoidal", "alibi"]}})
     assert study_metric(spec) == "val/ppl"

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import registry
-from ablate.engine.builders import build_model
+from ablate.engine.builders import build_lm, build_model
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.spec.experiment import ModelSpec
 
@@ -232,6 +232,22 @@ def test_attention_maps() -> None:
     assert model.encoder.layers[0].self_attn.last_weights is None  # nothing kept afterwards
     with pytest.raises(ValueError, match="explicit"):
         tiny(attention="sdpa").attention_maps(src, tgt)
+
+
+def test_attention_maps_of_a_decoder_only_model() -> None:
+    """The same heat-map hook on the decoder-only stack: one causal self-attention map per layer."""
+    spec = ModelSpec(**{**SMALL, "arch": "decoder_only", "attention": "explicit"})
+    model = build_lm(spec, 17, seed=1)
+    ids = torch.tensor([[5, 9, 3, 7, 2, 11]])
+    maps = model.attention_maps(ids)
+    assert set(maps) == {"decoder_self"} and len(maps["decoder_self"]) == spec.decoder_layers
+    for w in maps["decoder_self"]:
+        assert w.shape == (spec.heads, 6, 6)
+        torch.testing.assert_close(w.sum(-1), torch.ones(spec.heads, 6))
+        assert w.triu(1).abs().max() == 0  # a query never sees a later key
+    assert model.decoder.layers[0].self_attn.last_weights is None and model.training
+    with pytest.raises(ValueError, match="explicit"):
+        build_lm(ModelSpec(**{**SMALL, "arch": "decoder_only"}), 17).attention_maps(ids)
 
 
 def test_positions_beyond_max_positions_are_an_error() -> None:

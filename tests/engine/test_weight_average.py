@@ -22,7 +22,7 @@ from ablate.report.compute.loaded_study import Run, Study
 from ablate.run.runner import run_experiment
 from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import SpecError, load_spec
-from ablate.study.plan import study_metric
+from ablate.study.designs import study_metric
 from ablate.tracking import record
 from tests.factories import tiny_yaml
 from tests.stores import mlflow_store

@@ -26,8 +26,8 @@ from ablate.launch.slurm_job import StudyJob
 from ablate.launch.slurm_queue import ended_state, job_result, job_state, recorded_jobs
 from ablate.launch.slurm_submit import JobShape, executor_parameters, log_folder, submit, time_minutes
 from ablate.study.cell_queue import CellQueue
+from ablate.study.designs import plan_study
 from ablate.study.optuna_store import Store
-from ablate.study.plan import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.stores import mlflow_store
 from tests.study.test_study import assert_each_cell_once, study_runs

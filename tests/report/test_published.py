@@ -18,8 +18,8 @@ from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study_sections import Expectation
-from ablate.stats.verdict import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
-from ablate.study.plan import format_plan, plan_study
+from ablate.stats.claims import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
+from ablate.study.designs import format_plan, plan_study
 from tests.factories import write_tiny_spec
 
 AXES = "ablation:\n  axes: {model.positions: [learned], model.residual: [post_norm]}\n"

@@ -588,6 +588,7 @@ def test_withdrawn_cells_are_listed_with_their_values_and_reason(tmp_path: Path)
 def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(tmp_path: Path) -> None:
     import json as _json
 
+    from ablate.report.compute.detectable_effects import plans_of
     from ablate.report.section_api import Inputs
     from ablate.report.sections import mde
     from ablate.stats.power import detectable, seeds_needed
@@ -626,19 +627,19 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     assert "Left open by this design: residual=post_norm: a new study" in text
     assert found.data["power_plan"]["found"][0]["settled"] is False
     # the Setup section gives the same plan in a line: its source, planned and at the seeds' own spread
-    plans = mde.plans_of(study)
+    plans = plans_of(study)
     assert plans is not None
     line = mde.setup_line(plans)
     assert line.startswith("Power plan, recorded before the first cell from pilot p.")
     assert f"planned: residual=post_norm 0.050; at the spread of the study's own seeds (information only): " \
            f"residual=post_norm {row[6]}." in line
     del parent["tags"]["ablate.power_plan"]
-    plans = mde.plans_of(build_study(parent, _frame(rows)))
+    plans = plans_of(build_study(parent, _frame(rows)))
     assert plans is not None
     line = mde.setup_line(plans)
     assert line.startswith("Power plan: none recorded before the first cell. ") and "planned:" not in line
     del parent["tags"]["ablate.preregistered"]  # a study from before designs were pre-registered
-    plans = mde.plans_of(build_study(parent, _frame(rows)))
+    plans = plans_of(build_study(parent, _frame(rows)))
     assert plans is not None
     assert mde.setup_line(plans).startswith(
         "Power plan: none recorded before the first cell (the study predates pre-registration). ")
@@ -647,7 +648,8 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
 def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers() -> None:
     from itertools import product
 
-    from ablate.report.sections.mde import Forecast, Found, settled_forecast
+    from ablate.report.compute.detectable_effects import Forecast, Found, settled_forecast
+    from ablate.report.sections.mde import forecast_sentence
 
     powers = {"a": 0.9, "b": 0.6, "c": 0.3}
     forecast = Forecast(powers, settled=1)
@@ -661,9 +663,9 @@ def test_the_plan_forecast_counts_settled_comparisons_against_the_plans_powers()
         dist[sum(outcome)] += prob
     cumulative = np.cumsum(dist)
     assert forecast.fewest == int(np.argmax(cumulative > 0.05))
-    assert "within what chance explains" in forecast.sentence()
-    assert "fewer than chance explains" in Forecast({"a": 0.99, "b": 0.99}, settled=0).sentence()
-    assert "at least as many as planned" in Forecast({"a": 0.83, "b": 0.99}, settled=2).sentence()
+    assert "within what chance explains" in forecast_sentence(forecast)
+    assert "fewer than chance explains" in forecast_sentence(Forecast({"a": 0.99, "b": 0.99}, settled=0))
+    assert "at least as many as planned" in forecast_sentence(Forecast({"a": 0.83, "b": 0.99}, settled=2))
 
     row = Found("a", "better", None, 5, -0.08, 0.02, 0.03, None, settled=True)
     plan = {"comparisons": [{"label": "a", "power": 0.83}, {"label": "gone", "power": 0.5}]}

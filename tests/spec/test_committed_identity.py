@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 from ablate.tracking import record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -228,7 +228,7 @@ STUDY_LABEL = {"a-blog-2025-prenorm-custom-ln": "a-blog-2025", "b-github-readme"
 def test_the_presets_study_runs_each_preset_design_at_the_cells_size() -> None:
     """Each variant of the presets study is its preset's model section but for size: when a preset's design
     changes, the study must change with it (this test says where)."""
-    from ablate.study.plan import plan_study
+    from ablate.study.designs import plan_study
 
     plan = plan_study(str(STUDY))
     cell = load_spec(PRESETS.parent / "multi30k-cell.yaml").model

@@ -16,7 +16,7 @@ import yaml
 import registry
 from ablate.spec import guide, guide_examples
 from ablate.spec.load import json_schema, load_spec
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 
 REPO = Path(__file__).resolve().parents[2]
 

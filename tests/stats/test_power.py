@@ -27,7 +27,7 @@ from ablate.stats.power import (
 from ablate.stats.sequential import Design, planned_looks
 from ablate.study.cell_queue import CellRecord
 from ablate.study.pilot import pilot_from_rows, read_pilot
-from ablate.study.seed_rounds import progress
+from ablate.study.seed_rounds import comparison_progress
 from ablate.study.sizing import choose_max, cost_lines, from_pilot, plan_record
 from tests.study.test_adaptive_seeds import write
 
@@ -63,7 +63,7 @@ def _synthetic_studies(design: Design, effect: float, sd: float, question: str |
         records = {f"baseline-{s}": CellRecord("finished", 30.0) for s in seeds}
         records |= {f"v-{s}": CellRecord("finished", 30.0 + float(d))
                     for s, d in zip(seeds, diffs, strict=True)}
-        p = progress(plan, design, records)["v"]
+        p = comparison_progress(plan, design, records)["v"]
         assert p.look is not None
         out.append((p.state, p.look.lo, p.look.hi))
     return out

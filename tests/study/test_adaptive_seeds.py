@@ -18,8 +18,8 @@ from ablate.cli import main as cli_main
 from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError
 from ablate.study.cell_queue import CellRecord
-from ablate.study.plan import plan_study
-from ablate.study.seed_rounds import needed_keys, progress
+from ablate.study.designs import plan_study
+from ablate.study.seed_rounds import comparison_progress, needed_keys
 from tests.report_studies import EXPORTS
 from tests.stores import mlflow_store
 
@@ -84,7 +84,7 @@ def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
         records[key[("baseline", s)]] = CellRecord("finished", base[s])
         records[key[("mask=-1e9", s)]] = CellRecord("finished", base[s])  # identical in every seed
         records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
-    state = progress(plan, plan.design, records)
+    state = comparison_progress(plan, plan.design, records)
     assert state["mask=-1e9"].state == "identical" and state["mask=-1e9"].needed == 3
     assert state["positions=learned"].state == "open" and state["positions=learned"].needed == 4
     second = set(needed_keys(plan, plan.design, records)) - set(records)
@@ -95,16 +95,16 @@ def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
     for s in (3, 4):
         records[key[("baseline", s)]] = CellRecord("finished", base[s])
         records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
-    final = progress(plan, plan.design, records)["positions=learned"]
+    final = comparison_progress(plan, plan.design, records)["positions=learned"]
     assert final.state == "undecided" and final.look is not None and final.look.n == 5 and final.look.final
     # A variant that diverged in every seed is decided: no pair to test, and no more seeds for it.
     for s in range(3):
         records[key[("positions=learned", s)]] = CellRecord("diverged", None)
-    lost = progress(plan, plan.design, records)["positions=learned"]
+    lost = comparison_progress(plan, plan.design, records)["positions=learned"]
     assert lost.state == "no_pairs" and lost.needed == 3
     for s in range(3):  # a baseline that diverged in every seed leaves no comparison anything to test
         records[key[("baseline", s)]] = CellRecord("diverged", None)
-    assert {p.state for p in progress(plan, plan.design, records).values()} == {"no_pairs"}
+    assert {p.state for p in comparison_progress(plan, plan.design, records).values()} == {"no_pairs"}
     assert set(needed_keys(plan, plan.design, records)) <= set(records)  # and asks for no more seeds
 
 
@@ -258,7 +258,7 @@ def test_adaptive_study_exports_imports_continues_and_reports_the_same(
     mask_cells = {c.key for c in plan.cells if c.label == "mask=-1e9"}
     assert ran & mask_cells == {c.key for c in plan.cells if c.label == "mask=-1e9" and c.seed < 2}
     # mask -1e9 is identical to -inf here (no fully masked row): decided after the first look, 2 seeds
-    learned = progress(plan, plan.design, {r.data.tags["ablate.cell"]: CellRecord(
+    learned = comparison_progress(plan, plan.design, {r.data.tags["ablate.cell"]: CellRecord(
         r.data.tags["ablate.status"], r.data.metrics.get("val/loss")) for r in children})["positions=learned"]
     assert learned.needed == len([k for k in ran if k in {c.key for c in plan.cells
                                                            if c.label == "positions=learned"}])

@@ -20,8 +20,8 @@ from mlflow import MlflowClient
 from ablate.errors import AblateError
 from ablate.launch.local_study import main_ablate
 from ablate.launch.status import main_status
+from ablate.study.designs import plan_study
 from ablate.study.optuna_store import Store
-from ablate.study.plan import plan_study
 from ablate.tracking import record
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.tuned_studies import BASE_LR, LONG, SHORT, fake_training, write_study

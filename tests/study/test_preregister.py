@@ -15,8 +15,8 @@ from ablate.errors import AblateError
 from ablate.launch.local_study import main_ablate
 from ablate.study import preregister
 from ablate.study.cell_queue import CellQueue
+from ablate.study.designs import plan_study
 from ablate.study.optuna_store import DEFAULT_JOURNAL, Store
-from ablate.study.plan import plan_study
 from ablate.tracking import record
 from tests.study.test_adaptive_seeds import write
 

@@ -26,7 +26,7 @@ from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.launch.local_study import main_ablate
 from ablate.launch.status import main_status
 from ablate.spec.load import SpecError
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 

@@ -14,7 +14,7 @@ import pytest
 from ablate.launch.local_study import main_ablate
 from ablate.run.rundir import RunResult
 from ablate.spec.experiment import ExperimentSpec
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 from ablate.study.variant_searches import tune_variants, tuned_cells, variants
 from tests.factories import STUDY_CELL, write_tiny_spec
 

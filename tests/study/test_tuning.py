@@ -13,7 +13,7 @@ from ablate.cli import main as cli_main
 from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError, dump_spec_yaml, load_spec
 from ablate.study.arm_settings import fidelity_steps, trial_overrides
-from ablate.study.plan import plan_study
+from ablate.study.designs import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 AXES = "  axes: {model.residual: [pre_norm, post_norm], model.norm: [builtin, custom]}\n  seeds: [0, 1]\n"
@@ -133,7 +133,7 @@ def test_confirm_spec_is_read_relative_to_the_file_that_names_it(tmp_path: Path)
 
 
 def plan_lines(plan: object) -> list[str]:
-    from ablate.study.plan import format_plan
+    from ablate.study.designs import format_plan
 
     return format_plan(plan).splitlines()  # type: ignore[arg-type]
 

@@ -20,9 +20,11 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+import ablate
 from ablate import cli
 from ablate.engine.builders import build_model
 from ablate.engine.decode import greedy_decode
+from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.tracking import (
@@ -522,6 +524,30 @@ def test_an_ablate_model_comes_back_without_unpickling(store: str, monkeypatch: 
     tracking_store.use_uri(store)  # not mlflow.set_tracking_uri: it would export MLFLOW_TRACKING_URI
     with torch.no_grad():
         assert torch.equal(mlflow.pytorch.load_model(uri)(src, tgt_in), model(src, tgt_in))
+
+
+def test_a_decoder_only_model_comes_back_without_unpickling(store: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoder-only language model is logged like the encoder-decoder: its weights and builder arguments
+    beside the MLflow model, so it loads back with MLflow's pickle loading switched off, as the same
+    architecture with the same weights and logits (it was logged as a bare pickle before)."""
+    spec = ExperimentSpec.model_validate({
+        "name": "lm-model", "seed": 3, "tracking": {"uri": store, "log_model": True},
+        "data": {"source": "synthetic", "synthetic": {"task": "recall"}},
+        "model": {"arch": "decoder_only", "d_model": 16, "heads": 2, "d_ff": 32, "decoder_layers": 2,
+                  "positions": "rope", "max_positions": 128}})
+    model = ablate.build_model(spec.model, 19, 19, pad_id=0, seed=5).eval()
+    assert isinstance(model, DecoderOnlyLM)  # the public builder follows model.arch
+    tracker = Tracker.start(spec)
+    tracker.log_model(model, step=2)
+    tracker.end()
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "false")
+    loaded = load_model(tracker.run_id, tracking_uri=store)  # type: ignore[arg-type]
+    assert type(loaded) is DecoderOnlyLM and not loaded.training
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    ids = torch.tensor([[4, 9, 3, 17, 2, 11]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
 
 
 def test_async_logging_is_flushed_by_end(store: str) -> None:

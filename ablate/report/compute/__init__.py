@@ -1,7 +1,13 @@
-"""What a report computes from a study's runs: numbers and verdicts, never text for a reader.
+"""What a report computes from a study's runs: numbers and the verdicts ``ablate.stats`` decides, never text
+for a reader. The only half of the report that reads the study and statistics floors.
 
-``loaded_study`` (the study read back from MLflow), ``statistics``, ``comparisons``, ``val_and_test``,
-``arm_verdicts``, ``scale_outcomes``, ``contrasts``, ``expected_validation``, ``sentence_bootstrap``,
-``bounds``, ``logged_datasets``. The sections (``ablate.report.sections``) read these; nothing here imports
-a section.
+``loaded_study`` (the study read back from MLflow), ``statistics`` (seed means, effects, Holm),
+``comparisons`` (each comparison's sequential verdict, and the statistics floor's vocabulary for the
+sections), ``val_and_test`` (the test split beside the validation verdict, the regime), ``arm_verdicts``
+(both arms of a tuned study), ``scale_outcomes`` (verdicts at a larger scale), ``claim_evidence``
+(the evidence for each published claim), ``detectable_effects`` (what the design could settle: the recorded
+power plan, the effects the study's own seeds could detect, the forecast), ``heat_maps`` (attention maps of a
+logged run, either architecture), ``contrasts`` (factorial effects), ``expected_validation``,
+``sentence_bootstrap``, ``bounds`` and ``logged_datasets``. The sections (``ablate.report.sections``) read
+these; nothing here imports a section.
 """

@@ -25,6 +25,10 @@ from ablate.report.compute.loaded_study import Run, Study, quality_meta
 from ablate.report.compute.scale_outcomes import Rerun, Transfer, check_transfers
 from ablate.stats.sequential import Design
 from ablate.stats.verdict import Look, Verdict, none_margin
+
+# How far each variant's best settings moved, and how a setting is shown: the own-best section reads them here
+from ablate.study.arm_settings import Change, changes  # noqa: F401
+from ablate.study.derived_specs import show  # noqa: F401
 from ablate.tracking import record
 
 
@@ -35,12 +39,11 @@ def _tag(study: Study, name: str) -> dict[str, Any] | None:
 
 def arm_design(study: Study) -> Design | None:
     """The design the arms are judged by (None: the study declares neither tune: nor confirm:)."""
-    d = _tag(study, record.ARM_DESIGN)
-    if d is None:
+    text = study.parent["tags"].get(record.ARM_DESIGN)
+    if not text:
         return None
     # one family over both arms (family_of): every verdict the report states shares the study's alpha
-    return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]), family_of(study))
+    return Design.from_tag(text, family_of(study))
 
 
 def deciding_arm(study: Study) -> str:

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from ablate.report.compute.loaded_study import Study, hardware, quality_meta
 from ablate.stats.pairing import Cell
 from ablate.stats.pairing import paired_differences as verdict_pairs
-from ablate.stats.sequential import Design, walk
+
+# METHOD, POWER, Design, Look and Reading are also the statistics floor's vocabulary as the sections read it:
+# a section imports the report's computing half only (tests/test_layout.py)
+from ablate.stats.sequential import METHOD, POWER, Design, walk  # noqa: F401
 from ablate.stats.verdict import Look, Question, Reading, Verdict, one_family, read
 from ablate.tracking import record
 
@@ -24,9 +27,7 @@ def design_of(study: Study) -> Design | None:
     text = study.parent["tags"].get(record.SEQUENTIAL)
     if not text:
         return None
-    d = json.loads(text)
-    return Design(tuple(int(n) for n in d["looks"]), float(d["alpha"]),
-                  None if d.get("min_effect") is None else float(d["min_effect"]), family_of(study))
+    return Design.from_tag(text, family_of(study))
 
 
 def family_of(study: Study) -> int:
@@ -131,3 +132,10 @@ def comparisons(study: Study, design: Design, metric: str) -> list[Comparison]:
         out.append(Comparison(v, len(diffs), read(looks, higher, lost), finite, counted,
                               cross_hardware(study, v)))
     return out
+
+
+def look_answer(look: Look, higher: bool) -> str:
+    """What one look alone answers (``ablate.stats.verdict.read`` of it): better, worse, no effect,
+    identical or open."""
+    return read([look], higher).answer
+

@@ -19,6 +19,8 @@ import pandas as pd
 
 from ablate.report.compute import statistics as st
 from ablate.spec import metricnames
+from ablate.study.pilot import MACHINE_COLUMN  # noqa: F401  # runs.csv's column, for build.py
+from ablate.study.sizing import scale_note
 from ablate.tracking import record
 from ablate.tracking.read import tags_and_params
 from ablate.tracking.run_files import origin_id
@@ -408,3 +410,11 @@ def effects(study: Study) -> list[EffectRow]:
                     text += f" ({len(bad)} of {total} runs did not finish: {counts})"
             rows.append(EffectRow(v, axis, metric, e, ph, text))
     return rows
+
+
+def scale_changes(study: Study, metric: str) -> list[str]:
+    """Per variant whose settings change the verdicts' metric's own scale (label smoothing, the tokenizer
+    on a loss), the sentence the plan prints too (ablate.study.sizing.scale_note)."""
+    notes = (scale_note(f"`{variant}`", metric, (k for k, _, _ in variant_diff(study, variant)))
+             for variant in study.variants[1:])
+    return [note for note in notes if note is not None]

@@ -8,8 +8,9 @@ A verdict of no effect (``none``: the study's interval lay within +-margin) tran
 scale's interval lies within +-margin too, and reverses when it lies wholly outside it (an effect larger
 than the margin appeared).
 
-Several verdicts checked at once are one family: `check_transfers` widens each interval to 1 - alpha/k
-(Bonferroni over the k verdicts), so that the chance of calling any of them wrongly stays at alpha.
+Several verdicts checked at once are one family (``ablate.stats.verdict.one_family``): `check_transfers`
+widens each interval to 1 - alpha/k (``family_confidence``: Bonferroni over the k verdicts), so that the
+chance of calling any of them wrongly stays at alpha.
 
 The rule is ``ablate.stats.verdict.at_scale``'s; this module computes the paired effect it is applied to
 (ablate/report/compute/statistics.py's `compare`) and the family's confidence.
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ablate.report.compute.statistics import ALPHA, Effect, compare
-from ablate.stats.verdict import Direction, ScaleOutcome, at_scale
+from ablate.stats.verdict import Direction, ScaleOutcome, at_scale, family_confidence, one_family
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class Transfer:
     outcome: ScaleOutcome
     effect: Effect
     confidence: float
+
+    @property
+    def transferred(self) -> bool:
+        """The verdict holds at the larger scale."""
+        return self.outcome == ScaleOutcome.TRANSFERS
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class Rerun:
 def check_transfer(verdict: Rerun, higher_is_better: bool, confidence: float = 1 - ALPHA) -> Transfer:
     """Whether one verdict transfers, reverses or is not settled at the larger scale (decided by
     ``ablate.stats.verdict.at_scale`` on the paired effect there)."""
-    if verdict.small == "none" and (verdict.margin is None or verdict.margin <= 0):
+    if verdict.small == Direction.NONE and (verdict.margin is None or verdict.margin <= 0):
         raise ValueError(f"{verdict.label}: a verdict of no effect needs its margin (> 0)")
     e = compare(verdict.base, verdict.variant, confidence)
     outcome = at_scale(verdict.small, e.diff, e.lo, e.hi, e.p, confidence, higher_is_better, verdict.margin)
@@ -61,6 +67,7 @@ def check_transfer(verdict: Rerun, higher_is_better: bool, confidence: float = 1
 
 def check_transfers(verdicts: Sequence[Rerun], higher_is_better: bool, alpha: float = ALPHA
                     ) -> list[Transfer]:
-    """Every verdict at the larger scale, as one family (Bonferroni: each at 1 - alpha/k)."""
-    k = max(1, len(verdicts))
-    return [check_transfer(v, higher_is_better, 1 - alpha / k) for v in verdicts]
+    """Every verdict at the larger scale, as one family (``ablate.stats.verdict``'s one_family and
+    family_confidence: each at 1 - alpha/k)."""
+    confidence = family_confidence(one_family(len(verdicts)), alpha)
+    return [check_transfer(v, higher_is_better, confidence) for v in verdicts]

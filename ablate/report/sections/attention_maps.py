@@ -1,17 +1,14 @@
-"""Attention heat maps of a finished run that used ``model.attention: explicit``: the logged spec and best
-checkpoint are loaded, one test (else val) sentence is run through the model, and the last layer's
-head-averaged maps are drawn. Optional: a failure becomes a note, never a failed report.
+"""Attention heat maps of a finished run that used ``model.attention: explicit``, either architecture: the
+last layer's head-averaged maps of one example (ablate/report/compute/heat_maps.py computes them) are
+drawn. Optional: a failure becomes a note, never a failed report.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from ablate.report import plots as figs
+from ablate.report.compute.heat_maps import attention_of_run
 from ablate.report.render import Figure, Note, Section
 from ablate.report.section_api import Inputs, Part
 
@@ -36,47 +33,7 @@ def part(inp: Inputs) -> Part | None:
 
 
 def draw_attention(run_id: str, path: Path) -> str:
-    import torch
-
-    from ablate.data.prepare import prepare_data
-    from ablate.engine.builders import build_model
-    from ablate.engine.trainer import load_checkpoint
-    from ablate.spec.load import load_spec
-    from ablate.tracking.read import download_artifact
-
-    with tempfile.TemporaryDirectory() as tmp:
-        spec_file = download_artifact(run_id, "spec.yaml", tmp)
-        ckpt_file = download_artifact(run_id, "checkpoints/best.pt", tmp)
-        if spec_file is None or ckpt_file is None:
-            raise FileNotFoundError("the run has no spec.yaml or checkpoints/best.pt artifact")
-        spec = load_spec(spec_file, check_hardware=False)  # a finished run: read, not trained here
-        state = load_checkpoint(ckpt_file)["model"]
-    data = prepare_data(spec)
-    tok = data.tokenizers
-    model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
-    model.load_state_dict(state)
-    split_name = "test" if "test" in data.splits and data.splits["test"].src_ids else "val"
-    split = data.splits[split_name]
-    # The longest of the first 100 sentences that still fits a readable map (<= 24 tokens each side).
-    fits = [i for i in range(min(100, len(split.src_ids)))
-            if len(split.src_ids[i]) <= 24 and len(split.tgt_ids[i]) <= 23]
-    pick = max(fits or [0], key=lambda i: (len(split.src_ids[i]) + len(split.tgt_ids[i]), -i))
-    src_ids, tgt_ids = list(split.src_ids[pick]), [tok.bos_id, *split.tgt_ids[pick]]
-    maps = model.attention_maps(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
-    src_labels = [_token(tok.decode_src, i, tok) for i in src_ids]
-    tgt_labels = [_token(tok.decode_tgt, i, tok) for i in tgt_ids]
-    # The last layer, averaged over heads: (heads, Tq, Tk) -> (Tq, Tk).
-    last = {k: np.asarray(v[-1].float().mean(0).cpu()) for k, v in maps.items()}
-    labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (tgt_labels, tgt_labels),
-              "cross": (tgt_labels, src_labels)}
-    figs.attention_heatmaps(last, labels, path)
-    return (f"attention of the last layer (mean over heads) on {split_name} sentence {pick}; "
-            "encoder self, decoder self, cross (queries: target prefix, keys: source)")
-
-
-def _token(decode: Any, i: int, tok: Any) -> str:
-    special = {tok.pad_id: "<pad>", tok.bos_id: "<s>", tok.eos_id: "</s>", tok.unk_id: "<unk>"}
-    if i in special:
-        return special[i]
-    text = str(decode([i])).strip()
-    return text or f"#{i}"
+    """Draw the run's attention maps (ablate/report/compute/heat_maps.py) into ``path``; their caption."""
+    found = attention_of_run(run_id)
+    figs.attention_heatmaps(found.maps, found.labels, path)
+    return found.caption

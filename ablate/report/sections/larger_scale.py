@@ -60,8 +60,8 @@ def holds_at_both(inp: Inputs) -> tuple[list[str], list[str]] | None:
     if found is None:
         return None
     unit, dec, _ = quality_meta(decided_metric(inp.study))
-    return ([line(t, dec, unit) for t in found if t.outcome == "transfers"],
-            [line(t, dec, unit) for t in found if t.outcome != "transfers"])
+    return ([line(t, dec, unit) for t in found if t.transferred],
+            [line(t, dec, unit) for t in found if not t.transferred])
 
 
 def part(inp: Inputs) -> Part | None:

@@ -1,6 +1,7 @@
 """What the design could settle, beside what was found: the power plan a study recorded before its first
 cell (ablate/study/sizing.py), each comparison's minimal detectable effect next to its observed difference,
-and the same plan read off the study's own seeds, for information only (it never moves the design).
+and the same plan read off the study's own seeds, for information only (it never moves the design); all
+computed by ablate/report/compute/detectable_effects.py, rendered here.
 
 The table opens the report (an intro block), so that a reader sees at once whether a "not settled" was
 the design's foreseeable answer; the advice for what is left open is a new study, sized by the study's
@@ -9,88 +10,14 @@ own noise: "a new study with seeds.max N would tell", never more seeds in this o
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
-from ablate.report.compute.loaded_study import Study, quality_meta
+from ablate.report.compute.detectable_effects import Design, Forecast, Plans, plans_of, settled_forecast
+from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.render import Block, Para, Table
 from ablate.report.section_api import Inputs, Part
-from ablate.stats.power import detectable, seeds_needed
-from ablate.stats.sequential import Design, Question, walk
-from ablate.study.pilot import paired_sd
-from ablate.tracking import record
-
-
-@dataclass(frozen=True)
-class Found:
-    """One comparison as the study's own seeds read it."""
-
-    label: str
-    question: Question
-    margin: float | None
-    n: int
-    diff: float
-    sd: float
-    detectable: float  # at the study's design and this sd (NaN below two pairs)
-    needed: int | None  # seeds.max a new study would need for the claim at this sd (None: > 100, no claim)
-    settled: bool = False  # the study's own looks answered the comparison's question
-
-
-def _recorded(study: Study, tag: str) -> dict[str, Any] | None:
-    text = study.parent["tags"].get(tag)
-    return json.loads(text) if text else None
-
-
-def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
-    """Each comparison's pairs on the deciding metric and what a design at their sd could detect."""
-    asked = claim_questions(study)
-    rows = []
-    for label in study.variants[1:]:
-        diffs, _ = paired_differences(study, label, metric)
-        d = [x for x in diffs if x is not None and math.isfinite(x)]
-        question, margin = asked.get(label, (None, None))
-        looks = walk(diffs, design, question, margin)
-        settled = bool(looks) and looks[-1].decided
-        if len(d) < 2:
-            first = d[0] if d else math.nan
-            rows.append(Found(label, question, margin, len(d), first, math.nan, math.nan, None))
-            continue
-        mean, sd = sum(d) / len(d), paired_sd(d)
-        needs = None
-        if question in ("better", "worse", "none") and sd > 0 and not settled:
-            needs = seeds_needed(design, sd, question, margin)
-        rows.append(Found(label, question, margin, len(d), mean, sd,
-                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled))
-    return rows
-
-
-@dataclass(frozen=True)
-class Plans:
-    """A study's power plans: the one it recorded before its first cell (None for a study from before
-    pre-registration) and the one its own seeds give, for information only."""
-
-    design: Design
-    metric: str
-    registered: dict[str, Any] | None
-    recorded: dict[str, Any] | None
-    found: list[Found]
-
-
-def plans_of(study: Study) -> Plans | None:
-    """None where there is nothing to plan: not an ablation, no baseline, or fixed seeds (their verdicts are
-    fixed-sample tests, with no looks to plan). Read through ``Inputs.derived``: once per report."""
-    if study.kind != "ablation" or study.baseline is None:
-        return None
-    design = design_of(study)
-    if design is None:
-        return None
-    metric = decided_metric(study)
-    return Plans(design, metric, _recorded(study, record.PREREGISTERED), _recorded(study, record.POWER_PLAN),
-                 found_rows(study, design, metric))
 
 
 def setup_line(plans: Plans) -> str:
@@ -156,7 +83,7 @@ def part(inp: Inputs) -> Part | None:
                    if not f.settled and f.question in ("better", "worse", "none") and f.n >= 2]
     forecast = settled_forecast(plan, found)
     if forecast is not None:
-        blocks.append(Para(forecast.sentence()))
+        blocks.append(Para(forecast_sentence(forecast)))
     if open_claims:
         blocks.append(Para("Left open by this design: " + "; ".join(
             f"{f.label}: {new_study_advice(f.needed)}" for f in open_claims) + "."))
@@ -166,63 +93,6 @@ def part(inp: Inputs) -> Part | None:
                                       "settled": f.settled} for f in found],
                            "forecast": None if forecast is None else forecast.as_dict()}}
     return Part("mde", intro=blocks, data=data)
-
-
-@dataclass(frozen=True)
-class Forecast:
-    """How many comparisons the plan expected to settle, against how many the study settled.
-
-    Each comparison settles with the probability its plan gave it (its power at the effect it was sized
-    at), independently of the others, so the count settled is a Poisson-binomial variable: its mean is
-    the sum of the powers, and ``fewest`` is its 5% quantile, the fewest settled comparisons that chance
-    alone explains when the plan's noise and effects are right.
-    """
-
-    powers: dict[str, float]
-    settled: int
-
-    @property
-    def expected(self) -> float:
-        return sum(self.powers.values())
-
-    @property
-    def fewest(self) -> int:
-        dist = [1.0]  # dist[k]: probability that exactly k comparisons settle
-        for p in self.powers.values():
-            dist = [(dist[k] if k < len(dist) else 0.0) * (1 - p) + (dist[k - 1] * p if k else 0.0)
-                    for k in range(len(dist) + 1)]
-        below = 0.0
-        for k, prob in enumerate(dist):
-            below += prob
-            if below > 0.05:
-                return k
-        return len(dist) - 1
-
-    def sentence(self) -> str:
-        each = ", ".join(f"{label} {p:.2f}" for label, p in self.powers.items())
-        verdict = ("at least as many as planned" if self.settled >= round(self.expected)
-                   else "fewer than planned, within what chance explains" if self.settled >= self.fewest
-                   else "fewer than chance explains: the plan's noise or effects were optimistic")
-        return (f"**Planned against found.** The plan gave each comparison a power ({each}): "
-                f"{self.expected:.2f} of {len(self.powers)} expected to settle, and as few as {self.fewest} "
-                f"by chance alone (the 5% quantile). The study settled {self.settled}: {verdict}.")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"powers": self.powers, "expected": self.expected, "fewest_by_chance": self.fewest,
-                "settled": self.settled}
-
-
-def settled_forecast(plan: dict[str, Any] | None, found: list[Found]) -> Forecast | None:
-    """The plan's forecast of settled comparisons beside the count found; None without a sizing plan
-    (no plan, or one printed from the study's own seeds for information)."""
-    if not plan or plan.get("informational"):
-        return None
-    powers = {str(c["label"]): float(c["power"]) for c in plan.get("comparisons", [])
-              if isinstance(c.get("power"), int | float) and math.isfinite(c["power"])}
-    mine = [f for f in found if f.label in powers]
-    if not mine:
-        return None
-    return Forecast({f.label: powers[f.label] for f in mine}, sum(f.settled for f in mine))
 
 
 def new_study_advice(needed: int | None) -> str:
@@ -247,3 +117,16 @@ def _opening(registered: dict[str, Any] | None, plan: dict[str, Any] | None, des
         source = plan.get("source") or "no pilot (effects in units of the paired sd)"
         head += f" Its power plan sized the noise from {source}."
     return head
+
+
+def forecast_sentence(forecast: Forecast) -> str:
+    """The forecast line: the plan's powers, the count it expected and the fewest chance explains, against
+    the count the study settled."""
+    each = ", ".join(f"{label} {p:.2f}" for label, p in forecast.powers.items())
+    settled = forecast.settled
+    verdict = ("at least as many as planned" if settled >= round(forecast.expected)
+               else "fewer than planned, within what chance explains" if settled >= forecast.fewest
+               else "fewer than chance explains: the plan's noise or effects were optimistic")
+    return (f"**Planned against found.** The plan gave each comparison a power ({each}): "
+            f"{forecast.expected:.2f} of {len(forecast.powers)} expected to settle, and as few as "
+            f"{forecast.fewest} by chance alone (the 5% quantile). The study settled {settled}: {verdict}.")

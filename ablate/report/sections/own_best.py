@@ -15,15 +15,22 @@ import math
 from typing import Any
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.arm_verdicts import Twice, arm_design, pending_text, tuning, twice
+from ablate.report.compute.arm_verdicts import (
+    Change,
+    Twice,
+    arm_design,
+    changes,
+    pending_text,
+    show,
+    tuning,
+    twice,
+)
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.render import Block, Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
 from ablate.spec.study_sections import SearchParam
-from ablate.study.arm_settings import Change, changes
-from ablate.study.derived_specs import show
 from ablate.tracking import record
 
 

@@ -1,5 +1,6 @@
 """The report's opening lines: for each published result a study checks (``ablation.expect``), whether its
-runs reproduce it, contradict it, or cannot tell yet.
+runs reproduce it, contradict it, or cannot tell yet (the evidence and its judging:
+ablate/report/compute/claim_evidence.py; this module renders the lines).
 
 A claim is judged on the evidence the report's verdicts already use, never on a looser one:
 
@@ -9,7 +10,7 @@ A claim is judged on the evidence the report's verdicts already use, never on a 
 (ablate/report/compute/statistics.py).
 
 Whether the evidence reproduces a claim, contradicts it or settles neither is decided by
-``ablate.stats.verdict.judge`` (its rules: reproduced by a significant difference the claimed way, by an
+``ablate.stats.claims.judge`` (its rules: reproduced by a significant difference the claimed way, by an
 interval within a ``none`` claim's margin, by every paired seed equal for ``identical``; a variant that
 diverged in at least half of its runs while the baseline never did failed to train: that is the "fails"
 of a paper such as Xiong et al. 2020, post-LN without warm-up). This module gathers the evidence and
@@ -21,73 +22,23 @@ choice) and where the test split, on the same seeds and look, answers differentl
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import registry
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, twice
-from ablate.report.compute.comparisons import decided_metric, design_of, paired_differences
-from ablate.report.compute.loaded_study import EffectRow, Study, params_of, quality_meta, variant_diff
-from ablate.report.compute.val_and_test import OnBothSplits, regime, verdicts
+from ablate.report.compute.claim_evidence import Evidence, Outcome, claim_margin, claims_of, evidence, judge
+from ablate.report.compute.comparisons import Design, design_of
+from ablate.report.compute.loaded_study import Study, params_of, quality_meta, variant_diff
+from ablate.report.compute.val_and_test import HeldOut, OnBothSplits, regime, verdicts
 from ablate.report.render import Block, Bullets, Para, Section
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.seeds import reopened_phrase
 from ablate.spec.study_sections import Expectation
-from ablate.stats.power import seeds_needed
-from ablate.stats.sequential import Design, walk
-from ablate.stats.verdict import OPEN, Evidence, HeldOut, claim_margin, holm_significant, judge, read
-from ablate.tracking import record
 
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
              "none": "no effect", "identical": "identical to the baseline in every seed"}
-
-
-def claims_of(study: Study) -> list[Expectation]:
-    """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
-    text = study.parent["tags"].get(record.EXPECT)
-    return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
-
-
-def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None,
-             claim: Expectation | None = None) -> Evidence:
-    assert study.baseline is not None
-    metric = decided_metric(study) if design else study.primary
-    runs = study.of(variant)
-    diverged = sum(r.status == "diverged" for r in runs)
-    base_diverged = sum(r.status == "diverged" for r in study.of(study.baseline))
-    paired = paired_differences(study, variant, metric)[0]
-    diffs = [d for d in paired if d is not None and math.isfinite(d)]
-    differing = sum(d != 0 for d in diffs)
-    identical = bool(diffs) and differing == 0
-    nan = math.nan
-    if design is not None:
-        said = read(walk(paired, design, claim.effect if claim else None, claim.margin if claim else None))
-        look = said.look
-        if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
-            mean = sum(diffs) / len(diffs) if diffs else nan
-            return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
-                            identical, design.min_effect, diverged, len(runs), base_diverged)
-        needed = None
-        if look.final and claim is not None and claim.effect in ("better", "worse", "none") and look.sd > 0:
-            needed = seeds_needed(design, look.sd, claim.effect, claim.margin)
-        return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
-                        said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged, design.looks[-1] if look.final else None, needed)
-    row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
-    if row is None or not row.effect.tested:
-        diff = row.effect.diff if row is not None else nan
-        return Evidence(metric, diff, nan, nan, "95% CI", row.effect.n_min if row else 0, False, differing,
-                        identical, None, diverged, len(runs), base_diverged)
-    e = row.effect
-    # A fixed seed list's comparisons are one family too: significance by the Holm-adjusted p of the
-    # effects table, not the comparison's own p.
-    kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
-    kind += f"; Holm-adjusted p {st.fmt_p(row.p_holm)}"
-    significant = holm_significant(e.diff, row.p_holm)
-    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, significant, differing, identical, None,
-                    diverged, len(runs), base_diverged)
 
 
 def as_run(study: Study, variant: str) -> str:
@@ -209,7 +160,7 @@ class ClaimReading:
 
     claim: Expectation
     ev: Evidence | None  # None: the study has no runs of the claim's variant yet
-    outcome: str
+    outcome: Outcome
     why: str
     found: str  # the difference, its interval and seeds, in words ("" without evidence)
     after: str  # what a hostile reader needs beside the finding: size, the test split, the own-best arm
@@ -223,9 +174,9 @@ def read_claim(study: Study, claim: Expectation, inp: Inputs, design: Design | N
                on_test: dict[str, OnBothSplits], own: dict[str, Twice], unconverged: bool) -> ClaimReading:
     ev = (evidence(study, claim.variant, inp.effects, design, claim) if claim.variant in study.variants
           else None)
-    after = ""
+    after, found = "", ""
     if ev is None:
-        outcome, why, found = OPEN, "the study has no runs of this variant yet", ""
+        outcome, why = judge(claim, None, True)
     else:
         unit, dec, higher = quality_meta(ev.metric)
         v = on_test.get(claim.variant)

@@ -11,17 +11,26 @@ from __future__ import annotations
 import math
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.comparisons import Comparison, comparisons, decided_metric, design_of
+from ablate.report.compute.comparisons import (
+    METHOD,
+    POWER,
+    Comparison,
+    Design,
+    Look,
+    Reading,
+    comparisons,
+    decided_metric,
+    design_of,
+    look_answer,
+)
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.render import Para, Section, Table
 from ablate.report.section_api import Inputs, Part
-from ablate.stats.sequential import METHOD, POWER, Design
-from ablate.stats.verdict import Look, Reading, read
 
 
 def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
     """What one look reads in words, its margin spelled out: 'worse' / 'no effect as large as ±0.5 BLEU'."""
-    said = read([look], higher).answer
+    said = look_answer(look, higher)
     return f"no effect as large as ±{design.min_effect:g} {unit}" if said == "no effect" else said
 
 

@@ -6,6 +6,7 @@ identity in ``report.json``.
 from __future__ import annotations
 
 from ablate.report.compute.arm_verdicts import every_run
+from ablate.report.compute.detectable_effects import plans_of
 from ablate.report.compute.loaded_study import QUALITY, Study
 from ablate.report.compute.logged_datasets import data_note
 from ablate.report.render import Block, Bullets, Note, Section
@@ -44,7 +45,7 @@ def part(inp: Inputs) -> Part:
         items.insert(1, f"Design: `{p['params']['ablation.design']}`")
     if study.arms or study.searches:
         items.insert(2, arms_text(study))
-    if (plans := inp.derived(mde.plans_of)) is not None:
+    if (plans := inp.derived(plans_of)) is not None:
         items.append(mde.setup_line(plans))
     items.append("Data, hardware, versions and the baseline's full spec: see the last section")
     blocks: list[Block] = [Bullets(items)]

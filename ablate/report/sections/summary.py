@@ -13,14 +13,13 @@ from __future__ import annotations
 from ablate.report.compute.arm_verdicts import pending_text, twice
 from ablate.report.compute.bounds import bound_text
 from ablate.report.compute.comparisons import decided_metric, design_of
-from ablate.report.compute.loaded_study import Study, quality_meta, variant_diff
+from ablate.report.compute.loaded_study import quality_meta, scale_changes
 from ablate.report.compute.val_and_test import regime, verdicts
 from ablate.report.render import Block, Bullets, Note, Para
 from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.forest_plot import test_text
 from ablate.report.sections.larger_scale import deciding_words, holds_at_both, nothing_to_check
 from ablate.report.sections.seeds import sequential_lines
-from ablate.study.sizing import scale_note
 
 
 def part(inp: Inputs) -> Part:
@@ -60,14 +59,6 @@ def part(inp: Inputs) -> Part:
     if awaited := [t for t in both if t.pending and t.base.settled]:
         intro.append(Para(f"**{pending_text(awaited)}** (see Each variant at its own best)"))
     return Part("summary", intro=intro, data={"warnings": warnings})
-
-
-def scale_changes(study: Study, metric: str) -> list[str]:
-    """Per variant whose settings change the verdicts' metric's own scale (label smoothing, the tokenizer
-    on a loss), the sentence the plan prints too (ablate.study.sizing.scale_note)."""
-    notes = (scale_note(f"`{variant}`", metric, (k for k, _, _ in variant_diff(study, variant)))
-             for variant in study.variants[1:])
-    return [note for note in notes if note is not None]
 
 
 def _both_scales(inp: Inputs) -> list[Block]:

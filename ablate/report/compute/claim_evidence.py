@@ -1,0 +1,69 @@
+"""The published results a study checks (``ablation.expect``), as evidence for ``ablate.stats.claims.judge``:
+the claims the parent run carries, and each claim's evidence read the way the report's verdicts read it
+(the sequential interval of a study with adaptive seeds, on the metric it decided by, else the
+fixed-sample effect of the Effects table with its Holm-adjusted p). ablate/report/sections/published.py
+renders the lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ablate.report.compute import statistics as st
+from ablate.report.compute.comparisons import decided_metric, paired_differences
+from ablate.report.compute.loaded_study import EffectRow, Study
+from ablate.spec.study_sections import Expectation
+from ablate.stats.claims import Evidence, Outcome, claim_margin, judge
+from ablate.stats.power import seeds_needed
+from ablate.stats.sequential import Design, walk
+from ablate.stats.verdict import holm_significant, read
+from ablate.tracking import record
+
+__all__ = ["Evidence", "Outcome", "claim_margin", "claims_of", "evidence", "judge"]
+
+
+def claims_of(study: Study) -> list[Expectation]:
+    """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
+    text = study.parent["tags"].get(record.EXPECT)
+    return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
+
+
+def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None,
+             claim: Expectation | None = None) -> Evidence:
+    assert study.baseline is not None
+    metric = decided_metric(study) if design else study.primary
+    runs = study.of(variant)
+    diverged = sum(r.status == "diverged" for r in runs)
+    base_diverged = sum(r.status == "diverged" for r in study.of(study.baseline))
+    paired = paired_differences(study, variant, metric)[0]
+    diffs = [d for d in paired if d is not None and math.isfinite(d)]
+    differing = sum(d != 0 for d in diffs)
+    identical = bool(diffs) and differing == 0
+    nan = math.nan
+    if design is not None:
+        said = read(walk(paired, design, claim.effect if claim else None, claim.margin if claim else None))
+        look = said.look
+        if look is None:  # fewer pairs than the first planned look: the mean so far, no interval yet
+            mean = sum(diffs) / len(diffs) if diffs else nan
+            return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
+                            identical, design.min_effect, diverged, len(runs), base_diverged)
+        needed = None
+        if look.final and claim is not None and claim.effect in ("better", "worse", "none") and look.sd > 0:
+            needed = seeds_needed(design, look.sd, claim.effect, claim.margin)
+        return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
+                        said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
+                        base_diverged, design.looks[-1] if look.final else None, needed)
+    row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
+    if row is None or not row.effect.tested:
+        diff = row.effect.diff if row is not None else nan
+        return Evidence(metric, diff, nan, nan, "95% CI", row.effect.n_min if row else 0, False, differing,
+                        identical, None, diverged, len(runs), base_diverged)
+    e = row.effect
+    # A fixed seed list's comparisons are one family too: significance by the Holm-adjusted p of the
+    # effects table, not the comparison's own p.
+    kind = "bootstrap 95% CI" if e.interval == "bootstrap" else "95% CI"
+    kind += f"; Holm-adjusted p {st.fmt_p(row.p_holm)}"
+    significant = holm_significant(e.diff, row.p_holm)
+    return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, significant, differing, identical, None,
+                    diverged, len(runs), base_diverged)

@@ -1,0 +1,136 @@
+"""What a study's design could settle, computed for the report's opening table and its Setup line
+(ablate/report/sections/mde.py renders them): the power plan the study recorded before its first cell
+(ablate/study/sizing.py) read back from its parent run, each comparison's pairs on the deciding metric
+with what a design at their spread detects and the seeds a new study would need, and the plan's forecast
+of settled comparisons beside the count found.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
+from ablate.report.compute.loaded_study import Study
+from ablate.stats.power import detectable, seeds_needed
+from ablate.stats.sequential import Design, Question, walk
+from ablate.study.pilot import paired_sd
+from ablate.tracking import record
+
+
+@dataclass(frozen=True)
+class Found:
+    """One comparison as the study's own seeds read it."""
+
+    label: str
+    question: Question
+    margin: float | None
+    n: int
+    diff: float
+    sd: float
+    detectable: float  # at the study's design and this sd (NaN below two pairs)
+    needed: int | None  # seeds.max a new study would need for the claim at this sd (None: > 100, no claim)
+    settled: bool = False  # the study's own looks answered the comparison's question
+
+
+def _recorded(study: Study, tag: str) -> dict[str, Any] | None:
+    text = study.parent["tags"].get(tag)
+    return json.loads(text) if text else None
+
+
+def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
+    """Each comparison's pairs on the deciding metric and what a design at their sd could detect."""
+    asked = claim_questions(study)
+    rows = []
+    for label in study.variants[1:]:
+        diffs, _ = paired_differences(study, label, metric)
+        d = [x for x in diffs if x is not None and math.isfinite(x)]
+        question, margin = asked.get(label, (None, None))
+        looks = walk(diffs, design, question, margin)
+        settled = bool(looks) and looks[-1].decided
+        if len(d) < 2:
+            first = d[0] if d else math.nan
+            rows.append(Found(label, question, margin, len(d), first, math.nan, math.nan, None))
+            continue
+        mean, sd = sum(d) / len(d), paired_sd(d)
+        needs = None
+        if question in ("better", "worse", "none") and sd > 0 and not settled:
+            needs = seeds_needed(design, sd, question, margin)
+        rows.append(Found(label, question, margin, len(d), mean, sd,
+                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled))
+    return rows
+
+
+@dataclass(frozen=True)
+class Plans:
+    """A study's power plans: the one it recorded before its first cell (None for a study from before
+    pre-registration) and the one its own seeds give, for information only."""
+
+    design: Design
+    metric: str
+    registered: dict[str, Any] | None
+    recorded: dict[str, Any] | None
+    found: list[Found]
+
+
+def plans_of(study: Study) -> Plans | None:
+    """None where there is nothing to plan: not an ablation, no baseline, or fixed seeds (their verdicts are
+    fixed-sample tests, with no looks to plan). Read through ``Inputs.derived``: once per report."""
+    if study.kind != "ablation" or study.baseline is None:
+        return None
+    design = design_of(study)
+    if design is None:
+        return None
+    metric = decided_metric(study)
+    return Plans(design, metric, _recorded(study, record.PREREGISTERED), _recorded(study, record.POWER_PLAN),
+                 found_rows(study, design, metric))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """How many comparisons the plan expected to settle, against how many the study settled.
+
+    Each comparison settles with the probability its plan gave it (its power at the effect it was sized
+    at), independently of the others, so the count settled is a Poisson-binomial variable: its mean is
+    the sum of the powers, and ``fewest`` is its 5% quantile, the fewest settled comparisons that chance
+    alone explains when the plan's noise and effects are right.
+    """
+
+    powers: dict[str, float]
+    settled: int
+
+    @property
+    def expected(self) -> float:
+        return sum(self.powers.values())
+
+    @property
+    def fewest(self) -> int:
+        dist = [1.0]  # dist[k]: probability that exactly k comparisons settle
+        for p in self.powers.values():
+            dist = [(dist[k] if k < len(dist) else 0.0) * (1 - p) + (dist[k - 1] * p if k else 0.0)
+                    for k in range(len(dist) + 1)]
+        below = 0.0
+        for k, prob in enumerate(dist):
+            below += prob
+            if below > 0.05:
+                return k
+        return len(dist) - 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"powers": self.powers, "expected": self.expected, "fewest_by_chance": self.fewest,
+                "settled": self.settled}
+
+
+def settled_forecast(plan: dict[str, Any] | None, found: list[Found]) -> Forecast | None:
+    """The plan's forecast of settled comparisons beside the count found; None without a sizing plan
+    (no plan, or one printed from the study's own seeds for information)."""
+    if not plan or plan.get("informational"):
+        return None
+    powers = {str(c["label"]): float(c["power"]) for c in plan.get("comparisons", [])
+              if isinstance(c.get("power"), int | float) and math.isfinite(c["power"])}
+    mine = [f for f in found if f.label in powers]
+    if not mine:
+        return None
+    return Forecast({f.label: powers[f.label] for f in mine}, sum(f.settled for f in mine))

@@ -1,0 +1,162 @@
+"""Published results judged: whether a study reproduces, contradicts or has not settled a claim it checks
+(``ablation.expect``), on the evidence its verdicts rest on (:class:`Evidence`: the sequential interval of a
+study with adaptive seeds, else the fixed-sample effect with its Holm-adjusted significance), by
+:func:`judge`'s rules. Part of the statistics floor: pure arithmetic on numbers, nothing of ablate but the
+spec's claim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ablate.spec.study_sections import Expectation
+from ablate.stats.verdict import none_margin
+
+
+class Outcome(StrEnum):
+    """What a study says of a published result it checks (``ablation.expect``)."""
+
+    REPRODUCED = "reproduced"
+    CONTRADICTED = "contradicted"
+    NOT_SETTLED = "not settled"
+
+
+REPRODUCED, CONTRADICTED, OPEN = Outcome.REPRODUCED, Outcome.CONTRADICTED, Outcome.NOT_SETTLED
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runs say about one variant against the baseline on ``metric``."""
+
+    metric: str
+    diff: float  # variant - baseline (NaN: nothing to compare)
+    lo: float  # the interval the verdict rests on (NaN: none)
+    hi: float
+    interval: str  # e.g. 'repeated 95% CI' or '95% CI'
+    n: int  # pairs or seeds behind it
+    significant: bool  # the interval excludes zero by the report's own test
+    differing: int  # paired seeds whose values differ from the baseline's (for 'identical')
+    identical: bool  # paired, at least one pair, every pair exactly equal
+    min_effect: float | None  # the study's smallest effect worth knowing
+    diverged: int  # the variant's runs that diverged
+    runs: int
+    base_diverged: int
+    max_reached: int | None = None  # seeds.max of an adaptive study whose last planned look this is
+    # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
+    # plan, ablate/stats/power.py; None: more than its limit, or not computed)
+    seeds_needed: int | None = None
+
+
+def claim_margin(claim: Expectation, min_effect: float | None) -> float | None:
+    """The equivalence margin of an ``effect: none`` claim: its own, else the study's min_effect."""
+    return none_margin("none", claim.margin, min_effect)
+
+
+def judge(claim: Expectation, ev: Evidence | None, higher_is_better: bool, unit: str = ""
+          ) -> tuple[Outcome, str]:
+    """(outcome, why) of one claim on its evidence. ``worse`` / ``better`` are reproduced by a significant
+    difference that way, contradicted by one the other way, by identical seeds or by an interval inside
+    +-min_effect; ``none`` by an interval within +-margin (reproduced) or wholly beyond it (contradicted);
+    ``identical`` by every paired seed equal (or any differing). A variant that diverged in at least half
+    its runs while the baseline never did failed to train: it reproduces ``worse``, contradicts the rest.
+    ``unit``: the metric's, for the margin a reproduced direction clears. No evidence (``ev`` None: no run
+    of the variant yet) settles nothing."""
+    if ev is None:
+        return OPEN, "the study has no runs of this variant yet"
+    failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
+    if claim.effect == "identical":
+        return _judge_identical(ev, failed)
+    if claim.effect == "none":
+        return _judge_none(claim, ev, failed, higher_is_better)
+    wanted_better = claim.effect == "better"
+    if failed:
+        return (CONTRADICTED if wanted_better else REPRODUCED), "it failed to train (diverged)"
+    if ev.significant:
+        found_better = _found_better(ev, higher_is_better)
+        found = "better" if found_better else "worse"
+        if found_better != wanted_better:
+            return CONTRADICTED, f"significantly {found}"
+        return REPRODUCED, f"significantly {found}{_how_much(ev, unit)}"
+    if ev.identical:
+        return CONTRADICTED, "identical to the baseline in every paired seed"
+    m, has_ci = ev.min_effect, _has_ci(ev)
+    if has_ci and m is not None and -m <= ev.lo and ev.hi <= m:
+        return CONTRADICTED, f"no effect as large as ±{m:g}"
+    if not has_ci:
+        return OPEN, _too_few(ev)
+    return OPEN, ("no significant difference at the study's maximum of "
+                  f"{ev.max_reached} seeds ({_new_study(ev)})" if ev.max_reached
+                  else "no significant difference yet")
+
+
+def _judge_identical(ev: Evidence, failed: bool) -> tuple[Outcome, str]:
+    if ev.identical:
+        return REPRODUCED, f"the same value in all {ev.n} paired seeds"
+    if ev.differing:
+        return CONTRADICTED, f"{ev.differing} paired seed(s) differ from the baseline"
+    if failed:
+        return CONTRADICTED, "it diverged where the baseline did not"
+    return OPEN, "no seed where both it and the baseline finished"
+
+
+def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better: bool
+                ) -> tuple[Outcome, str]:
+    margin = claim_margin(claim, ev.min_effect)
+    assert margin is not None  # the spec refuses 'none' without one
+    has_ci = _has_ci(ev)
+    if ev.identical:
+        return REPRODUCED, "identical to the baseline in every paired seed"
+    if failed:
+        return CONTRADICTED, "it diverged where the baseline did not"
+    if has_ci and -margin <= ev.lo and ev.hi <= margin:
+        return REPRODUCED, f"the interval lies within ±{margin:g}"
+    if has_ci and (ev.lo > margin or ev.hi < -margin):
+        return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
+    if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin
+        found = "better" if _found_better(ev, higher_is_better) else "worse"
+        # Adaptive seeds (evidence with a min_effect) go on for a `none` claim until its interval lies
+        # within the margin or wholly beyond it (answers()), up to the maximum.
+        more = (f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+                if ev.max_reached
+                else f"the study adds seeds until it lies within ±{margin:g} or wholly beyond"
+                if ev.min_effect is not None else "more seeds would tell")
+        return OPEN, f"significantly {found}, but the interval still reaches within ±{margin:g}: {more}"
+    return OPEN, (f"the interval reaches beyond ±{margin:g}: {_more_seeds(ev)}" if has_ci else _too_few(ev))
+
+
+def _has_ci(ev: Evidence) -> bool:
+    return math.isfinite(ev.lo) and math.isfinite(ev.hi)
+
+
+def _how_much(ev: Evidence, unit: str) -> str:
+    """Whether a reproduced direction also clears the study's min_effect, in the metric's unit."""
+    m = ev.min_effect
+    if m is None or not _has_ci(ev):
+        return ""
+    if min(abs(ev.lo), abs(ev.hi)) >= m:
+        return f", by at least {m:g} {unit}"
+    return f" in direction only: its interval does not clear the {m:g} {unit} this study cares about"
+
+
+def _more_seeds(ev: Evidence) -> str:
+    if ev.max_reached:  # only a new study could settle it: this one's design never moves
+        return f"the study's maximum of {ev.max_reached} seeds is reached ({_new_study(ev)})"
+    return "more seeds would tell"
+
+
+def _new_study(ev: Evidence) -> str:
+    if ev.seeds_needed is not None:
+        return f"a new study with seeds.max {ev.seeds_needed} would tell"
+    return "a new study would need more than 100 seeds at this spread"
+
+
+def _found_better(ev: Evidence, higher_is_better: bool) -> bool:
+    return (ev.diff > 0) == higher_is_better
+
+
+def _too_few(ev: Evidence) -> str:
+    if ev.n:
+        return "too few paired seeds for an interval yet"
+    return "no seed where both it and the baseline finished"
