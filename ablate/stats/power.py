@@ -43,7 +43,7 @@ from ablate.stats.sequential import (
     Question,
     planned_looks,
 )
-from ablate.stats.verdict import interval_answers, within
+from ablate.stats.verdict import equivalent, interval_answers
 
 PATHS = 20_000  # Monte Carlo error of a power near 0.8: sqrt(.8 * .2 / 2e4) = 0.003
 SIMULATION_SEED = 1
@@ -95,14 +95,14 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
     half = crit * spread / np.sqrt(looks)
     lo, hi = mean - half, mean + half
     width = design.min_effect if margin is None else margin
-    answers = interval_answers(lo, hi, question, width, design.min_effect)  # (paths, looks)
+    answers = interval_answers(lo, hi, question, width, design.min_effect, looks)  # (paths, looks)
     answered = answers.any(axis=1)
     stop = np.where(answered, answers.argmax(axis=1), len(looks) - 1)  # the deciding look, else the last
     rows = np.arange(len(stop))
     lo_s, hi_s = lo[rows, stop], hi[rows, stop]
     inside = np.zeros_like(answered)  # a none claim answered inside its margin reads none, not an effect
     if question == "none" and width is not None:
-        inside = within(lo_s, hi_s, width)
+        inside = equivalent(lo_s, hi_s, width, looks[stop])
     positive = answered & (lo_s > 0.0) & ~inside
     negative = answered & (hi_s < 0.0) & ~inside
     small = answered & ~positive & ~negative
