@@ -110,6 +110,18 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
                     float((~answered).mean()), float(looks[stop].mean()))
 
 
+def seeds_to_settle(design: Design, sd: float, question: Question, margin: float | None, step: int = 1,
+                    most: int = MOST_SEEDS) -> int | None:
+    """The seeds.max that settles a comparison: its claim's (`seeds_needed`); without a claim, either way
+    (an effect of min_effect found, and a true zero read as no effect as large as min_effect, each with
+    probability POWER: the larger of the two), since a comparison without a claim may end in either."""
+    if question is None and design.min_effect is not None:
+        both = [seeds_needed(design, sd, None, margin, step, most),
+                seeds_needed(design, sd, "none", design.min_effect, step, most)]
+        return None if None in both else max(n for n in both if n is not None)
+    return seeds_needed(design, sd, question, margin, step, most)
+
+
 def claim_power(design: Design, sd: float, question: Question, margin: float | None) -> float | None:
     """The chance the claim's own question is answered the way a true claim would be: a ``better`` /
     ``worse`` claim (or none) whose true effect is ``min_effect`` ends in that effect; a ``none`` claim whose
