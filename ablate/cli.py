@@ -201,9 +201,10 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    help="the study's spec file, its study name or parent run id (its MLflow experiment or "
                    "parent run)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/STUDY)")
-    p.add_argument("--format", dest="table_format", choices=("latex", "csv"),
+    p.add_argument("--format", dest="table_format", choices=("latex", "csv"), action="append",
                    help="also write the effects as a table for a paper: effects.tex (booktabs: Δ, interval, "
-                   "seeds, verdict, the test split beside it) or effects.csv, the same rows")
+                   "seeds, verdict, the test split beside it) or effects.csv, the same rows; give it twice "
+                   "(--format latex --format csv) for both from one build of the report")
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ only each report's date line (report.md, report.html, report.json).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -35,4 +36,8 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="reports/<name> folders to regenerate (default: every one "
+                        "with an export)")
+    sys.exit(main(parser.parse_args().names))

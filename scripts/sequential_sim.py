@@ -3,7 +3,7 @@
     python scripts/sequential_sim.py [--min 3] [--max 8] [--step 1] [--min-effect E] [--reps 10000]
 
 Each repetition is one comparison: per-seed differences ~ Normal(effect, 1) (the effect in seed-to-seed
-standard deviations), walked through the planned looks as `ablate ablate` walks them. Prints, per true
+standard deviations), walked through the planned looks as `ablate study` walks them. Prints, per true
 effect, how often an effect is declared, how often "no effect as large as min_effect" is, the mean number
 of seeds spent, and what a fixed design with the maximum number of seeds (one paired t-test) would find.
 """

@@ -4,13 +4,16 @@
 
 In a fresh folder it runs a quickstart-size run and a 4-cell ablation study (residual pre/post-norm x
 seeds 0, 1; a few dozen steps each), starts `ablate ui` on a free port, and loads in headless Chromium
-(Debian's ``chromium``): the URL `ablate ui` prints for the latest study, the study's parent run, a
-cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``) and MLflow's REST API (what
-those pages render), that the runs are named ``variant · seed N``, both seeds appear, the experiment opens
-in the model-training view (not the GenAI traces page) and the metric the study ranks by is named. It
-saves a screenshot of each page under ``--out`` (default ``ui-check/``) for a person to look at, then
-stops the UI with SIGTERM and checks that its MLflow server went with it. Exit code 0 when every check
-passes; 77 when chromium is missing (CI skips then).
+(Debian's ``chromium``): the URL `ablate ui` prints for the latest study (its comparison: MLflow's runs
+page in its chart view, the cells grouped by variant with their seeds pooled, on the deciding metric),
+the study's parent run, a cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``)
+and MLflow's REST API (what those pages render), that the comparison shows one group per variant and the
+metric's charts and no parent run, that the runs are named ``variant · seed N``, both seeds appear, the
+experiment opens in the model-training view (not the GenAI traces page) and the metric the study ranks
+by is named. It saves a screenshot of each page under ``--out`` (default ``ui-check/``) for a person to
+look at (``comparison.png`` is docs/img/mlflow-comparison.png), then stops the UI with SIGTERM and checks
+that its MLflow server went with it. Exit code 0 when every check passes; 77 when chromium is missing (CI
+skips then).
 """
 
 from __future__ import annotations
@@ -69,11 +72,11 @@ def api(base: str, path: str, body: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
-def browse(browser: str, url: str, shot: Path, budget_ms: int = 15000) -> str:
+def browse(browser: str, url: str, shot: Path, budget_ms: int = 30000) -> str:
     """The page's DOM after ``budget_ms`` of virtual time, and its screenshot at ``shot``."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-             "--window-size=1600,1000", f"--virtual-time-budget={budget_ms}"]
+             "--window-size=1800,1100", f"--virtual-time-budget={budget_ms}"]
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run([browser, *flags, f"--user-data-dir={profile}", f"--screenshot={shot}", url],
                        capture_output=True, timeout=180, check=False)
@@ -109,22 +112,26 @@ def main(argv: list[str] | None = None) -> int:
     if not args.store:
         run_spec, study_spec = write_specs(folder, args.steps)
         ablate(folder, "run", str(run_spec))
-        ablate(folder, "ablate", str(study_spec))
+        ablate(folder, "study", str(study_spec))
     ui = subprocess.Popen([sys.executable, "-m", "ablate", "ui", "--port", "0"], cwd=folder,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, "MLFLOW_TRACKING_URI": ""})
     try:
         assert ui.stdout is not None
-        lines = [ui.stdout.readline() for _ in range(2)]
+        lines = [ui.stdout.readline() for _ in range(3)]
         print("".join(lines), end="")
         base = re.search(r"MLflow UI: (http://[0-9.:]+)", lines[0])
         latest = re.search(r"latest .*: (http://\S+)", lines[1])
-        check(base is not None and latest is not None, "`ablate ui` prints the UI and the latest study's URL")
-        if base is None or latest is None:
+        parent_page = re.search(r"its parent run .*: (http://\S+)", lines[2])
+        check(base is not None and latest is not None and parent_page is not None,
+              "`ablate ui` prints the UI, the latest study's comparison and its parent run's URL")
+        if base is None or latest is None or parent_page is None:
             return 1
         url = base.group(1)
         check(f"ablation study {STUDY}" in lines[1] and "final/val/exact_match" in lines[1],
               "the latest target is the study, with the metric it ranks by")
+        check("viewStateShareKey=" in latest.group(1) and "compareRunsMode=CHART" in latest.group(1),
+              "the study opens on its comparison: a shared view of the runs page in its chart view")
 
         exps = {e["name"]: e for e in api(url, "experiments/search", {"max_results": 100})["experiments"]}
         exp = exps[STUDY]
@@ -152,17 +159,28 @@ def main(argv: list[str] | None = None) -> int:
         single_exp = exps["ui-run"]["experiment_id"]
         single = api(url, "runs/search", {"experiment_ids": [single_exp]})["runs"][0]
         ml = "?workflowType=machine_learning"
-        check(parent_id in latest.group(1), "`ablate ui` links the study's parent run")
+        check(parent_id in parent_page.group(1), "`ablate ui` links the study's parent run")
         pages = {
-            "study": latest.group(1),
+            "comparison": latest.group(1),
+            "study": parent_page.group(1),
             "study-runs": f"{url}/#/experiments/{exp_id}/runs{ml}",
             "cell-run": f"{url}/#/experiments/{exp_id}/runs/{child['info']['run_id']}{ml}",
             "single-run": f"{url}/#/experiments/{single_exp}/runs/{single['info']['run_id']}{ml}",
         }
         doms = {}
         for name, page in pages.items():
-            doms[name] = browse(browser, page, out / f"{name}.png")
+            # the comparison's charts draw after the runs' metric histories load: give them the time
+            doms[name] = browse(browser, page, out / f"{name}.png", 60000 if name == "comparison" else 30000)
             print(f"     {name}: {page} -> {out / (name + '.png')}", flush=True)
+        compare = doms["comparison"]
+        groups = re.findall(r"Group: ([^<]+)<", compare)
+        check(sorted(g.strip() for g in groups) == ["baseline", "residual=post_norm"],
+              f"the comparison groups the cells by variant, the parent run left out: {groups}")
+        check("Group by: ablate.variant" in compare.replace("\xa0", " ") and "js-plotly-plot" in compare
+              and re.search(r">(final/)?val/exact_match<", compare) is not None,
+              "the comparison charts the deciding metric, grouped by the variant tag")
+        check("You're viewing a shared view" in compare.replace("&#39;", "'"),
+              "the study's shared view applies")
         study_dom = doms["study"]
         check(all(n in study_dom for n in want), "the study's page lists every cell by variant and seed")
         check("final/val/exact_match" in study_dom, "the study's page names the metric it ranks by")

@@ -1,7 +1,7 @@
 """The tiny studies the report tests read, and the committed exports of the two that are not retrained.
 
 `ablate report` is tested on real studies: an ablation (baseline, post-norm and a variant that diverges,
-three seeds) and a 2 x 2 full factorial (two seeds) were trained once by `ablate ablate` and exported with
+three seeds) and a 2 x 2 full factorial (two seeds) were trained once by `ablate study` and exported with
 `ablate export` into ``tests/fixtures/report-studies/``; the report tests import them into a fresh MLflow
 store and Optuna storage (`ablate import`, the path a study spread over machines takes) instead of training
 their 17 runs at every test session. The one-seed study with explicit attention (whose heat maps need its

@@ -122,17 +122,47 @@ def test_status_report_and_export_take_the_spec_or_the_name(imported: Path, monk
     assert len(list((imported / "exported" / "cells").iterdir())) == 9
 
 
-def test_ui_given_a_study_links_its_parent_run(imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_study_in_a_store_lists_the_studies_it_has(imported: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    capsys.readouterr()
+    assert main(["report", "rep-ab"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: unknown study 'rep-ab': no MLflow parent run with that name or id in sqlite:///"
+                    f"{imported / 'mlflow.db'}; its studies: rep-abl; did you mean 'rep-abl'?")
+
+
+def test_ui_given_a_study_opens_its_comparison_and_links_its_parent_run(
+        imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ablate ui` used to land on the experiment list, and the study's link on its parent run's overview:
+    it opens MLflow's runs page in its chart view, the cells grouped by variant on the deciding metric (a
+    shared view MLflow keeps as an experiment tag; the browser check renders it: scripts/ui_check.py)."""
+    import json
+
+    from mlflow import MlflowClient
+
     from ablate.tracking.server import _study_parent, study_target
 
     monkeypatch.chdir(imported)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    uri = f"sqlite:///{imported / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     parent = _study_parent("rep-abl.yaml")
     assert parent == _study_parent("rep-abl")
-    what, url = study_target(parent, "http://127.0.0.1:5000")
-    assert what == "ablation study rep-abl"
-    assert url.startswith(f"http://127.0.0.1:5000/#/experiments/{parent['experiment_id']}/runs/"
-                          f"{parent['run_id']}?")
+    target = study_target(parent, uri, "http://127.0.0.1:5000")
+    exp = parent["experiment_id"]
+    assert target.what == ("ablation study rep-abl (its cells by variant, seeds pooled, on "
+                           "final/val/exact_match)")
+    assert target.parent_url == (f"http://127.0.0.1:5000/#/experiments/{exp}/runs/{parent['run_id']}"
+                                 "?workflowType=machine_learning")
+    key = re.fullmatch(rf"http://127\.0\.0\.1:5000/#/experiments/{exp}/runs\?viewStateShareKey=(ablate-\w+)"
+                       r"&compareRunsMode=CHART&workflowType=machine_learning", target.url).group(1)
+    state = json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
+    assert state["groupBy"] == {"groupByKeys": [{"mode": "tag", "groupByData": "ablate.variant"}],
+                                "aggregateFunction": "average"}
+    assert state["chartsSearchFilter"] == "val/exact_match"
+    assert state["searchFilter"] == "tags.`ablate.kind` = 'cell'"
+    assert study_target(parent, uri, "http://127.0.0.1:5000") == target  # written once, the same view
 
 
 # ---------------------------------------------------------------- -v / -q anywhere
@@ -194,6 +224,18 @@ def test_study_is_the_command_and_ablate_its_alias() -> None:
         args = build_parser().parse_args([word, "x.yaml", "--dry-run"])
         assert args.command == "study" and args.dry_run
     assert COMMAND["ablate"] is COMMAND["study"]
+
+
+def test_every_hint_message_and_doc_names_the_command_study() -> None:
+    """The README teaches `ablate study`; a hint, message, report or doc saying `ablate ablate` (the alias)
+    left a user with two names for one command. Only the command table names the alias."""
+    repo = Path(__file__).resolve().parents[1]
+    files = [*repo.glob("ablate/**/*.py"), *repo.glob("docs/*.md"), repo / "README.md",
+             repo / "CONTRIBUTING.md", *repo.glob("reports/*/report.md"), *repo.glob("reports/*/report.html"),
+             *repo.glob("experiments/**/*.yaml"), *repo.glob("scripts/*.py")]
+    found = [f"{path.relative_to(repo)}:{text[:m.start()].count(chr(10)) + 1}" for path in files
+             for text in [path.read_text()] for m in re.finditer(r"ablate\s+ablate\b", text)]  # wrapped too
+    assert found == ["ablate/cli.py:28", "ablate/cli.py:269"]  # the examples' and the table's alias note
 
 
 # ---------------------------------------------------------------- common names

@@ -1,5 +1,5 @@
 """README.md keeps working as a user reads it: each spec it shows validates (and a study's cells expand as
-`ablate ablate --dry-run` expands them), each `ablate ...` command parses with the real command line
+`ablate study --dry-run` expands them), each `ablate ...` command parses with the real command line
 parser and names files that exist, its set-up commands are the ones CI runs, and its links lead somewhere."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_each_readme_spec_validates(block: str, tmp_path: Path, monkeypatch: pyt
     path = tmp_path / f"{spec_data['name']}.yaml"
     path.write_text(block)
     spec = load_spec(path)
-    if spec.ablation is not None:  # every variant a valid spec, as `ablate ablate --dry-run` checks
+    if spec.ablation is not None:  # every variant a valid spec, as `ablate study --dry-run` checks
         plan = plan_study(str(path))
         if spec.ablation.design == "full_factorial":  # every combination of the axes
             assert len(plan.variants) == math.prod(len(values) for values in spec.ablation.axes.values())

@@ -1,5 +1,5 @@
 """A synthetic study with a known answer for ``ablation.tune`` and ``ablation.confirm``, and a
-stand-in for training that records real MLflow runs, so `ablate ablate` and `ablate report` run end to end
+stand-in for training that records real MLflow runs, so `ablate study` and `ablate report` run end to end
 in seconds.
 
 The answer, by construction (`score`):

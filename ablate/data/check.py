@@ -1,6 +1,7 @@
-"""The data files a spec names, checked before anything runs: `ablate validate`, every `--dry-run`, and the
-start of `ablate study` / `ablate tune`, so that a missing or malformed file is reported at once rather than
-when the first cell starts training.
+"""The data files a spec names, checked before anything runs or is written: `ablate validate`, `ablate run`,
+every `--dry-run`, and the start of `ablate study` (local or ``--slurm``) and `ablate tune`, so that a
+missing or malformed file is reported at once, in the same located lines by every command, rather than when
+a run or the first cell starts training (and leaves a run folder behind).
 
 Each named file must exist, be readable and hold a non-empty line; parallel ``src``/``tgt`` files must have
 the same number of lines; a TSV or JSONL file (and any text file) must parse on its first ``HEAD_LINES``
@@ -21,7 +22,7 @@ from ablate.data.corpus import check_jsonl_file, check_text_file, check_tsv_file
 from ablate.data.paths import DataError, DataPath, data_path, data_root
 from ablate.data.tokenizer_file import load_tokenizer_file
 from ablate.spec.commands import validate_specs
-from ablate.spec.load import load_spec_data
+from ablate.spec.load import load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, SpecError
 
 if TYPE_CHECKING:
@@ -180,6 +181,14 @@ def check_data(spec_path: str, overrides: Sequence[str], spec: ExperimentSpec) -
     problems = data_problems(spec, smap, str(spec_path))
     if problems:
         raise SpecError(problems)
+
+
+def checked_spec(spec_path: str, overrides: Sequence[str] = ()) -> ExperimentSpec:
+    """The spec every command starts from: loaded and validated (ablate/spec/load.py), then its data files
+    checked (`check_data`); SpecError (exit 2, one located line per problem) before anything is written."""
+    spec = load_spec(spec_path, list(overrides))
+    check_data(spec_path, overrides, spec)
+    return spec
 
 
 def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:

@@ -1,4 +1,5 @@
-"""Synthetic language-modelling tasks that need positions (``data.synthetic.task: recall | copy_far``).
+"""Synthetic language-modelling tasks: two that need positions (``data.synthetic.task: recall | copy_far``)
+and generated English captions (``captions``: ablate/data/captions.py, the LM quickstart's data).
 
 Each task draws *instances* (one line of space-separated tokens each); ``data.document_lines`` instances
 make one document, so a document can be far longer than the training blocks and an evaluation at 2x or 8x
@@ -19,13 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ablate.data import captions
 from ablate.spec.data import SyntheticData
 
 SEPARATOR, QUERY = "|", "?"
 
 
 def vocabulary(cfg: SyntheticData) -> list[str]:
-    """The task's words: ``t0 .. t{V-1}`` and the two markers."""
+    """The task's words: ``t0 .. t{V-1}`` and the two markers; the captions' own words."""
+    if cfg.task == "captions":
+        return captions.vocabulary()
     return [f"t{i}" for i in range(cfg.vocab_size)] + [SEPARATOR, QUERY]
 
 
@@ -49,8 +53,10 @@ def copy_far_instance(rng: np.random.Generator, cfg: SyntheticData) -> list[str]
 
 def generate(cfg: SyntheticData, seed: int) -> dict[str, list[str]]:
     """Instances (lines of text) of each split, from generators seeded by (seed, split)."""
-    draw = recall_instance if cfg.task == "recall" else copy_far_instance
     sizes = {"train": cfg.train_size, "val": cfg.val_size, "test": cfg.test_size}
+    if cfg.task == "captions":
+        return captions.generate(sizes, seed)
+    draw = recall_instance if cfg.task == "recall" else copy_far_instance
     out: dict[str, list[str]] = {}
     for i, (split, n) in enumerate(sizes.items()):
         rng = np.random.default_rng([seed, 7919, i])  # 7919: apart from the translation tasks' streams

@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ablate.errors import AblateError
 
@@ -78,3 +79,16 @@ def data_path(raw: str, root: DataRoot, field_name: str) -> DataPath:
     if expanded.is_absolute():
         return DataPath(field_name, Path(os.path.abspath(expanded)), "")
     return DataPath(field_name, Path(os.path.abspath(root.folder / expanded)), root.origin)
+
+
+def with_absolute_roots(data: Any) -> Any:
+    """A data section (``DataSpec``) whose ``files``/``text`` root is the absolute folder it resolves to
+    here (``${VAR}`` expanded, the working directory applied), so that a spec written for later use (a
+    search's best.yaml) reads the same files from any folder. Other sources are returned as they are."""
+    update = {}
+    for name in ("files", "text"):
+        section = getattr(data, name, None)
+        if getattr(data, "source", None) == name and section is not None:
+            root = data_root(section.root, f"data.{name}.root").folder
+            update[name] = section.model_copy(update={"root": str(root)})
+    return data.model_copy(update=update) if update else data

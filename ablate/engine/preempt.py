@@ -2,7 +2,7 @@
 a SLURM job's time limit or preemption, ``#SBATCH --signal=USR2@90``) stop a run at a step boundary.
 
 `install` replaces their handlers in a command's process (and in each study worker); a SLURM job of ``ablate
-ablate --slurm`` then requeues itself through submitit (ablate/launch/slurm_job.py). Inside `deferred()`
+study --slurm`` then requeues itself through submitit (ablate/launch/slurm_job.py). Inside `deferred()`
 (the trainer's loop) the first signal only sets a flag: the trainer finishes the optimizer step it is in,
 writes its checkpoint and returns ``killed``. Outside it (data preparation, the final evaluation), or at a
 second signal, `Preempted` (a KeyboardInterrupt) is raised at once and the last checkpoint already written

@@ -1,4 +1,4 @@
-"""`ablate ablate SPEC` on this machine: the study's cells trained by ``--workers N`` local processes,
+"""`ablate study SPEC` on this machine: the study's cells trained by ``--workers N`` local processes,
 spread round robin over the GPUs this process sees (ablate/launch/gpu_placement.py). The study itself
 (its queue, parent run, rounds and arms) is ``ablate/study/ablation.py``'s; this module starts it, hands
 it the worker processes (ablate/launch/local_workers.py), and turns how it ended into an exit code and,
@@ -16,8 +16,8 @@ from ablate.data.check import check_data
 from ablate.engine import preempt
 from ablate.launch.gpu_placement import worker_devices
 from ablate.launch.local_workers import local_pool, local_workers
-from ablate.launch.resume import resume_command
-from ablate.launch.wall_time import remaining_wall_time
+from ablate.launch.resume import Launched, plural
+from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.study import failfast
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
 from ablate.study.designs import plan_study
@@ -26,12 +26,13 @@ from ablate.study.study_plan import StudyPlan
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
                 storage: str | None = None, dry_run: bool = False, retry_failed: bool = False,
-                workers_per_gpu: int | None = None) -> int:
-    """`ablate ablate SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
+                workers_per_gpu: int | None = None, launched: Launched | None = None) -> int:
+    """`ablate study SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
     cells at its own best, then with ``confirm:`` the decided comparisons at the larger setting
     (ablate/study/arms.py); 0 when all finished or diverged, 1 if some failed, 2 when a repeated failure
     stopped it, 130 when interrupted. ``dry_run`` prints the cells, their diffs and the budget of every
-    phase, and where each stands, and writes nothing."""
+    phase, and where each stands, and writes nothing. ``launched``: how the study was started when that
+    was not this command line (a SLURM job: ``--slurm`` and its shape), for the hints it prints."""
     workers = local_workers(workers, workers_per_gpu)
     preempt.install()
     plan = plan_study(spec_path, overrides)
@@ -46,7 +47,8 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | No
         code = preempt.exit_code()  # the running cell saved its checkpoint and went back to the queue
     finally:
         ended = close_study(study, interrupted=code in preempt.STOP_CODES)
-    return _exit_code(study.arms, ended, code, (spec_path, overrides, workers, storage))
+    again = launched or Launched(spec_path, tuple(overrides), workers, storage)
+    return _exit_code(study.arms, ended, code, again)
 
 
 def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
@@ -57,7 +59,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
         return 2
     print(workers_line(workers))
     if not pilot_times(plan):  # the plan gave the time from the pilot's cells; else measure it here
-        print(remaining_wall_time(plan, records, workers))
+        print(remaining_wall_time(plan, records, local_sharing(workers, len(hardware.visible_gpus()))))
     return 0
 
 
@@ -70,24 +72,22 @@ def workers_line(workers: int) -> str:
             + ", ".join(str(d) for d in worker_devices(workers, gpus)))
 
 
-def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int,
-               command: tuple[str, Sequence[str], int, str | None]) -> int:
+def _exit_code(arms: Mapping[str, StudyPlan], ended: Ended, code: int, launched: Launched) -> int:
     """2 for a study stopped by a repeated failure, the signal's code when interrupted (with the command
     that resumes it), 1 when cells failed, else the workers' code."""
-    spec_path, overrides, workers, storage = command
     if ended.why:
         print(f"error: study stopped: its first {failfast.FIRST} cells failed the same way: {ended.why}; fix "
-              "that and run the same command again (the failed cells are queued again)", file=sys.stderr)
+              f"that and run the same command again (`{launched.resume()}`: the failed cells are queued "
+              "again)", file=sys.stderr)
         return 2
     if ended.interrupted:
-        again = resume_command("ablate", spec_path, overrides, workers, storage)
         print(f"interrupted by {preempt.signal_name()}: running cells saved their checkpoints; resume with "
-              f"`{again}`", file=sys.stderr)
+              f"`{launched.resume()}`", file=sys.stderr)
         return code
     keys = {c.key for arm in arms.values() for c in arm.cells}
     failed = [k for k in keys if ended.records.get(k) and ended.records[k].status == "failed"]
     if failed:
-        print(f"{len(failed)} cells failed; `ablate ablate {spec_path} --retry-failed` runs them again",
-              file=sys.stderr)
+        print(f"{plural(len(failed), 'cell')} failed; `{launched.resume('--retry-failed')}` runs "
+              f"{'it' if len(failed) == 1 else 'them'} again", file=sys.stderr)
         return 1
     return code

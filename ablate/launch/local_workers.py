@@ -1,4 +1,4 @@
-"""Local worker processes shared by `ablate ablate` and `ablate tune`: N spawned processes, each on its
+"""Local worker processes shared by `ablate study` and `ablate tune`: N spawned processes, each on its
 GPU (round robin, ablate/launch/gpu_placement.py) with its share of the CPU cores, a signal passed on to
 all of them, and the :class:`~ablate.study.worker_pool.WorkerPool` that hands them to ``study/``."""
 

@@ -2,20 +2,24 @@
 their states as SLURM tells them now, for `ablate status SPEC`.
 
 A job's state: pending, running, requeued (pending or running again after a preemption or a time limit:
-SLURM's restart count), done (finished, or gone from SLURM's memory with submitit's result file written),
-or what SLURM says otherwise (failed, cancelled, timeout). `scontrol show job` needs no accounting
-database, which small clusters and the tests' one-node SLURM lack.
+SLURM's restart count), done (its study ran to its end), cancelled (a signal stopped its study: its cells
+wait in the queue), failed, or what SLURM says otherwise (timeout, node_fail...). An ended job's words come
+from submitit's result file when there is one, so they stay the same once SLURM forgets the job
+(``MinJobAge``, 300 s by default): a job stopped by ``scancel`` is "cancelled (SIGTERM)" before and after.
+`scontrol show job` needs no accounting database, which small clusters and the tests' one-node SLURM lack.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 RECORD = "jobs.json"
+STOPPED_BY = "ablate: study stopped by"  # how a job's result file says a signal stopped its study
 LIVE = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")  # not ended yet
 
 
@@ -45,12 +49,44 @@ def job_state(job_id: str, folder: Path) -> str:
     fields = dict(item.split("=", 1) for item in out.stdout.split() if "=" in item)
     state = fields.get("JobState")
     if out.returncode != 0 or state is None:  # purged from the controller's memory (MinJobAge)
-        return "done" if any(folder.glob(f"{job_id}_*_result.pkl")) else "gone (no result written)"
+        return ended_state(job_result(job_id, folder), None) or "gone (no result written)"
     restarts = int(fields.get("Restarts", "0") or 0)
     if state in LIVE and (restarts or state.startswith("REQUEUE")):
         return f"requeued ({restarts}x), {'running' if state == 'RUNNING' else 'pending'}"
     # COMPLETING: its processes are ending, and a requeue passes through it too: not done yet
-    return {"PENDING": "pending", "RUNNING": "running", "COMPLETED": "done"}.get(state, state.lower())
+    if state in LIVE:
+        return {"PENDING": "pending", "RUNNING": "running"}.get(state, state.lower())
+    return ended_state(job_result(job_id, folder), state) or state.lower()
+
+
+def job_result(job_id: str, folder: Path) -> tuple[str, object] | None:
+    """submitit's result file of the job: ('success', exit code) or ('error', the traceback's text); None
+    before the job wrote one. Written by the job itself into the study's folder (submitit's own format)."""
+    for path in sorted(folder.glob(f"{job_id}_*_result.pkl")):
+        try:
+            with open(path, "rb") as f:
+                outcome = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            continue  # being written, or not submitit's
+        if isinstance(outcome, tuple) and len(outcome) == 2:
+            return str(outcome[0]), outcome[1]
+    return None
+
+
+def ended_state(result: tuple[str, object] | None, slurm_state: str | None) -> str | None:
+    """An ended job in `ablate status`'s words from its result file: done, cancelled (SIGTERM), failed; or
+    SLURM's word without one (None when neither says)."""
+    if result is None:
+        return {"COMPLETED": "done"}.get(slurm_state or "", slurm_state.lower() if slurm_state else None)
+    kind, value = result
+    if kind == "success":
+        return "done"
+    text = str(value)
+    if STOPPED_BY in text:
+        stopped = text.split(STOPPED_BY, 1)[1].split()[0]
+        return f"cancelled ({stopped})"
+    last = next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
+    return f"failed ({last.strip()[:120]})" if last else "failed"
 
 
 def jobs_lines(folder: Path) -> list[str]:

@@ -1,6 +1,6 @@
-"""`ablate ablate SPEC --slurm`: a study's workers as SLURM jobs, submitted through submitit.
+"""`ablate study SPEC --slurm`: a study's workers as SLURM jobs, submitted through submitit.
 
-Each of ``--jobs N`` jobs runs what ``ablate ablate SPEC --workers K`` runs on one machine
+Each of ``--jobs N`` jobs runs what ``ablate study SPEC --workers K`` runs on one machine
 (ablate/launch/slurm_job.py): it queues the cells the study still needs, opens or reopens the parent run,
 pops cells from the study's Optuna store until none is left, and runs the later arms, the same as any
 other machine sharing the store. So every job must reach the same stores: the Optuna store is a
@@ -26,12 +26,17 @@ from typing import Any
 import submitit
 from submitit.slurm.slurm import _make_sbatch_string
 
+from ablate.data.check import check_data
 from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.launch.gpu_placement import worker_count
+from ablate.launch.resume import Launched, plural, status_command
 from ablate.launch.slurm_job import StudyJob
-from ablate.launch.slurm_queue import record_jobs
-from ablate.launch.wall_time import remaining_wall_time
+from ablate.launch.slurm_queue import record_jobs, recorded_jobs
+from ablate.launch.wall_time import (
+    job_sharing,  # torch: only for the estimate
+    remaining_wall_time,
+)
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_plan, plan_study
 from ablate.study.optuna_store import Store
@@ -57,12 +62,14 @@ class JobShape:
 def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_run: bool,
                workers: int | None, workers_per_gpu: int | None, jobs: int = 1, partition: str | None = None,
                gpus_per_job: int = 0, cpus_per_job: int | None = None, time: str | None = None,
-               sbatch: Sequence[str] = ()) -> int:
-    """Check the stores, then print the sbatch parameters and the estimate (``dry_run``) or submit."""
+               sbatch: Sequence[str] = (), retry_failed: bool = False) -> int:
+    """Check the stores, then print the sbatch parameters and the estimate (``dry_run``) or submit
+    (``retry_failed``: the study's failed cells queued again first, here, once for every job)."""
     shape = JobShape(jobs, partition, gpus_per_job, cpus_per_job, time, tuple(sbatch))
     if jobs < 1:
         raise AblateError(f"--jobs {jobs}: expected 1 or more")
     plan = plan_study(spec_path, overrides)  # a bad spec: its located errors before anything else
+    check_data(spec_path, overrides, plan.spec)  # and its data files, as every command checks them
     shared = shared_storage(storage)
     print(tracking_line(plan))
     per_job = job_workers(workers, workers_per_gpu, gpus_per_job)
@@ -70,14 +77,51 @@ def main_slurm(spec_path: str, overrides: list[str], storage: str | None, dry_ru
     params = executor_parameters(plan, shape)
     if dry_run:
         return _dry_run(plan, shape, shared, per_job, folder, params)
-    job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()))
-    submitted = [(str(j.job_id), job_name(plan.name, i)) for i, j in
-                 enumerate(submit(job, params, folder, jobs, plan.name))]
+    if retry_failed:
+        print(f"{retry_failed_cells(plan, shared)} failed cells queued again", flush=True)
+    # what the jobs' logs print to resume the study: this submission, from this folder
+    launched = Launched(spec_path, tuple(overrides), 1, shared,
+                        submission_flags(shape, workers, workers_per_gpu), str(Path.cwd()))
+    job = StudyJob(str(Path(spec_path).resolve()), overrides, shared, per_job, str(Path.cwd()), launched)
+    first = len(recorded_jobs(folder))  # a resubmission's jobs are named on from the earlier ones'
+    submitted = [(str(j.job_id), job_name(plan.name, first + i)) for i, j in
+                 enumerate(submit(job, params, folder, jobs, plan.name, first))]
     record_jobs(folder, submitted)
-    print(f"submitted {jobs} SLURM jobs ({', '.join(i for i, _ in submitted)}), {per_job} worker processes "
-          f"each, logs in {folder}; `ablate status {spec_path} --storage {redacted(shared)}` shows them "
-          "beside the cells")
+    print(f"submitted {plural(jobs, 'SLURM job')} ({', '.join(i for i, _ in submitted)}), "
+          f"{plural(per_job, 'worker process')} each, logs in {folder}; "
+          f"`{status_command(spec_path, overrides, shared)}` shows them beside the cells")
     return 0
+
+
+def submission_flags(shape: JobShape, workers: int | None, workers_per_gpu: int | None) -> tuple[str, ...]:
+    """The command-line flags of this submission after ``--storage``: ``--slurm`` and the job shape as
+    given, so that the command a job prints submits the same jobs again."""
+    flags = ["--slurm"]
+    if shape.jobs != 1:
+        flags.append(f"--jobs {shape.jobs}")
+    if workers is not None:
+        flags.append(f"--workers {workers}")
+    if workers_per_gpu is not None:
+        flags.append(f"--workers-per-gpu {workers_per_gpu}")
+    for flag, value in (("--partition", shape.partition), ("--gpus-per-job", shape.gpus_per_job or None),
+                        ("--cpus-per-job", shape.cpus_per_job), ("--time", shape.time)):
+        if value is not None:
+            flags.append(f"{flag} {value}")
+    flags += [f"--sbatch {option}" for option in shape.sbatch]
+    return tuple(flags)
+
+
+def retry_failed_cells(plan: StudyPlan, storage: str) -> int:
+    """Queue the study's failed cells again (``--retry-failed --slurm``): once, at submission, rather than
+    by each job; how many were queued. Nothing to do for a study the store has not seen."""
+    if not Store.exists(storage):
+        return 0
+    store = Store(storage)
+    plan.bind(store)
+    queue = CellQueue(store, plan.store_name, plan.direction, create=False)
+    if queue.study is None:
+        return 0
+    return queue.enqueue([c.attrs() for c in plan.cells], retry_failed=True)[1]
 
 
 def shared_storage(storage: str | None) -> str:
@@ -100,8 +144,9 @@ def tracking_line(plan: StudyPlan) -> str:
 
     uri = resolve_tracking_uri(plan.spec.tracking.uri)
     if uri.startswith("sqlite"):
-        return (f"MLflow: {uri} (note: a local SQLite file suits jobs on this node only; on a cluster "
-                "start an MLflow server and set MLFLOW_TRACKING_URI=http://HOST:PORT or tracking.uri)")
+        return (f"MLflow: {redacted(uri)} (note: a local SQLite file suits jobs on this node only; on a "
+                "cluster start an MLflow server and set MLFLOW_TRACKING_URI=http://HOST:PORT or "
+                "tracking.uri)")
     return f"MLflow: {redacted(uri)}"
 
 
@@ -185,10 +230,11 @@ def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folde
              params: dict[str, Any]) -> int:
     print(format_plan(plan, diffs=False))
     print(f"Optuna store: {redacted(storage)}")
-    print(f"would submit {shape.jobs} jobs ({job_name(plan.name, 0)} ...), {per_job} worker processes each, "
-          "with these sbatch parameters:")
+    print(f"would submit {plural(shape.jobs, 'job')} ({job_name(plan.name, 0)} ...), "
+          f"{plural(per_job, 'worker process')} each, with these sbatch parameters:")
     print("\n".join(f"  {line}" for line in sbatch_lines(params, folder, job_name(plan.name, 0))))
-    print(remaining_wall_time(plan, _records(plan, storage), shape.jobs * per_job))
+    sharing = job_sharing(shape.jobs, per_job, shape.cpus_per_job, shape.gpus_per_job)
+    print(remaining_wall_time(plan, _records(plan, storage), sharing))
     return 0
 
 
@@ -201,9 +247,9 @@ def _records(plan: StudyPlan, storage: str) -> dict[str, Any]:
     return dict(CellQueue(store, plan.store_name, plan.direction, create=False).records())
 
 
-def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str,
+def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str, first: int = 0,
            cluster: str = "slurm") -> list[Any]:
-    """Submit `jobs` copies of `job`, the i-th named `job_name(study, i)`; submitit's Job of each.
+    """Submit `jobs` copies of `job`, the i-th named `job_name(study, first + i)`; submitit's Job of each.
     ``cluster="local"`` runs them with submitit's local executor (the tests' way without SLURM)."""
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_TIMEOUTS)
@@ -211,7 +257,7 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
         raise AblateError(f"--slurm: {exc}") from None
     executor.update_parameters(**params)
     out = []
-    for i in range(jobs):
+    for i in range(first, first + jobs):
         executor.update_parameters(name=job_name(study, i))
         out.append(executor.submit(job))
     return out

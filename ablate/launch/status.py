@@ -4,7 +4,7 @@ Finds the study the spec names even without the ``--set`` overrides it was start
 studies of that spec in the store with their overrides and shows the latest), and prints the grid of cells
 with status and metric so far (and, with adaptive seeds, where each comparison stands); with ``tune:`` or
 ``confirm:``, where each later phase stands too (each variant's search, the own-best cells, the
-comparisons the confirm phase reruns), as ``ablate ablate --dry-run`` says it; for a study submitted with
+comparisons the confirm phase reruns), as ``ablate study --dry-run`` says it; for a study submitted with
 ``--slurm``, its jobs beside the cells (pending, running, requeued, done: ablate/launch/slurm_queue.py).
 """
 
@@ -36,6 +36,7 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
             return main_status(_recorded_spec(spec_path, Path(tmp)), overrides, storage)
     plan = plan_study(spec_path, overrides)
     records: dict[str, Any] = {}
+    failed_before: dict[str, list[str]] = {}
     if Store.exists(storage):
         store = Store(storage, create=False)
         plan.bind(store)
@@ -55,13 +56,28 @@ def main_status(spec_path: str, overrides: Sequence[str] = (), storage: str | No
                     return main_status(spec_path, latest.overrides or [], storage)
         else:
             records = queue.records()
+            failed_before = queue.failed_segments()
     print(format_grid(plan, records))
+    for line in failed_lines(plan, failed_before):
+        print(line)
     abl = plan.spec.ablation
     if abl is not None and (abl.tune is not None or abl.confirm is not None):
         print("\n".join(dry_run_lines(plan, storage, records)))
     for line in jobs_lines(log_folder(plan)):  # a study submitted with --slurm: its jobs, as SLURM says
         print(line)
     return 0
+
+
+def failed_lines(plan: Any, failed: dict[str, list[str]]) -> list[str]:
+    """A line per cell that failed before and was queued again (``--retry-failed``): the grid shows its
+    latest trial only, and its MLflow run its last segment (tag ablate.failed_segments keeps the rest)."""
+    cells = {c.key: c for c in plan.cells}
+    lines = []
+    for key, errors in failed.items():
+        cell = cells.get(key)
+        name = f"{cell.label} seed {cell.seed}" if cell is not None else key
+        lines.append(f"  {name}: failed {len(errors)}x before this attempt (last: {errors[-1][:200]})")
+    return ["earlier failed attempts:", *lines] if lines else []
 
 
 def _recorded_spec(study: str, folder: Path) -> str:

@@ -1,4 +1,4 @@
-"""`ablate ablate`'s entry: the study's workers on this machine (ablate/launch/local_study.py:
+"""`ablate study`'s entry: the study's workers on this machine (ablate/launch/local_study.py:
 `main_ablate`), or as SLURM jobs with ``--slurm`` (ablate/launch/slurm_submit.py), each job running
 `main_ablate` in its turn (ablate/launch/slurm_job.py). Kept apart from both so that neither imports the
 other.
@@ -18,17 +18,14 @@ def main_launch(spec_path: str, overrides: Sequence[str] = (), workers: int | No
                 workers_per_gpu: int | None = None, slurm: bool = False, jobs: int = 1,
                 partition: str | None = None, gpus_per_job: int = 0, cpus_per_job: int | None = None,
                 time: str | None = None, sbatch: Sequence[str] = ()) -> int:
-    """`ablate ablate SPEC [--slurm ...]`: the SLURM options without ``--slurm`` are a one-line error."""
+    """`ablate study SPEC [--slurm ...]`: the SLURM options without ``--slurm`` are a one-line error."""
     if slurm:
-        if retry_failed:
-            raise AblateError("--retry-failed with --slurm: run `ablate ablate SPEC --retry-failed --storage "
-                              "STORE` once (it re-queues the failed cells), then submit the jobs")
         return main_slurm(spec_path, list(overrides), storage, dry_run, workers, workers_per_gpu, jobs,
-                          partition, gpus_per_job, cpus_per_job, time, sbatch)
+                          partition, gpus_per_job, cpus_per_job, time, sbatch, retry_failed)
     given = [name for name, value, default in (
         ("--jobs", jobs, 1), ("--partition", partition, None), ("--gpus-per-job", gpus_per_job, 0),
         ("--cpus-per-job", cpus_per_job, None), ("--time", time, None), ("--sbatch", list(sbatch), []))
         if value != default]
     if given:
-        raise AblateError(f"{', '.join(given)}: SLURM options, for `ablate ablate SPEC --slurm ...`")
+        raise AblateError(f"{', '.join(given)}: SLURM options, for `ablate study SPEC --slurm ...`")
     return main_ablate(spec_path, overrides, workers, storage, dry_run, retry_failed, workers_per_gpu)

@@ -28,7 +28,8 @@ def main_tune(spec_path: str, overrides: Sequence[str] = (), workers: int | None
     finally:
         interrupted = code in preempt.STOP_CODES
         if interrupted:
-            again = resume_command("tune", spec_path, overrides, workers, storage)
+            again = resume_command("tune", spec_path, overrides, workers, storage,
+                                   [f"--trials {trials}"] if trials is not None else [])
             print(f"interrupted by {preempt.signal_name()}: the running trial saved its checkpoint and went "
                   f"back to the queue; resume with `{again}`", file=sys.stderr)
         stopped = close_tune(search, interrupted)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import __version__
+from ablate.errors import AblateError
 from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
 from ablate.report.paper import write_table
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
@@ -179,17 +180,38 @@ def build_report(study: Study, out_dir: Path) -> Report:
     return Report(out_dir / "report.md", parts)
 
 
-def main_report(study: str, out: str | None = None, table_format: str | None = None) -> int:
-    """`ablate report STUDY [--out DIR] [--format latex|csv]`: STUDY is the study's spec file, its name or
-    the parent run id; ``table_format`` also writes the effects as a table (ablate/report/paper.py). Exit 1
-    when a section failed or the report could not be logged to MLflow (the files are written either
-    way)."""
+def untabulable(study: Study) -> str | None:
+    """Why ``study`` has no effects against a baseline to put in a paper's table (None: it has some)."""
+    if study.kind == "search":
+        return "it is a search: its trials are compared with no baseline"
+    if study.baseline is None:
+        return "it has no baseline to compare with"
+    done = sum(r.status == "finished" for r in study.runs)
+    if not study.finished(study.baseline) or not any(study.finished(v) for v in study.variants
+                                                     if v != study.baseline):
+        return (f"no variant and its baseline both have a finished cell yet ({done} of {len(study.runs)} "
+                "runs finished)")
+    return None
+
+
+def main_report(study: str, out: str | None = None, table_format: str | Sequence[str] | None = None) -> int:
+    """`ablate report STUDY [--out DIR] [--format latex|csv ...]`: STUDY is the study's spec file, its name
+    or the parent run id; ``table_format`` (one or several) also writes the effects as tables
+    (ablate/report/paper.py), from one build of the report. Exit 1 when a section failed or the report
+    could not be logged to MLflow (the files are written either way); exit 2, with nothing written, when
+    a table is asked of a study with nothing to tabulate."""
+    formats = [table_format] if isinstance(table_format, str) else list(dict.fromkeys(table_format or ()))
     loaded = load_study(study_name(study))
+    why = untabulable(loaded) if formats else None
+    if why is not None:  # before any file: a half-made report is no answer to "give me the table"
+        raise AblateError(f"study {loaded.name}: no effects to tabulate as {' and '.join(formats)}: {why}; "
+                          f"nothing written (`ablate status {loaded.name}` shows where its cells stand)")
     out_dir = Path(out) if out else Path("reports") / loaded.name
     report = build_report(loaded, out_dir)
-    if table_format is not None:  # the effects for a paper, from the report.json just written
+    if formats:  # the effects for a paper, from the report.json just written
 
-        print(f"table: {write_table(out_dir, table_format)}")
+        for fmt_name in formats:
+            print(f"table: {write_table(out_dir, fmt_name)}")
     n_fig = len(list((out_dir / "figures").glob("*.png")))
     try:
         log_report_artifacts(loaded.parent["run_id"], out_dir)

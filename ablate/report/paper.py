@@ -185,8 +185,10 @@ def write_table(report_dir: Path, fmt_name: str) -> Path:
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     rows = effect_rows(report)
     if not rows:  # a search, or a study without a baseline: nothing is compared
+        kind = str(report.get("kind", "study"))
         raise AblateError(f"{report_dir / 'report.json'}: no effects against a baseline to tabulate "
-                          f"(a {report.get('kind', 'study')} report); the report itself is written")
+                          f"({'an' if kind[:1] in 'aeiou' else 'a'} {kind} report); the report itself is "
+                          "written")
     path = report_dir / f"effects.{SUFFIX[fmt_name]}"
     if fmt_name == "csv":
         return write_csv(rows, path)

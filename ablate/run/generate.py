@@ -15,7 +15,8 @@ from ablate.run.translate import load_run_model
 
 def main_generate(run_id: str, prompt: str, max_new: int = 64, greedy: bool = False,
                   temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> int:
-    """Print the prompt's continuation (the prompt is not repeated)."""
+    """Print the prompt and its continuation, one text as the run's tokenizer reads the prompt (a user
+    sees what the model continued, not a fragment that starts mid-sentence)."""
     if max_new < 1:
         raise AblateError(f"--max-new must be at least 1, found {max_new}")
     if temperature <= 0 and not greedy:
@@ -30,5 +31,5 @@ def main_generate(run_id: str, prompt: str, max_new: int = 64, greedy: bool = Fa
     run.model.check_length(len(ids))
     out = generate(run.model, ids, max_new, temperature=temperature, top_k=top_k, greedy=greedy,
                    eos_id=tok.eos_id, generator=torch.Generator().manual_seed(seed))
-    print(tok.decode_tgt(out))
+    print(tok.decode_tgt([*ids[1:], *out]))  # the prompt's tokens (without bos), then the new ones
     return 0

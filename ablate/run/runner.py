@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ablate.data.check import checked_spec
 from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import preempt
@@ -51,7 +52,6 @@ from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importa
     write_summary,
 )
 from ablate.spec.experiment import ExperimentSpec
-from ablate.spec.load import load_spec
 from ablate.tracking import NullTracker, Tracker, check_reachable, record, resolve_tracking_uri, send_outbox
 
 if TYPE_CHECKING:
@@ -155,8 +155,9 @@ def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
     except KeyboardInterrupt:
         tracker.end("interrupted")
         raise
-    except BaseException:
+    except BaseException as exc:
         try:
+            tracker.set_tags({record.ERROR: f"{type(exc).__name__}: {exc}"[-2000:]})  # MLflow says why
             tracker.end("failed")
         except Exception:  # noqa: BLE001 - the store may be what failed (full disk): keep the first error
             pass
@@ -396,7 +397,7 @@ def main_run(spec_path: str, overrides: list[str], wait: bool = False, restart: 
     """`ablate run SPEC`: one writer per run folder (`RunLock`); SIGTERM/SIGINT checkpoint and exit 143/130
     with one line saying how to resume; ``restart`` trains the run from the start (a new MLflow run)."""
     preempt.install()
-    spec = load_spec(spec_path, overrides)
+    spec = checked_spec(spec_path, overrides)  # the spec and its data files: located lines, nothing written
     run_dir = run_dir_for(spec)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     command = " ".join(["ablate run", spec_path, *(f"--set {o}" for o in overrides)])

@@ -15,17 +15,19 @@ from pydantic import Field, model_validator
 from ablate.spec.base import BIG, Bool, Checks, Int, SpecFieldError, Strict
 
 # Synthetic tasks of a decoder-only language model (ablate/data/lm_tasks.py); the others are translation.
-LM_TASKS = ("recall", "copy_far")
+LM_TASKS = ("recall", "copy_far", "captions")
 
 
 class SyntheticData(Strict):
     """A generated task (no download): random token sequences and their targets, drawn from the run's
     seed, so each seed trains on its own data and every variant of that seed on the same."""
 
-    task: Literal["copy", "reverse", "sort", "grammar", "recall", "copy_far"] = "reverse"
+    task: Literal["copy", "reverse", "sort", "grammar", "recall", "copy_far", "captions"] = "reverse"
     """translation tasks: copy, reverse, sort the sequence, or grammar (a rule-based
     SVO-to-SOV "translation" with agreement); language-model
-    tasks (model.arch: decoder_only): recall (associative recall) and copy_far (a copy at a distance)"""
+    tasks (model.arch: decoder_only): recall (associative recall), copy_far (a copy at a distance) and
+    captions (generated English sentences with subject-verb agreement, its own fixed vocabulary: the sizes
+    below count sentences; vocab_size and the lengths do not apply)"""
     vocab_size: Annotated[Int, Field(ge=4, le=10_000)] = 20
     """distinct tokens the sequences are drawn from"""
     min_len: Annotated[Int, Field(ge=1, le=1000)] = 3

@@ -151,7 +151,7 @@ class ExperimentSpec(Strict):
     tracking: TrackingSpec = TrackingSpec()
     """MLflow tracking"""
     ablation: AblationSpec | None = None
-    """an ablation study of this spec (`ablate ablate`)"""
+    """an ablation study of this spec (`ablate study`)"""
     search: SearchSpec | None = None
     """a hyperparameter search from this spec (`ablate tune`)"""
 

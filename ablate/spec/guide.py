@@ -56,7 +56,7 @@ prints a spec with every default filled in, and `ablate validate SPEC` checks it
 DATA_SOURCES_INTRO = ("Each is a whole spec that `ablate run` trains; the model, training and study sections "
                       "go beside any of them.")
 DESIGNS_INTRO = ("These studies keep the default data (the synthetic `reverse` task) to stay short; an "
-                 "`ablation:` or `search:` section goes beside any data source above. `ablate ablate SPEC "
+                 "`ablation:` or `search:` section goes beside any data source above. `ablate study SPEC "
                  "--dry-run` lists a study's variants and cells without running anything.")
 
 # A spec with three mistakes: the guide shows what the loader says about it, as it says it today.

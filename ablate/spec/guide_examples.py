@@ -1,6 +1,6 @@
 """The field guide's worked examples (docs/spec.md): one complete spec for each data source and each study
 design, written by hand. Each validates as it stands (tests/spec/test_spec_guide.py loads every one, and
-expands each study's cells as `ablate ablate --dry-run` does)."""
+expands each study's cells as `ablate study --dry-run` does)."""
 
 from __future__ import annotations
 

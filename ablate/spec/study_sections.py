@@ -90,7 +90,7 @@ class Expectation(Strict):
     tell yet (ablate/report/sections/published.py)."""
 
     variant: Annotated[str, Field(min_length=1)]
-    """the variant's label, as `ablate ablate --dry-run` lists it (e.g. residual=post_norm)"""
+    """the variant's label, as `ablate study --dry-run` lists it (e.g. residual=post_norm)"""
     effect: Literal["better", "worse", "none", "identical"]
     """the published result: better or worse than the baseline, none (within +-margin), or identical (the
     same value in every seed)"""
@@ -236,7 +236,7 @@ class ScalesSpec(LaterFields):
 
 
 class AblationSpec(LaterFields):
-    """An ablation study (``ablate ablate``): the rest of the spec is the baseline; every variant it
+    """An ablation study (``ablate study``): the rest of the spec is the baseline; every variant it
     derives runs on every seed, and the report compares each with the baseline, paired by seed."""
 
     axes: dict[str, list[Any]] = {}
@@ -278,7 +278,7 @@ class AblationSpec(LaterFields):
     """the decided verdicts rerun at a larger setting, paired by seed"""
     pilot: PilotSpec | None = None
     """an earlier study on the same cell whose seeds size this one before it runs (its paired sds and cell
-    times): the power plan of `ablate ablate --dry-run` and seeds.max: auto read it"""
+    times): the power plan of `ablate study --dry-run` and seeds.max: auto read it"""
     scales: ScalesSpec | None = None
     """a ladder of model sizes: every variant at every rung, each variant's metric fitted against training
     compute, each comparison's transfer verdict and a backtest on the largest rung"""

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ablate.spec.study_sections import Expectation
-from ablate.stats.verdict import is_margin_claim, margin_reading, none_margin
+from ablate.stats.verdict import (
+    EQUIVALENCE_PAIRS,
+    equivalent,
+    is_margin_claim,
+    margin_reading,
+    none_margin,
+    within,
+)
 
 
 class Outcome(StrEnum):
@@ -112,8 +119,11 @@ def _judge_none(claim: Expectation, ev: Evidence, failed: bool, higher_is_better
         return REPRODUCED, "identical to the baseline in every paired seed"
     if failed:
         return CONTRADICTED, "it diverged where the baseline did not"
-    if has_ci and -margin <= ev.lo and ev.hi <= margin:
+    if has_ci and equivalent(ev.lo, ev.hi, margin, ev.n):
         return REPRODUCED, f"the interval lies within ±{margin:g}"
+    if has_ci and within(ev.lo, ev.hi, margin):  # too few pairs to call it no effect (stats/verdict.py)
+        return OPEN, (f"the interval lies within ±{margin:g}, but {ev.n} paired seeds are too few to call "
+                      f"it no effect (at least {EQUIVALENCE_PAIRS}): {_more_seeds(ev)}")
     if has_ci and (ev.lo > margin or ev.hi < -margin):
         return CONTRADICTED, f"the interval lies beyond ±{margin:g}"
     if has_ci and ev.significant:  # a difference, though perhaps one smaller than the margin

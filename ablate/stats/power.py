@@ -48,7 +48,7 @@ from ablate.stats.sequential import (
     Question,
     planned_looks,
 )
-from ablate.stats.verdict import interval_answers, is_margin_claim, within
+from ablate.stats.verdict import equivalent, interval_answers, is_margin_claim
 
 PATHS = 20_000  # Monte Carlo error of a power near 0.8: sqrt(.8 * .2 / 2e4) = 0.003
 SIMULATION_SEED = 1
@@ -103,20 +103,32 @@ def simulate(design: Design, effect: float, sd: float, question: Question = None
     own = is_margin_claim(question, margin)
     # a none claim's margin defaults to min_effect; a better / worse claim's is its own or none at all
     width = margin if margin is not None or question in ("better", "worse") else design.min_effect
-    answers = interval_answers(lo, hi, question, width, design.min_effect)  # (paths, looks)
+    answers = interval_answers(lo, hi, question, width, design.min_effect, n=looks)  # (paths, looks)
     answered = answers.any(axis=1)
     stop = np.where(answered, answers.argmax(axis=1), len(looks) - 1)  # the deciding look, else the last
     rows = np.arange(len(stop))
     lo_s, hi_s = lo[rows, stop], hi[rows, stop]
     inside = np.zeros_like(answered)  # a none claim answered inside its margin reads none, not an effect
     if question == "none" and width is not None:
-        inside = within(lo_s, hi_s, width)
+        inside = equivalent(lo_s, hi_s, width, looks[stop])
     positive = answered & (lo_s > 0.0) & ~inside
     negative = answered & (hi_s < 0.0) & ~inside
     small = answered & ~positive & ~negative
     beyond = answered & (lo_s > margin) if own and margin is not None else np.zeros_like(answered)
     return Outcomes(float(positive.mean()), float(negative.mean()), float(small.mean()),
                     float((~answered).mean()), float(looks[stop].mean()), float(beyond.mean()))
+
+
+def seeds_to_settle(design: Design, sd: float, question: Question, margin: float | None, step: int = 1,
+                    most: int = MOST_SEEDS) -> int | None:
+    """The seeds.max that settles a comparison: its claim's (`seeds_needed`); without a claim, either way
+    (an effect of min_effect found, and a true zero read as no effect as large as min_effect, each with
+    probability POWER: the larger of the two), since a comparison without a claim may end in either."""
+    if question is None and design.min_effect is not None:
+        both = [seeds_needed(design, sd, None, margin, step, most),
+                seeds_needed(design, sd, "none", design.min_effect, step, most)]
+        return None if None in both else max(n for n in both if n is not None)
+    return seeds_needed(design, sd, question, margin, step, most)
 
 
 def claim_power(design: Design, sd: float, question: Question, margin: float | None) -> float | None:

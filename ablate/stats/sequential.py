@@ -26,8 +26,9 @@ more often than 5% of the time, so the boundaries are those of a group-sequentia
 * A comparison is decided by its own question. Without a claim, or with a ``better`` / ``worse`` claim: at
   the first look where its interval excludes 0 (an effect, sign known) or lies inside
   ``[-min_effect, +min_effect]`` (no effect as large as min_effect: an equivalence verdict from the same
-  simultaneous interval). With a ``none`` claim (no effect within ``+-margin``): at the first look where
-  the interval lies within the margin or wholly beyond it; an interval that excludes 0 but still reaches
+  simultaneous interval, given only from ``EQUIVALENCE_PAIRS`` pairs on: stats/verdict.py). With a
+  ``none`` claim (no effect within ``+-margin``): at the first look where the interval lies within the
+  margin (from as many pairs) or wholly beyond it; an interval that excludes 0 but still reaches
   inside the margin answers a question nobody asked, so the comparison gets more seeds. Otherwise it stays
   open up to ``max`` (without min_effect, until it excludes 0).
 * The smallest detectable effect at n seeds is ``(t(1 - p*/2, n-1) + t(power, n-1)) * s / sqrt(n)``: the
@@ -52,7 +53,17 @@ from scipy import stats
 
 from ablate.spec.study_sections import AblationSpec
 from ablate.stats.pairing import Cell, paired_differences
-from ablate.stats.verdict import ALPHA, Look, Question, RoundState, State, Verdict, answers, read, within
+from ablate.stats.verdict import (
+    ALPHA,
+    Look,
+    Question,
+    RoundState,
+    State,
+    Verdict,
+    answers,
+    equivalent,
+    read,
+)
 
 POWER = 0.8
 CALIBRATION_PATHS = 200_000  # Monte Carlo error of the overall level: sqrt(.05 * .95 / 2e5) = 0.0005
@@ -183,19 +194,19 @@ def evaluate(differences: Sequence[float], design: Design, look: int, question: 
     if sd == 0.0:  # t undefined: every seed moved by exactly the same amount (0: e.g. mask -inf vs -1e9)
         state = State.IDENTICAL if diff == 0.0 else State.EFFECT
         return Look(n, look, diff, diff, diff, 0.0, 0.0, state, final,
-                    answers(state, diff, diff, question, margin, higher))
+                    answers(state, diff, diff, question, margin, higher=higher, n=n))
     crit = design.critical(n)
     half = crit * sd / math.sqrt(n)
     lo, hi = diff - half, diff + half
     if lo > 0.0 or hi < 0.0:
         state = State.EFFECT
-    elif design.min_effect is not None and within(lo, hi, design.min_effect):
-        state = State.NO_EFFECT
+    elif design.min_effect is not None and equivalent(lo, hi, design.min_effect, n):
+        state = State.NO_EFFECT  # from EQUIVALENCE_PAIRS pairs on: fewer stay open (stats/verdict.py)
     else:
         state = State.OPEN
     detectable = (crit + _quantile(POWER, n - 1)) * sd / math.sqrt(n)
     return Look(n, look, diff, lo, hi, sd, detectable, state, final,
-                answers(state, lo, hi, question, margin, higher))
+                answers(state, lo, hi, question, margin, higher=higher, n=n))
 
 
 Window = Callable[[int], Sequence[float | None] | None]  # n -> the first n seeds' differences, None: not in

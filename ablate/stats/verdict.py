@@ -40,6 +40,15 @@ ALPHA = 0.05  # the overall two-sided level of every verdict (a study's family s
 Question = Literal["better", "worse", "none", "identical"] | None
 
 
+# The fewest paired seeds a "no effect" verdict rests on. An interval inside +-margin from 2 or 3 pairs
+# rests on 1 or 2 degrees of freedom of their spread, and a lucky small spread is then likely; the report's
+# own fixed-sample tests cannot test so few either (a permutation test over 3 pairs cannot reach p < 0.05).
+# With fewer pairs such a comparison stays open (adaptive seeds add more): a comparison too small to test
+# is never also called "no effect". An effect verdict (an interval excluding 0) is not held back: it says
+# the sign, which more seeds would not turn.
+EQUIVALENCE_PAIRS = 4
+
+
 class State(StrEnum):
     """What one look's interval says (ablate.stats.sequential.evaluate)."""
 
@@ -80,17 +89,17 @@ class Look:
 
 
 def answers(state: State, lo: float, hi: float, question: Question, margin: float | None,
-            higher: bool = True) -> bool:
-    """Whether a look answers the comparison's question: a ``none`` claim needs its interval within
-    ``+-margin`` or wholly beyond it (an interval that excludes 0 but still reaches inside the margin answers
-    a question nobody asked); a ``better`` / ``worse`` claim with a margin (superiority by that margin) its
-    interval wholly beyond the margin in the claimed direction or its far bound short of it
-    (:func:`margin_reading`; ``higher``: the metric grows as things improve); any other comparison an
-    effect or no effect as large as min_effect."""
+            *, higher: bool = True, n: int = EQUIVALENCE_PAIRS) -> bool:
+    """Whether a look over ``n`` pairs answers the comparison's question: a ``none`` claim needs its
+    interval within ``+-margin`` (from at least EQUIVALENCE_PAIRS pairs) or wholly beyond it (an interval
+    that excludes 0 but still reaches inside the margin answers a question nobody asked); a ``better`` /
+    ``worse`` claim with a margin (superiority by that margin) its interval wholly beyond the margin in the
+    claimed direction or its far bound short of it (:func:`margin_reading`; ``higher``: the metric grows as
+    things improve); any other comparison an effect or no effect as large as min_effect."""
     if state in (State.IDENTICAL, State.UNTESTABLE):
         return state == State.IDENTICAL
     if margin is not None and question in ("none", "better", "worse"):
-        return bool(interval_answers(lo, hi, question, margin, None, higher))
+        return bool(interval_answers(lo, hi, question, margin, None, higher=higher, n=n))
     return state in (State.EFFECT, State.NO_EFFECT)
 
 
@@ -117,24 +126,32 @@ def margin_reading(lo: Any, hi: Any, question: Question, margin: float, higher: 
 
 
 def interval_answers(lo: Any, hi: Any, question: Question, margin: float | None,
-                     min_effect: float | None, higher: bool = True) -> Any:
-    """:func:`answers` read off the interval alone (a look's state comes from the same bounds), with
-    comparisons, ``&`` and ``|`` only: one rule for a look's floats and the power simulation's arrays."""
+                     min_effect: float | None, *, higher: bool = True, n: Any = EQUIVALENCE_PAIRS) -> Any:
+    """:func:`answers` read off the interval and its pairs ``n`` alone (a look's state comes from the same
+    bounds), with comparisons, ``&`` and ``|`` only: one rule for a look's floats and the power
+    simulation's arrays. A margin claim's reading needs no least number of pairs: either way it states
+    where the interval lies against the margin, not that there is no effect."""
     if question == "none" and margin is not None:
-        return within(lo, hi, margin) | (lo > margin) | (hi < -margin)
+        return equivalent(lo, hi, margin, n) | (lo > margin) | (hi < -margin)
     if is_margin_claim(question, margin):
         assert margin is not None
         beyond, short = margin_reading(lo, hi, question, margin, higher)
         return beyond | short
     read = (lo > 0.0) | (hi < 0.0)
     if min_effect is not None:
-        read = read | within(lo, hi, min_effect)
+        read = read | equivalent(lo, hi, min_effect, n)
     return read
 
 
 def within(lo: Any, hi: Any, width: float) -> Any:
     """Intervals wholly inside +-width (floats or arrays alike)."""
     return (-width <= lo) & (hi <= width)
+
+
+def equivalent(lo: Any, hi: Any, width: float, n: Any) -> Any:
+    """An interval from ``n`` pairs that shows no effect as large as ``width``: inside +-width, from at least
+    EQUIVALENCE_PAIRS pairs (floats or arrays alike)."""
+    return within(lo, hi, width) & (n >= EQUIVALENCE_PAIRS)
 
 
 # ---------------------------------------------------------------- the family
@@ -365,7 +382,7 @@ class ScaleOutcome(StrEnum):
 
 
 def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, confidence: float,
-             higher: bool, margin: float | None) -> ScaleOutcome:
+             higher: bool, margin: float | None, n: int = EQUIVALENCE_PAIRS) -> ScaleOutcome:
     """Whether a decided verdict (``small``) transfers to the larger setting's paired effect (``diff``,
     its interval at ``confidence``, its p; NaN: no test): an effect transfers when the larger scale's test
     is significant the same way and reverses when significant the other way; no effect transfers when the
@@ -374,7 +391,7 @@ def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, conf
         return ScaleOutcome.NOT_SETTLED
     if small == Direction.NONE:
         m = float(margin)  # type: ignore[arg-type]
-        if within(lo, hi, m):
+        if equivalent(lo, hi, m, n):
             return ScaleOutcome.TRANSFERS
         return ScaleOutcome.REVERSES if lo > m or hi < -m else ScaleOutcome.NOT_SETTLED
     if not math.isnan(p) and p < 1 - confidence and (lo > 0 or hi < 0):  # as the study's verdicts

@@ -1,7 +1,7 @@
 """Many runs of one spec: ablation studies and Optuna searches, as cells and trials in one Optuna store.
 The only package that imports optuna.
 
-An ablation study (``ablate ablate``): its plan (``designs``: one_at_a_time, full_factorial and variants
+An ablation study (``ablate study``): its plan (``designs``: one_at_a_time, full_factorial and variants
 expanded into cells, each a run; ``study_plan``: the planned study, its cells and its design;
 ``derived_specs``: a cell or trial is the baseline spec with dotted fields overridden, and the search space
 over them; ``study_names``: readable Optuna study names), its start and end (``ablation``: the queue, the

@@ -15,7 +15,7 @@
 
 This module holds what needs no Optuna: the checks of both sections against the spec (every problem
 located at its file and line, raised with the rest of the plan's problems), the steps a tuning trial
-trains (its fidelity), the spec a trial of a variant trains, and the budget `ablate ablate --dry-run`
+trains (its fidelity), the spec a trial of a variant trains, and the budget `ablate study --dry-run`
 prints. It imports nothing of ablate/study/designs.py (plan imports it).
 """
 
@@ -274,7 +274,7 @@ def _steps(n: int | None) -> str:
 
 def budget_lines(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
                  variants: int, cells: int) -> list[str]:
-    """What ``tune:`` and ``confirm:`` add to a study, for `ablate ablate --dry-run`, phase by phase: the
+    """What ``tune:`` and ``confirm:`` add to a study, for `ablate study --dry-run`, phase by phase: the
     trials per variant, the steps each trains and their total; the cells at each variant's own best; the
     confirmation cells at most, and their steps; the whole study's steps at most."""
     abl = spec.ablation

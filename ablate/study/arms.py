@@ -1,5 +1,5 @@
 """The arms of a study that declares ``ablation.tune`` or ``ablation.confirm``, run by `ablate
-ablate` in this order after one another:
+study` in this order after one another:
 
 1. the study's cells at the baseline's settings, with adaptive seeds (ablate/study/ablation.py): the
    study's own comparisons, the only cells its sequential design and its parent's verdicts count;

@@ -15,8 +15,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS
-from ablate.study.optuna_store import Store, claim, open_study, requeue, trial_alive
+from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS, STEP
+from ablate.study.optuna_store import Store, claim, open_study, requeue, resumed, trial_alive
 from ablate.study.study_names import write_attrs
 
 
@@ -24,7 +24,7 @@ from ablate.study.study_names import write_attrs
 class CellRecord:
     """The latest trial of one cell, as `ablate status` shows it."""
 
-    status: str  # pending | running | finished | diverged | failed
+    status: str  # pending | running | interrupted (resumes first) | finished | diverged | failed
     metric: float | None = None
     step: int | None = None
     run_id: str | None = None
@@ -137,11 +137,14 @@ class CellQueue:
                 pass  # failed as stale meanwhile; finish() says so
 
     def finish(self, trial: optuna.Trial, status: str, value: float | None, run_id: str | None = None,
-               error: str | None = None) -> None:
-        """finished/diverged -> COMPLETE (user attr status; no value counts as the worst), else FAIL."""
+               error: str | None = None, step: int | None = None) -> None:
+        """finished/diverged -> COMPLETE (user attr status; no value counts as the worst), else FAIL;
+        ``step``: the step the value was evaluated at."""
         assert self.study is not None
         try:
             trial.set_user_attr(STATUS, status)
+            if step is not None:
+                trial.set_user_attr(STEP, step)
             if run_id:
                 trial.set_user_attr(RUN_ID, run_id)
             if error:
@@ -167,16 +170,30 @@ class CellQueue:
             return
         requeue(self.study, self.study.get_trials(deepcopy=False)[trial.number])
 
+    def failed_segments(self) -> dict[str, list[str]]:
+        """Cell key -> the errors of its earlier trials that failed, for the cells queued again since
+        (``--retry-failed``): their failure is history the latest trial no longer shows."""
+        latest = self.latest()
+        out: dict[str, list[str]] = {}
+        for t in self.study.get_trials(deepcopy=False) if self.study else []:
+            key = t.user_attrs.get(CELL)
+            if key is None or latest.get(key) is t or t.user_attrs.get(STATUS) != "failed":
+                continue
+            out.setdefault(key, []).append(str(t.user_attrs.get(ERROR, "no error recorded")))
+        return out
+
     def records(self) -> dict[str, CellRecord]:
         out: dict[str, CellRecord] = {}
         for key, t in self.latest().items():
-            last = max(t.intermediate_values) if t.intermediate_values else None
+            last = max(t.intermediate_values) if t.intermediate_values else t.user_attrs.get(STEP)
             metric = t.value if t.state == TrialState.COMPLETE else (
-                t.intermediate_values[last] if last is not None else None)
+                t.intermediate_values[last] if last in t.intermediate_values else None)
             status = {TrialState.WAITING: "pending", TrialState.RUNNING: "running",
                       TrialState.FAIL: "failed"}.get(t.state, t.user_attrs.get(STATUS, "finished"))
             if t.state == TrialState.RUNNING and not trial_alive(t, self.store):
                 status = "interrupted"
+            elif t.state == TrialState.WAITING and resumed(t) and t.user_attrs.get(STATUS) != "failed":
+                status = "interrupted"  # stopped part-way, queued again: resumes first, from its checkpoint
             if metric is not None and not math.isfinite(metric):
                 metric = None
             out[key] = CellRecord(status, metric, last, t.user_attrs.get(RUN_ID), t.number,

@@ -1,7 +1,7 @@
 """A study's tuning searches (``ablation.tune``) in its export, and back: `ablate export` writes
 each variant's search run and its trials' runs beside the cells, and `ablate import` recreates them in
 MLflow and each search's Optuna study (its trials, their values and sampled points), so that the report
-made from an import has the same tuning sections and `ablate ablate` continues without searching again.
+made from an import has the same tuning sections and `ablate study` continues without searching again.
 
     searches/<i>/run/           the search run (ablate/tracking/run_files.py: run.json + artifacts/)
     searches/<i>/trials/<k>/    each finished, pruned or diverged trial (failed ones are not results)

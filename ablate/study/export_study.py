@@ -10,8 +10,8 @@ The folder (committed beside the study's report, e.g. ``reports/<study>/export/`
 Failed and unfinished cells are not exported (they are not results), nor checkpoints. Importing recreates
 the runs in the current MLflow store (a fresh one: a study that is already there is refused) and, in the
 Optuna store (``--storage``, default the local journal), one COMPLETE trial per cell with the attributes
-`ablate ablate` identifies it by (its spec hash and seed), its value (the study metric's last logged value,
-which is what the cell reported when it finished) and its evaluation history. Afterwards `ablate ablate
+`ablate study` identifies it by (its spec hash and seed), its value (the study metric's last logged value,
+which is what the cell reported when it finished) and its evaluation history. Afterwards `ablate study
 SPEC` continues the study, skipping the imported cells, and `ablate report STUDY` rebuilds the report.
 """
 

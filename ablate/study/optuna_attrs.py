@@ -30,6 +30,8 @@ CELL_RUNG = "rung"  # a ladder's cell: its rung (ablation.scales; absent: the st
 RUN_ID = "mlflow_run_id"  # the cell's or trial's MLflow run, set as soon as the run opens
 STATUS = "status"  # the run's ablate status (finished | diverged | failed | pruned | killed)
 ERROR = "error"  # the last lines of a failed run's error
+STEP = "ablate.step"  # the step of a finished cell's last evaluation (a cell resumed at its last step
+#                       reports none of its own)
 OWNER = "ablate.owner"  # the process running the trial
 RUN_DIR = "ablate.run_dir"  # a search trial's run folder: a retry resumes its checkpoint and MLflow run
 BASELINE = "ablate.baseline"  # a search trial enqueued at the spec's own values

@@ -37,7 +37,7 @@ from sqlalchemy.pool import NullPool
 
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
-from ablate.study.optuna_attrs import HEARTBEAT, OWNER
+from ablate.study.optuna_attrs import HEARTBEAT, OWNER, RETRY_HISTORY
 
 DEFAULT_JOURNAL = Path(".ablate") / "optuna-journal.log"
 MAX_RETRY = 3  # re-queues of a trial whose worker died (an interrupted one is re-queued without limit)
@@ -264,23 +264,45 @@ def reclaim(study: optuna.Study, store: Store) -> list[int]:
     return done
 
 
-def claim(study: optuna.Study, store: Store) -> tuple[optuna.Trial | None, bool]:
-    """Pop the oldest WAITING trial (None when none); the flag says trials still run somewhere.
+def resumed(t: FrozenTrial) -> bool:
+    """Whether a trial is the re-queued copy of one that stopped part-way (interrupted, its worker gone, or
+    a failed one run again): it has a checkpoint to resume from."""
+    return RETRY_HISTORY in t.system_attrs
 
-    `Study.ask` creates a fresh trial when the queue is empty; holding the store lock while checking the
-    queue and asking makes the pop exact: no cell or budget slot runs twice and no stray trial appears.
+
+def claim(study: optuna.Study, store: Store) -> tuple[optuna.Trial | None, bool]:
+    """Pop a WAITING trial (None when none); the flag says trials still run somewhere. Re-queued copies
+    (`resumed`) go first, oldest first, then the others in queue order: an interrupted cell resumes before
+    any new cell starts, instead of waiting behind every cell queued after it (Optuna's own `Study.ask`
+    pops the lowest trial number, and a re-queued copy is the newest trial).
+
+    Holding the store lock while choosing and marking the trial RUNNING makes the pop exact: no cell or
+    budget slot runs twice and no stray trial appears.
     """
     with store.lock(study.study_name):
         reclaim(study, store)
-        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        trial = _pop(study, sorted(waiting, key=lambda t: (not resumed(t), t.number)))
+        if trial is None:
             return None, bool(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize": we beat
-            trial = study.ask()
         trial.set_user_attr(OWNER, owner())
         if store.kind == "journal":
             store.touch(store.trial_id(study.study_name, trial.number))  # alive before `beat` starts
         return trial, True
+
+
+def _pop(study: optuna.Study, waiting: Sequence[FrozenTrial]) -> optuna.Trial | None:
+    """The first of ``waiting`` this process marks RUNNING, as `Study.ask` pops a queued trial (its state
+    set through the storage, which refuses a trial another process took or finished first)."""
+    study._thread_local.cached_all_trials = None  # as `Study.ask`: read the storage afresh for this trial
+    for t in waiting:
+        trial_id = t._trial_id  # the storage's id (a FrozenTrial keeps it without a public accessor)
+        try:
+            if study._storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+                return optuna.Trial(study, trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    return None
 
 
 def open_study(store: Store, name: str, directions: Sequence[str], *, create: bool = True,

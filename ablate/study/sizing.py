@@ -25,7 +25,7 @@ from ablate.stats.power import (
     claim_power,
     detectable,
     expected_truth,
-    seeds_needed,
+    seeds_to_settle,
     simulate,
 )
 from ablate.stats.sequential import POWER, Design, Question
@@ -90,7 +90,7 @@ def power_plan(design: Design, metric: str, labels: list[str], asked: Mapping[st
         rows.append(ComparisonPlan(
             label, question, margin, noise, detectable(design, sd, question, margin),
             claim_power(design, sd, question, margin) if noise is not None else None,
-            seeds_needed(design, sd, question, margin, step) if noise is not None else None,
+            seeds_to_settle(design, sd, question, margin, step) if noise is not None else None,
             simulate(design, expected_truth(design, question, margin), sd, question, margin).mean_seeds))
     return PowerPlan(design, metric, source, rows, dict(cell_seconds), step, informational)
 
@@ -183,8 +183,9 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
     for c in pp.comparisons:
         sd = "-" if c.noise is None else f"{c.noise.sd:.3g} ({c.noise.upper:.3g})"
         det = f"{c.detectable:.3g}" + ("" if c.noise is not None else " sd")
-        needs = "-" if c.question in (None, "identical") else (
-            str(c.needed) if c.needed is not None else (f">{MOST_SEEDS}" if c.noise is not None else "?"))
+        unsized = c.question == "identical" or (c.question is None and d.min_effect is None)
+        needs = "-" if unsized or c.noise is None else (
+            str(c.needed) if c.needed is not None else f">{MOST_SEEDS}")
         lines.append(f"  {c.label:<{width}}  {sd:>14}  {det:>8}  {_fmt(c.power, 2):>6}  {needs:>5}  "
                      f"{claim_text(c.label, c.question, c.margin, min_effect)}"
                      + (f" [noise: {c.noise.basis}]" if c.noise is not None else ""))
@@ -193,6 +194,13 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
             about = f"about {c.needed}" if c.needed is not None else f"more than {MOST_SEEDS}"
             lines.append(f"  cannot settle '{claim_text(c.label, c.question, c.margin, min_effect)}': needs "
                          f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}")
+    lines.append(f"  sd: the spread (standard deviation) of the paired seed differences, variant minus "
+                 f"baseline on the same seed, with its upper {SD_CONFIDENCE:.0%} confidence bound, which the "
+                 f"plan sizes on; detects: the smallest true difference found with {POWER:.0%} power"
+                 + (" (in units of that sd: '2 sd' is twice the spread)" if pp.source is None else "")
+                 + "; power: the chance the claim's question is answered as a true claim would be; needs: "
+                 "the seeds.max that settles the claim (without one: finds an effect as large as "
+                 "min_effect); -: nothing measured yet (no pilot) or nothing to size")
     lines.extend(cost_lines(pp, workers))
     return "\n".join(lines)
 

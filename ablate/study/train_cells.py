@@ -72,7 +72,8 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: 
               flush=True)
         return "failed"
     value = record.result_value(result.metrics, plan.metric)  # the number MLflow holds as final/<metric>
-    queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None)
+    queue.finish(trial, result.status, value, run_id=result.run_id, error=result.reason or None,
+                 step=result.history[-1][0] if result.history else None)
     shown = f"{value:.4g}" if value is not None else "-"
     took = f"{time.time() - started:.0f}s"
     # MLflow's wall time counts every segment of a resumed cell

@@ -22,6 +22,7 @@ from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvalu
 from optuna.trial import FrozenTrial, TrialState
 from optuna.visualization import matplotlib as ovm
 
+from ablate.data.paths import with_absolute_roots
 from ablate.spec.load import dump_spec_yaml
 from ablate.study import optuna_attrs
 from ablate.study.derived_specs import SearchPlan
@@ -131,9 +132,12 @@ def finish_search(plan: SearchPlan, store: Store, name: str, tracker: Any, timed
     folder = Path(plan.spec.train.out_dir) / plan.spec.name / name
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec_for(lead.params, f"{plan.origin} (trial {lead.number})")
+    # Its data paths resolve here (the search's folder): made absolute, the file runs from any folder.
+    spec = spec.model_copy(update={"data": with_absolute_roots(spec.data)})
     text = (f"# best trial {lead.number} of Optuna study {name}: "
             + ", ".join(f"{record.final(m)} {v:.6g}" for m, v in zip(plan.metrics, lead.values, strict=True))
-            + "\n# retrain it with: ablate run best.yaml\n" + dump_spec_yaml(spec))
+            + f"\n# retrain it with: ablate run {folder / 'best.yaml'}  (from {Path.cwd()}, where the search "
+            "ran: its MLflow store and runs/ folder; its data paths are absolute)\n" + dump_spec_yaml(spec))
     (folder / "best.yaml").write_text(text)
     title = "Pareto front" if multi else "best trial"
     goals = ", ".join(f"{d} {record.final(m)}" for m, d in zip(plan.metrics, plan.directions, strict=True))

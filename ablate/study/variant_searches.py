@@ -9,7 +9,7 @@ slots wait in the store for the sampler. Searches are Optuna studies of their ow
 the variant and a hash of what the trials depend on: rerunning tops each one up to ``tune.trials`` and
 trains only what is missing (interrupted trials resume from their checkpoints), as `ablate tune` does.
 
-`ablate ablate` runs the searches after the study's cells at the baseline's settings (`tune_variants`,
+`ablate study` runs the searches after the study's cells at the baseline's settings (`tune_variants`,
 in this process or ``--workers`` processes sharing the store) and then the cells `tuned_cells` gives
 (ablate/study/arms.py). Each search run records its best settings (tag ``ablate.best_settings``) and its
 trials are its child runs: the report's own-best and tuning-budget sections read both

@@ -42,6 +42,7 @@ from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from ablate.dburl import redacted
 from ablate.tracking import record
 
 QUEUE = "queue.jsonl"
@@ -237,7 +238,7 @@ def log_dataset(client: MlflowClient, run_id: str, entity: DatasetEntity, contex
     try:
         client.log_inputs(run_id, [DatasetInput(entity, [tag])])
     except MlflowException as e:
-        # Two workers logging the same dataset at once (ablate ablate/tune --workers N): the store's
+        # Two workers logging the same dataset at once (ablate study/tune --workers N): the store's
         # check-then-insert fails for one of them on the unique (experiment, name, digest) key. The row
         # exists now, so a second try links it to this run.
         if "unique constraint" not in str(e).lower() and "integrityerror" not in str(e).lower():
@@ -262,6 +263,7 @@ class Courier:
                  last_step: dict[str, int]) -> None:
         _fail_fast()
         self.client, self.run_id, self.uri = client, run_id, uri
+        self.shown = redacted(uri)  # how messages name the server: a password in its URI as ***
         self.outbox = Outbox(folder)
         self.outbox.mend()
         self.down_since: float | None = None  # when the server stopped answering; None while it answers
@@ -350,7 +352,7 @@ class Courier:
             return
         with self.outbox.lock:
             if self.down and not self._closed:
-                print(f"note: the tracking server {self.uri} answers again; the queued records were sent",
+                print(f"note: the tracking server {self.shown} answers again; the queued records were sent",
                       file=sys.stderr, flush=True)
             self.down_since = None
 
@@ -360,7 +362,7 @@ class Courier:
                 self.down_since = time.time()
                 self.outbox.count_delayed(self.outbox.pending())  # later ones are counted as they come
                 if not self._closed:
-                    print(f"note: the tracking server {self.uri} does not answer ({_first_line(exc)}); "
+                    print(f"note: the tracking server {self.shown} does not answer ({_first_line(exc)}); "
                           f"training goes on and its records wait in {self.outbox.folder}", file=sys.stderr,
                           flush=True)
             waited = time.time() - self.down_since
@@ -390,7 +392,7 @@ class Courier:
         self._wake()
         left = self.outbox.pending()
         if left:
-            print(f"warning: the tracking server {self.uri} is down or too slow: {left} records of run "
+            print(f"warning: the tracking server {self.shown} is down or too slow: {left} records of run "
                   f"{self.run_id} wait in {self.outbox.folder}; run the same command again to send them (the "
                   "run folder holds the complete local record)", file=sys.stderr, flush=True)
 
@@ -408,9 +410,10 @@ def send_outbox(folder: Path, run_id: str | None, tracking_uri: str) -> int:
         box.drain(lambda op: deliver(client, run_id, op))
     except Exception as exc:  # noqa: BLE001 - still away
         left = box.pending()
-        print(f"warning: the tracking server {tracking_uri} does not answer ({_first_line(exc)}): {left} "
+        shown = redacted(tracking_uri)
+        print(f"warning: the tracking server {shown} does not answer ({_first_line(exc)}): {left} "
               f"records of run {run_id} still wait in {folder}", file=sys.stderr, flush=True)
         return left
-    print(f"note: sent the records run {run_id} had queued in {folder} to {tracking_uri}", file=sys.stderr,
-          flush=True)
+    print(f"note: sent the records run {run_id} had queued in {folder} to {redacted(tracking_uri)}",
+          file=sys.stderr, flush=True)
     return 0

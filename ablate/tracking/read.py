@@ -6,6 +6,7 @@ parent run. The store is the one `ablate.tracking.mlflow_store.resolve_tracking_
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 import shutil
@@ -18,6 +19,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.tracking import record
 
@@ -96,13 +98,34 @@ def find_study_runs(study: str) -> tuple[dict[str, Any], pd.DataFrame]:
         studies = [r for r in roots if r.data.tags.get(record.KIND) in STUDY_KINDS]
         if not roots:
             raise AblateError(f"unknown study {study!r}: no MLflow parent run with that name or id "
-                              f"in {_uri()}")
+                              f"in {redacted(_uri())}; {known_studies_text(study)}")
         parent = (studies or roots)[0]
     children = child_runs(parent.info.run_id, parent.info.experiment_id)
     if children.empty:
         raise AblateError(f"study {study!r}: run {parent.info.run_id} has no child runs (not an ablation or "
                           "search study, or none of its cells has started)")
     return _run_dict(parent), children
+
+
+def known_studies(limit: int = 1000) -> list[str]:
+    """The names of the studies (ablation and search parent runs) the store holds, latest first."""
+    found = [r for kind in STUDY_KINDS  # MLflow's filter has no IN for tags
+             for r in mlflow.search_runs(search_all_experiments=True, output_format="list", max_results=limit,
+                                         filter_string=f"tags.`{record.KIND}` = {_quote(kind)}")]
+    found.sort(key=lambda r: -(r.info.start_time or 0))
+    names = [r.data.tags.get(record.STUDY) or r.info.run_name for r in found
+             if record.PARENT_RUN not in r.data.tags]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def known_studies_text(study: str) -> str:
+    """What an unknown study's message adds: the studies the store has (a close one suggested)."""
+    names = known_studies()
+    if not names:
+        return "the store holds no study yet (`ablate study SPEC` or `ablate tune SPEC` makes one)"
+    close = difflib.get_close_matches(study, names, n=1)
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return f"its studies: {shown}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
 def child_runs(run_id: str, experiment_id: str) -> pd.DataFrame:

@@ -41,6 +41,11 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING_KIND = "custom_model_development"
 # The UI's query parameter for the home page's GenAI / model-training switch.
 WORKFLOW_QUERY = "workflowType=machine_learning"
+# An experiment tag holding a runs-page state (filter, grouping, charts) that the URL parameter
+# viewStateShareKey=<key> opens: MLflow 3's shared views (ablate/tracking/comparison_view.py writes one)
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+SHARED_VIEW_QUERY = "viewStateShareKey"
+CHART_MODE_QUERY = "compareRunsMode=CHART"  # the runs page's chart view, not its table
 
 # ---------------------------------------------------------------- ablate's run tags
 STUDY = "ablate.study"  # the study (= MLflow experiment) a run belongs to
@@ -50,7 +55,7 @@ SPEC_HASH = "ablate.spec_hash"  # the resolved spec's hash: a run's identity (no
 STATUS = "ablate.status"  # running | finished | diverged | failed | pruned | killed
 # JSON {axis: version} of the chosen variants whose implementation version is above 1 (absent: all 1)
 COMPONENT_VERSIONS = "ablate.component_versions"
-# Set by `ablate ablate` on a cell whose variant's implementation changed since it ran: why it is stale.
+# Set by `ablate study` on a cell whose variant's implementation changed since it ran: why it is stale.
 # The run stays in the store; reports leave it out and the study retrains the cell under its new identity.
 SUPERSEDED = "ablate.superseded"
 # how a superseded tag for another precision than the study's begins (ablate/study/precision.py); a
@@ -69,6 +74,9 @@ ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fu
 # rule), tensor and parameter counts, the roles each holds and, for muon, which optimizer steps it
 PARAM_GROUPS = "ablate.param_groups"
 ERROR = "ablate.error"  # the exception a failed run ended with
+# JSON list of the errors earlier segments of a run failed with, when it was resumed after them (its status
+# and ablate.error then say how its last segment ended; these stay visible in MLflow)
+FAILED_SEGMENTS = "ablate.failed_segments"
 SEQUENTIAL = "ablate.sequential"  # a study with adaptive seeds: its looks, alpha and min_effect (JSON)
 # A study's parent: the variant its author says the shared hyperparameters were tuned on (ablation.tuned_on,
 # only where the spec sets it: a report never states who tuned them from a default)

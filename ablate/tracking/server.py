@@ -22,13 +22,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.spec import metricnames
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
+from ablate.tracking.comparison_view import comparison_url, comparison_view  # mlflow: a study to show
 from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
@@ -77,19 +80,22 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | None = None,
                  artifacts_dir: str | Path | None = None, *, workers: int = 1, timeout: float = 60.0,
-                 log_path: str | Path | None = None,
-                 jobs: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+                 log_path: str | Path | None = None, jobs: bool = False,
+                 app_name: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``mlflow server`` and return (process, url) once ``/health`` answers.
 
     ``backend_uri`` defaults to `resolve_tracking_uri` (this folder's ``mlflow.db``); artifacts are served
     through the server (``mlflow-artifacts:/``) from ``artifacts_dir``, by default the ``mlartifacts``
     folder beside the database. ``port=0`` picks a free port. The server's output goes to ``log_path``
     (a temporary file if None). Raises `ServerError` with the log's end if it exits or does not answer
-    within ``timeout`` seconds. Stop it with `stop_server`.
+    within ``timeout`` seconds. Stop it with `stop_server`. ``app_name="basic-auth"``: MLflow's own
+    authentication (users and passwords; its settings come from the environment: MLFLOW_AUTH_CONFIG_PATH,
+    MLFLOW_AUTH_ADMIN_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY), /health answering without a login.
     """
     backend = backend_uri or resolve_tracking_uri(None)
     if is_server_uri(backend):
-        raise AblateError(f"{backend} is already an MLflow server: open it in a browser or log to it")
+        raise AblateError(f"{redacted(backend)} is already an MLflow server: open it in a browser or log to "
+                          "it")
     root = Path(artifacts_dir) if artifacts_dir is not None else artifact_root(backend)
     assert root is not None  # a database store always has one
     port = port or free_port(host)
@@ -99,7 +105,7 @@ def start_server(host: str = "127.0.0.1", port: int = 5000, backend_uri: str | N
         tempfile.mkstemp(prefix="ablate-mlflow-server-", suffix=".log")[1])
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
            "--artifacts-destination", str(root.resolve()), "--host", host, "--port", str(port),
-           "--workers", str(workers)]
+           "--workers", str(workers), *(["--app-name", app_name] if app_name else [])]
     env = dict(os.environ)
     if not jobs:
         env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
@@ -173,22 +179,44 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int 
     return process.wait()
 
 
-def latest_target(uri: str, base_url: str) -> tuple[str, str] | None:
-    """(what, url) of what was run last in the store: a study's parent run or a single run (its run
-    page); None for an empty store. URLs go
-    to MLflow 3's model-training view (the UI otherwise opens on its GenAI home)."""
+@dataclass(frozen=True)
+class Target:
+    """What `ablate ui` links: ``url`` opens it (a study: its comparison view; a run: its page), and a
+    study's parent run page (its cells table and plan) beside it."""
+
+    what: str
+    url: str
+    parent_url: str | None = None
+
+
+def _run_page(base_url: str, experiment_id: str, run_id: str) -> str:
+    return f"{base_url}/#/experiments/{experiment_id}/runs/{run_id}?{record.WORKFLOW_QUERY}"
+
+
+def _study_target(uri: str, base_url: str, experiment_id: str, run_id: str, tags: dict[str, str],
+                  name: str) -> Target:
+    """A study's comparison view (written into its experiment when missing) and its parent run page."""
+    kind, metric = tags.get(record.KIND, "ablation"), tags.get(record.METRIC, "")
+    metric = metric.split(",")[0].strip()  # a search with several objectives: the first
+    study = tags.get(record.STUDY, name)
+    if not metric:
+        return Target(f"{kind} study {study}", _run_page(base_url, experiment_id, run_id))
+    key = comparison_view(uri, experiment_id, kind, metric)
+    how = "its cells by variant, seeds pooled" if kind == "ablation" else "its trials"
+    return Target(f"{kind} study {study} ({how}, on {metric})", comparison_url(base_url, experiment_id, key),
+                  _run_page(base_url, experiment_id, run_id))
+
+
+def latest_target(uri: str, base_url: str) -> Target | None:
+    """What was run last in the store: a study (its comparison view, and its parent run) or a single run
+    (its page); None for an empty store. URLs go to MLflow 3's model-training view (the UI otherwise
+    opens on its GenAI home)."""
     run = latest_root_run(uri)
     if run is None:
         return None
-    exp, run_id, tags = run.experiment_id, run.run_id, run.tags
-    query = f"?{record.WORKFLOW_QUERY}"
-    if tags.get(record.KIND) in record.STUDY_KINDS:
-        metric = tags.get(record.METRIC)
-        what = f"{tags[record.KIND]} study {tags.get(record.STUDY, run.name)}" + (
-            f" (ranked by {metric})" if metric else "")
-        # The parent run's page: its child runs by name ('variant · seed N'), the metric, the cells table.
-        return what, f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
-    return f"run {run.name or run_id}", f"{base_url}/#/experiments/{exp}/runs/{run_id}{query}"
+    if run.tags.get(record.KIND) in record.STUDY_KINDS:
+        return _study_target(uri, base_url, run.experiment_id, run.run_id, run.tags, run.name)
+    return Target(f"run {run.name or run.run_id}", _run_page(base_url, run.experiment_id, run.run_id))
 
 
 def _study_parent(study: str) -> dict[str, Any]:
@@ -196,13 +224,17 @@ def _study_parent(study: str) -> dict[str, Any]:
     return find_study_runs(study_name(study))[0]
 
 
-def study_target(parent: dict[str, Any], base_url: str) -> tuple[str, str]:
-    """(what, url) of a study's parent run page in MLflow 3's model-training view."""
+def study_target(parent: dict[str, Any], uri: str, base_url: str) -> Target:
+    """A study's comparison view and parent run page, from its parent run (`_study_parent`)."""
     tags = parent["tags"]
-    what = f"{tags.get(record.KIND, 'study')} study {tags.get(record.STUDY, parent['run_id'])}"
-    run = f"experiments/{parent['experiment_id']}/runs/{parent['run_id']}"
-    url = f"{base_url}/#/{run}?{record.WORKFLOW_QUERY}"
-    return what, url
+    return _study_target(uri, base_url, str(parent["experiment_id"]), parent["run_id"], tags,
+                         parent.get("run_name") or parent["run_id"])
+
+
+def _print_target(target: Target, latest: bool) -> None:
+    print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
+    if target.parent_url is not None:
+        print(f"  its parent run (cells table, power plan, report): {target.parent_url}", flush=True)
 
 
 class _Terminated(Exception):
@@ -221,20 +253,20 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
     parent = _study_parent(study) if study is not None else None
     uri = resolve_tracking_uri(None)
     if is_server_uri(uri):
-        print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {uri}")
+        print(f"MLFLOW_TRACKING_URI is an MLflow server already: open {redacted(uri)}")
         if parent is not None:
-            print("open {}: {}".format(*study_target(parent, uri.rstrip("/"))))
+            _print_target(study_target(parent, uri, uri.rstrip("/")), latest=False)
         return 0
     log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     process: subprocess.Popen[bytes] | None = None
     try:
         process, url = start_server(host, port, uri, workers=workers, log_path=log)
-        target = latest_target(uri, url) if parent is None else study_target(parent, url)
-        print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {uri}, artifacts "
+        target = latest_target(uri, url) if parent is None else study_target(parent, uri, url)
+        print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {redacted(uri)}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
-            print(f"{'latest ' if parent is None else 'open '}{target[0]}: {target[1]}", flush=True)
+            _print_target(target, latest=parent is None)
         code = process.wait()
     except (KeyboardInterrupt, _Terminated):  # start_server stops a server that was still starting
         if process is not None:

@@ -24,6 +24,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+from ablate.dburl import redacted
 from ablate.errors import AblateError
 from ablate.spec.experiment import flatten
 from ablate.spec.load import dump_spec_yaml
@@ -137,6 +138,19 @@ def _end_open_runs() -> None:
             pass
 
 
+def failed_segments(tags: Mapping[str, str]) -> dict[str, str]:
+    """The tag that keeps a failed segment visible once its run is resumed (--retry-failed): the earlier
+    failures' errors, this one's added; nothing when the run's last segment did not fail."""
+    if tags.get(record.STATUS) != "failed":
+        return {}
+    try:
+        earlier = list(json.loads(tags.get(record.FAILED_SEGMENTS, "[]")))
+    except ValueError:
+        earlier = []
+    earlier.append(tags.get(record.ERROR, "failed (no error recorded)")[-500:])
+    return {record.FAILED_SEGMENTS: json.dumps(earlier[-10:])}  # an MLflow tag holds 8000 characters
+
+
 class Tracker(NullTracker):
     """One MLflow run. Use `Tracker.start`; as a context manager it ends failed on an exception, killed on
     Ctrl-C, finished otherwise."""
@@ -198,11 +212,12 @@ class Tracker(NullTracker):
             try:
                 run = client.get_run(resume_run_id)
             except MlflowException as e:
-                raise AblateError(f"cannot resume MLflow run {resume_run_id} in {uri}: {e.message}") from e
+                raise AblateError(f"cannot resume MLflow run {resume_run_id} in {redacted(uri)}: "
+                                  f"{e.message}") from e
             client.update_run(resume_run_id, status="RUNNING")
             run_id, exp_id = resume_run_id, str(run.info.experiment_id)
             # The run keeps the identity tags it was created with; only the caller's and the status change.
-            all_tags = {**(tags or {}), record.STATUS: "running"}
+            all_tags = {**(tags or {}), record.STATUS: "running", **failed_segments(run.data.tags)}
         else:
             exp_id = experiment_id(client, exp_name, uri, description=spec.description)
             created = client.create_run(exp_id, run_name=run_name,
@@ -255,7 +270,10 @@ class Tracker(NullTracker):
 
     # -- logging
     def log_params_from_spec(self, spec: ExperimentSpec) -> None:
-        self.log_params(flatten(spec.resolved()))
+        params = flatten(spec.resolved())
+        if isinstance(params.get(TRACKING_URI), str):  # a password in the URI is not the run's to keep
+            params[TRACKING_URI] = redacted(params[TRACKING_URI])
+        self.log_params(params)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params not logged yet. MLflow refuses to change a param, so a value that differs from the
@@ -317,7 +335,7 @@ class Tracker(NullTracker):
     def log_table(self, columns: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
         """A table (column name -> values) as a JSON artifact MLflow's artifact view shows as a table,
         replacing an earlier one. Not ``MlflowClient.log_table``, which appends to an existing artifact (a
-        study parent logs its cells table each time `ablate ablate` stops): the same "split" JSON (columns,
+        study parent logs its cells table each time `ablate study` stops): the same "split" JSON (columns,
         rows; NaN as null, e.g. a diverged cell's metric), listed once in ``mlflow.loggedArtifacts``."""
         names = list(columns)
         rows = [[None if isinstance(v, float) and not math.isfinite(v) else v for v in row]
@@ -406,5 +424,12 @@ def _last_steps(client: MlflowClient, run_id: str) -> dict[str, int]:
             for key in client.get_run(run_id).data.metrics if not key.startswith("system/")}
 
 
+TRACKING_URI = "tracking.uri"  # the spec field whose value may carry a login (http://user:pw@host)
+
+
 def _spec_yaml(spec: ExperimentSpec) -> str:
+    """The run's spec.yaml: the resolved spec, a password in its tracking URI shown as ***."""
+    if spec.tracking.uri and redacted(spec.tracking.uri) != spec.tracking.uri:
+        spec = spec.model_copy(update={"tracking": spec.tracking.model_copy(
+            update={"uri": redacted(spec.tracking.uri)})})
     return dump_spec_yaml(spec)

@@ -2,7 +2,7 @@
 recorded run is stale (``ablate.tracking.supersede`` tags the stale cells of a study).
 
 A variant's implementation version (``registry`` ``@register(..., version=N)``) enters the identity of the
-runs that choose it, so a fixed variant's cells get new identities and ``ablate ablate`` trains them anew.
+runs that choose it, so a fixed variant's cells get new identities and ``ablate study`` trains them anew.
 Its old runs stay in the store, as the record of what ran; this module tags them ``ablate.superseded`` with
 what changed, so that the MLflow UI shows them stale and reports (``ablate.report.compute.loaded_study``)
 leave them out.

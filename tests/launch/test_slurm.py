@@ -1,4 +1,4 @@
-"""`ablate ablate --slurm`: jobs through submitit that run the study's worker loop against shared stores.
+"""`ablate study --slurm`: jobs through submitit that run the study's worker loop against shared stores.
 
 The default suite checks what needs no SLURM: the stores a cluster needs, the sbatch parameters the dry run
 prints, and one study run by a job through submitit's local executor (the same `StudyJob` and `submit`).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,10 +21,13 @@ import pytest
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
+from ablate.launch.resume import Launched
 from ablate.launch.slurm_job import StudyJob
-from ablate.launch.slurm_queue import job_state, recorded_jobs
+from ablate.launch.slurm_queue import ended_state, job_result, job_state, recorded_jobs
 from ablate.launch.slurm_submit import JobShape, executor_parameters, log_folder, submit, time_minutes
+from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import plan_study
+from ablate.study.optuna_store import Store
 from tests.factories import STUDY_CELL, write_tiny_spec
 from tests.stores import mlflow_store
 from tests.study.test_study import assert_each_cell_once, study_runs
@@ -72,7 +76,7 @@ def test_slurm_options_without_slurm_are_one_line(bare_workdir: Path,
     path = write_study(bare_workdir, "noslurm", "{model.residual: [pre_norm]}", "[0]")
     assert cli_main(["ablate", str(path), "--jobs", "4", "--partition", "gpu"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --jobs, --partition: SLURM options, for `ablate ablate SPEC --slurm ...`")
+        "error: --jobs, --partition: SLURM options, for `ablate study SPEC --slurm ...`")
 
 
 def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
@@ -97,6 +101,38 @@ def test_a_job_runs_the_study_through_submitits_local_executor(workdir: Path) ->
     assert submitted.result() == 0, submitted.stderr()
     for run in assert_each_cell_once(path):
         assert run.data.tags["ablate.device_index"] == "cpu"
+
+
+@pytest.mark.slow
+def test_a_job_stopped_by_sigterm_is_recorded_as_cancelled_and_prints_the_slurm_command(
+        workdir: Path) -> None:
+    """`scancel` sends the job SIGTERM: its cell checkpoints and the study stops with 143. submitit used to
+    record that as ('success', 143), "Job completed successfully", and `ablate status` said "done" once
+    SLURM had forgotten the job; its log said to resume with a command lacking --slurm. The same job code
+    path through submitit's local executor (here `scontrol` knows no such job: SLURM has forgotten it)."""
+    path = write_study(workdir, "stopped", "{model.residual: [pre_norm, post_norm]}", "[0]", steps=2000)
+    plan = plan_study(str(path))
+    storage = str(workdir / "study.journal")
+    launched = Launched(path.name, ("train.eval_every=500",), 1, storage,
+                        ("--slurm", "--jobs 2", "--time 30"), str(workdir))
+    job = StudyJob(str(path), ["train.eval_every=500"], storage, 1, str(workdir), launched)
+    folder = log_folder(plan)
+    (submitted,) = submit(job, executor_parameters(plan, JobShape()), folder, 1, plan.name, cluster="local")
+    run_dirs = workdir / "runs" / "stopped"
+    wait_for(lambda: any(run_dirs.glob("*/last.prev.pt")), 120, "a checkpoint after step 0")
+    submitted._process.send_signal(signal.SIGTERM)  # what scancel sends first
+    wait_for(submitted.done, 120, "the job's end")
+    log = submitted.stdout() + submitted.stderr()
+    assert "Job completed successfully" not in log
+    hint = (f"resume with `cd {workdir} && ablate study stopped.yaml --set train.eval_every=500 --storage "
+            f"{storage} --slurm --jobs 2 --time 30`")
+    assert hint in log, log[-3000:]
+    assert job_state(str(submitted.job_id), folder) == "cancelled (SIGTERM)"
+    store = Store(storage)
+    plan = plan_study(str(path), ["train.eval_every=500"])  # the study the job ran: with its override
+    plan.bind(store)
+    statuses = {r.status for r in CellQueue(store, plan.store_name, plan.direction).records().values()}
+    assert statuses == {"interrupted", "pending"}  # the stopped cell resumes first, nothing is lost
 
 
 # ---------------------------------------------------------------- a real one-node SLURM (soak)
@@ -196,11 +232,18 @@ def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes
     log = folder / f"{job}_0_log.out"
     wait_for(lambda: log.is_file() and ": finished, " in log.read_text(), 120, "a finished cell")
     subprocess.run(["scancel", job], check=True, timeout=30)  # outright: SIGTERM, then SIGKILL
-    assert wait_for_jobs(folder, 90) == ["cancelled"]
+    assert wait_for_jobs(folder, 90) == ["cancelled (SIGTERM)"]  # its study stopped, its cell checkpointed
+    # Once SLURM forgets the job (MinJobAge) only submitit's result file is left: it says the same
+    assert ended_state(job_result(job, folder), None) == "cancelled (SIGTERM)"
+    text = log.read_text()
+    assert "Job completed successfully" not in text
+    journal = workdir / "study.journal"
+    assert f"resume with `cd {workdir} && ablate study {path} --storage {journal} --slurm`" in text
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     before = {r.info.run_id: r.info.end_time for r in study_runs("cut")[1] if r.info.status == "FINISHED"}
     assert before  # at least the cell that finished before the cancel
     assert cli_main(command) == 0  # resubmitted
+    assert [j["name"] for j in recorded_jobs(folder)] == ["ablate-cut-w0", "ablate-cut-w1"]  # named on
     assert wait_for_jobs(folder, 150)[-1] == "done"
     runs = assert_each_cell_once(path)  # every cell once: the finished ones were not trained again
     for run_id, ended in before.items():

@@ -2,7 +2,7 @@
 
 Nothing in the repository is edited: the package's module registers a ``positions`` variant whose only
 hook is ``attention()`` returning a rotation of queries and keys (the rotary site), with an option of its
-own; the spec validates it (the option is accepted with it and refused without it), and ``ablate ablate``
+own; the spec validates it (the option is accepted with it and refused without it), and ``ablate study``
 trains a two-cell study comparing it with sinusoidal positions, recorded in MLflow.
 """
 

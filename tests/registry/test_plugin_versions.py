@@ -2,7 +2,7 @@
 
 A plugin package registers a position scheme at version 1 and a study compares it with sinusoidal
 positions. The package is then upgraded: the same name at version 2 (a fix that changes what it computes).
-The next ``ablate ablate`` of the same spec trains the plugin's cell again under its new identity, leaves the
+The next ``ablate study`` of the same spec trains the plugin's cell again under its new identity, leaves the
 baseline's cell alone (same hash, no new run), tags the old cell ``ablate.superseded`` in MLflow (kept, not
 deleted), and the report leaves the old cell out with a note.
 """

@@ -19,7 +19,8 @@ import pytest
 from ablate.cli import main
 from ablate.report import plots as figs
 from ablate.report.paper import effect_rows, latex_escape, write_table
-from tests.report_studies import EXPORTS
+from tests.report_studies import COMMON, EXPORTS
+from tests.stores import mlflow_store
 
 REPO = Path(__file__).resolve().parents[2]
 SEQUENTIAL = REPO / "reports" / "tutorial-axes-multi30k"  # adaptive seeds: sequential verdicts, a test look
@@ -91,7 +92,10 @@ def test_a_report_without_effects_has_no_table(tmp_path: Path) -> None:
     from ablate.errors import AblateError
 
     (tmp_path / "report.json").write_text(json.dumps({"kind": "search", "study": "s", "effects": []}))
-    with pytest.raises(AblateError, match="no effects against a baseline to tabulate"):
+    with pytest.raises(AblateError, match=r"no effects against a baseline to tabulate \(a search report\)"):
+        write_table(tmp_path, "csv")
+    (tmp_path / "report.json").write_text(json.dumps({"kind": "ablation", "study": "s", "effects": []}))
+    with pytest.raises(AblateError, match=r"\(an ablation report\)"):  # it read "(a ablation report)"
         write_table(tmp_path, "csv")
     assert not (tmp_path / "effects.csv").exists()
 
@@ -159,3 +163,36 @@ def test_report_format_writes_the_table(
         assert list(pd.read_csv(path)["variant"]) == variants
     else:
         assert all(latex_escape(v) in path.read_text() for v in variants)
+
+
+def test_both_tables_come_from_one_build_of_the_report(
+        imported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each `--format` run rebuilt the whole report (7.8 s for a small study): both formats at once build it
+    once."""
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    assert main(["report", "rep-abl", "--out", "both", "--format", "latex", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("report: ") == 1 and out.count("table: ") == 2
+    assert (imported / "both" / "effects.tex").is_file() and (imported / "both" / "effects.csv").is_file()
+
+
+@pytest.mark.slow  # trains the study's two cells (a second or two each)
+def test_a_table_of_a_study_without_a_finished_cell_names_the_study_and_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A LaTeX export of a study with no finished cell exited 2 but wrote report.md, .html, .json, runs.csv
+    and figures/, and its message pointed at report.json rather than at the study."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
+    spec = "name: all-diverged\nseed: 0\n" + COMMON.replace(", ATTN", "").replace("lr: 0.01", "lr: 50") + (
+        "ablation:\n  design: variants\n  variants:\n    - {model: {residual: post_norm}}\n  seeds: [0]\n")
+    (tmp_path / "study.yaml").write_text(spec)
+    assert main(["study", "study.yaml", "-q"]) == 0  # a diverged cell is a result
+    capsys.readouterr()
+    assert main(["report", "all-diverged", "--format", "latex"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [
+        "error: study all-diverged: no effects to tabulate as latex: no variant and its baseline both have "
+        "a finished cell yet (0 of 2 runs finished); nothing written (`ablate status all-diverged` shows "
+        "where its cells stand)"], err
+    assert not (tmp_path / "reports").exists()

@@ -240,7 +240,7 @@ def text_corpus(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The study trained by `ablate ablate` (4 runs), exported, and imported into a second store."""
+    """The study trained by `ablate study` (4 runs), exported, and imported into a second store."""
     import torch
 
     from ablate.launch.local_study import main_ablate

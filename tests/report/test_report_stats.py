@@ -322,7 +322,7 @@ def test_interrupted_cells_are_left_out_and_named_in_a_note() -> None:
     study = build_study(parent, frame)
     assert [(r.run_id, r.status) for r in study.runs] == [("r1", "finished"), ("r4", "diverged")]
     assert study.notes == ["2 cell(s) interrupted or still running are left out (baseline seed 1; "
-                           "residual=post_norm seed 0): `ablate ablate` resumes them from their checkpoints, "
+                           "residual=post_norm seed 0): `ablate study` resumes them from their checkpoints, "
                            "and a report made after that includes them"]
 
 

@@ -602,7 +602,7 @@ def _cell_steps(folder: Path) -> int:
 @pytest.mark.postgres
 def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_path: Path, postgres_url: str,
                                                                          rng: random.Random) -> None:
-    """`ablate ablate --workers 2 --storage postgresql://...` (the study a cluster's machines share): SIGTERM
+    """`ablate study --workers 2 --storage postgresql://...` (the study a cluster's machines share): SIGTERM
     to the parent alone (Kubernetes) at a random step (the workers get it forwarded, checkpoint and re-queue
     their cells; exit 143, every MLflow run terminal), then a SIGKILL at another random step (the workers die
     with the parent), then the same command to the end: every cell has exactly one MLflow run, FINISHED,
@@ -625,7 +625,7 @@ def test_a_two_worker_study_survives_sigterm_and_sigkill_at_random_steps(tmp_pat
     (line,) = [m for m in _messages(err) if m.startswith("interrupted")]
     # The resume command is the one that was started: its workers and its shared store.
     assert line.startswith("interrupted by SIGTERM:")
-    assert f"`ablate ablate spec.yaml --workers 2 --storage {postgres_url}`" in line
+    assert f"`ablate study spec.yaml --workers 2 --storage {postgres_url}`" in line
     uri = f"sqlite:///{box / 'mlflow.db'}"
     statuses = {r.data.tags.get("ablate.status"): r.info.status for r in _runs_of(uri, name)}
     assert "RUNNING" not in statuses.values() and statuses.get("interrupted") == "KILLED", statuses

@@ -367,10 +367,10 @@ def test_a_step_boundary_within_the_grace_disarms_it(monkeypatch: pytest.MonkeyP
 def test_the_resume_line_repeats_workers_and_storage_but_not_a_password() -> None:
     from ablate.launch.resume import resume_command
 
-    assert resume_command("ablate", "s.yaml", []) == "ablate ablate s.yaml"
+    assert resume_command("study", "s.yaml", []) == "ablate study s.yaml"
     assert (resume_command("tune", "s.yaml", ["seed=3"], workers=2, storage="postgresql://bob:hunter2@db:5432/x")
             == "ablate tune s.yaml --set seed=3 --workers 2 --storage postgresql://bob:***@db:5432/x")
-    assert resume_command("ablate", "s.yaml", [], storage="j.log") == "ablate ablate s.yaml --storage j.log"
+    assert resume_command("study", "s.yaml", [], storage="j.log") == "ablate study s.yaml --storage j.log"
 
 
 def test_ctrl_c_while_the_server_process_is_created_stops_that_server(

@@ -66,12 +66,13 @@ def test_an_lm_run_records_its_metrics_and_generates_from_its_record(
     model.load_state_dict(load_checkpoint(Path(result.run_dir) / "best.pt")["model"])
     tok = data.tokenizers
     prompt = "t1 t2 t3 t4 ? t3"
-    expected = tok.decode_tgt(generate(model, [tok.bos_id, *tok.encode_tgt(prompt)], 6, greedy=True,
-                                       eos_id=tok.eos_id))
+    new = generate(model, [tok.bos_id, *tok.encode_tgt(prompt)], 6, greedy=True, eos_id=tok.eos_id)
     out = io.StringIO()
     with redirect_stdout(out):
         assert main_generate(result.run_id[:8], prompt, 6, greedy=True) == 0
-    assert out.getvalue() == expected + "\n"
+    # the prompt, then its continuation: one text
+    assert out.getvalue() == tok.decode_tgt([*tok.encode_tgt(prompt), *new]) + "\n"
+    assert out.getvalue().startswith(prompt + " ") and len(out.getvalue()) > len(prompt) + 2
     with pytest.raises(AblateError, match="use `ablate generate`"):
         main_translate(result.run_id, "t1 t2")
     with pytest.raises(AblateError, match="--temperature must be positive"):

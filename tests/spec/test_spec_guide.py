@@ -153,7 +153,7 @@ def test_each_worked_example_validates(example: guide_examples.Example, tmp_path
     path.write_text(example.spec)
     spec = load_spec(path)
     assert spec.name == yaml.safe_load(example.spec)["name"]
-    if spec.ablation is not None:  # every variant a valid spec, as `ablate ablate --dry-run` checks
+    if spec.ablation is not None:  # every variant a valid spec, as `ablate study --dry-run` checks
         plan = plan_study(str(path))
         assert len(plan.variants) >= 2
 

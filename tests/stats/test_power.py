@@ -26,9 +26,9 @@ from ablate.stats.power import (
 )
 from ablate.stats.sequential import Design, planned_looks
 from ablate.study.cell_queue import CellRecord
-from ablate.study.pilot import pilot_from_rows, read_pilot
+from ablate.study.pilot import PairedNoise, pilot_from_rows, read_pilot
 from ablate.study.seed_rounds import comparison_progress
-from ablate.study.sizing import choose_max, cost_lines, from_pilot, plan_record
+from ablate.study.sizing import choose_max, cost_lines, format_power_plan, from_pilot, plan_record, power_plan
 from tests.study.test_adaptive_seeds import write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,3 +231,20 @@ def test_the_plan_says_when_a_variant_changes_the_deciding_metrics_scale(
     assert ("note: train.label_smoothing=0.1 changes train.label_smoothing, which changes val/loss's "
             "own scale" in out)
     assert "auto resolved" not in out
+
+
+def test_the_plan_names_its_columns_and_sizes_a_comparison_without_a_claim() -> None:
+    """Without a pilot the plan printed `norm=rms  -  7.82 sd  -  -` and never said what the sd was; and a
+    comparison without a claim showed no seeds needed even with a pilot's noise."""
+    design = Design(planned_looks(3, 8), 0.05, 0.5, 1)
+    unsized = power_plan(design, "val/bleu", ["norm=rms"], {}, lambda _: None, None, {})
+    text = format_power_plan(unsized, 0.5)
+    assert ("sd: the spread (standard deviation) of the paired seed differences, variant minus baseline on "
+            "the same seed") in text
+    assert "(in units of that sd: '2 sd' is twice the spread)" in text
+    noise = PairedNoise(0.3, 5, "its own 6 pairs")
+    sized = power_plan(design, "val/bleu", ["norm=rms"], {}, lambda _: noise, "pilot p", {})
+    (row,) = sized.comparisons
+    assert row.question is None and row.needed is not None
+    (line,) = [li for li in format_power_plan(sized, 0.5).splitlines() if li.startswith("  norm=rms")]
+    assert f"  {row.needed:>5}  norm=rms against the baseline" in line

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ablate.stats.power import simulate
 from ablate.stats.sequential import Design, evaluate, nominal_level, planned_looks, run_sequence
 
 REPS = 2000
@@ -129,9 +130,27 @@ def test_a_none_claim_gets_seeds_until_its_interval_is_inside_or_beyond_the_marg
     assert plain.hi > 0.5  # ... straddling the margin
     assert asked is not None and asked.decided and asked.look > 1
     assert -0.5 <= asked.lo and asked.hi <= 0.5  # settled: no effect as large as the margin
-    # a claim margin of its own is what counts, not the study's min_effect
+    # a claim margin of its own is what counts, not the study's min_effect; inside it from 3 pairs is too
+    # few to call it no effect (EQUIVALENCE_PAIRS): the first look with 4 decides
     wide = run_sequence(stream, design, "none", margin=2.0)
-    assert wide is not None and wide.look == 1 and wide.decided
+    assert wide is not None and wide.look == 2 and wide.n == 4 and wide.decided
+
+
+def test_no_comparison_is_called_no_effect_from_fewer_than_four_pairs() -> None:
+    """At 3 paired seeds a tight interval inside +-min_effect stays open: the report's own tests cannot
+    test 3 seeds, and a report said "no effect" beside "too few seeds to conclude"; an effect that clear
+    is still one (its sign is known)."""
+    design = Design((3, 4, 5), 0.05, 0.5)
+    tight = [0.01, -0.01, 0.0, 0.005, -0.005]
+    three = evaluate(tight[:3], design, 1)
+    assert (three.state, three.decided) == ("open", False) and -0.5 < three.lo and three.hi < 0.5
+    four = evaluate(tight[:4], design, 2)
+    assert (four.state, four.decided) == ("no_effect", True)
+    assert evaluate([5.0, 5.1, 4.9], design, 1).state == "effect"
+    assert evaluate(tight[:3], design, 1, "none", 0.5).decided is False  # a none claim alike
+    # the power simulation runs the same rule: a null comparison never ends "no effect" at its first look
+    assert simulate(Design((3,), 0.05, 0.5), 0.0, 0.001).within == 0.0
+    assert simulate(Design((4,), 0.05, 0.5), 0.0, 0.001).within > 0.9
 
 
 def test_claim_aware_stopping_keeps_each_question_at_its_error_rate() -> None:

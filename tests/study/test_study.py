@@ -6,6 +6,7 @@ synthetic specs (d_model 16, 1+1 layers, a few dozen steps).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -157,7 +158,7 @@ ablation:
 
 @pytest.mark.slow
 def test_cells_of_one_seed_are_controlled(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the trainer actually gets, cell by cell through `ablate ablate`: within a seed every variant
+    """What the trainer actually gets, cell by cell through `ablate study`: within a seed every variant
     trains on the same batches in the same order at every step (past an epoch boundary) and starts from
     identical values in every parameter it shares with the baseline; another seed differs in both."""
     import ablate.run.runner
@@ -351,11 +352,57 @@ ablation:
     assert_each_cell_once(path, {f"ffn={crashing_ffn}": "failed"})
 
 
+class FlakyFFN(torch.nn.Module):
+    """A linear FFN that raises while ``broken`` (a cell that fails, then works when run again)."""
+
+    broken = True
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Linear(d_model, d_ff)
+        self.w2 = torch.nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if FlakyFFN.broken:
+            raise RuntimeError("boom: a flaky component")
+        return self.w2(torch.relu(self.w1(x)))
+
+
+@pytest.mark.slow
+def test_a_failed_segment_stays_visible_in_mlflow_and_status_once_retried(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell fails, then finishes under --retry-failed in the same MLflow run: the run used to end FINISHED
+    with no trace of its failed segment, which only its Optuna trial kept."""
+    import registry
+
+    registry.REGISTRY.add("ffn", "flaky", FlakyFFN)
+    FlakyFFN.broken = True
+    try:
+        path = write_spec(workdir, "flaky", "\nablation:\n  axes: {model.ffn: [linear, flaky]}\n",
+                          steps=10, eval_every=5)
+        assert main_ablate(str(path)) == 1
+        FlakyFFN.broken = False
+        assert main_ablate(str(path), retry_failed=True) == 0
+        runs = {r.data.tags["ablate.variant"]: r for r in study_runs("flaky")[1]}
+        run = runs["ffn=flaky"]
+        assert run.info.status == "FINISHED" and run.data.tags["ablate.status"] == "finished"
+        segments = json.loads(run.data.tags["ablate.failed_segments"])
+        assert segments == ["RuntimeError: boom: a flaky component"]
+        assert "ablate.failed_segments" not in runs["baseline"].data.tags
+        capsys.readouterr()
+        assert main_status(str(path)) == 0
+        out = capsys.readouterr().out
+        assert ("earlier failed attempts:\n  ffn=flaky seed 0: failed 1x before this attempt (last: "
+                "RuntimeError: boom: a flaky component)") in out
+    finally:
+        registry.REGISTRY._entries["ffn"].pop("flaky", None)
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Two `ablate ablate --storage postgresql://...` (two machines) split the cells: each runs once."""
+    """Two `ablate study --storage postgresql://...` (two machines) split the cells: each runs once."""
     name = f"pg-{os.getpid()}-{int(time.time())}"
     path = write_spec(workdir, name, """
 ablation:

@@ -2,7 +2,7 @@
 study ran on two kinds of CPU: its baseline's cells trained in fp32 and many variant cells in bf16, so
 their paired differences measured the precision as well as the variant. Here a study runs its first cell on
 an fp32 machine and the rest on a bf16 one, as an ablate without the pin did; the report must say the
-cells mix precisions, and the next `ablate ablate` must train every cell again at the first cell's
+cells mix precisions, and the next `ablate study` must train every cell again at the first cell's
 precision, leave the others out of the report as superseded, and say why."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
     # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.launch.wall_time.probe_cell_seconds", lambda spec, steps=0: None)
+    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: None)
     return runs
 
 
@@ -67,7 +67,7 @@ def interrupt_once(monkeypatch: pytest.MonkeyPatch, before: int) -> list[float]:
     monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
     # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.launch.wall_time.probe_cell_seconds", lambda spec, steps=0: None)
+    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: None)
     return runs
 
 

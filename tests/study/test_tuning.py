@@ -1,5 +1,5 @@
 """An ablation's ``tune:`` and ``confirm:`` sections: their shape, located errors, the run
-identity they leave alone, and the budget `ablate ablate --dry-run` prints."""
+identity they leave alone, and the budget `ablate study --dry-run` prints."""
 
 from __future__ import annotations
 

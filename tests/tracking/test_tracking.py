@@ -249,7 +249,7 @@ def test_disabled_tracking_is_a_null_tracker(tmp_path: Path, monkeypatch: pytest
 
 # ---------------------------------------------------------------- layout
 def test_a_table_logged_again_replaces_the_earlier_one(store: str, tmp_path: Path) -> None:
-    """A study parent logs its cells table each time `ablate ablate` stops: the table MLflow shows is the
+    """A study parent logs its cells table each time `ablate study` stops: the table MLflow shows is the
     latest (MlflowClient.log_table would append every invocation's rows), in the format MLflow's own table
     reader takes, with a diverged cell's NaN as null, and listed once as a table for the UI."""
     tracker = Tracker.start(make_spec("tables", store), run_name="study")

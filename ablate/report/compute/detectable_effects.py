@@ -14,7 +14,7 @@ from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.stats.power import detectable, seeds_needed
+from ablate.stats.power import detectable, seeds_to_settle
 from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
 from ablate.tracking import record
@@ -33,6 +33,9 @@ class Found:
     detectable: float  # at the study's design and this sd (NaN below two pairs)
     needed: int | None  # seeds.max a new study would need for the claim at this sd (None: > 100, no claim)
     settled: bool = False  # the study's own looks answered the comparison's question
+    # whether a new study's seeds can be sized: a claim (better, worse, none), or no claim and a min_effect
+    # (its question: find an effect as large as min_effect); an identity check or neither: nothing to size
+    sizable: bool = False
 
 
 def _recorded(study: Study, tag: str) -> dict[str, Any] | None:
@@ -56,10 +59,13 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
             continue
         mean, sd = sum(d) / len(d), paired_sd(d)
         needs = None
-        if question in ("better", "worse", "none") and sd > 0 and not settled:
-            needs = seeds_needed(design, sd, question, margin)
+        sizable = question in ("better", "worse", "none") or (question is None
+                                                              and design.min_effect is not None)
+        if sizable and sd > 0 and not settled:
+            needs = seeds_to_settle(design, sd, question, margin)
         rows.append(Found(label, question, margin, len(d), mean, sd,
-                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled))
+                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled,
+                          sizable))
     return rows
 
 

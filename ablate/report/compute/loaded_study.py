@@ -36,7 +36,7 @@ IGNORED_PREFIXES = ("tracking.", "ablation.", "search.", "train.out_dir", "data.
                     "train.device")
 STATUS_RANK = {"finished": 0, "diverged": 1, "pruned": 2, "failed": 3, "killed": 4, "interrupted": 4,
                "running": 5}
-# A cell in one of these states is no result yet: `ablate ablate` resumes it from its checkpoint.
+# A cell in one of these states is no result yet: `ablate study` resumes it from its checkpoint.
 IN_PROGRESS = ("killed", "interrupted", "running")
 QUALITY = {  # metric suffix -> (unit shown, decimals, higher is better)
     "bleu": ("BLEU", 2, True), "chrf": ("chrF", 2, True), "exact_match": ("exact match", 3, True),
@@ -180,11 +180,11 @@ def _superseded_note(stale: list[tuple[Run, str]]) -> str:
     if version:
         notes.append(f"{len(version)} run(s) of a variant whose implementation changed since they ran are "
                      f"left out {listed(version, ', ')}. They stay in the store, tagged {record.SUPERSEDED}; "
-                     "`ablate ablate` retrains those cells under the new version")
+                     "`ablate study` retrains those cells under the new version")
     if precision:
         notes.append(f"{len(precision)} run(s) that trained at another precision than the study's cells are "
                      f"left out {listed(precision, '; ')}. They stay in the store, tagged "
-                     f"{record.SUPERSEDED}; `ablate ablate` trains those cells again at the study's "
+                     f"{record.SUPERSEDED}; `ablate study` trains those cells again at the study's "
                      "precision")
     return ". ".join(notes)
 
@@ -252,7 +252,7 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
     if waiting:  # an interrupted study's report: say what it does not cover yet
         cells = "; ".join(waiting)
         notes.append(f"{len(waiting)} cell(s) interrupted or still running are left out ({cells}): "
-                     "`ablate ablate` resumes them from their checkpoints, and a report made after that "
+                     "`ablate study` resumes them from their checkpoints, and a report made after that "
                      "includes them")
     if baseline is None and labels and not is_search:
         baseline = labels[0]

@@ -61,7 +61,8 @@ def check_transfer(verdict: Rerun, higher_is_better: bool, confidence: float = 1
     if verdict.small == Direction.NONE and (verdict.margin is None or verdict.margin <= 0):
         raise ValueError(f"{verdict.label}: a verdict of no effect needs its margin (> 0)")
     e = compare(verdict.base, verdict.variant, confidence)
-    outcome = at_scale(verdict.small, e.diff, e.lo, e.hi, e.p, confidence, higher_is_better, verdict.margin)
+    outcome = at_scale(verdict.small, e.diff, e.lo, e.hi, e.p, confidence, higher_is_better, verdict.margin,
+                       e.n_min)
     return Transfer(verdict.label, verdict.small, outcome, e, confidence)
 
 

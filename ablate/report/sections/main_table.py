@@ -11,7 +11,7 @@ from typing import Any
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
-from ablate.report.compute.comparisons import design_of
+from ablate.report.compute.comparisons import EQUIVALENCE_PAIRS, design_of
 from ablate.report.compute.loaded_study import (
     COST_COLUMNS,
     EffectRow,
@@ -73,7 +73,7 @@ def seed_notes(study: Study, summary: dict[str, dict[str, Any]]) -> list[Block]:
         return "; ".join(f"`{v}`" for v in labels)
 
     more = (f"Re-run with {st.TINY + 1} or more seeds (ablation.seeds)" if design_of(study) is None else
-            "This study adds seeds itself where a verdict is still open (ablate ablate); meanwhile the "
+            "This study adds seeds itself where a verdict is still open (ablate study); meanwhile the "
             "summary judges it by the group-sequential test (Adaptive seeds)")
     if none:
         blocks.append(Note(f"no finished run for {names(none)}: every run diverged or failed, so "
@@ -83,13 +83,22 @@ def seed_notes(study: Study, summary: dict[str, dict[str, Any]]) -> list[Block]:
                            + " a single finished run, so differences involving "
                            + ("it" if len(few) == 1 else "them") + " are reported without interval or "
                            f"test. {more} before drawing conclusions."))
-    if tiny:
+    if tiny and design_of(study) is None:
         blocks.append(Note(
             f"too few seeds to conclude: {'; '.join(f'`{v}` ({n})' for v, n in tiny)} ha"
             + ("s" if len(tiny) == 1 else "ve") + " only 2–3 finished seeds. Their effects get a bootstrap "
             "interval and an exact permutation p-value, and with 2–3 seeds on each side such a test cannot "
             "reach p < 0.05 (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25), so those effects are never called "
             f"significant. {more}."))
+    elif tiny:  # adaptive seeds: the verdicts at the top are the sequential test's, which these words match
+        blocks.append(Note(
+            f"few seeds: {'; '.join(f'`{v}` ({n})' for v, n in tiny)} ha"
+            + ("s" if len(tiny) == 1 else "ve") + " only 2–3 finished seeds. The Effects table's "
+            "fixed-sample tests (a bootstrap interval and an exact permutation p-value) cannot reach "
+            "p < 0.05 with so few (2 paired seeds: p ≥ 0.5; 3: p ≥ 0.25). The verdicts at the top are the "
+            "group-sequential t-test's: it states an effect as soon as its interval excludes 0, and no "
+            f"effect only from {EQUIVALENCE_PAIRS} paired seeds on; until then such a comparison stays open "
+            "(this study adds seeds to it, up to seeds.max)."))
     return blocks
 
 

@@ -68,19 +68,21 @@ def part(inp: Inputs) -> Part | None:
         sd_planned = (f"{_fmt(p.get('sd'), dec + 1)} ({_fmt(p.get('sized_sd'), dec + 1)})"
                       if p.get("sd") is not None else "—")
         mde = _planned_detects(p, dec) if p else "—"
-        claim = f.question in ("better", "worse", "none") and f.n >= 2
         needed = ("settled" if f.settled else str(f.needed) if f.needed is not None
-                  else (">100" if claim else "—"))
+                  else (">100" if f.sizable and f.n >= 2 else "—"))
         rows.append([f.label, sd_planned, mde, str(f.n), st.fmt(f.diff, dec, signed=True),
                      _fmt(f.sd, dec + 1), _fmt(f.detectable, dec), needed])
     blocks: list[Block] = [Para(_opening(registered, plan, design, metric)), Table(
         ["comparison", "planned sd (bound)", "planned detects", "pairs", "found Δ", "found sd",
          "detects at found sd", "seeds a new study needs"], rows, align="lrrrrrrr",
         caption=f"{metric}: the smallest effect each comparison's design detects with 80% power, as planned "
-                "and at the spread its own seeds showed (information only: it never moves the design); the "
-                "last column is the seeds.max a new study would need to settle the comparison's claim")]
-    open_claims = [f for f in found
-                   if not f.settled and f.question in ("better", "worse", "none") and f.n >= 2]
+                "and at the spread its own seeds showed (information only: it never moves the design). sd: "
+                "the spread (standard deviation) of the paired seed differences, variant minus baseline on "
+                "the same seed; the planned one with its upper bound, which the plan sized on. The last "
+                "column is the seeds.max a new study would need to settle the comparison's claim (without "
+                "one: to find an effect as large as min_effect); — where there is nothing to size (an "
+                "identity check, or no min_effect)")]
+    open_claims = [f for f in found if not f.settled and f.sizable and f.n >= 2]
     forecast = settled_forecast(plan, found)
     if forecast is not None:
         blocks.append(Para(forecast_sentence(forecast)))

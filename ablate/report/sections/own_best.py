@@ -175,7 +175,7 @@ def part(inp: Inputs) -> Part | None:
         if pending:
             blocks.append(Note(pending_text(pending) + " Tuning may yet change these.", "info"))
     else:
-        blocks.append(Note("no cell at each variant's own best has run yet: `ablate ablate` runs them once "
+        blocks.append(Note("no cell at each variant's own best has run yet: `ablate study` runs them once "
                            "every search is done.", "info"))
     if settings:
         blocks.append(Table(["variant", "best settings (baseline's → best)", "moved", f"best {metric}",

@@ -12,6 +12,7 @@ import math
 
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import (
+    EQUIVALENCE_PAIRS,
     METHOD,
     POWER,
     Comparison,
@@ -72,6 +73,12 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
         return "short of its claim's margin: the interval's far bound falls short of it"
     if v.reading == Reading.UNTESTABLE:
         return "too few finished pairs to test"
+    m = design.min_effect
+    if m is not None and -m <= look.lo and look.hi <= m and look.n < EQUIVALENCE_PAIRS:
+        # the interval alone would read no effect: say why the verdict does not
+        where = f"undecided at the maximum of {design.looks[-1]} seeds" if look.final else "open"
+        return (f"{where}: its interval lies within ±{m:g} {unit}, but {look.n} pairs are too few to call "
+                f"it no effect (at least {EQUIVALENCE_PAIRS})")
     return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final
             else "open: the study has not finished its rounds") + (
         f"; {reopened_phrase(c.earlier, design, dec, higher, unit)}"
@@ -165,7 +172,8 @@ def part(inp: Inputs) -> Part | None:
     data = {"method": METHOD, "looks": list(design.looks), "alpha": design.alpha,
                           "nominal_level": design.nominal, "min_effect": design.min_effect, "metric": metric,
                           "comparisons": records}
-    width = f"±{design.min_effect:g} {unit}" if design.min_effect is not None else "no min_effect given"
+    width = (f"±{design.min_effect:g} {unit}; only from {EQUIVALENCE_PAIRS} pairs on"
+             if design.min_effect is not None else "no min_effect given")
     return Part("seeds", [Section("Adaptive seeds", [
         Para(f"The study chose its seeds by the evidence on `{metric}`: {design.describe()}. Each variant "
              "got seeds round by round until its repeated confidence interval (simultaneous over all "
