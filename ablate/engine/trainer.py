@@ -47,6 +47,7 @@ from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
+from registry.logits import PlainLogits
 from registry.loss import CrossEntropy
 from registry.optimizer import TrainParam
 
@@ -255,8 +256,8 @@ class Trainer:
         computes a chunk of rows at a time: the loss axis's cross_entropy, no logits axis, a logit
         multiplier of 1."""
         model = self.model
-        return (isinstance(self.loss_fn, CrossEntropy) and isinstance(model.logit_head, nn.Identity)
-                and model.logit_multiplier == 1.0)
+        return (isinstance(self.loss_fn, CrossEntropy)
+                and isinstance(model.logit_head, PlainLogits | nn.Identity) and model.logit_multiplier == 1.0)
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon

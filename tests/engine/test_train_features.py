@@ -139,6 +139,23 @@ def test_label_smoothing_reaches_the_training_loss(tmp_path: Path) -> None:
     assert abs(loss - float(nll[real].mean())) > 1e-3
 
 
+@pytest.mark.parametrize(("overrides", "chunked"), [
+    ([], True), (["model.logits=softcap"], False), (["train.loss.name=z_loss"], False)])
+def test_the_chunked_loss_serves_the_plain_cross_entropy_and_gives_its_value(
+        tmp_path: Path, overrides: list[str], chunked: bool) -> None:
+    """The trainer computes the plain cross-entropy of the generator's logits a chunk of rows at a time
+    (engine/token_loss.py); a logits axis or a loss term beyond it takes the whole logits. Either way the
+    first step's loss is the loss axis's on the whole logits."""
+    trainer = make_trainer(tmp_path, overrides)
+    assert trainer.chunked_loss() is chunked
+    batch = trainer.batcher.collate(trainer.batcher.all_batches(0)[0].tolist())
+    with torch.no_grad():
+        logits = trainer.model(batch.src, batch.tgt_in).float()  # (B, T, V), through the logits axis
+        whole = trainer.loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=trainer.pad_id)
+    loss, _ = trainer.train_step()
+    assert loss == pytest.approx(float(whole), rel=1e-5)
+
+
 # ---------------------------------------------------------------- budget and schedule
 def test_planned_steps_from_epochs_max_steps_or_both() -> None:
     def spec(**fields: Any) -> TrainSpec:
