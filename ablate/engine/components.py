@@ -41,6 +41,16 @@ def score_dtype(weight: Tensor, device_type: str) -> torch.dtype:
     return weight.dtype
 
 
+def head_logits(generator: nn.Module, multiplier: float, head: nn.Module, hidden: Tensor) -> Tensor:
+    """The output logits (..., V) of final hidden states (..., d), as both skeletons give them: the output
+    projection, the parametrisation's multiplier (muP's base/width; 1 otherwise), then the logits axis's
+    component (the logits as they are, or soft-capped)."""
+    out = generator(hidden)
+    if multiplier != 1.0:
+        out = out * multiplier
+    return head(out)  # type: ignore[no-any-return]
+
+
 class Components:
     """Every registry component a model section names, built the one way both architectures share: its
     contract's arguments (registry/<axis>.py), the options its axis and variant declare

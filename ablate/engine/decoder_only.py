@@ -26,7 +26,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from ablate.engine.components import Stack, record_attention, score_dtype
+from ablate.engine.components import Stack, head_logits, record_attention, score_dtype
 from ablate.errors import AblateError
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
@@ -123,10 +123,7 @@ class DecoderOnlyLM(nn.Module):
     def logits(self, hidden: Tensor) -> Tensor:
         """The output logits (..., V) of final hidden states (..., d): the projection, the
         parametrisation's multiplier, then the logits axis's component."""
-        out = self.generator(hidden)
-        if self.logit_multiplier != 1.0:
-            out = out * self.logit_multiplier
-        return self.logit_head(out)  # type: ignore[no-any-return]
+        return head_logits(self.generator, self.logit_multiplier, self.logit_head, hidden)
 
     def check_length(self, end: int) -> None:
         """A one-line error when positions up to ``end - 1`` are past the position scheme's table."""

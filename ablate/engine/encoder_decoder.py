@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from ablate.engine.components import Stack, record_attention, score_dtype
+from ablate.engine.components import Stack, head_logits, record_attention, score_dtype
 from registry.attention import KVCache, MultiHeadAttention, Rotate
 from registry.masking import AttnMask, MaskFill
 from registry.parametrisation import WidthShape
@@ -178,10 +178,7 @@ class Seq2SeqTransformer(nn.Module):
     def logits(self, hidden: Tensor) -> Tensor:
         """The output logits (..., V) of final hidden states (..., d): the projection, the
         parametrisation's multiplier, then the logits axis's component."""
-        out = self.generator(hidden)
-        if self.logit_multiplier != 1.0:
-            out = out * self.logit_multiplier
-        return self.logit_head(out)  # type: ignore[no-any-return]
+        return head_logits(self.generator, self.logit_multiplier, self.logit_head, hidden)
 
     def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
         x = table(ids)  # (B, T, d)
