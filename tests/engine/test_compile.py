@@ -17,7 +17,8 @@ from ablate.engine.trainer import load_checkpoint
 from ablate.run.runner import run_experiment
 from ablate.spec.load import load_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.soak,  # the soak tier: the default suite stays under 10 minutes
+               pytest.mark.timeout(1200)]
 
 SPEC = """
 name: compile-{mode}

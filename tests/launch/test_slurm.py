@@ -89,7 +89,7 @@ def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
             time_minutes(bad)
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # in the soak tier: the default suite stays under 10 minutes
 def test_a_job_runs_the_study_through_submitits_local_executor(workdir: Path) -> None:
     """The code path of a SLURM job (StudyJob, submit) with submitit's local executor: the job queues the
     cells, opens the parent run and trains every cell; each run records the device it trained on."""
@@ -235,7 +235,7 @@ def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes
     assert wait_for_jobs(folder, 90) == ["cancelled (SIGTERM)"]  # its study stopped, its cell checkpointed
     # Once SLURM forgets the job (MinJobAge) only submitit's result file is left: it says the same
     assert ended_state(job_result(job, folder), None) == "cancelled (SIGTERM)"
-    text = log.read_text()
+    text = log.read_text() + (folder / f"{job}_0_log.err").read_text()  # the hints go to stderr
     assert "Job completed successfully" not in text
     journal = workdir / "study.journal"
     assert f"resume with `cd {workdir} && ablate study {path} --storage {journal} --slurm`" in text

@@ -181,7 +181,7 @@ def test_a_study_that_decides_nothing_says_so_at_the_larger_scale(
     assert "Each comparison the study decided" not in text and data["scale"]["verdicts"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # in the soak tier: the default suite stays under 10 minutes
 def test_an_imported_export_continues_without_searching_again_and_reports_the_same(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The export carries the searches and their trials; an import recreates them in MLflow and in each

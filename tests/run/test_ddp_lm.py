@@ -16,7 +16,8 @@ from mlflow import MlflowClient
 from ablate.data.lm_corpus import PackedBatcher, prepare_lm
 from ablate.spec.load import load_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.soak,  # the soak tier: the default suite stays under 10 minutes
+               pytest.mark.timeout(900)]
 
 WORDS = "the page fault handler maps the frame and the scheduler picks the next runnable task".split()
 SPEC = """

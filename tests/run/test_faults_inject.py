@@ -220,7 +220,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(tmp_pat
     _assert_same_as(reference, small_disk, uri)
 
 
-@pytest.mark.slow  # the fast tier's slowest test (a reference run, a killed run and its resume)
+@pytest.mark.soak  # a reference run, a killed run and its resume: too long for the default suite
 def test_sigterm_at_a_random_step_then_a_torn_checkpoint_resume_exactly(tmp_path: Path, reference: Path,
                                                                         rng: random.Random) -> None:
     """SIGTERM (what SLURM and Kubernetes send) at a random step: checkpoint at the next step boundary,

@@ -16,7 +16,8 @@ from ablate.engine.builders import build_lm
 from ablate.engine.trainer import Trainer
 from ablate.spec.load import load_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("single_thread")]
+pytestmark = [pytest.mark.soak,  # the soak tier: the default suite stays under 10 minutes
+               pytest.mark.timeout(900), pytest.mark.usefixtures("single_thread")]
 SPEC = Path(__file__).resolve().parents[2] / "experiments" / "lm-gpt2-small-ksrc.yaml"
 VOCAB = 50_257  # GPT-2's
 

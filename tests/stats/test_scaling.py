@@ -85,7 +85,7 @@ def test_intervals_cover_the_truth_at_their_nominal_level() -> None:
         assert abs(rate - 0.95) <= tolerance, (name, rate)
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # the close coverage check (the nominal one stays in the default suite)
 def test_intervals_cover_the_truth_at_their_nominal_level_closely() -> None:
     sims = 600
     coverage = _coverage(sims, replicates=1000)

@@ -245,7 +245,7 @@ def _report(folder: Path) -> dict[str, str]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # in the soak tier: the default suite stays under 10 minutes
 def test_adaptive_study_exports_imports_continues_and_reports_the_same(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(workdir, "seq")

@@ -74,7 +74,7 @@ def test_a_refused_start_exits_2_in_one_line_and_queues_nothing(bare_workdir: Pa
         filter_string="name = 'pre2'")
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # in the soak tier: the default suite stays under 10 minutes
 def test_a_study_records_its_design_on_the_parent_run(workdir: Path) -> None:
     path = write(workdir, "reg")
     assert main_ablate(str(path)) == 0
