@@ -64,6 +64,24 @@ def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+def _expand_cells(data: Any, smap: Any, origin: str, seeds: Sequence[int], rungs: list[Rung],
+                  variants: list[tuple[str, dict[str, Any]]]) -> list[Cell]:
+    """Every (seed, rung, variant) cell, seed-major: an interrupted study has complete comparisons for the
+    first seeds; on a ladder each rung's variants are paired by seed within the rung."""
+    cells = []
+    at_rungs: list[Rung | None] = [*rungs] or [None]
+    for seed in seeds:
+        for rung in at_rungs:
+            at_rung = rung.overrides if rung is not None else {}
+            base_at_seed = derive(data, smap, at_rung, origin, seed=seed)
+            for label, overrides_ in variants:
+                merged = {**at_rung, **overrides_}
+                cell_spec = derive(data, smap, merged, origin, seed=seed)
+                cells.append(Cell(label, seed, cell_spec, merged, spec_diff(base_at_seed, cell_spec),
+                                  rung=None if rung is None else rung.name))
+    return cells
+
+
 def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     """Expand the ablation design into cells; an invalid variant is a spec error naming its axis."""
     spec = load_spec(spec_path, overrides)
@@ -133,17 +151,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
-    cells = []
-    at_rungs: list[Rung | None] = [*rungs] or [None]
-    for seed in seeds:  # seed-major: an interrupted study has complete comparisons for the first seeds
-        for rung in at_rungs:  # a ladder: each rung's variants paired by seed within the rung
-            at_rung = rung.overrides if rung is not None else {}
-            base_at_seed = derive(data, smap, at_rung, origin, seed=seed)
-            for label, overrides_, _ in variants:
-                merged = {**at_rung, **overrides_}
-                cell_spec = derive(data, smap, merged, origin, seed=seed)
-                cells.append(Cell(label, seed, cell_spec, merged, spec_diff(base_at_seed, cell_spec),
-                                  rung=None if rung is None else rung.name))
+    cells = _expand_cells(data, smap, origin, seeds, rungs, [(lb, o) for lb, o, _ in variants])
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides), rungs=rungs)
 
