@@ -204,7 +204,8 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", dest="table_format", choices=("latex", "csv"), action="append",
                    help="also write the effects as a table for a paper: effects.tex (booktabs: Δ, interval, "
                    "seeds, verdict, the test split beside it) or effects.csv, the same rows; give it twice "
-                   "(--format latex --format csv) for both from one build of the report")
+                   "(--format latex --format csv) for both from one build of the report; a report in the "
+                   "folder built from the study as it stands is reused, not rebuilt")
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,8 @@ Two halves, as the folders show:
 
 Beside them: ``build`` (the command: assembles the parts in order), ``section_api`` (what a section
 returns and reads), ``render`` (Markdown / HTML), ``plots`` (the figures, matplotlib) and ``paper`` (the
-effects as a LaTeX or CSV table, from report.json: ``ablate report --format``).
+effects as a LaTeX or CSV table, from report.json: ``ablate report --format``) and ``freshness`` (whether a
+folder's report was built from the study as it stands, so ``--format`` reuses it).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine`` (attention heat maps of a logged
 model), ``ablate.tracking`` (reading runs back), ``ablate.stats.sequential`` and ``ablate.stats.verdict``

@@ -28,6 +28,7 @@ from typing import Any
 
 from ablate import __version__
 from ablate.errors import AblateError
+from ablate.report import freshness
 from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
 from ablate.report.paper import write_table
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
@@ -197,9 +198,10 @@ def untabulable(study: Study) -> str | None:
 def main_report(study: str, out: str | None = None, table_format: str | Sequence[str] | None = None) -> int:
     """`ablate report STUDY [--out DIR] [--format latex|csv ...]`: STUDY is the study's spec file, its name
     or the parent run id; ``table_format`` (one or several) also writes the effects as tables
-    (ablate/report/paper.py), from one build of the report. Exit 1 when a section failed or the report
-    could not be logged to MLflow (the files are written either way); exit 2, with nothing written, when
-    a table is asked of a study with nothing to tabulate."""
+    (ablate/report/paper.py), from one build of the report, or from the report already in the folder when
+    it is current (ablate/report/freshness.py). Exit 1 when a section failed or the report could not be
+    logged to MLflow (the files are written either way); exit 2, with nothing written, when a table is
+    asked of a study with nothing to tabulate."""
     formats = [table_format] if isinstance(table_format, str) else list(dict.fromkeys(table_format or ()))
     loaded = load_study(study_name(study))
     why = untabulable(loaded) if formats else None
@@ -207,9 +209,15 @@ def main_report(study: str, out: str | None = None, table_format: str | Sequence
         raise AblateError(f"study {loaded.name}: no effects to tabulate as {' and '.join(formats)}: {why}; "
                           f"nothing written (`ablate status {loaded.name}` shows where its cells stand)")
     out_dir = Path(out) if out else Path("reports") / loaded.name
+    digest = freshness.inputs_digest(loaded)
+    if formats and freshness.is_current(out_dir, digest):  # a table of the report as it stands
+        print(f"report: {out_dir / 'report.md'} is current ({len(loaded.runs)} runs): not rebuilt")
+        for fmt_name in formats:
+            print(f"table: {write_table(out_dir, fmt_name)}")
+        return 0
+    freshness.forget(out_dir)
     report = build_report(loaded, out_dir)
     if formats:  # the effects for a paper, from the report.json just written
-
         for fmt_name in formats:
             print(f"table: {write_table(out_dir, fmt_name)}")
     n_fig = len(list((out_dir / "figures").glob("*.png")))
@@ -222,6 +230,8 @@ def main_report(study: str, out: str | None = None, table_format: str | Sequence
           f"{logged}")
     if report.failed:
         print(f"report: section(s) {', '.join(report.failed)} could not be made", file=sys.stderr)
+    if ok and not report.failed:
+        freshness.mark_current(out_dir, digest)
     return 0 if ok and not report.failed else 1
 
 

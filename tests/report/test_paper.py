@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 
 from ablate.cli import main
 from ablate.report import plots as figs
@@ -196,3 +197,42 @@ def test_a_table_of_a_study_without_a_finished_cell_names_the_study_and_writes_n
         "a finished cell yet (0 of 2 runs finished); nothing written (`ablate status all-diverged` shows "
         "where its cells stand)"], err
     assert not (tmp_path / "reports").exists()
+
+
+def _stamp(folder: Path) -> str:
+    lines = (folder / "report.md").read_text().splitlines()
+    return next(line for line in lines if "Report generated on" in line)
+
+
+def test_a_table_of_a_current_report_reuses_it_and_a_changed_study_rebuilds_it(
+        imported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each `--format` run rebuilt the whole report (7.8 s): a table of a folder whose report was built from
+    the study as it stands is written from that report.json; a run changed since, or a file missing, and
+    the report is built again (the date line tells a rebuilt report.md from a kept one)."""
+    monkeypatch.chdir(imported)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{imported / 'mlflow.db'}")
+    folder = imported / "fresh"
+
+    def table(epoch: int) -> str:
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", str(epoch))
+        assert main(["report", "rep-abl", "--out", "fresh", "--format", "csv"]) == 0
+        return capsys.readouterr().out
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1000000000")
+    assert main(["report", "rep-abl", "--out", "fresh"]) == 0
+    capsys.readouterr()
+    built = _stamp(folder)
+    out = table(1100000000)
+    assert "is current" in out and "not rebuilt" in out and "table: fresh/effects.csv" in out, out
+    assert _stamp(folder) == built and list(pd.read_csv(folder / "effects.csv")["variant"])
+
+    (folder / "report.html").unlink()  # a folder missing a file is not a whole report
+    assert "is current" not in table(1200000000) and _stamp(folder) != built
+    rebuilt = _stamp(folder)
+    assert "is current" in table(1300000000) and _stamp(folder) == rebuilt
+
+    client = MlflowClient()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    baseline = client.search_runs(experiments, "tags.`ablate.variant` = 'baseline'", max_results=1)[0]
+    client.set_tag(baseline.info.run_id, "reviewed", "yes")  # the study changed since the report was built
+    assert "is current" not in table(1400000000) and _stamp(folder) != rebuilt
