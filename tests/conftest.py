@@ -149,6 +149,25 @@ def single_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker process owns an equal share of the cores (one each on 2 cores) as its
+    affinity mask, so torch, the subprocesses a test starts and ablate's own thread planning
+    (`launch.local_workers.usable_cores`) see only that share, and the workers never oversubscribe the
+    machine (two 2-thread trainings on 2 cores run several times slower than one after the other)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = len(cores) // workers
+    if share < 1:
+        return  # more workers than cores: leave the scheduler to share them
+    index = int(worker[2:])
+    os.sched_setaffinity(0, set(cores[index * share:(index + 1) * share]))
+    os.environ["OMP_NUM_THREADS"] = str(share)
+    os.environ["MKL_NUM_THREADS"] = str(share)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A soak test is a slow test too. The default run leaves the soak tier out through addopts'
     ``-m 'not soak'``, but a ``-m`` on the command line replaces it: the inner loop's ``-m "not slow"``
