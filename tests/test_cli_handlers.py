@@ -96,6 +96,7 @@ def test_a_broken_pipe_inside_a_handler_is_exit_0(monkeypatch: pytest.MonkeyPatc
     assert main(["runs"]) == 0
 
 
+@pytest.mark.soak
 @pytest.mark.slow  # a real study, training or subprocess (the fast tier stays under 3 minutes)
 def test_the_terminal_shows_mlflow_lines_only_with_verbose(tmp_path: Path) -> None:
     """A new store makes MLflow log "Creating initial MLflow database tables" at INFO: hidden by default."""

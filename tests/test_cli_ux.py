@@ -233,9 +233,13 @@ def test_every_hint_message_and_doc_names_the_command_study() -> None:
     files = [*repo.glob("ablate/**/*.py"), *repo.glob("docs/*.md"), repo / "README.md",
              repo / "CONTRIBUTING.md", *repo.glob("reports/*/report.md"), *repo.glob("reports/*/report.html"),
              *repo.glob("experiments/**/*.yaml"), *repo.glob("scripts/*.py")]
-    found = [f"{path.relative_to(repo)}:{text[:m.start()].count(chr(10)) + 1}" for path in files
-             for text in [path.read_text()] for m in re.finditer(r"ablate\s+ablate\b", text)]  # wrapped too
-    assert found == ["ablate/cli.py:28", "ablate/cli.py:269"]  # the examples' and the table's alias note
+    found = [(str(path.relative_to(repo)), text[text.rfind("\n", 0, m.start()) + 1:text.find("\n", m.end())])
+             for path in files for text in [path.read_text()]
+             for m in re.finditer(r"ablate\s+ablate\b", text)]  # wrapped over a line too
+    # the examples' alias note and the command table's
+    assert [path for path, _ in found] == ["ablate/cli.py", "ablate/cli.py"], found
+    (_, examples), (_, table) = found
+    assert "(alias: ablate ablate)" in examples and '"`ablate ablate`)", _ablate_args' in table, found
 
 
 # ---------------------------------------------------------------- common names

@@ -102,6 +102,7 @@ def test_a_probe_measures_each_part_and_writes_nothing(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []  # the probe trained in a temporary folder of its own
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_spawned_probes_time_their_start_and_a_tracked_cell_its_mlflow_share(workdir: Path) -> None:
     spec = ExperimentSpec.model_validate(tiny_spec({"train.max_steps": 50, "tracking.enabled": True}))

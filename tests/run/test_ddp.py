@@ -81,6 +81,7 @@ def losses(db: Path) -> tuple[int, dict[int, float]]:
     return len(runs), curve
 
 
+@pytest.mark.soak
 def test_torchrun_two_ranks_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
     (tmp_path / "spy").mkdir()
     (tmp_path / "spy" / "sitecustomize.py").write_text(SPY)

@@ -468,6 +468,7 @@ def test_a_tracking_server_restarted_mid_run_gets_the_queued_records_during_that
     assert {"summary.json", "spec.yaml"} <= artifacts
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_tracking_server_that_hangs_mid_run_holds_up_no_training_step(
         tmp_path: Path, reference: Path, server: Server, rng: random.Random) -> None:

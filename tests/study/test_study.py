@@ -398,6 +398,7 @@ def test_a_failed_segment_stays_visible_in_mlflow_and_status_once_retried(
         registry.REGISTRY._entries["ffn"].pop("flaky", None)
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_processes_share_a_postgres_store(workdir: Path, postgres_url: str,

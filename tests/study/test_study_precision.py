@@ -45,6 +45,7 @@ def _report(name: str, out: Path) -> tuple[str, dict[str, Any]]:
     return (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.soak
 @pytest.mark.slow  # a real training or study (the fast tier stays under 3 minutes)
 def test_cells_that_ran_at_another_precision_train_again_at_the_first_cells(
         workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -203,6 +203,7 @@ def test_a_server_that_dies_at_start_reports_its_log(tmp_path: Path) -> None:
         stop_server(process)  # reached only when the test fails: leave no server behind
 
 
+@pytest.mark.soak
 def test_main_ui_serves_the_folder_store_until_ctrl_c(site: tuple[Path, str]) -> None:
     """(f) `ablate ui` in the folder: its REST API lists the run and its artifacts; SIGINT stops it."""
     folder, run_id = site
