@@ -36,6 +36,27 @@ TINY: dict[str, Any] = {
     "tracking": {"enabled": False},
 }
 
+# The head of a 4-step study spec on the reverse task, as YAML (a str.format template: `{name}`, doubled
+# braces), which a study test ends with its own `ablation:` section.
+TINY_STUDY_HEAD = """\
+name: {name}
+seed: 0
+data:
+  source: synthetic
+  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 120, val_size: 8,
+              test_size: 8}}
+  max_len: 8
+  batch_tokens: 256
+model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
+train:
+  max_steps: 4
+  eval_every: 2
+  checkpoint_every: 4
+  schedule: {{name: inverse_sqrt, warmup_steps: 2}}
+eval: {{metric: exact_match, samples: 0}}
+tracking: {{log_checkpoint: false}}
+"""
+
 # A study cell or search trial: smaller still (d_model 16), 20-30 steps, tracked in MLflow.
 STUDY_CELL: dict[str, Any] = {
     "seed": 0,

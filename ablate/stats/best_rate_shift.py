@@ -13,7 +13,11 @@ seed's cells share the data order and the initial draw), ``resamples`` times, an
 The verdict, fixed before the data: ``stable`` when the interval lies inside +-``margin`` (log2 units: 1 is a
 factor 2, one step of a grid a factor 2 apart), ``drifts`` when the interval excludes 0, else ``not
 settled``. (Both can hold only for a shift inside the margin yet away from 0; then ``stable`` wins: muP's
-claim is about a shift too small to matter.) Imports numpy only.
+claim is about a shift too small to matter.) An end width whose best rate is at an end of the grid is
+only a bound: its optimum lies at or beyond that end. Then ``stable`` is never read (two optima past the
+same end may be any distance apart), and ``drifts`` only where the bound cannot undo it: the narrowest
+width past the top end (or the widest past the bottom end) can only make a negative shift more negative,
+and the opposite ends a positive one more positive; otherwise ``not settled``. Imports numpy only.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Transfer:
     widths: tuple[int, ...]
     best_log2_lr: tuple[float, ...]  # per width, from all seeds
     bracketed: tuple[bool, ...]  # per width: the best grid rate is inside the grid (a vertex was fitted)
+    grid_log2: tuple[float, float]  # the searched log2 rates' lowest and highest
     shift: float
     low: float
     high: float
@@ -44,11 +49,24 @@ class Transfer:
 
     @property
     def verdict(self) -> str:
-        if -self.margin <= self.low and self.high <= self.margin:
+        ends = (0, len(self.widths) - 1)
+        if all(self.bracketed[i] for i in ends) and -self.margin <= self.low and self.high <= self.margin:
             return "stable"
-        if self.low > 0 or self.high < 0:
+        if (self.low > 0 and self._bound_allows(+1)) or (self.high < 0 and self._bound_allows(-1)):
             return "drifts"
         return "not settled"
+
+    def _bound_allows(self, sign: int) -> bool:
+        """Whether the end widths' unbracketed optima (each only a bound) can only push the shift further in
+        the direction ``sign``: the shift is the widest's best minus the narrowest's."""
+        top = self.grid_log2[1]
+        for i, towards in ((0, -1), (len(self.widths) - 1, +1)):  # how a farther optimum moves the shift
+            if self.bracketed[i]:
+                continue
+            beyond = +1 if self.best_log2_lr[i] >= top else -1  # past the top end, or the bottom one
+            if towards * beyond != sign:
+                return False
+        return True
 
     def best_lr(self, width: int) -> float:
         return float(2.0 ** self.best_log2_lr[self.widths.index(width)])
@@ -99,5 +117,5 @@ def transfer(values: Mapping[Cell, float], *, margin: float = 1.0, level: float 
         b, _ = _best(values, [widths[0], widths[-1]], lrs, drawn)
         shifts.append(b[1] - b[0])
     low, high = np.quantile(shifts, [(1 - level) / 2, (1 + level) / 2])
-    return Transfer(tuple(widths), tuple(best), tuple(bracketed), best[-1] - best[0], float(low), float(high),
-                    level, margin, len(seeds))
+    return Transfer(tuple(widths), tuple(best), tuple(bracketed), (math.log2(lrs[0]), math.log2(lrs[-1])),
+                    best[-1] - best[0], float(low), float(high), level, margin, len(seeds))

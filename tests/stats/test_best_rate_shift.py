@@ -48,6 +48,24 @@ def test_noise_larger_than_the_curvature_is_not_settled() -> None:
     assert noisy.verdict == "not settled" and noisy.low < 0 < noisy.high
 
 
+def test_optima_past_the_grids_end_are_bounds_never_a_stable_reading() -> None:
+    """Every width's best rate at the grid's top end read as "stable" with a shift of exactly 0 (muP on
+    mup-transfer-docs): the optima may lie anywhere past the end, so that is not settled; a drift that the
+    bounds can only widen still drifts."""
+    past_the_top = transfer(search({32: 0.1, 64: 0.1, 128: 0.1}))
+    assert not any(past_the_top.bracketed) and past_the_top.shift == 0.0
+    assert past_the_top.verdict == "not settled"
+    narrow_past_the_top = transfer(search({32: 0.1, 64: 8e-3, 128: 2e-3}))  # truly only more negative
+    assert narrow_past_the_top.bracketed == (False, True, True) and narrow_past_the_top.high < 0
+    assert narrow_past_the_top.verdict == "drifts"
+    wide_past_the_top = transfer(search({32: 8e-3, 64: 8e-3, 128: 0.1}))  # positive: only more positive
+    assert wide_past_the_top.low > 0 and wide_past_the_top.verdict == "drifts"
+    wide_below = transfer(search({32: 1.6e-2, 64: 8e-3, 128: 1e-4}))  # negative, the widest past the bottom
+    assert wide_below.high < 0 and wide_below.verdict == "drifts"
+    undone = transfer(search({32: 1e-4, 64: 2e-3, 128: 1.6e-2}))  # narrowest past the bottom, shift positive
+    assert undone.low > 0 and undone.verdict == "drifts"
+
+
 def test_an_incomplete_search_is_refused() -> None:
     values = search({32: 8e-3, 64: 8e-3, 128: 8e-3})
     values.pop((64, LRS[2], 1))

@@ -20,26 +20,11 @@ from ablate.spec.load import SpecError
 from ablate.study.cell_queue import CellRecord
 from ablate.study.designs import plan_study
 from ablate.study.seed_rounds import comparison_progress, needed_keys
+from tests.factories import TINY_STUDY_HEAD
 from tests.report_studies import EXPORTS
 from tests.stores import mlflow_store
 
-SPEC = """\
-name: {name}
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 120, val_size: 8,
-              test_size: 8}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: 4
-  eval_every: 2
-  checkpoint_every: 4
-  schedule: {{name: inverse_sqrt, warmup_steps: 2}}
-eval: {{metric: exact_match, samples: 0}}
-tracking: {{log_checkpoint: false}}
+SPEC = TINY_STUDY_HEAD + """\
 ablation:
   axes: {{model.mask: [-1e9], model.positions: [learned]}}
   metric: val/loss

@@ -21,24 +21,9 @@ from ablate.study.cell_queue import CellQueue, CellRecord
 from ablate.study.designs import plan_study
 from ablate.study.optuna_store import Store
 from ablate.study.rungs import model_shape
+from tests.factories import TINY_STUDY_HEAD
 
-SPEC = """\
-name: lad
-seed: 0
-data:
-  source: synthetic
-  synthetic: {{task: reverse, vocab_size: 12, min_len: 3, max_len: 6, train_size: 120, val_size: 8,
-              test_size: 8}}
-  max_len: 8
-  batch_tokens: 256
-model: {{d_model: 16, heads: 2, encoder_layers: 1, decoder_layers: 1, d_ff: 32, dropout: 0.0}}
-train:
-  max_steps: 4
-  eval_every: 2
-  checkpoint_every: 4
-  schedule: {{name: inverse_sqrt, warmup_steps: 2}}
-eval: {{metric: exact_match, samples: 0}}
-tracking: {{log_checkpoint: false}}
+SPEC = TINY_STUDY_HEAD + """\
 ablation:
   axes: {{model.norm: [rms]}}
   metric: val/loss
@@ -55,7 +40,7 @@ RUNGS = """\
 
 def write(folder: Path, scales: str = RUNGS, seeds: str = "  seeds: [0, 1]", name: str = "lad") -> Path:
     path = folder / f"{name}.yaml"
-    path.write_text(SPEC.format(seeds=seeds, scales=scales))
+    path.write_text(SPEC.format(name="lad", seeds=seeds, scales=scales))
     return path
 
 
