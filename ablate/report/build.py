@@ -195,6 +195,12 @@ def untabulable(study: Study) -> str | None:
     return None
 
 
+def _write_tables(out_dir: Path, formats: Sequence[str]) -> None:
+    """Each asked table of the effects, from ``out_dir``'s report.json, and where it went."""
+    for fmt_name in formats:
+        print(f"table: {write_table(out_dir, fmt_name)}")
+
+
 def main_report(study: str, out: str | None = None, table_format: str | Sequence[str] | None = None) -> int:
     """`ablate report STUDY [--out DIR] [--format latex|csv ...]`: STUDY is the study's spec file, its name
     or the parent run id; ``table_format`` (one or several) also writes the effects as tables
@@ -212,14 +218,11 @@ def main_report(study: str, out: str | None = None, table_format: str | Sequence
     digest = freshness.inputs_digest(loaded)
     if formats and freshness.is_current(out_dir, digest):  # a table of the report as it stands
         print(f"report: {out_dir / 'report.md'} is current ({len(loaded.runs)} runs): not rebuilt")
-        for fmt_name in formats:
-            print(f"table: {write_table(out_dir, fmt_name)}")
+        _write_tables(out_dir, formats)
         return 0
     freshness.forget(out_dir)
     report = build_report(loaded, out_dir)
-    if formats:  # the effects for a paper, from the report.json just written
-        for fmt_name in formats:
-            print(f"table: {write_table(out_dir, fmt_name)}")
+    _write_tables(out_dir, formats)  # the effects for a paper, from the report.json just written
     n_fig = len(list((out_dir / "figures").glob("*.png")))
     try:
         log_report_artifacts(loaded.parent["run_id"], out_dir)

@@ -138,9 +138,10 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
             problems.append(Problem(smap.where(at, origin), at,
                                     f"no variant {claim.variant!r} in this study; its variants: {known}"))
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
+    labelled = [(label, overrides_) for label, overrides_, _ in variants]
     rungs: list[Rung] = []
     if abl.scales is not None:  # a ladder: every variant at every rung
-        rungs, found = expand_rungs(abl.scales, data, smap, origin, [(lb, o) for lb, o, _ in variants])
+        rungs, found = expand_rungs(abl.scales, data, smap, origin, labelled)
         problems += found
     if problems:
         raise SpecError(problems)
@@ -151,7 +152,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
     else:
         seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
-    cells = _expand_cells(data, smap, origin, seeds, rungs, [(lb, o) for lb, o, _ in variants])
+    cells = _expand_cells(data, smap, origin, seeds, rungs, labelled)
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides), rungs=rungs)
 
