@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.study_sections import AblationSpec, SeedRange
 from ablate.spec.yamlsrc import SourceMap
@@ -179,7 +180,10 @@ def _choice(value: Any) -> Any:
 
 
 def metric_direction(metric: str) -> str:
-    return "minimize" if any(w in metric for w in ("loss", "ppl", "bpb", "time", "memory")) else "maximize"
+    # One rule for the plan, the rounds, the searches and the report (metricnames): a name guessed here
+    # from "loss" or "time" once read val/steps_to_target as higher-is-better, so a tuned study picked
+    # the learning rate that reached its target last.
+    return metricnames.direction(metric)
 
 
 def short_field(field_path: str) -> str:

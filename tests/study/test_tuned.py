@@ -110,6 +110,27 @@ def test_worse_at_the_baselines_settings_equal_at_its_own_best(workdir: Path, tr
     assert "  norm=custom: 4 of 4 trials done; best 1 at train.optimizer.lr=0.003" in out
 
 
+def test_a_study_on_steps_to_target_searches_for_the_fewest_steps(workdir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """val/steps_to_target is lower-is-better everywhere a study reads it: the plan, each variant's search
+    (the rate that reaches the target first wins) and the rounds' paired differences."""
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        steps = 20.0 - 10.0 * score(spec)  # 10 steps at the variant's best rate, 20 a factor 3 away
+        return RunResult("finished", {"val/steps_to_target": steps}, spec.spec_hash, str(kwargs["run_dir"]))
+
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "steps", "train.max_steps": 20,
+                                                 "eval.target_loss": 1.0},
+                           extra=STUDY + "  metric: val/steps_to_target\n", filename="steps.yaml")
+    plan = plan_study(str(path))
+    assert plan.direction == "minimize"
+    tuned = tune_variants(plan)
+    assert tuned["baseline"].best == {"train.optimizer.lr": BASE_LR}
+    assert tuned["norm=custom"].best == {"train.optimizer.lr": 3 * BASE_LR}
+    assert tuned["baseline"].value == pytest.approx(tuned["norm=custom"].value) == pytest.approx(10.0)
+
+
 def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path,
                                                                    trained: list[ExperimentSpec]) -> None:
     from mlflow import MlflowClient
