@@ -4,7 +4,8 @@
 
 Reads the study's ``runs.csv`` (one row per cell: ``model.parametrisation``, ``model.d_model``,
 ``train.optimizer.lr`` where a cell differs from the baseline, the baseline's own values otherwise, taken
-from its ``export/``), groups the finished cells by parametrisation, and decides for each whether the best
+from its ``export/``), groups the finished and diverged cells by parametrisation (a diverged cell counts as
+the parametrisation's worst finite loss), and decides for each whether the best
 learning rate moves with the width (ablate/stats/best_rate_shift.py: the best log2 rate per width from a
 parabola through the seed means, its shift from the narrowest to the widest width with a seed-bootstrap
 90% interval; stable inside +-1, drifts when the interval excludes 0). muP's cells at its base width are the
@@ -42,14 +43,26 @@ def _baseline(report: Path) -> dict[str, object]:
 def read(report: Path, metric: str) -> dict[str, Cells]:
     base = _baseline(report)
     cells: dict[str, Cells] = defaultdict(dict)
+    diverged: dict[str, list[tuple[int, float, int]]] = defaultdict(list)
     with open(report / "runs.csv", newline="") as fh:
         for row in csv.DictReader(fh):
-            if row["status"] != "finished" or not row.get(metric):
+            if row["status"] not in ("finished", "diverged"):
                 continue
             parametrisation = _field(row, base, "model.parametrisation") or "standard"
             width = int(float(_field(row, base, "model.d_model")))
             lr = float(_field(row, base, "train.optimizer.lr"))
-            cells[parametrisation][(width, lr, int(row["seed"]))] = float(row[metric])
+            key = (width, lr, int(row["seed"]))
+            value = float(row[metric]) if row.get(metric) else math.nan
+            if row["status"] == "diverged" or not math.isfinite(value):
+                diverged[parametrisation].append(key)
+            else:
+                cells[parametrisation][key] = value
+    # A rate that diverges was tried and lost: its cell counts as the parametrisation's worst finite loss, so
+    # the grid keeps its end and a best rate just below a diverging one is bracketed, not a bound.
+    for parametrisation, keys in diverged.items():
+        worst = max(cells[parametrisation].values(), default=math.nan)
+        for key in keys:
+            cells[parametrisation][key] = worst
     if "mup" in cells:  # the base width: the standard cells are muP's (tests/engine/test_mup.py)
         base_width = min(w for w, _, _ in cells["mup"]) // 2
         for (w, lr, s), value in cells["standard"].items():

@@ -223,6 +223,10 @@ def test_experiment_ablations_expand() -> None:
         "positions-extrapolation.yaml": 20,
         # the same five schemes on long documents (Python docs pages), four seeds
         "positions-extrapolation-docs.yaml": 20,
+        # sinusoidal's level at L traced: positions x embeddings x width, 2 x 2 x 2, three seeds
+        "positions-level-trace-docs.yaml": 24,
+        # the long-document positions claims again under a plan: 4 schemes x 34 seeds at most
+        "positions-extrapolation-sized-docs.yaml": 136,
         # a fixed list of 8 seeds, two variants: the noise with and without weight averaging
         "averaging-noise-multi30k.yaml": 16,
         # seeds.max: auto chose 18 from the pilot's cell times and a 6.2-hour budget: 3 variants x 18
@@ -237,6 +241,8 @@ def test_experiment_ablations_expand() -> None:
         "muon-pilot-docs.yaml": 6, "muon-vs-adamw-docs.yaml": 30,
         # muP against standard: a learning-rate grid at each width and parametrisation, 3 seeds
         "mup-transfer-docs.yaml": 90,
+        # the same with the grid two steps wider (2e-3 to 1.28e-1), on fresh seeds: 35 settings x 3
+        "mup-transfer-wide-docs.yaml": 105,
         # WSD against cosine, fixed rates and each tuned: 37 seeds at most
         "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74}
     assert plans["modern-axes.yaml"].variants == [
