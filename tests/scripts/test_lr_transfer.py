@@ -5,9 +5,9 @@ a best rate just below a diverging one is bracketed rather than read at the grid
 from __future__ import annotations
 
 import csv
-import math
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -48,7 +48,8 @@ def write_report(folder: Path, diverged: set[tuple[str, int, float]]) -> Path:
                         "model.d_model": "" if baseline else width,
                         "model.parametrisation": "" if parametrisation == "standard" else "mup",
                         "train.optimizer.lr": "" if baseline else lr,
-                        "val/loss": "" if status == "diverged" else loss(width, lr, parametrisation) + 0.001 * seed})
+                        "val/loss": ("" if status == "diverged"
+                                     else loss(width, lr, parametrisation) + 0.001 * seed)})
     with open(folder / "runs.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, COLUMNS)
         writer.writeheader()
@@ -57,7 +58,8 @@ def write_report(folder: Path, diverged: set[tuple[str, int, float]]) -> Path:
     cell.mkdir(parents=True)
     cell.joinpath("run.json").write_text(json.dumps({
         "tags": {"ablate.variant": "baseline"},
-        "params": {"model.d_model": "64", "model.parametrisation": "standard", "train.optimizer.lr": str(2.0 ** -7)}}))
+        "params": {"model.d_model": "64", "model.parametrisation": "standard",
+                   "train.optimizer.lr": str(2.0 ** -7)}}))
     return folder
 
 
