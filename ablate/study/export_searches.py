@@ -29,11 +29,11 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from ablate.errors import AblateError
+from ablate.spec import metricnames
 from ablate.spec.study_sections import SearchParam
 from ablate.study import optuna_attrs
 from ablate.study.derived_specs import show
 from ablate.study.optuna_store import Store, open_study
-from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
 from ablate.tracking.read import child_runs
 from ablate.tracking.run_files import export_run, import_run
@@ -82,7 +82,7 @@ def import_searches(src: Path, meta: dict[str, Any], experiment: str, parent_id:
         run = json.loads((folder / "run" / "run.json").read_text())
         search_id = import_run(folder / "run", experiment, parent_id)
         metric = record.unfinal(run["tags"].get(record.METRIC, ""))
-        study = open_study(store, str(s["optuna_study"]), [metric_direction(metric)])
+        study = open_study(store, str(s["optuna_study"]), [metricnames.direction(metric)])
         assert study is not None
         known = bool(study.get_trials(deepcopy=False))
         study.set_user_attr(optuna_attrs.PARENT, search_id)

@@ -35,7 +35,6 @@ from ablate.study import optuna_attrs
 from ablate.study.cell_queue import CellQueue
 from ablate.study.export_searches import export_searches, import_searches
 from ablate.study.optuna_store import Store
-from ablate.study.study_plan import metric_direction
 from ablate.tracking import record
 from ablate.tracking.read import find_study_runs
 from ablate.tracking.run_files import export_run, import_run
@@ -131,7 +130,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
             raise AblateError(f"{src / 'cells' / key}: not an exported cell ({type(exc).__name__}: {exc})"
                               ) from None
     metric = str(meta["metric"])
-    direction = metric_direction(metric)
+    direction = metricnames.direction(metric)
     queue = CellQueue(Store(storage), str(meta["optuna_study"]), direction)
     assert queue.study is not None
     have = set(queue.latest())

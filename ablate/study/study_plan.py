@@ -121,7 +121,9 @@ class StudyPlan:
 
     @property
     def direction(self) -> str:
-        return metric_direction(self.metric)
+        # metricnames' rule, the report's: a name guessed here from "loss" or "time" once read
+        # val/steps_to_target as higher-is-better, so a tuned study picked the rate that reached it last
+        return metricnames.direction(self.metric)
 
     @property
     def design(self) -> Design | None:
@@ -177,13 +179,6 @@ def _choice(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return json.dumps(value, sort_keys=True)
-
-
-def metric_direction(metric: str) -> str:
-    # One rule for the plan, the rounds, the searches and the report (metricnames): a name guessed here
-    # from "loss" or "time" once read val/steps_to_target as higher-is-better, so a tuned study picked
-    # the learning rate that reached its target last.
-    return metricnames.direction(metric)
 
 
 def short_field(field_path: str) -> str:

@@ -214,13 +214,13 @@ def test_alibi_trained_at_l_keeps_its_loss_at_2l_and_learned_positions_stop_at_t
 
 
 def test_an_lm_study_ranks_by_perplexity_and_lower_is_better() -> None:
+    from ablate.spec.metricnames import direction
     from ablate.study.designs import study_metric
-    from ablate.study.study_plan import metric_direction
 
     spec = lm_spec(ablation={"axes": {"model.positions": ["sinusoidal", "alibi"]}})
     assert study_metric(spec) == "val/ppl"
     metrics = ("val/ppl", "val/bpb", "val/ppl_at_256", "test/loss")
-    assert {metric_direction(m) for m in metrics} == {"minimize"}
+    assert {direction(m) for m in metrics} == {"minimize"}
 
 
 def test_a_hub_dataset_text_column_becomes_documents(tmp_path: Path) -> None:

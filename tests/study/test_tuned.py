@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,14 @@ def score(spec: ExperimentSpec) -> float:
     return 1.0 - (math.log(spec.train.optimizer.lr / best) / math.log(3)) ** 2
 
 
+def fake_training(monkeypatch: pytest.MonkeyPatch, fake: Callable[..., RunResult]) -> None:
+    """Every cell and trial trains through ``fake``, with no data prepared."""
+    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
+    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
+    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: None)
+
+
 @pytest.fixture
 def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
     runs: list[ExperimentSpec] = []
@@ -45,10 +54,7 @@ def trained(monkeypatch: pytest.MonkeyPatch) -> list[ExperimentSpec]:
         runs.append(spec)
         return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
 
-    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
-    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
-    # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: None)
+    fake_training(monkeypatch, fake)
     return runs
 
 
@@ -64,10 +70,7 @@ def interrupt_once(monkeypatch: pytest.MonkeyPatch, before: int) -> list[float]:
         runs.append(spec.train.optimizer.lr)
         return RunResult("finished", {"val/exact_match": score(spec)}, spec.spec_hash, str(kwargs["run_dir"]))
 
-    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
-    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
-    # a dry run's wall-time probe would train through `fake` too: with training faked it measures nothing
-    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: None)
+    fake_training(monkeypatch, fake)
     return runs
 
 
@@ -118,8 +121,7 @@ def test_a_study_on_steps_to_target_searches_for_the_fewest_steps(workdir: Path,
         steps = 20.0 - 10.0 * score(spec)  # 10 steps at the variant's best rate, 20 a factor 3 away
         return RunResult("finished", {"val/steps_to_target": steps}, spec.spec_hash, str(kwargs["run_dir"]))
 
-    monkeypatch.setattr("ablate.run.runner.run_experiment", fake)
-    monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
+    fake_training(monkeypatch, fake)
     path = write_tiny_spec(workdir, STUDY_CELL, {"name": "steps", "train.max_steps": 20,
                                                  "eval.target_loss": 1.0},
                            extra=STUDY + "  metric: val/steps_to_target\n", filename="steps.yaml")
