@@ -224,7 +224,9 @@ def test_a_preempted_job_requeues_and_finishes_its_cell_in_the_same_run(workdir:
 @pytest.mark.soak
 def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes(workdir: Path,
                                                                                  on_slurm: None) -> None:
-    path = write_study(workdir, "cut", "{model.residual: [pre_norm]}", "[0, 1]", steps=40)
+    # 600 steps (about 12 s a cell on 2 cores): at 40 a fast machine finished the second cell in the
+    # half second between the first one's log line and the cancel, and the job ended done
+    path = write_study(workdir, "cut", "{model.residual: [pre_norm]}", "[0, 1]", steps=600)
     command = ["ablate", str(path), "--slurm", "--storage", str(workdir / "study.journal")]
     assert cli_main(command) == 0
     folder = workdir / "runs" / "cut" / "slurm"
