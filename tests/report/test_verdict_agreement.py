@@ -64,6 +64,22 @@ def published_outcome(expected: str, answer: str, beyond_margin: bool = False,
     return {"not settled"}
 
 
+def margin_outcome(answer: str, expected: str, lo: float | None, hi: float | None, margin: float) -> set[str]:
+    """The outcomes a claim of ``expected`` by more than ``margin`` may have: reproduced only when the
+    direction is settled the claimed way and the whole interval lies beyond the margin; contradicted when
+    the direction is settled the other way or the interval lies wholly within the margin; otherwise the far
+    bound on the claimed side decides, which the interval alone (without the metric's sign) cannot place,
+    so either open or contradicted."""
+    if lo is None or hi is None:
+        return {"not settled"}
+    near, far = sorted((abs(lo), abs(hi)))
+    if answer == expected:
+        return {"reproduced"} if near > margin else {"contradicted"} if far < margin else {"not settled"}
+    if answer in ("better", "worse", "identical") or far < margin:
+        return {"contradicted"}
+    return {"contradicted", "not settled"}
+
+
 def summary_bullets(name: str) -> list[str]:
     """The summary's bullet lines of ``report.md``."""
     lines = (REPORTS / name / "report.md").read_text().splitlines()
@@ -112,7 +128,11 @@ def test_every_section_states_the_same_verdict_for_the_same_comparison(name: str
             claim["lo"] > margin or claim["hi"] < -margin)
         within = margin is not None and claim["lo"] is not None and (
             -margin <= claim["lo"] and claim["hi"] <= margin and (claim.get("n") or 0) >= EQUIVALENCE_PAIRS)
-        allowed = published_outcome(claim["expected"], answers[claim["variant"]], beyond, within)
+        if claim["expected"] in ("better", "worse") and claim["margin"] is not None:
+            allowed = margin_outcome(answers[claim["variant"]], claim["expected"], claim["lo"], claim["hi"],
+                                     claim["margin"])
+        else:
+            allowed = published_outcome(claim["expected"], answers[claim["variant"]], beyond, within)
         assert claim["outcome"] in allowed, claim
     # a verdict checked at a larger scale is one the deciding arm decided, in the same direction
     deciding = {r["variant"]: (r["own_best"] or r["baseline_settings"])["answer"]
