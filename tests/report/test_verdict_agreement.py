@@ -122,16 +122,17 @@ def test_every_section_states_the_same_verdict_for_the_same_comparison(name: str
     for claim in data.get("published") or []:
         if claim["variant"] not in answers or claim["variant"] in failed_to_train:
             continue
-        margin = claim["margin"] if claim["margin"] is not None else (data.get("sequential") or {}).get(
-            "min_effect")
-        beyond = margin is not None and claim["lo"] is not None and (
-            claim["lo"] > margin or claim["hi"] < -margin)
-        within = margin is not None and claim["lo"] is not None and (
-            -margin <= claim["lo"] and claim["hi"] <= margin and (claim.get("n") or 0) >= EQUIVALENCE_PAIRS)
         if claim["expected"] in ("better", "worse") and claim["margin"] is not None:
             allowed = margin_outcome(answers[claim["variant"]], claim["expected"], claim["lo"], claim["hi"],
                                      claim["margin"])
         else:
+            margin = claim["margin"] if claim["margin"] is not None else (data.get("sequential") or {}).get(
+                "min_effect")
+            beyond = margin is not None and claim["lo"] is not None and (
+                claim["lo"] > margin or claim["hi"] < -margin)
+            within = margin is not None and claim["lo"] is not None and (
+                -margin <= claim["lo"] and claim["hi"] <= margin
+                and (claim.get("n") or 0) >= EQUIVALENCE_PAIRS)
             allowed = published_outcome(claim["expected"], answers[claim["variant"]], beyond, within)
         assert claim["outcome"] in allowed, claim
     # a verdict checked at a larger scale is one the deciding arm decided, in the same direction
