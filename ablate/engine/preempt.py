@@ -161,3 +161,20 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _deferring -= 1
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A few calls a stop must not cut in two (an MLflow run opened and its id written to the run folder):
+    a first signal inside only sets the flag, and `Preempted` is raised once the block has ended, so the
+    resumed run finds the id instead of opening a second run for the same cell."""
+    global _deferring
+    before = _requested
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if _requested is not None and before is None and not _deferring:
+        _disarm()
+        raise Preempted(_requested)

@@ -143,9 +143,10 @@ def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
     data = prepare(spec, options.data)
     model = build(spec, data, place.device)
     resume = _resume_point(place.run_dir / LAST_CHECKPOINT)
-    tracker = open_tracker(spec, options, place, resume)
-    if options.on_start is not None:
-        options.on_start(tracker.run_id)
+    with preempt.held():  # a stop here would leave a run whose id nothing recorded: resumed, a second one
+        tracker = open_tracker(spec, options, place, resume)
+        if options.on_start is not None:
+            options.on_start(tracker.run_id)
     try:
         trainer = make_trainer(spec, options, place, data, model, tracker, memory)
         padding = start_or_resume(trainer, resume, tracker, data, place, model)

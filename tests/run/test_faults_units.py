@@ -318,6 +318,29 @@ def test_the_first_signal_waits_for_a_step_boundary_and_a_second_one_does_not() 
         signal.signal(signal.SIGINT, before[1])
 
 
+def test_a_signal_while_a_run_opens_is_raised_only_once_its_id_is_recorded() -> None:
+    """A SIGTERM between creating the MLflow run and writing its id to the run folder left a run nothing
+    named, and the resumed cell opened a second one (caught by the real-SLURM cancel test)."""
+    before = signal.getsignal(signal.SIGTERM)
+    recorded: list[str] = []
+    try:
+        preempt.install()
+        with pytest.raises(preempt.Preempted):
+            with preempt.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs between bytecodes: only a flag here
+                    pass
+                recorded.append("run id")
+        assert recorded == ["run id"] and preempt.exit_code() == 143
+        preempt.reset()
+        with preempt.held():  # no signal: nothing raised
+            recorded.append("again")
+        assert recorded == ["run id", "again"]
+    finally:
+        preempt.reset()
+        signal.signal(signal.SIGTERM, before)
+
+
 GRACE = """
 import os, signal, sys, time
 from ablate.engine import preempt
