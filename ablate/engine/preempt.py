@@ -168,13 +168,10 @@ def held() -> Iterator[None]:
     """A few calls a stop must not cut in two (an MLflow run opened and its id written to the run folder):
     a first signal inside only sets the flag, and `Preempted` is raised once the block has ended, so the
     resumed run finds the id instead of opening a second run for the same cell."""
-    global _deferring
     before = _requested
-    _deferring += 1
-    try:
+    with deferred():
         yield
-    finally:
-        _deferring -= 1
+    # nested in the trainer's deferred(), the step boundary stops the run instead
     if _requested is not None and before is None and not _deferring:
         _disarm()
         raise Preempted(_requested)
