@@ -14,11 +14,7 @@ saves:
   applied to the scored rows only;
 * no (tokens, vocabulary) tensor outlives its chunk: on GPT-2 small's batch (16 x 1024 tokens, 50,257
   types) the float32 logits, their log-softmax and their gradient were 3.3 GB each;
-* the backward is a multiplication of three stored gradients by the loss's incoming gradient;
-* on a CPU, one logits buffer serves every chunk and takes its gradient in place (a fresh 32 MB tensor is
-  a fresh mmap, paid in page faults), and the float32 log-softmax and gradient run a cache-sized block of
-  rows at a time: the same per-row operations, so the same loss and hidden and weight gradients bit for
-  bit; the bias gradient is summed a block at a time (docs/benchmarks.md has the figures).
+* the backward is a multiplication of three stored gradients by the loss's incoming gradient.
 """
 
 from __future__ import annotations
@@ -35,21 +31,12 @@ from torch import Tensor, nn
 # 884 / 541 / 659, bf16 742 / 494 / 542 (smaller chunks' matmuls parallelise worse). 64M on a GPU.
 CHUNK_ELEMENTS = {"cpu": 1 << 23}
 GPU_CHUNK_ELEMENTS = 1 << 26
-SOFTMAX_BLOCK_ELEMENTS = 1 << 19  # float32 elements of a CPU block of rows: 2 MB
 MIN_CHUNK_ROWS = 32
 
 
 def chunk_rows(vocab: int, device: torch.device) -> int:
     """Rows of one chunk for a vocabulary of ``vocab`` types on ``device``."""
     return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(device.type, GPU_CHUNK_ELEMENTS) // max(1, vocab))
-
-
-def softmax_rows(vocab: int, rows: int, device: torch.device) -> int:
-    """Rows whose log-softmax and gradient are computed together inside a chunk: a block that stays in a
-    CPU core's cache (2 MB of float32), the whole chunk on a GPU."""
-    if device.type != "cpu":
-        return rows
-    return max(1, min(rows, SOFTMAX_BLOCK_ELEMENTS // max(1, vocab)))
 
 
 def compute_dtype(weight: Tensor) -> torch.dtype:
@@ -82,48 +69,28 @@ class LinearCrossEntropy(torch.autograd.Function):
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
             grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=h.device)
             total = torch.zeros((), dtype=torch.float32, device=h.device)
-            # one chunk's logits, reused by every chunk and overwritten by their gradient: a fresh 32 MB
-            # tensor per chunk is a fresh mmap on a CPU, paid in page faults (see the module's docstring)
-            logits = torch.empty((min(rows, h.size(0)), vocab), dtype=dtype, device=h.device)
-            block = softmax_rows(vocab, rows, h.device)
             for start in range(0, h.size(0), rows):
                 h_c, t_c = h[start:start + rows], targets[start:start + rows]  # (n, d), (n,)
-                z = logits[: h_c.size(0)]  # (n, V) in dtype
-                if b is None:
-                    torch.mm(h_c, w.t(), out=z)
-                else:
-                    torch.addmm(b, h_c, w.t(), out=z)
-                # log p of each target
-                picked = torch.empty(h_c.size(0), dtype=torch.float32, device=h.device)
-                spread = torch.empty_like(picked) if smoothing else None  # sum_j log p_j of each row
-                for first in range(0, h_c.size(0), block):
-                    z_b, t_b = z[first:first + block], t_c[first:first + block]
-                    logp = torch.log_softmax(z_b.float(), dim=-1)  # (block, V) float32
-                    picked[first:first + block] = logp.gather(1, t_b[:, None]).squeeze(1)
-                    if spread is not None:
-                        spread[first:first + block] = logp.sum(1)
-                    if not grads:  # no backward will come (evaluation, torch.no_grad): the loss alone
-                        continue
-                    grad = logp.exp_()  # (block, V): softmax, in place of log p
-                    grad[torch.arange(t_b.numel(), device=h.device), t_b] -= 1.0 - smoothing
-                    if smoothing:
-                        grad -= smoothing / vocab
-                    if grad_bias is not None:
-                        grad_bias += grad.sum(0)
-                    z_b.copy_(grad)  # the gradient in dtype, in place of the logits
+                z = h_c @ w.t() if b is None else torch.addmm(b, h_c, w.t())  # (n, V) in dtype
+                logp = torch.log_softmax(z.float(), dim=-1)  # (n, V) float32
+                picked = logp.gather(1, t_c[:, None]).squeeze(1)  # (n,) log p of each target
                 total -= picked.sum() * (1.0 - smoothing)
-                if spread is not None:
-                    total -= spread.sum() * (smoothing / vocab)
-                if not grads:
+                if smoothing:
+                    total -= logp.sum() * (smoothing / vocab)
+                if not grads:  # no backward will come (evaluation, torch.no_grad): the loss alone
                     continue
-                if grad_hidden.dtype == dtype:
-                    torch.mm(z, w, out=grad_hidden[start:start + rows])  # (n, d)
-                else:  # float32 hidden rows under autocast (a norm's output)
-                    grad_hidden[start:start + rows] = z @ w
+                grad = logp.exp_()  # (n, V): softmax, in place of log p
+                grad[torch.arange(t_c.numel(), device=h.device), t_c] -= 1.0 - smoothing
+                if smoothing:
+                    grad -= smoothing / vocab
+                if grad_bias is not None:
+                    grad_bias += grad.sum(0)
+                grad_low = grad.to(dtype)
+                grad_hidden[start:start + rows] = grad_low @ w  # (n, d)
                 if dtype == torch.float32:
-                    grad_weight.addmm_(z.t(), h_c)  # (V, d), accumulated in place
+                    grad_weight.addmm_(grad_low.t(), h_c)  # (V, d), accumulated in place
                 else:
-                    grad_weight += (z.t() @ h_c).float()
+                    grad_weight += (grad_low.t() @ h_c).float()
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
         return total
