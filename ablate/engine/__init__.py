@@ -6,13 +6,14 @@ and the choice between them by ``model.arch`` (``dispatch``), with controlled in
 every parameter drawn from a generator seeded by (seed, name, shape)) and the parametrisation applied after
 it (``parametrise``: muP's multipliers against a base model) and its coordinate check (``coord_check``), the
 AMP trainer (``trainer``), its loss (``token_loss``: the generator and the cross-entropy a chunk of rows at
-a time), what each parameter is to the optimizer (``param_roles``: roles, the no-decay rule, muP's per-group
-rates) and the average of its weights it evaluates beside the best checkpoint (``averaging``: last-k or
-EMA), stopping cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and KV-cached
-beam decoding (``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``) and
-progress, timing and memory readings (``progress``); the decoder-only language model's perplexity evaluation
-and cached sampling (``lm_eval``); a run's training compute, its parameters without embeddings, tokens and
-FLOPs (``compute``, Kaplan et al. 2020's formula). Devices and precisions are the leaf module
+a time), the float32 CPU products of Linear layers and loss through oneDNN where MKL is the slower library
+(``cpu_gemm``), what each parameter is to the optimizer (``param_roles``: roles, the no-decay rule, muP's
+per-group rates) and the average of its weights it evaluates beside the best checkpoint (``averaging``:
+last-k or EMA), stopping cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and
+KV-cached beam decoding (``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``)
+and progress, timing and memory readings (``progress``); the decoder-only language model's perplexity
+evaluation and cached sampling (``lm_eval``); a run's training compute, its parameters without embeddings,
+tokens and FLOPs (``compute``, Kaplan et al. 2020's formula). Devices and precisions are the leaf module
 ``ablate.hardware``'s, which every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:

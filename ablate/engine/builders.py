@@ -4,6 +4,8 @@ components a model section names and arranges them into its skeleton, then draws
 parametrise.py``: muP's multipliers against a base model). :func:`build_model` makes the encoder-decoder
 (``ablate/engine/encoder_decoder.py``), :func:`build_lm` the decoder-only language model
 (``ablate/engine/decoder_only.py``); ``ablate/engine/dispatch.py`` chooses between them by ``model.arch``.
+Both hand their Linear layers' float32 CPU products to oneDNN where that is the faster library
+(``ablate/engine/cpu_gemm.py``: the same function, parameters and state dict).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch import nn
 
 from ablate.engine import parametrise
 from ablate.engine.components import Components, Stack, initialise
+from ablate.engine.cpu_gemm import route_linears
 from ablate.engine.decoder_only import DecoderOnlyLM, LMLayer
 from ablate.engine.encoder_decoder import DecoderLayer, EncoderLayer, Seq2SeqTransformer
 from ablate.spec.experiment import ModelSpec
@@ -46,7 +49,7 @@ def build_model(
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     parametrise.apply(model, s, make.parametrisation(),
                       lambda base: build_model(base, src_vocab_size, tgt_vocab_size, pad_id, seed), attention)
-    return model
+    return cast(Seq2SeqTransformer, route_linears(model))
 
 
 def build_lm(model_spec: ModelSpec, vocab_size: int, pad_id: int = 0, seed: int = 0) -> DecoderOnlyLM:
@@ -70,4 +73,4 @@ def build_lm(model_spec: ModelSpec, vocab_size: int, pad_id: int = 0, seed: int 
     initialise(model, layers, seed, s.init)
     parametrise.apply(model, s, make.parametrisation(), lambda base: build_lm(base, vocab_size, pad_id, seed),
                       model.attention_modules()["decoder_self"])
-    return model
+    return cast(DecoderOnlyLM, route_linears(model))

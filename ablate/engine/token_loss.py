@@ -7,7 +7,8 @@ What it computes is what the trainer computed before: ``F.cross_entropy(generato
 ignore_index=..., label_smoothing=...)``: the logits in the autocast dtype (bf16 or fp16 under mixed
 precision, float32 otherwise), their log-softmax and the loss in float32. The differences are of rounding
 only: the weight's gradient is summed over chunks, and the 1/n of the mean is applied to the gradients at
-the end rather than to each logit's (tests/engine/test_token_loss.py states the tolerances). What it
+the end rather than to each logit's (tests/engine/test_token_loss.py states the tolerances); its float32
+products run through oneDNN where that is the faster library (``ablate/engine/cpu_gemm.py``). What it
 saves:
 
 * rows whose target is ignored (padding, tokens an earlier window scored) cost nothing: the generator is
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ablate.engine.cpu_gemm import Linear, gemm_nt, takes_onednn, weight_grad
 
 # Logits of one chunk (rows x vocabulary): 8M on a CPU (32 MB of float32; 1,024 rows of an 8,192-type
 # vocabulary). The loss and gradients of 2,048 x 256 hidden rows, CPU ms, min of 5 (docs/benchmarks.md):
@@ -71,7 +74,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             for start in range(0, h.size(0), rows):
                 h_c, t_c = h[start:start + rows], targets[start:start + rows]  # (n, d), (n,)
-                z = h_c @ w.t() if b is None else torch.addmm(b, h_c, w.t())  # (n, V) in dtype
+                z = gemm_nt(h_c, w, b)  # (n, V) in dtype
                 logp = torch.log_softmax(z.float(), dim=-1)  # (n, V) float32
                 picked = logp.gather(1, t_c[:, None]).squeeze(1)  # (n,) log p of each target
                 total -= picked.sum() * (1.0 - smoothing)
@@ -86,11 +89,11 @@ class LinearCrossEntropy(torch.autograd.Function):
                 if grad_bias is not None:
                     grad_bias += grad.sum(0)
                 grad_low = grad.to(dtype)
-                grad_hidden[start:start + rows] = grad_low @ w  # (n, d)
-                if dtype == torch.float32:
+                grad_hidden[start:start + rows] = gemm_nt(grad_low, w.t())  # (n, d) = grad @ w
+                if dtype == torch.float32 and not takes_onednn(grad_low, h_c):
                     grad_weight.addmm_(grad_low.t(), h_c)  # (V, d), accumulated in place
                 else:
-                    grad_weight += (grad_low.t() @ h_c).float()
+                    grad_weight += weight_grad(grad_low, h_c).float()
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
         return total
@@ -114,7 +117,7 @@ def token_loss(hidden: Tensor, generator: nn.Module, targets: Tensor, ignore_ind
     embeddings variant's); another module is applied whole and scored with ``F.cross_entropy``.
     """
     flat_targets = targets.flatten()
-    if type(generator) is not nn.Linear:
+    if not (type(generator) is nn.Linear or type(generator) is Linear):  # Linear: oneDNN's products
         logits = generator(hidden)  # (B, T, V)
         return F.cross_entropy(logits.float().flatten(0, 1), flat_targets, ignore_index=ignore_index,
                                label_smoothing=label_smoothing)

@@ -1,0 +1,114 @@
+"""Float32 matrix products on a CPU through oneDNN where MKL leaves the CPU's AVX-512 units idle.
+
+torch multiplies float32 matrices on an x86 CPU with MKL, whose AVX-512 kernels run on Intel CPUs only; on an
+AMD CPU with AVX-512 it runs AVX2 code at half the vector width (``ablate.hardware.cpu_gemm_library`` says
+where). oneDNN, which torch ships too and already uses for bf16 products, runs the same products with
+AVX-512 there, about twice as fast. The matrix products were 79% of the language model's float32 train step
+(``torch.profiler``, docs/benchmarks.md), so this is where the step's time is.
+
+What routes through here: every plain ``nn.Linear`` of a built model (:func:`route_linears` gives it the
+:class:`Linear` forward, which computes the same function; parameters, names, initialisation and state
+dicts are untouched) and the trainer's chunked loss (``ablate/engine/token_loss.py``), forward and
+backward. The product is ``a @ b.T`` (:func:`gemm_nt`): oneDNN's inner product with ``b`` as its weights,
+on strided views, so no operand is copied. Only float32 CPU tensors outside autocast and ``torch.compile``
+take it, and only products of at least :data:`MIN_ROWS` rows (oneDNN's fixed cost per call is about 30 us,
+MKL's 5: a decoding step's few rows stay with MKL); everything else is ``F.linear`` as before.
+
+The two libraries sum in different orders: results agree to float32 rounding, not bit for bit
+(``tests/engine/test_cpu_gemm.py`` states the tolerance), as the fused AdamW kernel's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.hardware import cpu_gemm_library
+
+# Rows (a product's first dimension) from which oneDNN is faster than MKL on the machine that chose it:
+# below this the per-call cost dominates (measured: docs/benchmarks.md).
+MIN_ROWS = 64
+
+
+def onednn_gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """``a @ b.T + bias`` by oneDNN's inner product: a (M, K), b (N, K), strided views taken as they are."""
+    return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")  # (M, N)
+
+
+def takes_onednn(a: Tensor, b: Tensor) -> bool:
+    """Whether the product of ``a`` (..., K) and ``b`` (N, K) runs through oneDNN here."""
+    return (a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu"
+            and a.numel() >= MIN_ROWS * a.size(-1) and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling() and cpu_gemm_library() == "onednn")
+
+
+def gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``a @ b.T (+ bias)`` for a (M, K), b (N, K): through oneDNN where :func:`takes_onednn`, else MKL."""
+    if takes_onednn(a, b):
+        return onednn_gemm_nt(a, b, bias)
+    return F.linear(a, b, bias)
+
+
+def weight_grad(grad: Tensor, inputs: Tensor) -> Tensor:
+    """A Linear weight's gradient ``grad.T @ inputs`` (N, K), for grad (M, N) and inputs (M, K).
+
+    oneDNN's inner product runs fastest with the larger of the two output dimensions as its weights, so where
+    N > K the transposed product ``inputs.T @ grad`` (K, N) is computed and returned as a transposed view
+    (measured at the bench LM's shapes: 388 against 284 GFLOP/s for 1,024 x 256, 421 against 147 for the
+    8,192-type generator).
+    """
+    if not takes_onednn(grad, inputs):
+        return grad.t() @ inputs
+    if grad.size(1) > inputs.size(1):
+        return onednn_gemm_nt(inputs.t(), grad.t(), None).t()
+    return onednn_gemm_nt(grad.t(), inputs.t(), None)
+
+
+class OneDnnLinear(torch.autograd.Function):
+    """``F.linear`` with its three products (output, input gradient, weight gradient) through oneDNN."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
+        rows = x.reshape(-1, x.size(-1))  # (M, K): a view where x is contiguous
+        ctx.save_for_backward(rows, weight)
+        ctx.in_shape, ctx.has_bias = x.shape, bias is not None
+        return onednn_gemm_nt(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        rows, weight = ctx.saved_tensors
+        grad = grad_out.reshape(-1, weight.size(0))  # (M, N)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = gemm_nt(grad, weight.t()).view(ctx.in_shape)  # (M, K) = grad @ weight
+        if ctx.needs_input_grad[1]:
+            grad_w = weight_grad(grad, rows)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose float32 CPU products run through oneDNN where :func:`takes_onednn` says so; the
+    same parameters, initialisation and state dict, and ``F.linear`` everywhere else (GPU, autocast,
+    ``torch.compile``, a few rows)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if takes_onednn(x, self.weight):
+            return OneDnnLinear.apply(x, self.weight, self.bias)  # type: ignore[no-any-return]
+        return F.linear(x, self.weight, self.bias)
+
+
+def route_linears(model: nn.Module) -> nn.Module:
+    """Give every plain ``nn.Linear`` of ``model`` the :class:`Linear` forward (in place; returns ``model``).
+
+    Only the class changes (a subclass of ``nn.Linear``): its parameters, their names and values, hooks and
+    ``isinstance`` checks are as they were. A subclass a component defines keeps its own forward.
+    """
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Linear
+    return model

@@ -1,0 +1,190 @@
+"""ablate/engine/cpu_gemm.py: float32 Linear products through oneDNN compute F.linear's function, forward and
+backward, within float32 rounding; they are taken where the rule says and nowhere else; a routed model keeps
+its parameters and state dict; a whole model's logits and one training step agree with MKL's within the
+stated tolerance."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from ablate import hardware
+from ablate.engine import cpu_gemm
+from ablate.engine.builders import build_lm, build_model
+from ablate.engine.token_loss import token_loss
+from ablate.errors import AblateError
+from ablate.spec.experiment import ModelSpec
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+# oneDNN and MKL sum a product's K terms in different orders: each element agrees to float32 rounding of
+# the sum, which these bound relative to the product's largest magnitude.
+PRODUCT_RTOL = 2e-6
+# A whole model (several products in a row, then the loss): logits and every gradient, relative to their
+# largest magnitude.
+MODEL_RTOL = 1e-5
+
+
+Choose = Callable[[str], None]
+
+
+@pytest.fixture
+def library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Choose]:
+    """Set ABLATE_CPU_GEMM for one test: ``library("onednn")``; the rule's cache is cleared around it."""
+
+    def choose(name: str) -> None:
+        monkeypatch.setenv(hardware.CPU_GEMM_ENV, name)
+        hardware.cpu_gemm_library.cache_clear()
+
+    hardware.cpu_gemm_library.cache_clear()
+    yield choose
+    monkeypatch.delenv(hardware.CPU_GEMM_ENV, raising=False)
+    hardware.cpu_gemm_library.cache_clear()
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The shapes of the products oneDNN computed during a test."""
+    calls: list[tuple[int, ...]] = []
+    real = cpu_gemm.onednn_gemm_nt
+
+    def counted(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        calls.append((*a.shape, b.size(0)))
+        return real(a, b, bias)
+
+    monkeypatch.setattr(cpu_gemm, "onednn_gemm_nt", counted)
+    return calls
+
+
+def close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
+    return float((got.double() - want.double()).abs().max()) <= rtol * float(want.abs().max())
+
+
+@pytest.mark.parametrize("m,k,n", [(256, 64, 96), (128, 96, 64), (64, 32, 500)])
+def test_the_product_and_the_weight_gradient_are_float64s_within_rounding_on_strided_views(
+        m: int, k: int, n: int, library: Choose) -> None:
+    library("onednn")
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+    bias = torch.randn(n, generator=g)
+    assert close(cpu_gemm.gemm_nt(a, b, bias), a.double() @ b.double().t() + bias.double(), PRODUCT_RTOL)
+    # strided operands as the backward passes them: b.t() is a (K, N) view, a.t() an (M... ) view
+    assert close(cpu_gemm.gemm_nt(a, b.t().contiguous().t()), a.double() @ b.double().t(), PRODUCT_RTOL)
+    grad, inputs = torch.randn(m, n, generator=g), torch.randn(m, k, generator=g)
+    want = grad.double().t() @ inputs.double()  # (N, K)
+    got = cpu_gemm.weight_grad(grad, inputs)
+    assert got.shape == (n, k) and close(got, want, PRODUCT_RTOL)
+
+
+def test_a_routed_linear_is_f_linear_forward_and_backward_within_rounding(
+        library: Choose, onednn_calls: list[tuple[int, ...]]) -> None:
+    library("onednn")
+    torch.manual_seed(0)
+    plain = nn.Linear(48, 80)
+    routed = cpu_gemm.route_linears(nn.Sequential(nn.Linear(48, 80)))[0]
+    routed.load_state_dict(plain.state_dict())
+    x = torch.randn(4, 32, 48)  # (B, T, K): 128 rows
+    upstream = torch.randn(4, 32, 80)
+    outs, grads = [], []
+    for layer in (plain, routed):
+        xi = x.clone().requires_grad_()
+        out = layer(xi)
+        out.backward(upstream)
+        outs.append(out.detach())
+        grads.append([xi.grad, layer.weight.grad, layer.bias.grad])
+    assert outs[1].shape == outs[0].shape and close(outs[1], outs[0], PRODUCT_RTOL)
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert got.shape == want.shape and close(got, want, PRODUCT_RTOL)
+    # the forward, the input's and the weight's gradient: three products, all oneDNN's
+    assert len(onednn_calls) == 3
+
+
+def test_products_take_onednn_only_for_float32_cpu_rows_enough_outside_autocast(
+        library: Choose, onednn_calls: list[tuple[int, ...]]) -> None:
+    layer = cpu_gemm.route_linears(nn.Sequential(nn.Linear(16, 16)))[0]
+    many, few = torch.randn(cpu_gemm.MIN_ROWS, 16), torch.randn(cpu_gemm.MIN_ROWS - 1, 16)
+    library("mkl")
+    layer(many)
+    assert onednn_calls == []
+    library("onednn")
+    layer(few)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(many).dtype == torch.bfloat16
+    layer.to(torch.float64)(many.double())
+    assert onednn_calls == []
+    layer.float()(many)
+    assert onednn_calls == [(cpu_gemm.MIN_ROWS, 16, 16)]
+
+
+def test_route_linears_changes_only_plain_linears_forward_class() -> None:
+    class OwnLinear(nn.Linear):
+        pass
+
+    model = nn.Sequential(nn.Linear(4, 5), OwnLinear(5, 6), nn.LayerNorm(6))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cpu_gemm.route_linears(model)
+    assert type(model[0]) is cpu_gemm.Linear and isinstance(model[0], nn.Linear)
+    assert type(model[1]) is OwnLinear and type(model[2]) is nn.LayerNorm
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_the_library_rule_reads_the_cpu_and_the_override(library: Choose,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    amd = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse avx2 avx512f avx512bw\n"
+    intel = "vendor_id\t: GenuineIntel\nflags\t\t: fpu sse avx2 avx512f avx512bw\n"
+    amd_avx2 = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse avx2\n"
+    for text, want in ((amd, "onednn"), (intel, "mkl"), (amd_avx2, "mkl"), ("", "mkl")):
+        monkeypatch.setattr(hardware, "_cpuinfo", lambda text=text: text)
+        hardware.cpu_gemm_library.cache_clear()
+        assert hardware.cpu_gemm_library() == want, text
+    library("MKL")
+    monkeypatch.setattr(hardware, "_cpuinfo", lambda: amd)
+    assert hardware.cpu_gemm_library() == "mkl"
+    library("blis")
+    with pytest.raises(AblateError, match="ABLATE_CPU_GEMM='blis': unknown; accepted: onednn, mkl"):
+        hardware.cpu_gemm_library()
+
+
+BENCH_LM = {"arch": "decoder_only", "d_model": 64, "heads": 4, "decoder_layers": 2, "d_ff": 256,
+            "activation": "gelu", "positions": "rope", "embeddings": "separate", "dropout": 0.0,
+            "max_positions": 32}
+SEQ2SEQ = {"d_model": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "d_ff": 128, "dropout": 0.0,
+           "max_positions": 64}
+
+
+def one_step(arch: str, ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(logits, loss) of the trainer's loss and every gradient of one backward, on a model built at seed 0."""
+    model: nn.Module
+    if arch == "decoder_only":
+        model = build_lm(ModelSpec.model_validate(BENCH_LM), 500, seed=0)
+        hidden = model(ids, project=False)
+    else:
+        model = build_model(ModelSpec.model_validate(SEQ2SEQ), 500, 500, seed=0)
+        hidden = model(ids, targets, project=False)
+    loss = token_loss(hidden, model.generator, targets, -100)
+    loss.backward()
+    return (model.generator(hidden).detach(), loss.detach(),
+            *(p.grad for _, p in sorted(model.named_parameters()) if p.grad is not None))
+
+
+@pytest.mark.parametrize("arch", ["decoder_only", "encoder_decoder"])
+def test_a_models_logits_loss_and_gradients_through_onednn_are_mkls_within_the_stated_tolerance(
+        arch: str, library: Choose, onednn_calls: list[tuple[int, ...]]) -> None:
+    g = torch.Generator().manual_seed(1)
+    ids, targets = torch.randint(4, 500, (4, 32), generator=g), torch.randint(4, 500, (4, 32), generator=g)
+    runs = {}
+    for name in ("mkl", "onednn"):
+        library(name)
+        onednn_calls.clear()
+        runs[name] = one_step(arch, ids, targets)
+        assert bool(onednn_calls) == (name == "onednn")
+    (mkl_logits, mkl_loss, *mkl_grads), (logits, loss, *grads) = runs["mkl"], runs["onednn"]
+    assert close(logits, mkl_logits, MODEL_RTOL)
+    assert float(loss) == pytest.approx(float(mkl_loss), rel=MODEL_RTOL)
+    assert len(grads) == len(mkl_grads) > 10
+    for grad, mkl_grad in zip(grads, mkl_grads, strict=True):
+        assert close(grad, mkl_grad, MODEL_RTOL)
