@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -48,7 +49,15 @@ MB = 1 << 20
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak resident set: ``VmHWM``, the high-water mark of its own address space.
+
+    Not ``ru_maxrss``: Linux carries a process's peak across ``exec`` into ``RUSAGE_SELF``, so a child's
+    reading starts at its parent's peak at the fork (here the parent's, which trained the tokenizer on the
+    first slice: every child read 1,082 MB, the size of that peak)."""
+    found = re.search(r"^VmHWM:\s+(\d+)\s+kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    if found is None:  # no /proc: the lifetime peak, an upper bound
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return int(found.group(1)) / 1024
 
 
 def spec_for(folder: Path, tokenizer: Path, cache: Path, run_dir: Path) -> ExperimentSpec:
