@@ -60,6 +60,14 @@ CPU_GEMM_ENV = "ABLATE_CPU_GEMM"
 CPU_GEMM_LIBRARIES = ("onednn", "mkl")
 
 
+def cpu_gemm_problem() -> str | None:
+    """What is wrong with ``ABLATE_CPU_GEMM`` (one line), or None when it is unset or names a library."""
+    chosen = os.environ.get(CPU_GEMM_ENV, "").strip().lower()
+    if not chosen or chosen in CPU_GEMM_LIBRARIES:
+        return None
+    return f"found {os.environ[CPU_GEMM_ENV]!r}; accepted: {', '.join(CPU_GEMM_LIBRARIES)}"
+
+
 @functools.cache
 def cpu_gemm_library() -> str:
     """The library for float32 matrix products on this CPU: ``onednn`` where MKL leaves AVX-512 unused.
@@ -70,13 +78,14 @@ def cpu_gemm_library() -> str:
     Measured on a 2-core AMD EPYC (Zen 5), torch 2.13.0: a Linear layer's forward and backward at the LM
     bench's shapes (2,048 rows, 256 x 1,024) ran at 193 GFLOP/s through MKL and 334 through oneDNN
     (docs/benchmarks.md). Elsewhere (Intel, AVX2-only or non-x86 CPUs) torch's own choice stands.
-    ``ABLATE_CPU_GEMM=onednn|mkl`` overrides the rule (to time one against the other).
+    ``ABLATE_CPU_GEMM=onednn|mkl`` overrides the rule (to time one against the other); a spec loaded for a
+    run reports any other value before anything is written (:func:`cpu_gemm_problem`).
     """
+    problem = cpu_gemm_problem()
+    if problem is not None:
+        raise AblateError(f"{CPU_GEMM_ENV}: {problem}")
     chosen = os.environ.get(CPU_GEMM_ENV, "").strip().lower()
     if chosen:
-        if chosen not in CPU_GEMM_LIBRARIES:
-            accepted = ", ".join(CPU_GEMM_LIBRARIES)
-            raise AblateError(f"{CPU_GEMM_ENV}={chosen!r}: unknown; accepted: {accepted}")
         return chosen if torch.backends.mkldnn.is_available() else "mkl"
     info = _cpuinfo()
     amd_avx512 = "AuthenticAMD" in info and " avx512f" in info

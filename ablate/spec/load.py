@@ -300,6 +300,8 @@ def _validate(
         _check_axis_values(spec, current, smap, origin, out, bad_axes, removed, check_hardware)
     if spec is not None and check_hardware and not touches(("train.precision",), removed):
         out.problems.extend(_precision(spec, smap, origin))
+    if check_hardware and (gemm := hardware.cpu_gemm_problem()) is not None:
+        out.problems.append(Problem("environment", hardware.CPU_GEMM_ENV, gemm))
     if out.problems or spec is None or current is not data:
         if not out.problems:  # never an empty error: say what pydantic said
             out.problems.extend(problem for err in first for problem, _ in explain(err, smap, origin))

@@ -1,17 +1,20 @@
 """ablate/engine/cpu_gemm.py: float32 Linear products through oneDNN compute F.linear's function, forward and
 backward, within float32 rounding; they are taken where the rule says and nowhere else; a routed model keeps
 its parameters and state dict; a whole model's logits, loss, gradients and one optimizer step agree with
-MKL's within the stated tolerance."""
+MKL's within the stated tolerance; an unknown library named in the environment is one line, exit 2, with
+nothing written."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from ablate import hardware
+from ablate.cli import main
 from ablate.engine import cpu_gemm
 from ablate.engine.builders import build_lm, build_model
 from ablate.engine.token_loss import token_loss
@@ -146,8 +149,21 @@ def test_the_library_rule_reads_the_cpu_and_the_override(library: Choose,
     monkeypatch.setattr(hardware, "_cpuinfo", lambda: amd)
     assert hardware.cpu_gemm_library() == "mkl"
     library("blis")
-    with pytest.raises(AblateError, match="ABLATE_CPU_GEMM='blis': unknown; accepted: onednn, mkl"):
+    with pytest.raises(AblateError, match="ABLATE_CPU_GEMM: found 'blis'; accepted: onednn, mkl"):
         hardware.cpu_gemm_library()
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_unknown_library_is_one_line_before_anything_is_written(
+        command: str, bare_workdir: Path, library: Choose, capsys: pytest.CaptureFixture[str]) -> None:
+    library("blis")
+    assert main([command, str(QUICKSTART)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: environment: ABLATE_CPU_GEMM: found 'blis'; accepted: onednn, mkl"]
+    assert list(bare_workdir.iterdir()) == []
 
 
 BENCH_LM = {"arch": "decoder_only", "d_model": 64, "heads": 4, "decoder_layers": 2, "d_ff": 256,
