@@ -10,9 +10,11 @@ What routes through here: every plain ``nn.Linear`` of a built model (:func:`rou
 :class:`Linear` forward, which computes the same function; parameters, names, initialisation and state
 dicts are untouched) and the trainer's chunked loss (``ablate/engine/token_loss.py``), forward and
 backward. The product is ``a @ b.T`` (:func:`gemm_nt`): oneDNN's inner product with ``b`` as its weights,
-on strided views, so no operand is copied. Only float32 CPU tensors outside autocast and ``torch.compile``
-take it, and only products of at least :data:`MIN_ROWS` rows (oneDNN's fixed cost per call is larger, so a
-decoding step's few rows stay with MKL); everything else is ``F.linear`` as before.
+on strided views, at a row count on a fixed grid (:func:`grid_rows`: oneDNN keeps a primitive per shape it
+meets, so rows are padded with zeros up to one of 8 sizes an octave; a copy only where a batch's rows are
+off the grid). Only float32 CPU tensors outside autocast and ``torch.compile`` take it, and only products of
+at least :data:`MIN_ROWS` rows (oneDNN's fixed cost per call is larger, so a decoding step's few rows stay
+with MKL); everything else is ``F.linear`` as before.
 
 The two libraries sum in different orders: results agree to float32 rounding, not bit for bit
 (``tests/engine/test_cpu_gemm.py`` states the tolerance), as the fused AdamW kernel's do.
@@ -32,11 +34,47 @@ from ablate.hardware import cpu_gemm_library
 # Linear layer's forward and backward: at 8 rows a 256 x 1,024 layer took 208 us through MKL and 563 through
 # oneDNN; from 64 rows oneDNN was at least as fast at every shape measured (docs/benchmarks.md).
 MIN_ROWS = 64
+ROW_STEP = 32  # the finest step of grid_rows' grid
 
 
 def onednn_gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
     """``a @ b.T + bias`` by oneDNN's inner product: a (M, K), b (N, K), strided views taken as they are."""
     return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")  # (M, N)
+
+
+def grid_rows(rows: int) -> int:
+    """``rows`` rounded up to a grid of 8 sizes an octave (multiples of 2^(floor(log2 rows) - 3), at least
+    :data:`ROW_STEP`): the row counts oneDNN's products are computed at.
+
+    oneDNN builds and keeps a primitive (its JIT kernels) for every shape it meets, about 0.6 MB each
+    (measured: 200 new row counts of one 256 x 1,024 product held 115 MB, not returned by malloc_trim).
+    Length-bucketed batches bring a new row count at nearly every step: 150 float32 steps of the Multi30k
+    study cell peaked at 2,484 MB against MKL's 1,222. On this grid a product meets at most 8 row counts
+    an octave, for at most 1/8 more rows (zeros, whose results are dropped; a language model's blocks are
+    on it already): the same run peaked at 1,523 MB (docs/benchmarks.md).
+    """
+    step = max(ROW_STEP, 1 << max(0, rows.bit_length() - 4))
+    return -(-rows // step) * step
+
+
+def grid_floor(rows: int) -> int:
+    """The largest :func:`grid_rows` size at most ``rows`` (``rows`` itself below :data:`MIN_ROWS`): a chunk
+    of rows that oneDNN takes without padding."""
+    if rows < MIN_ROWS:
+        return rows
+    step = max(ROW_STEP, 1 << max(0, rows.bit_length() - 4))
+    return rows // step * step
+
+
+def padded(t: Tensor, rows: int) -> Tensor:
+    """``t`` (m, k) with zero rows appended up to ``rows`` (``t`` itself when it has them): a zero row adds
+    nothing to a weight gradient's sum, and its own output rows are dropped."""
+    if t.size(0) == rows:
+        return t
+    out = t.new_empty((rows, t.size(1)))
+    out[: t.size(0)] = t
+    out[t.size(0):].zero_()
+    return out
 
 
 def takes_onednn(a: Tensor, b: Tensor) -> bool:
@@ -47,46 +85,55 @@ def takes_onednn(a: Tensor, b: Tensor) -> bool:
 
 
 def gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``a @ b.T (+ bias)`` for a (M, K), b (N, K): through oneDNN where :func:`takes_onednn`, else MKL."""
-    if takes_onednn(a, b):
-        return onednn_gemm_nt(a, b, bias)
-    return F.linear(a, b, bias)
+    """``a @ b.T (+ bias)`` for a (M, K), b (N, K): through oneDNN where :func:`takes_onednn` (at
+    :func:`grid_rows` rows), else MKL."""
+    if not takes_onednn(a, b):
+        return F.linear(a, b, bias)
+    rows = a.size(0)
+    return onednn_gemm_nt(padded(a, grid_rows(rows)), b, bias)[:rows]
 
 
 def weight_grad(grad: Tensor, inputs: Tensor) -> Tensor:
     """A Linear weight's gradient ``grad.T @ inputs`` (N, K), for grad (M, N) and inputs (M, K).
 
-    oneDNN's inner product runs fastest with the larger of the two output dimensions as its weights, so where
-    N > K the transposed product ``inputs.T @ grad`` (K, N) is computed and returned as a transposed view
-    (measured at the bench LM's shapes: 388 against 284 GFLOP/s for 1,024 x 256, 421 against 147 for the
-    8,192-type generator).
+    Through oneDNN, both are taken at :func:`grid_rows` rows (zero rows add nothing), and the product runs
+    fastest with the larger of the two output dimensions as its weights, so where N > K the transposed
+    product ``inputs.T @ grad`` (K, N) is computed and returned as a transposed view (measured at the bench
+    LM's shapes: 388 against 284 GFLOP/s for 1,024 x 256, 421 against 147 for the 8,192-type generator).
     """
     if not takes_onednn(grad, inputs):
         return grad.t() @ inputs
+    rows = grid_rows(grad.size(0))
+    grad, inputs = padded(grad, rows), padded(inputs, rows)
     if grad.size(1) > inputs.size(1):
         return onednn_gemm_nt(inputs.t(), grad.t(), None).t()
     return onednn_gemm_nt(grad.t(), inputs.t(), None)
 
 
 class OneDnnLinear(torch.autograd.Function):
-    """``F.linear`` with its three products (output, input gradient, weight gradient) through oneDNN."""
+    """``F.linear`` with its three products (output, input gradient, weight gradient) through oneDNN, at
+    :func:`grid_rows` rows: the input is padded once and kept padded for the weight's gradient."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
         rows = x.reshape(-1, x.size(-1))  # (M, K): a view where x is contiguous
-        ctx.save_for_backward(rows, weight)
+        grid = padded(rows, grid_rows(rows.size(0)))  # (M', K), M' >= M
+        ctx.save_for_backward(grid, weight)
         ctx.in_shape, ctx.has_bias = x.shape, bias is not None
-        return onednn_gemm_nt(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
+        out = onednn_gemm_nt(grid, weight, bias)[: rows.size(0)]  # (M, N): the first rows, contiguous
+        return out.view(*x.shape[:-1], weight.size(0))
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        rows, weight = ctx.saved_tensors
+        grid, weight = ctx.saved_tensors
         grad = grad_out.reshape(-1, weight.size(0))  # (M, N)
+        rows = grad.size(0)
+        grad = padded(grad, grid.size(0))  # (M', N): zero rows where the input was padded
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = gemm_nt(grad, weight.t()).view(ctx.in_shape)  # (M, K) = grad @ weight
+            grad_x = onednn_gemm_nt(grad, weight.t(), None)[:rows].view(ctx.in_shape)  # grad @ weight
         if ctx.needs_input_grad[1]:
-            grad_w = weight_grad(grad, rows)
+            grad_w = weight_grad(grad, grid)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = grad.sum(0)
         return grad_x, grad_w, grad_b

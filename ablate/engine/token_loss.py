@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.engine.cpu_gemm import Linear, gemm_nt, takes_onednn, weight_grad
+from ablate.engine.cpu_gemm import Linear, gemm_nt, grid_floor, grid_rows, padded, takes_onednn, weight_grad
 
 # Logits of one chunk (rows x vocabulary): 8M on a CPU (32 MB of float32; 1,024 rows of an 8,192-type
 # vocabulary). The loss and gradients of 2,048 x 256 hidden rows, CPU ms, min of 5 (docs/benchmarks.md):
@@ -45,8 +45,10 @@ SOFTMAX_BLOCK_ELEMENTS = 1 << 19
 
 
 def chunk_rows(vocab: int, device: torch.device) -> int:
-    """Rows of one chunk for a vocabulary of ``vocab`` types on ``device``."""
-    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(device.type, GPU_CHUNK_ELEMENTS) // max(1, vocab))
+    """Rows of one chunk for a vocabulary of ``vocab`` types on ``device``; on a CPU a row count oneDNN's
+    products take unpadded (``cpu_gemm.grid_floor``: 1,024 for 8,000 types, not 1,048)."""
+    rows = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(device.type, GPU_CHUNK_ELEMENTS) // max(1, vocab))
+    return grid_floor(rows) if device.type == "cpu" else rows
 
 
 def softmax_rows(vocab: int, rows: int, device: torch.device) -> int:
@@ -119,11 +121,15 @@ class LinearCrossEntropy(torch.autograd.Function):
             block = softmax_rows(vocab, rows, h.device)
             for start in range(0, h.size(0), rows):
                 h_c, t_c = h[start:start + rows], targets[start:start + rows]  # (n, d), (n,)
-                z = gemm_nt(h_c, w, b)  # (n, V) in dtype: the logits, then their gradient in place
-                total += score_chunk(z, t_c, smoothing, block, grad_bias, grads)
+                n = h_c.size(0)
+                if takes_onednn(h_c, w):  # once here, not in each product: oneDNN's row grid, zero rows
+                    h_c = padded(h_c, grid_rows(n))
+                z = gemm_nt(h_c, w, b)  # (n', V) in dtype: the logits, then their gradient in place
+                total += score_chunk(z[:n], t_c, smoothing, block, grad_bias, grads)
                 if not grads:  # no backward will come (evaluation, torch.no_grad): the loss alone
                     continue
-                grad_hidden[start:start + rows] = gemm_nt(z, w.t())  # (n, d) = grad @ w
+                z[n:].zero_()  # the padded rows' gradient: nothing
+                grad_hidden[start:start + rows] = gemm_nt(z, w.t())[:n]  # (n, d) = grad @ w
                 if dtype == torch.float32 and not takes_onednn(z, h_c):
                     grad_weight.addmm_(z.t(), h_c)  # (V, d), accumulated in place
                 else:

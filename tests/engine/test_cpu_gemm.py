@@ -67,7 +67,7 @@ def close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
     return float((got.double() - want.double()).abs().max()) <= rtol * float(want.abs().max())
 
 
-@pytest.mark.parametrize("m,k,n", [(256, 64, 96), (128, 96, 64), (64, 32, 500)])
+@pytest.mark.parametrize("m,k,n", [(256, 64, 96), (100, 96, 64), (64, 32, 500), (1500, 48, 40)])
 def test_the_product_and_the_weight_gradient_are_float64s_within_rounding_on_strided_views(
         m: int, k: int, n: int, library: Choose) -> None:
     library("onednn")
@@ -90,8 +90,8 @@ def test_a_routed_linear_is_f_linear_forward_and_backward_within_rounding(
     plain = nn.Linear(48, 80)
     routed = cpu_gemm.route_linears(nn.Sequential(nn.Linear(48, 80)))[0]
     routed.load_state_dict(plain.state_dict())
-    x = torch.randn(4, 32, 48)  # (B, T, K): 128 rows
-    upstream = torch.randn(4, 32, 80)
+    x = torch.randn(3, 37, 48)  # (B, T, K): 111 rows, computed at 128 (cpu_gemm.grid_rows)
+    upstream = torch.randn(3, 37, 80)
     outs, grads = [], []
     for layer in (plain, routed):
         xi = x.clone().requires_grad_()
@@ -102,8 +102,8 @@ def test_a_routed_linear_is_f_linear_forward_and_backward_within_rounding(
     assert outs[1].shape == outs[0].shape and close(outs[1], outs[0], PRODUCT_RTOL)
     for got, want in zip(grads[1], grads[0], strict=True):
         assert got.shape == want.shape and close(got, want, PRODUCT_RTOL)
-    # the forward, the input's and the weight's gradient: three products, all oneDNN's
-    assert len(onednn_calls) == 3
+    # the forward, the input's and the weight's gradient: three products, all oneDNN's, on the grid's 128 rows
+    assert onednn_calls == [(128, 48, 80), (128, 80, 48), (48, 128, 80)]
 
 
 def test_products_take_onednn_only_for_float32_cpu_rows_enough_outside_autocast(
@@ -121,6 +121,31 @@ def test_products_take_onednn_only_for_float32_cpu_rows_enough_outside_autocast(
     assert onednn_calls == []
     layer.float()(many)
     assert onednn_calls == [(cpu_gemm.MIN_ROWS, 16, 16)]
+
+
+def test_the_row_grid_holds_8_sizes_an_octave_wastes_at_most_an_eighth_and_is_its_own_grid() -> None:
+    grid_rows, grid_floor = cpu_gemm.grid_rows, cpu_gemm.grid_floor
+    for rows in range(cpu_gemm.MIN_ROWS, 9000):
+        grid = grid_rows(rows)
+        assert rows <= grid <= max(rows * 9 / 8, rows + cpu_gemm.ROW_STEP) and grid_rows(grid) == grid
+        floor = grid_floor(rows)
+        assert floor <= rows and grid_rows(floor) == floor and grid_rows(floor + 1) > floor
+    for octave in range(8, 13):  # 256-511 rows, ..., 4096-8191: 8 sizes, then the next octave's first
+        low, high = 2**octave, 2 ** (octave + 1)
+        assert {grid_rows(r) for r in range(low, high)} == set(range(low, high + 1, low // 8))
+
+
+def test_length_bucketed_batches_meet_only_the_grids_row_counts(
+        library: Choose, onednn_calls: list[tuple[int, ...]]) -> None:
+    """oneDNN keeps a primitive for every shape it meets (about 0.6 MB each): 300 batches of 1,024-2,047
+    rows reach it at the grid's row counts of that octave (and its end, 2,048), not at 300."""
+    library("onednn")
+    layer = cpu_gemm.route_linears(nn.Sequential(nn.Linear(16, 24)))[0]
+    g = torch.Generator().manual_seed(3)
+    for rows in torch.randint(1024, 2048, (300,), generator=g).tolist():
+        layer(torch.randn(rows, 16)).sum().backward()
+    seen = {shape[0] for shape in onednn_calls if shape[1:] == (16, 24)}
+    assert set(range(1152, 2049, 128)) <= seen <= set(range(1024, 2049, 128))
 
 
 def test_route_linears_changes_only_plain_linears_forward_class() -> None:
@@ -199,7 +224,8 @@ def one_step(arch: str, ids: torch.Tensor, targets: torch.Tensor) -> dict[str, l
 def test_a_models_logits_loss_gradients_and_step_through_onednn_are_mkls_within_the_stated_tolerance(
         arch: str, library: Choose, onednn_calls: list[tuple[int, ...]]) -> None:
     g = torch.Generator().manual_seed(1)
-    ids, targets = torch.randint(4, 500, (4, 32), generator=g), torch.randint(4, 500, (4, 32), generator=g)
+    # 120 rows a product, computed at the grid's 128
+    ids, targets = torch.randint(4, 500, (4, 30), generator=g), torch.randint(4, 500, (4, 30), generator=g)
     runs = {}
     for name in ("mkl", "onednn"):
         library(name)
