@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
 import resource
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import torch  # noqa: E402
 from ablate.data.lm_corpus import prepare_lm  # noqa: E402
 from ablate.data.tokenize import train_tokenizer  # noqa: E402
 from ablate.engine.builders import build_lm  # noqa: E402
+from ablate.engine.progress import vm_hwm_kib  # noqa: E402
 from ablate.engine.trainer import Trainer  # noqa: E402
 from ablate.spec.experiment import ExperimentSpec  # noqa: E402
 
@@ -54,10 +54,10 @@ def peak_rss_mb() -> float:
     Not ``ru_maxrss``: Linux carries a process's peak across ``exec`` into ``RUSAGE_SELF``, so a child's
     reading starts at its parent's peak at the fork (here the parent's, which trained the tokenizer on the
     first slice: every child read 1,082 MB, the size of that peak)."""
-    found = re.search(r"^VmHWM:\s+(\d+)\s+kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    if found is None:  # no /proc: the lifetime peak, an upper bound
+    hwm = vm_hwm_kib()
+    if hwm is None:  # no /proc: the lifetime peak, an upper bound
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return int(found.group(1)) / 1024
+    return hwm / 1024
 
 
 def spec_for(folder: Path, tokenizer: Path, cache: Path, run_dir: Path) -> ExperimentSpec:

@@ -42,6 +42,11 @@ def onednn_gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")  # (M, N)
 
 
+def _grid_step(rows: int) -> int:
+    """The grid's step in the octave of ``rows``: 2^(floor(log2 rows) - 3), at least :data:`ROW_STEP`."""
+    return max(ROW_STEP, 1 << max(0, rows.bit_length() - 4))
+
+
 def grid_rows(rows: int) -> int:
     """``rows`` rounded up to a grid of 8 sizes an octave (multiples of 2^(floor(log2 rows) - 3), at least
     :data:`ROW_STEP`): the row counts oneDNN's products are computed at.
@@ -53,7 +58,7 @@ def grid_rows(rows: int) -> int:
     an octave, for at most 1/8 more rows (zeros, whose results are dropped; a language model's blocks are
     on it already): the same run peaked at 1,523 MB (docs/benchmarks.md).
     """
-    step = max(ROW_STEP, 1 << max(0, rows.bit_length() - 4))
+    step = _grid_step(rows)
     return -(-rows // step) * step
 
 
@@ -62,7 +67,7 @@ def grid_floor(rows: int) -> int:
     of rows that oneDNN takes without padding."""
     if rows < MIN_ROWS:
         return rows
-    step = max(ROW_STEP, 1 << max(0, rows.bit_length() - 4))
+    step = _grid_step(rows)
     return rows // step * step
 
 

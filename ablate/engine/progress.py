@@ -104,7 +104,7 @@ class PeakMemory:
         release_freed_memory()  # what an earlier run in this process freed is not this run's peak
         try:
             Path("/proc/self/clear_refs").write_text("5")
-            hwm = _vm_hwm_kib()
+            hwm = vm_hwm_kib()
             self.per_run = hwm is not None
             self.start_mb = None if hwm is None else hwm / 1024  # right after the reset: the resident set
         except OSError:
@@ -114,7 +114,7 @@ class PeakMemory:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         if self.per_run:
-            hwm = _vm_hwm_kib()
+            hwm = vm_hwm_kib()
             if hwm is not None:
                 return hwm / 1024
         try:
@@ -134,7 +134,8 @@ class PeakMemory:
         return {metricnames.PEAK_MEMORY: peak, metricnames.RUN_MEMORY: max(0.0, peak - self.start_mb)}
 
 
-def _vm_hwm_kib() -> int | None:
+def vm_hwm_kib() -> int | None:
+    """This process's resident-set high-water mark (``VmHWM``, KiB), None where there is no /proc."""
     try:
         found = re.search(r"^VmHWM:\s+(\d+)\s+kB", Path("/proc/self/status").read_text(), re.MULTILINE)
     except OSError:
