@@ -60,9 +60,14 @@ CPU_GEMM_ENV = "ABLATE_CPU_GEMM"
 CPU_GEMM_LIBRARIES = ("onednn", "mkl")
 
 
+def _chosen_gemm_library() -> str:
+    """``ABLATE_CPU_GEMM`` as written, trimmed and lower-cased ("" where unset)."""
+    return os.environ.get(CPU_GEMM_ENV, "").strip().lower()
+
+
 def cpu_gemm_problem() -> str | None:
     """What is wrong with ``ABLATE_CPU_GEMM`` (one line), or None when it is unset or names a library."""
-    chosen = os.environ.get(CPU_GEMM_ENV, "").strip().lower()
+    chosen = _chosen_gemm_library()
     if not chosen or chosen in CPU_GEMM_LIBRARIES:
         return None
     return f"found {os.environ[CPU_GEMM_ENV]!r}; accepted: {', '.join(CPU_GEMM_LIBRARIES)}"
@@ -84,7 +89,7 @@ def cpu_gemm_library() -> str:
     problem = cpu_gemm_problem()
     if problem is not None:
         raise AblateError(f"{CPU_GEMM_ENV}: {problem}")
-    chosen = os.environ.get(CPU_GEMM_ENV, "").strip().lower()
+    chosen = _chosen_gemm_library()
     if chosen:
         return chosen if torch.backends.mkldnn.is_available() else "mkl"
     info = _cpuinfo()

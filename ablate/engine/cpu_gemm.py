@@ -56,7 +56,7 @@ def grid_rows(rows: int) -> int:
     Length-bucketed batches bring a new row count at nearly every step: 150 float32 steps of the Multi30k
     study cell peaked at 2,484 MB against MKL's 1,222. On this grid a product meets at most 8 row counts
     an octave, for at most 1/8 more rows (zeros, whose results are dropped; a language model's blocks are
-    on it already): the same run peaked at 1,523 MB (docs/benchmarks.md).
+    on it already): the same run peaked at 1,478 MB against MKL's 1,228 (docs/benchmarks.md).
     """
     step = _grid_step(rows)
     return -(-rows // step) * step
