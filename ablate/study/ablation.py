@@ -37,7 +37,7 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.study import failfast, precision, preregister, rung_rounds, study_names
-from ablate.study.arms import arms_done, arms_record, dry_run_lines, parent_tags, run_later_arms
+from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_grid, format_plan
 from ablate.study.optuna_attrs import PARENT
@@ -49,6 +49,7 @@ from ablate.study.sized_ladder import format_ladder_plan, ladder_plan
 from ablate.study.sized_ladder import plan_record as ladder_plan_record
 from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
 from ablate.study.study_plan import TERMINAL, StudyPlan
+from ablate.study.study_record import SequentialDesign, StudyRecord, as_json, to_tags
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, record
@@ -188,48 +189,48 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
     return queue, params
 
 
-def _parent_tags(plan: StudyPlan) -> dict[str, str]:
-    """What the study's parent run says about it: its kind, design, metric, and what the report needs to
-    state the sequential verdicts and the published results it checks."""
+def study_record(plan: StudyPlan, queue: CellQueue) -> StudyRecord:
+    """What the study states about itself for its report (ablate/study/study_record.py): its design, metric,
+    sequential design, the published results it checks, its arms and ladder, and the design and power plan
+    it was recorded with before its first cell (the queue's, ablate/study/preregister.py)."""
     abl = plan.spec.ablation
     assert abl is not None
-    tags = {record.KIND: "ablation", record.VARIANT: "study", record.OPTUNA_STUDY: plan.store_name,
-            record.DESIGN: abl.design, record.METRIC: record.final(plan.metric)}
-    if plan.design is not None:
-        tags[record.SEQUENTIAL] = plan.design.to_tag()
-    # A tag, not a param: a reopened study may state its expectations anew (params are final).
-    tags[record.EXPECT] = json.dumps([claim.model_dump(mode="json") for claim in abl.expect])
-    if abl.tuned_on is not None:
-        tags[record.TUNED_ON] = abl.tuned_on
-    # tune:, confirm: and scales: (tags: a confirm: may be added to a running study)
-    return tags | parent_tags(plan) | rung_rounds.scales_tag(plan)
+    registered = queue.get(preregister.STORE_ATTR)
+    _, power_plan = preregister.recorded_plan(queue)
+    arm_design, tune, confirm = arm_records(plan)
+    return StudyRecord(
+        kind="ablation", design=abl.design, metric=record.final(plan.metric),
+        sequential=None if plan.design is None else SequentialDesign.of(plan.design), expect=list(abl.expect),
+        tuned_on=abl.tuned_on, arm_design=arm_design, tune=tune, confirm=confirm,
+        ladder=rung_rounds.ladder_record(plan), preregistered=json.loads(registered) if registered else None,
+        power_plan=power_plan)
+
+
+def _parent_tags(plan: StudyPlan, rec: StudyRecord) -> dict[str, str]:
+    """The study's parent run's tags: its kind and Optuna study, and the record's per-field tags (tags, not
+    params: a reopened study may state its expectations anew, and a confirm: may be added to a running
+    study; params are final)."""
+    return {record.KIND: "ablation", record.VARIANT: "study", record.OPTUNA_STUDY: plan.store_name,
+            **to_tags(rec)}
 
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
-    """The study's parent MLflow run: the one the store remembers, else a new one; cells of an older
-    implementation of their variant are marked superseded (and retrained)."""
+    """The study's parent MLflow run: the one the store remembers, else a new one, with the study's record
+    (written once per command: ablate/study/study_record.py); cells of an older implementation of their
+    variant are marked superseded (and retrained)."""
+    rec = study_record(plan, queue)
     with queue.store.lock(plan.store_name):  # one parent run however many processes start at once
-        tracker = open_parent(plan.spec, plan.name, _parent_tags(plan), queue.get(PARENT),
+        tracker = open_parent(plan.spec, plan.name, _parent_tags(plan, rec), queue.get(PARENT),
                               description=parent_description(plan, {}))
         queue.set(PARENT, tracker.run_id)
     assert tracker.run_id is not None  # tracking is on: a real run
+    tracker.log_dict(as_json(rec), record.STUDY_RECORD_ARTIFACT)
     tracker.log_text(format_plan(plan), record.CELLS_ARTIFACT)
-    _record_design(tracker, queue)
-    _say_superseded(*mark_study(tracker.run_id))
-    return tracker
-
-
-def _record_design(tracker: NullTracker, queue: CellQueue) -> None:
-    """The pre-registered design on the parent run (a tag) and the plan it was recorded with (plan.txt)."""
-    design = queue.get(preregister.STORE_ATTR)
-    if design:
-        tracker.set_tags({record.PREREGISTERED: design})
-    text, data = preregister.recorded_plan(queue)
-    if data is not None:
-        tracker.set_tags({record.POWER_PLAN: json.dumps(data, sort_keys=True)})
+    text, _ = preregister.recorded_plan(queue)
     if text:
         tracker.log_text(text, record.PLAN_ARTIFACT)
-
+    _say_superseded(*mark_study(tracker.run_id))
+    return tracker
 
 
 def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, planned: Any = None) -> str:

@@ -26,7 +26,6 @@ rerun at a larger scale.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +36,7 @@ from ablate.study.confirm import confirm_cells, confirm_seeds
 from ablate.study.derived_specs import show
 from ablate.study.seed_rounds import comparison_progress, format_progress, needed_keys
 from ablate.study.study_plan import TERMINAL, StudyPlan
+from ablate.study.study_record import ArmDesign, ConfirmRecord, SequentialDesign, TuneRecord
 from ablate.study.variant_searches import Tuned, progress_lines, stored_searches, tune_variants, tuned_cells
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
@@ -90,26 +90,26 @@ def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: Mapping[s
     return True
 
 
-def parent_tags(plan: StudyPlan) -> dict[str, str]:
-    """What the parent run says about the arms, for the report: the design they are judged by and the
-    deciding arm, the tuning space with the baseline's values, the larger setting and its seeds."""
+def arm_records(plan: StudyPlan) -> tuple[ArmDesign | None, TuneRecord | None, ConfirmRecord | None]:
+    """What the parent run's record says about the arms, for the report (ablate/study/study_record.py): the
+    design they are judged by and the deciding arm, the tuning space with the baseline's values, the larger
+    setting and its seeds (all None without tune: and confirm:)."""
     abl = plan.spec.ablation
     assert abl is not None
     if abl.tune is None and abl.confirm is None:
-        return {}
+        return None, None, None
     deciding = record.OWN_BEST_ARM if abl.tune is not None else record.BASELINE_ARM
-    tags = {record.ARM_DESIGN: plan.verdict_design.to_tag(decided_by=deciding)}
+    design = ArmDesign(**SequentialDesign.of(plan.verdict_design).model_dump(), decided_by=deciding)
+    tune = confirm = None
     if abl.tune is not None:
         t, base = abl.tune, flatten(plan.baseline.resolved())
-        tags[record.TUNE] = json.dumps({
-            "space": {k: p.model_dump(mode="json", exclude_defaults=True) for k, p in t.space.items()},
-            "baseline": {k: base.get(k) for k in t.space}, "trials": t.trials, "sampler": t.sampler,
-            "seed": sampler_seed(t, plan.spec), "pruner": t.pruner.name,
-            "fidelity_steps": fidelity_steps(t, plan.baseline), "cell_steps": plan.baseline.train.max_steps},
-            sort_keys=True)
+        tune = TuneRecord(space=dict(t.space), baseline={k: base.get(k) for k in t.space}, trials=t.trials,
+                          sampler=t.sampler, seed=sampler_seed(t, plan.spec), pruner=t.pruner.name,
+                          fidelity_steps=fidelity_steps(t, plan.baseline),
+                          cell_steps=plan.baseline.train.max_steps)
     if abl.confirm is not None:
-        tags[record.CONFIRM] = json.dumps({"setting": setting_text(plan), "seeds": confirm_seeds(plan)})
-    return tags
+        confirm = ConfirmRecord(setting=setting_text(plan), seeds=confirm_seeds(plan))
+    return design, tune, confirm
 
 
 RunArm = Callable[[StudyPlan], int]  # an arm -> the workers' exit code

@@ -12,13 +12,12 @@ cells a ladder needs are the union of what its rungs need.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.study_plan import StudyPlan
-from ablate.tracking import record
+from ablate.study.study_record import LadderRecord, Rung
 
 
 def rung_plans(plan: StudyPlan) -> list[StudyPlan]:
@@ -65,18 +64,14 @@ def describe(plan: StudyPlan) -> list[str]:
     return lines
 
 
-def scales_record(plan: StudyPlan) -> dict[str, Any]:
-    """What the ladder's parent run records (tag ``ablate.scales``): the rungs in order of compute, the
-    target and the margin the transfer verdicts are judged by."""
+def ladder_record(plan: StudyPlan) -> LadderRecord | None:
+    """What the ladder's parent run records (ablate/study/study_record.py): the rungs in order of compute, the
+    target and the margin the transfer verdicts are judged by; None without a ladder."""
     scales = plan.ablation.scales
-    assert scales is not None
+    if not plan.rungs or scales is None:
+        return None
     margin = scales.margin if scales.margin is not None else plan.ablation.min_effect
-    return {"rungs": [{"name": r.name, "overrides": r.overrides, "params": r.compute.params,
-                       "tokens": r.compute.tokens, "flops": r.compute.flops, "tokens_from": r.tokens_from}
-                      for r in plan.rungs],
-            "target": scales.target, "margin": margin, "tokens_per_param": scales.tokens_per_param}
-
-
-def scales_tag(plan: StudyPlan) -> dict[str, str]:
-    """The parent's tag of a ladder (none without one)."""
-    return {record.SCALES: json.dumps(scales_record(plan), sort_keys=True)} if plan.rungs else {}
+    return LadderRecord(
+        rungs=[Rung(name=r.name, overrides=r.overrides, params=r.compute.params, tokens=r.compute.tokens,
+                    flops=r.compute.flops, tokens_from=r.tokens_from) for r in plan.rungs],
+        target=scales.target, margin=margin, tokens_per_param=scales.tokens_per_param)

@@ -3,13 +3,12 @@ and "the full budget" only once every search has run its planned trials."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.section_api import Inputs
 from ablate.report.sections import tuning_budget as budget
-from ablate.tracking import record
+from ablate.study.study_record import StudyRecord, TuneRecord
 
 
 def _run(variant: str, i: int, score: float | None, status: str = "finished") -> Run:
@@ -20,9 +19,9 @@ def _run(variant: str, i: int, score: float | None, status: str = "finished") ->
 def _study(trials: dict[str, list[float | None]], planned: int) -> Study:
     searches = [Search(_run(v, -1, None), [_run(v, i, s, "finished" if s is not None else "pruned")
                                            for i, s in enumerate(scores)]) for v, scores in trials.items()]
-    tags = {record.METRIC: "val/bleu", record.TUNE: json.dumps({"trials": planned})}
-    return Study("s", "ablation", {"tags": tags}, [], list(trials), "baseline", "bleu", "val/bleu",
-                 searches=searches)
+    tune = TuneRecord(space={}, baseline={}, trials=planned, sampler="tpe", pruner="median")
+    return Study("s", "ablation", {"tags": {}}, [], list(trials), "baseline", "bleu", "val/bleu",
+                 searches=searches, record=StudyRecord(metric="final/val/bleu", tune=tune))
 
 
 def _paragraph(study: Study, tmp_path: Path) -> str:

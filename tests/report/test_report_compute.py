@@ -13,6 +13,7 @@ from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.render import Para, Table
 from ablate.report.section_api import Inputs
 from ablate.report.sections.compute_hours import part
+from ablate.study.study_record import ArmDesign, StudyRecord
 from ablate.tracking import record
 
 
@@ -22,9 +23,9 @@ def _run(n: int, wall: float, cpu: float | None) -> Run:
 
 
 def _study(cells: list[Run], trials: list[Run]) -> Study:
-    return Study("s", "ablation", {"tags": {record.ARM_DESIGN: "{}"}}, cells, ["baseline"], "baseline",
-                 "bleu",
-                 "val/bleu", searches=[Search(_run(99, 0.0, None), trials)])
+    arms = StudyRecord(arm_design=ArmDesign(looks=(3,), alpha=0.05))  # a study with tune: or confirm:
+    return Study("s", "ablation", {"tags": {}}, cells, ["baseline"], "baseline", "bleu", "val/bleu",
+                 searches=[Search(_run(99, 0.0, None), trials)], record=arms)
 
 
 def test_runs_without_cpu_time_count_at_the_logged_runs_cpu_per_wall_hour_and_say_so(tmp_path: Path) -> None:

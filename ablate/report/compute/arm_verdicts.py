@@ -14,7 +14,6 @@ compute_hours.py, and the summary's opening lines (summary.py).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,36 +28,34 @@ from ablate.stats.verdict import Look, Verdict, none_margin
 # How far each variant's best settings moved, and how a setting is shown: the own-best section reads them here
 from ablate.study.arm_settings import Change, changes  # noqa: F401
 from ablate.study.derived_specs import show  # noqa: F401
+
+# the records' types, for the sections that render them (a section reads the computing half only)
+from ablate.study.study_record import ConfirmRecord as ConfirmRecord
+from ablate.study.study_record import TuneRecord as TuneRecord
 from ablate.tracking import record
-
-
-def _tag(study: Study, name: str) -> dict[str, Any] | None:
-    text = study.parent["tags"].get(name)
-    return json.loads(text) if text else None
 
 
 def arm_design(study: Study) -> Design | None:
     """The design the arms are judged by (None: the study declares neither tune: nor confirm:)."""
-    text = study.parent["tags"].get(record.ARM_DESIGN)
-    if not text:
-        return None
+    recorded = study.record.arm_design
     # one family over both arms (family_of): every verdict the report states shares the study's alpha
-    return Design.from_tag(text, family_of(study))
+    return None if recorded is None else recorded.design(family_of(study))
 
 
 def deciding_arm(study: Study) -> str:
     """The arm whose decided comparisons the confirm arm reruns."""
-    return str((_tag(study, record.ARM_DESIGN) or {}).get("decided_by", record.BASELINE_ARM))
+    recorded = study.record.arm_design
+    return record.BASELINE_ARM if recorded is None else recorded.decided_by
 
 
-def tuning(study: Study) -> dict[str, Any] | None:
-    """The tuning section as the parent recorded it: space, the baseline's values, trials, fidelity, ..."""
-    return _tag(study, record.TUNE)
+def tuning(study: Study) -> TuneRecord | None:
+    """The tuning section as the study recorded it: space, the baseline's values, trials, fidelity, ..."""
+    return study.record.tune
 
 
-def larger_setting(study: Study) -> dict[str, Any] | None:
-    """The confirm section as the parent recorded it: the larger setting (as written) and its seeds."""
-    return _tag(study, record.CONFIRM)
+def larger_setting(study: Study) -> ConfirmRecord | None:
+    """The confirm section as the study recorded it: the larger setting (as written) and its seeds."""
+    return study.record.confirm
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ renders the lines.
 
 from __future__ import annotations
 
-import json
 import math
 
 from ablate.report.compute import statistics as st
@@ -18,15 +17,13 @@ from ablate.stats.claims import Evidence, Outcome, claim_margin, judge
 from ablate.stats.power import seeds_needed
 from ablate.stats.sequential import Design, walk
 from ablate.stats.verdict import holm_significant, read
-from ablate.tracking import record
 
 __all__ = ["Evidence", "Outcome", "claim_margin", "claims_of", "evidence", "judge"]
 
 
 def claims_of(study: Study) -> list[Expectation]:
-    """The expectations the study's parent run carries (tag ``ablate.expect``); none on older studies."""
-    text = study.parent["tags"].get(record.EXPECT)
-    return [Expectation.model_validate(c) for c in json.loads(text)] if text else []
+    """The expectations the study's record carries (``ablation.expect``); none on older studies."""
+    return list(study.record.expect)
 
 
 def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design | None,

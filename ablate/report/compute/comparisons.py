@@ -6,7 +6,6 @@ each claim's question (``ablate.expect``), the per-seed paired differences, and 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -24,10 +23,8 @@ from ablate.tracking import record
 def design_of(study: Study) -> Design | None:
     """The study's sequential design from its parent's tag, its family every verdict the report states
     (:func:`family_of`): a study recorded before that rule is judged by it too."""
-    text = study.parent["tags"].get(record.SEQUENTIAL)
-    if not text:
-        return None
-    return Design.from_tag(text, family_of(study))
+    recorded = study.record.sequential
+    return None if recorded is None else recorded.design(family_of(study))
 
 
 def family_of(study: Study) -> int:
@@ -51,15 +48,13 @@ def family_of(study: Study) -> int:
 
 
 def claim_questions(study: Study) -> dict[str, tuple[Question, float | None]]:
-    """{variant: (its claim's question, the claim's own margin)} from the parent's ``ablate.expect`` tag."""
-    text = study.parent["tags"].get(record.EXPECT)
-    claims = json.loads(text) if text else []
-    return {str(c["variant"]): (c.get("effect"), c.get("margin")) for c in claims if isinstance(c, dict)}
+    """{variant: (its claim's question, the claim's own margin)} from the study's record (its expect:)."""
+    return {c.variant: (c.effect, c.margin) for c in study.record.expect}
 
 
 def decided_metric(study: Study) -> str:
-    """The metric the study added seeds by (its ``ablate.metric`` tag, read as runs name it)."""
-    return record.unfinal(study.parent["tags"].get(record.METRIC, "")) or study.primary
+    """The metric the study added seeds by (its record's, read as runs name it)."""
+    return study.record.decided_metric or study.primary
 
 
 def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:

@@ -17,7 +17,6 @@ from scipy import stats
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
-from ablate.tracking import record
 
 
 @dataclass
@@ -46,7 +45,7 @@ def axis_value(params: dict[str, str], key: str) -> str:
 def factorial_axes(study: Study) -> dict[str, list[str]] | None:
     """Axis -> values (the baseline's first, then in spec order) of a full-factorial study, else None."""
     params = study.parent["params"]
-    design = params.get("ablation.design") or study.parent["tags"].get(record.DESIGN)
+    design = params.get("ablation.design") or study.record.design
     if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
         return None
     base = study.of(study.baseline)[0].params

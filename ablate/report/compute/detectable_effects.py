@@ -7,7 +7,6 @@ of settled comparisons beside the count found.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,6 @@ from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.stats.power import detectable, seeds_to_settle
 from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
-from ablate.tracking import record
 
 
 @dataclass(frozen=True)
@@ -36,11 +34,6 @@ class Found:
     # whether a new study's seeds can be sized: a claim (better, worse, none), or no claim and a min_effect
     # (its question: find an effect as large as min_effect); an identity check or neither: nothing to size
     sizable: bool = False
-
-
-def _recorded(study: Study, tag: str) -> dict[str, Any] | None:
-    text = study.parent["tags"].get(tag)
-    return json.loads(text) if text else None
 
 
 def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
@@ -90,7 +83,7 @@ def plans_of(study: Study) -> Plans | None:
     if design is None:
         return None
     metric = decided_metric(study)
-    return Plans(design, metric, _recorded(study, record.PREREGISTERED), _recorded(study, record.POWER_PLAN),
+    return Plans(design, metric, study.record.preregistered, study.record.power_plan,
                  found_rows(study, design, metric))
 
 

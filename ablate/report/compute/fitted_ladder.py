@@ -18,7 +18,6 @@ did not log one.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +32,11 @@ from ablate.stats import scaling, transfer
 from ablate.stats.scaling import Fit
 from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
+from ablate.study.study_record import LadderRecord
 
 # The statistics floor's vocabulary the ladder's section renders (sections import no stats).
 __all__ = ["AtRung", "ComparisonLadder", "Curve", "Estimate", "Fit", "Fixed", "Ladder", "RungInfo",
            "Transfer", "TransferVerdict", "as_record", "ladder_of"]
-from ablate.tracking import record
 
 
 @dataclass(frozen=True)
@@ -145,11 +144,6 @@ class Ladder:
         return self.rungs[-1].compute / self.rungs[0].compute if self.rungs else math.nan
 
 
-def scales_tag(study: Study) -> dict[str, Any]:
-    text = study.parent["tags"].get(record.SCALES)
-    return json.loads(text) if text else {}
-
-
 def _mean_metric(runs: list[Any], key: str) -> float:
     values = [r.metrics[key] for r in runs if key in r.metrics and math.isfinite(r.metrics[key])]
     return float(np.mean(values)) if values else math.nan
@@ -164,8 +158,10 @@ def ladder_of(study: Study) -> Ladder | None:
     """The ladder's numbers, None for a study without rungs."""
     if not study.rungs or study.baseline is None:
         return None
-    tag = scales_tag(study)
-    planned = {str(r["name"]): float(r["flops"]) for r in tag.get("rungs", [])}
+    ladder = study.record.ladder
+    if ladder is None:
+        return None
+    planned = ladder.planned_flops()
     metric = decided_metric(study)
     unit, dec, higher = quality_meta(metric)
     alpha = float(study.parent["params"].get("ablation.alpha", ALPHA))
@@ -175,11 +171,12 @@ def ladder_of(study: Study) -> Ladder | None:
     rungs = [_rung_info(study.rungs[n], n, planned.get(n), metric, variants) for n in names]
     curves = [_curve(study, v, names, planned, metric) for v in variants]
     family = family_of(study)
-    comparisons = [_comparison(study, v, names, rungs, metric, higher, alpha, family, tag) for v in labels]
+    comparisons = [_comparison(study, v, names, rungs, metric, higher, alpha, family, ladder)
+                   for v in labels]
     _holm_over_ladder(comparisons, higher, alpha)
     means = {c.variant: [p.mean for p in c.points] for c in curves}
-    margin = tag.get("margin")
-    target = tag.get("target")
+    margin = ladder.margin
+    target = ladder.target
     grid = _grid(rungs, target)
     for c in curves:
         _draw(c, grid)
@@ -230,7 +227,7 @@ def _curve(study: Study, variant: str, names: list[str], planned: dict[str, floa
 
 
 def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungInfo], metric: str,
-                higher: bool, alpha: float, family: int, tag: dict[str, Any]) -> ComparisonLadder:
+                higher: bool, alpha: float, family: int, ladder: LadderRecord) -> ComparisonLadder:
     gaps, at = [], []
     for name, info in zip(names, rungs, strict=True):
         rung = study.rungs[name]
@@ -245,9 +242,7 @@ def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungIn
         at.append(AtRung(name, float(np.mean(finite)), e.lo, e.hi, e.p, math.nan, len(finite), Fixed.NO_RUNS,
                          diverged, e.p_min, e.identical))
     comparisons = max(1, len(study.variants) - 1)
-    margin = tag.get("margin")
-    verdict = transfer.transfer(gaps, alpha / comparisons, None if margin is None else float(margin),
-                                tag.get("target"))
+    verdict = transfer.transfer(gaps, alpha / comparisons, ladder.margin, ladder.target)
     test = transfer.backtest(gaps, alpha / comparisons)
     return ComparisonLadder(variant, gaps, at, verdict, test)
 

@@ -19,11 +19,12 @@ from typing import Any
 import pandas as pd
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.rung_runs import by_rung, rung_order
+from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.sizing import scale_note
+from ablate.study.study_record import StudyRecord, from_tags, parse
 from ablate.tracking import record
 from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact, tags_and_params
 from ablate.tracking.run_files import origin_id
@@ -105,6 +106,13 @@ class Study:
     # are then the largest rung's (``rung``), whose verdicts every section that knows no ladder states.
     rungs: dict[str, Study] = field(default_factory=dict)
     rung: str | None = None
+    # What the study stated about itself (ablate/study/study_record.py): its parent's record artifact, or its
+    # tags through the one converter for a study recorded before the artifact (the default, from ``parent``).
+    record: StudyRecord = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            self.record = from_tags(self.parent.get("tags", {}))
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]
@@ -204,21 +212,23 @@ def _arms_of(run: Run, listed: Mapping[str, Mapping[str, str]]) -> set[str]:
 
 def build_study(parent: dict[str, Any], frame: pd.DataFrame,
                 arms: Mapping[str, Mapping[str, str]] | None = None,
-                trials: Mapping[str, pd.DataFrame] | None = None) -> Study:
+                trials: Mapping[str, pd.DataFrame] | None = None, rec: StudyRecord | None = None) -> Study:
     """The study from its parent and child runs; ``arms`` (the parent's arms.json) and ``trials`` (search
-    run id -> its trials' runs) for a study with ablation.tune / ablation.confirm."""
+    run id -> its trials' runs) for a study with ablation.tune / ablation.confirm; ``rec`` the study's record
+    (default: read from the parent's tags, a study recorded before the record artifact)."""
+    rec = rec if rec is not None else from_tags(parent["tags"])
     every = _runs_from_frame(frame)
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
     cells = [r for r in every if r.tags.get(record.KIND) != "search"]
-    if rung_order(parent):  # a ladder (ablation.scales)
-        return _ladder(parent, cells)
+    if rec.ladder is not None:  # a ladder (ablation.scales)
+        return _ladder(parent, cells, rec)
     listed = arms or {}
-    study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)])
+    study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)], rec)
     for arm in record.ARMS[1:]:
         runs = [r for r in cells if arm in _arms_of(r, listed)]
         if runs:
-            study.arms[arm] = _study(parent, runs)
+            study.arms[arm] = _study(parent, runs, rec)
     latest = {r.variant: r for r in sorted((r for r in every if r.tags.get(record.KIND) == "search"),
                                            key=lambda r: (r.start_time, r.run_id))}
     found = trials or {}
@@ -227,14 +237,15 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     return study
 
 
-def _ladder(parent: dict[str, Any], cells: list[Run]) -> Study:
+def _ladder(parent: dict[str, Any], cells: list[Run], rec: StudyRecord) -> Study:
     """A ladder: each rung's cells a study of their own, the largest rung standing for the study."""
-    rungs = {name: _study(parent, runs) for name, runs in by_rung(parent, cells).items()}
+    names = rec.ladder.names if rec.ladder is not None else []
+    rungs = {name: _study(parent, runs, rec) for name, runs in by_rung(names, cells).items()}
     top = list(rungs)[-1] if rungs else None
-    return dataclasses.replace(rungs[top], rungs=rungs, rung=top) if top else _study(parent, [])
+    return dataclasses.replace(rungs[top], rungs=rungs, rung=top) if top else _study(parent, [], rec)
 
 
-def _study(parent: dict[str, Any], every: list[Run]) -> Study:
+def _study(parent: dict[str, Any], every: list[Run], rec: StudyRecord) -> Study:
     # superseded: an older version of the variant (read from the run, tagged or not), or another precision
     # than the study's (tagged when the study pinned one)
     stale = [(r, why) for r in every if (why := stale_reason(r.params, r.tags) or _other_precision(r.tags))
@@ -272,20 +283,21 @@ def _study(parent: dict[str, Any], every: list[Run]) -> Study:
         if any(record.averaged(primary) in r.metrics for r in runs if r.status == "finished"):
             primary = record.averaged(primary)
     return Study(name, "search" if is_search else "ablation", parent, runs, variants, baseline, quality,
-                 primary, dropped, notes, withdrawn=stale)
+                 primary, dropped, notes, withdrawn=stale, record=rec)
 
 
 def load_study(study: str) -> Study:
     """The study (a name or the parent's run id) read back from MLflow; with tune: or confirm:, its arms
     (the parent's arms.json) and each search's trials too."""
     parent, frame = find_study_runs(study)
-    if record.ARM_DESIGN not in parent["tags"]:
-        return build_study(parent, frame)
+    rec = parse(read_text_artifact(parent["run_id"], record.STUDY_RECORD_ARTIFACT), parent["tags"])
+    if rec.arm_design is None:
+        return build_study(parent, frame, rec=rec)
     text = read_text_artifact(parent["run_id"], record.ARMS_ARTIFACT)
-    searches = [str(rec["run_id"]) for rec in frame.to_dict("records")
-                if rec.get(f"tags.{record.KIND}") == "search"]
+    searches = [str(row["run_id"]) for row in frame.to_dict("records")
+                if row.get(f"tags.{record.KIND}") == "search"]
     trials = {run_id: child_runs(run_id, parent["experiment_id"]) for run_id in searches}
-    return build_study(parent, frame, json.loads(text) if text else None, trials)
+    return build_study(parent, frame, json.loads(text) if text else None, trials, rec)
 
 
 # ---------------------------------------------------------------- analysis

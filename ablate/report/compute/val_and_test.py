@@ -157,7 +157,7 @@ def regime(study: Study) -> Regime | None:
               if metricnames.MODEL_PARAMS in r.metrics]
     declared_text = study.parent["params"].get("ablation.converged", "None")
     # Only what the study recorded: a default once read 'tuned on baseline' for recipes nobody tuned there.
-    tuned_on = study.parent["tags"].get(record.TUNED_ON)
+    tuned_on = study.record.tuned_on
     drop: float | None = None
     declared = declared_text in ("True", "False")
     if not declared:  # judged from the baseline's last evaluations

@@ -97,7 +97,7 @@ def part(inp: Inputs) -> Part | None:
     """``data['compute']``: per part, its runs, wall hours and CPU hours (logged, and estimated for the runs
     that logged no CPU time), with the runs missing each."""
     study = inp.study
-    if record.ARM_DESIGN not in study.parent["tags"]:
+    if study.record.arm_design is None:
         return None
     split = parts(study)
     all_runs = [r for _, runs in split for r in runs]

@@ -12,7 +12,13 @@ import math
 from typing import Any
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.arm_verdicts import deciding_arm, deciding_rounds_over, larger_setting, transfers
+from ablate.report.compute.arm_verdicts import (
+    ConfirmRecord,
+    deciding_arm,
+    deciding_rounds_over,
+    larger_setting,
+    transfers,
+)
 from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.compute.scale_outcomes import Transfer
@@ -73,14 +79,14 @@ def part(inp: Inputs) -> Part | None:
     metric = decided_metric(study)
     unit, dec, _ = quality_meta(metric)
     arm = deciding_words(study)
-    seeds = ", ".join(map(str, setting["seeds"]))
+    seeds = ", ".join(map(str, setting.seeds))
     if not found:
         why = nothing_to_check(inp)
-        blocks: list[Block] = [Para(f"The larger setting is `{setting['setting']}` on seeds {seeds}: "
+        blocks: list[Block] = [Para(f"The larger setting is `{setting.setting}` on seeds {seeds}: "
                                     f"{why}.")]
         return Part("at_scale", [Section("At a larger scale", blocks)], data=_data(setting, metric, found))
     blocks = [Para(
-        f"Each comparison the study decided {arm} was rerun at `{setting['setting']}` on seeds {seeds}, each "
+        f"Each comparison the study decided {arm} was rerun at `{setting.setting}` on seeds {seeds}, each "
         "variant beside the baseline of the same seed and with the settings its verdict was measured at. A "
         "verdict **transfers** when the larger scale's paired interval points the same way and its test is "
         "significant (an effect), or lies within the margin (no effect); it **reverses** when it is "
@@ -97,8 +103,8 @@ def part(inp: Inputs) -> Part | None:
     return Part("at_scale", [Section("At a larger scale", blocks)], data=_data(setting, metric, found))
 
 
-def _data(setting: dict[str, Any], metric: str, found: list[Transfer]) -> dict[str, Any]:
-    return {"scale": {"setting": setting["setting"], "seeds": setting["seeds"], "metric": metric,
+def _data(setting: ConfirmRecord, metric: str, found: list[Transfer]) -> dict[str, Any]:
+    return {"scale": {"setting": setting.setting, "seeds": list(setting.seeds), "metric": metric,
                       "verdicts": [{"variant": t.label, "small": t.small, "outcome": t.outcome,
                                     "diff": t.effect.diff, "lo": t.effect.lo, "hi": t.effect.hi,
                                     "p": t.effect.p, "pairs": t.effect.n_min, "confidence": t.confidence}

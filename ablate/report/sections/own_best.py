@@ -17,6 +17,7 @@ from typing import Any
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import (
     Change,
+    TuneRecord,
     Twice,
     arm_design,
     changes,
@@ -30,7 +31,6 @@ from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.render import Block, Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
-from ablate.spec.study_sections import SearchParam
 from ablate.tracking import record
 
 
@@ -103,12 +103,12 @@ def _test_shown(v: OnBothSplits | None, dec: int, unit: str) -> str:
     return f"{st.fmt(t.diff, dec, True)} {unit}{ci}: {v.test_answer}" + (f" ({flag})" if flag else "")
 
 
-def _settings_rows(study: Study, tune: dict[str, Any], metric: str, dec: int
+def _settings_rows(study: Study, tune: TuneRecord, metric: str, dec: int
                    ) -> tuple[list[list[str]], list[dict[str, Any]]]:
     """Per variant: its best settings, how far each moved from the baseline's, its search's best score and
     its score at the baseline's settings (rows, and report.json's records)."""
-    space = {k: SearchParam(**v) for k, v in tune["space"].items()}
-    baseline = dict(tune["baseline"])
+    space = dict(tune.space)
+    baseline = dict(tune.baseline)
     _, _, higher = quality_meta(metric)
     rows, records = [], []
     for search in study.searches:
@@ -128,16 +128,16 @@ def _settings_rows(study: Study, tune: dict[str, Any], metric: str, dec: int
     return rows, records
 
 
-def _method(tune: dict[str, Any]) -> str:
-    steps = tune.get("fidelity_steps")
-    cell = tune.get("cell_steps")
+def _method(tune: TuneRecord) -> str:
+    steps = tune.fidelity_steps
+    cell = tune.cell_steps
     fidelity = f"{steps:,} steps" if steps else "as long as a cell"
     if steps and cell:
         fidelity += f" ({steps / cell:.0%} of a cell's {cell:,})"
-    space = ", ".join(f"`{k}`" for k in tune["space"])
+    space = ", ".join(f"`{k}`" for k in tune.space)
     return ("Every variant, the baseline included, got its own search with the same budget: "
-            f"{tune['trials']} trials of {fidelity}, sampler {tune['sampler']} (seed {tune['seed']}), pruner "
-            f"{tune['pruner']}, over {space}; each search's first trial is the baseline's settings. The "
+            f"{tune.trials} trials of {fidelity}, sampler {tune.sampler} (seed {tune.seed}), pruner "
+            f"{tune.pruner}, over {space}; each search's first trial is the baseline's settings. The "
             "study's seeds then ran each variant at its own best settings, at a cell's full length (a "
             "variant whose best settings are the baseline's reuses its cells).")
 

@@ -62,7 +62,8 @@ def part(inp: Inputs) -> Part | None:
     note = (" Left out (pruned, diverged or failed, no final score): " + ", ".join(
         f"{v} {n}" for v, n in dropped.items()) + ".") if dropped else ""
     best = "; ".join(f"{v}: {st.fmt(c[-1].mean, dec)} at {c[-1].n}" for v, c in curves.items())
-    planned = int((tuning(study) or {}).get("trials", 0))
+    tune = tuning(study)
+    planned = 0 if tune is None else tune.trials
     full = not waiting and all(len(s.trials) >= planned for s in study.searches)  # pruned ones count
     so_far = "the full budget" if full else "the trials finished so far"
     return Part("budget", [Section("Tuning budget", [
