@@ -45,11 +45,11 @@ from ablate.study.optuna_store import Store
 from ablate.study.parent_run import cells_table, close_parent, open_parent, parent_description
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import other_precision, pinned_precision
+from ablate.study.recorded_study import SequentialDesign, StudyRecord, as_json, to_tags
 from ablate.study.sized_ladder import format_ladder_plan, ladder_plan
 from ablate.study.sized_ladder import plan_record as ladder_plan_record
 from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
 from ablate.study.study_plan import TERMINAL, StudyPlan
-from ablate.study.study_record import SequentialDesign, StudyRecord, as_json, to_tags
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, record
@@ -190,7 +190,7 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
 
 
 def study_record(plan: StudyPlan, queue: CellQueue) -> StudyRecord:
-    """What the study states about itself for its report (ablate/study/study_record.py): its design, metric,
+    """What the study states about itself for its report (ablate/study/recorded_study.py): its design, metric,
     sequential design, the published results it checks, its arms and ladder, and the design and power plan
     it was recorded with before its first cell (the queue's, ablate/study/preregister.py)."""
     abl = plan.spec.ablation
@@ -216,7 +216,7 @@ def _parent_tags(plan: StudyPlan, rec: StudyRecord) -> dict[str, str]:
 
 def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
     """The study's parent MLflow run: the one the store remembers, else a new one, with the study's record
-    (written once per command: ablate/study/study_record.py); cells of an older implementation of their
+    (written once per command: ablate/study/recorded_study.py); cells of an older implementation of their
     variant are marked superseded (and retrained)."""
     rec = study_record(plan, queue)
     with queue.store.lock(plan.store_name):  # one parent run however many processes start at once

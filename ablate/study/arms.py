@@ -34,9 +34,9 @@ from ablate.spec.experiment import flatten
 from ablate.study.arm_settings import fidelity_steps, sampler_seed
 from ablate.study.confirm import confirm_cells, confirm_seeds
 from ablate.study.derived_specs import show
+from ablate.study.recorded_study import ArmDesign, ConfirmRecord, SequentialDesign, TuneRecord
 from ablate.study.seed_rounds import comparison_progress, format_progress, needed_keys
 from ablate.study.study_plan import TERMINAL, StudyPlan
-from ablate.study.study_record import ArmDesign, ConfirmRecord, SequentialDesign, TuneRecord
 from ablate.study.variant_searches import Tuned, progress_lines, stored_searches, tune_variants, tuned_cells
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
@@ -91,7 +91,7 @@ def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: Mapping[s
 
 
 def arm_records(plan: StudyPlan) -> tuple[ArmDesign | None, TuneRecord | None, ConfirmRecord | None]:
-    """What the parent run's record says about the arms, for the report (ablate/study/study_record.py): the
+    """What the parent run's record says about the arms, for the report (ablate/study/recorded_study.py): the
     design they are judged by and the deciding arm, the tuning space with the baseline's values, the larger
     setting and its seeds (all None without tune: and confirm:)."""
     abl = plan.spec.ablation

@@ -15,9 +15,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ablate.study.recorded_study import LadderRecord, Rung
 from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.study_plan import StudyPlan
-from ablate.study.study_record import LadderRecord, Rung
 
 
 def rung_plans(plan: StudyPlan) -> list[StudyPlan]:
@@ -65,8 +65,8 @@ def describe(plan: StudyPlan) -> list[str]:
 
 
 def ladder_record(plan: StudyPlan) -> LadderRecord | None:
-    """What the ladder's parent run records (ablate/study/study_record.py): the rungs in order of compute, the
-    target and the margin the transfer verdicts are judged by; None without a ladder."""
+    """What the ladder's parent run records (ablate/study/recorded_study.py): the rungs in order of compute,
+    the target and the margin the transfer verdicts are judged by; None without a ladder."""
     scales = plan.ablation.scales
     if not plan.rungs or scales is None:
         return None

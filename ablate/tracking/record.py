@@ -216,7 +216,7 @@ def translations_artifact(split: str) -> str:
 LOSS_CURVE_ARTIFACT = "loss_curve.png"
 SUMMARY_ARTIFACT = "summary.json"
 # A study's parent: what the study states about itself for its report, one versioned JSON object
-# (ablate/study/study_record.py StudyRecord; a study recorded before it has only the per-field tags above)
+# (ablate/study/recorded_study.py StudyRecord; a study recorded before it has only the per-field tags above)
 STUDY_RECORD_ARTIFACT = "study_record.json"
 CELLS_ARTIFACT = "cells.txt"  # a study's parent: its cells (variant x seed) and their spec hashes
 PLAN_ARTIFACT = "plan.txt"  # a study's parent: the power plan printed when its design was recorded

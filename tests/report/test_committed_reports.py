@@ -1,7 +1,7 @@
 """Every committed report, rebuilt from its committed export, is the committed report.
 
 Each study in ``reports/`` with an ``export/`` is imported into a fresh MLflow store (``ablate import``, the
-path a study moved between machines takes), read back through its record (ablate/study/study_record.py: the
+path a study moved between machines takes), read back through its record (ablate/study/recorded_study.py: the
 older studies' tags through the one converter) and rebuilt; its ``report.json`` (every number at full
 precision) must equal the committed one: every key, string and integer exactly, every float to 1e-9 of
 itself (a ladder's least-squares fits, rebuilt on another CPU, differ from the committed ones by about

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from ablate.report.section_api import Inputs
 from ablate.report.sections import across_scales
 from ablate.stats.transfer import Transfer
 from ablate.stats.verdict import Fixed
+from ablate.study.recorded_study import LadderRecord, Rung, StudyRecord, to_tags
 
 RUNGS = [("xs", 1e10), ("s", 4e10), ("m", 1.6e11), ("l", 6.4e11)]
 
@@ -46,9 +46,12 @@ def ladder_frame(seeds: int = 6) -> tuple[dict[str, object], pd.DataFrame]:
                              "metrics.final/train/flops": flops * (1.1 if variant == "wide" else 1.0),
                              "metrics.model/params_non_embedding": 1000.0 * (k + 1),
                              "metrics.final/train/tokens": 2e4 * (k + 1)})
-    scales = {"rungs": [{"name": n, "flops": f} for n, f in RUNGS], "target": 1e13, "margin": 0.05}
-    tags = {"ablate.study": "lad", "ablate.kind": "ablation", "ablate.metric": "final/val/loss",
-            "ablate.scales": json.dumps(scales)}
+    rungs = [Rung(name=n, overrides={}, params=1e3 * (k + 1), tokens=2e4 * (k + 1), flops=f)
+             for k, (n, f) in enumerate(RUNGS)]
+    ladder = LadderRecord(rungs=rungs, target=1e13, margin=0.05)
+    # the parent's tags as a study writes them (ablate/study/recorded_study.py), read by the one converter
+    tags = {"ablate.study": "lad", "ablate.kind": "ablation",
+            **to_tags(StudyRecord(metric="final/val/loss", ladder=ladder))}
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "lad", "status": "FINISHED",
               "params": {"ablation.metric": "val/loss", "ablation.alpha": "0.05"}, "metrics": {},
               "tags": tags}

@@ -8,7 +8,7 @@ from pathlib import Path
 from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.section_api import Inputs
 from ablate.report.sections import tuning_budget as budget
-from ablate.study.study_record import StudyRecord, TuneRecord
+from ablate.study.recorded_study import StudyRecord, TuneRecord
 
 
 def _run(variant: str, i: int, score: float | None, status: str = "finished") -> Run:

@@ -13,7 +13,7 @@ from ablate.report.compute.loaded_study import Run, Search, Study
 from ablate.report.render import Para, Table
 from ablate.report.section_api import Inputs
 from ablate.report.sections.compute_hours import part
-from ablate.study.study_record import ArmDesign, StudyRecord
+from ablate.study.recorded_study import ArmDesign, StudyRecord
 from ablate.tracking import record
 
 

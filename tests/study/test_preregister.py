@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from ablate.cli import main as cli_main
 from ablate.errors import AblateError
 from ablate.launch.local_study import main_ablate
-from ablate.study import preregister, study_record
+from ablate.study import preregister, recorded_study
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import plan_study
 from ablate.study.optuna_store import DEFAULT_JOURNAL, Store
@@ -88,9 +88,9 @@ def test_a_study_records_its_design_on_the_parent_run(workdir: Path) -> None:
     assert planned["looks"] == [2, 3] and planned["source"] is None  # no pilot: not sized, in sd units
     assert [c["label"] for c in planned["comparisons"]] == ["mask=-1e9", "positions=learned"]
     assert all(c["in_sd_units"] and c["detectable"] > 0 for c in planned["comparisons"])
-    # the study's record (ablate/study/study_record.py) holds the same, and its tags are derived from it
+    # the study's record (ablate/study/recorded_study.py) holds the same, and its tags are derived from it
     written = MlflowClient().download_artifacts(parent.info.run_id, record.STUDY_RECORD_ARTIFACT,
                                                 str(workdir))
-    rec = study_record.parse(Path(written).read_text(), {})
+    rec = recorded_study.parse(Path(written).read_text(), {})
     assert rec.preregistered == design and rec.power_plan == planned and rec.metric == "final/val/loss"
-    assert rec == study_record.from_tags(parent.data.tags)
+    assert rec == recorded_study.from_tags(parent.data.tags)

@@ -30,8 +30,8 @@ from ablate.study.arm_settings import Change, changes  # noqa: F401
 from ablate.study.derived_specs import show  # noqa: F401
 
 # the records' types, for the sections that render them (a section reads the computing half only)
-from ablate.study.study_record import ConfirmRecord as ConfirmRecord
-from ablate.study.study_record import TuneRecord as TuneRecord
+from ablate.study.recorded_study import ConfirmRecord as ConfirmRecord
+from ablate.study.recorded_study import TuneRecord as TuneRecord
 from ablate.tracking import record
 
 

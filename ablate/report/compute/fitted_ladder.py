@@ -32,7 +32,7 @@ from ablate.stats import scaling, transfer
 from ablate.stats.scaling import Fit
 from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
-from ablate.study.study_record import LadderRecord
+from ablate.study.recorded_study import LadderRecord
 
 # The statistics floor's vocabulary the ladder's section renders (sections import no stats).
 __all__ = ["AtRung", "ComparisonLadder", "Curve", "Estimate", "Fit", "Fixed", "Ladder", "RungInfo",

@@ -23,8 +23,8 @@ from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
+from ablate.study.recorded_study import StudyRecord, from_tags, parse
 from ablate.study.sizing import scale_note
-from ablate.study.study_record import StudyRecord, from_tags, parse
 from ablate.tracking import record
 from ablate.tracking.read import child_runs, find_study_runs, read_text_artifact, tags_and_params
 from ablate.tracking.run_files import origin_id
@@ -106,13 +106,8 @@ class Study:
     # are then the largest rung's (``rung``), whose verdicts every section that knows no ladder states.
     rungs: dict[str, Study] = field(default_factory=dict)
     rung: str | None = None
-    # What the study stated about itself (ablate/study/study_record.py): its parent's record artifact, or its
-    # tags through the one converter for a study recorded before the artifact (the default, from ``parent``).
-    record: StudyRecord = field(default=None)  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.record is None:
-            self.record = from_tags(self.parent.get("tags", {}))
+    # What the study stated about itself (ablate/study/recorded_study.py), as `load_study` parsed it
+    record: StudyRecord = field(default_factory=StudyRecord)
 
     def finished(self, variant: str) -> list[Run]:
         return [r for r in self.runs if r.variant == variant and r.status == "finished"]

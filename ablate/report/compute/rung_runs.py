@@ -1,5 +1,5 @@
 """A ladder's runs told apart by rung (spec field ``ablation.scales``): each run's rung is its ``ablate.rung``
-tag, the rungs' order the study's record's (``StudyRecord.ladder``, ablate/study/study_record.py).
+tag, the rungs' order the study's record's (``StudyRecord.ladder``, ablate/study/recorded_study.py).
 ``loaded_study`` reads each rung's runs as a study of its own."""
 
 from __future__ import annotations

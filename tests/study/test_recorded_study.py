@@ -1,4 +1,4 @@
-"""A study's record (ablate/study/study_record.py): the writer's object reads back as written, through its
+"""A study's record (ablate/study/recorded_study.py): the writer's object reads back as written, through its
 artifact and through its per-field tags; every committed export's tags read through the one converter with
 nothing lost; a record from a newer ablate still reads. Rebuilding every committed report from its export
 through the record: tests/report/test_committed_reports.py."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ablate.spec.study_sections import Expectation
-from ablate.study import preregister, study_record
+from ablate.study import preregister, recorded_study
 from ablate.study.ablation import study_record as record_of
 from ablate.study.designs import plan_study
-from ablate.study.study_record import (
+from ablate.study.recorded_study import (
     LEGACY_TAGS,
     ArmDesign,
     StudyRecord,
@@ -55,7 +55,7 @@ def test_the_committed_exports_are_found() -> None:
 def test_an_older_studys_tags_read_through_the_converter_with_nothing_lost(name: str) -> None:
     tags = _tags(name)
     rec = from_tags(tags)
-    assert rec.kind == "ablation" and rec.version == study_record.VERSION
+    assert rec.kind == "ablation" and rec.version == recorded_study.VERSION
     back = to_tags(rec)
     for tag in LEGACY_TAGS.values():
         if tag not in tags:  # a field the study did not record sets no tag (expect: always, as [] at least)
@@ -95,7 +95,7 @@ def test_the_records_of_the_committed_ladders_and_arms_are_typed() -> None:
 
 def test_a_record_from_a_newer_ablate_still_reads() -> None:
     data = as_json(StudyRecord(design="variants", metric="final/val/loss"))
-    newer = {**data, "version": study_record.VERSION + 1, "rung_tuning": {"trials": 8}}
+    newer = {**data, "version": recorded_study.VERSION + 1, "rung_tuning": {"trials": 8}}
     rec = parse(json.dumps(newer), {})
     assert rec.design == "variants" and rec.decided_metric == "val/loss"
 
