@@ -52,6 +52,7 @@ import numpy as np
 from scipy import stats
 
 from ablate.spec.study_sections import AblationSpec
+from ablate.stats.multiplicity import bonferroni_level
 from ablate.stats.pairing import Cell, paired_differences
 from ablate.stats.verdict import (
     ALPHA,
@@ -121,7 +122,7 @@ class Design:
     @property
     def level(self) -> float:
         """The overall two-sided level of one comparison: the study's alpha shared by its family."""
-        return self.alpha / max(1, self.family)
+        return bonferroni_level(self.alpha, self.family)
 
     @property
     def nominal(self) -> float:

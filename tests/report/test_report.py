@@ -28,6 +28,7 @@ from ablate.errors import AblateError
 from ablate.report.build import main_report
 from ablate.report.compute import statistics as st
 from ablate.report.render import STAMP_PREFIX
+from ablate.stats import fixed_sample
 from ablate.tracking import record
 from tests.report_studies import EXPORTED, EXPORTS, ONE_SEED, SEARCH
 from tests.stores import mlflow_store
@@ -101,8 +102,9 @@ def _last(run: mlflow.entities.Run, key: str) -> float:
 
 def _resampled(d: np.ndarray) -> tuple[float, float, float]:
     """scipy's bootstrap percentile interval and exact sign-flip p of 2-3 paired differences."""
-    boot = stats.bootstrap((d,), np.mean, n_resamples=st.RESAMPLES, method="percentile", rng=st.RESAMPLE_SEED)
-    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=st.RESAMPLE_SEED)
+    boot = stats.bootstrap((d,), np.mean, n_resamples=fixed_sample.RESAMPLES, method="percentile",
+                           rng=fixed_sample.RESAMPLE_SEED)
+    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=fixed_sample.RESAMPLE_SEED)
     return float(boot.confidence_interval.low), float(boot.confidence_interval.high), float(perm.pvalue)
 
 

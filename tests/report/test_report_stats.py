@@ -30,6 +30,7 @@ from ablate.report.render import (
     render_markdown,
 )
 from ablate.report.sections.environment import hardware_rows
+from ablate.stats import fixed_sample
 
 BASE = {0: 24.1, 1: 25.3, 2: 23.8, 3: 24.9}
 POST = {0: 22.7, 1: 24.0, 2: 22.9, 3: 23.5}
@@ -97,8 +98,9 @@ def test_two_or_three_shared_seeds_get_a_bootstrap_interval_and_an_exact_sign_fl
     base, var = {0: 1.076, 1: 1.100, 2: 1.090}, {0: 1.050, 1: 1.067, 2: 1.071}
     e = st.compare(base, var)
     d = np.subtract([var[s] for s in range(3)], [base[s] for s in range(3)])
-    boot = stats.bootstrap((d,), np.mean, n_resamples=st.RESAMPLES, method="percentile", rng=st.RESAMPLE_SEED)
-    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=st.RESAMPLE_SEED)
+    boot = stats.bootstrap((d,), np.mean, n_resamples=fixed_sample.RESAMPLES, method="percentile",
+                           rng=fixed_sample.RESAMPLE_SEED)
+    perm = stats.permutation_test((d,), np.mean, permutation_type="samples", rng=fixed_sample.RESAMPLE_SEED)
     assert e.test == "exact permutation (sign flips)" and e.paired and e.interval == "bootstrap"
     assert (e.lo, e.hi) == (pytest.approx(boot.confidence_interval.low, rel=1e-12),
                             pytest.approx(boot.confidence_interval.high, rel=1e-12))
@@ -106,7 +108,7 @@ def test_two_or_three_shared_seeds_get_a_bootstrap_interval_and_an_exact_sign_fl
     # Every difference is negative: the most extreme of 8 sign patterns, p = 2/8, and no smaller p exists.
     assert e.p == pytest.approx(perm.pvalue) == pytest.approx(_sign_flip_p(list(d))) == 0.25
     assert e.p_min == 0.25
-    text = st.verdict("x", e, "loss", higher_is_better=False, decimals=3)
+    text = st.effect_sentence("x", e, "loss", higher_is_better=False, decimals=3)
     assert "not testable with 3 seeds (bootstrap interval [" in text
     assert "exact permutation (sign flips) p=0.250" in text
     assert "p < 0.05 is out of reach with 3 seeds" in text
@@ -118,7 +120,7 @@ def test_a_constant_two_seed_difference_is_never_significant() -> None:
     e = st.compare({0: 0.600, 1: 0.500}, {0: 0.570, 1: 0.470})
     assert e.p == 0.5 == _sign_flip_p([-0.03, -0.03]) and e.p_min == 0.5
     assert e.lo == pytest.approx(-0.03) and e.hi == pytest.approx(-0.03)
-    text = st.verdict("ffn=conv1d", e, "exact match", True, 3)
+    text = st.effect_sentence("ffn=conv1d", e, "exact match", True, 3)
     assert text.startswith("ffn=conv1d: -0.030 exact match, not testable with 2 seeds (bootstrap "
                            "interval [-0.030, -0.030], exact permutation (sign flips) p=0.500; p < 0.05 is "
                            "out of reach with 2 seeds")
@@ -134,7 +136,7 @@ def test_tiny_independent_groups_are_resampled_apart_and_relabelled() -> None:
         return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
     boot = stats.bootstrap((xv, xb), diff, vectorized=True, n_resamples=st.RESAMPLES, method="percentile",
-                           rng=st.RESAMPLE_SEED)
+                           rng=fixed_sample.RESAMPLE_SEED)
     assert not e.paired and e.test == "exact permutation (relabelings)" and e.interval == "bootstrap"
     assert (e.lo, e.hi) == (pytest.approx(boot.confidence_interval.low, rel=1e-12),
                             pytest.approx(boot.confidence_interval.high, rel=1e-12))
@@ -151,7 +153,7 @@ def test_tiny_independent_groups_are_resampled_apart_and_relabelled() -> None:
 def test_one_seed_is_not_tested() -> None:
     e = st.compare({0: 24.0}, {0: 23.0})
     assert e.diff == -1.0 and not e.tested and math.isnan(e.lo)
-    text = st.verdict("residual=post_norm", e, "BLEU", True)
+    text = st.effect_sentence("residual=post_norm", e, "BLEU", True)
     assert text.startswith("residual=post_norm: -1.00 BLEU") and "too few seeds" in text
     assert "p=" not in text
 
@@ -174,7 +176,7 @@ def test_zero_variance_never_gives_p_zero() -> None:
         shift = st.compare({s: float(s) for s in range(n)}, {s: s + 1.0 for s in range(n)})
         assert shift.p == pytest.approx(p) and shift.p > 0 and shift.lo == shift.hi == pytest.approx(1.0)
     four = st.compare({s: float(s) for s in range(4)}, {s: s + 1.0 for s in range(4)})
-    assert "use >= 6 seeds" in st.verdict("v", four, "BLEU", True)
+    assert "use >= 6 seeds" in st.effect_sentence("v", four, "BLEU", True)
     welch = st.compare({s: 1.0 for s in range(4)}, {s: 2.0 for s in range(10, 14)})
     assert welch.test == "exact permutation (relabelings)" and welch.p == pytest.approx(2 / math.comb(8, 4))
 
@@ -191,15 +193,15 @@ def test_paired_differences_are_tested_like_seeds() -> None:
 
 def test_verdict_wording() -> None:
     worse = st.Effect(-1.2, -1.9, -0.5, 0.004, "paired t-test", 4, 4, True)
-    assert st.verdict("post_norm", worse, "BLEU", True) == (
+    assert st.effect_sentence("post_norm", worse, "BLEU", True) == (
         "post_norm: -1.20 BLEU [-1.90, -0.50], significant at 5% (paired t-test, p=0.004): worse than the "
         "baseline")
     better_loss = st.Effect(-0.2, -0.3, -0.1, 0.01, "paired t-test", 4, 4, True)
-    assert st.verdict("v", better_loss, "loss", False, 3).endswith("better than the baseline")
+    assert st.effect_sentence("v", better_loss, "loss", False, 3).endswith("better than the baseline")
     none = st.Effect(0.3, -0.4, 1.0, 0.31, "Welch's t-test", 4, 5, False)
-    assert "no detectable effect with 4 seeds" in st.verdict("v", none, "BLEU", True)
+    assert "no detectable effect with 4 seeds" in st.effect_sentence("v", none, "BLEU", True)
     pairs = st.Effect(0.3, 0.1, 0.5, 0.01, "paired t-test", 4, 4, True)
-    assert st.verdict("a=1 × b=2", pairs, "BLEU", True, noun="pair", reference=None) == (
+    assert st.effect_sentence("a=1 × b=2", pairs, "BLEU", True, noun="pair", reference=None) == (
         "a=1 × b=2: +0.30 BLEU [+0.10, +0.50], significant at 5% (paired t-test, p=0.010)")
 
 
@@ -498,15 +500,16 @@ def test_equal_values_in_every_seed_read_as_identical_not_as_an_untestable_effec
     # mask -inf vs -1e9 without fully masked rows: every seed ends on the same value.
     e = st.compare({0: 0.96, 1: 0.975}, {0: 0.96, 1: 0.975})
     assert e.identical and e.diff == 0.0
-    assert st.verdict("mask=-1e9", e, "exact match", True, 3) == (
+    assert st.effect_sentence("mask=-1e9", e, "exact match", True, 3) == (
         "mask=-1e9: identical to the baseline in both seeds: no effect at all on this metric")
     # Same mean but not the same per seed: an effect of 0 that is not identical.
     moved = st.compare({0: 0.96, 1: 0.975}, {0: 0.975, 1: 0.96})
     assert not moved.identical
-    assert "not testable with 2 seeds" in st.verdict("v", moved, "EM", True, 3)
+    assert "not testable with 2 seeds" in st.effect_sentence("v", moved, "EM", True, 3)
     # A matched-pairs interaction that is exactly 0 everywhere.
     inter = st.compare_differences([0.0, 0.0, 0.0, 0.0, 0.0])
-    assert inter.identical and st.verdict("a=1 × b=2", inter, "BLEU", True, noun="pair", reference=None) == (
+    said = st.effect_sentence("a=1 × b=2", inter, "BLEU", True, noun="pair", reference=None)
+    assert inter.identical and said == (
         "a=1 × b=2: exactly 0 in all 5 pairs: no effect at all on this metric")
 
 

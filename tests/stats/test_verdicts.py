@@ -20,6 +20,7 @@ from ablate.report.section_api import Inputs
 from ablate.report.sections.forest_plot import part
 from ablate.report.sections.summary import part as summary_part
 from ablate.stats.verdict import HeldOut, Look, Reading, Verdict, agrees, held_out_reading
+from ablate.study.recorded_study import TuneRecord
 
 BASE_VAL = [30.0, 31.0, 29.5]
 BASE_TEST = [31.0, 30.0, 30.5]
@@ -87,7 +88,7 @@ def test_the_report_opens_with_the_forest_plot_of_its_verdicts_and_states_the_re
     assert made.data["verdicts"][1]["agrees"] is False
     assert made.data["regime"]["converged"] is False and made.data["regime"]["tuned_on"] is None
     stated = _study({"ablation.converged": "False"})
-    stated.parent["tags"]["ablate.tuned_on"] = "baseline"  # the author set ablation.tuned_on
+    stated.record = stated.record.model_copy(update={"tuned_on": "baseline"})  # the author set tuned_on
     again = part(Inputs(stated, tmp_path))
     assert again is not None and "hyperparameters tuned on `baseline` (as the study states)" in \
         again.intro[1].text  # type: ignore[attr-defined]
@@ -108,7 +109,8 @@ def test_the_regime_names_the_own_best_arm_only_once_it_has_runs(tmp_path: Path)
     """A study that declares tune: but whose searches have not finished has no own-best section yet: its
     regime line does not point to one."""
     study = _study({"ablation.converged": "False"})
-    study.parent["tags"]["ablate.tune"] = json.dumps({"trials": 8})
+    tune = TuneRecord(space={}, baseline={}, trials=8, sampler="tpe", pruner="median")
+    study.record = study.record.model_copy(update={"tune": tune})
     made = part(Inputs(study, tmp_path))
     assert made is not None and "own best" not in made.data["regime"]["text"]
 

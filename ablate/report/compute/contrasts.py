@@ -167,7 +167,7 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
                     family.append(("interaction", label, equal_weight_effect(strata), lost, "seed", None))
         adjusted = st.holm([e.p for _, _, e, _, _, _ in family])
         for (kind, label, e, lost, noun, reference), ph in zip(family, adjusted, strict=True):
-            text = st.verdict(label, e, unit, higher, dec, noun=noun, reference=reference)
+            text = st.effect_sentence(label, e, unit, higher, dec, noun=noun, reference=reference)
             if lost:
                 text += f" ({lost} matched {'pair' if kind == 'main' else 'set'}{'s' * (lost != 1)} " \
                         "left out: a cell did not finish)"

@@ -2,7 +2,7 @@
 
 Rules for turning MLflow runs into a comparison: one run per (variant, seed) cell (a retried cell keeps its
 best, latest run); statistics over finished runs only; every non-baseline variant compared with the
-baseline on the primary quality metric and on val/loss (see ``ablate.report.compute.statistics`` for the
+baseline on the primary quality metric and on val/loss (see ``ablate.stats.fixed_sample`` for the
 tests). A full-factorial study's main effects and interactions: ``ablate.report.compute.contrasts``.
 """
 
@@ -428,7 +428,7 @@ def effects(study: Study) -> list[EffectRow]:
         unit, dec, higher = quality_meta(metric)
         unit = unit if metric == study.primary else metric
         for (v, axis, e), ph in zip(family, adjusted, strict=True):
-            text = st.verdict(v, e, unit, higher, dec)
+            text = st.effect_sentence(v, e, unit, higher, dec)
             bad = [r.status for r in study.of(v) if r.status != "finished"]
             if bad:
                 total = len(study.of(v))

@@ -1,6 +1,6 @@
 """Verdicts checked at a larger scale (``ablation.confirm``): each comparison the study decided is
 rerun at the larger setting, paired by seed, and the report says whether the verdict **transfers** (same
-direction, significant by the test the study's verdicts use, ablate/report/compute/statistics.py),
+direction, significant by the test the study's verdicts use, ablate/stats/fixed_sample.py),
 **reverses** (significant the other way) or is **not settled at that scale** (not significant, or too few
 seeds to test: with 3 seeds or fewer the exact permutation test cannot reach p < 0.05).
 
@@ -13,7 +13,7 @@ widens each interval to 1 - alpha/k (``family_confidence``: Bonferroni over the 
 chance of calling any of them wrongly stays at alpha.
 
 The rule is ``ablate.stats.verdict.at_scale``'s; this module computes the paired effect it is applied to
-(ablate/report/compute/statistics.py's `compare`) and the family's confidence.
+(ablate/stats/fixed_sample.py's `compare`) and the family's confidence.
 ablate/report/compute/arm_verdicts.py reads the confirmation runs into it and
 ablate/report/sections/larger_scale.py is the report's section.
 """
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ablate.report.compute.statistics import ALPHA, Effect, compare
-from ablate.stats.verdict import Direction, ScaleOutcome, at_scale, family_confidence, one_family
+from ablate.stats.fixed_sample import Effect, compare
+from ablate.stats.verdict import ALPHA, Direction, ScaleOutcome, at_scale, family_confidence, one_family
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Reads each finished run's result metrics ``<split>/ppl_at_<n>`` (the best checkp
 A difference at the longest length mixes two things: how well a variant models text at the training
 length, and how its perplexity grows past it. The growth table separates them: each seed's ratio
 ppl(longest) / ppl(training length), and each variant's ratio against the baseline's, paired by seed (a
-paired t-test on the log ratios, ablate/report/compute/statistics.py): a scheme extrapolates better when its
+paired t-test on the log ratios, ablate/stats/fixed_sample.py): a scheme extrapolates better when its
 perplexity grows less, whatever its level at the training length.
 """
 

@@ -7,7 +7,7 @@ A claim is judged on the evidence the report's verdicts already use, never on a 
 - a study with adaptive seeds: the repeated confidence interval and verdict of its group-sequential test
   (ablate/report/sections/seeds.py, valid whenever the study stopped), on the metric the study decided by;
 - any other study: the fixed-sample effect on the report's primary metric
-(ablate/report/compute/statistics.py).
+(ablate/stats/fixed_sample.py).
 
 Whether the evidence reproduces a claim, contradicts it or settles neither is decided by
 ``ablate.stats.claims.judge`` (its rules: reproduced by a significant difference the claimed way, by an
