@@ -5,10 +5,10 @@ precision) and ``figures/*.png`` to ``reports/<study>/``, and logs the folder un
 study's parent run. Everything is sorted and formatted with fixed precision, and the figures are
 byte-stable, so the same runs give the same files except for the one "Report generated on" line.
 
-This module only assembles: each section is a function ``Inputs -> Part | None`` in a module named for
-its concept (``ablate.report.section_api`` says what a part holds), listed below in the order the report shows
-them. The report opens with the parts' intro blocks (the published results a study checks, its summary;
-the best trial for a search); the data, hardware and code tables come last.
+This module only assembles: each section is a function ``Inputs -> Part | None`` in a module named for its
+concept, registered there with its place (``ablate.report.section_api`` says what a part holds and how a
+section registers). The report opens with the parts' intro blocks (the published results a study checks,
+its summary; the best trial for a search); the data, hardware and code tables come last.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,49 +32,18 @@ from ablate.report import freshness
 from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
 from ablate.report.paper import write_table
 from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
-from ablate.report.section_api import Inputs, Part
-from ablate.report.sections import (
-    across_scales,
-    attention_maps,
-    compute_hours,
-    costs,
-    curves,
-    environment,
-    factorial,
-    failures,
-    forest_plot,
-    larger_scale,
-    lengths,
-    main_table,
-    mde,
-    own_best,
-    published,
-    sampling,
-    seeds,
-    setup,
-    summary,
-    trials,
-    tuning_budget,
-    withdrawn,
-)
+from ablate.report.section_api import Inputs, Part, PartFn, parts
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
 from ablate.tracking.read import log_report_artifacts
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
 
-PartFn = Callable[[Inputs], Part | None]
-
-# The report of an ablation, top to bottom. A part's intro blocks open the report in this order too: a
-# ladder's scaling figure and transfer table, published results, then the summary, then the factorial
-# main effects.
-ABLATION_PARTS: tuple[PartFn, ...] = (
-    across_scales.part, setup.part, forest_plot.part, mde.part, published.part, summary.part,
-    main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
-    sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
-    attention_maps.part, environment.part, withdrawn.part)
-SEARCH_PARTS: tuple[PartFn, ...] = (
-    setup.part, trials.part, failures.part, attention_maps.part, environment.part)
+# The report of an ablation and of a search, top to bottom: each section registers itself where it is
+# defined (ablate/report/section_api.py ``section``), with its place; a part's intro blocks open the report in
+# the same order (a ladder's scaling figure and transfer table, published results, the summary, ...).
+ABLATION_PARTS: tuple[PartFn, ...] = parts("ablation")
+SEARCH_PARTS: tuple[PartFn, ...] = parts("search")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
 ``mde`` (what the design could settle, beside what was found), ``published``, ``summary``, ``main_table``,
 ``seeds``, ``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``,
 ``lengths``, ``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``environment``, ``withdrawn``
-(the appendix of superseded cells) and ``trials``, listed in the order they appear in
-``ablate.report.build``'s ``ABLATION_PARTS`` and ``SEARCH_PARTS``.
+(the appendix of superseded cells) and ``trials``, in the order they appear in a report. Each registers
+its ``part`` where it is defined (``@section(place, reports)``, ablate/report/section_api.py), and
+``ablate.report.build`` finds every module of this package.
 """

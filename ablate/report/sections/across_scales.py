@@ -27,7 +27,7 @@ from ablate.report.compute.fitted_ladder import (
     ladder_of,
 )
 from ablate.report.render import Block, Figure, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 # One mark per verdict at a rung, in the figure's notes.
 MARK = {Fixed.BETTER: "+", Fixed.WORSE: "-", Fixed.IDENTICAL: "=", Fixed.NO_DETECTABLE: "0",
@@ -240,6 +240,7 @@ def scale_range(ladder: Ladder, c: ComparisonLadder) -> str:
             f"{flops(used[-1].compute)} FLOPs")
 
 
+@section(10)
 def part(inp: Inputs) -> Part | None:
     """The opening scaling figure and transfer table, and the section "Across scales"."""
     ladder = ladder_of(inp.study)

@@ -10,9 +10,10 @@ from pathlib import Path
 from ablate.report import plots as figs
 from ablate.report.compute.heat_maps import attention_of_run
 from ablate.report.render import Figure, Note, Section
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 
+@section(200, ("ablation", "search"))
 def part(inp: Inputs) -> Part | None:
     """Heat maps for one sample when a finished run used ``model.attention: explicit``. Never fatal, and
     never ``failed``: a figure that cannot be drawn is an optional extra, so a note says why."""

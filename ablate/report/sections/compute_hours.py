@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ablate.report.compute.loaded_study import Run, Study
 from ablate.report.render import Block, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.tracking import record
 
 
@@ -93,6 +93,7 @@ def _missing(c: PartCost) -> str:
     return ", ".join(said)
 
 
+@section(180)
 def part(inp: Inputs) -> Part | None:
     """``data['compute']``: per part, its runs, wall hours and CPU hours (logged, and estimated for the runs
     that logged no CPU time), with the runs missing each."""

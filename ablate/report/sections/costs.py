@@ -18,7 +18,7 @@ from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import COST_COLUMNS, QUALITY, Run, Study, hardware, main_table_columns
 from ablate.report.render import Figure, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.spec import metricnames
 
 
@@ -106,6 +106,7 @@ def cost_points(study: Study, cost_key: str = metricnames.WALL_TIME) -> list[fig
     return [figs.CostPoint(*p, on_front=f) for p, f in zip(found, front, strict=True)]
 
 
+@section(170)
 def part(inp: Inputs) -> Part | None:
     """"Quality vs cost": the figure (written to the figures folder) and the variants on the Pareto front."""
     q = inp.study.primary

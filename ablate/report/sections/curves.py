@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from ablate.report import plots as figs
 from ablate.report.render import Block, Figure, Note, Section
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.spec import metricnames
 from ablate.tracking.read import metric_history
 
 
+@section(150)
 def part(inp: Inputs) -> Part | None:
     study = inp.study
     metrics = [metricnames.TRAIN_LOSS,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ablate.report.compute.loaded_study import design_params, padding_text
 from ablate.report.render import Block, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.tracking import record
 from ablate.tracking.read import read_text_artifact
 
@@ -64,6 +64,7 @@ def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
 
 
 # ---------------------------------------------------------------- the section
+@section(210, ("ablation", "search"))
 def part(inp: Inputs) -> Part:
     """The reference tables (data, hardware and versions, the baseline's every param), after the results;
     ``data['datasets']``."""

@@ -14,8 +14,10 @@ from ablate.report.compute.contrasts import FactorialRow, cell_means
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.render import Block, Bullets, Figure, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import section as report_section  # factorial.py has a section() of its own
 
 
+@report_section(140)
 def part(inp: Inputs) -> Part:
     """The opening lines and the section (none when the study is not a full factorial); ``data['factorial']``
     (empty then)."""

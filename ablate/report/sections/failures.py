@@ -9,12 +9,13 @@ import math
 
 from ablate.report.compute import statistics as st
 from ablate.report.render import Note, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.spec import metricnames
 from ablate.tracking import record
 from ablate.tracking.read import metric_history
 
 
+@section(190, ("ablation", "search"))
 def part(inp: Inputs) -> Part:
     study = inp.study
     bad = [r for r in study.runs if r.status != "finished"]

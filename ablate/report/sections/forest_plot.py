@@ -13,7 +13,7 @@ from ablate.report.compute.comparisons import decided_metric, design_of
 from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, regime, test_metric, verdicts
 from ablate.report.render import Block, Figure, Para
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 
 def test_text(v: OnBothSplits, dec: int, unit: str) -> str:
@@ -39,6 +39,7 @@ def _own_best_intervals(inp: Inputs) -> dict[str, tuple[float, float, float]]:
     return out
 
 
+@section(30)
 def part(inp: Inputs) -> Part | None:
     """The opening forest plot of the verdicts' own intervals, val and test side by side, with the
     ±min_effect band; ``data['verdicts']``: each comparison's val and test look and whether they agree."""

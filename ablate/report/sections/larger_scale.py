@@ -23,7 +23,7 @@ from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.compute.scale_outcomes import Transfer
 from ablate.report.render import Block, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.tracking import record
 
 WORDS = {"better": "better than the baseline", "worse": "worse than the baseline",
@@ -70,6 +70,7 @@ def holds_at_both(inp: Inputs) -> tuple[list[str], list[str]] | None:
             [line(t, dec, unit) for t in found if not t.transferred])
 
 
+@section(120)
 def part(inp: Inputs) -> Part | None:
     """``data['scale']``: the larger setting, its seeds, each verdict's outcome and effect there."""
     study = inp.study

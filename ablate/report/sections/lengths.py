@@ -27,7 +27,7 @@ from matplotlib.figure import Figure as MplFigure
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
 from ablate.report.render import Block, Figure, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 _NAME = re.compile(r"^(val|test)/ppl_at_(\d+)(_sliding)?$")
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -134,6 +134,7 @@ def growth_table(inp: Inputs, split: str, short: int, long: int) -> Table | None
                  caption=caption)
 
 
+@section(160)
 def part(inp: Inputs) -> Part | None:
     split = inp.study.primary.split("/")[0] if "/" in inp.study.primary else "val"
     values = collect(inp, split)

@@ -22,10 +22,11 @@ from ablate.report.compute.loaded_study import (
     variant_diff,
 )
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections.costs import cost_table
 
 
+@section(70)
 def axes_part(inp: Inputs) -> Part | None:
     """The axes the study varies and, per variant, its spec diff and parameter count against the baseline."""
     study = inp.study
@@ -139,6 +140,7 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     return Section("Effects", blocks)
 
 
+@section(80)
 def part(inp: Inputs) -> Part:
     """"Results" and, with a baseline to compare to, "Effects"; ``data``: the baseline, the primary metric,
     each variant's counts and metrics, and each effect with its verdict."""

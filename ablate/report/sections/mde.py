@@ -17,7 +17,7 @@ from ablate.report.compute import statistics as st
 from ablate.report.compute.detectable_effects import Design, Forecast, Plans, plans_of, settled_forecast
 from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.render import Block, Para, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 
 def setup_line(plans: Plans) -> str:
@@ -54,6 +54,7 @@ def _fmt(value: Any, dec: int) -> str:
     return "—" if missing else st.fmt(value, dec)
 
 
+@section(40)
 def part(inp: Inputs) -> Part | None:
     plans = inp.derived(plans_of)
     if plans is None:

@@ -30,7 +30,7 @@ from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.render import Block, Note, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.tracking import record
 
 
@@ -142,6 +142,7 @@ def _method(tune: TuneRecord) -> str:
             "variant whose best settings are the baseline's reuses its cells).")
 
 
+@section(100)
 def part(inp: Inputs) -> Part | None:
     """``data['own_best']``: both arms' verdict per comparison; ``data['best_settings']``: per variant."""
     study = inp.study

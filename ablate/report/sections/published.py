@@ -33,7 +33,7 @@ from ablate.report.compute.comparisons import Design, design_of
 from ablate.report.compute.loaded_study import Study, params_of, quality_meta, variant_diff
 from ablate.report.compute.val_and_test import HeldOut, OnBothSplits, regime, verdicts
 from ablate.report.render import Block, Bullets, Para, Section
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections.seeds import reopened_phrase
 from ablate.spec.study_sections import Expectation
 
@@ -231,6 +231,7 @@ def claim_record(r: ClaimReading) -> dict[str, object]:
             "lo": ev.lo if ev else None, "hi": ev.hi if ev else None, "n": ev.n if ev else 0}
 
 
+@section(50)
 def part(inp: Inputs) -> Part | None:
     """The report's first blocks (None when the study checks no published result); ``data['published']``:
     one record per claim."""

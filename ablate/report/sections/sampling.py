@@ -19,7 +19,7 @@ from ablate.report.compute.sentence_bootstrap import (
     seed_interval,
 )
 from ablate.report.render import Block, Bullets, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 TITLE = "Test-set sampling: paired bootstrap over sentences"
 
@@ -33,6 +33,7 @@ def _kind(seed: st.Effect) -> str:
     return ""
 
 
+@section(130)
 def part(inp: Inputs) -> Part | None:
     study = inp.study
     if study.kind != "ablation" or study.quality != "bleu" or study.baseline is None:

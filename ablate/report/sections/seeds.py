@@ -26,7 +26,7 @@ from ablate.report.compute.comparisons import (
 )
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.report.render import Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 
 def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
@@ -135,6 +135,7 @@ def sequential_lines(study: Study) -> list[tuple[str, str]] | None:
     return lines
 
 
+@section(90)
 def part(inp: Inputs) -> Part | None:
     """The section (None for a study with a fixed seed list); ``data['sequential']``: the design and each
     comparison's look and verdict."""

@@ -10,7 +10,7 @@ from ablate.report.compute.detectable_effects import plans_of
 from ablate.report.compute.loaded_study import QUALITY, Study
 from ablate.report.compute.logged_datasets import data_note
 from ablate.report.render import Block, Bullets, Note, Section
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections import mde
 from ablate.report.sections import trials as search
 from ablate.spec import metricnames
@@ -23,6 +23,7 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s ({seconds:,.1f} s)"
 
 
+@section(20, ("ablation", "search"))
 def part(inp: Inputs) -> Part:
     """``data``: the study's name, kind and parent run id (as exported, for an imported study)."""
     study = inp.study

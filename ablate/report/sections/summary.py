@@ -16,12 +16,13 @@ from ablate.report.compute.comparisons import decided_metric, design_of
 from ablate.report.compute.loaded_study import quality_meta, scale_changes
 from ablate.report.compute.val_and_test import regime, verdicts
 from ablate.report.render import Block, Bullets, Note, Para
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections.forest_plot import test_text
 from ablate.report.sections.larger_scale import deciding_words, holds_at_both, nothing_to_check
 from ablate.report.sections.seeds import sequential_lines
 
 
+@section(60)
 def part(inp: Inputs) -> Part:
     """Intro blocks only; ``data['warnings']``: the floor / ceiling warnings as shown."""
     study = inp.study

@@ -21,7 +21,7 @@ from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import design_params
 from ablate.report.render import Block, Bullets, Figure, Note, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.spec import metricnames
 from ablate.tracking import record
 from ablate.tracking.read import list_artifacts, read_text_artifact
@@ -301,6 +301,7 @@ def _history(t: Trials, fig_dir: Path) -> list[Block]:
     return plots
 
 
+@section(30, ("search",))
 def part(inp: Inputs) -> Part:
     """The search report: the best trial as the opening lines, then the search, its ranking, importances
     and history; ``data``: objectives, trials, importances, best trial and spec (and the Pareto front)."""

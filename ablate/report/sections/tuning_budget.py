@@ -18,7 +18,7 @@ from ablate.report.compute.comparisons import decided_metric
 from ablate.report.compute.expected_validation import EVPPoint, evp_curve, leaders
 from ablate.report.compute.loaded_study import Search, quality_meta
 from ablate.report.render import Figure, Para, Section
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 
 def scores(search: Search, metric: str) -> list[float]:
@@ -28,6 +28,7 @@ def scores(search: Search, metric: str) -> list[float]:
     return [t.metrics[metric] for t in sorted(done, key=lambda t: (t.start_time, t.run_id))]
 
 
+@section(110)
 def part(inp: Inputs) -> Part | None:
     """``data['evp']``: per variant, the curve's points and the trials left out."""
     study = inp.study

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import QUALITY, Run, Study
 from ablate.report.render import Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 TITLE = "Appendix: withdrawn cells"
 
@@ -28,6 +28,7 @@ def _withdrawn(study: Study) -> list[tuple[str, Run, str]]:
     return sorted(out, key=lambda t: (t[1].variant, t[1].seed, t[1].shown_id))
 
 
+@section(220)
 def part(inp: Inputs) -> Part | None:
     study = inp.study
     rows = _withdrawn(study)
