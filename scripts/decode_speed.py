@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
+from ablate.bench.tutorial_beam import beam_search_reference
 from ablate.data.prepare import prepare_data
 from ablate.engine.builders import build_model
-from ablate.engine.decode import beam_search, beam_search_reference, length_sorted_batches, step_budget
+from ablate.engine.decode import beam_search, length_sorted_batches, step_budget
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.trainer import load_checkpoint
 from ablate.run.runner import run_dir_for

@@ -13,15 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.bench.train_speed import BOS, EOS, PAD, QUICK_MODEL, BenchConfig, sync
+from ablate.bench.tutorial_beam import beam_search_reference
 from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.engine.builders import build_model
-from ablate.engine.decode import (
-    beam_search,
-    beam_search_reference,
-    greedy_decode,
-    length_sorted_batches,
-    step_budget,
-)
+from ablate.engine.decode import beam_search, greedy_decode, length_sorted_batches, step_budget
 from ablate.spec.experiment import ExperimentSpec, ModelSpec
 
 Budget = Callable[[torch.Tensor], torch.Tensor]  # source lengths (B,) -> decoding steps (B,)

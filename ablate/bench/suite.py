@@ -19,8 +19,8 @@ What is measured, all in one process on the same synthetic batches:
   S, T: source / target tokens of the batch; s_i, t_i: per-sentence lengths; Le, Ld: layers; V: vocabulary.
   Padding and the causal half of decoder self-attention are not credited, so both models get the same count.
 * **decode**: sentences/s of greedy, batched beam 4 (KV cache) and the tutorials' per-sentence re-decoding
-  beam (``beam_search_reference``, on a subset: it is slow; the speed-up compares both beams on that subset);
-  both beams must return identical hypotheses on a tiny trained model (``decode.identical``).
+  beam (``ablate.bench.tutorial_beam``, on a subset: it is slow; the speed-up compares both beams on that
+  subset); both beams must return identical hypotheses on a tiny trained model (``decode.identical``).
 * **decoder-only**: training tokens/s and MFU of the decoder-only language model with the same sizes, for
   every position scheme, on packed blocks, against the same matmul peak (``ablate/bench/lm_speed.py``);
   and its KV cache while decoding, for every ``model.kv_heads`` that divides the heads: the bytes held per

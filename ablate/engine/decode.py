@@ -7,16 +7,17 @@ the model's ``max_positions``. Beam hypotheses are ranked by ``logprob / lp(len)
 length penalty ``lp(len) = ((5 + len) / 6) ** alpha`` (Wu et al. 2016), ``len`` counting the eos of a
 finished hypothesis.
 
-Beam rules (the same in :func:`beam_search` and :func:`beam_search_reference`, so their outputs
-are identical): each step takes the 2k best (hypothesis, token) extensions by summed log-prob; an
-eos among the first k of them finishes that hypothesis; the first k non-eos extensions stay alive.
-A sentence stops when the best extension of the step is eos (OpenNMT style: with alpha = 0 no alive
-hypothesis can beat it any more, as log-probs only fall) or at its max_len, where its alive
-hypotheses are finished without eos; the best-scoring finished one is returned. With k = 1 this is
-exactly greedy decoding, whatever alpha. (Stopping at k finished hypotheses instead, as fairseq and
-HF's early stopping do, can return a worse sequence than greedy: k short, unlikely eos endings may
-fill the list before the likely hypothesis ends: on the trained copy model of
-tests/engine/test_decode.py that rule lost 1.37 nats to greedy on one sentence of twelve.)
+Beam rules (the same in :func:`beam_search` and in the tutorials' one-sentence-at-a-time beam that the
+benchmark times it against, ``ablate.bench.tutorial_beam``, so their outputs are identical): each step
+takes the 2k best (hypothesis, token) extensions by summed log-prob; an eos among the first k of them
+finishes that hypothesis; the first k non-eos extensions stay alive. A sentence stops when the best
+extension of the step is eos (OpenNMT style: with alpha = 0 no alive hypothesis can beat it any more, as
+log-probs only fall) or at its max_len, where its alive hypotheses are finished without eos; the best-
+scoring finished one is returned. With k = 1 this is exactly greedy decoding, whatever alpha. (Stopping
+at k finished hypotheses instead, as fairseq and HF's early stopping do, can return a worse sequence
+than greedy: k short, unlikely eos endings may fill the list before the likely hypothesis ends: on the
+trained copy model of tests/engine/test_decode.py that rule lost 1.37 nats to greedy on one sentence of
+twelve.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ MaxLen = int | Tensor
 
 
 @contextmanager
-def _inference(model: Seq2SeqTransformer) -> Iterator[None]:
+def inference(model: Seq2SeqTransformer) -> Iterator[None]:
     """Eval mode and no grad for the duration; the model's previous mode is restored after."""
     was_training = model.training
     model.eval()
@@ -47,7 +48,7 @@ def _inference(model: Seq2SeqTransformer) -> Iterator[None]:
         model.train(was_training)
 
 
-def _limits(model: Seq2SeqTransformer, max_len: MaxLen, batch: int) -> Tensor:
+def step_limits(model: Seq2SeqTransformer, max_len: MaxLen, batch: int) -> Tensor:
     """(B,) long on CPU: steps per sentence, capped at max_positions (positions 0..limit-1 get fed)."""
     if isinstance(max_len, Tensor):
         limits = max_len.detach().to("cpu", torch.long).reshape(-1)
@@ -68,9 +69,9 @@ def greedy_decode(
 ) -> list[list[int]]:
     """Argmax decoding of a batch with the incremental KV cache."""
     B = src.size(0)
-    limits = _limits(model, max_len, B)
+    limits = step_limits(model, max_len, B)
     steps = int(limits.max()) if B else 0
-    with _inference(model):
+    with inference(model):
         enc = model.encode(src)
         cache = model.init_cache(enc)
         tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
@@ -105,9 +106,9 @@ def beam_search(
     per sentence, as all k beams still hold the same hypothesis."""
     k, alpha = beam, length_penalty
     B = src.size(0)
-    limits = _limits(model, max_len, B)
+    limits = step_limits(model, max_len, B)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    with _inference(model):
+    with inference(model):
         active = (limits > 0).nonzero().squeeze(1)  # original sentence ids still decoding
         if active.numel() == 0:
             return [[] for _ in range(B)]
@@ -158,7 +159,7 @@ def beam_search(
             tokens = new_tok.index_select(0, keep_t).view(-1, 1)
             active, limits = active[keep_t.cpu()], limits[keep_t.cpu()]
             n = len(keep)
-    return [_best(f) for f in finished]
+    return [best_finished(f) for f in finished]
 
 
 VOCAB_CHUNK = 64  # sentences scored at a time: 256 beam-4 rows of logits (8 MB at V=8000) stay in cache
@@ -191,54 +192,7 @@ def _best_extensions(model: Seq2SeqTransformer, hidden: Tensor, scores: Tensor,
     return torch.cat([s for s, _ in best]), torch.cat([i for _, i in best]), V
 
 
-def beam_search_reference(
-    model: Seq2SeqTransformer,
-    src: Tensor,
-    bos_id: int,
-    eos_id: int,
-    beam: int,
-    length_penalty: float,
-    max_len: MaxLen,
-) -> list[list[int]]:
-    """The tutorials' beam search: one sentence at a time, the whole prefix re-decoded every step
-    (no cache). Same rules and scores as :func:`beam_search`; kept for tests and the benchmark."""
-    k, alpha = beam, length_penalty
-    limits = _limits(model, max_len, src.size(0)).tolist()
-    out: list[list[int]] = []
-    with _inference(model):
-        for b, limit in enumerate(limits):
-            one = model.encode(src[b : b + 1])
-            enc = one.index_select(torch.zeros(k, dtype=torch.long, device=src.device))  # k copies
-            scores = [0.0] + [float("-inf")] * (k - 1)
-            seqs: list[list[int]] = [[] for _ in range(k)]
-            finished: list[tuple[float, list[int]]] = []
-            for t in range(limit):
-                prefix = torch.tensor([[bos_id] + s for s in seqs], dtype=torch.long, device=src.device)
-                logp = F.log_softmax(model.decode(prefix, enc)[:, -1].float(), dim=-1)  # (k, V)
-                V = logp.size(-1)
-                cand = (torch.tensor(scores, device=logp.device)[:, None] + logp).view(-1)
-                top_s, top_i = cand.topk(2 * k)
-                alive: list[tuple[float, list[int]]] = []
-                for r, (s, i) in enumerate(zip(top_s.tolist(), top_i.tolist(), strict=True)):
-                    origin, tok = divmod(i, V)
-                    if tok == eos_id:
-                        if r < k and math.isfinite(s):
-                            finished.append((s / gnmt_length_penalty(t + 1, alpha), list(seqs[origin])))
-                    elif len(alive) < k:
-                        alive.append((s, seqs[origin] + [tok]))
-                scores = [s for s, _ in alive]
-                seqs = [h for _, h in alive]
-                if t + 1 >= limit:
-                    lp = gnmt_length_penalty(t + 1, alpha)
-                    finished += [(s / lp, h) for s, h in alive if math.isfinite(s)]
-                    break
-                if top_i[0].item() % V == eos_id and math.isfinite(top_s[0].item()):
-                    break  # the best extension ends the sentence
-            out.append(_best(finished))
-    return out
-
-
-def _best(finished: list[tuple[float, list[int]]]) -> list[int]:
+def best_finished(finished: list[tuple[float, list[int]]]) -> list[int]:
     if not finished:
         return []
     return max(finished, key=lambda f: f[0])[1]  # first of equals wins, in both implementations
@@ -251,7 +205,7 @@ def sequence_logprob(
     device = src.device
     tgt_in = torch.tensor([[bos_id, *hyp]], dtype=torch.long, device=device)
     tgt_out = torch.tensor([[*hyp, eos_id]], dtype=torch.long, device=device)
-    with _inference(model):
+    with inference(model):
         logp = F.log_softmax(model(src, tgt_in).float(), dim=-1)  # (1, T, V)
         return float(logp.gather(2, tgt_out[..., None]).sum())
 

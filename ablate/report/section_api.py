@@ -71,8 +71,8 @@ class Inputs:
     _derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def derived(self, compute: Callable[[Study], T]) -> T:
-        """``compute(study)``, once per report, for what several sections read from modules this one cannot
-        import (``report.arms.twice`` and ``transfers`` read the seeds module, which reads this one)."""
+        """``compute(study)``, once per report, for what several sections read and no ``Inputs`` property
+        holds (``ablate.report.compute.arm_verdicts.twice`` and ``transfers``)."""
         if compute not in self._derived:
             self._derived[compute] = compute(self.study)
         return self._derived[compute]  # type: ignore[no-any-return]

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ablate.bench.tutorial_beam import beam_search_reference
 from ablate.engine.builders import build_model
 from ablate.engine.decode import (
     beam_search,
-    beam_search_reference,
     decode_batch,
     greedy_decode,
     sequence_logprob,

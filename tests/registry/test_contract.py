@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 import registry
+from ablate.bench.tutorial_beam import beam_search_reference
 from ablate.engine.builders import build_lm, build_model
-from ablate.engine.decode import beam_search, beam_search_reference, greedy_decode
+from ablate.engine.decode import beam_search, greedy_decode
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.init import OWNED_BY_TYPE, stable_seed

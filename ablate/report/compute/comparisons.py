@@ -59,7 +59,7 @@ def decided_metric(study: Study) -> str:
 
 def paired_differences(study: Study, variant: str, metric: str) -> tuple[list[float | None], bool]:
     """Per-seed variant - baseline over the variant's seeds in order, a diverged cell counted against its
-    side (``ablate.stats.verdict.paired_differences``; None where a run failed or has no baseline run);
+    side (``ablate.stats.pairing.paired_differences``; None where a run failed or has no baseline run);
     and whether no seed has a pair."""
     out, _ = pairs_with_divergence(study, variant, metric)
     return out, bool(out) and all(d is None for d in out)
