@@ -5,7 +5,8 @@ An ablation study (``ablate study``): its plan (``designs``: one_at_a_time, full
 expanded into cells, each a run; ``study_plan``: the planned study, its cells and its design;
 ``derived_specs``: a cell or trial is the baseline spec with dotted fields overridden, and the search space
 over them; ``study_names``: readable Optuna study names), its start and end (``ablation``: the queue, the
-parent run, the rounds and arms, the grid of outcomes; ``parent_run``: the study's parent MLflow run), the
+parent run, the rounds and arms, the grid of outcomes; ``parent_run``: the study's parent MLflow run;
+``recorded_study``: what the study states about itself for its report, written once to that run), the
 queue of cells that runs each once (``cell_queue``), **where a cell is trained** (``train_cells``: one cell,
 the worker loop, the rounds of an arm), which cells the next round of adaptive seeds needs (``seed_rounds``),
 the precision every cell runs at (``precision``) and stopping on a repeated failure (``failfast``). The

@@ -18,13 +18,13 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
 
-from ablate.report import build
+from ablate.report import build, section_api
 from ablate.report.build import main_report
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Run, build_study, load_study
 from ablate.report.compute.logged_datasets import DatasetRow, data_note, dataset_rows
 from ablate.report.render import Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections import environment
 from ablate.report.sections.costs import cost_points
 from ablate.report.sections.trials import best_spec_path
@@ -276,10 +276,12 @@ def _spread(inp: Inputs) -> Part | None:
                 data={"spread": spread})
 
 
-def test_a_new_section_is_one_function_listed_in_build(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    at = build.ABLATION_PARTS.index(environment.part)  # before the reference tables and the appendix
-    monkeypatch.setattr(build, "ABLATION_PARTS", (*build.ABLATION_PARTS[:at], _spread,
-                                                  *build.ABLATION_PARTS[at:]))
+def test_a_new_section_is_one_function_registered_where_it_is_defined(ws: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(section_api, "_REGISTERED", dict(section_api._REGISTERED))  # forgotten after the test
+    section(205)(_spread)  # as `@section(205)` over its def: after the attention maps, before the environment
+    monkeypatch.setattr(build, "ABLATION_PARTS", section_api.parts("ablation"))
+    assert build.ABLATION_PARTS.index(_spread) == build.ABLATION_PARTS.index(environment.part) - 1
     assert main_report("view-abl", "out/spread") == 0
     md = (ws / "out/spread/report.md").read_text()
     # Its section before the last one (the reference tables), its intro after the others' intro.
