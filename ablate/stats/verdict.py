@@ -199,6 +199,18 @@ class Reading(StrEnum):
     WAITING = "waiting"  # before the first planned look
 
 
+class Answer(StrEnum):
+    """A comparison's verdict in one word, as every section, the status and the dry run print it
+    (:attr:`Verdict.answer`)."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    NO_EFFECT = "no effect"
+    IDENTICAL = "identical"
+    SHORT = "short of its margin"  # a margin claim answered without an effect as large as its margin
+    OPEN = "open"  # not answered (yet): open, open at its maximum, reopened, untestable, no pairs, waiting
+
+
 class Direction(StrEnum):
     """A decided verdict as a larger scale checks it: an effect either way, or no effect."""
 
@@ -217,13 +229,14 @@ class Verdict:
     earlier: Look | None = None  # an earlier look that read an effect the later seeds reopened
 
     @property
-    def answer(self) -> str:
-        """The look's answer in one word: better / worse / no effect / identical / open."""
+    def answer(self) -> Answer:
+        """The look's answer in one word: better / worse / no effect / identical / short of its margin /
+        open."""
         if self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN, Reading.IDENTICAL, Reading.SHORT):
-            return self.reading.value
+            return Answer(self.reading.value)
         if self.reading == Reading.CLAIM_OPEN:  # what the look reads, though the question goes on
-            return "no effect" if self.better is None else "better" if self.better else "worse"
-        return "open"
+            return Answer.NO_EFFECT if self.better is None else Answer.BETTER if self.better else Answer.WORSE
+        return Answer.OPEN
 
     @property
     def decided(self) -> bool:
@@ -233,7 +246,7 @@ class Verdict:
     @property
     def settled(self) -> bool:
         """Answered, or undecided at the last planned look: no later round can change it."""
-        return self.answer != "open" or (self.look is not None and self.look.final)
+        return self.answer != Answer.OPEN or (self.look is not None and self.look.final)
 
     @property
     def direction(self) -> Direction | None:
@@ -308,16 +321,16 @@ def held_out_reading(val: Verdict | None, test: Verdict | None, margin: float | 
     if t is None or val is None or val.look is None or math.isnan(t.lo) or math.isnan(t.hi):
         return None
     away = t.lo > 0.0 or t.hi < 0.0
-    if val.answer == "open":
+    if val.answer == Answer.OPEN:
         return HeldOut.UNSETTLED_EFFECT if away else None
     if test is not None and test.answer == val.answer:
         return HeldOut.AGREES
     v = val.look
-    if val.answer in ("better", "worse"):
+    if val.answer in (Answer.BETTER, Answer.WORSE):
         excluded = t.hi <= 0.0 if v.diff > 0 else t.lo >= 0.0
-    elif val.answer == "no effect" and margin is not None:
+    elif val.answer == Answer.NO_EFFECT and margin is not None:
         excluded = t.lo > margin or t.hi < -margin
-    elif val.answer == Reading.SHORT.value:  # short of a claim's margin: the test split only agrees or not
+    elif val.answer == Answer.SHORT:  # short of a claim's margin: the test split only agrees or not
         excluded = False
     else:  # identical, or no effect without a margin to judge by
         excluded = away

@@ -23,7 +23,7 @@ from ablate.report.compute.comparisons import claim_questions, comparisons, deci
 from ablate.report.compute.loaded_study import Run, Study, quality_meta
 from ablate.report.compute.scale_outcomes import Rerun, Transfer, check_transfers
 from ablate.stats.sequential import Design
-from ablate.stats.verdict import Look, Verdict, none_margin
+from ablate.stats.verdict import Answer, Look, Verdict, none_margin
 
 # How far each variant's best settings moved, and how a setting is shown: the own-best section reads them here
 from ablate.study.arm_settings import Change, changes  # noqa: F401
@@ -71,8 +71,8 @@ class Judged:
         return self.judgement.look
 
     @property
-    def answer(self) -> str:
-        """better | worse | no effect | identical | open"""
+    def answer(self) -> Answer:
+        """better | worse | no effect | identical | short of its margin | open"""
         return self.judgement.answer
 
     @property
@@ -83,7 +83,7 @@ class Judged:
     @property
     def verdict(self) -> str:
         """The answer, with an open comparison told apart by whether its rounds continue."""
-        if self.answer != "open":
+        if self.answer != Answer.OPEN:
             return self.answer
         return "undecided at the maximum of seeds" if self.settled else "open (its rounds continue)"
 

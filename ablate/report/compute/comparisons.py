@@ -13,10 +13,20 @@ from ablate.report.compute.loaded_study import Study, hardware, quality_meta
 from ablate.stats.pairing import Cell
 from ablate.stats.pairing import paired_differences as verdict_pairs
 
-# METHOD, POWER, Design, Look and Reading are also the statistics floor's vocabulary as the sections read it:
+# METHOD, POWER, Design, Answer, Look and Reading are also the statistics floor's vocabulary as the
+# sections read it:
 # a section imports the report's computing half only (tests/test_layout.py)
 from ablate.stats.sequential import METHOD, POWER, Design, walk  # noqa: F401
-from ablate.stats.verdict import EQUIVALENCE_PAIRS, Look, Question, Reading, Verdict, one_family, read  # noqa: F401
+from ablate.stats.verdict import (  # noqa: F401
+    EQUIVALENCE_PAIRS,
+    Answer,
+    Look,
+    Question,
+    Reading,
+    Verdict,
+    one_family,
+    read,
+)
 from ablate.tracking import record
 
 

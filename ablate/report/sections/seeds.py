@@ -15,6 +15,7 @@ from ablate.report.compute.comparisons import (
     EQUIVALENCE_PAIRS,
     METHOD,
     POWER,
+    Answer,
     Comparison,
     Design,
     Look,
@@ -61,12 +62,12 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
         return f"open: fewer than {design.looks[0]} complete seeds so far"
     if v.reading == Reading.IDENTICAL:
         return "identical to the baseline in every seed"
-    if v.answer in ("better", "worse"):
+    if v.answer in (Answer.BETTER, Answer.WORSE):
         text = f"effect: {v.answer} than the baseline"
         if v.reading == Reading.CLAIM_OPEN and not look.final:  # a `none` claim's question: seeds go on
             text += " so far; its claim's question is open, so the study adds seeds"
         return text
-    if v.answer == "no effect":
+    if v.answer == Answer.NO_EFFECT:
         return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else \
             "no effect beyond its claim's margin"
     if v.reading == Reading.SHORT:
