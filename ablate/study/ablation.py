@@ -38,7 +38,7 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.study import failfast, precision, preregister, rung_rounds, study_names
 from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
-from ablate.study.cell_queue import CellQueue
+from ablate.study.cell_queue import CellQueue, CellRecords
 from ablate.study.designs import format_grid, format_plan
 from ablate.study.optuna_attrs import PARENT
 from ablate.study.optuna_store import Store
@@ -233,7 +233,7 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
     return tracker
 
 
-def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, planned: Any = None) -> str:
+def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: Any = None) -> str:
     """The power plan (ablate/study/sizing.py; ``planned`` when already computed): from the pilot before the
     first cell, and once the study has pairs of its own, the same plan from them, for information only."""
     abl = plan.spec.ablation
@@ -254,7 +254,7 @@ def _power_lines(plan: StudyPlan, records: Mapping[str, Any], workers: int, plan
     return "\n".join(lines)
 
 
-def _ladder_power_lines(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+def _ladder_power_lines(plan: StudyPlan, records: CellRecords) -> str:
     """A ladder's power plan (ablate/study/sized_ladder.py), and once it has pairs of its own the same plan
     from them, for information only."""
     planned = ladder_plan(plan)

@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ablate.spec.experiment import flatten
 from ablate.study.arm_settings import fidelity_steps, sampler_seed
+from ablate.study.cell_queue import CellRecords
 from ablate.study.confirm import confirm_cells, confirm_seeds
 from ablate.study.derived_specs import show
 from ablate.study.recorded_study import ArmDesign, ConfirmRecord, SequentialDesign, TuneRecord
@@ -46,14 +46,14 @@ def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
     return dataclasses.replace(plan, cells=tuned_cells(plan, tuned), arm=record.OWN_BEST_ARM)
 
 
-def decided(arm: StudyPlan, records: Mapping[str, Any]) -> dict[str, str]:
+def decided(arm: StudyPlan, records: CellRecords) -> dict[str, str]:
     """The arm's comparisons with a decided verdict (label -> 'effect' | 'no_effect'), in the plan's order:
     ``verdict.Verdict.decided``, the verdicts a larger scale confirms."""
     found = comparison_progress(arm, arm.verdict_design, records)
     return {label: p.state for label, p in found.items() if p.verdict.decided}
 
 
-def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: Mapping[str, Any],
+def confirm_arm(plan: StudyPlan, deciding: StudyPlan, records: CellRecords,
                 tuned: Mapping[str, Tuned]) -> StudyPlan:
     """The confirm arm: the deciding arm's decided comparisons at the larger setting, each variant at the
     settings its verdict was measured with."""
@@ -71,12 +71,12 @@ def setting_text(plan: StudyPlan) -> str:
     return c.spec or ", ".join(f"{k}={show(v)}" for k, v in c.overrides.items())
 
 
-def arms_record(arms: Mapping[str, StudyPlan], records: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def arms_record(arms: Mapping[str, StudyPlan], records: CellRecords) -> dict[str, dict[str, str]]:
     """The parent's ``arms.json``: per arm, its cells the store holds (cell key -> variant)."""
     return {arm: {c.key: c.label for c in plan.cells if c.key in records} for arm, plan in arms.items()}
 
 
-def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: Mapping[str, Any]) -> bool:
+def arms_done(plan: StudyPlan, arms: Mapping[str, StudyPlan], records: CellRecords) -> bool:
     """Every arm the study declares has run, and each has every cell it needs terminal."""
     abl = plan.spec.ablation
     assert abl is not None
@@ -115,7 +115,7 @@ def arm_records(plan: StudyPlan) -> tuple[ArmDesign | None, TuneRecord | None, C
 RunArm = Callable[[StudyPlan], int]  # an arm -> the workers' exit code
 
 
-def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callable[[], Mapping[str, Any]],
+def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callable[[], CellRecords],
                    run_arm: RunArm, *, storage: str | None, parent: str | None,
                    pool: WorkerPool = IN_PROCESS) -> int:
     """Phases 2-4 after the cells at the baseline's settings (module doc); each arm is added to ``arms``
@@ -148,7 +148,7 @@ def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callabl
     return 0
 
 
-def dry_run_lines(plan: StudyPlan, storage: str | None, records: Mapping[str, Any]) -> list[str]:
+def dry_run_lines(plan: StudyPlan, storage: str | None, records: CellRecords) -> list[str]:
     """Where the later arms stand (read only): the searches, the own-best cells once every search is
     done, and the comparisons the confirm arm would rerun so far."""
     abl = plan.spec.ablation

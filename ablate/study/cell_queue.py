@@ -32,6 +32,9 @@ class CellRecord:
     error: str | None = None
 
 
+CellRecords = Mapping[str, CellRecord]  # each cell's record by its key (CellQueue.records)
+
+
 class CellQueue:
     """One ablation study in the store: cells enqueued once, popped by workers, outcomes as trial states."""
 

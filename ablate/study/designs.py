@@ -20,6 +20,7 @@ from ablate.spec.yamlsrc import Problem, join
 from ablate.stats.sequential import Design
 from ablate.study import arm_settings as tuning
 from ablate.study import rung_rounds
+from ablate.study.cell_queue import CellRecords
 from ablate.study.derived_specs import derive, show
 from ablate.study.rungs import Rung
 from ablate.study.rungs import expand as expand_rungs
@@ -223,7 +224,7 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
     return "\n".join(lines)
 
 
-def format_grid(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+def format_grid(plan: StudyPlan, records: CellRecords) -> str:
     width = max([len(c.label) for c in plan.cells] + [4])
     metric_name = record.final(plan.metric)  # a cell's value is its best checkpoint's, logged under final/
     rung_width = max([len(r.name) for r in plan.rungs] + [4]) if plan.rungs else 0

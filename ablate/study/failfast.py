@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.study.optuna_attrs import ERROR, RETRY_HISTORY, STATUS, STOP
@@ -46,8 +46,11 @@ def repeated_failure(trials: Sequence[FrozenTrial]) -> tuple[str, list[FrozenTri
     return message, failed
 
 
-def stop_if_repeated(study: Any, store: Store) -> str | None:
-    """After a failed trial: stop the study if its first failures repeat one error; the reason, or None."""
+def stop_if_repeated(study: optuna.Study | None, store: Store) -> str | None:
+    """After a failed trial: stop the study if its first failures repeat one error; the reason, or None
+    (also without a study: nothing to stop)."""
+    if study is None:
+        return None
     with store.lock(study.study_name):
         reason = study.user_attrs.get(STOP)
         if reason:
@@ -62,12 +65,12 @@ def stop_if_repeated(study: Any, store: Store) -> str | None:
         return message
 
 
-def stopped(study: Any) -> str | None:
+def stopped(study: optuna.Study | None) -> str | None:
     reason = study.user_attrs.get(STOP) if study is not None else None
     return str(reason) if reason else None
 
 
-def clear(study: Any) -> None:
+def clear(study: optuna.Study | None) -> None:
     """A new command on the study: the cause may be fixed, so try again."""
     if study is not None and study.user_attrs.get(STOP):
         study.set_user_attr(STOP, None)

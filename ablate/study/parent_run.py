@@ -10,9 +10,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from optuna.trial import FrozenTrial
+
 from ablate.errors import AblateError
 from ablate.spec.experiment import ExperimentSpec
 from ablate.study import optuna_attrs
+from ablate.study.cell_queue import CellRecords
 from ablate.study.derived_specs import SearchPlan
 from ablate.study.study_plan import StudyPlan
 from ablate.tracking import NullTracker, Tracker, record
@@ -40,7 +43,7 @@ def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequenc
         tracker.detach()
 
 
-def parent_description(plan: StudyPlan, records: Mapping[str, Any],
+def parent_description(plan: StudyPlan, records: CellRecords,
                        later: Mapping[str, Any] | None = None) -> str:
     """The study parent run's description (markdown in MLflow's UI): what it compares, the metric it
     ranks by, and the cells with their outcome so far; ``later`` (heading -> the arm's plan) adds each
@@ -74,7 +77,7 @@ def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> lis
     return lines
 
 
-def cells_table(plan: StudyPlan, records: Mapping[str, Any]) -> dict[str, list[Any]]:
+def cells_table(plan: StudyPlan, records: CellRecords) -> dict[str, list[Any]]:
     """Columns of the cells table (variant, seed, status, metric, run id) as MLflow's log_table takes."""
     metric = record.final(plan.metric)
     cols: dict[str, list[Any]] = {"variant": [], "seed": [], "status": [], metric: [], "run": []}
@@ -92,7 +95,7 @@ def cells_table(plan: StudyPlan, records: Mapping[str, Any]) -> dict[str, list[A
     return cols
 
 
-def trials_table(plan: SearchPlan, trials: Sequence[Any]) -> dict[str, list[Any]]:
+def trials_table(plan: SearchPlan, trials: Sequence[FrozenTrial]) -> dict[str, list[Any]]:
     """Columns of a search's trials table (trial, state, each objective's final/ value, the sampled values,
     the MLflow run id): what the search's parent run shows as a description and a table artifact."""
     metrics = [record.final(m) for m in plan.metrics]
@@ -111,7 +114,7 @@ def trials_table(plan: SearchPlan, trials: Sequence[Any]) -> dict[str, list[Any]
     return cols
 
 
-def search_description(plan: SearchPlan, name: str, budget: int, trials: Sequence[Any] = ()) -> str:
+def search_description(plan: SearchPlan, name: str, budget: int, trials: Sequence[FrozenTrial] = ()) -> str:
     """The search parent run's description: what it searches, the metric(s) trials rank by, where the best
     trial's spec is, and (once trials ran) the trials table."""
     search = plan.search
@@ -128,7 +131,7 @@ def search_description(plan: SearchPlan, name: str, budget: int, trials: Sequenc
     return "\n".join(lines)
 
 
-def leave_open(tracker: Any) -> None:
+def leave_open(tracker: NullTracker) -> None:
     """Stop holding a run without ending it (other processes or machines still add children)."""
     tracker.detach()
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import optuna
 import pandas as pd
 import torch
 
 from ablate.hardware import default_device_type, resolve_precision
 from ablate.spec.experiment import ExperimentSpec
 from ablate.study.cell_queue import CellQueue
+from ablate.study.optuna_store import Store
 from ablate.tracking import record
 from ablate.tracking.read import tags_and_params
 
@@ -78,13 +80,13 @@ def at_study_precision(spec: ExperimentSpec, pinned: str | None) -> ExperimentSp
     return spec.model_copy(update={"train": spec.train.model_copy(update={"precision": pinned})})
 
 
-def study_pin(store: Any, cells_study: str, direction: str) -> str | None:
+def study_pin(store: Store, cells_study: str, direction: str) -> str | None:
     """The precision an ablation's store keeps for its cells (None: none pinned yet, or no such study)."""
     pinned = CellQueue(store, cells_study, direction, create=False).get(QUEUE_ATTR)
     return str(pinned) if pinned else None
 
 
-def search_pin(study: Any, spec_precision: str) -> str | None:
+def search_pin(study: optuna.Study, spec_precision: str) -> str | None:
     """A stand-alone search's precision: None for a spec that names one; else the one its Optuna study
     keeps, else this machine's, which it then keeps. Call it under the search's store lock, so that two
     machines starting one search agree."""

@@ -12,9 +12,8 @@ cells a ladder needs are the union of what its rungs need.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
+from ablate.study.cell_queue import CellRecords
 from ablate.study.recorded_study import LadderRecord, Rung
 from ablate.study.seed_rounds import format_progress, needed_keys
 from ablate.study.study_plan import StudyPlan
@@ -28,7 +27,7 @@ def rung_plans(plan: StudyPlan) -> list[StudyPlan]:
             for r in plan.rungs]
 
 
-def needed(plan: StudyPlan, records: Mapping[str, Any]) -> list[str]:
+def needed(plan: StudyPlan, records: CellRecords) -> list[str]:
     """The cell keys the study needs now: every cell with fixed seeds, else what each rung's open
     comparisons need (seed_rounds.needed_keys per rung), in the plan's order."""
     design = plan.design
@@ -38,7 +37,7 @@ def needed(plan: StudyPlan, records: Mapping[str, Any]) -> list[str]:
     return [c.key for c in plan.cells if c.key in keys]
 
 
-def progress_text(plan: StudyPlan, records: Mapping[str, Any]) -> str:
+def progress_text(plan: StudyPlan, records: CellRecords) -> str:
     """Each rung's comparisons, one block a rung (the study's own block without a ladder)."""
     design = plan.design
     if design is None:

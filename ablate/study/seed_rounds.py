@@ -14,13 +14,12 @@ records and turns the comparisons' needs into cell keys: the statistics floor de
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from ablate.spec.study_sections import AblationSpec
 from ablate.stats.pairing import Cell, paired_differences
 from ablate.stats.sequential import Design, Progress, progress
 from ablate.stats.verdict import Question
+from ablate.study.cell_queue import CellRecords
 from ablate.study.study_plan import TERMINAL, StudyPlan
 
 
@@ -32,7 +31,7 @@ def questions(ablation: AblationSpec | None) -> dict[str, tuple[Question, float 
 PENDING: Cell = ("pending", None)
 
 
-def ended_cells(plan: StudyPlan, records: Mapping[str, Any], label: str, leading: bool = True
+def ended_cells(plan: StudyPlan, records: CellRecords, label: str, leading: bool = True
                 ) -> list[tuple[Cell, Cell]]:
     """The comparison's (baseline, variant) cells as (status, value) in seed order: over its leading seeds
     whose two cells have both ended (what its rounds are judged on), or with ``leading`` False over every
@@ -50,7 +49,7 @@ def ended_cells(plan: StudyPlan, records: Mapping[str, Any], label: str, leading
     return pairs
 
 
-def ended_pairs(plan: StudyPlan, records: Mapping[str, Any], label: str, leading: bool = True
+def ended_pairs(plan: StudyPlan, records: CellRecords, label: str, leading: bool = True
                 ) -> list[float | None]:
     """The paired differences of :func:`ended_cells` (None where either cell did not finish; a diverged
     cell counts against its side: ablate/stats/pairing.py)."""
@@ -58,7 +57,7 @@ def ended_pairs(plan: StudyPlan, records: Mapping[str, Any], label: str, leading
                               plan.direction == "maximize")[0]
 
 
-def comparison_progress(plan: StudyPlan, design: Design, records: Mapping[str, Any]) -> dict[str, Progress]:
+def comparison_progress(plan: StudyPlan, design: Design, records: CellRecords) -> dict[str, Progress]:
     """Each comparison's state from the store's cell records (``CellQueue.records()``)."""
     asked = questions(plan.spec.ablation)
     higher = plan.direction == "maximize"
@@ -67,7 +66,7 @@ def comparison_progress(plan: StudyPlan, design: Design, records: Mapping[str, A
             for label in plan.variants if label != "baseline"}
 
 
-def needed_keys(plan: StudyPlan, design: Design, records: Mapping[str, Any]) -> list[str]:
+def needed_keys(plan: StudyPlan, design: Design, records: CellRecords) -> list[str]:
     """Cell keys the study needs now, in the plan's (seed-major) order."""
     prog = comparison_progress(plan, design, records)
     base_n = max([p.needed for p in prog.values()] + [design.looks[0]])
@@ -76,7 +75,7 @@ def needed_keys(plan: StudyPlan, design: Design, records: Mapping[str, Any]) -> 
     return [c.key for c in plan.cells if (c.label, c.seed) in want]
 
 
-def format_progress(plan: StudyPlan, design: Design, records: Mapping[str, Any]) -> str:
+def format_progress(plan: StudyPlan, design: Design, records: CellRecords) -> str:
     """One line per comparison: its state, seeds, interval and smallest detectable effect."""
     lines = [f"adaptive seeds: {design.describe()}"]
     width = max([len(v) for v in plan.variants] + [4])

@@ -19,7 +19,6 @@ over the ladder it finds with 80% power, and the chance that a gap that does not
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from typing import Any
 from ablate.stats.power import POWER, SD_CONFIDENCE, detectable, seeds_needed
 from ablate.stats.sequential import Design
 from ablate.stats.transfer import change_power
+from ablate.study.cell_queue import CellRecords
 from ablate.study.pilot import RUNG_COLUMN, PairedNoise, Pilot, paired_sd, pilot_from_rows, pilot_rows
+from ablate.study.study_plan import StudyPlan
 from ablate.tracking import record
 
 
@@ -100,11 +101,12 @@ class LadderPlan:
         return int(self.budget.hours * 3600.0 // sum(s for s in seconds if s is not None))
 
 
-def ladder_design(plan: Any) -> Design | None:
+def ladder_design(plan: StudyPlan) -> Design | None:
     """The design every rung's comparisons are judged by, one family over the ladder: the sequential one
     with a seed range (looks per rung), else one look at the fixed seeds; its smallest effect the margin."""
-    abl = plan.spec.ablation
+    abl = plan.ablation
     scales = abl.scales
+    assert scales is not None  # a ladder's plan
     margin = scales.margin if scales.margin is not None else abl.min_effect
     family = plan.family
     if plan.design is not None:
@@ -114,9 +116,9 @@ def ladder_design(plan: Any) -> Design | None:
     return Design((len(plan.seeds),), abl.alpha, margin, family)
 
 
-def pilot_ladder(plan: Any) -> tuple[dict[str, Pilot], str] | None:
+def pilot_ladder(plan: StudyPlan) -> tuple[dict[str, Pilot], str] | None:
     """The pilot ladder's noise and cell times per rung, and its name (None without ablation.pilot)."""
-    abl = plan.spec.ablation
+    abl = plan.ablation
     if abl.pilot is None:
         return None
     rows = pilot_rows(abl.pilot.study, Path(plan.origin).parent)
@@ -129,13 +131,13 @@ def pilot_ladder(plan: Any) -> tuple[dict[str, Pilot], str] | None:
     return out, abl.pilot.study
 
 
-def ladder_plan(plan: Any, records: Mapping[str, Any] | None = None) -> LadderPlan | None:
+def ladder_plan(plan: StudyPlan, records: CellRecords | None = None) -> LadderPlan | None:
     """The plan before the first cell (from the pilot ladder, else in sd units), or with ``records`` the
     same plan from the study's own pairs (information only)."""
     design = ladder_design(plan)
     if design is None:
         return None
-    abl = plan.spec.ablation
+    abl = plan.ablation
     labels = [v for v in plan.variants if v != "baseline"]
     informational = records is not None
     pilots: dict[str, Pilot] = {}
@@ -162,7 +164,7 @@ def ladder_plan(plan: Any, records: Mapping[str, Any] | None = None) -> LadderPl
         rungs.append(_rung_plan(rung.name, rung.compute.flops, noise, design, seconds, design.looks[-1]))
     transfers = _transfer_plans(rungs, labels, abl.alpha, design.min_effect)
     return LadderPlan(design, plan.metric, source, rungs, transfers, design.min_effect,
-                      abl.scales.budget, informational)
+                      abl.scales.budget if abl.scales is not None else None, informational)
 
 
 def _seed_seconds(pilot: Pilot, labels: list[str]) -> float | None:
@@ -193,7 +195,7 @@ def _transfer_plans(rungs: list[RungPlan], labels: list[str], alpha: float, marg
     return out
 
 
-def _own_noise(plan: Any, records: Mapping[str, Any], labels: list[str]) -> dict[str, dict[str, PairedNoise]]:
+def _own_noise(plan: StudyPlan, records: CellRecords, labels: list[str]) -> dict[str, dict[str, PairedNoise]]:
     """Per rung, each comparison's paired sd over the study's own finished pairs (two or more)."""
     out: dict[str, dict[str, PairedNoise]] = {}
     by = {(c.rung, c.label, c.seed): records.get(c.key) for c in plan.cells}

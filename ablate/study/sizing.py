@@ -29,6 +29,7 @@ from ablate.stats.power import (
     simulate,
 )
 from ablate.stats.sequential import POWER, Design, Question
+from ablate.study.cell_queue import CellRecords
 from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
 from ablate.study.seed_rounds import ended_pairs, questions
 from ablate.study.study_plan import StudyPlan
@@ -274,7 +275,7 @@ def study_plan(plan: StudyPlan) -> PowerPlan | None:
     return power_plan(design, plan.metric, labels, questions(abl), lambda _: None, None, {}, step)
 
 
-def own_seeds_plan(plan: StudyPlan, records: Mapping[str, Any]) -> PowerPlan | None:
+def own_seeds_plan(plan: StudyPlan, records: CellRecords) -> PowerPlan | None:
     """The same plan from the study's own finished pairs, once a comparison has two: for information only
     (it never moves the recorded design)."""
     design = power_design(plan)

@@ -17,16 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import optuna
+
 from ablate.study.optuna_attrs import KEY, KIND, OVERRIDES, SPEC_NAME
+from ablate.study.optuna_store import Store
 
 __all__ = ["KEY", "KIND", "OVERRIDES", "SPEC_NAME"]
 
 
-def _studies(store: Any) -> dict[str, Any]:
+def _studies(store: Store) -> dict[str, Any]:
     return {s.study_name: s for s in store.storage.get_all_studies()}
 
 
-def resolve(store: Any, readable: str, key: str, legacy: str) -> str:
+def resolve(store: Store, readable: str, key: str, legacy: str) -> str:
     """The Optuna study name for identity ``key``: the legacy name if the store has it (old stores
     resume), else ``readable`` when it is free or holds ``key`` (or no key yet), else
     ``readable-<key[:8]>``."""
@@ -46,7 +49,7 @@ def study_attrs(key: str, spec_name: str, overrides: Sequence[str], kind: str) -
     return {KEY: key, SPEC_NAME: spec_name, OVERRIDES: json.dumps(list(overrides)), KIND: kind}
 
 
-def write_attrs(study: Any, attrs: dict[str, Any]) -> None:
+def write_attrs(study: optuna.Study, attrs: dict[str, Any]) -> None:
     """Record the identity once (the first process to open the study writes it)."""
     if study.user_attrs.get(KEY) is None:
         for k, v in attrs.items():
@@ -62,7 +65,7 @@ class Known:
     trials: int
 
 
-def known_studies(store: Any, spec_name: str, kind: str) -> list[Known]:
+def known_studies(store: Store, spec_name: str, kind: str) -> list[Known]:
     """The studies of ``spec_name`` (of one kind) in the store, oldest first: recorded ones by their
     attrs, legacy ones by their name (``<spec name>-<hash>``, ``<spec name>-search-<hash>``)."""
     out: list[Known] = []
@@ -81,7 +84,7 @@ def _legacy_of(name: str, spec_name: str, kind: str) -> bool:
     return len(rest) >= 8 and all(c in "0123456789abcdef" for c in rest)
 
 
-def _count(store: Any, summary: Any) -> int:
+def _count(store: Store, summary: Any) -> int:
     try:
         return int(store.storage.get_n_trials(store.storage.get_study_id_from_name(summary.study_name)))
     except Exception:  # noqa: BLE001 - a count is a courtesy

@@ -27,7 +27,7 @@ from ablate.spec.load import dump_spec_yaml
 from ablate.study import optuna_attrs
 from ablate.study.derived_specs import SearchPlan
 from ablate.study.optuna_store import Store, open_study, reclaim
-from ablate.tracking import record
+from ablate.tracking import NullTracker, record
 
 FIGURE_DPI = 120
 
@@ -102,7 +102,8 @@ def _lead(best: list[FrozenTrial], plan: SearchPlan) -> FrozenTrial:
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def finish_search(plan: SearchPlan, store: Store, name: str, tracker: Any, timed_out: bool = False) -> bool:
+def finish_search(plan: SearchPlan, store: Store, name: str, tracker: NullTracker | None,
+                  timed_out: bool = False) -> bool:
     """Print and log the results when no trial is left to run (`timed_out`: none is running; the slots
     still waiting are for the next run); False (nothing logged) while some still run or wait."""
     study = open_study(store, name, plan.directions, create=False)
@@ -157,7 +158,7 @@ def finish_search(plan: SearchPlan, store: Store, name: str, tracker: Any, timed
     return True
 
 
-def _log(tracker: Any, plan: SearchPlan, lead: FrozenTrial, best: list[FrozenTrial], text: str,
+def _log(tracker: NullTracker, plan: SearchPlan, lead: FrozenTrial, best: list[FrozenTrial], text: str,
          evaluator: str, found: dict[str, dict[str, float]], pictures: list[Path], step: int) -> None:
     params = {f"best.{k}": plan.decode(k, v) for k, v in lead.params.items()}
     tracker.log_text(text, "best.yaml")

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 from optuna.trial import TrialState
 
 from ablate.engine import preempt
@@ -161,7 +162,7 @@ def tune_variant(plan: StudyPlan, label: str, overrides: Mapping[str, Any], stor
     return _tune(plan, [open_search(plan, label, overrides, store, parent)], store, IN_PROCESS, None)[label]
 
 
-def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: Any) -> NullTracker:
+def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: optuna.Study) -> NullTracker:
     """The variant's search run under the study's parent: the one the Optuna study remembers, else new."""
     tags = {record.KIND: "search", record.VARIANT: label, record.OPTUNA_STUDY: name,
             record.METRIC: record.final(splan.metrics[0])}
