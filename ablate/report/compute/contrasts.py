@@ -17,6 +17,8 @@ from scipy import stats
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
+from ablate.stats.fixed_sample import CONFIDENCE, Effect, Summary, compare_differences, mean_ci
+from ablate.stats.multiplicity import holm
 
 
 @dataclass
@@ -24,7 +26,7 @@ class FactorialRow:
     kind: str  # 'main' | 'interaction'
     label: str
     metric: str
-    effect: st.Effect
+    effect: Effect
     p_holm: float
     verdict: str
     incomplete: int  # matched sets left out because one of their cells did not finish
@@ -109,7 +111,7 @@ def _contrast(axes: dict[str, list[str]], values: dict[tuple[tuple[str, ...], in
     return out, incomplete
 
 
-def equal_weight_effect(strata: Strata) -> st.Effect:
+def equal_weight_effect(strata: Strata) -> Effect:
     """A contrast averaged over the strata with equal weights, never weighted by how many seeds adaptive
     stopping gave each stratum (its n counts seeds).
 
@@ -120,11 +122,11 @@ def equal_weight_effect(strata: Strata) -> st.Effect:
     stratum has are averaged as in the balanced case)."""
     groups = [g for g in strata.values() if g]
     if len(groups) <= 1:
-        return st.compare_differences(list(groups[0].values()) if groups else [])
+        return compare_differences(list(groups[0].values()) if groups else [])
     common = sorted(set.intersection(*(set(g) for g in groups)))
     balanced = all(set(g) == set(common) for g in groups)
     if balanced or any(len(g) < 2 for g in groups):
-        return st.compare_differences([float(np.mean([g[s] for g in groups])) for s in common])
+        return compare_differences([float(np.mean([g[s] for g in groups])) for s in common])
     means = np.array([np.mean(list(g.values())) for g in groups])
     parts = np.array([np.var(list(g.values()), ddof=1) / len(g) for g in groups])  # each mean's variance
     k = len(groups)
@@ -132,10 +134,10 @@ def equal_weight_effect(strata: Strata) -> st.Effect:
     df = float(parts.sum() ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(parts, groups, strict=True)))
     seeds = len(set().union(*groups))
     if se == 0.0:
-        return st.Effect(estimate, estimate, estimate, math.nan, "none", seeds, seeds, True, "none")
-    half = float(stats.t.ppf(0.5 + st.CONFIDENCE / 2, df) * se)
+        return Effect(estimate, estimate, estimate, math.nan, "none", seeds, seeds, True, "none")
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se)
     p = float(2.0 * stats.t.sf(abs(estimate) / se, df))
-    return st.Effect(estimate, estimate - half, estimate + half, p, "equal-weight t over strata (Welch df)",
+    return Effect(estimate, estimate - half, estimate + half, p, "equal-weight t over strata (Welch df)",
                      seeds, seeds, True)
 
 
@@ -151,7 +153,7 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
         values, present = _cells(study, axes, metric)
         unit, dec, higher = quality_meta(metric)
         unit = unit if metric == study.primary else metric
-        family: list[tuple[str, str, st.Effect, int, str, str | None]] = []
+        family: list[tuple[str, str, Effect, int, str, str | None]] = []
         for i, key in enumerate(names):
             base = axes[key][0]
             for value in axes[key][1:]:
@@ -165,7 +167,7 @@ def factorial_effects(study: Study) -> list[FactorialRow]:
                     strata, lost = _contrast(axes, values, present, changes)
                     label = f"{short_axis(a)}={va} × {short_axis(b)}={vb} (interaction)"
                     family.append(("interaction", label, equal_weight_effect(strata), lost, "seed", None))
-        adjusted = st.holm([e.p for _, _, e, _, _, _ in family])
+        adjusted = holm([e.p for _, _, e, _, _, _ in family])
         for (kind, label, e, lost, noun, reference), ph in zip(family, adjusted, strict=True):
             text = st.effect_sentence(label, e, unit, higher, dec, noun=noun, reference=reference)
             if lost:
@@ -182,7 +184,7 @@ class CellGrid:
     axes: tuple[str, str]
     rows: list[str]
     cols: list[str]
-    means: dict[tuple[str, str], st.Summary]  # finished runs only
+    means: dict[tuple[str, str], Summary]  # finished runs only
     unfinished: dict[tuple[str, str], int]
 
 
@@ -196,6 +198,6 @@ def cell_means(study: Study, metric: str) -> CellGrid | None:
         for vb in axes[b]:
             runs = [r for r in study.runs if axis_value(r.params, a) == va and axis_value(r.params, b) == vb]
             done = [r.metrics[metric] for r in runs if r.status == "finished" and metric in r.metrics]
-            means[(va, vb)] = st.mean_ci(done)
+            means[(va, vb)] = mean_ci(done)
             unfinished[(va, vb)] = sum(r.status != "finished" for r in runs)
     return CellGrid((short_axis(a), short_axis(b)), axes[a], axes[b], means, unfinished)

@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import decided_metric, family_of, pairs_with_divergence
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
 from ablate.stats import scaling, transfer
+from ablate.stats.fixed_sample import compare_differences
+from ablate.stats.multiplicity import holm
 from ablate.stats.scaling import Fit
 from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
@@ -235,7 +236,7 @@ def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungIn
         diffs, diverged = pairs_with_divergence(rung, variant, metric) if ran else ([], 0)
         finite = tuple(d for d in diffs if d is not None and math.isfinite(d))
         gaps.append(transfer.GapRung(name, info.compute, finite))
-        e = st.compare_differences(finite, 1.0 - alpha / family) if finite else None
+        e = compare_differences(finite, 1.0 - alpha / family) if finite else None
         if e is None:
             at.append(AtRung(name, math.nan, math.nan, math.nan, math.nan, math.nan, 0, Fixed.NO_RUNS))
             continue
@@ -252,11 +253,11 @@ def _holm_over_ladder(comparisons: list[ComparisonLadder], higher: bool, alpha: 
     cells = [(c, i) for c in comparisons for i in range(len(c.at_rungs))]
     ps = [c.at_rungs[i].p for c, i in cells]
     tested = [k for k, p in enumerate(ps) if math.isfinite(p)]
-    adjusted = st.holm([ps[k] for k in tested])
-    holm = dict(zip(tested, adjusted, strict=True))
+    adjusted = holm([ps[k] for k in tested])
+    by_cell = dict(zip(tested, adjusted, strict=True))
     for k, (c, i) in enumerate(cells):
         a = c.at_rungs[i]
-        p_holm = holm.get(k, math.nan)
+        p_holm = by_cell.get(k, math.nan)
         reading = fixed_reading(a.diff, p_holm, a.p_min, a.identical, higher, alpha)  # no pairs: NaN diff
         c.at_rungs[i] = dataclasses.replace(a, p_holm=p_holm, verdict=reading)
 

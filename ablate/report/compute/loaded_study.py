@@ -22,6 +22,8 @@ from ablate.report.compute import statistics as st
 from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
+from ablate.stats.fixed_sample import Effect, compare, mean_ci
+from ablate.stats.multiplicity import holm
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.recorded_study import StudyRecord, from_tags, parse
 from ablate.study.sizing import scale_note
@@ -53,8 +55,7 @@ COLUMNS = [
     (metricnames.TEST_CHRF, "test chrF", 2), (metricnames.VAL_LOSS, "val loss", 3), (metricnames.VAL_PPL,
                                                                                      "val ppl", 2),
     (metricnames.MODEL_PARAMS, "params", 0), (metricnames.KV_CACHE, "KV cache B/token", 0),
-    (metricnames.TOKENS_PER_S, "tokens/s",
-                                              0), (metricnames.RUN_MEMORY, "run MB", 1),
+    (metricnames.TOKENS_PER_S, "tokens/s", 0), (metricnames.RUN_MEMORY, "run MB", 1),
     (metricnames.PEAK_MEMORY, "peak MB", 1), (metricnames.WALL_TIME, "wall s", 1),
 ]
 # The cost columns among them: the report shows them in a table of their own, so neither table runs off
@@ -387,7 +388,7 @@ def summarise(study: Study) -> dict[str, dict[str, Any]]:
         counts = {s: sum(1 for r in runs if r.status == s)
                   for s in ("finished", "diverged", "failed", "pruned")}
         out[v] = {"runs": len(runs), **counts, "seeds": sorted(r.seed for r in runs),
-                  "metrics": {key: st.mean_ci([r.metrics[key] for r in done if key in r.metrics])
+                  "metrics": {key: mean_ci([r.metrics[key] for r in done if key in r.metrics])
                               for key, _, _ in main_table_columns(study)}}
     return out
 
@@ -397,7 +398,7 @@ class EffectRow:
     variant: str
     axis: str
     metric: str
-    effect: st.Effect
+    effect: Effect
     p_holm: float
     verdict: str
 
@@ -406,7 +407,7 @@ def _other_rungs_p(study: Study, metric: str) -> list[float]:
     """A ladder's comparisons at its other rungs (one family with the largest's): their p-values."""
     def values(s: Study, v: str) -> dict[int, float]:
         return {r.seed: r.metrics[metric] for r in s.finished(v) if metric in r.metrics}
-    return [st.compare(values(s, s.baseline or ""), values(s, v)).p for name, s in study.rungs.items()
+    return [compare(values(s, s.baseline or ""), values(s, v)).p for name, s in study.rungs.items()
             if name != study.rung for v in s.variants if v != s.baseline]
 
 
@@ -418,13 +419,13 @@ def effects(study: Study) -> list[EffectRow]:
     metrics = [study.primary] + ([metricnames.VAL_LOSS] if study.primary != metricnames.VAL_LOSS else [])
     rows: list[EffectRow] = []
     for metric in metrics:
-        family: list[tuple[str, str, st.Effect]] = []
+        family: list[tuple[str, str, Effect]] = []
         base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline) if metric in r.metrics}
         for v in study.variants[1:]:
             axis = ", ".join(k for k, _, _ in variant_diff(study, v)) or "(no spec difference)"
             other = {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics}
-            family.append((v, axis, st.compare(base, other)))
-        adjusted = st.holm([e.p for _, _, e in family] + _other_rungs_p(study, metric))[:len(family)]
+            family.append((v, axis, compare(base, other)))
+        adjusted = holm([e.p for _, _, e in family] + _other_rungs_p(study, metric))[:len(family)]
         unit, dec, higher = quality_meta(metric)
         unit = unit if metric == study.primary else metric
         for (v, axis, e), ph in zip(family, adjusted, strict=True):
