@@ -21,21 +21,33 @@ under controlled init; only the core differs.
 ``sdpa`` means the semantics of ``F.scaled_dot_product_attention``. Where torch's fused CPU kernels are
 slow (bf16 training, decoding a few queries per row), :class:`SDPAttention` computes the same function
 with two matmuls: which kernel ran is an implementation detail, not a variant, and the module says which
-one it used (:attr:`SDPAttention.kernels`) so that a run can record it.
+one it used (:attr:`SDPAttention.kernels`: sdpa's backend as torch itself chose it, ``sdpa-flash`` or
+``sdpa-math``...) so that a run can record it.
+
+A packed block's documents (:class:`~registry.masking.Documents`: query i sees key j in its own document,
+``j <= i``, within a window) reach the sdpa-based cores without a (B, 1, T, T) mask where they have a fused
+kernel for them (:meth:`MultiHeadAttention.document_kernel`): FlexAttention on a GPU (Dong et al. 2024; its
+block mask skips the blocks no query may see, its ``score_mod`` adds ALiBi's or T5's bias and the soft
+cap), one sdpa call a document on a CPU (flex_attention has no CPU backward in torch 2.13), as the
+variable-length kernels of FlashAttention 2 (Dao 2023) pack documents. Grouped keys and values stay on
+these kernels (``enable_gqa``). The mask is the reference they are held to
+(tests/engine/test_document_attention.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend
+from torch.nn.attention.flex_attention import flex_attention
 
 from registry import Axis, Option, declare_axis, register
-from registry.masking import AttnMask
+from registry.masking import AttnMask, Documents
 
 AXIS = declare_axis(Axis(
     kind="attention",
@@ -251,6 +263,23 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         raise NotImplementedError
 
+    def document_kernel(self, device: torch.device) -> str | None:
+        """The fused kernel this core takes a packed block's documents with on ``device`` ("flex",
+        "varlen"), or None: the model then builds the (B, 1, T, T) mask (the reference form)."""
+        return None
+
+
+_COMPILED_FLEX: list[Callable[..., Any]] = []
+
+
+def compiled_flex() -> Callable[..., Any]:
+    """``flex_attention`` through torch.compile, compiled once per process (eager flex_attention is a slow
+    reference that materialises the scores): what an eager model calls; a compiled model's graph holds
+    flex_attention itself."""
+    if not _COMPILED_FLEX:
+        _COMPILED_FLEX.append(torch.compile(flex_attention, dynamic=False))
+    return _COMPILED_FLEX[0]
+
 
 SMALL_QUERY = 8  # queries per row up to which CPU inference takes the matmul path (a beam's 4 per sentence)
 
@@ -270,7 +299,13 @@ class SDPAttention(MultiHeadAttention):
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
                  kv_heads: int | None = None) -> None:
         super().__init__(d_model, heads, dropout, cross, kv_heads)
-        self.kernels: set[str] = set()  # "fused", "matmul": an implementation detail a run records
+        # "sdpa-flash", "varlen-math", "flex", "matmul"...: an implementation detail a run records
+        self.kernels: set[str] = set()
+
+    # The fused kernel a packed block's documents take on a CPU: "varlen" (per-document sdpa), or "flex"
+    # for a forward without gradients (flex_attention has no CPU backward in torch 2.13; the tests hold
+    # its function to the reference through this switch)
+    cpu_document_kernel = "varlen"
 
     def _ran(self, kernel: str) -> None:
         # Eager calls only: a set mutated inside a compiled forward is a guard that fails once per module and
@@ -279,26 +314,136 @@ class SDPAttention(MultiHeadAttention):
         if not torch.compiler.is_compiling():
             self.kernels.add(kernel)
 
+    def _ran_sdpa(self, prefix: str, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, p: float,
+                  is_causal: bool) -> None:
+        """Record the backend ``F.scaled_dot_product_attention`` takes for these arguments, as torch's own
+        choice names it (flash, efficient, cudnn, math): "fused" was recorded before whatever ran, the
+        math path included (issue 66)."""
+        if torch.compiler.is_compiling():
+            return
+        choice = torch._fused_sdp_choice(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal,
+                                         scale=self.score_scale, enable_gqa=self.groups > 1)
+        self._ran(f"{prefix}{SDPBackend(choice).name.lower().removesuffix('_attention')}")
+
+    def document_kernel(self, device: torch.device) -> str | None:
+        """The fused kernel that takes a packed block's documents (:class:`~registry.masking.Documents`)
+        here: "flex" on a GPU (FlexAttention, compiled; no dropout), "varlen" on a CPU outside
+        torch.compile (one sdpa call a document, causal), None where only the (B, 1, T, T) mask serves."""
+        if self.training and self.dropout > 0 and device.type != "cpu":
+            return None  # flex_attention has no dropout
+        if device.type == "cuda":
+            return "flex"
+        if device.type == "cpu" and not torch.compiler.is_compiling():
+            return self.cpu_document_kernel
+        return None
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         p = self.dropout if self.training else 0.0
+        if mask is not None and mask.documents is not None:
+            return self.attend_documents(q, k, v, mask, p)
         if q.device.type == "cpu":
             if q.dtype == torch.bfloat16 and torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
-        self._ran("fused")
         scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
         gqa = self.groups > 1  # sdpa repeats each K/V head for its query heads itself
         if mask is None:
+            self._ran_sdpa("sdpa-", q, k, v, None, p, False)
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale, enable_gqa=gqa)
         if mask.is_causal:
+            self._ran_sdpa("sdpa-", q, k, v, None, p, True)
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
+        if bias is not None and bias.dim() == 3:
+            bias = bias[None]  # (1, heads, Tq, Tk): a 3-d mask sends sdpa on a CPU to its math path
+        self._ran_sdpa("sdpa-", q, k, v, bias, p, False)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale,
                                               enable_gqa=gqa)
+
+    def attend_documents(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask, p: float) -> Tensor:
+        """Attention inside each document of a packed block, causal (and windowed), with no (B, 1, T, T)
+        mask: FlexAttention's block mask where the model built one, else one sdpa call a document."""
+        docs = mask.documents
+        assert docs is not None
+        if docs.block_mask is not None:
+            return self._attend_flex(q, k, v, docs.block_mask, mask.position_bias)
+        return self._attend_varlen(q, k, v, docs, mask.position_bias, p)
+
+    def soft_cap(self) -> float | None:
+        """The cap of the attention logits a variant applies (:class:`SoftCapAttention`), else None."""
+        return None
+
+    def _attend_flex(self, q: Tensor, k: Tensor, v: Tensor, block_mask: Any, bias: Tensor | None) -> Tensor:
+        """``flex_attention`` with the documents' block mask; the soft cap and a position scheme's (heads, T,
+        T) bias as its ``score_mod`` (added after the scaling and the cap, as the reference adds them)."""
+        self._ran("flex")
+        cap = self.soft_cap()
+        position = None if bias is None else bias.float()
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            if cap is not None:
+                score = cap * torch.tanh(score / cap)
+            if position is not None:
+                score = score + position[h, q_idx, kv_idx]
+            return score
+
+        modify = score_mod if cap is not None or position is not None else None
+        flex = cast(Callable[..., Any], flex_attention) if torch.compiler.is_compiling() else compiled_flex()
+        out = flex(q, k, v, score_mod=modify, block_mask=block_mask, scale=self.scale,
+                   enable_gqa=self.groups > 1)
+        return cast(Tensor, out)
+
+    def _attend_varlen(self, q: Tensor, k: Tensor, v: Tensor, docs: Documents, bias: Tensor | None,
+                       p: float) -> Tensor:
+        """One sdpa call a document (consecutive rows that are one document each: one call), causal; a
+        window or a position bias as that document's own (heads, L, L) mask. Nothing crosses a document's
+        edge, so no work is spent on the blocks a (B, 1, T, T) mask would hide, nor memory on the mask."""
+        assert docs.spans is not None
+        B, T = q.size(0), q.size(2)
+        scale, gqa, window = self.score_scale, self.groups > 1, docs.window
+        recorded = False
+
+        def attend(rows: slice, start: int, end: int) -> Tensor:
+            nonlocal recorded
+            qs, ks, vs = (t[rows, :, start:end] for t in (q, k, v))  # (b, heads, L, d_head) views
+            L = end - start
+            if bias is None and (window is None or L <= window):
+                if not recorded:
+                    self._ran_sdpa("varlen-", qs, ks, vs, None, p, True)
+                    recorded = True
+                return F.scaled_dot_product_attention(qs, ks, vs, dropout_p=p, is_causal=True, scale=scale,
+                                                      enable_gqa=gqa)
+            pos = torch.arange(L, device=q.device)
+            hidden = pos[None, :] > pos[:, None]  # (L, L)
+            if window is not None:
+                hidden |= pos[None, :] <= pos[:, None] - window
+            base = torch.zeros(L, L, device=q.device) if bias is None else bias[:, start:end, start:end]
+            # (1, heads or 1, L, L); a diagonal in every row: no row all -inf
+            m = base.float().masked_fill(hidden, float("-inf")).to(q.dtype)
+            m = m if m.dim() == 2 else m[None]
+            if not recorded:
+                self._ran_sdpa("varlen-", qs, ks, vs, m, p, False)
+                recorded = True
+            return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=m, dropout_p=p, scale=scale,
+                                                  enable_gqa=gqa)
+
+        out: list[Tensor] = []
+        b = 0
+        while b < B:
+            if len(docs.spans[b]) == 1:  # a run of rows that are one document each: one call
+                end = b
+                while end < B and len(docs.spans[end]) == 1:
+                    end += 1
+                out.append(attend(slice(b, end), 0, T))
+                b = end
+                continue
+            out.append(torch.cat([attend(slice(b, b + 1), s, e) for s, e in docs.spans[b]], dim=2))
+            b += 1
+        return out[0] if len(out) == 1 else torch.cat(out, dim=0)  # (B, heads, T, d_head)
 
     def capped(self, scores: Tensor) -> Tensor:
         """The scaled scores as the softmax gets them (a soft cap in :class:`SoftCapAttention`)."""
@@ -440,5 +585,17 @@ class SoftCapAttention(SDPAttention):
     def capped(self, scores: Tensor) -> Tensor:
         return self.cap * torch.tanh(scores / self.cap)
 
+    def soft_cap(self) -> float | None:
+        return self.cap
+
+    def document_kernel(self, device: torch.device) -> str | None:
+        """FlexAttention only (the cap is its ``score_mod``): on a GPU, or on a CPU without gradients where
+        the tests ask for it; sdpa takes no score function, so the per-document path does not serve."""
+        kernel = super().document_kernel(device)
+        return kernel if kernel == "flex" else None
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
-        return self._attend_matmul(q, k, v, mask, self.dropout if self.training else 0.0)
+        p = self.dropout if self.training else 0.0
+        if mask is not None and mask.documents is not None:
+            return self.attend_documents(q, k, v, mask, p)
+        return self._attend_matmul(q, k, v, mask, p)
