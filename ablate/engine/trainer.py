@@ -335,8 +335,9 @@ class Trainer:
     def run_evaluation(self) -> dict[str, float]:
         """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
         metric, count evaluations without improvement, and log peak memory so far."""
-        metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
-                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+        with torch.compiler.set_stance("force_eager"):  # layers compiled in place (compile_scope) run eager
+            metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
+                               decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
         step = self.state.step
         self.state.history.append((step, metrics))
         self.record(metrics, step)
