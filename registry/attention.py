@@ -24,30 +24,27 @@ with two matmuls: which kernel ran is an implementation detail, not a variant, a
 one it used (:attr:`SDPAttention.kernels`: sdpa's backend as torch itself chose it, ``sdpa-flash`` or
 ``sdpa-math``...) so that a run can record it.
 
-A packed block's documents (:class:`~registry.masking.Documents`: query i sees key j in its own document,
-``j <= i``, within a window) reach the sdpa-based cores without a (B, 1, T, T) mask where they have a fused
-kernel for them (:meth:`MultiHeadAttention.document_kernel`): FlexAttention on a GPU (Dong et al. 2024; its
-block mask skips the blocks no query may see, its ``score_mod`` adds ALiBi's or T5's bias and the soft
-cap), one sdpa call a document on a CPU (flex_attention has no CPU backward in torch 2.13), as the
-variable-length kernels of FlashAttention 2 (Dao 2023) pack documents. Grouped keys and values stay on
-these kernels (``enable_gqa``). The mask is the reference they are held to
-(tests/engine/test_document_attention.py).
+A packed block's documents (:class:`~registry.masking.Documents`) reach the sdpa-based cores without a
+(B, 1, T, T) mask where they have a fused kernel for them (:meth:`MultiHeadAttention.document_kernel`;
+FlexAttention on a GPU, one sdpa call a document on a CPU: registry/document_attention.py), grouped keys
+and values included. :class:`KVCache` lives in registry/kv_cache.py.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend
-from torch.nn.attention.flex_attention import flex_attention
 
 from registry import Axis, Option, declare_axis, register
-from registry.masking import AttnMask, Documents
+from registry.document_attention import flex_documents, varlen_documents
+from registry.kv_cache import KVCache
+from registry.masking import AttnMask
 
 AXIS = declare_axis(Axis(
     kind="attention",
@@ -59,76 +56,6 @@ AXIS = declare_axis(Axis(
 ))
 
 Rotate = Callable[[Tensor], Tensor]
-
-
-class KVCache:
-    """Keys and values of one attention layer, each (B, kv_heads, T, d_head) as seen by attention.
-
-    Self-attention caches grow by :meth:`append` each step, into buffers with spare positions
-    (doubled when full): a step writes one position instead of copying the whole history, and a beam
-    reorder copies only the filled part. Cross-attention caches are created holding the encoder
-    output's K/V and never grow; their rows may be shared by ``group`` consecutive query rows (the
-    beams of one sentence), so the source side is stored and read once per sentence, not per beam.
-    """
-
-    def __init__(self, k: Tensor | None = None, v: Tensor | None = None, group: int = 1) -> None:
-        self._k: Tensor | None = None  # (B, heads, capacity, d_head); positions [0, length) hold data
-        self._v: Tensor | None = None
-        self._length = 0
-        self.group = group
-        if k is not None and v is not None:
-            self.fill(k, v)
-
-    @property
-    def k(self) -> Tensor | None:
-        return None if self._k is None else self._k[:, :, : self._length]
-
-    @property
-    def v(self) -> Tensor | None:
-        return None if self._v is None else self._v[:, :, : self._length]
-
-    @property
-    def length(self) -> int:
-        return self._length
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the keys and values held (the filled positions), what decoding must keep per layer."""
-        k, v = self.k, self.v
-        return 0 if k is None or v is None else k.numel() * k.element_size() + v.numel() * v.element_size()
-
-    def fill(self, k: Tensor, v: Tensor) -> None:
-        """Hold ``k``, ``v`` as they are (a cross-attention cache: the source side, set once)."""
-        self._k, self._v, self._length = k, v, k.size(2)
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        end = self._length + k.size(2)
-        if self._k is None or self._v is None or end > self._k.size(2):
-            capacity = max(16, 2 * end)
-            self._k, self._v = self._resized(self._k, k, capacity), self._resized(self._v, v, capacity)
-        self._k[:, :, self._length : end] = k
-        self._v[:, :, self._length : end] = v
-        self._length = end
-        return self._k[:, :, :end], self._v[:, :, :end]
-
-    def _resized(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
-        B, heads, _, d_head = like.shape
-        buf = like.new_empty(B, heads, capacity, d_head)
-        if old is not None and self._length:
-            buf[:, :, : self._length] = old[:, :, : self._length]
-        return buf
-
-    def index_select(self, index: Tensor) -> None:
-        """Keep/reorder rows (hypotheses) of the batch dimension in place."""
-        if self._k is None or self._v is None:
-            return
-        self._k, self._v = self._selected(self._k, index), self._selected(self._v, index)
-
-    def _selected(self, old: Tensor, index: Tensor) -> Tensor:
-        buf = old.new_empty(index.numel(), *old.shape[1:])
-        # straight into the filled part of the new buffer: one copy, spare positions kept
-        torch.index_select(old[:, :, : self._length], 0, index, out=buf[:, :, : self._length])
-        return buf
 
 
 class MultiHeadAttention(nn.Module):
@@ -269,18 +196,6 @@ class MultiHeadAttention(nn.Module):
         return None
 
 
-_COMPILED_FLEX: list[Callable[..., Any]] = []
-
-
-def compiled_flex() -> Callable[..., Any]:
-    """``flex_attention`` through torch.compile, compiled once per process (eager flex_attention is a slow
-    reference that materialises the scores): what an eager model calls; a compiled model's graph holds
-    flex_attention itself."""
-    if not _COMPILED_FLEX:
-        _COMPILED_FLEX.append(torch.compile(flex_attention, dynamic=False))
-    return _COMPILED_FLEX[0]
-
-
 SMALL_QUERY = 8  # queries per row up to which CPU inference takes the matmul path (a beam's 4 per sentence)
 
 
@@ -302,9 +217,8 @@ class SDPAttention(MultiHeadAttention):
         # "sdpa-flash", "varlen-math", "flex", "matmul"...: an implementation detail a run records
         self.kernels: set[str] = set()
 
-    # The fused kernel a packed block's documents take on a CPU: "varlen" (per-document sdpa), or "flex"
-    # for a forward without gradients (flex_attention has no CPU backward in torch 2.13; the tests hold
-    # its function to the reference through this switch)
+    # A CPU's kernel for documents: "varlen" (per-document sdpa); "flex" only without gradients (no CPU
+    # backward in torch 2.13), where the tests hold its function to the reference
     cpu_document_kernel = "varlen"
 
     def _ran(self, kernel: str) -> None:
@@ -318,7 +232,7 @@ class SDPAttention(MultiHeadAttention):
                   is_causal: bool) -> None:
         """Record the backend ``F.scaled_dot_product_attention`` takes for these arguments, as torch's own
         choice names it (flash, efficient, cudnn, math): "fused" was recorded before whatever ran, the
-        math path included (issue 66)."""
+        math path included)."""
         if torch.compiler.is_compiling():
             return
         choice = torch._fused_sdp_choice(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal,
@@ -366,84 +280,19 @@ class SDPAttention(MultiHeadAttention):
 
     def attend_documents(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask, p: float) -> Tensor:
         """Attention inside each document of a packed block, causal (and windowed), with no (B, 1, T, T)
-        mask: FlexAttention's block mask where the model built one, else one sdpa call a document."""
-        docs = mask.documents
+        mask: FlexAttention's block mask where the model built one, else one sdpa call a document
+        (registry/document_attention.py)."""
+        docs, bias, gqa = mask.documents, mask.position_bias, self.groups > 1
         assert docs is not None
         if docs.block_mask is not None:
-            return self._attend_flex(q, k, v, docs.block_mask, mask.position_bias)
-        return self._attend_varlen(q, k, v, docs, mask.position_bias, p)
+            self._ran("flex")
+            return flex_documents(q, k, v, docs.block_mask, bias, self.soft_cap(), self.scale, gqa)
+        return varlen_documents(q, k, v, docs, bias, p, self.score_scale, gqa,
+                                lambda *args: self._ran_sdpa("varlen-", *args))
 
     def soft_cap(self) -> float | None:
         """The cap of the attention logits a variant applies (:class:`SoftCapAttention`), else None."""
         return None
-
-    def _attend_flex(self, q: Tensor, k: Tensor, v: Tensor, block_mask: Any, bias: Tensor | None) -> Tensor:
-        """``flex_attention`` with the documents' block mask; the soft cap and a position scheme's (heads, T,
-        T) bias as its ``score_mod`` (added after the scaling and the cap, as the reference adds them)."""
-        self._ran("flex")
-        cap = self.soft_cap()
-        position = None if bias is None else bias.float()
-
-        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            if cap is not None:
-                score = cap * torch.tanh(score / cap)
-            if position is not None:
-                score = score + position[h, q_idx, kv_idx]
-            return score
-
-        modify = score_mod if cap is not None or position is not None else None
-        flex = cast(Callable[..., Any], flex_attention) if torch.compiler.is_compiling() else compiled_flex()
-        out = flex(q, k, v, score_mod=modify, block_mask=block_mask, scale=self.scale,
-                   enable_gqa=self.groups > 1)
-        return cast(Tensor, out)
-
-    def _attend_varlen(self, q: Tensor, k: Tensor, v: Tensor, docs: Documents, bias: Tensor | None,
-                       p: float) -> Tensor:
-        """One sdpa call a document (consecutive rows that are one document each: one call), causal; a
-        window or a position bias as that document's own (heads, L, L) mask. Nothing crosses a document's
-        edge, so no work is spent on the blocks a (B, 1, T, T) mask would hide, nor memory on the mask."""
-        assert docs.spans is not None
-        B, T = q.size(0), q.size(2)
-        scale, gqa, window = self.score_scale, self.groups > 1, docs.window
-        recorded = False
-
-        def attend(rows: slice, start: int, end: int) -> Tensor:
-            nonlocal recorded
-            qs, ks, vs = (t[rows, :, start:end] for t in (q, k, v))  # (b, heads, L, d_head) views
-            L = end - start
-            if bias is None and (window is None or L <= window):
-                if not recorded:
-                    self._ran_sdpa("varlen-", qs, ks, vs, None, p, True)
-                    recorded = True
-                return F.scaled_dot_product_attention(qs, ks, vs, dropout_p=p, is_causal=True, scale=scale,
-                                                      enable_gqa=gqa)
-            pos = torch.arange(L, device=q.device)
-            hidden = pos[None, :] > pos[:, None]  # (L, L)
-            if window is not None:
-                hidden |= pos[None, :] <= pos[:, None] - window
-            base = torch.zeros(L, L, device=q.device) if bias is None else bias[:, start:end, start:end]
-            # (1, heads or 1, L, L); a diagonal in every row: no row all -inf
-            m = base.float().masked_fill(hidden, float("-inf")).to(q.dtype)
-            m = m if m.dim() == 2 else m[None]
-            if not recorded:
-                self._ran_sdpa("varlen-", qs, ks, vs, m, p, False)
-                recorded = True
-            return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=m, dropout_p=p, scale=scale,
-                                                  enable_gqa=gqa)
-
-        out: list[Tensor] = []
-        b = 0
-        while b < B:
-            if len(docs.spans[b]) == 1:  # a run of rows that are one document each: one call
-                end = b
-                while end < B and len(docs.spans[end]) == 1:
-                    end += 1
-                out.append(attend(slice(b, end), 0, T))
-                b = end
-                continue
-            out.append(torch.cat([attend(slice(b, b + 1), s, e) for s, e in docs.spans[b]], dim=2))
-            b += 1
-        return out[0] if len(out) == 1 else torch.cat(out, dim=0)  # (B, heads, T, d_head)
 
     def capped(self, scores: Tensor) -> Tensor:
         """The scaled scores as the softmax gets them (a soft cap in :class:`SoftCapAttention`)."""

@@ -1,4 +1,4 @@
-"""``train.compile_mode`` and ``train.compile_scope`` (issue 66, item 2): torch.compile's mode reaches it;
+"""``train.compile_mode`` and ``train.compile_scope``: torch.compile's mode reaches it;
 ``compile_scope: layer`` compiles every layer in place (parameters and state-dict keys unchanged) instead
 of the whole model; both apply only to a compiled run, and neither moves the hash of a spec without them.
 

@@ -109,7 +109,7 @@ def test_a_routed_linear_is_f_linear_forward_and_backward_within_rounding(
 @pytest.mark.parametrize("upstream", ["expanded", "transposed", "strided input"])
 def test_a_gradient_or_input_of_any_strides_reaches_onednn_laid_out_once_and_right(
         upstream: str, library: Choose, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cliff of issue 66: ``y.sum().backward()`` hands a Linear an output gradient of one value expanded
+    """The cliff that was: ``y.sum().backward()`` hands a Linear an output gradient of one value expanded
     to (rows, N), zero strides, which oneDNN read element by element (7.5 s against 13.5 ms). Every operand
     oneDNN receives is now rows or columns (copied once where it was not), and the gradients are F.linear's.
     No timing: the path is asserted."""

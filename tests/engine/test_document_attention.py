@@ -1,4 +1,4 @@
-"""Document-masked causal attention on fused kernels (issue 66, item 1): a packed block's documents reach
+"""Document-masked causal attention on fused kernels: a packed block's documents reach
 the attention cores as :class:`registry.masking.Documents` instead of a (B, 1, T, T) mask, and every core
 that takes them computes what the reference mask computes, forward and gradients.
 
@@ -122,7 +122,7 @@ def test_short_documents_keep_the_mask_and_no_block_mask_is_built_on_a_cpu(
 
 
 def test_the_recorded_kernel_is_the_backend_sdpa_takes_not_a_word_for_all_of_them() -> None:
-    """``ablate.attention_kernel`` said "fused" where sdpa took its math path (issue 66): it now names
+    """``ablate.attention_kernel`` said "fused" where sdpa took its math path: it now names
     torch's own choice, so dropout on a CPU (which the flash kernel does not take) records math."""
     core = SDPAttention(32, 4, dropout=0.0)
     x = torch.randn(2, 80, 32)

@@ -1,5 +1,5 @@
-"""Both architectures' training forward is one graph for torch.compile, for every registered variant
-(issue 66, item 2): ``torch._dynamo.explain`` over the registry, each model axis's every variant in a
+"""Both architectures' training forward is one graph for torch.compile, for every registered variant:
+``torch._dynamo.explain`` over the registry, each model axis's every variant in a
 decoder-only LM (a packed block of two documents in a row: the document mask) and an encoder-decoder, and
 the settings with their own code paths (grouped keys and values, a sliding window, dropout).
 

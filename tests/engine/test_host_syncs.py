@@ -1,4 +1,4 @@
-"""A step with no needless host synchronisations (issue 66, item 2).
+"""A step with no needless host synchronisations.
 
 A synchronisation is an operation whose result the host must read before it can go on (``.item()``,
 ``bool()``, ``int()`` of a tensor: aten's ``_local_scalar_dense``; ``nonzero`` and ``masked_select``, whose
