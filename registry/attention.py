@@ -26,7 +26,7 @@ one it used (:attr:`SDPAttention.kernels`: sdpa's backend as torch itself chose 
 
 A packed block's documents (:class:`~registry.masking.Documents`) reach the sdpa-based cores without a
 (B, 1, T, T) mask where they have a fused kernel for them (:meth:`MultiHeadAttention.document_kernel`;
-FlexAttention on a GPU, one sdpa call a document on a CPU: registry/document_attention.py), grouped keys
+FlexAttention on a GPU, one sdpa call a document on a CPU: registry/attention_kernels.py), grouped keys
 and values included. :class:`KVCache` lives in registry/kv_cache.py.
 """
 
@@ -39,10 +39,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend
 
 from registry import Axis, Option, declare_axis, register
-from registry.document_attention import flex_documents, varlen_documents
+from registry.attention_kernels import flex_documents, sdpa, varlen_documents
 from registry.kv_cache import KVCache
 from registry.masking import AttnMask
 
@@ -228,16 +227,8 @@ class SDPAttention(MultiHeadAttention):
         if not torch.compiler.is_compiling():
             self.kernels.add(kernel)
 
-    def _ran_sdpa(self, prefix: str, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, p: float,
-                  is_causal: bool) -> None:
-        """Record the backend ``F.scaled_dot_product_attention`` takes for these arguments, as torch's own
-        choice names it (flash, efficient, cudnn, math): "fused" was recorded before whatever ran, the
-        math path included)."""
-        if torch.compiler.is_compiling():
-            return
-        choice = torch._fused_sdp_choice(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal,
-                                         scale=self.score_scale, enable_gqa=self.groups > 1)
-        self._ran(f"{prefix}{SDPBackend(choice).name.lower().removesuffix('_attention')}")
+    def _ran_sdpa(self, backend: str) -> None:
+        self._ran(f"sdpa-{backend}")  # sdpa's backend as torch names it: "fused" was said of every one
 
     def document_kernel(self, device: torch.device) -> str | None:
         """The fused kernel that takes a packed block's documents (:class:`~registry.masking.Documents`)
@@ -260,35 +251,28 @@ class SDPAttention(MultiHeadAttention):
                 return self._attend_matmul(q, k, v, mask, p)
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
-        scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
-        gqa = self.groups > 1  # sdpa repeats each K/V head for its query heads itself
-        if mask is None:
-            self._ran_sdpa("sdpa-", q, k, v, None, p, False)
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale, enable_gqa=gqa)
-        if mask.is_causal:
-            self._ran_sdpa("sdpa-", q, k, v, None, p, True)
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
+        record = self._ran_sdpa  # hears the backend torch chose
+        if mask is None or mask.is_causal:  # sdpa's own causal kernel: no mask tensor
+            causal = mask is not None
+            return sdpa(q, k, v, None, p, causal, self.score_scale, self.groups, record)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
         if bias is not None and bias.dim() == 3:
             bias = bias[None]  # (1, heads, Tq, Tk): a 3-d mask sends sdpa on a CPU to its math path
-        self._ran_sdpa("sdpa-", q, k, v, bias, p, False)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale,
-                                              enable_gqa=gqa)
+        return sdpa(q, k, v, bias, p, False, self.score_scale, self.groups, record)
 
     def attend_documents(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask, p: float) -> Tensor:
         """Attention inside each document of a packed block, causal (and windowed), with no (B, 1, T, T)
         mask: FlexAttention's block mask where the model built one, else one sdpa call a document
-        (registry/document_attention.py)."""
+        (registry/attention_kernels.py)."""
         docs, bias, gqa = mask.documents, mask.position_bias, self.groups > 1
         assert docs is not None
         if docs.block_mask is not None:
             self._ran("flex")
             return flex_documents(q, k, v, docs.block_mask, bias, self.soft_cap(), self.scale, gqa)
-        return varlen_documents(q, k, v, docs, bias, p, self.score_scale, gqa,
-                                lambda *args: self._ran_sdpa("varlen-", *args))
+        return varlen_documents(q, k, v, docs, bias, p, self.score_scale, self.groups,
+                                lambda backend: self._ran(f"varlen-{backend}"))
 
     def soft_cap(self) -> float | None:
         """The cap of the attention logits a variant applies (:class:`SoftCapAttention`), else None."""

@@ -151,3 +151,41 @@ def test_flex_attentions_forward_is_the_masks_on_a_cpu_without_gradients(
     forms = both_forms(model, monkeypatch, grads=False)
     assert "flex" in model.attention_kernels()
     assert close(forms["fused"][0], forms["reference"][0])
+
+
+def test_grouped_keys_and_values_leave_a_math_path_for_a_fused_one_repeated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where torch would take its math path for grouped K/V under a mask (a GPU's memory-efficient kernel
+    takes no GQA) and a fused one for K/V repeated to every head, the core repeats them: the same function
+    on a fused kernel. Torch's choice is played here (a CPU's flash kernel takes GQA itself)."""
+    from registry import attention_kernels
+
+    def choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, p: float,
+               is_causal: bool, scale: float | None, gqa: bool) -> str:
+        return "math" if gqa and attn_mask is not None else "efficient"
+
+    seen: list[int] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        seen.append(k.size(1))
+        return real(q, k, v, **kwargs)
+
+    core = SDPAttention(32, 4, kv_heads=2).eval()
+    x = torch.randn(2, 80, 32)
+    pad = torch.zeros(2, 80, dtype=torch.bool)
+    pad[1, 60:] = True
+    from registry.masking import NegInfFill
+
+    mask = NegInfFill().build(pad[:, None, None, :], torch.float32)
+    want = core(x, mask=mask)  # torch's own choice here: flash, grouped
+    assert core.kernels == {"sdpa-flash"}
+    monkeypatch.setattr(attention_kernels, "sdpa_backend", choice)
+    monkeypatch.setattr(attention_kernels.F, "scaled_dot_product_attention", spy)
+    core.kernels.clear()
+    got = core(x, mask=mask)
+    assert seen == [4] and core.kernels == {"sdpa-efficient"}  # K/V repeated to the 4 query heads
+    assert close(got, want)
+    seen.clear()
+    core(x)  # no mask: grouped, as torch takes it
+    assert seen == [2]
