@@ -311,8 +311,9 @@ class Trainer:
                 loss = self.loss_on(batch, model, tspec.label_smoothing)
                 self.scaler.scale(loss * weight).backward()
             loss_sum += loss.detach().double() * batch.n_tgt_tokens / max(1, total_tokens)
-        # the loss of the global batch, the same on every rank: the step's one read of the device
-        step_loss = self.global_sum(float(loss_sum))
+        if self.world_size > 1:
+            dist.all_reduce(loss_sum)  # the loss of the global batch, the same on every rank
+        step_loss = float(loss_sum)  # the step's one read of the device
         if tspec.clip_norm:
             self.scaler.unscale_(self.optimizer)  # clip true gradients, not scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), tspec.clip_norm)
