@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from registry import Axis, Option, declare_axis, register
 from registry.attention_kernels import flex_documents, sdpa, varlen_documents
-from registry.kv_cache import KVCache
+from registry.kv_cache import KVCache as KVCache  # re-exported: its home before registry/kv_cache.py
 from registry.masking import AttnMask
 
 AXIS = declare_axis(Axis(
