@@ -21,7 +21,13 @@ under controlled init; only the core differs.
 ``sdpa`` means the semantics of ``F.scaled_dot_product_attention``. Where torch's fused CPU kernels are
 slow (bf16 training, decoding a few queries per row), :class:`SDPAttention` computes the same function
 with two matmuls: which kernel ran is an implementation detail, not a variant, and the module says which
-one it used (:attr:`SDPAttention.kernels`) so that a run can record it.
+one it used (:attr:`SDPAttention.kernels`: sdpa's backend as torch itself chose it, ``sdpa-flash`` or
+``sdpa-math``...) so that a run can record it.
+
+A packed block's documents (:class:`~registry.masking.Documents`) reach the sdpa-based cores without a
+(B, 1, T, T) mask where they have a fused kernel for them (:meth:`MultiHeadAttention.document_kernel`;
+FlexAttention on a GPU, one sdpa call a document on a CPU: registry/attention_kernels.py), grouped keys
+and values included. :class:`KVCache` lives in registry/kv_cache.py.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from registry import Axis, Option, declare_axis, register
+from registry.attention_kernels import flex_documents, sdpa, varlen_documents
+from registry.kv_cache import KVCache as KVCache  # re-exported: its home before registry/kv_cache.py
 from registry.masking import AttnMask
 
 AXIS = declare_axis(Axis(
@@ -47,76 +55,6 @@ AXIS = declare_axis(Axis(
 ))
 
 Rotate = Callable[[Tensor], Tensor]
-
-
-class KVCache:
-    """Keys and values of one attention layer, each (B, kv_heads, T, d_head) as seen by attention.
-
-    Self-attention caches grow by :meth:`append` each step, into buffers with spare positions
-    (doubled when full): a step writes one position instead of copying the whole history, and a beam
-    reorder copies only the filled part. Cross-attention caches are created holding the encoder
-    output's K/V and never grow; their rows may be shared by ``group`` consecutive query rows (the
-    beams of one sentence), so the source side is stored and read once per sentence, not per beam.
-    """
-
-    def __init__(self, k: Tensor | None = None, v: Tensor | None = None, group: int = 1) -> None:
-        self._k: Tensor | None = None  # (B, heads, capacity, d_head); positions [0, length) hold data
-        self._v: Tensor | None = None
-        self._length = 0
-        self.group = group
-        if k is not None and v is not None:
-            self.fill(k, v)
-
-    @property
-    def k(self) -> Tensor | None:
-        return None if self._k is None else self._k[:, :, : self._length]
-
-    @property
-    def v(self) -> Tensor | None:
-        return None if self._v is None else self._v[:, :, : self._length]
-
-    @property
-    def length(self) -> int:
-        return self._length
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the keys and values held (the filled positions), what decoding must keep per layer."""
-        k, v = self.k, self.v
-        return 0 if k is None or v is None else k.numel() * k.element_size() + v.numel() * v.element_size()
-
-    def fill(self, k: Tensor, v: Tensor) -> None:
-        """Hold ``k``, ``v`` as they are (a cross-attention cache: the source side, set once)."""
-        self._k, self._v, self._length = k, v, k.size(2)
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        end = self._length + k.size(2)
-        if self._k is None or self._v is None or end > self._k.size(2):
-            capacity = max(16, 2 * end)
-            self._k, self._v = self._resized(self._k, k, capacity), self._resized(self._v, v, capacity)
-        self._k[:, :, self._length : end] = k
-        self._v[:, :, self._length : end] = v
-        self._length = end
-        return self._k[:, :, :end], self._v[:, :, :end]
-
-    def _resized(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
-        B, heads, _, d_head = like.shape
-        buf = like.new_empty(B, heads, capacity, d_head)
-        if old is not None and self._length:
-            buf[:, :, : self._length] = old[:, :, : self._length]
-        return buf
-
-    def index_select(self, index: Tensor) -> None:
-        """Keep/reorder rows (hypotheses) of the batch dimension in place."""
-        if self._k is None or self._v is None:
-            return
-        self._k, self._v = self._selected(self._k, index), self._selected(self._v, index)
-
-    def _selected(self, old: Tensor, index: Tensor) -> Tensor:
-        buf = old.new_empty(index.numel(), *old.shape[1:])
-        # straight into the filled part of the new buffer: one copy, spare positions kept
-        torch.index_select(old[:, :, : self._length], 0, index, out=buf[:, :, : self._length])
-        return buf
 
 
 class MultiHeadAttention(nn.Module):
@@ -251,6 +189,11 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         raise NotImplementedError
 
+    def document_kernel(self, device: torch.device) -> str | None:
+        """The fused kernel this core takes a packed block's documents with on ``device`` ("flex",
+        "varlen"), or None: the model then builds the (B, 1, T, T) mask (the reference form)."""
+        return None
+
 
 SMALL_QUERY = 8  # queries per row up to which CPU inference takes the matmul path (a beam's 4 per sentence)
 
@@ -270,7 +213,12 @@ class SDPAttention(MultiHeadAttention):
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False,
                  kv_heads: int | None = None) -> None:
         super().__init__(d_model, heads, dropout, cross, kv_heads)
-        self.kernels: set[str] = set()  # "fused", "matmul": an implementation detail a run records
+        # "sdpa-flash", "varlen-math", "flex", "matmul"...: an implementation detail a run records
+        self.kernels: set[str] = set()
+
+    # A CPU's kernel for documents: "varlen" (per-document sdpa); "flex" only without gradients (no CPU
+    # backward in torch 2.13), where the tests hold its function to the reference
+    cpu_document_kernel = "varlen"
 
     def _ran(self, kernel: str) -> None:
         # Eager calls only: a set mutated inside a compiled forward is a guard that fails once per module and
@@ -279,26 +227,56 @@ class SDPAttention(MultiHeadAttention):
         if not torch.compiler.is_compiling():
             self.kernels.add(kernel)
 
+    def _ran_sdpa(self, backend: str) -> None:
+        self._ran(f"sdpa-{backend}")  # sdpa's backend as torch names it: "fused" was said of every one
+
+    def document_kernel(self, device: torch.device) -> str | None:
+        """The fused kernel that takes a packed block's documents (:class:`~registry.masking.Documents`)
+        here: "flex" on a GPU (FlexAttention, compiled; no dropout), "varlen" on a CPU outside
+        torch.compile (one sdpa call a document, causal), None where only the (B, 1, T, T) mask serves."""
+        if self.training and self.dropout > 0 and device.type != "cpu":
+            return None  # flex_attention has no dropout
+        if device.type == "cuda":
+            return "flex"
+        if device.type == "cpu" and not torch.compiler.is_compiling():
+            return self.cpu_document_kernel
+        return None
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
         p = self.dropout if self.training else 0.0
+        if mask is not None and mask.documents is not None:
+            return self.attend_documents(q, k, v, mask, p)
         if q.device.type == "cpu":
             if q.dtype == torch.bfloat16 and torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)
             if q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled():
                 return self._attend_matmul(q, k, v, mask, p)  # incremental decoding: a few queries per row
-        self._ran("fused")
-        scale = self.score_scale  # None: sdpa's own 1/sqrt(d_head)
-        gqa = self.groups > 1  # sdpa repeats each K/V head for its query heads itself
-        if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scale, enable_gqa=gqa)
-        if mask.is_causal:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
+        record = self._ran_sdpa  # hears the backend torch chose
+        if mask is None or mask.is_causal:  # sdpa's own causal kernel: no mask tensor
+            causal = mask is not None
+            return sdpa(q, k, v, None, p, causal, self.score_scale, self.groups, record)
         bias = mask.bias
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)  # only when called outside the dtype the model built the mask for
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=scale,
-                                              enable_gqa=gqa)
+        if bias is not None and bias.dim() == 3:
+            bias = bias[None]  # (1, heads, Tq, Tk): a 3-d mask sends sdpa on a CPU to its math path
+        return sdpa(q, k, v, bias, p, False, self.score_scale, self.groups, record)
+
+    def attend_documents(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask, p: float) -> Tensor:
+        """Attention inside each document of a packed block, causal (and windowed), with no (B, 1, T, T)
+        mask: FlexAttention's block mask where the model built one, else one sdpa call a document
+        (registry/attention_kernels.py)."""
+        docs, bias, gqa = mask.documents, mask.position_bias, self.groups > 1
+        assert docs is not None
+        if docs.block_mask is not None:
+            self._ran("flex")
+            return flex_documents(q, k, v, docs.block_mask, bias, self.soft_cap(), self.scale, gqa)
+        return varlen_documents(q, k, v, docs, bias, p, self.score_scale, self.groups,
+                                lambda backend: self._ran(f"varlen-{backend}"))
+
+    def soft_cap(self) -> float | None:
+        """The cap of the attention logits a variant applies (:class:`SoftCapAttention`), else None."""
+        return None
 
     def capped(self, scores: Tensor) -> Tensor:
         """The scaled scores as the softmax gets them (a soft cap in :class:`SoftCapAttention`)."""
@@ -440,5 +418,17 @@ class SoftCapAttention(SDPAttention):
     def capped(self, scores: Tensor) -> Tensor:
         return self.cap * torch.tanh(scores / self.cap)
 
+    def soft_cap(self) -> float | None:
+        return self.cap
+
+    def document_kernel(self, device: torch.device) -> str | None:
+        """FlexAttention only (the cap is its ``score_mod``): on a GPU, or on a CPU without gradients where
+        the tests ask for it; sdpa takes no score function, so the per-document path does not serve."""
+        kernel = super().document_kernel(device)
+        return kernel if kernel == "flex" else None
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttnMask | None) -> Tensor:
-        return self._attend_matmul(q, k, v, mask, self.dropout if self.training else 0.0)
+        p = self.dropout if self.training else 0.0
+        if mask is not None and mask.documents is not None:
+            return self.attend_documents(q, k, v, mask, p)
+        return self._attend_matmul(q, k, v, mask, p)

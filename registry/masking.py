@@ -43,9 +43,12 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import create_block_mask
 
 from registry import REGISTRY, Axis, declare_axis, register
 
@@ -101,6 +104,64 @@ AXIS = declare_axis(Axis(
 
 
 @dataclass(frozen=True)
+class Documents:
+    """A packed block's documents, as the fused document kernels take them instead of a (B, 1, T, T) mask:
+    query i sees key j when both are in one document, ``j <= i`` and, with a ``window``, ``i - j < window``.
+
+    ``segments`` (B, T): the document id of each position. ``spans``: per row, the (start, end) of each
+    document, read once per forward on the host where the kernel needs them (the CPU's per-document sdpa:
+    :meth:`registry.attention.SDPAttention.attend_documents`), else None. ``block_mask``: FlexAttention's
+    BlockMask of the same rule (built once per forward where flex runs), else None.
+    """
+
+    segments: Tensor
+    window: int | None = None
+    spans: tuple[tuple[tuple[int, int], ...], ...] | None = None
+    block_mask: Any = None
+
+    @classmethod
+    def with_spans(cls, segments: Tensor, window: int | None) -> Documents:
+        """The documents with each row's (start, end) spans, read from ``segments`` (a CPU tensor: host
+        memory, no device to wait for; ``numpy()`` refuses a GPU tensor)."""
+        seg = segments.numpy()  # (B, T)
+        T = seg.shape[1]
+        spans = []
+        for row in seg:
+            starts = [0, *(np.flatnonzero(row[1:] != row[:-1]) + 1).tolist(), T]
+            spans.append(tuple(zip(starts[:-1], starts[1:], strict=True)))
+        return cls(segments, window, spans=tuple(spans))
+
+    @classmethod
+    def with_block_mask(cls, segments: Tensor, window: int | None) -> Documents:
+        """The documents with FlexAttention's BlockMask of their rule (Dong et al. 2024, "Flex Attention: A
+        Programming Model for Generating Optimized Attention Kernels"): blocks of 128 x 128 positions that
+        no query of one may see in the other are skipped, the causal half and other documents alike."""
+        B, T = segments.shape
+
+        def visible(b: Tensor, h: Tensor, q: Tensor, k: Tensor) -> Tensor:
+            ok = (segments[b, q] == segments[b, k]) & (k <= q)
+            return ok & (q - k < window) if window is not None else ok
+
+        block_mask = create_block_mask(visible, B, None, T, T, device=segments.device)
+        return cls(segments, window, block_mask=block_mask)
+
+    def mean_length(self) -> float:
+        """Mean tokens a document (``spans`` only; documents cut by a block's edge count as they are cut)."""
+        assert self.spans is not None
+        return self.segments.numel() / max(1, sum(len(row) for row in self.spans))
+
+    def blocked(self) -> Tensor:
+        """The rule as a (B, 1, T, T) bool mask, True where a query may not look (the reference form)."""
+        T = self.segments.size(1)
+        pos = torch.arange(T, device=self.segments.device)
+        blocked = pos[None, :] > pos[:, None]  # (T, T): the future
+        if self.window is not None:
+            blocked = blocked | (pos[None, :] <= pos[:, None] - self.window)
+        other = self.segments[:, :, None] != self.segments[:, None, :]  # (B, T, T)
+        return (blocked | other)[:, None]
+
+
+@dataclass(frozen=True)
 class AttnMask:
     """A mask as attention cores consume it.
 
@@ -109,7 +170,9 @@ class AttnMask:
     the compute dtype: 0 / fill where blocked, plus ``position_bias``; None with ``is_causal`` (sdpa then
     uses its own causal kernel; explicit attention and sdpa's matmul path read the (T, T) ``blocked``,
     built once per forward). ``fill``: the raw fill value. ``position_bias``: (heads, Tq, Tk) float32 of a
-    position scheme (ALiBi, T5) or None.
+    position scheme (ALiBi, T5) or None. ``documents``: a packed block's documents where every core of the
+    model takes them with a fused kernel (then ``blocked`` and ``bias`` are None: no (B, 1, T, T) tensor is
+    built; see :class:`Documents`).
     """
 
     blocked: Tensor | None
@@ -117,6 +180,7 @@ class AttnMask:
     fill: float
     is_causal: bool = False
     position_bias: Tensor | None = None
+    documents: Documents | None = None
 
     def apply(self, scores: Tensor) -> Tensor:
         """Scores (B, heads, Tq, Tk) with the position bias added and blocked entries set to the fill, in

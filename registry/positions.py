@@ -105,8 +105,10 @@ class SinusoidalPositions(_Positions):
         return self.dropout(x + self.table[start_pos:start_pos + x.size(1)])  # (T, d) broadcasts over B
 
     def embed_at(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0."""
-        _check_range(0, int(positions.max()) + 1, self.max_positions)
+        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0, so every
+        position is below T, the bound checked (on the host: reading ``positions.max()`` waited for the
+        device and broke torch.compile's graph)."""
+        _check_range(0, x.size(1), self.max_positions)
         return self.dropout(x + self.table[positions])  # (B, T, d)
 
 
@@ -128,8 +130,9 @@ class LearnedPositions(_Positions):
         return self.dropout(x + self.table.weight[start_pos:start_pos + x.size(1)])
 
     def embed_at(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0."""
-        _check_range(0, int(positions.max()) + 1, self.max_positions)
+        """``embed`` at explicit positions (B, T): a packed block's documents each start at 0 (every
+        position below T, the bound checked on the host, as in :meth:`SinusoidalPositions.embed_at`)."""
+        _check_range(0, x.size(1), self.max_positions)
         return self.dropout(x + self.table(positions))  # (B, T, d)
 
 

@@ -29,9 +29,13 @@ from torch import Tensor, nn
 from ablate.engine.components import Stack, head_logits, record_attention, score_dtype
 from ablate.errors import AblateError
 from registry.attention import KVCache, MultiHeadAttention, Rotate
-from registry.masking import AttnMask, MaskFill
+from registry.masking import AttnMask, Documents, MaskFill
 from registry.parametrisation import WidthShape
 from registry.positions import PositionHooks
+
+# Mean tokens a document from which a CPU takes a packed block's documents one sdpa call each rather than
+# through the (B, 1, T, T) mask (docs/benchmarks.md: the document-masked step)
+VARLEN_MIN_LENGTH = 64
 
 
 class PositionRangeError(AblateError):
@@ -180,15 +184,14 @@ class DecoderOnlyLM(nn.Module):
         """Causal (query ``past + i`` sees keys ``0 .. past + i``), block-diagonal over ``segments``, and with
         a sliding ``window`` only the keys ``past + i - window + 1 .. past + i``."""
         window = self.window
-        if segments is not None and not past and bool((segments == segments[:, :1]).all()):
-            segments = None  # every row one document (long documents, most blocks): the causal kernel's path
         if segments is not None:
             if past:
                 raise ValueError("segments describe a packed block: decode it without a cache")
-            blocked = self._causal(T, 0, device)  # (T, T) True where a query may not look
-            other_doc = segments[:, :, None] != segments[:, None, :]  # (B, T, T)
-            return self.mask.build((blocked | other_doc)[:, None], dtype,  # (B, 1, T, T): over heads
-                                   position_bias=hooks.bias)
+            documents = self._documents(segments, device)
+            if documents is not None:  # a fused kernel takes them: no (B, 1, T, T) mask
+                return AttnMask(None, None, self.mask.fill, position_bias=hooks.bias, documents=documents)
+            blocked = Documents(segments, window).blocked()  # (B, 1, T, T) True where a query may not look
+            return self.mask.build(blocked, dtype, position_bias=hooks.bias)
         if past == 0 and (window is None or T <= window):
             causal = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
             return self.mask.build(causal, dtype, is_causal=True, position_bias=hooks.bias)
@@ -196,6 +199,23 @@ class DecoderOnlyLM(nn.Module):
             return self.mask.build(self._causal(T, past, device), dtype, position_bias=hooks.bias)
         if hooks.bias is not None:  # one new token sees every cached one: only the position bias
             return self.mask.build(None, dtype, position_bias=hooks.bias)
+        return None
+
+    def _documents(self, segments: Tensor, device: torch.device) -> Documents | None:
+        """A packed block's documents in the form the attention cores' fused kernel takes them (the same
+        kernel in every layer), or None for the reference (B, 1, T, T) mask.
+
+        FlexAttention (a GPU): its block mask, built here once for every layer. Per-document sdpa (a CPU):
+        the documents' spans, read from host memory, where they average at least
+        :data:`VARLEN_MIN_LENGTH` tokens; shorter ones cost more in calls than the mask's blocks."""
+        cores = self.attention_modules()["decoder_self"]
+        kernels = {getattr(core, "document_kernel", lambda _: None)(device) for core in cores}
+        kernel = kernels.pop() if len(kernels) == 1 else None
+        if kernel == "flex":
+            return Documents.with_block_mask(segments, self.window)
+        if kernel == "varlen":
+            documents = Documents.with_spans(segments, self.window)
+            return documents if documents.mean_length() >= VARLEN_MIN_LENGTH else None
         return None
 
     def _causal(self, T: int, past: int, device: torch.device) -> Tensor:

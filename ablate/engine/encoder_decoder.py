@@ -287,7 +287,8 @@ class Seq2SeqTransformer(nn.Module):
         return record_attention(self, self.attention_modules(), lambda: self.forward(src, tgt_in))
 
     def attention_kernels(self) -> list[str]:
-        """Which kernels attention cores report having run (sdpa: "fused" and/or "matmul"), sorted."""
+        """Which kernels attention cores report having run (sdpa: "sdpa-<backend>" as torch chose it, e.g.
+        "sdpa-flash" or "sdpa-math", and/or "matmul"), sorted."""
         found: set[str] = set()
         for group in self.attention_modules().values():
             for module in group:

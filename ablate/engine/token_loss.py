@@ -148,10 +148,15 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def token_loss(hidden: Tensor, generator: nn.Module, targets: Tensor, ignore_index: int,
-               label_smoothing: float = 0.0) -> Tensor:
+               label_smoothing: float = 0.0, scored: int | None = None) -> Tensor:
     """Mean cross-entropy (float32, a scalar) of ``generator(hidden)`` over the vocabulary against
     ``targets`` (B, T), leaving out targets equal to ``ignore_index``; ``hidden`` (B, T, d) are the final
     hidden states (the models' ``project=False``). Call it where the model ran: under its autocast.
+
+    ``scored``: how many targets are not ``ignore_index``, where the caller knows it on the host (the
+    trainer's batches count them when they are built): then nothing here waits for the device (the
+    scored rows are found with ``nonzero_static`` of that size); without it the count is read from the
+    device, one synchronisation.
 
     The fused path (:class:`LinearCrossEntropy`) serves a plain ``nn.Linear`` generator (every registered
     embeddings variant's); another module is applied whole and scored with ``F.cross_entropy``.
@@ -162,10 +167,10 @@ def token_loss(hidden: Tensor, generator: nn.Module, targets: Tensor, ignore_ind
         return F.cross_entropy(logits.float().flatten(0, 1), flat_targets, ignore_index=ignore_index,
                                label_smoothing=label_smoothing)
     rows = hidden.flatten(0, 1)  # (N, d)
-    scored = flat_targets != ignore_index
-    n = int(scored.sum())
+    keep = flat_targets != ignore_index
+    n = int(keep.sum()) if scored is None else scored  # a sync only where the caller does not know it
     if n < flat_targets.numel():  # only the scored rows meet the generator
-        index = scored.nonzero().squeeze(1)
+        index = torch.nonzero_static(keep, size=n).squeeze(1)  # (n,): no wait for the count
         rows, flat_targets = rows.index_select(0, index), flat_targets.index_select(0, index)
     weight, bias = generator.weight, generator.bias
     # the gradients are computed in the forward: only where a backward can follow

@@ -243,7 +243,8 @@ class Trainer:
                 hidden = model(*inputs, project=False)  # (B, T, d): the generator is applied with the loss
                 # Loss in fp32 whatever the autocast dtype: half-precision log-softmax loses the small
                 # probabilities. Chunked with the generator: the (B*T, V) logits are never held whole.
-                return token_loss(hidden, self.model.generator, targets, ignore, smoothing)
+                return token_loss(hidden, self.model.generator, targets, ignore, smoothing,
+                                  scored=batch.n_tgt_tokens)  # counted on the host: no wait for the device
             logits = model(*inputs)  # (B, T, V)
         # the loss axis (registry/loss.py) on the whole logits, in fp32: a loss term beyond the cross-entropy
         # (z-loss) or logits that are more than the generator's (a soft cap, muP's multiplier)
@@ -296,7 +297,9 @@ class Trainer:
         batches = self.next_batches(tspec.accumulation)
         # Target tokens of the whole step on every rank: the step equals one big batch of all of them.
         total_tokens = int(self.global_sum(sum(b.n_tgt_tokens for b in batches)))
-        loss_sum = 0.0
+        # the step's loss stays on the device until the step ends: one read a step, not one a micro-batch
+        # (float64: the same sums, in the same order, as the Python floats before)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(batches):
             # Weight each micro-batch by its share of the step's target tokens; DDP then averages the
             # ranks' gradients, so x world_size turns that average into the token-weighted sum.
@@ -307,15 +310,17 @@ class Trainer:
             with sync:
                 loss = self.loss_on(batch, model, tspec.label_smoothing)
                 self.scaler.scale(loss * weight).backward()
-            loss_sum += float(loss.detach()) * batch.n_tgt_tokens / max(1, total_tokens)
-        loss_sum = self.global_sum(loss_sum)  # the loss of the global batch, the same on every rank
+            loss_sum += loss.detach().double() * batch.n_tgt_tokens / max(1, total_tokens)
+        if self.world_size > 1:
+            dist.all_reduce(loss_sum)  # the loss of the global batch, the same on every rank
+        step_loss = float(loss_sum)  # the step's one read of the device
         if tspec.clip_norm:
             self.scaler.unscale_(self.optimizer)  # clip true gradients, not scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), tspec.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        return loss_sum, total_tokens
+        return step_loss, total_tokens
 
     # -- the loop
     def finished_budget(self) -> bool:
@@ -331,8 +336,9 @@ class Trainer:
     def run_evaluation(self) -> dict[str, float]:
         """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
         metric, count evaluations without improvement, and log peak memory so far."""
-        metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
-                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+        with torch.compiler.set_stance("force_eager"):  # layers compiled in place (compile_scope) run eager
+            metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
+                               decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
         step = self.state.step
         self.state.history.append((step, metrics))
         self.record(metrics, step)

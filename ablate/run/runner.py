@@ -29,6 +29,7 @@ from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import preempt
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
+from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.dispatch import build_any
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
@@ -224,15 +225,36 @@ def open_tracker(spec: ExperimentSpec, options: RunOptions, place: Place,
     return tracker
 
 
+def compile_layers(model: Model, mode: str | None) -> None:
+    """``train.compile_scope: layer``: each layer of every stack compiled in place (``nn.Module.compile``:
+    parameters and state-dict keys unchanged), as torchtitan compiles per block; evaluation runs them eager
+    (:func:`eager`)."""
+    stacks = [model.decoder] if isinstance(model, DecoderOnlyLM) else [model.encoder, model.decoder]
+    for stack in stacks:
+        for layer in stack.layers:
+            layer.compile(mode=mode)
+
+
+def eager() -> Any:
+    """What compiled layers run as outside the training step (evaluation, decoding): eager, every shape
+    an evaluation meets would otherwise be a recompile."""
+    return torch.compiler.set_stance("force_eager")
+
+
 def wrap(spec: ExperimentSpec, model: Model, place: Place) -> torch.nn.Module:
     """What the training step calls: the model, compiled if asked, inside DDP under torchrun."""
     train_model: torch.nn.Module = model
-    if spec.train.compile:
+    tspec = spec.train
+    if tspec.compile:
         # A study worker compiles one model per cell in the same process: dynamo's cache for the model's
         # forward would count every earlier cell's graphs toward its recompile limit (8) and, past it,
         # silently run eager. Each run compiles its own model anyway.
         torch._dynamo.reset()
-        train_model = torch.compile(model)  # type: ignore[assignment]
+        mode = tspec.compile_mode  # None: torch's default
+        if tspec.compile_scope == "layer":
+            compile_layers(model, mode)
+        else:
+            train_model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     if place.dist.enabled:
         device = place.device
         train_model = DistributedDataParallel(
@@ -280,7 +302,8 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
                  record.TRAIN_TOKENS: float(compute.tokens), record.TRAIN_FLOPS: compute.flops}
     evaluated: dict[str, float] = {}
     if status in ("finished", "pruned") and place.dist.is_main:
-        evaluated = final_evaluation(spec, data, model, trainer, tracker, place.device)
+        with eager():  # per-layer compiled runs evaluate eager
+            evaluated = final_evaluation(spec, data, model, trainer, tracker, place.device)
     metrics.update(run_level)
     metrics.update(evaluated)
     metrics[record.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included

@@ -268,6 +268,13 @@ class TrainSpec(LaterFields):
     metrics; a study decides on them by default): {kind: last_k, k, every} or {kind: ema, decay}"""
     compile: Bool = False
     """train through torch.compile"""
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None \
+        = None
+    """torch.compile's mode with train.compile (reduce-overhead: CUDA graphs; max-autotune: kernels tuned
+    per shape); unset: torch's default"""
+    compile_scope: Literal["model", "layer"] | None = None
+    """what train.compile compiles: the whole model (unset, or model), or each layer on its own (layer: the
+    identical layers share one graph, so it compiles in about a layer's time; evaluation runs eager)"""
     threads: Annotated[Int, Field(ge=0, le=1024)] = 0
     """CPU threads torch uses; 0: torch's default (on cores other jobs share, 1 can run several times faster
     than 2). Part of a run's identity, as it always was: runs recorded with it keep their hash"""
@@ -277,7 +284,15 @@ class TrainSpec(LaterFields):
     """where to train: cpu, cuda or cuda:N; unset, a study worker's own GPU or this machine's default. A
     machine's setting, not the design's: left out of the run's identity"""
 
-    later_fields = ("weight_average",)
+    later_fields = ("weight_average", "compile_mode", "compile_scope")
+
+    @model_validator(mode="after")
+    def _compile_options(self) -> TrainSpec:
+        for key in ("compile_mode", "compile_scope"):
+            if getattr(self, key) is not None and not self.compile:
+                raise SpecFieldError.single(key, "applies to a compiled run: set train.compile: true too",
+                                            "compile")
+        return self
 
     @model_validator(mode="after")
     def _budget(self) -> TrainSpec:

@@ -69,7 +69,9 @@ OVERRIDES = "ablate.overrides"  # JSON: the fields a cell changes from the basel
 DESIGN = "ablate.design"  # an ablation study's design (one_at_a_time, full_factorial, variants)
 METRIC = "ablate.metric"  # the metric a study ranks its cells or trials by (a final/ name)
 REASON = "ablate.reason"  # why a run stopped early (diverged, early stopping, pruned)
-ATTENTION_KERNEL = "ablate.attention_kernel"  # which kernels computed sdpa: "fused", "matmul" (a detail)
+# which kernels computed attention: "sdpa-<backend>" as torch's sdpa chose it (flash, efficient, cudnn,
+# math), "varlen-<backend>" (one sdpa call a document), "flex", "matmul" (a detail, not a variant)
+ATTENTION_KERNEL = "ablate.attention_kernel"
 # JSON list of the optimizer's parameter groups: learning-rate multiplier (muP), weight decay (the no-decay
 # rule), tensor and parameter counts, the roles each holds and, for muon, which optimizer steps it
 PARAM_GROUPS = "ablate.param_groups"
