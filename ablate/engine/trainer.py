@@ -29,6 +29,7 @@ from ablate.engine import preempt
 from ablate.engine.averaging import WeightAverager, make_averager
 from ablate.engine.checkpoint import (
     CHECKPOINT_VERSION,
+    CheckpointWriter,
     TrainState,
     load_checkpoint,
     rng_state,
@@ -168,6 +169,8 @@ class Trainer:
         self.is_main = self.rank == 0
         self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
         self.segment_cpu = time.process_time()
+        # a checkpoint above checkpoint.ASYNC_CHECKPOINT_BYTES is written while the next steps run
+        self.writer = CheckpointWriter()
 
     # -- checkpoints
     @property
@@ -220,7 +223,11 @@ class Trainer:
             self.state.wall_seconds += now - self.segment_started
             self.state.cpu_seconds += cpu - self.segment_cpu
             self.segment_started, self.segment_cpu = now, cpu
-            save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
+            # save_checkpoint looked up here at each call: ablate/bench/overhead.py times it
+            self.writer.save(self.last_path, self.checkpoint_payload(), keep_previous=True,
+                             write=save_checkpoint)
+        # Written in the background, the checkpoint may land after this flush: a kill before it resumes
+        # from the one before, whose steps are trained again and their metrics dropped as repeats.
         self.flush()
 
     def flush(self) -> None:
@@ -346,8 +353,9 @@ class Trainer:
             self.state.best_value = value
             self.state.bad_evals = 0
             if self.is_main:
-                save_checkpoint(self.best_path, {"model": self.model.state_dict(), "step": step,
-                                                 "spec_hash": self.spec.spec_hash, key: value})
+                self.writer.save(self.best_path, {"model": self.model.state_dict(), "step": step,
+                                                  "spec_hash": self.spec.spec_hash, key: value},
+                                 write=save_checkpoint)
         else:
             self.state.bad_evals += 1
         return metrics
@@ -432,4 +440,5 @@ class Trainer:
                                     "checkpoint")
             finally:
                 progress.close()
+                self.writer.wait()  # every checkpoint whole on disk before the run reads best.pt or exits
         return TrainOutcome("finished", self.state)
