@@ -41,6 +41,7 @@ from ablate.engine.checkpoint import (
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import evaluate
+from ablate.engine.lm_eval import scores_by_chunks
 from ablate.engine.param_roles import describe_groups, train_params
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.engine.token_loss import token_loss
@@ -48,7 +49,6 @@ from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
-from registry.logits import PlainLogits
 from registry.loss import CrossEntropy
 from registry.optimizer import TrainParam
 
@@ -262,9 +262,7 @@ class Trainer:
         """Whether the loss is the plain cross-entropy of the generator's own logits, which token_loss
         computes a chunk of rows at a time: the loss axis's cross_entropy, no logits axis, a logit
         multiplier of 1."""
-        model = self.model
-        return (isinstance(self.loss_fn, CrossEntropy)
-                and isinstance(model.logit_head, PlainLogits | nn.Identity) and model.logit_multiplier == 1.0)
+        return isinstance(self.loss_fn, CrossEntropy) and scores_by_chunks(self.model)
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
@@ -339,7 +337,9 @@ class Trainer:
         """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
         metric, count evaluations without improvement, and log peak memory so far."""
         metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
-                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+                           decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences,
+                           max_tokens=self.spec.eval.token_cap(self.spec.is_lm), rank=self.rank,
+                           world_size=self.world_size)  # each rank its share of the batches
         step = self.state.step
         self.state.history.append((step, metrics))
         self.record(metrics, step)
