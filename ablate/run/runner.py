@@ -33,7 +33,7 @@ from ablate.engine.dispatch import build_any
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
-from ablate.hardware import prepare_device
+from ablate.hardware import fp32_matmul, prepare_device
 from ablate.run.distributed import DistInfo, from_main, gather, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.lock import RunLock
@@ -404,7 +404,7 @@ def log_run_start(tracker: NullTracker, data: PreparedData, device: torch.device
     tracker.log_text(tok.tgt.to_str(), record.TGT_TOKENIZER_ARTIFACT)
     # precision: auto trains in bf16 on one machine and fp32 on another: the run says which it got
     tags = {record.DEVICE: describe_device(device), record.DEVICE_INDEX: str(device),
-            record.PRECISION: precision}
+            record.PRECISION: precision, record.FP32_MATMUL: fp32_matmul(device)}
     if data.is_text:
         sig = signatures()
         tags.update({record.BLEU_SIGNATURE: sig["bleu"], record.CHRF_SIGNATURE: sig["chrf"]})
