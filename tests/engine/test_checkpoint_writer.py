@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import torch
 
+from ablate.data.prepare import prepare_data
 from ablate.engine import checkpoint
+from ablate.engine.builders import build_model
 from ablate.engine.checkpoint import (
     CheckpointWriter,
     load_checkpoint,
@@ -23,7 +25,10 @@ from ablate.engine.checkpoint import (
     sum_path,
     tensor_bytes,
 )
+from ablate.engine.trainer import Trainer
 from ablate.errors import StorageError
+from ablate.spec.experiment import ExperimentSpec
+from tests.factories import tiny_spec
 
 
 def _payload(step: int, n: int = 256) -> dict[str, Any]:
@@ -108,3 +113,32 @@ def test_a_failed_background_write_is_raised_by_wait(tmp_path: Path) -> None:
 def test_the_threshold_default_is_read_when_a_writer_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkpoint, "ASYNC_CHECKPOINT_BYTES", 5)
     assert CheckpointWriter().threshold == 5
+
+
+def test_a_trainer_checkpointing_in_the_background_writes_what_the_foreground_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ExperimentSpec.model_validate(tiny_spec({"model.dropout": 0.0, "train.max_steps": 12,
+                                                    "train.eval_every": 6, "train.checkpoint_every": 4}))
+    data = prepare_data(spec)
+    tok = data.tokenizers
+    written = {}
+    for name, threshold in (("foreground", 1 << 40), ("background", 0)):
+        monkeypatch.setattr(checkpoint, "ASYNC_CHECKPOINT_BYTES", threshold)
+        model = build_model(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=0)
+        trainer = Trainer(spec, data, model, tmp_path / name, torch.device("cpu"), show_progress=False)
+        assert trainer.writer.threshold == threshold
+        trainer.save()  # step 0, as the runner writes it
+        assert trainer.fit().status == "finished"
+        assert not trainer.writer.busy  # fit waited for every write
+        files = ("last.pt", "last.prev.pt", "best.pt")
+        written[name] = {f: load_verified(tmp_path / name / f) for f in files}
+    for f, found in written["foreground"].items():
+        other = written["background"][f]
+        assert found is not None and other is not None and found[2] == other[2] == []
+        a, b = found[0], other[0]
+        assert a.get("step") == b.get("step")  # best.pt's
+        if "state" in a:
+            assert a["state"]["step"] == b["state"]["step"]
+            assert a["state"]["history"] == b["state"]["history"]
+        for key, tensor in a["model"].items():
+            assert torch.equal(tensor, b["model"][key]), (f, key)
