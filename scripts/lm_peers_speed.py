@@ -2,6 +2,7 @@
 
     pip install -e ".[peers]"        # litgpt and x-transformers, pinned
     python scripts/lm_peers_speed.py [--repeats 5] [--steps 3] [--precisions fp32 bf16] [--compile]
+        [--like-for-like]
 
 Decoder-only (where the step was first compared): d 256, 4 heads, 4 layers, GELU MLP 4x, LayerNorm, pre-norm,
 RoPE, untied head, vocabulary 8192, no dropout, batches of 16 x 128 tokens, AdamW: ablate's ``build_lm``
@@ -19,6 +20,12 @@ models take turns: one repeat times ``--steps`` steps of each model after a warm
 figure is the median tokens/s of ``--repeats`` alternating repeats (warm-up and turn order shared), so a
 machine that slows down mid-run slows every model alike. It prints each model's tokens/s and parameter
 count, and ablate's ratio to the best peer per precision. Run it on an otherwise idle machine.
+
+``--like-for-like`` adds, after it, the same race with one loss and one optimizer for every codebase (ablate
+included): the cross-entropy of each model's whole logits in float32 (``F.cross_entropy(logits.float())``;
+x-transformers' XTransformer gives its decoder's logits, not its own loss) and ``torch.optim.AdamW(lr=1e-4,
+fused=True)``. Its ratio is the models' alone; the ratio of the two ratios is what ablate's own step (the
+chunked loss, its optimizer) adds on top, printed per precision as "trainer's share".
 """
 
 from __future__ import annotations
@@ -80,21 +87,34 @@ def mt_models() -> dict[str, nn.Module]:
             "torch.nn.Transformer": TorchTransformer(spec, MT_VOCAB, MT_VOCAB), "x-transformers": xt}
 
 
-def lm_step(name: str, model: nn.Module, precision: str) -> Step:
+def optimizer_of(name: str, model: nn.Module, common: bool) -> torch.optim.Optimizer:
+    """Each codebase's own optimizer (ablate's: the trainer's build_optimizer), or the one for all."""
+    if common:
+        return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if name == "ablate":
+        return build_optimizer(model, TRAIN)
+    return torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def whole_logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The common loss: cross-entropy of the whole (B, T, V) logits in float32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def lm_step(name: str, model: nn.Module, precision: str, common: bool = False) -> Step:
     g = torch.Generator().manual_seed(0)
     ids, targets = (torch.randint(4, LM_VOCAB, (LM_BATCH, LM_T), generator=g) for _ in range(2))
-    optimizer = build_optimizer(model, TRAIN) if name == "ablate" else torch.optim.AdamW(model.parameters(),
-                                                                                        lr=1e-4)
+    optimizer = optimizer_of(name, model, common)
 
     def step() -> int:
         optimizer.zero_grad(set_to_none=True)
         with autocast_context(precision, torch.device("cpu")):
-            if name == "ablate":  # the trainer's loss: the generator applied with the cross-entropy, chunked
+            if name == "ablate" and not common:  # the trainer's loss: the generator with the loss, chunked
                 loss = token_loss(model(ids, project=False), model.generator, targets, IGNORE)
             else:
                 logits = model(ids)  # (B, T, V)
-        if name != "ablate":
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        if name != "ablate" or common:
+            loss = whole_logits_loss(logits, targets)
         loss.backward()
         optimizer.step()
         return ids.numel()
@@ -102,23 +122,25 @@ def lm_step(name: str, model: nn.Module, precision: str) -> Step:
     return step
 
 
-def mt_step(name: str, model: nn.Module, precision: str) -> Step:
+def mt_step(name: str, model: nn.Module, precision: str, common: bool = False) -> Step:
     g = torch.Generator().manual_seed(0)
     src, tgt_in, tgt_out = (torch.randint(4, MT_VOCAB, (MT_BATCH, MT_LEN), generator=g) for _ in range(3))
-    optimizer = build_optimizer(model, TRAIN) if name == "ablate" else torch.optim.AdamW(model.parameters(),
-                                                                                        lr=1e-4)
+    optimizer = optimizer_of(name, model, common)
 
     def step() -> int:
         optimizer.zero_grad(set_to_none=True)
         with autocast_context(precision, torch.device("cpu")):
-            if name == "x-transformers":  # XTransformer computes its own loss on tgt (it shifts it itself)
+            if name == "x-transformers" and common:  # its decoder's logits, under the common loss
+                memory = model.encoder(src, return_embeddings=True)  # (B, S, d)
+                loss = whole_logits_loss(model.decoder.net(tgt_in, context=memory), tgt_out)
+            elif name == "x-transformers":  # XTransformer computes its own loss on tgt (it shifts it itself)
                 loss = model(src, torch.cat([tgt_in[:, :1], tgt_out], dim=1))
-            elif name == "ablate":  # the trainer's loss (no target is ignored here)
+            elif name == "ablate" and not common:  # the trainer's loss (no target is ignored here)
                 loss = token_loss(model(src, tgt_in, project=False), model.generator, tgt_out, IGNORE)
             else:
                 logits = model(src, tgt_in)  # (B, T, V)
-        if name == "torch.nn.Transformer":
-            loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten())
+        if name == "torch.nn.Transformer" or (name == "ablate" and common):
+            loss = whole_logits_loss(logits, tgt_out)
         loss.backward()
         optimizer.step()
         return tgt_out.numel()
@@ -141,22 +163,41 @@ def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> 
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def report(title: str, models: dict[str, nn.Module], make: Callable[[str, nn.Module, str], Step],
-           args: argparse.Namespace) -> None:
+def report(title: str, models: dict[str, nn.Module], make: Callable[[str, nn.Module, str, bool], Step],
+           args: argparse.Namespace, common: bool = False) -> dict[tuple[str, str], float]:
+    """Race the models at each precision; print tokens/s and ablate's ratios to the best peer, and return
+    them by (precision, ablate's entry)."""
     params = {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}
-    print(f"\n{title}: " + ", ".join(f"{n} {p / 1e6:.2f}M params" for n, p in params.items()))
+    how = "like for like (one loss, one optimizer)" if common else "each codebase's own step"
+    print(f"\n{title}, {how}: " + ", ".join(f"{n} {p / 1e6:.2f}M params" for n, p in params.items()))
+    ratios = {}
     for precision in args.precisions:
         chosen = dict(models)
         if args.compile:
             chosen["ablate compiled"] = torch.compile(models["ablate"])
-        steps = {name: make("ablate" if name.startswith("ablate") else name, m, precision)
+        steps = {name: make("ablate" if name.startswith("ablate") else name, m, precision, common)
                  for name, m in chosen.items()}
         rates = race(steps, args.repeats, args.steps, args.warmup)
         best = max((n for n in rates if not n.startswith("ablate")), key=lambda n: rates[n])
         cells = "  ".join(f"{n} {r:,.0f}" for n, r in rates.items())
         print(f"  {precision}: tokens/s  {cells}")
         for own in (n for n in rates if n.startswith("ablate")):
-            print(f"  {precision}: {own} / best peer ({best}) = {rates[own] / rates[best]:.2f}x")
+            ratios[precision, own] = rates[own] / rates[best]
+            print(f"  {precision}: {own} / best peer ({best}) = {ratios[precision, own]:.2f}x")
+    return ratios
+
+
+def compare(title: str, models: Callable[[], dict[str, nn.Module]],
+            make: Callable[[str, nn.Module, str, bool], Step], args: argparse.Namespace) -> None:
+    """Each codebase's own step; with --like-for-like, the common step beside it and what the trainer adds."""
+    own = report(title, models(), make, args)
+    if not args.like_for_like:
+        return
+    same = report(title, models(), make, args, common=True)  # fresh models: no optimizer state carried over
+    for key, ratio in own.items():
+        if key in same:
+            print(f"  {key[0]}: {key[1]}: the model {same[key]:.2f}x, with ablate's own loss and optimizer "
+                  f"{ratio:.2f}x: trainer's share {ratio / same[key]:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,14 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
     parser.add_argument("--compile", action="store_true", help="add ablate under torch.compile")
     parser.add_argument("--only", choices=("lm", "mt"))
+    parser.add_argument("--like-for-like", action="store_true",
+                        help="also race every codebase with one loss and one optimizer (the models alone)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of {args.repeats} "
           f"alternating repeats of {args.steps} steps")
     if args.only != "mt":
-        report("decoder-only", lm_models(), lm_step, args)
+        compare("decoder-only", lm_models, lm_step, args)
     if args.only != "lm":
-        report("encoder-decoder", mt_models(), mt_step, args)
+        compare("encoder-decoder", mt_models, mt_step, args)
     return 0
 
 

@@ -86,3 +86,22 @@ def test_a_cuda_run_keeps_attention_off_cudnn_and_a_cpu_run_leaves_the_backends_
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True", "False"]
+
+
+def test_a_cuda_run_multiplies_float32_through_tf32_and_says_so_a_cpu_run_in_ieee() -> None:
+    # hardware.use_tf32 through prepare_device; the setting is process-wide, so it is read in a child (no GPU
+    # is needed to set it or to name torch.device("cuda")).
+    probe = textwrap.dedent("""
+        import torch
+        from ablate.hardware import fp32_matmul, prepare_device
+        cuda, cpu = torch.device("cuda"), torch.device("cpu")
+        prepare_device(cpu)
+        seen = [fp32_matmul(cuda), fp32_matmul(cpu)]
+        prepare_device(cuda)
+        seen += [fp32_matmul(cuda), fp32_matmul(cpu), torch.backends.cuda.matmul.fp32_precision,
+                 torch.backends.cudnn.conv.fp32_precision]
+        print(*seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ieee", "ieee", "tf32", "ieee", "tf32", "tf32"]

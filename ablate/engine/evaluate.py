@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ablate.data.lm_corpus import LMData
@@ -14,7 +13,7 @@ from ablate.engine import metrics
 from ablate.engine.decode import decode_batch, length_sorted_batches
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
-from ablate.engine.lm_eval import evaluate_lm, sample_texts
+from ablate.engine.lm_eval import capped, evaluate_lm, sample_texts, summed_nll, summed_over_ranks
 from ablate.hardware import autocast_context
 from ablate.spec.experiment import ExperimentSpec
 
@@ -28,21 +27,28 @@ class Translations:
     reference_ids: list[list[int]]
 
 
+@torch.no_grad()
 def teacher_forced_loss(model: nn.Module, data: PreparedData, split: str, spec: ExperimentSpec,
-                        device: torch.device, autocast: object) -> float:
-    """Mean token cross-entropy without label smoothing (comparable across variants)."""
+                        device: torch.device, autocast: object, *, max_tokens: int | None = None,
+                        rank: int = 0, world_size: int = 1) -> float:
+    """Mean token cross-entropy without label smoothing (comparable across variants), float32, the generator
+    and the log-softmax a chunk of rows at a time (lm_eval.summed_nll); on the batches that reach
+    ``max_tokens`` target tokens (all when None), rank ``rank`` scoring every ``world_size``-th of them and
+    the sums added over the ranks."""
     tok = data.tokenizers
     batcher = TokenBatcher(data.splits[split], spec.data.batch_tokens, spec.seed, shuffle=False,
                            specials=(tok.pad_id, tok.bos_id, tok.eos_id))
     pad = data.tokenizers.pad_id
     total, tokens = 0.0, 0
-    for indices in batcher.epoch_batches(0):
-        batch = batcher.collate(indices)
+    batches = (batcher.collate(indices) for indices in batcher.epoch_batches(0))
+    for i, batch in enumerate(capped(batches, max_tokens)):
+        if i % world_size != rank:
+            continue
         with autocast:  # type: ignore[attr-defined]
-            logits = model(batch.src.to(device), batch.tgt_in.to(device))  # (B, T, V)
-        total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.to(device).flatten(),
-                                       ignore_index=pad, reduction="sum"))
+            src, tgt_in = batch.src.to(device), batch.tgt_in.to(device)  # (B, S), (B, T)
+            total += summed_nll(model, batch.tgt_out.to(device), batch.n_tgt_tokens, pad, src, tgt_in)
         tokens += batch.n_tgt_tokens
+    total, tokens = summed_over_ranks(total, tokens, world_size, device)
     return total / max(1, tokens)
 
 
@@ -73,24 +79,30 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
 @torch.no_grad()
 def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, split: str, spec: ExperimentSpec,
              device: torch.device, precision: str, decode: bool = True,
-             limit: int | None = None, keep: dict[str, Translations] | None = None) -> dict[str, float]:
+             limit: int | None = None, keep: dict[str, Translations] | None = None, *,
+             max_tokens: int | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`.
 
     Decodes the first `limit` sentences, the whole split when None: the trainer passes
     ``eval.max_sentences`` (a cap that keeps evaluations during training cheap); the final val/test
-    figures of a run decode every sentence. A language model (``LMData``) gets
-    :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing. ``keep``: the
-    split's translations (the ones its metrics were computed on) are stored there under ``split``.
+    figures of a run decode every sentence. The losses score the batches that reach ``max_tokens`` target
+    tokens (the trainer's ``eval.max_tokens``; all when None), rank ``rank`` of ``world_size`` (DDP) every
+    ``world_size``-th batch, added over the ranks; every rank decodes the same sentences. A language model
+    (``LMData``) gets :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing.
+    ``keep``: the split's translations (the ones its metrics were computed on) are stored there under
+    ``split``.
     """
     if isinstance(data, LMData):
         assert isinstance(model, DecoderOnlyLM)
-        return evaluate_lm(model, data, split, spec, device, precision)
+        return evaluate_lm(model, data, split, spec, device, precision, max_tokens=max_tokens, rank=rank,
+                           world_size=world_size)
     assert isinstance(model, Seq2SeqTransformer)
 
     was_training = model.training
     model.eval()
     try:
-        loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device))
+        loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device),
+                                   max_tokens=max_tokens, rank=rank, world_size=world_size)
         out = {f"{split}/loss": loss, f"{split}/ppl": metrics.perplexity(loss)}
         if decode:
             with autocast_context(precision, device):

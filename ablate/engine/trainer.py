@@ -29,6 +29,7 @@ from ablate.engine import preempt
 from ablate.engine.averaging import WeightAverager, make_averager
 from ablate.engine.checkpoint import (
     CHECKPOINT_VERSION,
+    CheckpointWriter,
     TrainState,
     load_checkpoint,
     rng_state,
@@ -40,6 +41,7 @@ from ablate.engine.checkpoint import (
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.encoder_decoder import Seq2SeqTransformer
 from ablate.engine.evaluate import evaluate
+from ablate.engine.lm_eval import scores_by_chunks
 from ablate.engine.param_roles import describe_groups, train_params
 from ablate.engine.progress import PeakMemory, Progress
 from ablate.engine.token_loss import token_loss
@@ -47,7 +49,6 @@ from ablate.errors import AblateError
 from ablate.hardware import autocast_context, resolve_precision
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, TrainSpec
-from registry.logits import PlainLogits
 from registry.loss import CrossEntropy
 from registry.optimizer import TrainParam
 
@@ -168,6 +169,8 @@ class Trainer:
         self.is_main = self.rank == 0
         self.segment_started = time.time()  # this process's part of the run; restore() adds the earlier ones
         self.segment_cpu = time.process_time()
+        # a checkpoint above checkpoint.ASYNC_CHECKPOINT_BYTES is written while the next steps run
+        self.writer = CheckpointWriter()
 
     # -- checkpoints
     @property
@@ -220,7 +223,11 @@ class Trainer:
             self.state.wall_seconds += now - self.segment_started
             self.state.cpu_seconds += cpu - self.segment_cpu
             self.segment_started, self.segment_cpu = now, cpu
-            save_checkpoint(self.last_path, self.checkpoint_payload(), keep_previous=True)
+            # save_checkpoint looked up here at each call: ablate/bench/overhead.py times it
+            self.writer.save(self.last_path, self.checkpoint_payload(), keep_previous=True,
+                             write=save_checkpoint)
+        # Written in the background, the checkpoint may land after this flush: a kill before it resumes
+        # from the one before, whose steps are trained again and their metrics dropped as repeats.
         self.flush()
 
     def flush(self) -> None:
@@ -256,9 +263,7 @@ class Trainer:
         """Whether the loss is the plain cross-entropy of the generator's own logits, which token_loss
         computes a chunk of rows at a time: the loss axis's cross_entropy, no logits axis, a logit
         multiplier of 1."""
-        model = self.model
-        return (isinstance(self.loss_fn, CrossEntropy)
-                and isinstance(model.logit_head, PlainLogits | nn.Identity) and model.logit_multiplier == 1.0)
+        return isinstance(self.loss_fn, CrossEntropy) and scores_by_chunks(self.model)
 
     def next_batches(self, count: int) -> list[Batch | LMBatch]:
         """The next `count` micro-batches of this rank; the position rolls over to the next epoch as soon
@@ -338,7 +343,9 @@ class Trainer:
         metric, count evaluations without improvement, and log peak memory so far."""
         with torch.compiler.set_stance("force_eager"):  # layers compiled in place (compile_scope) run eager
             metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
-                               decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences)
+                               decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences,
+                               max_tokens=self.spec.eval.token_cap(self.spec.is_lm), rank=self.rank,
+                               world_size=self.world_size)  # each rank its share of the batches
         step = self.state.step
         self.state.history.append((step, metrics))
         self.record(metrics, step)
@@ -352,8 +359,9 @@ class Trainer:
             self.state.best_value = value
             self.state.bad_evals = 0
             if self.is_main:
-                save_checkpoint(self.best_path, {"model": self.model.state_dict(), "step": step,
-                                                 "spec_hash": self.spec.spec_hash, key: value})
+                self.writer.save(self.best_path, {"model": self.model.state_dict(), "step": step,
+                                                  "spec_hash": self.spec.spec_hash, key: value},
+                                 write=save_checkpoint)
         else:
             self.state.bad_evals += 1
         return metrics
@@ -438,4 +446,5 @@ class Trainer:
                                     "checkpoint")
             finally:
                 progress.close()
+                self.writer.wait()  # every checkpoint whole on disk before the run reads best.pt or exits
         return TrainOutcome("finished", self.state)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from ablate.errors import AblateError
 from ablate.hardware import WORKER_DEVICE_ENV, visible_gpus
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -64,3 +67,22 @@ def _check_exists(device: torch.device, source: str) -> None:
     if (device.index or 0) >= count:
         raise AblateError(f"{source}: {device} asked for, but this process sees {count} GPUs "
                           "(torch.cuda.device_count(), after CUDA_VISIBLE_DEVICES)")
+
+
+def gather(info: DistInfo, value: Any) -> list[Any]:
+    """Every rank's ``value`` (picklable), in rank order, on every rank; ``[value]`` in a single process."""
+    if not info.enabled:
+        return [value]
+    values: list[Any] = [None] * info.world_size
+    dist.all_gather_object(values, value)
+    return values
+
+
+def from_main(info: DistInfo, value: T) -> T:
+    """Rank 0's ``value`` (picklable) on every rank; the value itself in a single process. Under nccl it
+    travels through the GPU ``pick_device`` set for this rank."""
+    if not info.enabled:
+        return value
+    box: list[Any] = [value if info.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[no-any-return]

@@ -27,15 +27,15 @@ from ablate.data.check import checked_spec
 from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import preempt
-from ablate.engine.checkpoint import load_verified
+from ablate.engine.checkpoint import CheckpointError, load_verified
 from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.dispatch import build_any
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
-from ablate.hardware import prepare_device
-from ablate.run.distributed import DistInfo, init_distributed, pick_device
+from ablate.hardware import fp32_matmul, prepare_device
+from ablate.run.distributed import DistInfo, from_main, gather, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.lock import RunLock
 from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importable from here too
@@ -143,7 +143,7 @@ def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
     memory.reset()  # this run's peak, not the worker process's
     data = prepare(spec, options.data)
     model = build(spec, data, place.device)
-    resume = _resume_point(place.run_dir / LAST_CHECKPOINT)
+    resume = agreed_resume(place)
     with preempt.held():  # a stop here would leave a run whose id nothing recorded: resumed, a second one
         tracker = open_tracker(spec, options, place, resume)
         if options.on_start is not None:
@@ -175,8 +175,9 @@ def find_place(spec: ExperimentSpec, run_dir: Path | None) -> Place:
 
 
 def finished_run(spec: ExperimentSpec, place: Place) -> RunResult | None:
-    """A run that already ended is reported, not retrained; records its outbox still holds are sent."""
-    done = read_summary(place.run_dir)
+    """A run that already ended is reported, not retrained; records its outbox still holds are sent. Under
+    torchrun rank 0's folder decides for every rank (another node's folder may not have the summary)."""
+    done = from_main(place.dist, read_summary(place.run_dir))
     if done is None or done.status not in TERMINAL:
         return None
     if spec.tracking.enabled and place.dist.is_main and (place.run_dir / OUTBOX).is_dir():
@@ -356,6 +357,51 @@ def finish(spec: ExperimentSpec, place: Place, trainer: Trainer, tracker: NullTr
     return result
 
 
+def agreed_resume(place: Place) -> Checkpoint | None:
+    """The checkpoint every rank resumes from: rank 0's.
+
+    Each rank reads its own run folder, which several nodes need not share (node-local disks): a rank whose
+    checkpoint is not rank 0's (none, an older step, a torn file) would otherwise resume elsewhere than rank
+    0 while DDP averages their gradients, and the replicas would part silently. The ranks compare what they
+    found (step and the checkpoint's own clock); where any differs from rank 0, rank 0's checkpoint is sent
+    to every rank, and each rank that had another says so in one line. Where rank 0 has none, every rank
+    starts at step 0. A rank 0 with only torn files stops every rank with its CheckpointError.
+    """
+    problem = None
+    try:
+        local = _resume_point(place.run_dir / LAST_CHECKPOINT)
+    except CheckpointError as exc:
+        local, problem = None, str(exc)
+    if not place.dist.enabled:
+        if problem is not None:
+            raise CheckpointError(problem)
+        return local
+    found = gather(place.dist, ("error", problem) if problem is not None else _checkpoint_key(local))
+    if found[0][0] == "error":
+        raise CheckpointError(f"rank 0: {found[0][1]}")
+    if all(key == found[0] for key in found):
+        return local  # one shared folder, or the same checkpoint on every node
+    resume = from_main(place.dist, local if place.dist.is_main else None)
+    mine = found[place.dist.rank]
+    if mine != found[0]:
+        have = "a torn checkpoint" if mine[0] == "error" else (
+            "no checkpoint" if mine[1] is None else f"a checkpoint at step {mine[1]}")
+        goes = f"rank 0's checkpoint at step {found[0][1]}" if resume is not None else "step 0, as rank 0"
+        print(f"rank {place.dist.rank}: {place.run_dir} holds {have}; resuming from {goes}", file=sys.stderr,
+              flush=True)
+    return resume
+
+
+def _checkpoint_key(payload: Checkpoint | None) -> tuple[str, int | None, float, float]:
+    """What tells two ranks' checkpoints apart without comparing them: the step, and the run's wall and CPU
+    seconds at the moment it was written."""
+    if payload is None:
+        return ("none", None, 0.0, 0.0)
+    state = payload["state"]
+    return ("checkpoint", int(state["step"]), float(state.get("wall_seconds", 0.0)),
+            float(state.get("cpu_seconds", 0.0)))
+
+
 def _resume_point(path: Path) -> Checkpoint | None:
     """The newest good checkpoint of the run (see `load_verified`), saying in one line when a torn one
     was skipped."""
@@ -381,7 +427,7 @@ def log_run_start(tracker: NullTracker, data: PreparedData, device: torch.device
     tracker.log_text(tok.tgt.to_str(), record.TGT_TOKENIZER_ARTIFACT)
     # precision: auto trains in bf16 on one machine and fp32 on another: the run says which it got
     tags = {record.DEVICE: describe_device(device), record.DEVICE_INDEX: str(device),
-            record.PRECISION: precision}
+            record.PRECISION: precision, record.FP32_MATMUL: fp32_matmul(device)}
     if data.is_text:
         sig = signatures()
         tags.update({record.BLEU_SIGNATURE: sig["bleu"], record.CHRF_SIGNATURE: sig["chrf"]})

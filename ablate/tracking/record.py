@@ -114,6 +114,9 @@ DEVICE_INDEX = "ablate.device_index"  # which one: cuda:3 (a study's workers spr
 PRECISION = "ablate.precision"  # what train.precision resolved to here (auto: bf16, fp16 or fp32)
 SPEC_PRECISION = "ablate.spec_precision"  # a study cell trained at its study's precision: what its spec said
 STUDY_PRECISION = "ablate.study_precision"  # a study's parent: what auto resolves to in every cell
+# How the run's float32 matrix products ran: tf32 on a GPU (tensor cores, inputs rounded to 10 mantissa bits,
+# float32 sums), ieee elsewhere (ablate/hardware.py's fp32_matmul)
+FP32_MATMUL = "ablate.fp32_matmul"
 HOST = "ablate.host"
 CPU = "ablate.cpu"
 GPU = "ablate.gpu"

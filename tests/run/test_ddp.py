@@ -3,8 +3,9 @@
 One torchrun run (2 processes) and one single-process run of the same data with the same global batch
 (TokenBatcher gives rank r the batches r, r+2, ... of one epoch list, so a step of the 2-rank run sees
 batches 2k and 2k+1; the single process sees the same two as accumulation micro-batches). Dropout is
-0, so both runs must log the same train/loss at every step, only rank 0 may talk to MLflow, and only
-rank 0 may write checkpoints (a sitecustomize spy records every file replaced, with the writer's RANK).
+0, so both runs must log the same train/loss at every step and the same val/loss (each rank scoring its
+share of the validation batches), only rank 0 may talk to MLflow, and only rank 0 may write checkpoints (a
+sitecustomize spy records every file replaced, with the writer's RANK).
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ def run(cmd: list[str], cwd: Path, writes: Path) -> subprocess.CompletedProcess[
     return proc
 
 
-def losses(db: Path) -> tuple[int, dict[int, float]]:
-    """(number of runs in the store, train/loss by step of the only run)."""
+def losses(db: Path, metric: str = "train/loss") -> tuple[int, dict[int, float]]:
+    """(number of runs in the store, ``metric`` by step of the only run)."""
     client = MlflowClient(f"sqlite:///{db}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    curve = {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, "train/loss")}
+    curve = {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, metric)}
     return len(runs), curve
 
 
@@ -127,3 +128,10 @@ def test_torchrun_two_ranks_matches_one_process_with_the_same_global_batch(tmp_p
     for step, value in ddp_curve.items():
         assert value == pytest.approx(single_curve[step], rel=1e-3), (step, ddp_curve, single_curve)
     assert ddp_curve[steps] < ddp_curve[1]  # and it did learn
+    # Each rank scored its share of the validation batches and the sums were added over the ranks: the
+    # single process's val/loss on the whole split (16 sentences, several batches), at every evaluation.
+    ddp_val = losses(tmp_path / "ddp.db", "val/loss")[1]
+    single_val = losses(tmp_path / "single.db", "val/loss")[1]
+    assert sorted(ddp_val) == sorted(single_val) == [4, 8]
+    for step, value in ddp_val.items():
+        assert value == pytest.approx(single_val[step], rel=1e-5), (step, ddp_val, single_val)

@@ -192,6 +192,7 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
     asked = spec.train.precision
     auto = "bf16" if cpu_has_fast_bf16() else "fp32"
     assert tags["ablate.precision"] == (auto if asked == "auto" else asked)
+    assert tags["ablate.fp32_matmul"] == "ieee"  # tf32 on a GPU (hardware.use_tf32), full float32 on a CPU
     assert tags["eval.sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|")
     assert tags["eval.chrf_signature"].startswith("nrefs:1|")
 
