@@ -65,13 +65,14 @@ def test_rung_signs_decide_each_rung_at_its_bonferroni_share() -> None:
 
 @pytest.mark.parametrize("name, bound", [
     ("constant -0.05", 0.03),
-    ("constant -0.05, rung sd 0.005", 0.10),
-    ("constant -0.05, rung sd 0.010", 0.10),
-    ("constant -0.05, rung sd 0.015", 0.10),
+    ("constant -0.05, rung sd 0.005", 0.12),
+    ("constant -0.05, rung sd 0.010", 0.15),
+    ("constant -0.05, rung sd 0.015", 0.16),
 ])
 def test_a_constant_gap_rarely_reads_as_a_trend_even_when_rungs_scatter(name: str, bound: float) -> None:
     """The old rule read grows/shrinks/reverses in 16-39% of such ladders at rung sd 0.01; the measured-rung
-    rules stay under 10% (about 4% in the docs' larger run)."""
+    rules read grows or shrinks in 6-11% (the docs' larger run), never reverses: above the nominal 1.7%,
+    since the rung variance is estimated on 2 df, and stated so in docs/ladders.md."""
     r = simulate(BY_NAME[name], SIMS, seed=11, replicates=300)
     assert r.wrong <= bound, r.verdicts
 

@@ -159,7 +159,8 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
                   f"`{ladder.metric}` against training compute over {len(ladder.rungs)} rungs "
                   f"({ladder.span:.3g}x): each variant's seeds (dots), rung means, fitted curve and "
                   f"{ladder.band_level:.0%} band (from "
-                  "resampling seeds within rungs), dashed beyond the largest rung (an extrapolation). Above "
+                  "resampling seeds within rungs, plus the rungs' own scatter about the curve), dashed "
+                  "beyond the largest rung (an extrapolation). Above "
                   f"each rung its verdicts, one mark per comparison ({order}): + better, - worse, 0 no "
                   "detectable effect, = identical, ? not testable.")
 
