@@ -74,6 +74,11 @@ class Speedup:
     slope: float  # b: the baseline's loss change per doubling of data
     level: float = LEVEL
 
+    @property
+    def line_fits(self) -> bool:
+        """The loss-against-tokens line is not rejected by its lack-of-fit test (at 1 - level)."""
+        return not self.lack_of_fit.rejects(1.0 - self.level)
+
     def as_dict(self) -> dict[str, object]:
         return {"rung": self.rung, "speedup": self.value, "lo": self.lo, "hi": self.hi,
                 "tokens_needed": self.tokens_needed, "beyond": self.beyond,
