@@ -39,7 +39,6 @@ from ablate.report.sections import (
     compute_hours,
     costs,
     curves,
-    data_speedup,
     environment,
     factorial,
     failures,
@@ -53,6 +52,7 @@ from ablate.report.sections import (
     sampling,
     seeds,
     setup,
+    speedup_table,
     summary,
     trials,
     tuning_budget,
@@ -70,7 +70,7 @@ PartFn = Callable[[Inputs], Part | None]
 # ladder's scaling figure and transfer table, published results, then the summary, then the factorial
 # main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    across_scales.part, data_speedup.part,
+    across_scales.part, speedup_table.part,
     setup.part, forest_plot.part, mde.part, published.part, summary.part,
     main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
     sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,

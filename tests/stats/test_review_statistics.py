@@ -1,5 +1,5 @@
 """The review's other statistics: seeds a new study needs at the observed effect and across its interval
-(ablate/stats/seeds_at_effect.py), borderline verdicts with their leave-one-seed-out range
+(ablate.stats.replication_size.py), borderline verdicts with their leave-one-seed-out range
 (ablate/stats/borderline.py), steps-to-target with runs that never reach it (ablate/stats/censored.py), and
 muP's shift interval from few seeds by t, not a bootstrap (ablate/stats/best_rate_shift.py)."""
 
@@ -14,7 +14,7 @@ from scipy import stats
 from ablate.stats.best_rate_shift import transfer
 from ablate.stats.borderline import borderline, leave_one_out
 from ablate.stats.censored import Run, compare, score
-from ablate.stats.seeds_at_effect import power_at, seeds_across, seeds_for
+from ablate.stats.replication_size import power_at, seeds_across, seeds_for
 from tests.stats.test_best_rate_shift import search
 
 

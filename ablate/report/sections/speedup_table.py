@@ -1,12 +1,12 @@
 """The speedup as Wen et al. (2025) measure it, on a ladder with data budgets: per variant and model size
 the data the tuned baseline needs to reach the variant's final loss, with its interval, and the speedup's
-trend with size. Renders ``ablate.report.compute.data_speedups``; decides nothing."""
+trend with size. Renders ``ablate.report.compute.tuned_speedups``; decides nothing."""
 
 from __future__ import annotations
 
 import math
 
-from ablate.report.compute.data_speedups import DataSpeedups, Speedup, SpeedupTrend, as_record, speedups_of
+from ablate.report.compute.tuned_speedups import DataSpeedups, Speedup, SpeedupTrend, as_record, speedups_of
 from ablate.report.render import Block, Para, Section, Table
 from ablate.report.section_api import Inputs, Part
 

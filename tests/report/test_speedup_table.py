@@ -1,5 +1,5 @@
-"""Wen et al.'s speedup in a ladder's report (ablate/report/compute/data_speedups.py,
-ablate/report/sections/data_speedup.py): budget rungs tagged with their size and multiple, the baseline's
+"""Wen et al.'s speedup in a ladder's report (ablate/report/compute/tuned_speedups.py,
+ablate/report/sections/speedup_table.py): budget rungs tagged with their size and multiple, the baseline's
 loss-against-tokens fit per size, each variant's speedup and its trend with size."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.report.compute.data_speedups import speedups_of
 from ablate.report.compute.loaded_study import build_study
+from ablate.report.compute.tuned_speedups import speedups_of
 from ablate.report.render import Table
 from ablate.report.section_api import Inputs
-from ablate.report.sections import data_speedup
+from ablate.report.sections import speedup_table
 
 SIZES = [("s", 1e11, 1e6), ("m", 1e12, 4e6), ("l", 1e13, 1.6e7)]  # name, flops at 1x, tokens at 1x
 SPEEDUP = {"s": 1.6, "m": 1.3, "l": 1.1}  # 'fast' shrinks towards 1x with size, as Muon's in Wen et al.
@@ -64,7 +64,7 @@ def test_each_size_gives_the_speedup_the_runs_were_made_with_and_its_trend_shrin
 
 
 def test_the_section_renders_the_speedup_table(tmp_path: Path) -> None:
-    part = data_speedup.part(Inputs(build_study(*frame()), tmp_path))
+    part = speedup_table.part(Inputs(build_study(*frame()), tmp_path))
     assert part is not None and part.sections[0].title == "Speedup in data"
     table = part.sections[0].blocks[0]
     assert isinstance(table, Table) and table.header == ["variant", "s", "m", "l", "trend with size"]
@@ -75,4 +75,4 @@ def test_the_section_renders_the_speedup_table(tmp_path: Path) -> None:
 def test_a_study_without_budgets_has_no_speedup_section(tmp_path: Path) -> None:
     parent, runs = frame()
     runs = runs.drop(columns=["tags.ablate.size_rung", "tags.ablate.data_budget"])
-    assert data_speedup.part(Inputs(build_study(parent, runs), tmp_path)) is None
+    assert speedup_table.part(Inputs(build_study(parent, runs), tmp_path)) is None
