@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ablate.spec.study_sections import Expectation
+from ablate.stats.replication_size import SeedsAcross
 from ablate.stats.verdict import (
     EQUIVALENCE_PAIRS,
     equivalent,
@@ -54,6 +55,9 @@ class Evidence:
     # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
     # plan, ablate/stats/power.py; None: more than its limit, or not computed)
     seeds_needed: int | None = None
+    # the seeds a new study needs at the observed effect and at each end of its interval
+    # (ablate/stats/replication_size.py): preferred over seeds_needed, which assumes a true effect
+    seeds_across: SeedsAcross | None = None
 
 
 def claim_margin(claim: Expectation, min_effect: float | None) -> float | None:
@@ -191,7 +195,16 @@ def _more_seeds(ev: Evidence) -> str:
     return "more seeds would tell"
 
 
+def _seeds(n: int | None) -> str:
+    return "no number of seeds" if n is None else f"{n} seeds"
+
+
 def _new_study(ev: Evidence) -> str:
+    a = ev.seeds_across
+    if a is not None:
+        return (f"a new study would need {_seeds(a.observed)} at the observed effect, {_seeds(a.at_lo)} to "
+                f"{_seeds(a.at_hi)} across its interval's ends (a paired t test at 80% power; these seeds "
+                f"had {a.power_here:.0%} at the observed effect)")
     if ev.seeds_needed is not None:
         return f"a new study with seeds.max {ev.seeds_needed} would tell"
     return "a new study would need more than 100 seeds at this spread"

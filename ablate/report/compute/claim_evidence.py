@@ -15,7 +15,7 @@ from ablate.report.compute.comparisons import decided_metric, paired_differences
 from ablate.report.compute.loaded_study import EffectRow, Study, quality_meta
 from ablate.spec.study_sections import Expectation
 from ablate.stats.claims import Evidence, Outcome, claim_margin, judge
-from ablate.stats.power import seeds_needed
+from ablate.stats.replication_size import seeds_across
 from ablate.stats.sequential import Design, walk
 from ablate.stats.verdict import holm_significant, read
 from ablate.tracking import record
@@ -50,12 +50,16 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
                             identical, design.min_effect, diverged, len(runs), base_diverged)
-        needed = None
+        across = None
         if look.final and claim is not None and claim.effect in ("better", "worse", "none") and look.sd > 0:
-            needed = seeds_needed(design, look.sd, claim.effect, claim.margin)
+            # at the effect these seeds found and across its interval, never at an assumed one
+            within = claim.effect == "none"
+            margin = claim_margin(claim, design.min_effect) if within else (claim.margin or 0.0)
+            across = seeds_across(look.diff, look.lo, look.hi, look.sd, look.n, design.level,
+                                  "within" if within else "beyond", margin or 0.0)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged, design.looks[-1] if look.final else None, needed)
+                        base_diverged, design.looks[-1] if look.final else None, None, across)
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
         diff = row.effect.diff if row is not None else nan
