@@ -7,10 +7,11 @@ Reads the study's ``runs.csv`` (one row per cell: ``model.parametrisation``, ``m
 from its ``export/``), groups the finished and diverged cells by parametrisation (a diverged cell counts as
 the parametrisation's worst finite loss), and decides for each whether the best
 learning rate moves with the width (ablate/stats/best_rate_shift.py: the best log2 rate per width from a
-parabola through the seed means, its shift from the narrowest to the widest width with a seed-bootstrap
-90% interval; stable inside +-1, drifts when the interval excludes 0). muP's cells at its base width are the
-standard parametrisation's (the same model bit for bit), so they are shared. Prints the table of seed-mean
-losses and the verdicts, and draws the loss against the learning rate per width for both.
+parabola through the seed means, its shift from the narrowest to the widest width with a 90% interval, the
+jackknife's t with 5 seeds or fewer, else a seed bootstrap; stable inside +-1, drifts when the interval
+excludes 0). muP's cells at its base width are the standard parametrisation's (the same model bit for
+bit), so they are shared. Prints the table of seed-mean losses and the verdicts, and draws the loss against
+the learning rate per width for both.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ablate.report.plots import save
-from ablate.stats.best_rate_shift import Transfer, transfer
+from ablate.stats.best_rate_shift import SMALL, Transfer, transfer
 
 Cells = dict[tuple[int, float, int], float]
 
@@ -126,8 +127,9 @@ def main() -> int:
         best = ", ".join(f"d{w} {2 ** b:.2e}{'' if inside else ' (at the grid edge)'}"
                          for w, b, inside in found)
         print(f"  best lr: {best}")
+        interval = "jackknife t" if result.seeds <= SMALL else "seed-bootstrap"
         print(f"  shift d{result.widths[0]} -> d{result.widths[-1]}: {result.shift:+.2f} log2 (x"
-              f"{math.pow(2, result.shift):.2f}), {100 * result.level:.0f}% seed-bootstrap interval "
+              f"{math.pow(2, result.shift):.2f}), {100 * result.level:.0f}% {interval} interval "
               f"[{result.low:+.2f}, {result.high:+.2f}]: {result.verdict} (margin +-{result.margin:g})")
     draw(results, args.out, args.metric)
     print(f"wrote {args.out}")

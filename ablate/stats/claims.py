@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ablate.spec.study_sections import Expectation
+from ablate.stats.borderline import FRACTION, LeaveOneOut, borderline
+from ablate.stats.replication_size import SeedsAcross
 from ablate.stats.verdict import (
     EQUIVALENCE_PAIRS,
     equivalent,
@@ -54,6 +56,11 @@ class Evidence:
     # seeds.max a new study would need to settle the claim at the spread these seeds showed (its power
     # plan, ablate/stats/power.py; None: more than its limit, or not computed)
     seeds_needed: int | None = None
+    # the seeds a new study needs at the observed effect and at each end of its interval
+    # (ablate/stats/replication_size.py): preferred over seeds_needed, which assumes a true effect
+    seeds_across: SeedsAcross | None = None
+    # the interval's ends with each seed left out (ablate/stats/borderline.py), for a borderline verdict
+    leave_one_out: LeaveOneOut | None = None
 
 
 def claim_margin(claim: Expectation, min_effect: float | None) -> float | None:
@@ -69,9 +76,37 @@ def judge(claim: Expectation, ev: Evidence | None, higher_is_better: bool, unit:
     ``identical`` by every paired seed equal (or any differing). A variant that diverged in at least half
     its runs while the baseline never did failed to train: it reproduces ``worse``, contradicts the rest.
     ``unit``: the metric's, for the margin a reproduced direction clears. No evidence (``ev`` None: no run
-    of the variant yet) settles nothing."""
+    of the variant yet) settles nothing. A verdict on a margin whose deciding bound lies within
+    ``borderline.FRACTION`` of it says so, with the interval's ends over the seeds left out one at a time
+    (ablate/stats/borderline.py)."""
     if ev is None:
         return OPEN, "the study has no runs of this variant yet"
+    outcome, why = _judge(claim, ev, higher_is_better, unit)
+    margin = claim_margin(claim, ev.min_effect) if claim.effect == "none" else claim.margin
+    return outcome, why + _borderline(ev, margin, claim.effect == "none")
+
+
+def _borderline(ev: Evidence, margin: float | None, within_claim: bool) -> str:
+    """' (borderline: ...)' where the interval's deciding end lies within FRACTION of the margin: for a
+    "none" claim the end farthest from 0 (it must stay inside), unless the interval lies wholly beyond
+    the margin (then the end nearest 0); for a claim of a difference beyond the margin, the end nearest
+    0 (it must clear the margin)."""
+    if margin is None or not _has_ci(ev):
+        return ""
+    near, far = sorted((ev.lo, ev.hi), key=abs)
+    beyond = (ev.lo > 0 or ev.hi < 0) and abs(near) > margin
+    bound = far if within_claim and not beyond else near
+    if not borderline(bound, margin):
+        return ""
+    loo = ev.leave_one_out
+    moved = ("" if loo is None else f"; with one seed left out its interval's ends range over "
+             f"[{loo.lo_range[0]:+.4g}, {loo.lo_range[1]:+.4g}] and [{loo.hi_range[0]:+.4g}, "
+             f"{loo.hi_range[1]:+.4g}]")
+    return (f" (borderline: the deciding bound {bound:+.4g} lies within {FRACTION:.0%} of the ±{margin:g} "
+            f"margin{moved})")
+
+
+def _judge(claim: Expectation, ev: Evidence, higher_is_better: bool, unit: str) -> tuple[Outcome, str]:
     failed = ev.runs > 0 and 2 * ev.diverged >= ev.runs and ev.base_diverged == 0
     if claim.effect == "identical":
         return _judge_identical(ev, failed)
@@ -191,7 +226,16 @@ def _more_seeds(ev: Evidence) -> str:
     return "more seeds would tell"
 
 
+def _seeds(n: int | None) -> str:
+    return "no number of seeds" if n is None else f"{n} seeds"
+
+
 def _new_study(ev: Evidence) -> str:
+    a = ev.seeds_across
+    if a is not None:
+        return (f"a new study would need {_seeds(a.observed)} at the observed effect, {_seeds(a.at_lo)} to "
+                f"{_seeds(a.at_hi)} across its interval's ends (a paired t test at 80% power; these seeds "
+                f"had {a.power_here:.0%} at the observed effect)")
     if ev.seeds_needed is not None:
         return f"a new study with seeds.max {ev.seeds_needed} would tell"
     return "a new study would need more than 100 seeds at this spread"

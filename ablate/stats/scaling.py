@@ -29,6 +29,13 @@ about that ratio. A simulation in tests/stats/test_scaling.py checks that the in
 exponent and the true curve at their nominal level. Seeds are drawn jointly for every variant (a seed's
 cells share their data order and initialisation), so that the gaps between fits keep their pairing.
 
+Rungs scatter about any smooth curve by more than their seeds say (reports/ladder-kdocs's power laws left a
+lack-of-fit chi-square of 20-116 while their exponents carried +-0.01 intervals). So every fit reports its
+lack-of-fit F test and carries the rung-level variance ``tau^2`` estimated from its residuals
+(ablate/stats/ladder_fit.py; for the power law, on its Gauss-Newton design at the fitted exponent): each
+replicate adds a rung effect ``N(0, tau^2)`` to every rung mean, and where ``tau^2 > 0`` the widening's
+degrees of freedom are the rungs' left over the fit's parameters (``K - p``), not the seeds'.
+
 Pure numpy/scipy: no verdict is decided here (ablate/stats/transfer.py decides how a gap moves).
 """
 
@@ -41,6 +48,8 @@ from typing import Literal
 
 import numpy as np
 from scipy import stats
+
+from ablate.stats.ladder_fit import LackOfFit, lack_of_fit, rung_variance
 
 POWER_LAW_RUNGS = 4  # the fewest rungs a saturating power law (3 parameters) is fitted to
 ALPHA_RANGE = (1e-3, 3.0)
@@ -84,6 +93,8 @@ class Fit:
     at_edge: bool = False  # the power law's best exponent at the upper edge of ALPHA_RANGE
     note: str = ""  # why the form is not the one the rungs' count asks for
     replicates: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)), repr=False, compare=False)
+    lack_of_fit: LackOfFit = LackOfFit(math.nan, 0, 0, math.nan)
+    tau2: float = 0.0  # the rung-level variance every interval carries
 
     def predict(self, compute: float | np.ndarray) -> np.ndarray:
         """The fitted metric at ``compute`` (FLOPs)."""
@@ -105,7 +116,8 @@ class Fit:
         return {"form": self.form, "params": dict(self.params),
                 "intervals": {k: list(v) for k, v in self.intervals.items()}, "c0": self.c0,
                 "rungs": self.rungs, "seeds": self.seeds, "df": self.df, "level": self.level,
-                "at_edge": self.at_edge, "note": self.note, "formula": formula(self.form)}
+                "at_edge": self.at_edge, "note": self.note, "formula": formula(self.form),
+                "lack_of_fit": self.lack_of_fit.as_dict(), "rung_variance": self.tau2}
 
 
 def formula(form: Form) -> str:
@@ -251,6 +263,27 @@ def fit(rungs: Sequence[Rung], draws: Sequence[np.ndarray] | None = None, level:
         point = _log_linear(np.log10(c / c0), means, w)
         boot = _log_linear(np.log10(c / c0), reps, w)
     params = _params(chosen, point[0])
+    fitted = curve(chosen, params, c0, c)
+    lof = lack_of_fit([r.values for r in used], list(fitted), len(params))
+    seed_var = np.asarray([np.var(r.values, ddof=1) / r.n if r.n > 1 else 0.0 for r in used])
+    tau2 = rung_variance(_design(chosen, params, c / c0), means[0], w, seed_var)
+    if tau2 > 0:
+        # every replicate's rungs also scatter about the curve (module doc); drawn apart from the seeds'
+        shift = np.random.default_rng(BOOTSTRAP_SEED + 1).normal(0.0, math.sqrt(tau2), reps.shape)
+        reps = reps + shift
+        boot = (_power_law(np.log(c / c0), reps, w)[0] if chosen == "power_law"
+                else _log_linear(np.log10(c / c0), reps, w))
+        df = max(1, len(used) - len(params))
     lo, hi = widened(point[0], boot, max(df, 1), level)
     intervals = {k: (float(a), float(b)) for k, a, b in zip(params, lo, hi, strict=True)}
-    return Fit(chosen, params, intervals, c0, len(used), int(w.sum()), df, level, at_edge, note, boot)
+    return Fit(chosen, params, intervals, c0, len(used), int(w.sum()), df, level, at_edge, note, boot, lof,
+               tau2)
+
+
+def _design(form: Form, params: dict[str, float], ratio: np.ndarray) -> np.ndarray:
+    """The fit's design at its parameters (K, p): log-linear's [1, log10 ratio]; the power law's Jacobian
+    [1, ratio^-alpha, -A ratio^-alpha ln ratio] (Gauss-Newton's linearisation)."""
+    if form == "log_linear":
+        return np.stack([np.ones_like(ratio), np.log10(ratio)], axis=1)
+    base = ratio ** (-params["alpha"])
+    return np.stack([np.ones_like(ratio), base, -params["A"] * base * np.log(ratio)], axis=1)

@@ -1,43 +1,41 @@
-"""How a comparison's gap moves with training compute: the transfer verdict of a ladder, its prediction at
-a target compute, and the backtest that checks whether the smaller rungs predicted the largest.
+"""How a comparison's gap moves with training compute: the transfer verdict of a ladder, read from its
+measured rungs, and the line in log-compute beside it where the rungs follow one.
 
 The data of one comparison are its paired differences (variant - baseline, per seed, ablate/stats/
-pairing.py) at each rung, and each rung's training compute ``C`` (the baseline's, FLOPs). The gap is
-fitted as a line in log-compute, ``g(x) = p + q x`` with ``x = log10(C / C_top)`` (``C_top``: the largest
-rung's compute), by least squares over every pair (rung means weighted by their pairs). Its uncertainty is
-the sampling error of the rung means, each rung with its own spread (noise changes with scale): any
-fitted value is a linear combination ``sum_r c_r mean_r``, whose variance is ``sum_r c_r^2 s_r^2 / n_r``,
-referred to a t distribution with Satterthwaite's degrees of freedom (Welch's test, for a line). A rung
-with fewer than two pairs has no spread of its own and stays out of the fit (the verdict says which rungs
-it used).
+pairing.py) at each rung, and each rung's training compute ``C`` (the baseline's, FLOPs).
 
-The verdict (:class:`Transfer`), at level ``1 - alpha`` (``alpha`` the study's, shared by the ladder's
-comparisons, Bonferroni), reads the fitted gap at the smallest and the largest rung and its change over
-the ladder, ``delta = g(x_top) - g(x_bottom)``:
+**The verdict** (:func:`decide`) comes from the rungs as measured (ablate/stats/rung_trend.py): each rung's
+decided sign (its verdict in the ladder's family), Jonckheere's monotone trend test over the rungs (seed
+resampling with the rung-level variance in its null, Holm over the ladder's comparisons), and the rungs'
+differences from the smallest:
 
-* **reverses**: the gap at the smallest rung and at the largest are both decided, with opposite signs;
-  the crossover is where the fitted gap is 0, and its interval the compute where the gap's interval
-  holds 0 (Fieller's interval for the root of a line);
-* **holds**: the change over the ladder lies within ``+-margin`` (the gap, whatever its size, moves less
-  than the margin over the ladder's range);
-* **grows**: the change is decided and has the sign of the gap at the largest rung, which is decided;
-* **shrinks**: the change is decided and has the opposite sign of the gap at the smallest rung, which is
-  decided; the crossover, where the line reaches 0 beyond the largest rung, is an extrapolation;
+* **reverses**: the two smallest rungs and the two largest are each decided, with opposite signs;
+* **holds**: every rung's gap minus the smallest rung's lies within ``+-margin``;
+* **shrinks**: the trend test rejects, moving away from the side the smallest rung decided (towards 0 or
+  past it);
+* **grows**: the trend test rejects, moving the way the largest rung decided;
 * **not settled**: none of these.
 
-The prediction at the target compute is the fitted gap there, with a prediction interval for the gap a
-study would measure there on as many seeds as the largest rung had (the line's own error plus that
-rung's noise over its seeds): always an extrapolation, ``target / C_top`` times beyond the largest rung.
+**The line** ``g(x) = p + q x``, ``x = log10(C / C_top)``, is fitted by least squares over every pair
+(rung means weighted by their pairs). Any fitted value is a linear combination ``sum_r c_r mean_r`` with
+variance ``sum_r c_r^2 (s_r^2 / n_r + tau^2)``: each rung's own seed spread plus the rung-level variance
+``tau^2`` estimated from the scatter about the line (ablate/stats/ladder_fit.py), referred to t with
+Satterthwaite's degrees of freedom. Its lack-of-fit F test is reported; where it rejects (at the study's
+alpha), the gap does not follow a trend in log compute over these rungs and nothing is read from the line
+(no slope, crossover or prediction). Otherwise the crossover of a reversing or shrinking gap is where the
+line is 0, its interval the compute where the gap's interval holds 0 (Fieller's interval for the root of a
+line); and the gap at the target compute is predicted with a prediction interval for a gap measured there
+on as many seeds as the largest rung had (the line's error, that rung's seed noise and a new rung's own
+effect ``tau^2``), only as far beyond the largest rung as the rolling backtests reached
+(ablate/stats/backtest.py), and always worded as an extrapolation.
 
-The backtest (:func:`backtest`) fits the same line without the largest rung and predicts the largest:
-the measured gap falls inside the prediction interval or not. Beside it, the decision accuracy of
-DataDecide (Magnusson et al. 2025): over every pair of variants, how often the smaller rungs order the
-pair as the largest rung does; and each rung's signal-to-noise ratio in the sense of "Signal and Noise"
-(Heineman et al. 2025): the spread between the variants' means (their largest difference) over the
-spread between seeds (the pooled sd within variants).
+Beside them, the decision accuracy of DataDecide (Magnusson et al. 2025): over every pair of variants, how
+often the smaller rungs order the pair as the largest rung does; and each rung's signal-to-noise ratio in
+the sense of "Signal and Noise" (Heineman et al. 2025): the spread between the variants' means (their
+largest difference) over the spread between seeds (the pooled sd within variants).
 
-Pure numpy/scipy, the one place a transfer verdict is decided; tests/stats/test_transfer.py checks the
-error rates by simulation.
+Pure numpy/scipy, the one place a transfer verdict is decided; tests/stats/test_transfer.py and
+tests/stats/test_rung_trend.py check the error rates by simulation.
 """
 
 from __future__ import annotations
@@ -47,9 +45,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 import numpy as np
 from scipy import stats
+
+from ablate.stats.ladder_fit import LackOfFit, lack_of_fit, rung_variance, variance_df
+from ablate.stats.rung_trend import TREND_REPLICATES, Trend, holds, monotone_trend, reverses, rung_signs
 
 ALPHA = 0.05
 CROSSOVER_REACH = 4.0  # decades beyond the ladder (either way) a crossover's interval is followed
@@ -105,12 +107,15 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Line:
-    """The gap's line in x = log10(C / C_top): its fit over the rungs it used."""
+    """The gap's line in x = log10(C / C_top): its fit over the rungs it used, its lack-of-fit test and the
+    rung-level variance every interval read from it carries (ablate/stats/ladder_fit.py)."""
 
     rungs: tuple[GapRung, ...]  # the rungs it used, in order of compute
     top: float  # C_top: the compute x is measured from
     coef_mean: np.ndarray  # weights: fitted value = (coef_mean + x * coef_slope) @ means
     coef_slope: np.ndarray
+    tau2: float = 0.0  # the rung-level variance (0: the seeds explain the scatter about the line)
+    lack_of_fit: LackOfFit = LackOfFit(math.nan, 0, 0, math.nan)
 
     @property
     def means(self) -> np.ndarray:
@@ -118,12 +123,17 @@ class Line:
 
     @property
     def variances(self) -> np.ndarray:
-        """Each rung mean's sampling variance, s_r^2 / n_r."""
+        """Each rung mean's sampling variance over its seeds, s_r^2 / n_r."""
         return np.asarray([r.sd ** 2 / r.n for r in self.rungs])
 
     @property
     def dfs(self) -> np.ndarray:
         return np.asarray([r.n - 1 for r in self.rungs], dtype=float)
+
+    @property
+    def tau_df(self) -> float:
+        """The rung variance's degrees of freedom: the rungs less the line's two parameters."""
+        return float(len(self.rungs) - 2)
 
     def x(self, compute: float) -> float:
         return math.log10(compute / self.top)
@@ -131,35 +141,40 @@ class Line:
     def coefficients(self, x: float) -> np.ndarray:
         return self.coef_mean + x * self.coef_slope
 
-    def at(self, x: float, level: float, extra: tuple[float, float] | None = None) -> Estimate:
-        """The fitted gap at x with its interval; ``extra`` (variance, df) adds an independent term (a new
-        measurement's noise: a prediction interval)."""
+    def at(self, x: float, level: float, extra: Sequence[tuple[float, float]] = ()) -> Estimate:
+        """The fitted gap at x with its interval; ``extra`` (variance, df) terms add independent noise (a
+        new measurement's: a prediction interval)."""
         return _estimate(self.coefficients(x), self, level, extra)
+
+    def var_df(self, coef: np.ndarray, extra: Sequence[tuple[float, float]] = ()
+               ) -> tuple[np.ndarray, np.ndarray]:
+        return variance_df(coef, self.variances, self.dfs, self.tau2, self.tau_df, extra)
+
+    def new_rung(self, n: int) -> list[tuple[float, float]]:
+        """What a gap measured at a new rung on ``n`` pairs adds to the line's error: the largest fitted
+        rung's seed noise over ``n`` pairs and the new rung's own effect, each with its df."""
+        last = self.rungs[-1]
+        return [(last.sd ** 2 / max(1, n), float(last.n - 1)), (self.tau2, self.tau_df)]
 
     @property
     def slope(self) -> float:
         return float(self.coef_slope @ self.means)
 
 
-def _estimate(c: np.ndarray, line: Line, level: float, extra: tuple[float, float] | None = None
+def _estimate(c: np.ndarray, line: Line, level: float, extra: Sequence[tuple[float, float]] = ()
               ) -> Estimate:
     value = float(c @ line.means)
-    parts = c * c * line.variances
-    var = float(parts.sum())
-    denominator = float(np.sum(np.where(line.dfs > 0, parts * parts / np.maximum(line.dfs, 1), 0.0)))
-    if extra is not None:
-        var += extra[0]
-        denominator += extra[0] ** 2 / extra[1] if extra[1] > 0 else 0.0
+    v, d = line.var_df(c, extra)
+    var, df = float(v[0]), float(d[0])
     if var == 0.0:
         return Estimate(value, value, value, math.inf)
-    df = var * var / denominator if denominator > 0 else math.inf
     half = float(stats.t.ppf(1.0 - (1.0 - level) / 2.0, df)) * math.sqrt(var)
     return Estimate(value, value - half, value + half, df)
 
 
 def fit_line(rungs: Sequence[GapRung]) -> Line | None:
-    """The gap's least-squares line over the rungs with two or more pairs (None: fewer than 2 such rungs,
-    or all at one compute)."""
+    """The gap's least-squares line over the rungs with two or more pairs, with its lack-of-fit test and
+    rung-level variance (None: fewer than 2 such rungs, or all at one compute)."""
     used = tuple(sorted((r for r in rungs if r.n >= 2 and r.compute > 0), key=lambda r: r.compute))
     if len(used) < 2:
         return None
@@ -172,7 +187,12 @@ def fit_line(rungs: Sequence[GapRung]) -> Line | None:
         return None
     slope = w * (x - xm) / sxx  # slope = slope @ means
     mean = w / w.sum() - xm * slope  # intercept at x = 0: mean_w - xm * slope
-    return Line(used, top, mean, slope)
+    means = np.asarray([r.mean for r in used])
+    fitted = (mean + x[:, None] * slope[None, :]) @ means
+    seed_var = np.asarray([r.sd ** 2 / r.n for r in used])
+    tau2 = rung_variance(np.stack([np.ones_like(x), x], axis=1), means, w, seed_var)
+    lof = lack_of_fit([r.differences for r in used], list(fitted), 2)
+    return Line(used, top, mean, slope, tau2, lof)
 
 
 @dataclass(frozen=True)
@@ -198,23 +218,37 @@ class Crossover:
         return not (self.open_below or self.open_above)
 
 
+# Why a trend read from the line (its slope, crossover, prediction) is not given.
+Withheld = Literal["", "lack of fit", "beyond the backtests", "no backtest", "no target"]
+
+
 @dataclass(frozen=True)
 class TransferVerdict:
-    """One comparison's transfer verdict."""
+    """One comparison's transfer verdict: the verdict from the measured rungs, and the line's reading
+    beside it where the line describes the rungs."""
 
     verdict: Transfer
     level: float
     margin: float | None
-    bottom: Estimate  # the fitted gap at the smallest rung it used
+    bottom: Estimate  # the measured gap at the smallest rung it used (its own t interval at ``level``)
     top: Estimate  # ... and at the largest
-    change: Estimate  # top - bottom
-    per_decade: float  # the slope: gap change per 10x compute
+    change: Estimate  # the line's change over the ladder (top - bottom), rung variance included
+    per_decade: float  # the line's slope: gap change per 10x compute
     rungs: tuple[str, ...]  # the rungs the fit used
     left_out: tuple[str, ...]  # rungs with fewer than two pairs
-    crossover: Crossover | None  # with reverses and shrinks
-    prediction: Estimate | None  # the gap predicted at the target (an extrapolation)
+    crossover: Crossover | None  # with reverses and shrinks, where the line describes the rungs
+    prediction: Estimate | None  # the gap predicted at the target (an extrapolation), where allowed
     target: float | None
     beyond: float | None  # target / largest rung's compute
+    lack_of_fit: LackOfFit = LackOfFit(math.nan, 0, 0, math.nan)
+    tau2: float = 0.0  # the rung-level variance in every interval of the line
+    trend: Trend | None = None
+    trend_p: float = math.nan  # the trend test's p, Holm-adjusted over the ladder's comparisons
+    signs: tuple[int, ...] = ()  # each used rung's decided sign (its verdict in the ladder's family)
+    holds_bound: float = math.nan  # the largest |end| of the rung-minus-smallest intervals
+    trend_based: bool = True  # the line is not rejected by its lack-of-fit test
+    withheld: Withheld = ""  # why no prediction at the target
+    reach: float | None = None  # how far beyond their fitted rungs the backtests reached (ratio)
 
     def as_dict(self) -> dict[str, object]:
         def est(e: Estimate | None) -> dict[str, float] | None:
@@ -226,61 +260,83 @@ class TransferVerdict:
                 "bottom": est(self.bottom), "top": est(self.top), "change": est(self.change),
                 "per_decade": self.per_decade, "rungs": list(self.rungs), "left_out": list(self.left_out),
                 "crossover": cross, "prediction": est(self.prediction), "target": self.target,
-                "extrapolated_x": self.beyond}
+                "extrapolated_x": self.beyond, "lack_of_fit": self.lack_of_fit.as_dict(),
+                "rung_variance": self.tau2, "trend": None if self.trend is None else self.trend.as_dict(),
+                "trend_p_holm": self.trend_p, "rung_signs": list(self.signs),
+                "holds_bound": self.holds_bound, "trend_based": self.trend_based,
+                "prediction_withheld": self.withheld, "backtest_reach": self.reach}
 
 
-def decide(bottom: Estimate, top: Estimate, change: Estimate, margin: float | None) -> Transfer:
-    """The verdict from the fitted gap at both ends and its change (module doc)."""
-    b, t, c = bottom.decided, top.decided, change.decided
-    if b and t and b == -t:
+def decide(signs: Sequence[int], trend_direction: int, trend_significant: bool, holds: bool) -> Transfer:
+    """The verdict from the measured rungs (ablate/stats/rung_trend.py): ``signs`` each rung's decided
+    sign in order of compute, the monotone trend test's direction and whether it rejected (after Holm),
+    and whether every rung stays within the margin of the smallest."""
+    if reverses(signs):
         return Transfer.REVERSES
-    if margin is not None and -margin <= change.lo and change.hi <= margin:
+    if holds:
         return Transfer.HOLDS
-    if c and t == c:
-        return Transfer.GROWS
-    if c and b == -c:
-        return Transfer.SHRINKS
+    if trend_significant and trend_direction:
+        if signs and signs[0] == -trend_direction:
+            return Transfer.SHRINKS  # away from the smallest rung's decided side (past 0 or not)
+        if signs and signs[-1] == trend_direction:
+            return Transfer.GROWS
     return Transfer.NOT_SETTLED
 
 
+def _measured(r: GapRung, level: float) -> Estimate:
+    half = float(stats.t.ppf(1.0 - (1.0 - level) / 2.0, r.n - 1)) * r.sd / math.sqrt(r.n)
+    return Estimate(r.mean, r.mean - half, r.mean + half, float(r.n - 1))
+
+
 def transfer(rungs: Sequence[GapRung], alpha: float = ALPHA, margin: float | None = None,
-             target: float | None = None) -> TransferVerdict | None:
-    """The transfer verdict of one comparison over its rungs (None: fewer than two rungs with two pairs)."""
+             target: float | None = None, signs: Mapping[str, int] | None = None,
+             trend_p: float | None = None, trend_alpha: float | None = None, reach: float | None = None,
+             lof_alpha: float = ALPHA, replicates: int = TREND_REPLICATES) -> TransferVerdict | None:
+    """The transfer verdict of one comparison over its rungs (None: fewer than two rungs with two pairs).
+
+    ``alpha``: the level of its intervals (the ladder's Bonferroni share); ``signs``: each rung's decided
+    sign by name, from the ladder's family (else each rung's own t test, :func:`rung_trend.rung_signs`);
+    ``trend_p``: the trend test's Holm-adjusted p over the ladder's comparisons, judged at ``trend_alpha``
+    (else this comparison's own p at ``alpha``); ``reach``: the farthest the rolling backtests predicted
+    beyond their fitted rungs (a ratio of compute; None: none ran), beyond which no prediction is given;
+    ``lof_alpha``: the lack-of-fit test's level."""
     line = fit_line(rungs)
     if line is None:
         return None
     level = 1.0 - alpha
+    values = [r.differences for r in line.rungs]
     x_bottom = line.x(line.rungs[0].compute)
-    bottom, top = line.at(x_bottom, level), line.at(0.0, level)
     change = _estimate(line.coefficients(0.0) - line.coefficients(x_bottom), line, level)
-    verdict = decide(bottom, top, change, margin)
-    crossover = _crossover(line, level) if verdict in (Transfer.REVERSES, Transfer.SHRINKS) else None
+    trend_based = not line.lack_of_fit.rejects(lof_alpha)
+    trend = monotone_trend(values, line.tau2, replicates)
+    p = trend.p if trend_p is None else trend_p
+    decided = tuple(rung_signs(values, alpha) if signs is None
+                    else [signs.get(r.name, 0) for r in line.rungs])
+    ok, bound = holds(values, alpha, margin)
+    verdict = decide(decided, trend.direction, p < (alpha if trend_alpha is None else trend_alpha), ok)
+    crossover = (_crossover(line, level) if trend_based and verdict in (Transfer.REVERSES, Transfer.SHRINKS)
+                 else None)
     prediction = beyond = None
+    withheld: Withheld = "no target"
     if target is not None:
         beyond = target / line.top
-        prediction = line.at(math.log10(beyond), level, _new_noise(line, line.rungs[-1].n))
+        withheld = ("lack of fit" if not trend_based else "no backtest" if reach is None
+                    else "beyond the backtests" if beyond > reach * (1 + 1e-9) else "")
+        if not withheld:
+            prediction = line.at(math.log10(beyond), level, line.new_rung(line.rungs[-1].n))
     used = tuple(r.name for r in line.rungs)
     left_out = tuple(r.name for r in rungs if r.name not in used)
-    return TransferVerdict(verdict, level, margin, bottom, top, change, line.slope, used, left_out,
-                           crossover, prediction, target, beyond)
-
-
-def _new_noise(line: Line, n: int) -> tuple[float, float]:
-    """The variance (and df) of a new measurement's mean over ``n`` seeds at the line's largest rung's
-    spread: what a prediction interval adds to the line's own error."""
-    last = line.rungs[-1]
-    return last.sd ** 2 / max(1, n), float(last.n - 1)
+    return TransferVerdict(verdict, level, margin, _measured(line.rungs[0], level),
+                           _measured(line.rungs[-1], level), change, line.slope, used, left_out, crossover,
+                           prediction, target, beyond, line.lack_of_fit, line.tau2, trend, p, decided, bound,
+                           trend_based, withheld, reach)
 
 
 def _holds_zero(line: Line, grid: np.ndarray, level: float) -> np.ndarray:
     """Whether the gap's interval at each x of ``grid`` holds 0 (:func:`_estimate`, for many x at once)."""
     c = line.coef_mean[None, :] + grid[:, None] * line.coef_slope[None, :]  # (G, K)
     value = c @ line.means
-    parts = c * c * line.variances[None, :]
-    var = parts.sum(axis=1)
-    denominator = np.where(line.dfs > 0, parts * parts / np.maximum(line.dfs, 1), 0.0).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(denominator > 0, var * var / denominator, np.inf)
+    var, df = line.var_df(c)
     half = stats.t.ppf(1.0 - (1.0 - level) / 2.0, df) * np.sqrt(var)
     return np.asarray(np.abs(value) <= half)
 
@@ -298,51 +354,16 @@ def _crossover(line: Line, level: float) -> Crossover:
         return Crossover(line.top * 10 ** root, 0.0 if root < x_lo else line.top * 10 ** x_lo,
                          math.inf if root > x_hi else line.top * 10 ** x_hi)
     grid = np.linspace(x_lo, x_hi, _GRID)
-    holds = _holds_zero(line, grid, level)
+    zero = _holds_zero(line, grid, level)
     i = int(np.argmin(np.abs(grid - root)))
     lo_i, hi_i = i, i
-    while lo_i > 0 and holds[lo_i - 1]:
+    while lo_i > 0 and zero[lo_i - 1]:
         lo_i -= 1
-    while hi_i < len(grid) - 1 and holds[hi_i + 1]:
+    while hi_i < len(grid) - 1 and zero[hi_i + 1]:
         hi_i += 1
     lo = 0.0 if lo_i == 0 else line.top * 10 ** float(grid[lo_i])
     hi = math.inf if hi_i == len(grid) - 1 else line.top * 10 ** float(grid[hi_i])
     return Crossover(line.top * 10 ** root, lo, hi)
-
-
-# ---------------------------------------------------------------- the backtest
-@dataclass(frozen=True)
-class Backtest:
-    """The gap's line without the largest rung, predicting it."""
-
-    rung: str  # the largest rung, left out
-    predicted: Estimate  # its gap predicted from the others (a prediction interval)
-    measured: float  # its measured gap (the mean over its pairs)
-    n: int  # its pairs
-
-    @property
-    def inside(self) -> bool:
-        return self.predicted.holds(self.measured)
-
-    def as_dict(self) -> dict[str, object]:
-        p = self.predicted
-        return {"rung": self.rung, "predicted": {"value": p.value, "lo": p.lo, "hi": p.hi, "df": p.df},
-                "measured": self.measured, "pairs": self.n, "inside": self.inside}
-
-
-def backtest(rungs: Sequence[GapRung], alpha: float = ALPHA) -> Backtest | None:
-    """Leave the largest rung out, fit the rest, predict it (None: fewer than two rungs with two pairs
-    below it)."""
-    ordered = sorted((r for r in rungs if r.n >= 2 and r.compute > 0), key=lambda r: r.compute)
-    if len(ordered) < 3:
-        return None
-    last = ordered[-1]
-    line = fit_line(ordered[:-1])
-    if line is None:
-        return None
-    # the prediction's noise is the fitted rungs' own (the largest of them), over the left-out rung's pairs
-    predicted = line.at(line.x(last.compute), 1.0 - alpha, _new_noise(line, last.n))
-    return Backtest(last.name, predicted, last.mean, last.n)
 
 
 def decision_accuracy(means: Mapping[str, Sequence[float]]) -> list[float]:

@@ -97,6 +97,11 @@ RUNG = "ablate.rung"
 # A ladder's parent (JSON): its rungs in order of compute, each with its overrides and planned compute, the
 # target compute and the margin the transfer verdicts are judged by (ablate/study/rung_rounds.py)
 SCALES = "ablate.scales"
+# A data budget's cell (ablation.scales.budgets): the size rung it trains (its RUNG tag is the budget's own
+# rung, <size>-<multiple>x) and the multiple of the size's tokens it trains on, as text (e.g. '2').
+# ablate/stats and the report read a run's budget from these two tags.
+SIZE_RUNG = "ablate.size_rung"
+DATA_BUDGET = "ablate.data_budget"
 BASELINE_ARM = "baseline_settings"  # every variant at the baseline's hyperparameters (the study's cells)
 OWN_BEST_ARM = "own_best"  # every variant at the best settings of its own search (ablation.tune)
 CONFIRM_ARM = "confirm"  # the decided comparisons rerun at the larger setting (ablation.confirm)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -75,10 +76,20 @@ def test_the_ladder_says_how_each_gap_moves_and_backtests_the_largest_rung() -> 
     same = next(c for c in ladder.comparisons if c.variant == "same")
     assert wide.verdict is not None and wide.verdict.verdict == Transfer.GROWS
     assert wide.verdict.top.value == pytest.approx(-0.14, abs=0.02)
-    assert wide.verdict.prediction is not None and wide.verdict.beyond == pytest.approx(1e13 / 6.4e11)
+    # the target is 15.6x beyond the largest rung, the one backtest (xs-m predicting l) reached 4x: no
+    # prediction that far, and the reason is kept
+    assert wide.verdict.beyond == pytest.approx(1e13 / 6.4e11) and wide.verdict.reach == pytest.approx(4.0)
+    assert wide.verdict.prediction is None and wide.verdict.withheld == "beyond the backtests"
+    assert wide.verdict.trend_based and wide.verdict.lack_of_fit.testable
     assert [a.verdict for a in wide.at_rungs][-1] == Fixed.BETTER  # lower loss is better
     assert same.verdict is not None and same.verdict.verdict in (Transfer.HOLDS, Transfer.NOT_SETTLED)
     assert wide.backtest is not None and wide.backtest.rung == "l" and wide.backtest.inside
+    assert [b.fitted for b in wide.backtests] == [("xs", "s", "m")]  # every origin leaving 3 rungs to fit
+    assert ladder.coverage is not None and ladder.coverage.total == 2
+    # 'wide' orders every smaller rung as the largest (every seed resample too); 'same' is a coin flip
+    assert wide.accuracy.value == 1.0 and wide.accuracy.lo == 1.0
+    assert math.isfinite(same.accuracy.lo) and same.accuracy.lo < same.accuracy.hi
+    assert len(wide.snr) == 4 and all(s.lo <= s.value <= s.hi for s in wide.snr)
     # decision accuracy: the pair (baseline, same) is a coin flip; the pairs with 'wide' are ordered alike
     assert all(a >= 1 / 3 for a in ladder.accuracy) and len(ladder.accuracy) == 3
     fit = next(c for c in ladder.curves if c.variant == "baseline").fit
@@ -96,7 +107,8 @@ def test_the_report_opens_with_the_scaling_figure_and_the_transfer_table(tmp_pat
     doc, data = assemble("Ablation report: lad", [part])
     text = render_markdown(doc)
     assert text[text.index("!["):].startswith("![`val/loss` against training compute")
-    assert "extrapolated" in part.intro[1].rows[0][-1]  # a prediction is always called an extrapolation
+    # no prediction farther than the backtests reached, and the table says why
+    assert "the backtests reached 4x" in part.intro[1].rows[0][-1]
     for suffix in ("png", "pdf", "svg"):
         assert (tmp_path / "figures" / f"scaling.{suffix}").is_file()
     assert all((tmp_path / "figures" / f"verdicts_{name}.png").is_file() for name, _ in RUNGS)

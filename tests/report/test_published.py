@@ -18,7 +18,9 @@ from ablate.report.section_api import Inputs, Part
 from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study_sections import Expectation
+from ablate.stats.borderline import leave_one_out
 from ablate.stats.claims import CONTRADICTED, OPEN, REPRODUCED, Evidence, judge
+from ablate.stats.replication_size import seeds_across
 from ablate.study.designs import format_plan, plan_study
 from tests.factories import write_tiny_spec
 
@@ -439,3 +441,32 @@ def test_a_claim_line_says_when_the_size_changes_with_the_choice_and_when_the_te
     assert {v.variant: v.agrees for v in verdicts(study, design)} == {"embeddings=tied": True,
                                                                       "attention=qk_norm": None}
     assert [r["test_answer"] for r in made.data["published"]] == ["worse", "open"]
+
+
+def test_a_new_studys_seeds_are_sized_at_the_observed_effect_and_across_its_interval() -> None:
+    """Never at an assumed effect: rope-margin's "better by more than 0.05" at its observed -0.070
+    [-0.099, -0.040] (paired sd 0.038, 15 seeds, the study's maximum) needs far more seeds than the 0.083
+    its plan assumed, and none at the interval's end inside the margin."""
+    across = seeds_across(-0.070, -0.099, -0.040, 0.038, 15, 0.05, "beyond", 0.05)
+    ev = replace(_ev(-0.070, -0.099, -0.040, significant=True, n=15, runs=15, max_reached=15),
+                 seeds_across=across)
+    outcome, why = judge(_claim("better", 0.05), ev, False)
+    assert outcome == OPEN and across.observed is not None and across.at_lo is not None
+    assert (f"a new study would need {across.observed} seeds at the observed effect, {across.at_lo} seeds "
+            "to no number of seeds across its interval's ends") in why
+    assert f"these seeds had {across.power_here:.0%} at the observed effect" in why
+
+
+def test_a_verdict_whose_deciding_bound_sits_on_its_margin_is_marked_borderline() -> None:
+    """GQA's "within +-0.03" cleared its margin by 0.0002: the verdict stands, marked borderline, with the
+    interval's ends over the seeds left out one at a time."""
+    diffs = [0.010, 0.020, 0.015, 0.028, 0.012, 0.018]
+    loo = leave_one_out(diffs, 0.95)
+    ev = replace(_ev(0.0172, 0.0044, 0.0298, n=6, runs=6), leave_one_out=loo)
+    outcome, why = judge(_claim("none", 0.03), ev, False)
+    assert outcome == REPRODUCED
+    assert why.startswith("the interval lies within ±0.03 (borderline: the deciding bound +0.0298 lies "
+                          "within 10% of the ±0.03 margin; with one seed left out its interval's ends range "
+                          "over")
+    clear = replace(ev, lo=-0.005, hi=0.012)
+    assert "borderline" not in judge(_claim("none", 0.03), clear, False)[1]

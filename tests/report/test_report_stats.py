@@ -594,7 +594,8 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     from ablate.report.compute.detectable_effects import plans_of
     from ablate.report.section_api import Inputs
     from ablate.report.sections import mde
-    from ablate.stats.power import detectable, seeds_needed
+    from ablate.stats.power import detectable
+    from ablate.stats.replication_size import seeds_for
     from ablate.stats.sequential import Design
 
     plan = {"source": "pilot p", "comparisons": [{"label": "residual=post_norm", "sd": 0.02,
@@ -620,14 +621,16 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     [row] = table.rows
     sd = float(np.std(diffs, ddof=1))
     d = Design((2, 3, 4), 0.05, None, 1)
-    needed = seeds_needed(d, sd, "none", 0.01)
+    # a new study is sized at the effect these seeds found (+0.010, on the margin: none would do), never at
+    # an assumed one
+    needed = seeds_for(float(np.mean(diffs)), sd, d.level, "within", 0.01, most=100)
     assert row[:6] == ["residual=post_norm", "0.0200 (0.0270)", "0.050", "4", "+0.010", f"{sd:.4f}"]
     assert row[6] == f"{detectable(d, sd, 'none', 0.01):.3f}"
     assert row[7] == (str(needed) if needed else ">100")
     assert found.data["power_plan"]["forecast"] is None  # the plan gave no powers
     text = " ".join(getattr(b, "text", "") for b in found.intro)
     assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
-    assert "Left open by this design: residual=post_norm: a new study" in text
+    assert "Left open by this design: residual=post_norm: at the effect it found" in text
     assert found.data["power_plan"]["found"][0]["settled"] is False
     # the Setup section gives the same plan in a line: its source, planned and at the seeds' own spread
     plans = plans_of(study)

@@ -13,10 +13,11 @@ from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import decided_metric, paired_differences
 from ablate.report.compute.loaded_study import EffectRow, Study, quality_meta
 from ablate.spec.study_sections import Expectation
+from ablate.stats.borderline import leave_one_out
 from ablate.stats.claims import Evidence, Outcome, claim_margin, judge
-from ablate.stats.power import seeds_needed
+from ablate.stats.replication_size import seeds_across
 from ablate.stats.sequential import Design, walk
-from ablate.stats.verdict import holm_significant, read
+from ablate.stats.verdict import ALPHA, holm_significant, read
 
 __all__ = ["Evidence", "Outcome", "claim_margin", "claims_of", "evidence", "judge"]
 
@@ -47,12 +48,17 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
             mean = sum(diffs) / len(diffs) if diffs else nan
             return Evidence(metric, mean, nan, nan, "repeated 95% CI", len(diffs), False, differing,
                             identical, design.min_effect, diverged, len(runs), base_diverged)
-        needed = None
+        across = None
         if look.final and claim is not None and claim.effect in ("better", "worse", "none") and look.sd > 0:
-            needed = seeds_needed(design, look.sd, claim.effect, claim.margin)
+            # at the effect these seeds found and across its interval, never at an assumed one
+            within = claim.effect == "none"
+            margin = claim_margin(claim, design.min_effect) if within else (claim.margin or 0.0)
+            across = seeds_across(look.diff, look.lo, look.hi, look.sd, look.n, design.level,
+                                  "within" if within else "beyond", margin or 0.0)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
-                        base_diverged, design.looks[-1] if look.final else None, needed)
+                        base_diverged, design.looks[-1] if look.final else None, None, across,
+                        leave_one_out(diffs, 1 - design.nominal))
     row = next((r for r in rows if r.variant == variant and r.metric == metric), None)
     if row is None or not row.effect.tested:
         diff = row.effect.diff if row is not None else nan
@@ -65,4 +71,4 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
     kind += f"; Holm-adjusted p {st.fmt_p(row.p_holm)}"
     significant = holm_significant(e.diff, row.p_holm)
     return Evidence(metric, e.diff, e.lo, e.hi, kind, e.n_min, significant, differing, identical, None,
-                    diverged, len(runs), base_diverged)
+                    diverged, len(runs), base_diverged, leave_one_out=leave_one_out(diffs, 1 - ALPHA))

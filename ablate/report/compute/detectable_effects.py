@@ -13,7 +13,8 @@ from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.stats.power import detectable, seeds_to_settle
+from ablate.stats.power import MOST_SEEDS, detectable, seeds_to_settle
+from ablate.stats.replication_size import seeds_for
 from ablate.stats.sequential import Design, Question, walk
 from ablate.study.pilot import paired_sd
 
@@ -29,11 +30,14 @@ class Found:
     diff: float
     sd: float
     detectable: float  # at the study's design and this sd (NaN below two pairs)
-    needed: int | None  # seeds.max a new study would need for the claim at this sd (None: > 100, no claim)
+    needed: int | None  # seeds a new study would need for the claim at this sd (None: > 100, no claim)
     settled: bool = False  # the study's own looks answered the comparison's question
+    # needed is sized at the effect these seeds found (a claim: stats/replication_size.py, a paired t test),
+    # not at an assumed one; without a claim it is the design's seeds.max to find min_effect
     # whether a new study's seeds can be sized: a claim (better, worse, none), or no claim and a min_effect
     # (its question: find an effect as large as min_effect); an identity check or neither: nothing to size
     sizable: bool = False
+    at_observed: bool = False
 
 
 def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
@@ -54,11 +58,16 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
         needs = None
         sizable = question in ("better", "worse", "none") or (question is None
                                                               and design.min_effect is not None)
+        observed = question in ("better", "worse", "none")
         if sizable and sd > 0 and not settled:
-            needs = seeds_to_settle(design, sd, question, margin)
+            within = question == "none"
+            bound = (margin if margin is not None else design.min_effect) if within else margin
+            needs = (seeds_for(mean, sd, design.level, "within" if within else "beyond", bound or 0.0,
+                               most=MOST_SEEDS) if observed
+                     else seeds_to_settle(design, sd, question, margin))
         rows.append(Found(label, question, margin, len(d), mean, sd,
                           detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled,
-                          sizable))
+                          sizable, observed))
     return rows
 
 

@@ -3,12 +3,16 @@ comparison's gap at every rung with its verdict there, its transfer verdict, the
 rung, DataDecide's decision accuracy and each rung's signal-to-noise ratio.
 
 Everything is computed with ``ablate.stats``: the fits by ``stats.scaling`` (a saturating power law with 4
-or more rungs, else log-linear; intervals from resampling seeds within rungs), the transfer verdicts and
-the backtest by ``stats.transfer``, the pairs by ``stats.pairing`` (a diverged cell counted against its
-side, as everywhere) and the per-rung verdicts by ``stats.verdict.fixed_reading``. The verdicts of every
-rung are one family: each comparison at each rung is tested at the study's alpha with Holm's correction
-over all of them, its interval drawn at ``1 - alpha / family`` (Bonferroni); the transfer verdicts are a
-family of their own (one per comparison), each at ``alpha / comparisons``.
+or more rungs, else log-linear; intervals from resampling seeds within rungs, with the rung-level variance
+and a lack-of-fit test), the transfer verdicts by ``stats.transfer`` (from the measured rungs: their
+verdicts, ``stats.rung_trend``'s monotone trend test, the line beside them), the rolling backtests, their
+coverage and reach, and each comparison's decision accuracy and signal-to-noise with their intervals by
+``stats.backtest``, the pairs by ``stats.pairing`` (a diverged cell counted against its side, as
+everywhere) and the per-rung verdicts by ``stats.verdict.fixed_reading``. The verdicts of every rung are
+one family: each comparison at each rung is tested at the study's alpha with Holm's correction over all of
+them, its interval drawn at ``1 - alpha / family`` (Bonferroni); a transfer verdict reads its rungs' signs
+from those verdicts. The transfer verdicts are a family of their own (one per comparison): their trend
+tests Holm-corrected together at the study's alpha, their intervals each at ``alpha / comparisons``.
 
 Compute is measured: a rung's compute is the mean ``train/flops`` of its runs (the baseline's for a gap,
 each variant's own for its curve), the planned compute of the parent's ``ablate.scales`` tag where a run
@@ -27,17 +31,18 @@ import numpy as np
 from ablate.report.compute.comparisons import decided_metric, family_of, pairs_with_divergence
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
-from ablate.stats import scaling, transfer
+from ablate.stats import backtest, scaling, transfer
+from ablate.stats.backtest import Backtest, Coverage, Interval
 from ablate.stats.fixed_sample import compare_differences
 from ablate.stats.multiplicity import holm
+from ablate.stats.rung_trend import monotone_trend
 from ablate.stats.scaling import Fit
 from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
-from ablate.study.recorded_study import LadderRecord
 
 # The statistics floor's vocabulary the ladder's section renders (sections import no stats).
-__all__ = ["AtRung", "ComparisonLadder", "Curve", "Estimate", "Fit", "Fixed", "Ladder", "RungInfo",
-           "Transfer", "TransferVerdict", "as_record", "ladder_of"]
+__all__ = ["AtRung", "Backtest", "ComparisonLadder", "Coverage", "Curve", "Estimate", "Fit", "Fixed",
+           "Interval", "Ladder", "RungInfo", "Transfer", "TransferVerdict", "as_record", "ladder_of"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,15 @@ class ComparisonLadder:
     variant: str
     gaps: list[transfer.GapRung]
     at_rungs: list[AtRung]
-    verdict: transfer.TransferVerdict | None
-    backtest: transfer.Backtest | None
+    verdict: transfer.TransferVerdict | None = None
+    backtests: list[Backtest] = field(default_factory=list)  # rolling origin, in order of origin
+    accuracy: Interval = Interval(math.nan, math.nan, math.nan)  # its decision accuracy
+    snr: list[Interval] = field(default_factory=list)  # its signal-to-noise at each rung
+
+    @property
+    def backtest(self) -> Backtest | None:
+        """The backtest on the largest rung (the last origin)."""
+        return self.backtests[-1] if self.backtests else None
 
 
 @dataclass
@@ -124,6 +136,7 @@ class Ladder:
     family: int  # the per-rung verdicts' family: comparisons x rungs
     grid: list[float] = field(default_factory=list)  # compute the curves are drawn at
     notes: list[str] = field(default_factory=list)
+    coverage: Coverage | None = None  # the rolling backtests' over every comparison
 
     @property
     def mean_accuracy(self) -> float:
@@ -172,18 +185,21 @@ def ladder_of(study: Study) -> Ladder | None:
     rungs = [_rung_info(study.rungs[n], n, planned.get(n), metric, variants) for n in names]
     curves = [_curve(study, v, names, planned, metric) for v in variants]
     family = family_of(study)
-    comparisons = [_comparison(study, v, names, rungs, metric, higher, alpha, family, ladder)
-                   for v in labels]
+    comparisons = [_comparison(study, v, names, rungs, metric, alpha, family) for v in labels]
     _holm_over_ladder(comparisons, higher, alpha)
-    means = {c.variant: [p.mean for p in c.points] for c in curves}
     margin = ladder.margin
     target = ladder.target
+    _transfer_family(comparisons, alpha, margin, target)
+    _per_comparison(comparisons, curves)
+    means = {c.variant: [p.mean for p in c.points] for c in curves}
     grid = _grid(rungs, target)
     for c in curves:
         _draw(c, grid)
+    tests = [b for c in comparisons for b in c.backtests]
     return Ladder(metric, unit, dec, higher, alpha, rungs, curves, comparisons,
                   transfer.decision_accuracy(means), target, None if margin is None else float(margin),
-                  family, list(grid))
+                  family, list(grid),
+                  coverage=backtest.coverage(tests, 1.0 - alpha / max(1, len(comparisons))))
 
 
 GRID_POINTS = 60
@@ -228,7 +244,7 @@ def _curve(study: Study, variant: str, names: list[str], planned: dict[str, floa
 
 
 def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungInfo], metric: str,
-                higher: bool, alpha: float, family: int, ladder: LadderRecord) -> ComparisonLadder:
+                alpha: float, family: int) -> ComparisonLadder:
     gaps, at = [], []
     for name, info in zip(names, rungs, strict=True):
         rung = study.rungs[name]
@@ -242,10 +258,41 @@ def _comparison(study: Study, variant: str, names: list[str], rungs: list[RungIn
             continue
         at.append(AtRung(name, float(np.mean(finite)), e.lo, e.hi, e.p, math.nan, len(finite), Fixed.NO_RUNS,
                          diverged, e.p_min, e.identical))
-    comparisons = max(1, len(study.variants) - 1)
-    verdict = transfer.transfer(gaps, alpha / comparisons, ladder.margin, ladder.target)
-    test = transfer.backtest(gaps, alpha / comparisons)
-    return ComparisonLadder(variant, gaps, at, verdict, test)
+    return ComparisonLadder(variant, gaps, at)
+
+
+def _transfer_family(comparisons: list[ComparisonLadder], alpha: float, margin: float | None,
+                     target: float | None) -> None:
+    """Each comparison's rolling backtests and transfer verdict: its rungs' signs from their verdicts in
+    the ladder's family, its trend test Holm-corrected over the comparisons, its prediction no farther
+    than its backtests reached."""
+    share = alpha / max(1, len(comparisons))
+    lines = [transfer.fit_line(c.gaps) for c in comparisons]
+    ps = [monotone_trend([g.differences for g in line.rungs], line.tau2).p if line is not None else math.nan
+          for line in lines]
+    adjusted = holm(ps)
+    for c, p in zip(comparisons, adjusted, strict=True):
+        c.backtests = backtest.rolling(c.gaps, share)
+        signs = {a.rung: (int(np.sign(a.diff)) if a.verdict in (Fixed.BETTER, Fixed.WORSE) else 0)
+                 for a in c.at_rungs}
+        c.verdict = transfer.transfer(c.gaps, share, margin, target, signs, p, alpha,
+                                      backtest.reach(c.backtests))
+
+
+def _per_comparison(comparisons: list[ComparisonLadder], curves: list[Curve]) -> None:
+    """Each comparison's decision accuracy and signal-to-noise at every rung, with bootstrap intervals
+    (seeds paired between the variant and the baseline, whose curve is the first)."""
+    base = curves[0]
+    by_variant = {c.variant: c for c in curves}
+    for c in comparisons:
+        c.accuracy = backtest.decision_accuracy([g.differences for g in c.gaps if g.n])
+        mine = by_variant[c.variant]
+        c.snr = []
+        for b, v in zip(base.points, mine.points, strict=True):
+            paired = sorted(set(b.seeds) & set(v.seeds))
+            bv = dict(zip(b.seeds, b.values, strict=True))
+            vv = dict(zip(v.seeds, v.values, strict=True))
+            c.snr.append(backtest.signal_to_noise([bv[s] for s in paired], [vv[s] for s in paired]))
 
 
 def _holm_over_ladder(comparisons: list[ComparisonLadder], higher: bool, alpha: float) -> None:
@@ -276,6 +323,10 @@ def as_record(ladder: Ladder) -> dict[str, Any]:
                  for c in ladder.curves},
         "comparisons": {c.variant: {"at_rungs": [a.as_dict() for a in c.at_rungs],
                                     "transfer": None if c.verdict is None else c.verdict.as_dict(),
-                                    "backtest": None if c.backtest is None else c.backtest.as_dict()}
+                                    "backtests": [b.as_dict() for b in c.backtests],
+                                    "decision_accuracy": c.accuracy.as_dict(),
+                                    "signal_to_noise": {r.name: s.as_dict() for r, s in
+                                                        zip(ladder.rungs, c.snr, strict=False)}}
                         for c in ladder.comparisons},
+        "backtest_coverage": None if ladder.coverage is None else ladder.coverage.as_dict(),
     }

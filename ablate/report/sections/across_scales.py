@@ -1,8 +1,9 @@
 """A ladder's report (``ablation.scales``): it opens with the scaling figure (each variant's metric against
 training compute, one line and band per variant, seeds as dots, the target marked, each rung's verdicts
 above it), the transfer table after it; the section "Across scales" holds the rungs (size, tokens, compute,
-signal-to-noise, decision accuracy), each variant's fit, each comparison's verdict at every rung with the
-verdict figure of each rung, and the backtest on the largest rung.
+signal-to-noise, decision accuracy), each variant's fit with its lack-of-fit test, each comparison's verdict
+at every rung with the verdict figure of each rung, each comparison's decision accuracy and signal-to-noise
+with their intervals, and the rolling-origin backtests with their coverage.
 
 Renders ``ablate.report.compute.fitted_ladder``'s numbers; decides nothing (the verdicts are
 ``ablate.stats``'). A prediction at the target is always worded as an extrapolation beyond the largest rung.
@@ -20,6 +21,7 @@ from ablate.report.compute.fitted_ladder import (
     Estimate,
     Fit,
     Fixed,
+    Interval,
     Ladder,
     Transfer,
     TransferVerdict,
@@ -56,25 +58,57 @@ def crossover_text(v: TransferVerdict) -> str:
 
 
 def verdict_words(v: TransferVerdict, higher: bool, unit: str, dec: int) -> str:
-    """The transfer verdict in words: whose advantage grows, shrinks, holds or reverses."""
+    """The transfer verdict in words: whose advantage grows, shrinks, holds or reverses, read from the
+    measured rungs."""
     top = v.top.value
     better = (top > 0) == higher
     who = "its advantage" if better else "its deficit"
     if v.verdict == Transfer.REVERSES:
-        return f"**reverses** (crosses at {crossover_text(v)})"
+        cross = f"; the line crosses at {crossover_text(v)}" if v.crossover is not None else ""
+        return f"**reverses** (the two smallest and the two largest rungs decided, opposite ways{cross})"
     if v.verdict == Transfer.HOLDS:
-        return f"**holds** (changes by less than ±{v.margin:g} {unit} over the ladder)"
+        return f"**holds** (every rung within ±{v.margin:g} {unit} of the smallest)"
     if v.verdict == Transfer.GROWS:
-        return f"**grows** ({who} widens with compute)"
+        return f"**grows** ({who} widens with compute, rung by rung)"
     if v.verdict == Transfer.SHRINKS:
-        return f"**shrinks** (the gap narrows with compute; it would reach 0 near {crossover_text(v)}, " \
-               "an extrapolation)"
+        beyond = (f"; the line would reach 0 near {crossover_text(v)}, an extrapolation"
+                  if v.crossover is not None else "")
+        return f"**shrinks** (the smallest rung's side narrows with compute{beyond})"
     return "**not settled**"
+
+
+def trend_text(v: TransferVerdict) -> str:
+    if v.trend is None or not math.isfinite(v.trend.p):
+        return "-"
+    return f"J {v.trend.statistic:+.2f}, Holm p {_p(v.trend_p)}"
+
+
+def _p(p: float) -> str:
+    return "-" if not math.isfinite(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def line_text(v: TransferVerdict, dec: int) -> str:
+    """The line in log compute, or why nothing is read from it."""
+    lof = v.lack_of_fit
+    test = (f"lack of fit F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable
+            else "lack of fit not testable")
+    if not v.trend_based:
+        return f"the gap does not follow a trend in log compute over these rungs ({test})"
+    return (f"{st.fmt(v.per_decade, dec, True)} per 10x; change {_interval(v.change, dec)} "
+            f"(rung sd {math.sqrt(v.tau2):.{dec}f}; {test})")
+
+
+WITHHELD = {"lack of fit": "none: the gap does not follow a trend in log compute",
+            "no backtest": "none: no rolling backtest checked an extrapolation (fewer than 4 rungs)",
+            "no target": "-"}
 
 
 def prediction_text(v: TransferVerdict, dec: int, unit: str) -> str:
     if v.prediction is None or v.target is None:
-        return "-"
+        if v.withheld == "beyond the backtests" and v.beyond is not None and v.reach is not None:
+            return (f"none: {flops(v.target)} FLOPs is {v.beyond:.3g}x beyond the largest rung, the "
+                    f"backtests reached {v.reach:.3g}x")
+        return WITHHELD.get(v.withheld, "-")
     return (f"{_interval(v.prediction, dec)} {unit} at {flops(v.target)} FLOPs (extrapolated "
             f"{v.beyond:.3g}x beyond the largest rung)")
 
@@ -88,17 +122,23 @@ def transfer_table(ladder: Ladder) -> Table:
             continue
         rows.append([c.variant, verdict_words(v, ladder.higher, ladder.unit, ladder.decimals),
                      f"{_interval(v.bottom, ladder.decimals)} → {_interval(v.top, ladder.decimals)}",
-                     f"{st.fmt(v.per_decade, ladder.decimals, True)}",
-                     _interval(v.change, ladder.decimals), prediction_text(v, ladder.decimals, ladder.unit)])
+                     trend_text(v), line_text(v, ladder.decimals),
+                     prediction_text(v, ladder.decimals, ladder.unit)])
     level = ladder.transfer_level
-    return Table(["comparison", "transfer verdict", f"gap, smallest → largest rung ({level:.1%})",
-                  "per 10x compute", "change over the ladder", "predicted gap at the target"], rows,
+    return Table(["comparison", "transfer verdict", f"measured gap, smallest → largest rung ({level:.1%})",
+                  "monotone trend", "line in log10 compute", "predicted gap at the target"], rows,
                  align="llllll",
-                 caption=f"Each gap (variant − baseline, {ladder.metric}) fitted as a line in log10 "
-                         "compute over the rungs, each rung with its own spread (Welch–Satterthwaite t); "
-                         f"intervals at {level:.1%} (Bonferroni over the {len(ladder.comparisons)} "
-                         "comparisons). Holds: the change stays within ±margin; the prediction is an "
-                         "extrapolation, never a measurement.")
+                 caption=f"Each gap (variant − baseline, {ladder.metric}) judged from its measured rungs: "
+                         "reverses where the two smallest and the two largest rungs are each decided (their "
+                         "verdicts below), opposite ways; grows or shrinks where Jonckheere's monotone trend "
+                         "test over the rungs (seed resampling, the rung-level variance in its null) "
+                         f"rejects, Holm over the {len(ladder.comparisons)} comparisons; holds where every "
+                         "rung's gap minus the smallest's lies within ±margin. Beside it the gap's line in "
+                         "log10 compute, each rung with its own spread plus the rung-level variance "
+                         f"(Welch–Satterthwaite t), at {level:.1%} (Bonferroni over the comparisons), "
+                         "read only where its lack-of-fit test does not reject; a prediction is an "
+                         "extrapolation, never a measurement, and none is given farther than the rolling "
+                         "backtests reached.")
 
 
 def _rung_notes(ladder: Ladder) -> list[tuple[float, str]]:
@@ -119,7 +159,8 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
                   f"`{ladder.metric}` against training compute over {len(ladder.rungs)} rungs "
                   f"({ladder.span:.3g}x): each variant's seeds (dots), rung means, fitted curve and "
                   f"{ladder.band_level:.0%} band (from "
-                  "resampling seeds within rungs), dashed beyond the largest rung (an extrapolation). Above "
+                  "resampling seeds within rungs, plus the rungs' own scatter about the curve), dashed "
+                  "beyond the largest rung (an extrapolation). Above "
                   f"each rung its verdicts, one mark per comparison ({order}): + better, - worse, 0 no "
                   "detectable effect, = identical, ? not testable.")
 
@@ -127,13 +168,25 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
 def fits_table(ladder: Ladder) -> Table:
     rows = []
     for c in ladder.curves:
-        rows.append([c.variant, *_fit_cells(c.fit), ": ".join(_fit_cells(c.without_top))])
-    return Table(["variant", "form (rungs, seeds)", "parameters (95% intervals)", "without the largest rung"],
-                 rows, align="llll",
+        rows.append([c.variant, *_fit_cells(c.fit), _lof_cell(c.fit), ": ".join(_fit_cells(c.without_top))])
+    return Table(["variant", "form (rungs, seeds)", "parameters (95% intervals)", "lack of fit; rung sd",
+                  "without the largest rung"],
+                 rows, align="lllll",
                  caption="Each variant's metric against compute: L(C) = E + A (C/C0)^-alpha with 4 or "
                          "more rungs (C0 the rungs' geometric mean), else L(C) = a + b log10(C/C0); least "
                          "squares on the rung means weighted by their seeds, intervals from resampling seeds "
-                         "within each rung (widened by t/z for few seeds).")
+                         "within each rung plus a rung effect of the rung-level variance estimated from the "
+                         "residuals (widened by t/z on the seeds' df, or on the rungs' left over the fit "
+                         "where the rungs scatter). The lack-of-fit F test: the rungs' scatter about the "
+                         "curve against the seeds'.")
+
+
+def _lof_cell(fit: Fit | None) -> str:
+    if fit is None:
+        return "-"
+    lof = fit.lack_of_fit
+    test = (f"F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable else "not testable")
+    return f"{test}; {math.sqrt(fit.tau2):.3g}"
 
 
 def _fit_cells(fit: Fit | None) -> list[str]:
@@ -206,29 +259,51 @@ def rung_figures(inp: Inputs, ladder: Ladder) -> list[Block]:
 def backtest_table(ladder: Ladder) -> Table | None:
     rows = []
     for c in ladder.comparisons:
-        b = c.backtest
-        if b is None:
-            continue
-        rows.append([c.variant, b.rung, _interval(b.predicted, ladder.decimals),
-                     f"{st.fmt(b.measured, ladder.decimals, True)} (n={b.n})",
-                     "inside" if b.inside else "**outside**"])
+        for b in c.backtests:
+            rows.append([c.variant, f"{b.fitted[0]}–{b.fitted[-1]}", b.rung, f"{b.reach:.3g}x",
+                         _interval(b.predicted, ladder.decimals),
+                         f"{st.fmt(b.measured, ladder.decimals, True)} (n={b.n})",
+                         "inside" if b.inside else "**outside**"])
     if not rows:
         return None
-    return Table(["comparison", "left out", "predicted gap (prediction interval)", "measured gap", ""], rows,
-                 caption="The gap's line fitted without the largest rung, predicting it: the interval adds "
-                         "that rung's seed noise (estimated on the largest rung fitted) to the line's own "
-                         "error.")
+    return Table(["comparison", "fitted", "predicted", "beyond the fitted", "predicted gap (prediction "
+                  "interval)", "measured gap", ""], rows,
+                 caption="Rolling-origin backtests: the gap's line fitted to the rungs up to each origin "
+                         "(at least 3) predicts the next rung; the interval adds that rung's seed noise "
+                         "(estimated on the largest rung fitted) and a new rung's own effect (the rung-level "
+                         "variance) to the line's own error.")
+
+
+def _ci(i: Interval, pct: bool) -> str:
+    if not math.isfinite(i.value):
+        return "-"
+    if pct:
+        return f"{i.value:.0%} [{i.lo:.0%}, {i.hi:.0%}]" if math.isfinite(i.lo) else f"{i.value:.0%}"
+    return f"{_g(i.value)} [{_g(i.lo)}, {_g(i.hi)}]" if math.isfinite(i.lo) else _g(i.value)
+
+
+def per_comparison_table(ladder: Ladder) -> Table:
+    names = [r.name for r in ladder.rungs]
+    rows = [[c.variant, _ci(c.accuracy, True), *(_ci(s, False) for s in c.snr)] for c in ladder.comparisons]
+    return Table(["comparison", "decision accuracy", *(f"signal/noise {n}" for n in names)], rows,
+                 caption="Per comparison, with 95% intervals from resampling seeds within rungs (pairs kept "
+                         "together): its decision accuracy (the share of the smaller rungs whose gap has the "
+                         "largest rung's sign; DataDecide, Magnusson et al. 2025) and its signal-to-noise at "
+                         "each rung (|gap| over the pooled sd of seeds within the two variants; Heineman et "
+                         "al. 2025).")
 
 
 def _backtest_line(ladder: Ladder) -> str:
-    tested = [c.backtest for c in ladder.comparisons if c.backtest is not None]
-    inside = sum(b.inside for b in tested)
-    accuracy = [a for a in ladder.accuracy if math.isfinite(a)]
-    mean = f"{ladder.mean_accuracy:.0%}" if accuracy else "-"
-    return (f"**Backtest**: the smaller rungs predicted the largest rung's gap within the prediction "
-            f"interval for {inside} of {len(tested)} comparisons; the smaller rungs order the pairs of "
-            f"variants as the largest does in {mean} of cases (DataDecide's decision accuracy, over the "
-            f"{len(accuracy)} smaller rungs).")
+    cov = ladder.coverage
+    if cov is None or cov.total == 0:
+        tested = "no rolling backtest ran (a backtest fits at least 3 rungs and predicts the next)"
+    else:
+        tested = (f"the rolling backtests' prediction intervals held the measured gap in {cov.inside} of "
+                  f"{cov.total} ({cov.share:.0%}, 95% interval [{cov.lo:.0%}, {cov.hi:.0%}]) at a nominal "
+                  f"{cov.nominal:.1%}")
+    accuracy = "; ".join(f"`{c.variant}` {_ci(c.accuracy, True)}" for c in ladder.comparisons)
+    return (f"**Backtest**: {tested}. Decision accuracy per comparison (the smaller rungs' sign against "
+            f"the largest's, seed-bootstrap 95% intervals): {accuracy}.")
 
 
 def scale_range(ladder: Ladder, c: ComparisonLadder) -> str:
@@ -251,7 +326,8 @@ def part(inp: Inputs) -> Part | None:
         Para(f"A ladder of {len(ladder.rungs)} rungs spanning {ladder.span:.3g}x in training compute; every "
              "variant runs at every rung on the same seeds, paired by seed within a rung. The sections "
              f"after this one state the largest rung's (`{ladder.rungs[-1].name}`) verdicts."),
-        rungs_table(ladder), fits_table(ladder), at_rungs_table(ladder), *rung_figures(inp, ladder)]
+        rungs_table(ladder), fits_table(ladder), at_rungs_table(ladder), per_comparison_table(ladder),
+        *rung_figures(inp, ladder)]
     test = backtest_table(ladder)
     if test is not None:
         blocks.append(test)

@@ -80,16 +80,17 @@ def part(inp: Inputs) -> Part | None:
                 "and at the spread its own seeds showed (information only: it never moves the design). sd: "
                 "the spread (standard deviation) of the paired seed differences, variant minus baseline on "
                 "the same seed; the planned one with its upper bound, which the plan sized on. The last "
-                "column is the seeds.max a new study would need to settle the comparison's claim (without "
-                "one: to find an effect as large as min_effect); — where there is nothing to size (an "
-                "identity check, or no min_effect)")]
+                "column is the seeds a new study would need to settle the comparison's claim at the effect "
+                "these seeds found (a paired t test at 80% power; without a claim: the seeds.max to find an "
+                "effect as large as min_effect); — where there is nothing to size (an identity check, or no "
+                "min_effect)")]
     open_claims = [f for f in found if not f.settled and f.sizable and f.n >= 2]
     forecast = settled_forecast(plan, found)
     if forecast is not None:
         blocks.append(Para(forecast_sentence(forecast)))
     if open_claims:
         blocks.append(Para("Left open by this design: " + "; ".join(
-            f"{f.label}: {new_study_advice(f.needed)}" for f in open_claims) + "."))
+            f"{f.label}: {new_study_advice(f.needed, f.at_observed)}" for f in open_claims) + "."))
     data = {"power_plan": {"registered": registered, "plan": plan, "metric": metric,
                            "found": [{"label": f.label, "pairs": f.n, "diff": f.diff, "sd": f.sd,
                                       "detectable": f.detectable, "seeds_needed": f.needed,
@@ -98,8 +99,14 @@ def part(inp: Inputs) -> Part | None:
     return Part("mde", intro=blocks, data=data)
 
 
-def new_study_advice(needed: int | None) -> str:
-    """What would settle a claim this study left open, at the spread its own seeds showed."""
+def new_study_advice(needed: int | None, at_observed: bool = False) -> str:
+    """What would settle a claim this study left open, at the spread its own seeds showed (and, for a
+    claim, at the effect they found: never at an assumed one)."""
+    if at_observed:
+        if needed is None:
+            return "at the effect it found, no study of up to 100 seeds would settle it"
+        return (f"at the effect it found, a new study would need about {needed} seeds (a paired t test, 80% "
+                "power)")
     if needed is None:
         return "a new study would need more than 100 seeds at this spread"
     return f"a new study with seeds.max {needed} would tell"
