@@ -8,7 +8,7 @@ import math
 
 from ablate.report.compute.tuned_speedups import DataSpeedups, Speedup, SpeedupTrend, as_record, speedups_of
 from ablate.report.render import Block, Para, Section, Table
-from ablate.report.section_api import Inputs, Part
+from ablate.report.section_api import Inputs, Part, section
 
 BEYOND = {1: " (beyond the largest budget: an extrapolation)", -1: " (below the smallest budget)", 0: ""}
 
@@ -41,6 +41,7 @@ def table(d: DataSpeedups) -> Table:
                          "scatter included (95%).")
 
 
+@section(15)  # after the ladder's transfer table
 def part(inp: Inputs) -> Part | None:
     d = speedups_of(inp.study)
     if d is None:
