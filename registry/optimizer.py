@@ -21,6 +21,7 @@ published update in tests/registry/test_recipe_formulas.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -80,19 +81,29 @@ class TrainParam:
     role: str  # one of ROLES
     lr_scale: float = 1.0  # muP's multiplier of the learning rate (1: the standard parametrisation)
     decay: bool = True  # weight-decayed (the no_decay rule)
+    # A fused weight's row blocks, each a matrix of its own (a fused QKV projection: (d, kv, kv)); empty:
+    # the weight is one matrix. Muon orthogonalises each block separately (Jordan et al. 2024).
+    chunks: tuple[int, ...] = ()
 
 
 def param_groups(params: Iterable[TrainParam], lr: float, weight_decay: float,
                  lr_ratio: float = 1.0) -> list[dict[str, Any]]:
     """torch parameter groups, one per (lr_scale, decay) in order of first appearance: learning rate
-    ``lr * lr_scale * lr_ratio``, weight decay ``weight_decay`` or 0. The standard parametrisation without a
-    no-decay rule gives one group of every parameter in model order, as ``cls(model.parameters())`` did."""
+    ``lr * lr_scale * lr_ratio``, weight decay ``weight_decay / lr_scale`` or 0. The standard parametrisation
+    without a no-decay rule gives one group of every parameter in model order, as ``cls(model.parameters())``
+    did.
+
+    Under muP the decay is divided by the group's learning-rate multiplier, as the ``mup`` package's MuAdam,
+    MuAdamW and MuSGD do by default (``decoupled_wd=False``: a hidden matrix's ``lr /= width_mult`` with
+    ``weight_decay *= width_mult``): the decay each step applies, ``lr * weight_decay`` (AdamW's decoupled
+    ``theta *= 1 - lr wd``, or SGD's and Adam's L2 term times the rate), is then the same at every width,
+    as at the base width where the decay was tuned."""
     groups: dict[tuple[float, bool], dict[str, Any]] = {}
     for p in params:
         key = (p.lr_scale * lr_ratio, p.decay)
         if key not in groups:
-            groups[key] = {"params": [], "lr": lr * key[0], "weight_decay": weight_decay if p.decay else 0.0,
-                           "lr_scale": key[0]}
+            decay = weight_decay / p.lr_scale if p.decay else 0.0
+            groups[key] = {"params": [], "lr": lr * key[0], "weight_decay": decay, "lr_scale": key[0]}
         groups[key]["params"].append(p.param)
     return list(groups.values())
 
@@ -173,23 +184,83 @@ ADAFACTOR_OPTIONS = (
     Option("adafactor_eps", float, 1e-3,
            "epsilon2: the floor of the parameter scale RMS(theta) the step is relative to (section 8: 1e-3)",
            gt=0.0, lt=1.0),
+    Option("adafactor_eps1", float, 1e-30,
+           "epsilon1: added to the squared gradient before its row and column means (Algorithm 4: 1e-30); "
+           "torch.optim.Adafactor instead clamps the row mean and the estimate at its dtype's eps (1.19e-7 "
+           "in float32), which moves updates at small gradients", gt=0.0, lt=1.0, added_later=True),
     Option("adafactor_clip", float, 1.0,
            "update clipping threshold d: the update is divided by max(1, RMS(update) / d) (section 6: 1)",
            ge=1.0, le=1e6),
 )
 
 
-@register("optimizer", "adafactor", options=ADAFACTOR_OPTIONS)
+class PaperAdafactor(torch.optim.Adafactor):
+    """torch.optim.Adafactor with the paper's epsilon1 (Shazeer & Stern 2018, Algorithm 4)::
+
+        R_t = beta2_t R + (1 - beta2_t) (G^2 + eps1) 1_m       # row means; C_t likewise over columns
+        V_hat = R_t C_t / (1_n^T R_t)        U = G / sqrt(V_hat)
+        theta -= max(eps2, RMS(theta)) min(lr, 1/sqrt(t)) U / max(1, RMS(U) / d)
+
+    torch adds no eps1: it clamps the row mean of R at eps1 and V_hat at eps1^2 with eps1 defaulting to
+    float32's 1.19e-7, so once squared gradients fall below it (gradient RMS near 1e-4, common late in
+    training) the estimate is floored and updates shrink (8-40% at RMS 1e-4). The state (step, row_var,
+    col_var, variance) and parameter groups are torch's; ``group["eps"]`` is (eps1, eps2)."""
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            eps1, eps2 = group["eps"]
+            lr, decay, d = float(group["lr"]), float(group["weight_decay"]), float(group["d"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    if grad.dim() > 1:
+                        rows, cols = grad.shape[:-1] + (1,), grad.shape[:-2] + (1, grad.shape[-1])
+                        state["row_var"] = grad.new_zeros(rows)  # (..., rows, 1)
+                        state["col_var"] = grad.new_zeros(cols)  # (..., 1, cols)
+                    else:
+                        state["variance"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = float(state["step"])
+                one_minus_beta2 = t ** group["beta2_decay"]
+                alpha = max(eps2, float(p.norm(2)) / (p.numel() ** 0.5)) * min(lr, 1 / t ** 0.5)
+                if decay != 0:
+                    p.mul_(1 - lr * decay)
+                squared = grad * grad + eps1
+                if grad.dim() > 1:
+                    row, col = state["row_var"], state["col_var"]
+                    row.lerp_(squared.mean(dim=-1, keepdim=True), one_minus_beta2)
+                    col.lerp_(squared.mean(dim=-2, keepdim=True), one_minus_beta2)
+                    v_hat = row @ col / row.mean(dim=-2, keepdim=True)  # (..., rows, cols)
+                else:
+                    state["variance"].lerp_(squared, one_minus_beta2)
+                    v_hat = state["variance"]
+                update = grad / v_hat.sqrt()
+                denom = max(1.0, float(update.norm(2)) / (update.numel() ** 0.5 * d))
+                p.add_(update, alpha=-alpha / denom)
+        return loss
+
+
+@register("optimizer", "adafactor", options=ADAFACTOR_OPTIONS, version=2)  # v2: the paper's eps1
 def adafactor(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0,
-              adafactor_beta2_decay: float = -0.8, adafactor_eps: float = 1e-3,
+              adafactor_beta2_decay: float = -0.8, adafactor_eps: float = 1e-3, adafactor_eps1: float = 1e-30,
               adafactor_clip: float = 1.0) -> torch.optim.Optimizer:
     """Adafactor (Shazeer & Stern 2018, Algorithm 4): a matrix's second moment kept factored as row and
-    column means, ``V_hat = R C / mean(R)``; no first moment; the step relative to the parameter's scale,
-    ``alpha_t = max(eps2, RMS(theta)) * min(lr, 1/sqrt(t))``, clipped at RMS d; torch.optim.Adafactor.
-    ``lr`` caps the relative step size (torch's default 1e-2), it is not Adam's step size."""
-    return torch.optim.Adafactor(param_groups(params, lr, weight_decay), lr=lr,
-                                 beta2_decay=adafactor_beta2_decay, eps=(None, adafactor_eps),
-                                 d=adafactor_clip, weight_decay=weight_decay)
+    column means, ``V_hat = R C / mean(R)`` of ``G^2 + eps1``; no first moment; the step relative to the
+    parameter's scale, ``alpha_t = max(eps2, RMS(theta)) * min(lr, 1/sqrt(t))``, clipped at RMS d;
+    :class:`PaperAdafactor` (torch.optim.Adafactor with the paper's eps1: version 2; version 1 was torch's,
+    whose clamps at 1.19e-7 move updates at small gradients). ``lr`` caps the relative step size (torch's
+    default 1e-2), it is not Adam's step size."""
+    return PaperAdafactor(param_groups(params, lr, weight_decay), lr=lr, beta2_decay=adafactor_beta2_decay,
+                          eps=(adafactor_eps1, adafactor_eps), d=adafactor_clip, weight_decay=weight_decay)
 
 
 adafactor.mup_rule = None  # type: ignore[attr-defined]  # a scale-relative step: muP's table is silent
@@ -293,6 +364,70 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self.param_groups = self._inner_groups()
 
 
+def muon_scale(rule: str, shape: torch.Size) -> float:
+    """The factor on a matrix's orthogonalised update (torch.optim.Muon's ``adjust_lr_fn``): original,
+    ``sqrt(max(1, rows / cols))`` (Jordan et al.); match_rms_adamw, ``0.2 sqrt(max(rows, cols))`` (Liu et al.
+    2025, eq. 4)."""
+    rows, cols = shape[:2]
+    if rule == "match_rms_adamw":
+        return 0.2 * math.sqrt(max(rows, cols))
+    return math.sqrt(max(1.0, rows / cols))
+
+
+def newton_schulz_bf16(matrix: Tensor, steps: int, coefficients: tuple[float, float, float],
+                       eps: float) -> Tensor:
+    """torch.optim.Muon's iteration as torch runs it (in bf16, on the smaller side, from ``M / ||M||_F``),
+    so a matrix that is not fused steps exactly as torch.optim.Muon steps it."""
+    a, b, c = coefficients
+    x = matrix.bfloat16()
+    tall = matrix.size(0) > matrix.size(1)
+    if tall:
+        x = x.T
+    x = x.div(x.norm().clamp(min=eps))
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+class BlockMuon(torch.optim.Muon):
+    """torch.optim.Muon whose fused weights step block by block: ``blocks`` maps a parameter (by id) to the
+    row sizes of the matrices it holds side by side (a fused QKV projection: (d, kv, kv)). The momentum is
+    the whole weight's (it is elementwise); the Newton-Schulz iteration and the update's scale are each
+    block's own. A parameter without blocks steps exactly as torch.optim.Muon steps it (its state and
+    parameter groups are torch's, so checkpoints load either way)."""
+
+    def __init__(self, params: Any, blocks: dict[int, tuple[int, ...]], **options: Any) -> None:
+        super().__init__(params, **options)
+        self.blocks = blocks
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, decay, mu = float(group["lr"]), float(group["weight_decay"]), float(group["momentum"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                buf: Tensor = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - mu)  # (1 - mu) g + mu buf
+                update = p.grad.lerp(buf, mu) if group["nesterov"] else buf
+                p.mul_(1 - lr * decay)  # decoupled weight decay
+                rows = list(self.blocks.get(id(p), (p.size(0),)))
+                rule = group["adjust_lr_fn"] or "original"
+                for block, target in zip(update.split(rows), p.split(rows), strict=True):  # (rows_i, cols)
+                    ortho = newton_schulz_bf16(block, group["ns_steps"], group["ns_coefficients"],
+                                               group["eps"])
+                    target.add_(ortho, alpha=-lr * muon_scale(rule, block.shape))
+        return loss
+
+
 MUON_OPTIONS = (
     Option("muon_momentum", float, 0.95, "Muon's momentum mu (Jordan et al. 2024: 0.95)", ge=0.0, lt=1.0),
     Option("muon_nesterov", bool, True, "Muon's Nesterov momentum (the speedrun's default)"),
@@ -310,7 +445,7 @@ MUON_OPTIONS = (
 )
 
 
-@register("optimizer", "muon", options=MUON_OPTIONS)
+@register("optimizer", "muon", options=MUON_OPTIONS, version=2)  # v2: Q, K and V orthogonalised apart
 def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon_momentum: float = 0.95,
          muon_nesterov: bool = True, muon_ns_steps: int = 5, muon_update_rms: str = "original",
          muon_adamw_lr: float = 0.0, betas: tuple[float, float] = (0.9, 0.98),
@@ -322,13 +457,20 @@ def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon
     one of a square matrix stays below),
     ``theta -= lr * scale * O`` with decoupled weight decay; embeddings, the output head, norms, biases and
     every other parameter (and any weight that is not 2-D, a conv1d FFN's) step with AdamW, as the
-    speedrun and Liu et al. do; torch.optim.Muon and torch.optim.AdamW in :class:`MuonWithAdamW`."""
+    speedrun and Liu et al. do; :class:`BlockMuon` (torch.optim.Muon's step, block by block) and
+    torch.optim.AdamW in :class:`MuonWithAdamW`.
+
+    A fused weight (the attention's one QKV projection) is the queries', keys' and values' matrices side by
+    side: each is orthogonalised on its own, with its own shape's scale, as Jordan et al.'s note and the
+    speedrun do (version 2; version 1 orthogonalised the fused (3d, d) matrix as one, which couples the
+    three updates' singular values)."""
     matrices = [p for p in params if p.role == HIDDEN and p.param.dim() == 2]
     others = [p for p in params if not (p.role == HIDDEN and p.param.dim() == 2)]
     rule = "match_rms_adamw" if muon_update_rms == "match_adamw" else "original"
-    inner_muon = torch.optim.Muon(param_groups(matrices, lr, weight_decay), lr=lr, weight_decay=weight_decay,
-                                  momentum=muon_momentum, nesterov=muon_nesterov, ns_steps=muon_ns_steps,
-                                  adjust_lr_fn=rule) if matrices else None
+    blocks = {id(p.param): p.chunks for p in matrices if p.chunks}
+    inner_muon = BlockMuon(param_groups(matrices, lr, weight_decay), blocks, lr=lr, weight_decay=weight_decay,
+                           momentum=muon_momentum, nesterov=muon_nesterov, ns_steps=muon_ns_steps,
+                           adjust_lr_fn=rule) if matrices else None
     ratio = muon_adamw_lr / lr if muon_adamw_lr > 0 else 1.0
     inner_adamw = torch.optim.AdamW(param_groups(others, lr, weight_decay, lr_ratio=ratio), lr=lr * ratio,
                                     betas=betas, eps=eps, weight_decay=weight_decay) if others else None
