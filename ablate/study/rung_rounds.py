@@ -71,10 +71,25 @@ def scales_record(plan: StudyPlan) -> dict[str, Any]:
     scales = plan.ablation.scales
     assert scales is not None
     margin = scales.margin if scales.margin is not None else plan.ablation.min_effect
-    return {"rungs": [{"name": r.name, "overrides": r.overrides, "params": r.compute.params,
-                       "tokens": r.compute.tokens, "flops": r.compute.flops, "tokens_from": r.tokens_from}
-                      for r in plan.rungs],
-            "target": scales.target, "margin": margin, "tokens_per_param": scales.tokens_per_param}
+    out = {"rungs": [{"name": r.name, "overrides": r.overrides, "params": r.compute.params,
+                      "tokens": r.compute.tokens, "flops": r.compute.flops, "tokens_from": r.tokens_from,
+                      **_fair_rung(r)} for r in plan.rungs],
+           "target": scales.target, "margin": margin, "tokens_per_param": scales.tokens_per_param}
+    # a fair ladder's fields (ablation.scales: tokens_counted, rule, match, budgets, speedup), only where
+    # given, so that every ladder recorded before them keeps its record
+    fair = scales.model_dump(mode="json", include={"tokens_counted", "rule", "match", "budgets", "speedup"},
+                             exclude_none=True)
+    return {**out, **fair}
+
+
+def _fair_rung(rung: Any) -> dict[str, Any]:
+    """A data budget's rung: its size rung and multiple; every parameter where the tokens counted them."""
+    out: dict[str, Any] = {}
+    if rung.budget is not None:
+        out.update(size=rung.size_rung, budget=rung.budget)
+    if rung.params_all is not None:
+        out["params_all"] = rung.params_all
+    return out
 
 
 def scales_tag(plan: StudyPlan) -> dict[str, str]:
