@@ -42,6 +42,7 @@ from ablate.report.sections import (
     environment,
     factorial,
     failures,
+    fair_ladder,
     forest_plot,
     larger_scale,
     lengths,
@@ -69,7 +70,8 @@ PartFn = Callable[[Inputs], Part | None]
 # ladder's scaling figure and transfer table, published results, then the summary, then the factorial
 # main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
-    across_scales.part, setup.part, forest_plot.part, mde.part, published.part, summary.part,
+    across_scales.part, fair_ladder.part, setup.part, forest_plot.part, mde.part, published.part,
+    summary.part,
     main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
     sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
     attention_maps.part, environment.part, withdrawn.part)

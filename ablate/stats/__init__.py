@@ -11,7 +11,8 @@ procedure a study runs (``power``); and whether a learning-rate search's best ra
 not a comparison's looks); a ladder's fits of each variant's metric against training compute (``scaling``:
 a saturating power law or a log-linear curve, intervals from resampling seeds within rungs) and each
 comparison's transfer verdict, its prediction at a target compute and the backtest on the largest rung
-(``transfer``).
+(``transfer``); and the best learning rate's power law in parameters across a tuned ladder's rungs
+(``lr_power_law``).
 
 May import: ``ablate.spec`` (a claim's question and margin) and numpy/scipy; nothing else of ablate. The
 floors above read it: ``ablate.study`` decides its rounds with it, ``ablate.report`` states what it

@@ -21,7 +21,7 @@ A point's score is the mean of its tuning seeds' metric; a point with a diverged
 worst (the rate is past the edge of stability, not lucky). The best point of a rung that sits at an edge of
 its grid (the lowest or the highest value of a field) is flagged: the true best may lie beyond it. The best
 learning rate's power law in parameters across the rungs is fitted per variant (ablate/stats/
-rate_scaling.py). Everything the report needs is recorded on the parent (tag ``ablate.ladder_tune``,
+lr_power_law.py). Everything the report needs is recorded on the parent (tag ``ablate.ladder_tune``,
 `tuning_record`).
 """
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.spec.study_sections import LadderTune
-from ablate.stats.rate_scaling import fit_rate_law
+from ablate.stats.lr_power_law import fit_rate_law
 from ablate.study.derived_specs import derive, show
 from ablate.study.designs import spec_diff
 from ablate.study.ladder_checks import grid_at, size_rungs

@@ -1,4 +1,4 @@
-"""A fair ladder (issue #65): one scaling rule, matched sizes, every variant tuned at every rung on seeds of
+"""A fair ladder: one scaling rule, matched sizes, every variant tuned at every rung on seeds of
 its own, data budgets per rung; its bad inputs are one located line each (ablate/study/ladder_checks.py,
 ladder_tuning.py, rungs.py), the tuning picks each variant's best per rung and flags a best at a grid edge,
 and a tiny tuned ladder runs end to end."""

@@ -1,4 +1,4 @@
-"""The best learning rate's power law in parameters across a ladder's rungs (ablate/stats/rate_scaling.py):
+"""The best learning rate's power law in parameters across a ladder's rungs (ablate/stats/lr_power_law.py):
 exact on an exact law, an interval that covers the true exponent at about its level, and a grid centred on
 a prediction."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ablate.stats.rate_scaling import centred_grid, fit_rate_law
+from ablate.stats.lr_power_law import centred_grid, fit_rate_law
 
 
 def test_an_exact_power_law_is_recovered_and_predicts_a_new_size() -> None:
