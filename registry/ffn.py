@@ -73,17 +73,28 @@ class Conv1dFFN(nn.Module):
 GLU_OPTIONS = (
     Option("glu_hidden", str, "match_params",
            "hidden size of a gated FFN: 'match_params' = 2/3 d_ff (three matrices hold as many weights as "
-           "the linear FFN's two, Shazeer 2020), or 'd_ff'", choices=("match_params", "d_ff")),
+           "the linear FFN's two, Shazeer 2020), 'match_all' = (2 d d_ff + d_ff + d) / 3d (as many "
+           "parameters as the linear FFN, its biases counted: a ladder's small rungs, where the biases are "
+           "several percent), or 'd_ff'", choices=("match_params", "match_all", "d_ff")),
     Option("glu_multiple_of", int, 8, "the 2/3 d_ff hidden size is rounded to the nearest multiple of this",
            ge=1, le=4096),
 )
 
 
-def glu_hidden_size(d_ff: int, glu_hidden: str = "match_params", glu_multiple_of: int = 8) -> int:
-    """``d_ff`` or ``2/3 d_ff`` rounded to the nearest multiple of ``glu_multiple_of`` (at least one)."""
+def glu_hidden_size(d_ff: int, glu_hidden: str = "match_params", glu_multiple_of: int = 8,
+                    d_model: int | None = None) -> int:
+    """``d_ff``, ``2/3 d_ff``, or with ``match_all`` the linear FFN's parameters, biases included, over the
+    gated FFN's three bias-free matrices, ``(2 d d_ff + d_ff + d) / 3d`` (needs ``d_model``); rounded to the
+    nearest multiple of ``glu_multiple_of`` (at least one)."""
     if glu_hidden == "d_ff":
         return d_ff
-    return max(glu_multiple_of, glu_multiple_of * round(2 * d_ff / 3 / glu_multiple_of))
+    if glu_hidden == "match_all":
+        if d_model is None:
+            raise ValueError("glu_hidden match_all needs d_model")
+        target = (2 * d_model * d_ff + d_ff + d_model) / (3 * d_model)
+    else:
+        target = 2 * d_ff / 3
+    return max(glu_multiple_of, glu_multiple_of * round(target / glu_multiple_of))
 
 
 class _GatedFFN(nn.Module):
@@ -92,7 +103,7 @@ class _GatedFFN(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, glu_hidden: str = "match_params",
                  glu_multiple_of: int = 8) -> None:
         super().__init__()
-        hidden = glu_hidden_size(d_ff, glu_hidden, glu_multiple_of)
+        hidden = glu_hidden_size(d_ff, glu_hidden, glu_multiple_of, d_model)
         self.w1 = nn.Linear(d_model, hidden, bias=False)  # the gate
         self.w3 = nn.Linear(d_model, hidden, bias=False)  # the value
         self.w2 = nn.Linear(hidden, d_model, bias=False)

@@ -29,6 +29,10 @@ import torch
 from torch import Tensor, nn
 
 from registry import Axis, Option, declare_axis, register
+from registry.optimizer_steps import BlockMuon, MuonWithAdamW, PaperAdafactor
+from registry.optimizer_steps import (
+    newton_schulz as newton_schulz,  # the iterate the tests check Muon against
+)
 
 # Parameter roles, as the engine classifies the model's parameters (ablate/engine/param_roles.py).
 HIDDEN = "hidden"  # a 2-D (or kernel) weight inside the layers: attention projections, FFN matrices
@@ -80,19 +84,29 @@ class TrainParam:
     role: str  # one of ROLES
     lr_scale: float = 1.0  # muP's multiplier of the learning rate (1: the standard parametrisation)
     decay: bool = True  # weight-decayed (the no_decay rule)
+    # A fused weight's row blocks, each a matrix of its own (a fused QKV projection: (d, kv, kv)); empty:
+    # the weight is one matrix. Muon orthogonalises each block separately (Jordan et al. 2024).
+    chunks: tuple[int, ...] = ()
 
 
 def param_groups(params: Iterable[TrainParam], lr: float, weight_decay: float,
                  lr_ratio: float = 1.0) -> list[dict[str, Any]]:
     """torch parameter groups, one per (lr_scale, decay) in order of first appearance: learning rate
-    ``lr * lr_scale * lr_ratio``, weight decay ``weight_decay`` or 0. The standard parametrisation without a
-    no-decay rule gives one group of every parameter in model order, as ``cls(model.parameters())`` did."""
+    ``lr * lr_scale * lr_ratio``, weight decay ``weight_decay / lr_scale`` or 0. The standard parametrisation
+    without a no-decay rule gives one group of every parameter in model order, as ``cls(model.parameters())``
+    did.
+
+    Under muP the decay is divided by the group's learning-rate multiplier, as the ``mup`` package's MuAdam,
+    MuAdamW and MuSGD do by default (``decoupled_wd=False``: a hidden matrix's ``lr /= width_mult`` with
+    ``weight_decay *= width_mult``): the decay each step applies, ``lr * weight_decay`` (AdamW's decoupled
+    ``theta *= 1 - lr wd``, or SGD's and Adam's L2 term times the rate), is then the same at every width,
+    as at the base width where the decay was tuned."""
     groups: dict[tuple[float, bool], dict[str, Any]] = {}
     for p in params:
         key = (p.lr_scale * lr_ratio, p.decay)
         if key not in groups:
-            groups[key] = {"params": [], "lr": lr * key[0], "weight_decay": weight_decay if p.decay else 0.0,
-                           "lr_scale": key[0]}
+            decay = weight_decay / p.lr_scale if p.decay else 0.0
+            groups[key] = {"params": [], "lr": lr * key[0], "weight_decay": decay, "lr_scale": key[0]}
         groups[key]["params"].append(p.param)
     return list(groups.values())
 
@@ -173,23 +187,28 @@ ADAFACTOR_OPTIONS = (
     Option("adafactor_eps", float, 1e-3,
            "epsilon2: the floor of the parameter scale RMS(theta) the step is relative to (section 8: 1e-3)",
            gt=0.0, lt=1.0),
+    Option("adafactor_eps1", float, 1e-30,
+           "epsilon1: added to the squared gradient before its row and column means (Algorithm 4: 1e-30); "
+           "torch.optim.Adafactor instead clamps the row mean and the estimate at its dtype's eps (1.19e-7 "
+           "in float32), which moves updates at small gradients", gt=0.0, lt=1.0, added_later=True),
     Option("adafactor_clip", float, 1.0,
            "update clipping threshold d: the update is divided by max(1, RMS(update) / d) (section 6: 1)",
            ge=1.0, le=1e6),
 )
 
 
-@register("optimizer", "adafactor", options=ADAFACTOR_OPTIONS)
+@register("optimizer", "adafactor", options=ADAFACTOR_OPTIONS, version=2)  # v2: the paper's eps1
 def adafactor(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0,
-              adafactor_beta2_decay: float = -0.8, adafactor_eps: float = 1e-3,
+              adafactor_beta2_decay: float = -0.8, adafactor_eps: float = 1e-3, adafactor_eps1: float = 1e-30,
               adafactor_clip: float = 1.0) -> torch.optim.Optimizer:
     """Adafactor (Shazeer & Stern 2018, Algorithm 4): a matrix's second moment kept factored as row and
-    column means, ``V_hat = R C / mean(R)``; no first moment; the step relative to the parameter's scale,
-    ``alpha_t = max(eps2, RMS(theta)) * min(lr, 1/sqrt(t))``, clipped at RMS d; torch.optim.Adafactor.
-    ``lr`` caps the relative step size (torch's default 1e-2), it is not Adam's step size."""
-    return torch.optim.Adafactor(param_groups(params, lr, weight_decay), lr=lr,
-                                 beta2_decay=adafactor_beta2_decay, eps=(None, adafactor_eps),
-                                 d=adafactor_clip, weight_decay=weight_decay)
+    column means, ``V_hat = R C / mean(R)`` of ``G^2 + eps1``; no first moment; the step relative to the
+    parameter's scale, ``alpha_t = max(eps2, RMS(theta)) * min(lr, 1/sqrt(t))``, clipped at RMS d;
+    :class:`PaperAdafactor` (torch.optim.Adafactor with the paper's eps1: version 2; version 1 was torch's,
+    whose clamps at 1.19e-7 move updates at small gradients). ``lr`` caps the relative step size (torch's
+    default 1e-2), it is not Adam's step size."""
+    return PaperAdafactor(param_groups(params, lr, weight_decay), lr=lr, beta2_decay=adafactor_beta2_decay,
+                          eps=(adafactor_eps1, adafactor_eps), d=adafactor_clip, weight_decay=weight_decay)
 
 
 adafactor.mup_rule = None  # type: ignore[attr-defined]  # a scale-relative step: muP's table is silent
@@ -250,49 +269,6 @@ def lion(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0,
 lion.mup_rule = "adam"  # type: ignore[attr-defined]  # entrywise-normalised (a sign) like Adam's
 
 
-class MuonWithAdamW(torch.optim.Optimizer):
-    """Muon on the hidden 2-D weight matrices and AdamW on every other parameter, as one optimizer.
-
-    The two are torch's own (``torch.optim.Muon``, ``torch.optim.AdamW``; either may be absent where it has
-    no parameter); this class only shares their parameter groups (``param_groups`` is the list of both,
-    the very same dicts, so the trainer's schedule, gradient clipping and GradScaler see every parameter)
-    and steps and checkpoints both.
-    """
-
-    def __init__(self, muon: torch.optim.Muon | None, adamw: torch.optim.AdamW | None) -> None:
-        self.muon, self.adamw = muon, adamw
-        params = [p for group in self._inner_groups() for p in group["params"]]
-        super().__init__(params, {})
-        self.param_groups = self._inner_groups()
-
-    def _inner(self) -> list[torch.optim.Optimizer]:
-        return [o for o in (self.muon, self.adamw) if o is not None]
-
-    def _inner_groups(self) -> list[dict[str, Any]]:
-        return [group for optimizer in self._inner() for group in optimizer.param_groups]
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for optimizer in self._inner():
-            optimizer.step()
-        return loss
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"muon": None if self.muon is None else self.muon.state_dict(),
-                "adamw": None if self.adamw is None else self.adamw.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for optimizer, saved in ((self.muon, state_dict["muon"]), (self.adamw, state_dict["adamw"])):
-            if optimizer is not None:
-                optimizer.load_state_dict(saved)
-        # load_state_dict replaces each inner group's dict: share the new ones again
-        self.param_groups = self._inner_groups()
-
-
 MUON_OPTIONS = (
     Option("muon_momentum", float, 0.95, "Muon's momentum mu (Jordan et al. 2024: 0.95)", ge=0.0, lt=1.0),
     Option("muon_nesterov", bool, True, "Muon's Nesterov momentum (the speedrun's default)"),
@@ -310,7 +286,7 @@ MUON_OPTIONS = (
 )
 
 
-@register("optimizer", "muon", options=MUON_OPTIONS)
+@register("optimizer", "muon", options=MUON_OPTIONS, version=2)  # v2: Q, K and V orthogonalised apart
 def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon_momentum: float = 0.95,
          muon_nesterov: bool = True, muon_ns_steps: int = 5, muon_update_rms: str = "original",
          muon_adamw_lr: float = 0.0, betas: tuple[float, float] = (0.9, 0.98),
@@ -322,13 +298,20 @@ def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon
     one of a square matrix stays below),
     ``theta -= lr * scale * O`` with decoupled weight decay; embeddings, the output head, norms, biases and
     every other parameter (and any weight that is not 2-D, a conv1d FFN's) step with AdamW, as the
-    speedrun and Liu et al. do; torch.optim.Muon and torch.optim.AdamW in :class:`MuonWithAdamW`."""
+    speedrun and Liu et al. do; :class:`BlockMuon` (torch.optim.Muon's step, block by block) and
+    torch.optim.AdamW in :class:`MuonWithAdamW`.
+
+    A fused weight (the attention's one QKV projection) is the queries', keys' and values' matrices side by
+    side: each is orthogonalised on its own, with its own shape's scale, as Jordan et al.'s note and the
+    speedrun do (version 2; version 1 orthogonalised the fused (3d, d) matrix as one, which couples the
+    three updates' singular values)."""
     matrices = [p for p in params if p.role == HIDDEN and p.param.dim() == 2]
     others = [p for p in params if not (p.role == HIDDEN and p.param.dim() == 2)]
     rule = "match_rms_adamw" if muon_update_rms == "match_adamw" else "original"
-    inner_muon = torch.optim.Muon(param_groups(matrices, lr, weight_decay), lr=lr, weight_decay=weight_decay,
-                                  momentum=muon_momentum, nesterov=muon_nesterov, ns_steps=muon_ns_steps,
-                                  adjust_lr_fn=rule) if matrices else None
+    blocks = {id(p.param): p.chunks for p in matrices if p.chunks}
+    inner_muon = BlockMuon(param_groups(matrices, lr, weight_decay), blocks, lr=lr, weight_decay=weight_decay,
+                           momentum=muon_momentum, nesterov=muon_nesterov, ns_steps=muon_ns_steps,
+                           adjust_lr_fn=rule) if matrices else None
     ratio = muon_adamw_lr / lr if muon_adamw_lr > 0 else 1.0
     inner_adamw = torch.optim.AdamW(param_groups(others, lr, weight_decay, lr_ratio=ratio), lr=lr * ratio,
                                     betas=betas, eps=eps, weight_decay=weight_decay) if others else None
@@ -336,22 +319,3 @@ def muon(params: list[TrainParam], lr: float, *, weight_decay: float = 0.0, muon
 
 
 muon.mup_rule = None  # type: ignore[attr-defined]  # Muon's own per-matrix scale: muP's table is silent
-
-
-def newton_schulz(matrix: Tensor, steps: int = 5,
-                  coefficients: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)) -> Tensor:
-    """Jordan et al.'s quintic Newton-Schulz iteration, in float32 (torch's runs it in bf16):
-    ``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, from ``X = M / ||M||_F``; on the smaller side of the
-    matrix. Its singular values approach [0.7, 1.2] (0.68 to 1.13 for a Gaussian 16 x 48 or 64 x 256; a
-    square Gaussian's smallest, near 0, reaches only about 0.15 in 5 steps) while its singular vectors stay
-    M's: the iterate the tests check torch's against (tests/registry/test_recipe_formulas.py)."""
-    a, b, c = coefficients
-    x = matrix.float()
-    tall = x.size(0) > x.size(1)
-    if tall:
-        x = x.T
-    x = x / x.norm().clamp(min=1e-7)
-    for _ in range(steps):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if tall else x

@@ -113,7 +113,7 @@ def _base_width_check(section: Mapping[str, Any]) -> str | None:
 @register("parametrisation", "mup", options=(Option(
     "mup_base_width", int, 0, "the d_model the hyperparameters were tuned at (muP's base width): the width "
     "multiplier is d_model / mup_base_width", ge=1, le=65536, required=True, example=8),),
-    check=_base_width_check)
+    check=_base_width_check, version=2)  # v2: weight decay / the group's lr multiplier, as mup.MuAdamW
 class MuP:
     """The maximal update parametrisation, muP (Yang et al. 2022, "Tensor Programs V: Tuning Large Neural
     Networks via Zero-Shot Hyperparameter Transfer", Table 3 and its multiplier form, Table 8), against a
@@ -127,7 +127,11 @@ class MuP:
     * learning rates per group: Adam-like optimizers (adam, adamw, lion) divide a hidden matrix's rate by
       its fan-in multiplier and keep the others'; SGD multiplies a vector-like parameter's by its width
       multiplier and a hidden matrix's by fan_out / fan_in multipliers (the ``mup`` package's MuAdam and
-      MuSGD).
+      MuSGD);
+    * weight decay per group divided by that learning-rate multiplier (registry/optimizer.py
+      ``param_groups``), as MuAdam/MuAdamW/MuSGD do by default (``decoupled_wd=False``), so the decay
+      ``lr * weight_decay`` each step applies is the base width's at every width (version 2; version 1
+      kept the spec's decay for every group, so a wider model decayed its hidden matrices less).
 
     With it the activations keep their size across widths during training (the coordinate check,
     tests/engine/test_mup.py; docs/recipe.md) and the best learning rate transfers from the base width.

@@ -52,9 +52,26 @@ def parameter_roles(model: nn.Module) -> dict[str, str]:
     return roles
 
 
+def fused_blocks(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """{weight name: its row blocks} for every fused Linear (``fused_chunks``: a count of equal blocks, or
+    their sizes), e.g. self-attention's QKV projection -> (d, kv, kv): the matrices it holds side by side."""
+    out: dict[str, tuple[int, ...]] = {}
+    for mod_name, module in model.named_modules():
+        chunks = getattr(module, "fused_chunks", None)
+        if not isinstance(module, nn.Linear) or chunks is None:
+            continue
+        rows = module.out_features
+        sizes = (rows // chunks,) * chunks if isinstance(chunks, int) else tuple(int(c) for c in chunks)
+        if sum(sizes) == rows and len(sizes) > 1:
+            out[f"{mod_name}.weight" if mod_name else "weight"] = sizes
+    return out
+
+
 def train_params(model: nn.Module, no_decay: str = "none", mup_rule: str | None = None) -> list[TrainParam]:
-    """The model's trainable parameters, in ``named_parameters`` order, as an optimizer factory takes them."""
+    """The model's trainable parameters, in ``named_parameters`` order, as an optimizer factory takes them
+    (a fused weight with its row blocks)."""
     roles = parameter_roles(model)
+    blocks = fused_blocks(model)
     shapes: dict[str, Any] = getattr(model, "width_shapes", {})
     parametrisation = getattr(model, "parametrisation", None)
     exempt = NO_DECAY_RULES[no_decay]
@@ -65,7 +82,7 @@ def train_params(model: nn.Module, no_decay: str = "none", mup_rule: str | None 
         scale = 1.0
         if parametrisation is not None and mup_rule is not None and name in shapes:
             scale = float(parametrisation.lr_multiplier(shapes[name], mup_rule))
-        out.append(TrainParam(name, p, roles[name], scale, roles[name] not in exempt))
+        out.append(TrainParam(name, p, roles[name], scale, roles[name] not in exempt, blocks.get(name, ())))
     return out
 
 

@@ -8,6 +8,7 @@ when a signal stopped it, the command that resumes it. Each SLURM job of ``--slu
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -18,7 +19,7 @@ from ablate.launch.gpu_placement import worker_devices
 from ablate.launch.local_workers import local_pool, local_workers
 from ablate.launch.resume import Launched, plural
 from ablate.launch.wall_time import local_sharing, remaining_wall_time
-from ablate.study import failfast
+from ablate.study import failfast, ladder_tuning
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
 from ablate.study.designs import plan_study
 from ablate.study.study_plan import StudyPlan
@@ -59,7 +60,11 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
         return 2
     print(workers_line(workers))
     if not pilot_times(plan):  # the plan gave the time from the pilot's cells; else measure it here
-        print(remaining_wall_time(plan, records, local_sharing(workers, len(hardware.visible_gpus()))))
+        timed = plan
+        if ladder_tuning.tuning(plan) is not None:  # a tuned ladder's tuning cells are time spent too
+            timed = dataclasses.replace(plan, cells=plan.cells + ladder_tuning.tune_cells(plan)[0])
+            print("the estimate below counts the tuning cells and the study's cells together")
+        print(remaining_wall_time(timed, records, local_sharing(workers, len(hardware.visible_gpus()))))
     return 0
 
 

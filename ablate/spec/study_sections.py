@@ -14,24 +14,14 @@ from pydantic import Field, model_validator
 
 from ablate.spec import metricnames
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
-
-Seed = Annotated[Int, Field(ge=0, le=2**32 - 1)]
-
-
-class SeedBudget(Strict):
-    """What a study may spend, for ``seeds.max: auto``: ``cells`` (runs at the baseline's settings) or
-    ``hours`` (one cell at a time, at the pilot's measured cell times), exactly one."""
-
-    cells: Annotated[Int, Field(ge=2, le=1_000_000)] | None = None
-    """cells at the baseline's settings, every variant counted"""
-    hours: Annotated[Float, Field(gt=0, le=1e6)] | None = None
-    """hours one cell at a time, at the pilot's measured cell times (train/wall_time_s)"""
-
-    @model_validator(mode="after")
-    def _one(self) -> SeedBudget:
-        if (self.cells is None) == (self.hours is None):
-            raise SpecFieldError.single("cells", "give the budget as cells or hours, exactly one", "hours")
-        return self
+from ablate.spec.ladder_section import DATA_BUDGET_SEP as DATA_BUDGET_SEP
+from ablate.spec.ladder_section import RUNG_NAME as RUNG_NAME
+from ablate.spec.ladder_section import RUNG_TOKENS as RUNG_TOKENS
+from ablate.spec.ladder_section import LadderTune as LadderTune
+from ablate.spec.ladder_section import ScalesSpec as ScalesSpec
+from ablate.spec.ladder_section import ScalingRule as ScalingRule
+from ablate.spec.ladder_section import Seed as Seed
+from ablate.spec.ladder_section import SeedBudget as SeedBudget
 
 
 class SeedRange(LaterFields):
@@ -182,57 +172,6 @@ class ConfirmSpec(Strict):
         return list(self.seeds) if isinstance(self.seeds, list) else [first + i for i in range(self.seeds)]
 
 
-RUNG_TOKENS = "tokens"  # a rung's own key beside its spec fields: the tokens its cells train on
-RUNG_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,39}$"  # a tag value and a column entry
-
-
-class ScalesSpec(LaterFields):
-    """A ladder of model sizes (ablate/study/rungs.py, ablate/study/rung_rounds.py): every variant runs at
-    every rung on every seed, paired by seed within a rung. Each variant's metric is fitted against
-    training compute (FLOPs by ablate/engine/compute.py's formula) and each comparison gets a transfer
-    verdict: whether its gap grows, shrinks, holds or reverses with compute (ablate/stats/transfer.py)."""
-
-    rungs: dict[Annotated[str, Field(pattern=RUNG_NAME)], dict[str, Any]]
-    """each rung's name -> its overrides of this spec (dotted or nested fields: width, depth, heads, steps,
-    batch), and optionally tokens: N (the tokens each cell trains on; train.max_steps follows from
-    data.batch_tokens), e.g. {small: {model.d_model: 64, model.d_ff: 256}, large: {model.d_model: 128,
-    model.d_ff: 512, tokens: 4000000}}; ordered by compute in the report"""
-    tokens_per_param: Annotated[Float, Field(gt=0, le=1e6)] | None = None
-    """the tokens each rung's cells train on, as a multiple of the baseline's parameters without embeddings
-    at that rung (Chinchilla's compute-optimal ratio is about 20); train.max_steps follows from
-    data.batch_tokens; a rung that sets its steps or tokens itself keeps them"""
-    target: Annotated[Float, Field(gt=0)] | None = None
-    """the training compute (FLOPs) the transfer verdict predicts each gap at: above the largest rung's,
-    and always reported as an extrapolation beyond it"""
-    margin: Annotated[Float, Field(gt=0)] | None = None
-    """the change of a gap over the ladder that still counts as holding, in the metric's units; default:
-    ablation.min_effect"""
-    budget: SeedBudget | None = None
-    """what the ladder may spend ({cells: N} or {hours: H}, one cell at a time at the pilot's cell times):
-    the power plan says which rungs it affords at the study's seeds, and how many seeds every rung gets"""
-
-    later_fields = ("tokens_per_param", "target", "margin", "budget")
-
-    @model_validator(mode="after")
-    def _shape(self) -> ScalesSpec:
-        checks = Checks()
-        if len(self.rungs) < 2:
-            checks.fail("rungs", f"a ladder needs at least 2 rungs to fit anything against compute (found "
-                        f"{len(self.rungs)}); one setting at a larger scale is ablation.confirm")
-        for name, overrides in self.rungs.items():
-            if not overrides:
-                checks.fail(f"rungs.{name}", f"rung {name!r} overrides nothing: every rung is a size of its "
-                            "own (give its width, depth, heads, steps, tokens or batch)")
-            tokens = overrides.get(RUNG_TOKENS)
-            if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int | float)
-                                       or tokens <= 0):
-                checks.fail(f"rungs.{name}.{RUNG_TOKENS}", f"tokens must be a positive number, found "
-                            f"{tokens!r}")
-            if tokens is not None and "train.max_steps" in overrides:
-                checks.fail(f"rungs.{name}.{RUNG_TOKENS}", "give a rung's tokens or its train.max_steps, "
-                            "not both", f"rungs.{name}")
-        checks.raise_any()
-        return self
 
 
 class AblationSpec(LaterFields):
@@ -306,6 +245,16 @@ class AblationSpec(LaterFields):
         if self.min_effect is not None and not isinstance(self.seeds, SeedRange):
             checks.fail("min_effect", "min_effect decides when to stop adding seeds: it needs "
                         "seeds: {min: ..., max: ...}", "seeds")
+        tuned = self.scales.tune if self.scales is not None else None
+        if tuned is not None and isinstance(self.seeds, list):
+            shared = sorted(set(tuned.seeds) & set(self.seeds))
+            if shared:
+                checks.fail("scales.tune.seeds", f"tuning seeds {shared} are also evaluation seeds: the "
+                            "cells a variant is judged on must not have chosen its settings; take others",
+                            "seeds")
+        elif tuned is not None:
+            checks.fail("scales.tune", "a tuned ladder evaluates a fixed list of seeds (ablation.seeds: "
+                        "[...]), so that its tuning seeds are kept apart from them", "seeds")
         if self.scales is not None:
             for other in ("tune", "confirm"):
                 if getattr(self, other) is not None:

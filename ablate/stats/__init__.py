@@ -17,7 +17,8 @@ with every fit's lack-of-fit test and rung-level variance (``ladder_fit``), the 
 comparison decision accuracy and signal-to-noise (``backtest``) and the rules' simulated error rates
 (``ladder_rates``); Wen et al.'s speedup in data and its trend with size (``data_speedup``); the seeds a new
 study needs at the observed effect (``replication_size``), borderline verdicts (``borderline``) and steps to a
-target with censored runs (``censored``).
+target with censored runs (``censored``); the best learning rate's power law in parameters across a tuned
+ladder's rungs (``lr_power_law``).
 
 May import: ``ablate.spec`` (a claim's question and margin) and numpy/scipy; nothing else of ablate. The
 floors above read it: ``ablate.study`` decides its rounds with it, ``ablate.report`` states what it

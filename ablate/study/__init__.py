@@ -18,8 +18,10 @@ and the design recorded before the first cell and never moved (``preregister``).
 confirming at a larger scale: the arms (``arms``), their settings checked with the plan
 (``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
 (``confirm``). A ladder of model sizes (``ablation.scales``): its rungs, their steps and planned compute
-(``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), and its
-power plan, rung by rung from a pilot ladder (``sized_ladder``). A search
+(``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), its
+power plan, rung by rung from a pilot ladder (``sized_ladder``), its fairness checked (``ladder_checks``:
+one scaling rule, matched sizes, a grid that tunes) and every variant tuned at every rung
+(``ladder_tuning``). A search
 (``ablate tune``): its trials (``search``) and what it leaves behind (``tune_results``: best trial,
 best.yaml, importances, figures). What all of these coordinate through: the Optuna trial store shared
 by processes or machines (``optuna_store``: journal file or PostgreSQL; ``optuna_attrs``: the names of

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study import failfast, precision, preregister, rung_rounds, study_names
+from ablate.study import (
+    failfast,
+    ladder_checks,
+    ladder_tuning,
+    precision,
+    preregister,
+    rung_rounds,
+    study_names,
+)
 from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
 from ablate.study.cell_queue import CellQueue, CellRecords
 from ablate.study.designs import format_grid, format_plan
@@ -83,10 +91,36 @@ def run_study(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool =
               retry_failed: bool = False) -> int:
     """Train the cells at the baseline's settings round by round, then with ``tune:`` and ``confirm:`` the
     later arms (ablate/study/arms.py), all through ``pool``'s workers; the workers' exit code."""
+    if ladder_tuning.tuning(study.plan) is not None:  # a tuned ladder: its tuning first, then its cells
+        return _tuned_ladder(study, worker_args, pool, retry_failed)
     code = run_rounds(study.plan, study.queue, study.params, worker_args, pool)
     if code == 0 and not stopped(study.queue) and has_later_arms(study.plan):
         code = _later_arms(study, worker_args, pool, retry_failed)
     return code
+
+
+def _tuned_ladder(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool, retry_failed: bool
+                  ) -> int:
+    """A tuned ladder (ablate/study/ladder_tuning.py): the tuning arm's cells, each variant's best point per
+    rung recorded on the parent, then the study's cells at those points, which every verdict reads. The
+    study's plan becomes the tuned one, so its grid and parent run show the cells that ran."""
+    plan, queue = study.plan, study.queue
+    arm = study.arms[record.LADDER_TUNE_ARM] = ladder_tuning.tune_arm(plan)
+    print(f"tuning: {len(arm.cells)} cells, every variant at every grid point of every size", flush=True)
+    code = run_arm(arm, plan, queue, worker_args, pool, retry_failed)
+    if code or stopped(queue):
+        return code or 2
+    bests = ladder_tuning.best_per_rung(plan, queue.records())
+    print("each variant's best per rung:\n" + "\n".join(ladder_tuning.format_bests(bests)), flush=True)
+    if study.tracker is not None:
+        study.tracker.set_tags(ladder_tuning.tuning_tag(plan, bests))
+    if not ladder_tuning.complete(bests):
+        print("error: the tuning is not complete (a cell is still pending): run the same command again",
+              file=sys.stderr)
+        return 1
+    tuned = study.plan = study.arms[record.BASELINE_ARM] = ladder_tuning.tuned_plan(plan, bests)
+    print("the study's cells: each variant at its own best point at every rung", flush=True)
+    return run_arm(tuned, tuned, queue, worker_args, pool, retry_failed)
 
 
 def close_study(study: OpenStudy, interrupted: bool) -> Ended:
@@ -100,6 +134,8 @@ def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str,
     stands (read only); the store's cell records, or None when a start would refuse the spec (its design
     differs from the recorded one: said on stderr). Writes nothing."""
     print(format_plan(plan))
+    for line in ladder_lines(plan):
+        print(line)
     records: dict[str, Any] = {}
     pinned = None
     if Store.exists(storage):
@@ -122,7 +158,22 @@ def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str,
         print(rung_rounds.progress_text(plan, records))
     if has_later_arms(plan):
         print("\n".join(dry_run_lines(plan, storage, records)))
+    if ladder_tuning.tuning(plan) is not None and records:
+        bests = ladder_tuning.best_per_rung(plan, records)
+        print("tuning so far:\n" + "\n".join(ladder_tuning.format_bests(bests)))
     return records
+
+
+def ladder_lines(plan: StudyPlan) -> list[str]:
+    """A ladder's fairness in the dry run: its scaling rule, what changes between rungs, the tokens
+    counted, the data budgets, each variant's size beside the baseline's, and its tuning."""
+    abl = plan.spec.ablation
+    if not plan.rungs or abl is None:
+        return []
+    variants = [ladder_checks.Variant(label, own, "")
+                for label, own in ladder_tuning.variant_overrides(plan).items()]
+    return (ladder_checks.describe(abl, plan.rungs, variants, plan.data, plan.smap, plan.origin)
+            + ladder_tuning.describe(plan))
 
 
 def stopped(queue: CellQueue) -> bool:
@@ -182,7 +233,9 @@ def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, worke
         queue.describe(attrs, record.final(plan.metric))
     failfast.clear(queue.study)  # stopped last time by a repeated failure: its cause may be fixed now
     params = cell_params(plan)  # the same for every round: each cell's axis values
-    new, retried = queue.enqueue(wanted(plan, queue), retry_failed, **params)
+    # a tuned ladder's cells wait for its tuning (their settings are its outcome): none is queued yet
+    first = wanted(plan, queue) if ladder_tuning.tuning(plan) is None else []
+    new, retried = queue.enqueue(first, retry_failed, **params)
     print(format_plan(plan, diffs=False))
     print(f"store: {store.describe()} (Optuna study {plan.store_name}); {new} cells queued"
           + (f", {retried} failed ones re-queued" if retried else ""), flush=True)
@@ -303,7 +356,8 @@ def _close_study(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | None,
 
 # The heading of each later arm's grid of outcomes.
 ARM_TITLE = {record.OWN_BEST_ARM: "each variant at its own best settings",
-             record.CONFIRM_ARM: "the decided comparisons at the larger setting"}
+             record.CONFIRM_ARM: "the decided comparisons at the larger setting",
+             record.LADDER_TUNE_ARM: "the ladder's tuning: every variant at every grid point of every rung"}
 
 
 def _precision_to_come(started: bool) -> str:

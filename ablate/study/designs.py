@@ -19,7 +19,7 @@ from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, join
 from ablate.stats.sequential import Design
 from ablate.study import arm_settings as tuning
-from ablate.study import rung_rounds
+from ablate.study import ladder_checks, rung_rounds
 from ablate.study.cell_queue import CellRecords
 from ablate.study.derived_specs import derive, show
 from ablate.study.rungs import Rung
@@ -94,6 +94,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     baseline = derive(data, smap, {}, origin)
     variants: list[tuple[str, dict[str, Any], ExperimentSpec]] = [("baseline", {}, baseline)]
     seen, problems = {baseline.spec_hash}, list[Problem]()
+    written: dict[str, str] = {"baseline": ""}  # each variant's place in the spec
 
     def add(overrides_: dict[str, Any], at: str, label: str | None = None) -> None:
         label = label or _label(overrides_)
@@ -108,6 +109,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
         if variant.spec_hash not in seen:  # a value equal to the baseline's is the baseline
             seen.add(variant.spec_hash)
             variants.append((label, overrides_, variant))
+            written[label] = at
 
     def is_base(key: str, value: Any) -> bool:
         try:
@@ -144,6 +146,11 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     if abl.scales is not None:  # a ladder: every variant at every rung
         rungs, found = expand_rungs(abl.scales, data, smap, origin, labelled)
         problems += found
+        if not found:  # a fair ladder: one scaling rule, matched sizes, a grid that tunes
+            placed = [ladder_checks.Variant(label, o, written[label]) for label, o in labelled]
+            listed = (abl.seeds if isinstance(abl.seeds, list)
+                      else [spec.seed + i for i in range(abl.repeats or 1)])
+            problems += ladder_checks.problems(abl, rungs, placed, listed, data, smap, origin)
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ablate.spec.ladder_section import ScalingRule
 from ablate.spec.study_sections import Expectation, SearchParam
 from ablate.stats.sequential import Design
 from ablate.tracking import record
@@ -98,6 +99,15 @@ class Rung(_Record):
     tokens: float
     flops: float
     tokens_from: str | None = None
+    # a fair ladder's (ablation.scales.budgets / tokens_counted): written only where set, so that every
+    # ladder recorded before them keeps its record and its tag
+    size: str | None = None  # a data budget's size rung (m for m-2x)
+    budget: float | None = None  # its multiple of the size rung's tokens
+    params_all: float | None = None  # every parameter, embeddings and head included (where counted)
+
+
+FAIR = ("tokens_counted", "rule", "match", "budgets", "speedup")  # a fair ladder's fields (ablation.scales)
+FAIR_RUNG = ("size", "budget", "params_all")  # a budget rung's and an all-parameter count's
 
 
 class LadderRecord(_Record):
@@ -108,6 +118,21 @@ class LadderRecord(_Record):
     target: float | None = None
     margin: float | None = None
     tokens_per_param: float | None = None
+    # a fair ladder's fields (the spec's own: ablation.scales), only where given (``FAIR``)
+    tokens_counted: Literal["non_embedding", "all"] | None = None
+    rule: ScalingRule | None = None
+    match: float | None = None
+    budgets: list[float] | None = None
+    speedup: bool | None = None
+
+    def as_tag(self) -> str:
+        """The parent's ``ablate.scales`` tag: a fair ladder's fields and a rung's budget fields only where
+        set, so that a ladder recorded before them writes the tag it always wrote."""
+        out = self.model_dump(mode="json", exclude=set(FAIR))
+        out.update(self.model_dump(mode="json", include=set(FAIR), exclude_none=True))
+        out["rungs"] = [{k: v for k, v in r.model_dump(mode="json").items()
+                         if v is not None or k not in FAIR_RUNG} for r in self.rungs]
+        return json.dumps(out, sort_keys=True)
 
     @property
     def names(self) -> list[str]:
@@ -189,7 +214,7 @@ def to_tags(rec: StudyRecord) -> dict[str, str]:
     if rec.confirm is not None:
         tags[record.CONFIRM] = json.dumps(rec.confirm.model_dump(mode="json"))
     if rec.ladder is not None:
-        tags[record.SCALES] = json.dumps(rec.ladder.model_dump(mode="json"), sort_keys=True)
+        tags[record.SCALES] = rec.ladder.as_tag()
     if rec.preregistered is not None:
         tags[record.PREREGISTERED] = json.dumps(rec.preregistered, sort_keys=True)
     if rec.power_plan is not None:

@@ -70,7 +70,10 @@ def ladder_record(plan: StudyPlan) -> LadderRecord | None:
     if not plan.rungs or scales is None:
         return None
     margin = scales.margin if scales.margin is not None else plan.ablation.min_effect
+    fair = scales.model_dump(include={"tokens_counted", "rule", "match", "budgets", "speedup"})
     return LadderRecord(
         rungs=[Rung(name=r.name, overrides=r.overrides, params=r.compute.params, tokens=r.compute.tokens,
-                    flops=r.compute.flops, tokens_from=r.tokens_from) for r in plan.rungs],
-        target=scales.target, margin=margin, tokens_per_param=scales.tokens_per_param)
+                    flops=r.compute.flops, tokens_from=r.tokens_from,
+                    size=r.size_rung if r.budget is not None else None, budget=r.budget,
+                    params_all=r.params_all) for r in plan.rungs],
+        target=scales.target, margin=margin, tokens_per_param=scales.tokens_per_param, **fair)

@@ -24,6 +24,7 @@ walk are ablate/study/rung_rounds.py's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,7 @@ from ablate.engine.compute import Compute, Shape, planned_compute, shape_of
 from ablate.engine.dispatch import build_any
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError
-from ablate.spec.study_sections import RUNG_TOKENS, ScalesSpec
+from ablate.spec.study_sections import DATA_BUDGET_SEP, RUNG_TOKENS, ScalesSpec
 from ablate.spec.yamlsrc import Problem, SourceMap
 from ablate.study.derived_specs import derive, show
 
@@ -48,11 +49,19 @@ class Rung:
     overrides: dict[str, Any]  # dotted fields over the spec, train.max_steps set from tokens or the rule
     compute: Compute  # the baseline's, before it runs (ablate/engine/compute.py planned_compute)
     tokens_from: str  # 'tokens', 'tokens_per_param' or 'train.max_steps': where its budget came from
+    size: str = ""  # the size rung it trains (its own name but for a data budget's rung: m for m-2x)
+    budget: float | None = None  # scales.budgets: the multiple of the size rung's tokens (None: no budgets)
+    params_all: int | None = None  # every parameter, embeddings and output head included (when counted)
 
     def describe(self) -> str:
         shown = ", ".join(f"{k}={show(v)}" for k, v in self.overrides.items())
-        return (f"{self.name}: {shown}; N {self.compute.params:,} parameters without embeddings, "
+        every = f" ({self.params_all:,} in all)" if self.params_all is not None else ""
+        return (f"{self.name}: {shown}; N {self.compute.params:,} parameters without embeddings{every}, "
                 f"{self.compute.tokens:,} tokens ({self.tokens_from}), {self.compute.flops:.3g} FLOPs")
+
+    @property
+    def size_rung(self) -> str:
+        return self.size or self.name
 
 
 def tokens_per_step(spec: ExperimentSpec) -> int:
@@ -77,10 +86,18 @@ def planned(spec: ExperimentSpec) -> Compute:
     return planned_compute(shape, steps, tokens_per_step(spec), spec.data.max_len)
 
 
+def all_params(spec: ExperimentSpec) -> int:
+    """Every parameter of the spec's model at its tokenizer's vocabulary (embeddings and output head too)."""
+    vocab = spec.data.tokenizer.vocab_size
+    model = build_any(spec.model, vocab, vocab, pad_id=0, seed=spec.seed)
+    return sum(p.numel() for p in model.parameters())
+
+
 def expand(scales: ScalesSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
            variants: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list[Rung], list[Problem]]:
     """The rungs in order of planned compute, and every problem with them (``variants``: (label, overrides)
-    of the study's variants, the baseline's included)."""
+    of the study's variants, the baseline's included); with ``scales.budgets`` each size's budgets are
+    rungs of their own, in order of compute too."""
     rungs: list[Rung] = []
     problems: list[Problem] = []
     for name, written in scales.rungs.items():
@@ -103,7 +120,7 @@ def expand(scales: ScalesSpec, data: Mapping[str, Any], smap: SourceMap, origin:
         if isinstance(rung, str):
             problems.append(Problem(where, at, rung))
             continue
-        rungs.append(rung)
+        rungs += _budgets(scales, rung, data, smap, where) if scales.budgets else [rung]
     rungs.sort(key=lambda r: r.compute.flops)
     problems += _ladder_problems(scales, rungs, data, smap, origin)
     return rungs, problems
@@ -117,8 +134,10 @@ def _rung(scales: ScalesSpec, name: str, written: Mapping[str, Any], overrides: 
     shape = model_shape(spec)
     tokens = written.get(RUNG_TOKENS)
     source = RUNG_TOKENS
+    every = all_params(spec) if scales.tokens_counted == "all" else None
     if tokens is None and scales.tokens_per_param is not None and "train.max_steps" not in overrides:
-        tokens, source = scales.tokens_per_param * shape.non_embedding, "tokens_per_param"
+        counted = every if every is not None else shape.non_embedding
+        tokens, source = scales.tokens_per_param * counted, "tokens_per_param"
     if tokens is not None:
         overrides = {**overrides, "train.max_steps": max(1, round(float(tokens) / per_step))}
         spec = derive(data, smap, overrides, where)
@@ -129,7 +148,28 @@ def _rung(scales: ScalesSpec, name: str, written: Mapping[str, Any], overrides: 
         source = "train.max_steps"
     steps = spec.train.max_steps
     assert steps is not None
-    return Rung(name, overrides, planned_compute(shape, steps, per_step, spec.data.max_len), source)
+    return Rung(name, overrides, planned_compute(shape, steps, per_step, spec.data.max_len), source,
+                params_all=every)
+
+
+def _budgets(scales: ScalesSpec, rung: Rung, data: Mapping[str, Any], smap: SourceMap, where: str
+             ) -> list[Rung]:
+    """A size rung's data budgets (``scales.budgets``), each a rung ``<name>-<multiple>x`` with the
+    multiple of its tokens and train.max_steps to match: each budget's cells run their own whole schedule
+    (warm-up, decay, evaluation at the end), never a checkpoint on the way of a longer run."""
+    assert scales.budgets is not None
+    out = []
+    spec = derive(data, smap, rung.overrides, where)
+    per_step = tokens_per_step(spec)
+    shape = model_shape(spec)
+    for multiple in scales.budgets:
+        steps = max(1, round(rung.compute.tokens * multiple / per_step))
+        overrides = {**rung.overrides, "train.max_steps": steps}
+        name = f"{rung.name}{DATA_BUDGET_SEP}{multiple:g}x"
+        out.append(dataclasses.replace(
+            rung, name=name, overrides=overrides, size=rung.name, budget=float(multiple),
+            compute=planned_compute(shape, steps, per_step, spec.data.max_len)))
+    return out
 
 
 def _ladder_problems(scales: ScalesSpec, rungs: list[Rung], data: Mapping[str, Any], smap: SourceMap,

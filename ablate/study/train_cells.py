@@ -31,7 +31,8 @@ from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
 
 # How an arm's runs are named in MLflow beside the cells at the baseline's settings ('norm=custom · seed 0').
-ARM_SUFFIX = {record.OWN_BEST_ARM: " @ own best", record.CONFIRM_ARM: " @ larger scale"}
+ARM_SUFFIX = {record.OWN_BEST_ARM: " @ own best", record.CONFIRM_ARM: " @ larger scale",
+              record.LADDER_TUNE_ARM: " (tuning)"}
 
 
 def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: str | None,
@@ -46,6 +47,10 @@ def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: 
             record.OPTUNA_STUDY: plan.store_name, record.OVERRIDES: json.dumps(cell.overrides)}
     if cell.rung is not None:  # a ladder's cell: paired by seed within its rung
         tags[record.RUNG] = cell.rung
+        rung = next((r for r in plan.rungs if r.name == cell.rung), None)
+        if rung is not None and rung.budget is not None:  # a data budget: its size and multiple
+            tags[record.SIZE_RUNG] = rung.size_rung
+            tags[record.DATA_BUDGET] = f"{rung.budget:g}"
     spec = at_study_precision(cell.spec, queue.get(PRECISION_ATTR))
     if spec is not cell.spec:
         # the run's folder and logged spec say the precision it trains at; its spec hash tag stays the cell's

@@ -102,6 +102,13 @@ SCALES = "ablate.scales"
 # ablate/stats and the report read a run's budget from these two tags.
 SIZE_RUNG = "ablate.size_rung"
 DATA_BUDGET = "ablate.data_budget"
+# A tuned ladder's parent (JSON, ablate/study/ladder_tuning.py tuning_record): per variant and size rung the
+# grid, each point's mean metric over the tuning seeds, the best point and whether it sat at a grid edge;
+# per variant the best rate's power law in parameters.
+LADDER_TUNE = "ablate.ladder_tune"
+# A tuned ladder's tuning cells (ablation.scales.tune): every variant at every grid point of every size rung,
+# on the tuning seeds; never compared, only read for each variant's best per rung.
+LADDER_TUNE_ARM = "ladder_tune"
 BASELINE_ARM = "baseline_settings"  # every variant at the baseline's hyperparameters (the study's cells)
 OWN_BEST_ARM = "own_best"  # every variant at the best settings of its own search (ablation.tune)
 CONFIRM_ARM = "confirm"  # the decided comparisons rerun at the larger setting (ablation.confirm)

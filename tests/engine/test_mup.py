@@ -106,3 +106,18 @@ def test_the_coordinate_check_is_flat_under_mup_and_grows_under_the_standard_par
         assert abs(coord_check.growth(mup, step)) < 0.25, step
         assert coord_check.growth(sp, step, "logits") > 0.5, step
         assert abs(coord_check.growth(mup, step, "logits")) < 0.3, step
+
+
+def test_mup_weight_decay_per_group_is_mu_adamws() -> None:
+    """The mup package's MuAdamW (decoupled_wd=False, its default) divides a hidden matrix's rate by its
+    width multiplier and multiplies its weight decay by it: the decay a step applies, lr x weight_decay, is
+    the base width's in every group, at every width (registry/optimizer.py param_groups)."""
+    train = TrainSpec.model_validate({"optimizer": {"name": "adamw", "lr": 0.01, "weight_decay": 0.1}})
+    for width in (32, 128):
+        groups = build_optimizer(lm(width, "mup"), train).param_groups
+        assert {round(g["lr"] * g["weight_decay"], 12) for g in groups} == {round(0.01 * 0.1, 12)}, width
+    wide = build_optimizer(lm(128, "mup"), train).param_groups
+    hidden = next(g for g in wide if g["lr_scale"] == pytest.approx(0.25))
+    assert hidden["weight_decay"] == pytest.approx(0.4)  # 0.1 x width multiplier 4
+    standard = build_optimizer(lm(128), train).param_groups
+    assert [g["weight_decay"] for g in standard] == [0.1]  # the standard parametrisation: as the spec says

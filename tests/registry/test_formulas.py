@@ -186,6 +186,17 @@ def test_glu_hidden_size_keeps_the_weight_count(d_ff: int, multiple: int, hidden
     assert abs(glu_weights - linear_weights) <= 1.5 * multiple
 
 
+@pytest.mark.parametrize("d_model", [8, 16, 48, 512])
+def test_glu_match_all_holds_the_linear_ffns_parameters_biases_included(d_model: int) -> None:
+    """match_all: 3 d h = 2 d d_ff + d_ff + d (the linear FFN's two matrices and two biases), h rounded to
+    a whole unit: within half a hidden unit's 3d weights of the linear FFN's count."""
+    d_ff = 4 * d_model
+    hidden = glu_hidden_size(d_ff, "match_all", 1, d_model)
+    linear = 2 * d_model * d_ff + d_ff + d_model
+    assert abs(3 * d_model * hidden - linear) <= 1.5 * d_model
+    assert glu_hidden_size(d_ff, "match_params", 1) == round(2 * d_ff / 3)  # weights only, as before
+
+
 @pytest.mark.parametrize(("name", "fn"), [("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu)])
 def test_the_activation_axis_reaches_the_linear_ffn(name: str, fn: object) -> None:
     ffn = registry.get("ffn", "linear")(8, 16, 0.0, activation=registry.get("activation", name)())

@@ -13,6 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import registry
+from ablate.engine.builders import build_lm
+from ablate.engine.param_roles import train_params
+from ablate.spec.experiment import ModelSpec
 from registry.attention import SoftCapAttention
 from registry.logits import SoftCapLogits
 from registry.loss import ZLoss
@@ -107,6 +110,40 @@ def test_adafactor_keeps_the_factored_second_moment() -> None:
     torch.testing.assert_close(after, before - alpha * torch.sign(grad), rtol=0, atol=1e-6)
 
 
+def test_adafactor_adds_the_papers_eps1_so_its_update_ignores_the_gradients_scale() -> None:
+    """Algorithm 4 adds eps1 = 1e-30 to G^2 before the factored means, so U = G / sqrt(V_hat) is the same for
+    G and 1e-4 G: the step does not depend on the gradient's scale. torch.optim.Adafactor clamps the row mean
+    at float32's eps (1.19e-7) instead, which at gradient RMS 1e-4 shrinks V_hat and inflates the update
+    (update clipping off here, d = 1e6, so that the clip does not hide it)."""
+    grads = _grads((6, 10), 3, seed=11)
+    steps = {}
+    for scale in (1.0, 1e-4):
+        p = _param(6, 10, seed=12)
+        optimizer = _make("adafactor", [TrainParam("w", p, HIDDEN)], 0.01, adafactor_clip=1e6)
+        steps[scale] = _run(optimizer, p, [g * scale for g in grads])[-1]
+    torch.testing.assert_close(steps[1e-4], steps[1.0], rtol=0, atol=1e-6)
+    start = _param(6, 10, seed=12).detach()
+    p = _param(6, 10, seed=12)
+    torch_small = _run(torch.optim.Adafactor([p], lr=0.01, d=1e6), p, [g * 1e-4 for g in grads])[-1]
+    off = float((torch_small - steps[1e-4]).norm() / (steps[1e-4] - start).norm())
+    assert off > 0.5  # torch's step is more than 50% off the paper's here
+    p = _param(6, 10, seed=12)
+    at_unit = _run(torch.optim.Adafactor([p], lr=0.01, d=1e6), p, grads)[-1]
+    torch.testing.assert_close(at_unit, steps[1.0], rtol=0, atol=1e-6)  # the same where its clamps are idle
+
+
+def test_adafactor_keeps_a_zero_gradient_row_finite() -> None:
+    """A row that never gets a gradient (an embedding's unused token) has V_hat = eps1 there, not 0: its
+    update is 0, never 0/0."""
+    p = _param(4, 5, seed=13)
+    grad = _grads((4, 5), 1, seed=14)[0]
+    grad[2] = 0.0
+    before = p.detach().clone()
+    (after,) = _run(_make("adafactor", [TrainParam("w", p, HIDDEN)], 0.01), p, [grad])
+    assert torch.isfinite(after).all()
+    torch.testing.assert_close(after[2], before[2], rtol=0, atol=0)
+
+
 def _singular_values(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(x.float())
 
@@ -171,6 +208,61 @@ def test_muon_update_rms_matching_is_liu_et_als_scale() -> None:
         (after,) = _run(optimizer, p, _grads((rows, cols), 1, seed=cols))
         rms = float((after - before).pow(2).mean().sqrt())
         assert 0.13 < rms < 0.25, (rows, cols, rms)
+
+
+def test_muon_steps_an_unfused_matrix_exactly_as_torchs_muon() -> None:
+    for rule, torch_rule in (("original", "original"), ("match_adamw", "match_rms_adamw")):
+        ours, theirs = _param(24, 8, seed=20), _param(24, 8, seed=20)
+        optimizer = _make("muon", [TrainParam("w", ours, HIDDEN)], 0.02, weight_decay=0.1,
+                          muon_update_rms=rule)
+        reference = torch.optim.Muon([theirs], lr=0.02, weight_decay=0.1, adjust_lr_fn=torch_rule)
+        grads = _grads((24, 8), 3, seed=21)
+        torch.testing.assert_close(_run(optimizer, ours, grads)[-1], _run(reference, theirs, grads)[-1],
+                                   rtol=0, atol=0)
+
+
+def test_muon_orthogonalises_q_k_and_v_of_a_fused_projection_separately() -> None:
+    """Jordan et al.'s note (and the speedrun): the fused QKV weight is three matrices; each block steps as
+    torch.optim.Muon steps that matrix alone (its own Newton-Schulz iterate and its own shape's scale), with
+    grouped K and V narrower than Q. The fused weight orthogonalised whole would differ."""
+    rows = (16, 8, 8)  # Q (d 16), K and V (2 kv heads of 4)
+    fused = _param(32, 16, seed=22)
+    grads = _grads((32, 16), 3, seed=23)
+    optimizer = _make("muon", [TrainParam("attn.qkv.weight", fused, HIDDEN, chunks=rows)], 0.02,
+                      weight_decay=0.1)
+    after = _run(optimizer, fused, grads)[-1]
+    start = _param(32, 16, seed=22).detach()
+    for block, w in enumerate(start.split(list(rows))):
+        alone = nn.Parameter(w.clone())
+        block_grads = [g.split(list(rows))[block] for g in grads]
+        expected = _run(torch.optim.Muon([alone], lr=0.02, weight_decay=0.1), alone, block_grads)[-1]
+        torch.testing.assert_close(after.split(list(rows))[block], expected, rtol=0, atol=0)
+    whole = nn.Parameter(start.clone())
+    together = _run(torch.optim.Muon([whole], lr=0.02, weight_decay=0.1), whole, grads)[-1]
+    assert float((together - after).abs().max()) > 1e-3
+
+
+def test_the_model_gives_muon_the_fused_projections_blocks() -> None:
+    """The engine reads each fused Linear's blocks (registry/attention.py fused_chunks) into TrainParam:
+    self-attention's QKV as (d, kv, kv), grouped or not; every other matrix as one."""
+    for kv_heads, expected in ((None, (32, 32, 32)), (2, (32, 16, 16))):
+        spec = ModelSpec(arch="decoder_only", d_model=32, heads=4, d_ff=64, decoder_layers=1, dropout=0.0,
+                         max_positions=16, kv_heads=kv_heads)
+        blocks = {p.name: p.chunks for p in train_params(build_lm(spec, 20, seed=0))}
+        fused = {name: c for name, c in blocks.items() if c}
+        assert list(fused.values()) == [expected], fused
+        assert all(".qkv." in name for name in fused)
+
+
+def test_relu2_is_the_squared_relu_and_its_gradient() -> None:
+    """So et al. 2021 (Primer), section 3: ReLU^2(x) = max(0, x)^2, derivative 2 max(0, x)."""
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.25, 1.0, 3.0], requires_grad=True)
+    act = registry.get("activation", "relu2")()
+    y = act(x)
+    torch.testing.assert_close(y, torch.tensor([0.0, 0.0, 0.0, 0.0625, 1.0, 9.0]))
+    y.sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, torch.tensor([0.0, 0.0, 0.0, 0.5, 2.0, 6.0]))
 
 
 def test_muon_state_round_trips_through_its_state_dict() -> None:

@@ -8,16 +8,26 @@ A new spec field must leave the hash of every spec that does not set it alone (a
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ablate.spec import model as model_section
+from ablate.spec import train as train_section
 from ablate.study.designs import plan_study
 from ablate.tracking import record
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = sorted(p.parent for p in (REPO / "reports").glob("*/runs.csv")
                  if (REPO / "experiments" / "ablations" / f"{p.parent.name}.yaml").exists())
+
+
+# Variants whose implementation was fixed after committed reports ran (registry ``version=``): their cells
+# are stale by design, not broken, and train anew under the new version when the study is started again.
+# (axis, variant) -> the version before the fix. Remove an entry once every report listing its cells is rerun.
+RAISED = {("optimizer", "muon"): 1, ("parametrisation", "mup"): 1, ("optimizer", "adafactor"): 1}
 
 
 def recorded_hashes(report: Path) -> dict[tuple[str, int], str]:
@@ -40,4 +50,29 @@ def test_a_committed_study_plans_its_cells_under_the_hashes_they_ran_with(report
     assert recorded, f"{report.name}: runs.csv lists no cell"
     changed = {cell: (hash_, planned.get(cell)) for cell, hash_ in recorded.items()
                if planned.get(cell) != hash_}
+    if changed:  # stale by a version raised since (RAISED): planned at the old versions, each is as it ran
+        with pytest.MonkeyPatch.context() as patch:
+            old = _before_fixes(model_section.component_versions)
+            patch.setattr(model_section, "component_versions", old)  # the model's axes (muP)
+            recipe = train_section._version
+            patch.setattr(train_section, "_version", lambda section, name: RAISED.get(  # the recipe's (Muon)
+                (train_section.section_axis(section).kind, name), recipe(section, name)))
+            before = {(c.label, c.seed): c.spec.spec_hash for c in plan_study(
+                str(REPO / "experiments" / "ablations" / f"{report.name}.yaml")).cells}
+        changed = {cell: hashes for cell, hashes in changed.items() if before.get(cell) != hashes[0]}
     assert not changed, f"{report.name}: cells whose identity changed (recorded, planned now): {changed}"
+
+
+def _before_fixes(versions: Callable[[Mapping[str, Any]], dict[str, int]]
+                  ) -> Callable[[Mapping[str, Any]], dict[str, int]]:
+    """component_versions with the variants of RAISED at their versions before the fix (1: left out)."""
+    def old(model: Mapping[str, Any]) -> dict[str, int]:
+        out = versions(model)
+        for (axis, name), version in RAISED.items():
+            if model.get(axis) == name and axis in out:
+                if version > 1:
+                    out[axis] = version
+                else:
+                    del out[axis]
+        return out
+    return old

@@ -244,7 +244,10 @@ def test_experiment_ablations_expand() -> None:
         # the same with the grid two steps wider (2e-3 to 1.28e-1), on fresh seeds: 35 settings x 3
         "mup-transfer-wide-docs.yaml": 105,
         # WSD against cosine, fixed rates and each tuned: 37 seeds at most
-        "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74}
+        "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74,
+        # the fair ladder: 3 variants x 6 rungs x 3 seeds at each variant's best per rung (its 72 tuning
+        # cells come first); Muon's speedup: 2 variants x 6 sizes x 3 data budgets x 3 seeds (48 tuning)
+        "ladder-fair-kdocs.yaml": 54, "muon-speedup-kdocs.yaml": 108}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]

@@ -10,7 +10,8 @@ power plan, the effects the study's own seeds could detect, the forecast), ``hea
 logged run, either architecture), ``contrasts`` (factorial effects), ``expected_validation``,
 ``sentence_bootstrap``, ``bounds``, ``logged_datasets``, ``rung_runs`` (a ladder's runs by rung) and
 ``fitted_ladder`` (a ladder's fits, transfer
-verdicts, per-rung verdicts, rolling backtests, decision accuracy and signal-to-noise) and ``tuned_speedups``
-(Wen et al.'s speedup on a ladder with data budgets). The sections
+verdicts, per-rung verdicts, rolling backtests, decision accuracy and signal-to-noise), ``tuned_speedups``
+(Wen et al.'s speedup on a ladder with data budgets) and ``tuned_ladder`` (a fair ladder's rule, fields
+changed between rungs, and each variant's tuned best per rung). The sections
 (``ablate.report.sections``) read these; nothing here imports a section.
 """

@@ -217,8 +217,8 @@ def build_study(parent: dict[str, Any], frame: pd.DataFrame,
     # A child run of kind search is a variant's tuning search (ablation.tune, study/variant_searches.py), not
     # a cell.
     cells = [r for r in every if r.tags.get(record.KIND) != "search"]
-    if rec.ladder is not None:  # a ladder (ablation.scales)
-        return _ladder(parent, cells, rec)
+    if rec.ladder is not None:  # a ladder (ablation.scales); a tuned ladder's tuning cells are never compared
+        return _ladder(parent, [r for r in cells if r.tags.get(record.ARM) != record.LADDER_TUNE_ARM], rec)
     listed = arms or {}
     study = _study(parent, [r for r in cells if record.BASELINE_ARM in _arms_of(r, listed)], rec)
     for arm in record.ARMS[1:]:

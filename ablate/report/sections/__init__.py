@@ -1,8 +1,9 @@
 """One module per report section: ``part(inp: Inputs) -> Part | None`` reads computed results
 (``ablate.report.compute``) and renders them; none decides a verdict (``ablate.stats.verdict`` does).
 
-``across_scales`` (a ladder's scaling figure, transfer table and "Across scales"), ``speedup_table``
-(Wen et al.'s speedup in data, on a ladder with data budgets), ``setup``, ``forest_plot``,
+``across_scales`` (a ladder's scaling figure, transfer table and "Across scales"), ``fair_ladder`` (its
+rule, what each rung changes, each variant's best per rung), ``speedup_table`` (Wen et al.'s speedup in
+data, on a ladder with data budgets), ``setup``, ``forest_plot``,
 ``mde`` (what the design could settle, beside what was found), ``published``, ``summary``, ``main_table``,
 ``seeds``, ``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``,
 ``lengths``, ``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``environment``, ``withdrawn``
