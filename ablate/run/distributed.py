@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from ablate.engine.checkpoint import CheckpointError
 from ablate.errors import AblateError
 from ablate.hardware import WORKER_DEVICE_ENV, visible_gpus
 
@@ -86,3 +90,49 @@ def from_main(info: DistInfo, value: T) -> T:
     box: list[Any] = [value if info.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]  # type: ignore[no-any-return]
+
+
+def rank0_checkpoint(info: DistInfo, run_dir: Path, load: Callable[[], dict[str, Any] | None]
+                     ) -> dict[str, Any] | None:
+    """The checkpoint every rank resumes from: rank 0's. ``load`` reads this rank's own (``run_dir``'s
+    newest good one, None where there is none).
+
+    Several nodes need not share a run folder (node-local disks): a rank whose checkpoint is not rank 0's
+    (none, an older step, a torn file) would otherwise resume elsewhere than rank 0 while DDP averages their
+    gradients, and the replicas would part silently. The ranks compare what they found (the step and the
+    checkpoint's own clock); where any differs from rank 0, rank 0's checkpoint is sent to every rank, and
+    each rank that had another says so in one line. Where rank 0 has none, every rank starts at step 0. A
+    rank 0 with only torn files stops every rank with its CheckpointError.
+    """
+    problem = None
+    try:
+        local = load()
+    except CheckpointError as exc:
+        local, problem = None, str(exc)
+    if not info.enabled:
+        if problem is not None:
+            raise CheckpointError(problem)
+        return local
+    found = gather(info, ("error", problem) if problem is not None else _checkpoint_key(local))
+    if found[0][0] == "error":
+        raise CheckpointError(f"rank 0: {found[0][1]}")
+    if all(key == found[0] for key in found):
+        return local  # one shared folder, or the same checkpoint on every node
+    resume = from_main(info, local if info.is_main else None)
+    mine = found[info.rank]
+    if mine != found[0]:
+        have = "a torn checkpoint" if mine[0] == "error" else (
+            "no checkpoint" if mine[1] is None else f"a checkpoint at step {mine[1]}")
+        goes = f"rank 0's checkpoint at step {found[0][1]}" if resume is not None else "step 0, as rank 0"
+        print(f"rank {info.rank}: {run_dir} holds {have}; resuming from {goes}", file=sys.stderr, flush=True)
+    return resume
+
+
+def _checkpoint_key(payload: dict[str, Any] | None) -> tuple[str, int | None, float, float]:
+    """What tells two ranks' checkpoints apart without comparing them: the step, and the run's wall and CPU
+    seconds at the moment it was written."""
+    if payload is None:
+        return ("none", None, 0.0, 0.0)
+    state = payload["state"]
+    return ("checkpoint", int(state["step"]), float(state.get("wall_seconds", 0.0)),
+            float(state.get("cpu_seconds", 0.0)))

@@ -27,7 +27,7 @@ from ablate.data.check import checked_spec
 from ablate.data.lm_corpus import LMData
 from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import preempt
-from ablate.engine.checkpoint import CheckpointError, load_verified
+from ablate.engine.checkpoint import load_verified
 from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
 from ablate.engine.decoder_only import DecoderOnlyLM
 from ablate.engine.dispatch import build_any
@@ -35,7 +35,7 @@ from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
 from ablate.hardware import fp32_matmul, prepare_device
-from ablate.run.distributed import DistInfo, from_main, gather, init_distributed, pick_device
+from ablate.run.distributed import DistInfo, from_main, init_distributed, pick_device, rank0_checkpoint
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.lock import RunLock
 from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importable from here too
@@ -358,48 +358,9 @@ def finish(spec: ExperimentSpec, place: Place, trainer: Trainer, tracker: NullTr
 
 
 def agreed_resume(place: Place) -> Checkpoint | None:
-    """The checkpoint every rank resumes from: rank 0's.
-
-    Each rank reads its own run folder, which several nodes need not share (node-local disks): a rank whose
-    checkpoint is not rank 0's (none, an older step, a torn file) would otherwise resume elsewhere than rank
-    0 while DDP averages their gradients, and the replicas would part silently. The ranks compare what they
-    found (step and the checkpoint's own clock); where any differs from rank 0, rank 0's checkpoint is sent
-    to every rank, and each rank that had another says so in one line. Where rank 0 has none, every rank
-    starts at step 0. A rank 0 with only torn files stops every rank with its CheckpointError.
-    """
-    problem = None
-    try:
-        local = _resume_point(place.run_dir / LAST_CHECKPOINT)
-    except CheckpointError as exc:
-        local, problem = None, str(exc)
-    if not place.dist.enabled:
-        if problem is not None:
-            raise CheckpointError(problem)
-        return local
-    found = gather(place.dist, ("error", problem) if problem is not None else _checkpoint_key(local))
-    if found[0][0] == "error":
-        raise CheckpointError(f"rank 0: {found[0][1]}")
-    if all(key == found[0] for key in found):
-        return local  # one shared folder, or the same checkpoint on every node
-    resume = from_main(place.dist, local if place.dist.is_main else None)
-    mine = found[place.dist.rank]
-    if mine != found[0]:
-        have = "a torn checkpoint" if mine[0] == "error" else (
-            "no checkpoint" if mine[1] is None else f"a checkpoint at step {mine[1]}")
-        goes = f"rank 0's checkpoint at step {found[0][1]}" if resume is not None else "step 0, as rank 0"
-        print(f"rank {place.dist.rank}: {place.run_dir} holds {have}; resuming from {goes}", file=sys.stderr,
-              flush=True)
-    return resume
-
-
-def _checkpoint_key(payload: Checkpoint | None) -> tuple[str, int | None, float, float]:
-    """What tells two ranks' checkpoints apart without comparing them: the step, and the run's wall and CPU
-    seconds at the moment it was written."""
-    if payload is None:
-        return ("none", None, 0.0, 0.0)
-    state = payload["state"]
-    return ("checkpoint", int(state["step"]), float(state.get("wall_seconds", 0.0)),
-            float(state.get("cpu_seconds", 0.0)))
+    """The checkpoint every rank resumes from: rank 0's (ablate.run.distributed.rank0_checkpoint), each rank
+    reading its own run folder first."""
+    return rank0_checkpoint(place.dist, place.run_dir, lambda: _resume_point(place.run_dir / LAST_CHECKPOINT))
 
 
 def _resume_point(path: Path) -> Checkpoint | None:
