@@ -175,8 +175,8 @@ def find_place(spec: ExperimentSpec, run_dir: Path | None) -> Place:
 
 
 def finished_run(spec: ExperimentSpec, place: Place) -> RunResult | None:
-    """A run that already ended is reported, not retrained; records its outbox still holds are sent. Under
-    torchrun rank 0's folder decides for every rank (another node's folder may not have the summary)."""
+    """A run that already ended is reported, not retrained (rank 0's folder decides for every rank under
+    torchrun); records its outbox still holds are sent."""
     done = from_main(place.dist, read_summary(place.run_dir))
     if done is None or done.status not in TERMINAL:
         return None
@@ -227,9 +227,8 @@ def open_tracker(spec: ExperimentSpec, options: RunOptions, place: Place,
 
 
 def compile_layers(model: Model, mode: str | None) -> None:
-    """``train.compile_scope: layer``: each layer of every stack compiled in place (``nn.Module.compile``:
-    parameters and state-dict keys unchanged), as torchtitan compiles per block; evaluation runs them eager
-    (:func:`eager`)."""
+    """``train.compile_scope: layer``: each layer compiled in place (``nn.Module.compile``, state dict as is),
+    as torchtitan compiles per block; evaluation runs them eager (:func:`eager`)."""
     stacks = [model.decoder] if isinstance(model, DecoderOnlyLM) else [model.encoder, model.decoder]
     for stack in stacks:
         for layer in stack.layers:
@@ -237,25 +236,22 @@ def compile_layers(model: Model, mode: str | None) -> None:
 
 
 def eager() -> Any:
-    """What compiled layers run as outside the training step (evaluation, decoding): eager, every shape
-    an evaluation meets would otherwise be a recompile."""
+    """Compiled layers run eager outside the step: each shape an evaluation meets would be a recompile."""
     return torch.compiler.set_stance("force_eager")
 
 
 def wrap(spec: ExperimentSpec, model: Model, place: Place) -> torch.nn.Module:
     """What the training step calls: the model, compiled if asked, inside DDP under torchrun."""
     train_model: torch.nn.Module = model
-    tspec = spec.train
-    if tspec.compile:
+    if (tspec := spec.train).compile:
         # A study worker compiles one model per cell in the same process: dynamo's cache for the model's
         # forward would count every earlier cell's graphs toward its recompile limit (8) and, past it,
         # silently run eager. Each run compiles its own model anyway.
         torch._dynamo.reset()
-        mode = tspec.compile_mode  # None: torch's default
-        if tspec.compile_scope == "layer":
-            compile_layers(model, mode)
+        if tspec.compile_scope == "layer":  # compile_mode None: torch's default
+            compile_layers(model, tspec.compile_mode)
         else:
-            train_model = torch.compile(model, mode=mode)  # type: ignore[assignment]
+            train_model = torch.compile(model, mode=tspec.compile_mode)  # type: ignore[assignment]
     if place.dist.enabled:
         device = place.device
         train_model = DistributedDataParallel(
@@ -305,8 +301,7 @@ def result_metrics(spec: ExperimentSpec, place: Place, data: PreparedData, model
     if status in ("finished", "pruned") and place.dist.is_main:
         with eager():  # per-layer compiled runs evaluate eager
             evaluated = final_evaluation(spec, data, model, trainer, tracker, place.device)
-    metrics.update(run_level)
-    metrics.update(evaluated)
+    metrics.update({**run_level, **evaluated})
     metrics[record.WALL_TIME] = trainer.wall_seconds()  # earlier segments of a resumed run included
     metrics[record.CPU_TIME] = trainer.cpu_seconds()
     peak = memory.metrics()
@@ -358,8 +353,7 @@ def finish(spec: ExperimentSpec, place: Place, trainer: Trainer, tracker: NullTr
 
 
 def agreed_resume(place: Place) -> Checkpoint | None:
-    """The checkpoint every rank resumes from: rank 0's (ablate.run.distributed.rank0_checkpoint), each rank
-    reading its own run folder first."""
+    """The checkpoint every rank resumes from: rank 0's (ablate.run.distributed.rank0_checkpoint)."""
     return rank0_checkpoint(place.dist, place.run_dir, lambda: _resume_point(place.run_dir / LAST_CHECKPOINT))
 
 

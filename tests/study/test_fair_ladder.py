@@ -139,7 +139,9 @@ def test_data_budgets_are_rungs_of_their_own_with_their_own_schedule(tmp_path: P
         for r in mine.values():
             cells = [c for c in plan.cells if c.rung == r.name]
             assert {c.spec.train.max_steps for c in cells} == {r.overrides["train.max_steps"]}
-    scale = rung_rounds.scales_record(plan)
+    ladder = rung_rounds.ladder_record(plan)
+    assert ladder is not None
+    scale = json.loads(ladder.as_tag())  # the parent's tag, as the record writes it
     assert scale["budgets"] == [1.0, 2.0, 4.0] and scale["speedup"] is True
     assert {(r["name"], r["size"], r["budget"]) for r in scale["rungs"]} >= {("b-2x", "b", 2.0)}
     assert scale["rule"] == {"aspect_ratio": 8.0, "d_head": 4, "ffn_ratio": 2.0}
