@@ -39,6 +39,7 @@ from ablate.report.sections import (
     compute_hours,
     costs,
     curves,
+    downstream,
     environment,
     factorial,
     failures,
@@ -70,9 +71,9 @@ PartFn = Callable[[Inputs], Part | None]
 # main effects.
 ABLATION_PARTS: tuple[PartFn, ...] = (
     across_scales.part, setup.part, forest_plot.part, mde.part, published.part, summary.part,
-    main_table.axes_part, main_table.part, seeds.part, own_best.part, tuning_budget.part, larger_scale.part,
-    sampling.part, factorial.part, curves.part, lengths.part, costs.part, compute_hours.part, failures.part,
-    attention_maps.part, environment.part, withdrawn.part)
+    main_table.axes_part, main_table.part, downstream.part, seeds.part, own_best.part, tuning_budget.part,
+    larger_scale.part, sampling.part, factorial.part, curves.part, lengths.part, costs.part,
+    compute_hours.part, failures.part, attention_maps.part, environment.part, withdrawn.part)
 SEARCH_PARTS: tuple[PartFn, ...] = (
     setup.part, trials.part, failures.part, attention_maps.part, environment.part)
 

@@ -51,7 +51,7 @@ from ablate.run.rundir import (  # noqa: F401  # run_dir_for, RunResult: importa
     write_run_id,
     write_summary,
 )
-from ablate.spec.experiment import ExperimentSpec
+from ablate.spec.experiment import DownstreamSpec, ExperimentSpec
 from ablate.tracking import NullTracker, Tracker, check_reachable, record, resolve_tracking_uri, send_outbox
 
 if TYPE_CHECKING:
@@ -194,7 +194,16 @@ def prepare(spec: ExperimentSpec, data: PreparedData | None) -> PreparedData:
     seed_everything(spec.seed)
     data = data if data is not None else prepare_data(spec)
     spec.selection_metric()  # a user error, before any MLflow run exists
+    if spec.eval.downstream is not None:
+        check_downstream(spec.eval.downstream)  # an unknown task or missing task files: before the run too
     return data
+
+
+def check_downstream(downstream: DownstreamSpec) -> None:
+    """eval.downstream's tasks known to lm-evaluation-harness and their files readable."""
+    from ablate.run.downstream import check_tasks  # lazy: lm-eval is the optional interop extra
+
+    check_tasks(downstream)
 
 
 def build(spec: ExperimentSpec, data: PreparedData, device: torch.device) -> Model:

@@ -45,7 +45,8 @@ from ablate.spec.train import (
 )
 
 __all__ = [
-    "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
+    "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "DownstreamSpec", "DownstreamTask",
+    "EarlyStopping", "EvalSpec",
     "ExperimentSpec", "FilePair", "FilesData", "HubData", "LossSpec", "ModelSpec", "Objective",
     "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
@@ -80,10 +81,57 @@ class DecodeSpec(Strict):
     """see max_len_a"""
 
 
+TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"  # an lm-evaluation-harness task name, a metric name's part
+
+
+class DownstreamTask(Strict):
+    """One lm-evaluation-harness task a language model is scored on (a plain string is its name)."""
+
+    task: Annotated[str, Field(pattern=TASK_PATTERN)]
+    """the harness's task name (hellaswag, arc_easy, or a task of include_path)"""
+    fewshot: Annotated[Int, Field(ge=0, le=128)] = 0
+    """few-shot examples in each prompt (the harness draws them from the task's own few-shot split)"""
+
+
+class DownstreamSpec(Strict):
+    """Downstream tasks through EleutherAI's lm-evaluation-harness (the ``interop`` extra), scored on the best
+    checkpoint after the val and test splits: ``downstream/<task>/acc``, ``acc_norm`` and ``bpb`` (bits per
+    byte of the correct continuation), a study's metric like any other."""
+
+    tasks: Annotated[list[DownstreamTask], Field(min_length=1)]
+    """the tasks, each a name or {task, fewshot}"""
+    include_path: str | None = None
+    """a folder of the harness's YAML task files (tasks on local files, no hub needed); relative to the
+    working directory; ${VAR} expanded"""
+    limit: Annotated[Int, Field(ge=1, le=BIG)] | None = None
+    """score at most this many documents of each task (the first ones)"""
+    batch_size: Annotated[Int, Field(ge=1, le=4096)] = 16
+    """sequences scored in one forward"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_as_tasks(cls, data: Any) -> Any:
+        """``tasks: [hellaswag, {task: arc_easy, fewshot: 5}]``: a plain name is a task at zero shots."""
+        if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+            data = {**data, "tasks": [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _each_task_once(self) -> DownstreamSpec:
+        names = [t.task for t in self.tasks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"task {twice[0]!r} is named twice: its metrics would collide")
+        return self
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.task for t in self.tasks)
+
+
 class EvalSpec(LaterFields):
     """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
 
-    later_fields = ("target_loss",)
+    later_fields = ("target_loss", "downstream")
 
     decode: DecodeSpec = DecodeSpec()
     """how translations are decoded"""
@@ -106,6 +154,9 @@ class EvalSpec(LaterFields):
     """a validation loss to reach: the run's result then holds val/steps_to_target, the step at which the
     evaluations' val/loss first reached it (interpolated between evaluations; a run that never does counts
     its whole budget). Evaluate often (train.eval_every) for a fine reading"""
+    downstream: DownstreamSpec | None = None
+    """language models: lm-evaluation-harness tasks scored on the best checkpoint at the end of the run
+    (downstream/<task>/acc, acc_norm, bpb); needs the interop extra"""
 
 
 # ---------------------------------------------------------------- tracking
@@ -169,6 +220,9 @@ class ExperimentSpec(Strict):
             if self.eval.lengths or self.eval.sliding_stride is not None:
                 checks.fail("eval.lengths", "eval.lengths and eval.sliding_stride measure a language model's "
                             "perplexity: they need model.arch: decoder_only", "model.arch")
+            if self.eval.downstream is not None:
+                checks.fail("eval.downstream", "lm-evaluation-harness tasks score a language model: they "
+                            "need model.arch: decoder_only", "model.arch")
             if data.source == "hub" and data.hub is not None and data.hub.streaming:
                 checks.fail("data.hub.streaming", "streaming reads a language model's corpus into token "
                             "shards: it needs model.arch: decoder_only (translation pairs are loaded whole)",
@@ -265,7 +319,7 @@ class ExperimentSpec(Strict):
         result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
                                             with_averaged=self.train.weight_average is not None,
                                             with_target=self.eval.target_loss is not None,
-                                            **self._lm_names())
+                                            downstream=self.downstream_tasks(), **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
             problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)
@@ -280,6 +334,10 @@ class ExperimentSpec(Strict):
         """The keywords of metricnames' lists that a language model's metrics depend on."""
         return {"lm": self.is_lm, "lengths": tuple(self.eval.lengths),
                 "sliding": self.eval.sliding_stride is not None, "train_length": self.data.max_len}
+
+    def downstream_tasks(self) -> tuple[str, ...]:
+        """The lm-evaluation-harness tasks a run scores at its end (none unless eval.downstream)."""
+        return self.eval.downstream.names() if self.eval.downstream is not None else ()
 
     def evaluation_metrics(self) -> list[str]:
         """The names each evaluation during training measures."""

@@ -10,6 +10,7 @@ power plan, the effects the study's own seeds could detect, the forecast), ``hea
 logged run, either architecture), ``contrasts`` (factorial effects), ``expected_validation``,
 ``sentence_bootstrap``, ``bounds``, ``logged_datasets``, ``rung_runs`` (a ladder's runs by rung) and
 ``fitted_ladder`` (a ladder's fits, transfer
-verdicts, per-rung verdicts, backtest, decision accuracy and signal-to-noise). The sections
+verdicts, per-rung verdicts, backtest, decision accuracy and signal-to-noise), ``metric_noise`` (each loss
+and downstream metric's signal-to-noise ratio across seeds, rung by rung). The sections
 (``ablate.report.sections``) read these; nothing here imports a section.
 """

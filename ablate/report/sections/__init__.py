@@ -3,8 +3,9 @@
 
 ``across_scales`` (a ladder's scaling figure, transfer table and "Across scales"), ``setup``, ``forest_plot``,
 ``mde`` (what the design could settle, beside what was found), ``published``, ``summary``, ``main_table``,
-``seeds``, ``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``,
-``lengths``, ``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``environment``, ``withdrawn``
+``downstream`` (lm-evaluation-harness scores beside the loss, with their signal-to-noise), ``seeds``,
+``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``, ``lengths``,
+``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``environment``, ``withdrawn``
 (the appendix of superseded cells) and ``trials``, listed in the order they appear in
 ``ablate.report.build``'s ``ABLATION_PARTS`` and ``SEARCH_PARTS``.
 """

@@ -1,0 +1,390 @@
+"""A trained decoder-only model as the standard Hugging Face ``transformers`` class that computes the same
+function: its ``config.json`` fields and its weights under that class's names, or a refusal naming the
+component no standard class computes. ``ablate export-model`` (ablate/run/export_model.py) writes what
+this returns; nothing here imports ``transformers``.
+
+Three families, tried in this order (the first whose every component maps is taken):
+
+* ``GPT2LMHeadModel`` (Radford et al. 2019): pre-norm LayerNorm (eps as given), absolute positions in a
+  learned table ``wpe`` (a sinusoidal table is written into it: the same numbers; no positions: zeros),
+  a fused-QKV multi-head attention with biases, Linear -> activation -> Linear with biases (relu, gelu,
+  silu, relu2), no bias on the output projection.
+* ``LlamaForCausalLM`` (Touvron et al. 2023): pre-norm RMSNorm, RoPE, a gated FFN (SwiGLU: ``silu``;
+  GEGLU: ``gelu``), grouped keys and values, attention biases (``attention_bias: true``: ablate's four
+  projections all have one), no bias on the output projection. ablate rotates the feature pairs
+  ``(2i, 2i+1)`` of a head (Su et al., eq. 34), Llama's ``rotate_half`` the pairs ``(i, i + d_head/2)``:
+  the query and key rows of each head are reordered (even features first, then odd ones), as Meta's
+  checkpoints are converted, which leaves every score ``q . k`` unchanged.
+* ``CTRLLMHeadModel`` (Keskar et al. 2019): ablate's default language model, the tutorials' design as a
+  decoder: pre-norm LayerNorm (eps 1e-6 inside the layers), sinusoidal positions added to token
+  embeddings scaled by sqrt(d_model), ReLU FFN, biases everywhere, the output projection's bias included.
+  CTRL's sinusoids are laid out ``[sin ..., cos ...]`` where ablate interleaves ``sin, cos``: the residual
+  stream's features are permuted (every weight that reads or writes it, the norms' gains and biases),
+  which is the same function with its hidden units renumbered.
+
+What is folded, exactly: the token-embedding multiplier (sqrt(d_model), muP's) into the embedding table
+(the output projection then gets its own copy), muP's output logit multiplier into the output projection,
+muP's attention score scale into the query projection. What is refused: post-norm, sandwich, DeepNorm,
+ReZero; the hand-written LayerNorm and ScaleNorm; ALiBi and T5's bias (no class among these has them);
+QK-norm; soft-capped attention or logits (Gemma 2 has both, but with sandwich norms and a (1 + w) RMSNorm,
+another function); sliding windows (Mistral's and Qwen2's attention lack the output projection's bias);
+a non-zero output-projection bias where the class has none (``model.output_bias: false`` trains without
+one). The checks read the spec's component names
+and the weights, never approximate: a refusal says which field and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from ablate.engine.decoder_only import DecoderOnlyLM
+from ablate.errors import AblateError
+from ablate.spec.experiment import ModelSpec
+from registry.attention import MultiHeadAttention
+
+# ablate activation -> transformers' ACT2FN name (the exact functions: "gelu" is erf GELU, not gelu_new)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu", "relu2": "relu2"}
+GATES = {"swiglu": "silu", "geglu": "gelu"}  # the gated FFN's activation, Llama's hidden_act
+CTRL_BLOCK_EPS = 1e-6  # CTRL's layer norms inside its blocks are built with eps 1e-6, not from its config
+PLAIN_ATTENTION = ("sdpa", "explicit")  # the same function (explicit also keeps heat maps)
+
+
+class ExportRefused(AblateError):
+    """A model no standard class computes: one line naming the component (exit code 2)."""
+
+
+@dataclass
+class HFModel:
+    """What ``transformers`` needs to load a model: its class, its config fields, its weights."""
+
+    architecture: str  # "GPT2LMHeadModel"
+    model_type: str  # "gpt2": transformers' AutoConfig key
+    config: dict[str, Any]
+    weights: dict[str, Tensor] = field(repr=False)
+    notes: list[str] = field(default_factory=list)  # what was folded, for the model card
+
+
+Refusal = tuple[str, str]  # (the spec field and its value, why no class of the family computes it)
+
+
+def _common(spec: ModelSpec) -> list[Refusal]:
+    """What none of the three families computes."""
+    out: list[Refusal] = []
+    if spec.residual != "pre_norm":
+        out.append((f"model.residual: {spec.residual}", "the standard causal LM classes are pre-norm "
+                    "(x + f(norm(x)) and a final norm); none normalises after the residual sum or scales it"))
+    if spec.logits != "plain":
+        out.append((f"model.logits: {spec.logits}", "final-logit soft-capping exists only in Gemma 2, whose "
+                    "sandwich norms and (1 + w) RMSNorm compute another function"))
+    if spec.attention not in PLAIN_ATTENTION:
+        out.append((f"model.attention: {spec.attention}", "no standard class has this attention core "
+                    "(QK-norm with Henry et al.'s learned gain, or soft-capped scores outside Gemma 2)"))
+    if spec.window is not None:
+        out.append((f"model.window: {spec.window}", "the classes with sliding windows (Mistral, Qwen2) have "
+                    "no bias on the attention's output projection, which ablate's attention always has"))
+    return out
+
+
+def _bias_is_zero(model: DecoderOnlyLM) -> bool:
+    bias = model.generator.bias
+    return bias is None or not bool(bias.detach().any())
+
+
+def _output_bias(model: DecoderOnlyLM, cls: str) -> list[Refusal]:
+    if _bias_is_zero(model):
+        return []
+    return [("model.output_bias: true", f"the output projection's bias is trained (non-zero) and {cls}'s "
+             "lm_head has none; train with model.output_bias: false")]
+
+
+def _affine_norm(spec: ModelSpec, cls: str) -> list[Refusal]:
+    if spec.norm != "builtin":
+        return [(f"model.norm: {spec.norm}", f"{cls} uses torch's LayerNorm ((x - mean) / sqrt(var + eps), "
+                 "biased variance, a gain and bias per feature)")]
+    if spec.norm_affine != "per_feature":
+        return [(f"model.norm_affine: {spec.norm_affine}", f"{cls}'s LayerNorm has a gain and bias per "
+                 "feature, not one scalar each")]
+    return []
+
+
+def _mha(spec: ModelSpec, cls: str) -> list[Refusal]:
+    if spec.kv_heads is not None and spec.kv_heads != spec.heads:
+        return [(f"model.kv_heads: {spec.kv_heads}", f"{cls} has multi-head attention only (grouped keys and "
+                 "values map to LlamaForCausalLM)")]
+    return []
+
+
+def _plain_ffn(spec: ModelSpec, cls: str, activations: tuple[str, ...]) -> list[Refusal]:
+    if spec.ffn not in ("linear", "conv1d"):
+        return [(f"model.ffn: {spec.ffn}", f"{cls}'s MLP is Linear -> activation -> Linear, not gated")]
+    if spec.activation not in activations:
+        return [(f"model.activation: {spec.activation}", f"{cls}'s MLP takes {', '.join(activations)}")]
+    return []
+
+
+def gpt2_refusals(model: DecoderOnlyLM, spec: ModelSpec) -> list[Refusal]:
+    cls = "GPT2LMHeadModel"
+    out = _common(spec) + _affine_norm(spec, cls) + _mha(spec, cls)
+    if spec.positions not in ("learned", "sinusoidal", "none"):
+        out.append((f"model.positions: {spec.positions}", f"{cls} adds a table of absolute positions "
+                    "(learned, sinusoidal or none); rotary and relative biases are not tables"))
+    out += _plain_ffn(spec, cls, tuple(ACTIVATIONS))
+    return out + _output_bias(model, cls)
+
+
+def llama_refusals(model: DecoderOnlyLM, spec: ModelSpec) -> list[Refusal]:
+    cls = "LlamaForCausalLM"
+    out = _common(spec)
+    if spec.norm != "rms":
+        out.append((f"model.norm: {spec.norm}", f"{cls} uses RMSNorm"))
+    if spec.positions != "rope":
+        out.append((f"model.positions: {spec.positions}", f"{cls} rotates queries and keys (RoPE) and adds "
+                    "nothing else"))
+    if spec.ffn not in GATES:
+        out.append((f"model.ffn: {spec.ffn}", f"{cls}'s MLP is gated (SwiGLU or GEGLU, no biases)"))
+    return out + _output_bias(model, cls)
+
+
+def ctrl_refusals(model: DecoderOnlyLM, spec: ModelSpec) -> list[Refusal]:
+    cls = "CTRLLMHeadModel"
+    out = _common(spec) + _affine_norm(spec, cls) + _mha(spec, cls)
+    if spec.norm == "builtin" and spec.norm_eps != CTRL_BLOCK_EPS:
+        out.append((f"model.norm_eps: {spec.norm_eps:g}", f"{cls}'s layer norms inside its blocks have eps "
+                    f"{CTRL_BLOCK_EPS:g}, whatever its config says"))
+    if spec.positions != "sinusoidal":
+        out.append((f"model.positions: {spec.positions}", f"{cls} adds fixed sinusoids"))
+    return out + _plain_ffn(spec, cls, ("relu",))
+
+
+# ---------------------------------------------------------------- the weights, family by family
+def _layers(model: DecoderOnlyLM) -> list[Any]:
+    return list(model.decoder.layers)
+
+
+def _linear(module: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """(weight (out, in), bias) of a Linear or a kernel-1 Conv1d (conv1d FFN: the same function)."""
+    weight = cast(Tensor, module.weight).detach()
+    if weight.dim() == 3:
+        weight = weight[:, :, 0]
+    bias = cast(Tensor | None, getattr(module, "bias", None))
+    return weight.clone(), None if bias is None else bias.detach().clone()
+
+
+def _query_scale(attn: MultiHeadAttention) -> float:
+    """What the query rows are multiplied by so that the class's 1/sqrt(d_head) gives ablate's scale
+    (muP's sqrt(base d_head)/d_head; 1 in the standard parametrisation)."""
+    return attn.scale * math.sqrt(attn.d_head)
+
+
+def _embedding_and_head(model: DecoderOnlyLM, notes: list[str]) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+    """(input embedding, output projection, its bias, tied): the embedding multiplier and the logit
+    multiplier folded in; tied only where both are 1 and ablate tied them."""
+    embed = model.embed.weight.detach().clone()
+    head = model.generator.weight.detach().clone()
+    bias = None if model.generator.bias is None else model.generator.bias.detach().clone()
+    tied = model.generator.weight is model.embed.weight
+    if model.embed_scale != 1.0:
+        embed = embed * model.embed_scale
+        notes.append(f"token embeddings multiplied by {model.embed_scale:.6g} (model.embed_scale) in the "
+                     "table")
+        tied = False
+    if model.logit_multiplier != 1.0:
+        head = head * model.logit_multiplier
+        bias = None if bias is None else bias * model.logit_multiplier
+        notes.append(f"muP's logit multiplier {model.logit_multiplier:.6g} folded into the output projection")
+        tied = False
+    return embed, head, bias, tied
+
+
+def gpt2_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
+    notes: list[str] = []
+    embed, head, _, tied = _embedding_and_head(model, notes)
+    w: dict[str, Tensor] = {"transformer.wte.weight": embed,
+                            "transformer.wpe.weight": _position_table(model, spec, notes)}
+    for i, layer in enumerate(_layers(model)):
+        p = f"transformer.h.{i}."
+        attn = layer.self_attn
+        qkv, qkv_b = _linear(attn.qkv)
+        scale = _query_scale(attn)
+        if scale != 1.0:
+            qkv[: spec.d_model] *= scale
+            if qkv_b is not None:
+                qkv_b[: spec.d_model] *= scale
+        _put_norm(w, p + "ln_1", layer.attn_res.norm)
+        _put_norm(w, p + "ln_2", layer.ffn_res.norm)
+        _put_conv1d(w, p + "attn.c_attn", qkv, qkv_b)  # GPT-2's Conv1D holds (in, out)
+        _put_conv1d(w, p + "attn.c_proj", *_linear(attn.out))
+        _put_conv1d(w, p + "mlp.c_fc", *_linear(layer.ffn.w1))
+        _put_conv1d(w, p + "mlp.c_proj", *_linear(layer.ffn.w2))
+    _put_norm(w, "transformer.ln_f", model.decoder.norm)
+    w["lm_head.weight"] = head
+    config = {
+        "vocab_size": embed.size(0), "n_positions": spec.max_positions, "n_embd": spec.d_model,
+        "n_layer": spec.decoder_layers, "n_head": spec.heads, "n_inner": spec.d_ff,
+        "activation_function": ACTIVATIONS[spec.activation], "layer_norm_epsilon": spec.norm_eps,
+        "resid_pdrop": spec.dropout, "embd_pdrop": spec.dropout, "attn_pdrop": spec.attention_dropout,
+        "scale_attn_weights": True, "tie_word_embeddings": tied,
+    }
+    return HFModel("GPT2LMHeadModel", "gpt2", config, w, notes)
+
+
+def _position_table(model: DecoderOnlyLM, spec: ModelSpec, notes: list[str]) -> Tensor:
+    positions = model.positions
+    if spec.positions == "learned":
+        return cast(nn.Embedding, positions.table).weight.detach().clone()
+    if spec.positions == "sinusoidal":
+        notes.append("the fixed sinusoids written into the position table (wpe)")
+        return cast(Tensor, positions.table).detach().clone()
+    notes.append("no positions: a position table of zeros")
+    return torch.zeros(spec.max_positions, spec.d_model)
+
+
+def _put_norm(w: dict[str, Tensor], name: str, norm: nn.Module, order: Tensor | None = None) -> None:
+    for part in ("weight", "bias"):
+        value = getattr(norm, part, None)
+        if isinstance(value, Tensor):
+            value = value.detach().clone()
+            w[f"{name}.{part}"] = value if order is None else value[order]
+
+
+def _put_conv1d(w: dict[str, Tensor], name: str, weight: Tensor, bias: Tensor | None) -> None:
+    w[f"{name}.weight"] = weight.t().contiguous()
+    if bias is not None:
+        w[f"{name}.bias"] = bias
+
+
+def rope_order(d_head: int) -> Tensor:
+    """The head's features in Llama's order: ablate's pair (2i, 2i+1) becomes Llama's (i, i + d_head/2)."""
+    return torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])
+
+
+def _rope_rows(weight: Tensor, bias: Tensor | None, heads: int, d_head: int) -> tuple[Tensor, Tensor | None]:
+    """Query or key projection rows (heads * d_head, d) reordered head by head (:func:`rope_order`)."""
+    order = torch.cat([h * d_head + rope_order(d_head) for h in range(heads)])
+    return weight[order].contiguous(), None if bias is None else bias[order].contiguous()
+
+
+def llama_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
+    notes = ["query and key rows of each head reordered from interleaved pairs to rotate_half's halves"]
+    embed, head, _, tied = _embedding_and_head(model, notes)
+    w: dict[str, Tensor] = {"model.embed_tokens.weight": embed}
+    heads = spec.heads
+    kv_heads = spec.kv_heads or heads
+    d_head = spec.d_model // heads
+    for i, layer in enumerate(_layers(model)):
+        p = f"model.layers.{i}."
+        attn = layer.self_attn
+        fused, fused_b = _linear(attn.qkv)  # rows: q (d), k (kv d_head), v (kv d_head)
+        cuts = [spec.d_model, kv_heads * d_head, kv_heads * d_head]
+        q, k, v = torch.split(fused, cuts)
+        qb, kb, vb = torch.split(fused_b, cuts) if fused_b is not None else (None, None, None)
+        scale = _query_scale(attn)
+        q, qb = _rope_rows(q * scale, None if qb is None else qb * scale, heads, d_head)
+        k, kb = _rope_rows(k, kb, kv_heads, d_head)
+        for name, (weight, bias) in {"q_proj": (q, qb), "k_proj": (k, kb), "v_proj": (v, vb),
+                                     "o_proj": _linear(attn.out)}.items():
+            w[f"{p}self_attn.{name}.weight"] = weight.contiguous()
+            if bias is not None:
+                w[f"{p}self_attn.{name}.bias"] = bias.contiguous()
+        ffn = layer.ffn
+        w[p + "mlp.gate_proj.weight"] = _linear(ffn.w1)[0]
+        w[p + "mlp.up_proj.weight"] = _linear(ffn.w3)[0]
+        w[p + "mlp.down_proj.weight"] = _linear(ffn.w2)[0]
+        w[p + "input_layernorm.weight"] = layer.attn_res.norm.weight.detach().clone()
+        w[p + "post_attention_layernorm.weight"] = layer.ffn_res.norm.weight.detach().clone()
+    w["model.norm.weight"] = cast(Tensor, model.decoder.norm.weight).detach().clone()
+    w["lm_head.weight"] = head
+    config = {
+        "vocab_size": embed.size(0), "hidden_size": spec.d_model,
+        "intermediate_size": w["model.layers.0.mlp.gate_proj.weight"].size(0),  # glu_hidden's size
+        "num_hidden_layers": spec.decoder_layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": d_head, "hidden_act": GATES[spec.ffn],
+        "max_position_embeddings": spec.max_positions, "rms_norm_eps": spec.norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(cast(Any, model.positions).base)},
+        "attention_bias": _layers(model)[0].self_attn.qkv.bias is not None, "mlp_bias": False,
+        "attention_dropout": spec.attention_dropout, "tie_word_embeddings": tied,
+    }
+    return HFModel("LlamaForCausalLM", "llama", config, w, notes)
+
+
+def ctrl_order(d_model: int) -> Tensor:
+    """CTRL's hidden feature j is ablate's feature ``order[j]``: CTRL's sinusoid table is
+    ``[sin(w_0 p) .. sin(w_{d/2-1} p), cos(w_0 p) .. ]``, ablate's ``sin(w_0 p), cos(w_0 p), ...``."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def ctrl_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
+    notes = ["hidden features renumbered to CTRL's sinusoid layout (sines, then cosines)"]
+    embed, head, bias, _ = _embedding_and_head(model, notes)
+    order = ctrl_order(spec.d_model)
+    d = spec.d_model
+    # CTRL multiplies the token embeddings by sqrt(d_model): its table holds ablate's scaled one / sqrt(d)
+    w: dict[str, Tensor] = {"transformer.w.weight": (embed / math.sqrt(d))[:, order].contiguous()}
+    for i, layer in enumerate(_layers(model)):
+        p = f"transformer.h.{i}."
+        attn = layer.self_attn
+        fused, fused_b = _linear(attn.qkv)
+        scale = _query_scale(attn)
+        for j, name in enumerate(("Wq", "Wk", "Wv")):
+            weight = fused[j * d:(j + 1) * d][:, order] * (scale if j == 0 else 1.0)
+            w[f"{p}multi_head_attention.{name}.weight"] = weight.contiguous()
+            if fused_b is not None:
+                w[f"{p}multi_head_attention.{name}.bias"] = fused_b[j * d:(j + 1) * d] * (scale if j == 0
+                                                                                             else 1.0)
+        out, out_b = _linear(attn.out)
+        w[p + "multi_head_attention.dense.weight"] = out[order].contiguous()
+        if out_b is not None:
+            w[p + "multi_head_attention.dense.bias"] = out_b[order].contiguous()
+        w1, b1 = _linear(layer.ffn.w1)
+        w2, b2 = _linear(layer.ffn.w2)
+        w[p + "ffn.0.weight"] = w1[:, order].contiguous()
+        w[p + "ffn.2.weight"] = w2[order].contiguous()
+        if b1 is not None and b2 is not None:
+            w[p + "ffn.0.bias"], w[p + "ffn.2.bias"] = b1, b2[order].contiguous()
+        _put_norm(w, p + "layernorm1", layer.attn_res.norm, order)
+        _put_norm(w, p + "layernorm2", layer.ffn_res.norm, order)
+    _put_norm(w, "transformer.layernorm", model.decoder.norm, order)
+    w["lm_head.weight"] = head[:, order].contiguous()
+    if bias is not None:
+        w["lm_head.bias"] = bias
+    config = {
+        "vocab_size": embed.size(0), "n_positions": spec.max_positions, "n_embd": d, "dff": spec.d_ff,
+        "n_layer": spec.decoder_layers, "n_head": spec.heads, "layer_norm_epsilon": spec.norm_eps,
+        "resid_pdrop": spec.dropout, "embd_pdrop": spec.dropout, "tie_word_embeddings": False,
+    }
+    return HFModel("CTRLLMHeadModel", "ctrl", config, w, notes)
+
+
+FAMILIES: dict[str, tuple[Callable[[DecoderOnlyLM, ModelSpec], list[Refusal]],
+                          Callable[[DecoderOnlyLM, ModelSpec], HFModel]]] = {
+    "GPT2LMHeadModel": (gpt2_refusals, gpt2_export),
+    "LlamaForCausalLM": (llama_refusals, llama_export),
+    "CTRLLMHeadModel": (ctrl_refusals, ctrl_export),
+}
+
+
+@torch.no_grad()
+def to_transformers(model: nn.Module, spec: ModelSpec) -> HFModel:
+    """The standard class computing ``model``'s function, its config and weights; :class:`ExportRefused`
+    (one line: the component, why, and the closest class) where none does."""
+    if not isinstance(model, DecoderOnlyLM):
+        raise ExportRefused("model.arch: encoder_decoder: not exported; the standard encoder-decoder classes "
+                            "(Marian, BART, Pegasus) use separate Q, K, V projections, sinusoids laid out "
+                            "[sin, cos], LayerNorm eps 1e-5 fixed and their own embedding layouts, and no "
+                            "mapping to them is checked yet")
+    tried = {name: refusals(model, spec) for name, (refusals, _) in FAMILIES.items()}
+    for name, reasons in tried.items():
+        if not reasons:
+            return FAMILIES[name][1](model, spec)
+    closest = min(tried, key=lambda name: len(tried[name]))
+    component, why = tried[closest][0]
+    more = len(tried[closest]) - 1
+    return_line = f"{component}: no standard transformers class computes it ({why}; closest class " \
+                  f"{closest}" + (f", {more} more component(s) differ" if more else "") + ")"
+    raise ExportRefused(return_line)
