@@ -92,8 +92,7 @@ def write_hf(run: RunModel, folder: Path, meta: dict[str, Any]) -> HFModel:
                                                     model_max_length=run.spec.model.max_positions,
                                                     clean_up_tokenization_spaces=False, **special_tokens(tok))
         fast.save_pretrained(staging)
-        transformers.GenerationConfig(**ids, do_sample=False,
-                                      max_length=run.spec.model.max_positions).save_pretrained(staging)
+        transformers.GenerationConfig(**ids, do_sample=False).save_pretrained(staging)
         (staging / "README.md").write_text(model_card(mapped, meta, run))
         staging.rename(folder)
     return mapped

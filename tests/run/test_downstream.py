@@ -167,3 +167,29 @@ def test_a_run_records_its_downstream_scores_and_evaluate_prints_them(workdir: P
                                          "eval": {"samples": 0, "downstream": {"tasks": ["no_such_task"]}}})
     with pytest.raises(AblateError, match="unknown lm-evaluation-harness task 'no_such_task'"):
         run_experiment(bad, quiet=True)  # refused before any MLflow run or training
+
+
+@torch.no_grad()
+def test_the_harness_interface_answers_rolling_and_generation_requests_as_ablate_does() -> None:
+    from lm_eval.api.instance import Instance
+
+    from ablate.engine.harness import AblateLM
+    from ablate.engine.lm_eval import generate
+
+    tok = Tokenizers(fixed_wordlevel(WORDS))
+    model = tiny_model(tok)
+    lm = AblateLM(model, tok, batch_size=2)
+    text = "the cat sat on the mat"
+    ids = [tok.bos_id, *tok.encode_tgt(text)]
+    logp = F.log_softmax(model(torch.tensor([ids]))[0, :-1], dim=-1)
+    by_hand = sum(float(logp[i, t]) for i, t in enumerate(ids[1:]))  # every token after bos, once
+    (rolling,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    assert rolling == pytest.approx(by_hand, rel=1e-5)
+    prompt = "the big"
+    continuation = tok.decode_tgt(generate(model, [tok.bos_id, *tok.encode_tgt(prompt)], 6, greedy=True,
+                                           eos_id=tok.eos_id))
+    stop = " " + continuation.split()[-1]  # a stop string that occurs in the continuation
+    asked = [(prompt, {"until": [], "max_gen_toks": 6}), (prompt, {"until": [stop], "max_gen_toks": 6})]
+    whole, cut = lm.generate_until([Instance("generate_until", {}, a, i) for i, a in enumerate(asked)])
+    assert whole == continuation
+    assert cut == continuation[: continuation.index(stop)] and len(cut) < len(whole)  # cut before the stop
