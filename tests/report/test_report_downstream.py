@@ -52,3 +52,11 @@ def test_the_section_shows_downstream_beside_loss_per_rung_and_only_when_scored(
     scales = [(d["metric"], d["scale"]) for d in made.data["downstream"]]
     assert scales == [(LOSS, "r0"), (LOSS, "r1"), (ACC, "r0"), (ACC, "r1")]
     assert made.data["downstream"][3]["noise"] == 0.0 and made.data["downstream"][3]["snr"] is None
+
+
+def test_a_verdict_on_a_downstream_score_reads_its_direction_from_the_record() -> None:
+    from ablate.report.compute.loaded_study import quality_meta
+
+    assert quality_meta("downstream/hellaswag/acc")[2] and quality_meta("downstream/hellaswag/acc_norm")[2]
+    assert not quality_meta("downstream/hellaswag/bpb")[2]  # bits per byte: lower is better
+    assert quality_meta("val/bleu")[2] and not quality_meta("val/loss")[2]

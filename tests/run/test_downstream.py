@@ -193,3 +193,9 @@ def test_the_harness_interface_answers_rolling_and_generation_requests_as_ablate
     whole, cut = lm.generate_until([Instance("generate_until", {}, a, i) for i, a in enumerate(asked)])
     assert whole == continuation
     assert cut == continuation[: continuation.index(stop)] and len(cut) < len(whole)  # cut before the stop
+
+
+def test_the_documented_local_task_is_a_task_the_harness_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # its data file is named from the repository's root, as docs/interop.md runs it
+    check_tasks(DownstreamSpec.model_validate({"tasks": ["pydoc_mc"], "include_path": "docs/interop-tasks"}))

@@ -337,7 +337,8 @@ def hardware(run: Run) -> str:
 def quality_meta(key: str) -> tuple[str, int, bool]:
     """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'."""
     suffix = key.split("/")[-1]
-    unit, dec, higher = QUALITY.get(suffix, (suffix, 3, False))
+    # any other metric (a downstream task's acc, acc_norm, bpb): its direction as the record declares it
+    unit, dec, higher = QUALITY.get(suffix, (suffix, 3, metricnames.higher_is_better(key)))
     return unit, dec, higher
 
 
