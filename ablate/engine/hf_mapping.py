@@ -3,7 +3,7 @@ function: its ``config.json`` fields and its weights under that class's names, o
 component no standard class computes. ``ablate export-model`` (ablate/run/export_model.py) writes what
 this returns; nothing here imports ``transformers``.
 
-Three families, tried in this order (the first whose every component maps is taken):
+Four families, tried in this order (the first whose every component maps is taken):
 
 * ``GPT2LMHeadModel`` (Radford et al. 2019): pre-norm LayerNorm (eps as given), absolute positions in a
   learned table ``wpe`` (a sinusoidal table is written into it: the same numbers; no positions: zeros),
@@ -15,6 +15,10 @@ Three families, tried in this order (the first whose every component maps is tak
   ``(2i, 2i+1)`` of a head (Su et al., eq. 34), Llama's ``rotate_half`` the pairs ``(i, i + d_head/2)``:
   the query and key rows of each head are reordered (even features first, then odd ones), as Meta's
   checkpoints are converted, which leaves every score ``q . k`` unchanged.
+* ``Gemma2ForCausalLM`` (Gemma Team 2024): ablate's ``sandwich`` residual (a norm before and after each
+  sub-layer), RMSNorm (Gemma multiplies by ``1 + w``: each gain is stored minus one), RoPE, a gated FFN,
+  grouped keys and values, and what only Gemma 2 has: soft-capped attention scores and final logits, and
+  sliding-window attention (every layer a sliding layer when ``model.window`` is set); no output bias.
 * ``CTRLLMHeadModel`` (Keskar et al. 2019): ablate's default language model, the tutorials' design as a
   decoder: pre-norm LayerNorm (eps 1e-6 inside the layers), sinusoidal positions added to token
   embeddings scaled by sqrt(d_model), ReLU FFN, biases everywhere, the output projection's bias included.
@@ -24,10 +28,10 @@ Three families, tried in this order (the first whose every component maps is tak
 
 What is folded, exactly: the token-embedding multiplier (sqrt(d_model), muP's) into the embedding table
 (the output projection then gets its own copy), muP's output logit multiplier into the output projection,
-muP's attention score scale into the query projection. What is refused: post-norm, sandwich, DeepNorm,
-ReZero; the hand-written LayerNorm and ScaleNorm; ALiBi and T5's bias (no class among these has them);
-QK-norm; soft-capped attention or logits (Gemma 2 has both, but with sandwich norms and a (1 + w) RMSNorm,
-another function); sliding windows (Mistral's and Qwen2's attention lack the output projection's bias);
+muP's attention score scale into the query projection. What is refused: post-norm, DeepNorm, ReZero; the
+hand-written LayerNorm and ScaleNorm; ALiBi and T5's bias (no class among these has them); QK-norm; soft
+caps and windows outside Gemma 2's stack (Mistral's and Qwen2's windowed attention lacks the output
+projection's bias);
 a non-zero output-projection bias where the class has none (``model.output_bias: false`` trains without
 one). The checks read the spec's component names
 and the weights, never approximate: a refusal says which field and why.
@@ -73,21 +77,24 @@ class HFModel:
 Refusal = tuple[str, str]  # (the spec field and its value, why no class of the family computes it)
 
 
+GEMMA2 = "Gemma2ForCausalLM (sandwich norms, RMSNorm, RoPE, a gated FFN)"
+
+
 def _common(spec: ModelSpec) -> list[Refusal]:
-    """What none of the three families computes."""
+    """What none of the pre-norm families (GPT-2, Llama, CTRL) computes."""
     out: list[Refusal] = []
     if spec.residual != "pre_norm":
         out.append((f"model.residual: {spec.residual}", "the standard causal LM classes are pre-norm "
-                    "(x + f(norm(x)) and a final norm); none normalises after the residual sum or scales it"))
+                    "(x + f(norm(x)) and a final norm) or sandwich-norm (Gemma 2); none normalises after the "
+                    "residual sum or scales it"))
     if spec.logits != "plain":
-        out.append((f"model.logits: {spec.logits}", "final-logit soft-capping exists only in Gemma 2, whose "
-                    "sandwich norms and (1 + w) RMSNorm compute another function"))
+        out.append((f"model.logits: {spec.logits}", f"final-logit soft-capping maps only to {GEMMA2}"))
     if spec.attention not in PLAIN_ATTENTION:
         out.append((f"model.attention: {spec.attention}", "no standard class has this attention core "
-                    "(QK-norm with Henry et al.'s learned gain, or soft-capped scores outside Gemma 2)"))
+                    f"(QK-norm with Henry et al.'s learned gain; soft-capped scores map only to {GEMMA2})"))
     if spec.window is not None:
-        out.append((f"model.window: {spec.window}", "the classes with sliding windows (Mistral, Qwen2) have "
-                    "no bias on the attention's output projection, which ablate's attention always has"))
+        out.append((f"model.window: {spec.window}", f"sliding windows map to {GEMMA2}; Mistral's and Qwen2's "
+                    "attention lack the output projection's bias that ablate's attention always has"))
     return out
 
 
@@ -160,6 +167,23 @@ def ctrl_refusals(model: DecoderOnlyLM, spec: ModelSpec) -> list[Refusal]:
     if spec.positions != "sinusoidal":
         out.append((f"model.positions: {spec.positions}", f"{cls} adds fixed sinusoids"))
     return out + _plain_ffn(spec, cls, ("relu",))
+
+
+def gemma2_refusals(model: DecoderOnlyLM, spec: ModelSpec) -> list[Refusal]:
+    cls = "Gemma2ForCausalLM"
+    out: list[Refusal] = []
+    if spec.residual != "sandwich":
+        out.append((f"model.residual: {spec.residual}", f"{cls} normalises each sub-layer's input and output "
+                    "(sandwich)"))
+    if spec.norm != "rms":
+        out.append((f"model.norm: {spec.norm}", f"{cls} uses RMSNorm"))
+    if spec.positions != "rope":
+        out.append((f"model.positions: {spec.positions}", f"{cls} rotates queries and keys (RoPE)"))
+    if spec.ffn not in GATES:
+        out.append((f"model.ffn: {spec.ffn}", f"{cls}'s MLP is gated (GEGLU or SwiGLU, no biases)"))
+    if spec.attention not in (*PLAIN_ATTENTION, "softcap"):
+        out.append((f"model.attention: {spec.attention}", f"{cls}'s attention has no such core"))
+    return out + _output_bias(model, cls)
 
 
 # ---------------------------------------------------------------- the weights, family by family
@@ -361,10 +385,71 @@ def ctrl_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
     return HFModel("CTRLLMHeadModel", "ctrl", config, w, notes)
 
 
+def _attention_rows(attn: MultiHeadAttention, spec: ModelSpec) -> dict[str, tuple[Tensor, Tensor | None]]:
+    """q/k/v/o projections as separate (weight, bias), muP's score scale folded into q and the query and key
+    rows reordered for rotate_half (:func:`rope_order`)."""
+    heads, kv_heads, d_head = spec.heads, spec.kv_heads or spec.heads, spec.d_model // spec.heads
+    fused, fused_b = _linear(attn.qkv)  # rows: q (d), k (kv d_head), v (kv d_head)
+    cuts = [spec.d_model, kv_heads * d_head, kv_heads * d_head]
+    q, k, v = torch.split(fused, cuts)
+    qb, kb, vb = torch.split(fused_b, cuts) if fused_b is not None else (None, None, None)
+    scale = _query_scale(attn)
+    return {"q_proj": _rope_rows(q * scale, None if qb is None else qb * scale, heads, d_head),
+            "k_proj": _rope_rows(k, kb, kv_heads, d_head), "v_proj": (v, vb), "o_proj": _linear(attn.out)}
+
+
+def gemma2_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
+    """Gemma 2's layers are ablate's sandwich residual; its RMSNorm multiplies by (1 + w), so each gain is
+    stored minus one; it multiplies the token embeddings by sqrt(d_model), so the table holds ablate's
+    scaled embeddings divided by it; every layer is a sliding-window layer when the model has a window."""
+    notes = ["query and key rows of each head reordered from interleaved pairs to rotate_half's halves",
+             "RMSNorm gains stored as w - 1 (Gemma's norm multiplies by 1 + w)"]
+    embed, head, _, _ = _embedding_and_head(model, notes)
+    d = spec.d_model
+    w: dict[str, Tensor] = {"model.embed_tokens.weight": embed / math.sqrt(d)}
+    for i, layer in enumerate(_layers(model)):
+        p = f"model.layers.{i}."
+        for name, (weight, bias) in _attention_rows(layer.self_attn, spec).items():
+            w[f"{p}self_attn.{name}.weight"] = weight.contiguous()
+            if bias is not None:
+                w[f"{p}self_attn.{name}.bias"] = bias.contiguous()
+        ffn = layer.ffn
+        w[p + "mlp.gate_proj.weight"] = _linear(ffn.w1)[0]
+        w[p + "mlp.up_proj.weight"] = _linear(ffn.w3)[0]
+        w[p + "mlp.down_proj.weight"] = _linear(ffn.w2)[0]
+        for name, norm in (("input_layernorm", layer.attn_res.norm),
+                           ("post_attention_layernorm", layer.attn_res.out_norm),
+                           ("pre_feedforward_layernorm", layer.ffn_res.norm),
+                           ("post_feedforward_layernorm", layer.ffn_res.out_norm)):
+            w[f"{p}{name}.weight"] = cast(Tensor, norm.weight).detach() - 1.0
+    w["model.norm.weight"] = cast(Tensor, model.decoder.norm.weight).detach() - 1.0
+    w["lm_head.weight"] = head
+    attn = _layers(model)[0].self_attn
+    window = spec.window
+    layer_type = "sliding_attention" if window is not None else "full_attention"
+    config = {
+        "vocab_size": embed.size(0), "hidden_size": d,
+        "intermediate_size": w["model.layers.0.mlp.gate_proj.weight"].size(0),
+        "num_hidden_layers": spec.decoder_layers, "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads or spec.heads, "head_dim": d // spec.heads,
+        "hidden_activation": GATES[spec.ffn], "max_position_embeddings": spec.max_positions,
+        "rms_norm_eps": spec.norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(cast(Any, model.positions).base)},
+        "attention_bias": attn.qkv.bias is not None, "query_pre_attn_scalar": d // spec.heads,
+        # without a window every layer is full attention; Gemma 2 still wants a window size in its config
+        "sliding_window": window or spec.max_positions, "layer_types": [layer_type] * spec.decoder_layers,
+        "attn_logit_softcapping": getattr(attn, "cap", None),
+        "final_logit_softcapping": getattr(model.logit_head, "cap", None),
+        "attention_dropout": spec.attention_dropout, "tie_word_embeddings": False,
+    }
+    return HFModel("Gemma2ForCausalLM", "gemma2", config, w, notes)
+
+
 FAMILIES: dict[str, tuple[Callable[[DecoderOnlyLM, ModelSpec], list[Refusal]],
                           Callable[[DecoderOnlyLM, ModelSpec], HFModel]]] = {
     "GPT2LMHeadModel": (gpt2_refusals, gpt2_export),
     "LlamaForCausalLM": (llama_refusals, llama_export),
+    "Gemma2ForCausalLM": (gemma2_refusals, gemma2_export),
     "CTRLLMHeadModel": (ctrl_refusals, ctrl_export),
 }
 

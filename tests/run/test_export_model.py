@@ -70,6 +70,11 @@ FAMILIES = {
          "mup_base_width": 16},
     ],
     "CTRLLMHeadModel": [{}, {"embeddings": "tied", "ffn": "conv1d", "embed_scale": False}],
+    "Gemma2ForCausalLM": [  # Gemma 2's soft caps and windows, on its sandwich-norm stack
+        {"residual": "sandwich", "norm": "rms", "positions": "rope", "ffn": "geglu", "attention": "softcap",
+         "attn_softcap": 2.0, "logits": "softcap", "logit_softcap": 3.0, "window": 5, "kv_heads": 2},
+        {"residual": "sandwich", "norm": "rms", "positions": "rope", "ffn": "swiglu", "embeddings": "tied"},
+    ],
 }
 
 
