@@ -18,7 +18,8 @@ import transformers
 from ablate.cli import main
 from ablate.engine.builders import build_lm
 from ablate.engine.decoder_only import DecoderOnlyLM
-from ablate.engine.hf_mapping import ExportRefused, ctrl_order, rope_order, to_transformers
+from ablate.engine.hf_mapping import ExportRefused, to_transformers
+from ablate.engine.hf_weights import ctrl_order, rope_order
 from ablate.engine.lm_eval import generate
 from ablate.run.export_model import resolve_run_or_cell
 from ablate.run.runner import run_experiment
