@@ -29,6 +29,7 @@ examples:
   ablate report STUDY                           compare the variants of a study (STUDY: its spec or name)
   ablate report STUDY --format latex            its effects as a booktabs table for a paper (or csv)
   ablate export STUDY --out DIR                 its finished cells as files; `ablate import DIR` reloads
+  ablate export-model RUN DIR --format hf       a run as a transformers model (AutoModelForCausalLM)
   ablate ui [STUDY]                             browse the runs in MLflow (127.0.0.1:5000)
   ablate -q COMMAND ... / ablate COMMAND -v ... quieter / also what MLflow and datasets print
 """
@@ -137,6 +138,18 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
                    help="language-model run: held-out text (.gz read too), cut into documents as the run's "
                    "spec cuts its own")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
+    p.add_argument("--tasks", default=None, metavar="T1,T2", help="language-model run: lm-evaluation-harness "
+                   "tasks (hellaswag,arc_easy, or tasks of --include): acc, acc_norm, bpb")
+    p.add_argument("--include", dest="include_path", default=None, metavar="DIR", help="task YAML folder")
+    p.add_argument("--fewshot", type=int, default=0, metavar="K", help="few-shot examples per task")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N documents per task")
+
+
+def _export_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ref", metavar="RUN_OR_STUDY_CELL", help="a run id (or prefix), or STUDY:VARIANT:SEED")
+    p.add_argument("out_dir", metavar="DIR", help="the folder to write")
+    p.add_argument("--format", default="hf", choices=("hf",), help="hf: a transformers folder")
+    p.add_argument("--force", action="store_true", help="replace DIR if it holds files")
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
@@ -259,8 +272,11 @@ COMMANDS: tuple[Command, ...] = (
             _generate_args, ".run.generate", "main_generate"),
     Command("evaluate", "score an MLflow run's best checkpoint on a new test set: a translation run's "
             "sacreBLEU BLEU and chrF (--src, --ref), a language model's perplexity and bits per byte "
-            "(--text)",
+            "(--text) or its downstream tasks through lm-evaluation-harness (--tasks)",
             _evaluate_args, ".run.translate", "main_evaluate"),
+    Command("export-model", "write a decoder-only run's best checkpoint as a Hugging Face transformers model "
+            "folder (the standard class that computes the same function, or a refusal naming the component)",
+            _export_model_args, ".run.export_model", "main_export_model"),
     Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told); with STUDY, print "
             "the link to its page",
             _ui_args, ".tracking", "main_ui"),
@@ -341,11 +357,16 @@ def quiet_libraries(quiet: bool = False) -> None:
 
 
 # ---------------------------------------------------------------- dispatch
+OPTIONAL_EXTRAS = {"transformers": "interop", "safetensors": "interop", "lm_eval": "interop"}  # extras
+
 def handler(command: Command) -> Callable[..., Any]:
     """The command's function, its module imported now (lazily: `ablate list` never imports torch)."""
     try:
         mod = importlib.import_module(command.module, __package__)
     except ModuleNotFoundError as exc:
+        extra = OPTIONAL_EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is not None:
+            raise AblateError(f"this command needs {exc.name}: pip install 'ablate[{extra}]'") from None
         if not (exc.name or "").startswith("ablate."):
             raise  # a missing third-party dependency: the traceback says which
         raise AblateError(f"this command needs {exc.name}, which is missing from this build") from None

@@ -12,9 +12,12 @@ per-group rates) and the average of its weights it evaluates beside the best che
 last-k or EMA), stopping cleanly on a signal (``preempt``), atomic checkpoints (``checkpoint``), greedy and
 KV-cached beam decoding (``decode``), evaluation with BLEU / chrF / exact match (``evaluate``, ``metrics``)
 and progress, timing and memory readings (``progress``); the decoder-only language model's perplexity
-evaluation and cached sampling (``lm_eval``); a run's training compute, its parameters without embeddings,
-tokens and FLOPs (``compute``, Kaplan et al. 2020's formula). Devices and precisions are the leaf module
-``ablate.hardware``'s, which every layer may use.
+evaluation and cached sampling (``lm_eval``), behind lm-evaluation-harness's model interface (``harness``,
+the optional interop extra), and as the standard transformers class that computes the same function
+(``hf_mapping``: which class, or a refusal naming the component; ``hf_weights``: its config and
+weights); a run's training compute, its parameters without embeddings, tokens and FLOPs (``compute``,
+Kaplan et al. 2020's formula). Devices and precisions are the leaf module ``ablate.hardware``'s, which
+every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:
 the trainer reports through an :class:`~ablate.engine.trainer.EvalHook`, and whoever runs it records.

@@ -5,7 +5,9 @@ of one run through ``ablate.tracking``; ``distributed``: torchrun and the device
 folder and its summary; ``lock``: one process per run folder; ``evaluation``: the best checkpoint on whole
 val/test), ``ablate translate`` /
 ``ablate evaluate`` over a run read back from MLflow (``translate``; a language model's perplexity on one's
-own held-out text: ``heldout``) and ``ablate generate`` (``generate``).
+own held-out text: ``heldout``; lm-evaluation-harness tasks: ``downstream``, which ``evaluation`` also
+calls for ``eval.downstream``), ``ablate generate`` (``generate``) and ``ablate export-model``
+(``export_model``: a run as a Hugging Face transformers model folder).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

@@ -51,10 +51,24 @@ def final_evaluation(spec: ExperimentSpec, data: PreparedData, model: Model, tra
         tracker.log_artifact(trainer.best_path, record.CHECKPOINT_DIR)
     if spec.tracking.log_model:
         tracker.log_model(model)
+    if spec.eval.downstream is not None and isinstance(model, DecoderOnlyLM):
+        out.update(downstream_evaluation(spec, data, model, device))
     out.update(averaged_evaluation(spec, data, model, trainer, device, precision))
     if spec.eval.target_loss is not None:  # from the evaluations during training, not the best checkpoint
         out[record.VAL_STEPS_TO_TARGET] = steps_to_target(trainer.state.history, spec.eval.target_loss,
                                                      trainer.total_steps)
+    return out
+
+
+def downstream_evaluation(spec: ExperimentSpec, data: PreparedData, model: DecoderOnlyLM,
+                          device: torch.device) -> dict[str, float]:
+    """eval.downstream's lm-evaluation-harness tasks on the best checkpoint (downstream/<task>/acc, ...)."""
+    from ablate.run import downstream  # lazy: lm-eval is the optional interop extra, asked for by the spec
+
+    assert spec.eval.downstream is not None
+    out: dict[str, float] = {}
+    for scores in downstream.downstream_scores(model, data.tokenizers, spec.eval.downstream, device):
+        out.update(scores.metrics())
     return out
 
 

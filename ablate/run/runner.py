@@ -29,8 +29,7 @@ from ablate.data.prepare import PreparedData, prepare_data
 from ablate.engine import preempt
 from ablate.engine.checkpoint import load_verified
 from ablate.engine.compute import Compute, mean_lengths, shape_of, training_compute
-from ablate.engine.decoder_only import DecoderOnlyLM
-from ablate.engine.dispatch import build_any
+from ablate.engine.dispatch import build_any, compile_layers, eager
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
@@ -196,6 +195,9 @@ def prepare(spec: ExperimentSpec, data: PreparedData | None) -> PreparedData:
     seed_everything(spec.seed)
     data = data if data is not None else prepare_data(spec)
     spec.selection_metric()  # a user error, before any MLflow run exists
+    if spec.eval.downstream is not None:  # an unknown task or missing task files: before the run too
+        from ablate.run.downstream import check_tasks  # lazy: lm-eval is the optional interop extra
+        check_tasks(spec.eval.downstream)
     return data
 
 
@@ -224,20 +226,6 @@ def open_tracker(spec: ExperimentSpec, options: RunOptions, place: Place,
     if tracker.run_id and tracker.run_id != read_run_id(place.run_dir):
         write_run_id(place.run_dir, tracker.run_id)
     return tracker
-
-
-def compile_layers(model: Model, mode: str | None) -> None:
-    """``train.compile_scope: layer``: each layer compiled in place (``nn.Module.compile``, state dict as is),
-    as torchtitan compiles per block; evaluation runs them eager (:func:`eager`)."""
-    stacks = [model.decoder] if isinstance(model, DecoderOnlyLM) else [model.encoder, model.decoder]
-    for stack in stacks:
-        for layer in stack.layers:
-            layer.compile(mode=mode)
-
-
-def eager() -> Any:
-    """Compiled layers run eager outside the step: each shape an evaluation meets would be a recompile."""
-    return torch.compiler.set_stance("force_eager")
 
 
 def wrap(spec: ExperimentSpec, model: Model, place: Place) -> torch.nn.Module:

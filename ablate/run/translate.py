@@ -152,10 +152,20 @@ def main_translate(run_id: str, text: str | None, beam: int | None = None,
 
 
 def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None = None,
-                  text_path: str | None = None, beam: int | None = None) -> int:
+                  text_path: str | None = None, beam: int | None = None, tasks: str | None = None,
+                  include_path: str | None = None, fewshot: int = 0, limit: int | None = None) -> int:
     """`ablate evaluate RUN_ID --src FILE --ref FILE`: BLEU and chrF of a translation run's best checkpoint
     on a new test set, with sacreBLEU's signatures (so the numbers can be compared and recomputed);
-    `ablate evaluate RUN_ID --text FILE`: a language model's perplexity and bits per byte on held-out text."""
+    `ablate evaluate RUN_ID --text FILE`: a language model's perplexity and bits per byte on held-out text;
+    `ablate evaluate RUN_ID --tasks a,b`: a language model on lm-evaluation-harness tasks."""
+    if tasks is not None:
+        if src_path is not None or ref_path is not None or text_path is not None:
+            raise AblateError("give --tasks alone: lm-evaluation-harness tasks bring their own data")
+        from ablate.run import downstream  # lazy: lm-eval is the optional interop extra
+
+        section = downstream.tasks_from_command(tasks, include_path, fewshot, limit)
+        run = load_run_model(run_id)
+        return downstream.evaluate_tasks(run.run_id, run.model, run.spec, run.tok, section)
     if text_path is not None:
         if src_path is not None or ref_path is not None:
             raise AblateError("give --text FILE (a language model) or --src and --ref (a translation model)")

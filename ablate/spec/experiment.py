@@ -32,6 +32,7 @@ from ablate.spec.data import (
     TextFiles,
     TokenizerSpec,
 )
+from ablate.spec.harness_tasks import DownstreamSpec, DownstreamTask
 from ablate.spec.model import ModelSpec, drop_unset_options, format_mask_fill, identity_of, parse_mask_fill
 from ablate.spec.study_sections import AblationSpec, Objective, PrunerSpec, SearchParam, SearchSpec, Seed
 from ablate.spec.train import (
@@ -45,7 +46,8 @@ from ablate.spec.train import (
 )
 
 __all__ = [
-    "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "EarlyStopping", "EvalSpec",
+    "BIG", "NAME_PATTERN", "AblationSpec", "DataSpec", "DecodeSpec", "DownstreamSpec", "DownstreamTask",
+    "EarlyStopping", "EvalSpec",
     "ExperimentSpec", "FilePair", "FilesData", "HubData", "LossSpec", "ModelSpec", "Objective",
     "OptimizerSpec",
     "PrunerSpec", "ScheduleSpec", "SearchParam", "SearchSpec", "SpecFieldError", "Strict", "SyntheticData",
@@ -86,12 +88,10 @@ class DecodeSpec(Strict):
 # (Multi30k's captions, the Python docs' 10 pages, the kernel docs' 79 pages), so none of their evaluations
 # changed with the cap.
 LM_EVAL_TOKENS = 1 << 21
-
-
 class EvalSpec(LaterFields):
     """What each evaluation measures; the best checkpoint is scored once more on val and test at the end."""
 
-    later_fields = ("target_loss", "max_tokens")
+    later_fields = ("target_loss", "max_tokens", "downstream")
 
     decode: DecodeSpec = DecodeSpec()
     """how translations are decoded"""
@@ -118,6 +118,9 @@ class EvalSpec(LaterFields):
     """a validation loss to reach: the run's result then holds val/steps_to_target, the step at which the
     evaluations' val/loss first reached it (interpolated between evaluations; a run that never does counts
     its whole budget). Evaluate often (train.eval_every) for a fine reading"""
+    downstream: DownstreamSpec | None = None
+    """language models: lm-evaluation-harness tasks scored on the best checkpoint at the end of the run
+    (downstream/<task>/acc, acc_norm, bpb); needs the interop extra"""
 
     def token_cap(self, lm: bool) -> int | None:
         """The target tokens each evaluation during training scores: ``max_tokens``, else
@@ -188,6 +191,9 @@ class ExperimentSpec(Strict):
             if self.eval.lengths or self.eval.sliding_stride is not None:
                 checks.fail("eval.lengths", "eval.lengths and eval.sliding_stride measure a language model's "
                             "perplexity: they need model.arch: decoder_only", "model.arch")
+            if self.eval.downstream is not None:
+                checks.fail("eval.downstream", "lm-evaluation-harness tasks score a language model: they "
+                            "need model.arch: decoder_only", "model.arch")
             if data.source == "hub" and data.hub is not None and data.hub.streaming:
                 checks.fail("data.hub.streaming", "streaming reads a language model's corpus into token "
                             "shards: it needs model.arch: decoder_only (translation pairs are loaded whole)",
@@ -284,7 +290,7 @@ class ExperimentSpec(Strict):
         result = metricnames.result_metrics(is_text, has_test=self.data.has_test,
                                             with_averaged=self.train.weight_average is not None,
                                             with_target=self.eval.target_loss is not None,
-                                            **self._lm_names())
+                                            downstream=self.downstream_tasks(), **self._lm_names())
         if self.ablation is not None:
             metric = self.ablation.metric
             problem = metricnames.problem(metric, ["auto", *result], is_text, at_evaluation=False)
@@ -299,6 +305,10 @@ class ExperimentSpec(Strict):
         """The keywords of metricnames' lists that a language model's metrics depend on."""
         return {"lm": self.is_lm, "lengths": tuple(self.eval.lengths),
                 "sliding": self.eval.sliding_stride is not None, "train_length": self.data.max_len}
+
+    def downstream_tasks(self) -> tuple[str, ...]:
+        """The lm-evaluation-harness tasks a run scores at its end (none unless eval.downstream)."""
+        return self.eval.downstream.names() if self.eval.downstream is not None else ()
 
     def evaluation_metrics(self) -> list[str]:
         """The names each evaluation during training measures."""

@@ -21,6 +21,11 @@
 - With ``eval.target_loss``, a run's result also holds ``val/steps_to_target``: the step at which the
   evaluations' ``val/loss`` first reached the target (interpolated between evaluations; a run that never
   reaches it counts its whole budget), the deciding metric of "reaches the loss in fewer steps" claims.
+- With ``eval.downstream`` (a language model, ablate/run/downstream.py), a run's result also holds each
+  lm-evaluation-harness task's scores on the best checkpoint: ``downstream/<task>/acc`` and
+  ``downstream/<task>/acc_norm`` (the harness's accuracy and length-normalised accuracy) and
+  ``downstream/<task>/bpb`` (the correct continuation's bits per byte, DataDecide's measure). They have no
+  test counterpart: a verdict on one is read on validation alone.
 - With ``train.weight_average`` (ablate/engine/averaging.py), a run's result also holds the averaged
   weights' reading of every val/test metric under the `AVERAGED` marker: ``val/averaged/bleu``,
   ``test/averaged/chrf``, ``val/averaged/loss`` (MLflow: ``final/val/averaged/bleu``), beside the best
@@ -68,7 +73,9 @@ LM_METRICS = ("loss", "ppl", "bpb")  # a language model's evaluation (no decodin
 TRAINING_METRICS = (TRAIN_LOSS, TRAIN_LR, TOKENS_PER_S)
 RUN_METRICS = (MODEL_PARAMS, TOKENS_PER_S, PADDING, WALL_TIME, CPU_TIME, PEAK_MEMORY, RUN_MEMORY,
                NON_EMBEDDING_PARAMS, TRAIN_TOKENS, TRAIN_FLOPS)
-_HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s")
+_HIGHER_IS_BETTER = ("bleu", "chrf", "exact_match", "tokens_per_s", "acc", "acc_norm")
+DOWNSTREAM = "downstream"  # an lm-evaluation-harness task's scores: downstream/<task>/acc
+DOWNSTREAM_METRICS = ("acc", "acc_norm", "bpb")
 AVERAGED = "averaged"  # the averaged weights' reading: val/averaged/bleu (train.weight_average)
 
 
@@ -91,6 +98,17 @@ def plain(metric: str) -> str:
         return metric
     split, _, rest = metric.partition("/")
     return f"{split}/{rest.partition('/')[2]}"
+
+
+def downstream_metric(task: str, name: str) -> str:
+    """An lm-evaluation-harness task's score: ``downstream/hellaswag/acc`` (``name``: acc, acc_norm, bpb)."""
+    return f"{DOWNSTREAM}/{task}/{name}"
+
+
+def is_downstream(metric: str) -> bool:
+    """Whether ``metric`` is a downstream task's score (``downstream/<task>/<name>``)."""
+    parts = metric.split("/")
+    return len(parts) == 3 and parts[0] == DOWNSTREAM and parts[2] in DOWNSTREAM_METRICS
 
 
 def quality_metrics(is_text: bool) -> tuple[str, ...]:
@@ -131,10 +149,10 @@ def evaluation_metrics(is_text: bool, *, decode: bool = True, split: str = "val"
 
 def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: tuple[int, ...] = (),
                    sliding: bool = False, with_averaged: bool = False, train_length: int | None = None,
-                   with_target: bool = False) -> list[str]:
+                   with_target: bool = False, downstream: tuple[str, ...] = ()) -> list[str]:
     """The names in a finished run's result metrics (``with_averaged``: with train.weight_average, the
     averaged weights' reading of each val/test metric too; ``with_target``: with eval.target_loss, the
-    steps to it)."""
+    steps to it; ``downstream``: eval.downstream's tasks, each task's scores)."""
     lm_names: dict[str, Any] = {"lm": lm, "lengths": lengths, "sliding": sliding,
                                 "train_length": train_length}
     names = evaluation_metrics(is_text, **lm_names)
@@ -146,6 +164,7 @@ def result_metrics(is_text: bool, *, has_test: bool, lm: bool = False, lengths: 
         names.append(VAL_STEPS_TO_TARGET)
     if lm:
         names.append(KV_CACHE)
+    names += [downstream_metric(task, name) for task in downstream for name in DOWNSTREAM_METRICS]
     return names + [m for m in RUN_METRICS if m not in names]
 
 
@@ -187,6 +206,8 @@ def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: b
     choices = f"accepted: {', '.join(accepted)}"
     if is_averaged(metric) and not at_evaluation and plain(metric) not in accepted:
         return problem(plain(metric), accepted, is_text, at_evaluation=at_evaluation)  # its own reason first
+    if metric.startswith(f"{DOWNSTREAM}/"):
+        return _downstream_problem(metric, accepted, at_evaluation)
     if metric in all_metrics():
         return f"{_why_missing(metric, is_text, at_evaluation)}; {choices}"
     close = difflib.get_close_matches(metric, all_metrics(), n=1, cutoff=0.6)
@@ -196,6 +217,22 @@ def problem(metric: str, accepted: list[str], is_text: bool, *, at_evaluation: b
         return f"found {metric!r}; {choices}; did you mean {close[0]!r}?"
     why = _why_missing(close[0], is_text, at_evaluation)
     return f"found {metric!r}; {choices} (did you mean {close[0]!r}? {why})"
+
+
+def _downstream_problem(metric: str, accepted: list[str], at_evaluation: bool) -> str:
+    """Why a ``downstream/...`` name is not one a run reports: its form, or the task eval.downstream lacks."""
+    if at_evaluation:
+        return f"{metric} is scored once, on the best checkpoint at the run's end, not at each evaluation"
+    if not is_downstream(metric):
+        return (f"found {metric!r}: a downstream metric is downstream/<task>/<name>, name one of "
+                f"{', '.join(DOWNSTREAM_METRICS)}")
+    task = metric.split("/")[1]
+    tasks = sorted({m.split("/")[1] for m in accepted if is_downstream(m)})
+    if not tasks:
+        return f"{metric} needs eval.downstream naming the lm-evaluation-harness task {task!r}"
+    close = difflib.get_close_matches(task, tasks, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"found {metric!r}: eval.downstream names the tasks {', '.join(tasks)}{hint}"
 
 
 def _why_missing(metric: str, is_text: bool, at_evaluation: bool) -> str:

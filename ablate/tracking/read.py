@@ -183,3 +183,32 @@ def log_report_artifacts(parent_run_id: str, folder: str | Path,
         shutil.copytree(folder, staged)
         with _quiet():
             c.log_artifacts(parent_run_id, str(staged), artifact_path)
+
+
+def run_tags(run_id: str) -> dict[str, str]:
+    """A run's tags (its study, variant, seed and spec hash: what an exported model records of it)."""
+    try:
+        return dict(client().get_run(run_id).data.tags)
+    except MlflowException as exc:
+        raise AblateError(f"no MLflow run {run_id} in {redacted(_uri())}: {exc.message}") from None
+
+
+def cell_run_id(study: str, variant: str, seed: int) -> str:
+    """The run of one cell of a study (``ablate.variant`` and ``ablate.seed``), the latest finished one where
+    a cell was run more than once; AblateError naming the variants and seeds the study has otherwise."""
+    _, children = find_study_runs(study)
+    variant_col, seed_col, status_col = (f"tags.{record.VARIANT}", f"tags.{record.SEED}",
+                                         f"tags.{record.STATUS}")
+    for col in (variant_col, seed_col, status_col):
+        if col not in children.columns:
+            children[col] = None
+    rows = children[(children[variant_col] == variant) & (children[seed_col] == str(seed))]
+    finished = rows[rows[status_col] == "finished"]
+    chosen = finished if not finished.empty else rows
+    if chosen.empty:
+        variants = sorted({str(v) for v in children[variant_col].dropna()})
+        seeds = sorted({int(s) for s in children[seed_col].dropna() if str(s).isdigit()})
+        seed_text = f"{seeds[0]}-{seeds[-1]}" if seeds else "none"
+        raise AblateError(f"study {study!r} has no cell {variant}:{seed}; its variants: "
+                          f"{', '.join(variants)}; its seeds: {seed_text}")
+    return str(chosen.sort_values("start_time", ascending=False).iloc[0]["run_id"])

@@ -11,7 +11,8 @@ logged run, either architecture), ``contrasts`` (factorial effects), ``expected_
 ``sentence_bootstrap``, ``bounds``, ``logged_datasets``, ``rung_runs`` (a ladder's runs by rung) and
 ``fitted_ladder`` (a ladder's fits, transfer
 verdicts, per-rung verdicts, rolling backtests, decision accuracy and signal-to-noise), ``tuned_speedups``
-(Wen et al.'s speedup on a ladder with data budgets) and ``tuned_ladder`` (a fair ladder's rule, fields
-changed between rungs, and each variant's tuned best per rung). The sections
+(Wen et al.'s speedup on a ladder with data budgets), ``tuned_ladder`` (a fair ladder's rule, fields
+changed between rungs, and each variant's tuned best per rung) and ``metric_noise`` (each loss and
+downstream metric's signal-to-noise ratio across seeds, rung by rung). The sections
 (``ablate.report.sections``) read these; nothing here imports a section.
 """

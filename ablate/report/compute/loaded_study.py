@@ -343,10 +343,10 @@ def hardware(run: Run) -> str:
 
 
 def quality_meta(key: str) -> tuple[str, int, bool]:
-    """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'."""
+    """(unit, decimals, higher is better) of a metric key such as 'test/bleu' or 'val/loss'; any other (a
+    downstream task's acc, acc_norm, bpb) in its direction as the record declares it."""
     suffix = key.split("/")[-1]
-    unit, dec, higher = QUALITY.get(suffix, (suffix, 3, False))
-    return unit, dec, higher
+    return QUALITY.get(suffix, (suffix, 3, metricnames.higher_is_better(key)))
 
 
 def main_table_columns(study: Study) -> list[tuple[str, str, int]]:
