@@ -228,6 +228,12 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
+def answer(effect: Effect, higher_is_better: bool, alpha: float = ALPHA) -> str:
+    """The verdict `verdict` words, as one short phrase for a table cell (better, worse, no detectable
+    effect, not testable, identical, too few seeds, no finished runs)."""
+    return str(fixed_reading(effect.diff, effect.p, effect.p_min, effect.identical, higher_is_better, alpha))
+
+
 def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decimals: int = 2,
             alpha: float = ALPHA, noun: str = "seed", reference: str | None = "the baseline") -> str:
     """One plain-language line of the verdict ``ablate.stats.verdict.fixed_reading`` decides, e.g.
