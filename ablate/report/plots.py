@@ -19,7 +19,7 @@ import matplotlib.style
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
 DPI = 110
 PNG_METADATA: dict[str, str | None] = {"Software": None}  # no version string, no creation time
@@ -378,10 +378,7 @@ def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float
     SVG beside the PNG."""
     with _style():
         fig = Figure(figsize=(7.5, 7.2 if gaps else 5.0), layout="constrained")
-        if gaps:
-            ax, gx = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-        else:
-            ax, gx = fig.subplots(), None
+        ax, gx = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if gaps else (fig.subplots(), None)
         for i, c in enumerate(curves):
             color, (_, marker) = _color(i), _style_of(i)
             for x, values in c.points:
@@ -399,7 +396,7 @@ def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float
             else:
                 ax.plot([], [], marker, color=color, label=c.label)
         for a in [a for a in (ax, gx) if a is not None and target is not None]:
-            a.axvline(target, color="#444444", linestyle=":", linewidth=1.2,
+            a.axvline(float(target or 0.0), color="#444444", linestyle=":", linewidth=1.2,
                       label=f"target {target:.3g} FLOPs (extrapolated)" if a is ax else None)
         ax.set_xscale("log")
         _rung_notes(ax, rung_notes)
@@ -417,17 +414,18 @@ def _rung_notes(ax: Axes, notes: Sequence[tuple[float, str]]) -> None:
     """Each rung's name and verdict marks above it; a note closer to the last one on its line than a tenth
     of the axis goes one line lower, so that neighbouring rungs' notes do not print over each other."""
     bottom, top = ax.get_ylim()
-    ax.set_ylim(bottom, top + 0.26 * (top - bottom))  # headroom for the notes, two lines deep
-    top = ax.get_ylim()[1]
-    left, right = (math.log10(v) for v in ax.get_xlim())
-    last_on_line: dict[int, float] = {}
+    top = ax.set_ylim(bottom, top + 0.26 * (top - bottom))[1]  # headroom for the notes, two lines deep
+    (left, right), last_on_line = (math.log10(v) for v in ax.get_xlim()), dict[int, float]()
     for x, text in sorted(notes):
-        where = math.log10(x)
         line = next(k for k in range(len(notes) + 1)
-                    if k not in last_on_line or where - last_on_line[k] > 0.1 * (right - left))
-        last_on_line[line] = where
+                    if k not in last_on_line or math.log10(x) - last_on_line[k] > 0.1 * (right - left))
+        last_on_line[line] = math.log10(x)
         ax.annotate(text, (x, top), xytext=(0, -4 - 22 * (line % 2)), textcoords="offset points",
                     ha="center", va="top", fontsize=7, family="monospace", color="#333333")
+    # ticks at the rungs (a ladder within a decade or two had labels on minor ticks, printed over each other)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(x for x, _ in notes)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _gap_panel(ax: Axes, gaps: Sequence[GapSeries], label: str) -> None:
