@@ -326,9 +326,9 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
     ``cluster="local"`` runs them with submitit's local executor (the tests' way without SLURM).
 
     ``on_submitted(job_id, name)`` records each job as soon as sbatch took it, inside `preempt.held`: a
-    driver stopped between two submissions leaves every submitted job in the record. The folder and what
-    submitit writes into it (the pickled job holds the ``--storage`` URL, password included) are readable
-    by their owner only; a failed submission removes what it wrote and is one line."""
+    driver stopped between two submissions leaves every submitted job in the record. The folder (0700) and
+    each job's pickle (0600; it holds the ``--storage`` URL, password included) are readable by their owner
+    only; a failed submission removes what it wrote and is one line."""
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_TIMEOUTS)
     except RuntimeError as exc:  # submitit's "Could not detect srun": not on a SLURM cluster
@@ -349,6 +349,9 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
                     done = f" ({len(out)} submitted before it: `ablate status` shows them)" if out else ""
                     raise AblateError(f"--slurm: sbatch refused job {job_name(study, i)}: "
                                       f"{sbatch_reason(str(exc))}{done}") from None
+                for path in folder.glob(f"{submitted.job_id}_*"):  # its pickle and batch script
+                    if path.is_file() and not path.is_symlink():
+                        path.chmod(0o600)
                 if on_submitted is not None:
                     on_submitted(str(submitted.job_id), job_name(study, i))
             out.append(submitted)
@@ -357,16 +360,15 @@ def submit(job: Any, params: dict[str, Any], folder: Path, jobs: int, study: str
 
 @contextlib.contextmanager
 def private_folder(folder: Path) -> Iterator[None]:
-    """`folder` made (if new) mode 0700, and files created inside the block 0600 (umask 077): submitit's
-    pickles hold the job, the store's password with it. The jobs inherit the umask (sbatch passes it on),
-    so their logs and a requeue's pickle are the owner's too. A folder left empty is removed."""
+    """`folder` made (if new) and kept mode 0700: submitit's pickles in it hold the job, the store's password
+    with it, and the jobs' logs and a requeue's pickle land there too, so nothing in it is readable by
+    others (the jobs' own umask is left alone: their run folders and records stay as the site shares
+    them). Each job's pickle and batch script are 0600 besides. A folder left empty is removed."""
     new = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
-    mask = os.umask(0o077)
     try:
         yield
     finally:
-        os.umask(mask)
         if new and not any(folder.iterdir()):
             folder.rmdir()
