@@ -4,9 +4,10 @@
 
 In a fresh folder it runs a quickstart-size run and a 4-cell ablation study (residual pre/post-norm x
 seeds 0, 1; a few dozen steps each), starts `ablate ui` on a free port, and loads in headless Chromium
-(Debian's ``chromium``): the URL `ablate ui` prints for the latest study (its comparison: MLflow's runs
-page in its chart view, the cells grouped by variant with their seeds pooled, on the deciding metric),
-the study's parent run, a cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``)
+(Debian's ``chromium``): the URLs `ablate ui` prints for the latest study (its report, which `ablate
+report` logged in the parent run, in MLflow's HTML view; its comparison: MLflow's runs page in its chart
+view, the cells grouped by variant with their seeds pooled, on the deciding metric), the study's parent
+run, a cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``)
 and MLflow's REST API (what those pages render), that the comparison shows one group per variant and the
 metric's charts and no parent run, that the runs are named ``variant · seed N``, both seeds appear, the
 experiment opens in the model-training view (not the GenAI traces page) and the metric the study ranks
@@ -113,25 +114,29 @@ def main(argv: list[str] | None = None) -> int:
         run_spec, study_spec = write_specs(folder, args.steps)
         ablate(folder, "run", str(run_spec))
         ablate(folder, "study", str(study_spec))
+        ablate(folder, "report", STUDY, "--out", str(folder / "report"))  # logged under report/ in the parent
     ui = subprocess.Popen([sys.executable, "-m", "ablate", "ui", "--port", "0"], cwd=folder,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, "MLFLOW_TRACKING_URI": ""})
     try:
         assert ui.stdout is not None
-        lines = [ui.stdout.readline() for _ in range(3)]
+        lines = [ui.stdout.readline() for _ in range(4)]
         print("".join(lines), end="")
         base = re.search(r"MLflow UI: (http://[0-9.:]+)", lines[0])
-        latest = re.search(r"latest .*: (http://\S+)", lines[1])
-        parent_page = re.search(r"its parent run .*: (http://\S+)", lines[2])
-        check(base is not None and latest is not None and parent_page is not None,
-              "`ablate ui` prints the UI, the latest study's comparison and its parent run's URL")
-        if base is None or latest is None or parent_page is None:
+        report = re.search(r"latest .*: (http://\S+)", lines[1])
+        latest = re.search(r"its runs compared: (http://\S+)", lines[2])
+        parent_page = re.search(r"its parent run .*: (http://\S+)", lines[3])
+        check(None not in (base, report, latest, parent_page),
+              "`ablate ui` prints the UI, the latest study's report, its comparison and its parent run's URL")
+        if base is None or report is None or latest is None or parent_page is None:
             return 1
         url = base.group(1)
-        check(f"ablation study {STUDY}" in lines[1] and "final/val/exact_match" in lines[1],
-              "the latest target is the study, with the metric it ranks by")
+        check(f"ablation study {STUDY} (its report" in lines[1] and "final/val/exact_match" in lines[2],
+              "the latest target is the study's report, then its comparison on the metric it ranks by")
+        check(report.group(1).split("?")[0].endswith("/artifacts/report/report.html"),
+              "the study opens on its report (verdicts, tables, figures) in the parent run's artifacts")
         check("viewStateShareKey=" in latest.group(1) and "compareRunsMode=CHART" in latest.group(1),
-              "the study opens on its comparison: a shared view of the runs page in its chart view")
+              "its comparison is a shared view of the runs page in its chart view")
 
         exps = {e["name"]: e for e in api(url, "experiments/search", {"max_results": 100})["experiments"]}
         exp = exps[STUDY]
@@ -161,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ml = "?workflowType=machine_learning"
         check(parent_id in parent_page.group(1), "`ablate ui` links the study's parent run")
         pages = {
+            "report": report.group(1),
             "comparison": latest.group(1),
             "study": parent_page.group(1),
             "study-runs": f"{url}/#/experiments/{exp_id}/runs{ml}",
@@ -170,8 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         doms = {}
         for name, page in pages.items():
             # the comparison's charts draw after the runs' metric histories load: give them the time
-            doms[name] = browse(browser, page, out / f"{name}.png", 60000 if name == "comparison" else 30000)
+            doms[name] = browse(browser, page, out / f"{name}.png",
+                                {"comparison": 60000, "report": 120000}.get(name, 30000))
             print(f"     {name}: {page} -> {out / (name + '.png')}", flush=True)
+        # MLflow shows an HTML artifact in a sandboxed iframe of its own (a blob: the DOM dump leaves its
+        # content out; report.png shows it, docs/img/mlflow-study-report.png)
+        check('class="mlflow-html-iframe"' in doms["report"] and "report/report.html" in doms["report"],
+              "the report page shows the study's report.html in MLflow's HTML view of the parent run")
         compare = doms["comparison"]
         groups = re.findall(r"Group: ([^<]+)<", compare)
         check(sorted(g.strip() for g in groups) == ["baseline", "residual=post_norm"],

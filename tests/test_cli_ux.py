@@ -133,11 +133,13 @@ def test_an_unknown_study_in_a_store_lists_the_studies_it_has(imported: Path, mo
                     f"{imported / 'mlflow.db'}; its studies: rep-abl; did you mean 'rep-abl'?")
 
 
-def test_ui_given_a_study_opens_its_comparison_and_links_its_parent_run(
+def test_ui_given_a_study_opens_its_report_then_its_comparison_and_links_its_parent_run(
         imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ablate ui` used to land on the experiment list, and the study's link on its parent run's overview:
-    it opens MLflow's runs page in its chart view, the cells grouped by variant on the deciding metric (a
-    shared view MLflow keeps as an experiment tag; the browser check renders it: scripts/ui_check.py)."""
+    it opens the study's report (its verdict table and figures, which `ablate report` logs in the parent
+    run) where there is one, and beside it MLflow's runs page in its chart view, the cells grouped by variant
+    on the deciding metric (a shared view MLflow keeps as an experiment tag; the browser check renders
+    both: scripts/ui_check.py)."""
     import json
 
     from mlflow import MlflowClient
@@ -149,20 +151,39 @@ def test_ui_given_a_study_opens_its_comparison_and_links_its_parent_run(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     parent = _study_parent("rep-abl.yaml")
     assert parent == _study_parent("rep-abl")
-    target = study_target(parent, uri, "http://127.0.0.1:5000")
-    exp = parent["experiment_id"]
-    assert target.what == ("ablation study rep-abl (its cells by variant, seeds pooled, on "
-                           "final/val/exact_match)")
-    assert target.parent_url == (f"http://127.0.0.1:5000/#/experiments/{exp}/runs/{parent['run_id']}"
-                                 "?workflowType=machine_learning")
+    base, exp, run_id = "http://127.0.0.1:5000", parent["experiment_id"], parent["run_id"]
+    how = "its cells by variant, seeds pooled, on final/val/exact_match"
+    target = study_target(parent, uri, base)
+    if target.comparison_url is None:  # no report logged yet (another test of this module writes one)
+        assert target.what == f"ablation study rep-abl ({how})"
+        compare = target.url
+    else:
+        compare = target.comparison_url.removesuffix(f"  ({how})")
+    assert target.parent_url == f"{base}/#/experiments/{exp}/runs/{run_id}?workflowType=machine_learning"
     key = re.fullmatch(rf"http://127\.0\.0\.1:5000/#/experiments/{exp}/runs\?viewStateShareKey=(ablate-\w+)"
-                       r"&compareRunsMode=CHART&workflowType=machine_learning", target.url).group(1)
+                       r"&compareRunsMode=CHART&workflowType=machine_learning", compare).group(1)
     state = json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
     assert state["groupBy"] == {"groupByKeys": [{"mode": "tag", "groupByData": "ablate.variant"}],
                                 "aggregateFunction": "average"}
     assert state["chartsSearchFilter"] == "val/exact_match"
     assert state["searchFilter"] == "tags.`ablate.kind` = 'cell'"
-    assert study_target(parent, uri, "http://127.0.0.1:5000") == target  # written once, the same view
+    assert study_target(parent, uri, base) == target  # written once, the same view
+
+    assert main(["report", "rep-abl", "--out", "ui-report"]) == 0  # logged under report/ in the parent
+    opened = study_target(parent, uri, base)
+    assert opened.what == "ablation study rep-abl (its report: verdicts, tables, figures)"
+    assert opened.url == (f"{base}/#/experiments/{exp}/runs/{run_id}/artifacts/report/report.html"
+                          "?workflowType=machine_learning")
+    assert opened.comparison_url == f"{compare}  ({how})" and opened.parent_url == target.parent_url
+
+
+def test_a_ladders_comparison_groups_its_cells_by_rung_then_variant() -> None:
+    """Grouped by variant alone, a ladder's chart pooled every rung's runs (sizes 57x apart) into one mean."""
+    from ablate.tracking.comparison_view import view_state
+
+    assert view_state("ablation", "final/val/loss", ladder=True)["groupBy"]["groupByKeys"] == [
+        {"mode": "tag", "groupByData": "ablate.rung"}, {"mode": "tag", "groupByData": "ablate.variant"}]
+    assert "groupBy" not in view_state("search", "final/val/loss", ladder=True)  # trials are not variants
 
 
 # ---------------------------------------------------------------- -v / -q anywhere

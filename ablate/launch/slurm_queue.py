@@ -35,8 +35,27 @@ def record_jobs(folder: Path, jobs: Sequence[tuple[str, str]]) -> None:
 
 
 def recorded_jobs(folder: Path) -> list[dict[str, object]]:
+    """The study's jobs: its record, and any job submitit wrote a batch script for that the record lacks
+    (a driver killed by SIGKILL just after sbatch answered), so `ablate status` shows every job and a
+    resubmission names its jobs on from all of them."""
     path = folder / RECORD
-    return list(json.loads(path.read_text())) if path.is_file() else []
+    known: list[dict[str, object]] = list(json.loads(path.read_text())) if path.is_file() else []
+    ids = {str(job["job_id"]) for job in known}
+    for script in sorted(folder.glob("*_submission.sh")):
+        job_id = script.name.split("_", 1)[0]
+        if job_id.isdigit() and job_id not in ids:
+            known.append({"job_id": job_id, "name": _job_name(script), "submitted": script.stat().st_mtime})
+            ids.add(job_id)
+    return known
+
+
+def _job_name(script: Path) -> str:
+    """The ``#SBATCH --job-name=`` of a batch script submitit wrote ('?' when unreadable)."""
+    try:
+        lines = script.read_text().splitlines()
+    except OSError:
+        return "?"
+    return next((line.split("=", 1)[1] for line in lines if line.startswith("#SBATCH --job-name=")), "?")
 
 
 def job_state(job_id: str, folder: Path) -> str:

@@ -7,8 +7,9 @@ It reads what the report already computed, in the shape of its ``report.json``, 
   interval, the seeds), its verdict word (``val_answer``: better / worse / no effect / identical / open) and
   the test split's look and answer at the same seeds;
 - with a fixed seed list (``effects``): each effect on the primary metric (Δ, 95% interval, seeds, the
-  verdict the report states), and beside it the difference of the test split's means (no interval: the
-  report tests validation only).
+  verdict's short word: better / worse / no detectable effect / not testable ...), and beside it the test
+  split's effect by the same test at the same seeds (``test_effects``: Δ, interval, word; a report.json from
+  before them: the difference of the test split's means alone).
 
 Of the report package it calls only ``ablate.report.compute.loaded_study.quality_meta`` (a metric's unit,
 decimals and direction) and ``ablate.report.compute.statistics.fmt`` / ``fmt_interval`` (how the report
@@ -91,6 +92,7 @@ def _fixed_rows(report: Mapping[str, Any]) -> list[EffectRow]:
     primary = report.get("primary_metric")
     variants = report.get("variants") or {}
     base = variants.get(report.get("baseline"), {}).get("metrics", {})
+    tested = {t["variant"]: t for t in report.get("test_effects") or []}
     rows = []
     for e in report.get("effects") or []:
         if primary is not None and e["metric"] != primary:
@@ -98,13 +100,15 @@ def _fixed_rows(report: Mapping[str, Any]) -> list[EffectRow]:
         test = _test_metric(e["metric"])
         mine = variants.get(e["variant"], {}).get("metrics", {})
         a, b = _num(mine.get(test, {}).get("mean")), _num(base.get(test, {}).get("mean"))
-        said = str(e.get("verdict", ""))
+        said = str(e.get("answer") or e.get("verdict", ""))  # a report.json before the short word: the line
         label = f"{e['variant']}: "
+        t = tested.get(e["variant"], {})
         rows.append(EffectRow(
             e["variant"], e["metric"], _num(e.get("diff")), _num(e.get("lo")), _num(e.get("hi")),
             min(e.get("n_base", 0), e.get("n_variant", 0)) or None,
             said[len(label):] if said.startswith(label) else said,
-            test or None, None if a is None or b is None else a - b, None, None, None))
+            test or None, _num(t["diff"]) if t else None if a is None or b is None else a - b,
+            _num(t.get("lo")), _num(t.get("hi")), t.get("answer")))
     return rows
 
 
@@ -151,7 +155,7 @@ def latex_table(rows: Sequence[EffectRow], study: str, baseline: str) -> str:
         r"\begin{table}[t]",
         r"\centering",
         r"\small",
-        r"\begin{tabular}{lrcrp{4.2cm}rcl}",
+        r"\begin{tabular}{lrcrlrcl}",
         r"\toprule",
         rf"& \multicolumn{{4}}{{c}}{{{latex_escape(metric)}}} & \multicolumn{{3}}{{c}}"
         rf"{{{latex_escape(test or 'test')}}} \\",

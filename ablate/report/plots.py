@@ -17,8 +17,9 @@ import matplotlib.cm
 import matplotlib.colors
 import matplotlib.style
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
 DPI = 110
 PNG_METADATA: dict[str, str | None] = {"Software": None}  # no version string, no creation time
@@ -354,15 +355,30 @@ class ScalingCurve:
     hi: Sequence[float]
 
 
+@dataclass(frozen=True)
+class GapSeries:
+    """One comparison in the scaling figure's lower panel: its gap (variant - baseline) at each rung with
+    that rung's interval, and the gap fitted as a line in log compute, with its interval at both ends."""
+
+    label: str
+    color: int  # the variant's index among the curves: the same colour in both panels
+    rungs: Sequence[tuple[float, float, float, float]]  # (compute, gap, lo, hi) per rung
+    fitted: tuple[tuple[float, float, float, float], tuple[float, float, float, float]] | None  # the ends
+
+
 def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float | None,
-                   rung_notes: Sequence[tuple[float, str]], ylabel: str, path: Path) -> Path:
+                   rung_notes: Sequence[tuple[float, str]], ylabel: str, path: Path,
+                   gaps: Sequence[GapSeries] = (), gap_label: str = "gap vs baseline") -> Path:
     """The metric against training compute on a log axis: per variant its seeds (dots), rung means
     (markers), fitted curve and band, solid up to the largest rung and dashed beyond it (an
     extrapolation); the target marked; each rung's verdicts written above it (``rung_notes``: compute,
-    text). PDF and SVG beside the PNG."""
+    text; neighbours too close to share a line are staggered). Under it, with ``gaps``, a panel of each
+    comparison's gap against the same compute axis (the curves above overlap where the gaps are small):
+    its rung intervals as bars and its fitted line with the band between its ends' intervals. PDF and
+    SVG beside the PNG."""
     with _style():
-        fig = Figure(figsize=(7.5, 5.0), layout="constrained")
-        ax = fig.subplots()
+        fig = Figure(figsize=(7.5, 7.2 if gaps else 5.0), layout="constrained")
+        ax, gx = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if gaps else (fig.subplots(), None)
         for i, c in enumerate(curves):
             color, (_, marker) = _color(i), _style_of(i)
             for x, values in c.points:
@@ -379,19 +395,54 @@ def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float
                 ax.fill_between(grid[ok], lo[ok], hi[ok], color=color, alpha=0.12, linewidth=0)
             else:
                 ax.plot([], [], marker, color=color, label=c.label)
-        if target is not None:
-            ax.axvline(target, color="#444444", linestyle=":", linewidth=1.2,
-                       label=f"target {target:.3g} FLOPs (extrapolated)")
+        for a in [a for a in (ax, gx) if a is not None and target is not None]:
+            a.axvline(float(target or 0.0), color="#444444", linestyle=":", linewidth=1.2,
+                      label=f"target {target:.3g} FLOPs (extrapolated)" if a is ax else None)
         ax.set_xscale("log")
-        bottom, top = ax.get_ylim()
-        top += 0.18 * (top - bottom)  # headroom for the rungs' notes
-        ax.set_ylim(bottom, top)
-        for x, text in rung_notes:
-            ax.annotate(text, (x, top), xytext=(0, -4), textcoords="offset points", ha="center", va="top",
-                        fontsize=7, family="monospace", color="#333333")
-        ax.set_xlabel("training compute (FLOPs, 6ND + attention)")
+        _rung_notes(ax, rung_notes)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8, loc="best")
+        if gx is not None:
+            _gap_panel(gx, gaps, gap_label)
+        (gx or ax).set_xlabel("training compute (FLOPs, 6ND + attention)")
         save_vector(fig, path)
         return save(fig, path)
+
+
+def _rung_notes(ax: Axes, notes: Sequence[tuple[float, str]]) -> None:
+    """Each rung's name and verdict marks above it; a note closer to the last one on its line than a tenth
+    of the axis goes one line lower, so that neighbouring rungs' notes do not print over each other."""
+    bottom, top = ax.get_ylim()
+    top = ax.set_ylim(bottom, top + 0.26 * (top - bottom))[1]  # headroom for the notes, two lines deep
+    (left, right), last_on_line = (math.log10(v) for v in ax.get_xlim()), dict[int, float]()
+    for x, text in sorted(notes):
+        line = next(k for k in range(len(notes) + 1)
+                    if k not in last_on_line or math.log10(x) - last_on_line[k] > 0.1 * (right - left))
+        last_on_line[line] = math.log10(x)
+        ax.annotate(text, (x, top), xytext=(0, -4 - 22 * (line % 2)), textcoords="offset points",
+                    ha="center", va="top", fontsize=7, family="monospace", color="#333333")
+    # ticks at the rungs (a ladder within a decade or two had labels on minor ticks, printed over each other)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(x for x, _ in notes)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _gap_panel(ax: Axes, gaps: Sequence[GapSeries], label: str) -> None:
+    """Each comparison's gap: rung means with their intervals (bars, nudged apart in x so that several
+    comparisons at one rung stay readable) and the fitted line with its band; 0 marked."""
+    ax.axhline(0.0, color="#444444", linewidth=0.8)
+    for j, g in enumerate(gaps):
+        color, (_, marker) = _color(g.color), _style_of(g.color)
+        nudge = 10 ** (0.012 * (j - (len(gaps) - 1) / 2))  # a few per cent of a decade
+        bars = [[d - lo if math.isfinite(lo) else 0.0 for _, d, lo, _ in g.rungs],
+                [hi - d if math.isfinite(hi) else 0.0 for _, d, _, hi in g.rungs]]
+        ax.errorbar([x * nudge for x, *_ in g.rungs], [d for _, d, _, _ in g.rungs], yerr=bars, fmt=marker,
+                    color=color, markersize=5, capsize=2.5, linewidth=1.0, label=g.label)
+        if g.fitted is not None:
+            (x0, y0, lo0, hi0), (x1, y1, lo1, hi1) = g.fitted
+            ax.plot([x0, x1], [y0, y1], "-", color=color, linewidth=1.4)
+            ax.fill_between([x0, x1], [lo0, lo1], [hi0, hi1], color=color, alpha=0.12, linewidth=0)
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="best")

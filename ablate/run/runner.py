@@ -385,13 +385,17 @@ def _count(model: torch.nn.Module) -> int:
 
 def _constants(model: torch.nn.Module, padding: float) -> dict[str, float]:
     """A run's constants, logged once at step 0: parameters (all, and without embeddings: the N of
-    ablate/engine/compute.py), padding and, for a decoder-only model, the KV cache's bytes per decoded token
-    (model.kv_heads: what grouped-query attention saves in decoding)."""
+    ablate/engine/compute.py), padding, the vocabulary the model predicts (a tokenizer file's own size, which
+    the spec's ``data.tokenizer.vocab_size`` does not say) and, for a decoder-only model, the KV cache's bytes
+    per decoded token (model.kv_heads: what grouped-query attention saves in decoding)."""
     out = {record.MODEL_PARAMS: float(_count(model)), record.PADDING: padding,
            record.NON_EMBEDDING_PARAMS: float(shape_of(model).non_embedding)}
     kv = getattr(model, "kv_cache_bytes_per_token", None)
     if kv is not None:
         out[record.KV_CACHE] = float(kv())
+    vocab = getattr(getattr(model, "generator", None), "out_features", None)  # the output projection's
+    if vocab is not None:
+        out[record.VOCAB_SIZE] = float(vocab)
     return out
 
 

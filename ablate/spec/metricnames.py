@@ -57,6 +57,7 @@ NON_EMBEDDING_PARAMS = "model/params_non_embedding"
 TRAIN_TOKENS = "train/tokens"
 TRAIN_FLOPS = "train/flops"
 PADDING = "data/padding_fraction"  # logged once, at step 0
+VOCAB_SIZE = "data/vocab_size"  # the tokens the model embeds and predicts (a tokenizer file's own), at step 0
 PEAK_MEMORY = "peak_memory_mb"  # at each evaluation; final/ = the whole run's peak
 RUN_MEMORY = "run_memory_mb"  # the run's own footprint: its peak above the process's memory at its start
 VAL_LOSS, VAL_PPL, VAL_BPB = "val/loss", "val/ppl", "val/bpb"

@@ -69,7 +69,9 @@ class Store:
                     break
                 except Exception as exc:  # noqa: BLE001 - connection refused, bad credentials, missing driver
                     if attempt == 2:
-                        raise AblateError(f"cannot open the Optuna store {self.describe()}: {exc}") from exc
+                        reason = next(iter(str(exc).strip().splitlines()), type(exc).__name__)  # one line
+                        raise AblateError(
+                            f"cannot open the Optuna store {self.describe()}: {reason}") from exc
                     time.sleep(1.0 + attempt)
             self._url = url
         else:

@@ -33,6 +33,8 @@ from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.http_dataset_source import HTTPDatasetSource
 from mlflow.exceptions import MlflowException
+from mlflow.utils.credentials import get_default_host_creds
+from mlflow.utils.rest_utils import http_request
 
 from ablate.dburl import redacted, with_installed_driver
 from ablate.errors import AblateError
@@ -69,8 +71,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "m
 def check_reachable(uri: str, *, attempts: int = 3, timeout: float = 5.0) -> None:
     """Fail fast, as a one-line `AblateError`, when the host of a network store does not accept a TCP
     connection: MLflow itself would retry for minutes (about 4 for a server, 2 for PostgreSQL) and end in
-    a traceback. Local sqlite stores and Databricks are not probed; nor is anything past the connection
-    (the store's own errors say what is wrong there)."""
+    a traceback; and, for an MLflow server, when it refuses this client's login (`check_login`). Local
+    sqlite stores and Databricks are not probed; nor is anything else past the connection (the store's
+    own errors say what is wrong there)."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
     if scheme not in DEFAULT_PORTS or not parsed.hostname:
@@ -83,7 +86,10 @@ def check_reachable(uri: str, *, attempts: int = 3, timeout: float = 5.0) -> Non
     for attempt in range(attempts):
         try:
             with socket.create_connection((parsed.hostname, port), timeout=timeout):
-                return
+                pass
+            if scheme in ("http", "https"):
+                check_login(uri, timeout=timeout)
+            return
         except OSError as e:
             error = e
             if attempt + 1 < attempts:
@@ -92,6 +98,29 @@ def check_reachable(uri: str, *, attempts: int = 3, timeout: float = 5.0) -> Non
     reason = getattr(error, "strerror", None) or str(error)
     raise AblateError(f"cannot reach the {what} of tracking URI {redacted(uri)} ({parsed.hostname}:{port}: "
                       f"{reason}); start it, or set tracking.uri / MLFLOW_TRACKING_URI to a running store")
+
+
+LOGIN_REFUSED = (401, 403)  # the HTTP codes of a basic-auth server's refusal: no login, a wrong one
+
+
+def check_login(uri: str, *, timeout: float = 5.0) -> None:
+    """One read through MLflow's REST API with this client's credentials (MLFLOW_TRACKING_USERNAME /
+    _PASSWORD, _TOKEN, or the URI's own), so that a server refusing them (``--app-name basic-auth``: 401) is
+    one line now rather than a traceback, or a SLURM job failed after its time in the queue. Any other
+    answer, or none, is left to the calls that follow (a server still starting, a hung one: the outbox's)."""
+    creds = get_default_host_creds(uri)
+    try:
+        response = http_request(creds, "/api/2.0/mlflow/experiments/search", "GET", max_retries=0,
+                                timeout=timeout, params={"max_results": 1})
+    except (MlflowException, OSError, ValueError):
+        return
+    if response.status_code not in LOGIN_REFUSED:
+        return
+    user = creds.username or urlparse(uri).username
+    who = f"the login of user {user!r}" if user else "a request without a login"
+    fix = ("check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" if user else
+           "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (docs/scaling.md)")
+    raise AblateError(f"the MLflow server {redacted(uri)} refuses {who} (HTTP {response.status_code}); {fix}")
 
 
 def artifact_root(uri: str) -> Path | None:

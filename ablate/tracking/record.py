@@ -156,6 +156,7 @@ NON_EMBEDDING_PARAMS = _metric.NON_EMBEDDING_PARAMS
 TRAIN_TOKENS = _metric.TRAIN_TOKENS
 TRAIN_FLOPS = _metric.TRAIN_FLOPS
 PADDING = _metric.PADDING
+VOCAB_SIZE = _metric.VOCAB_SIZE
 PEAK_MEMORY = _metric.PEAK_MEMORY
 RUN_MEMORY = _metric.RUN_MEMORY
 TOKENS_PER_S = _metric.TOKENS_PER_S
@@ -167,7 +168,7 @@ WALL_TIME = _metric.WALL_TIME
 # declared with the other metric names in ablate.spec.metricnames under the `AVERAGED` marker:
 # 'val/bleu' -> averaged('val/bleu') == 'val/averaged/bleu', logged as final/val/averaged/bleu beside the
 # best checkpoint's final/val/bleu; `plain` maps back (both imported above).
-CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE, NON_EMBEDDING_PARAMS)
+CONSTANT_METRICS = (MODEL_PARAMS, PADDING, KV_CACHE, NON_EMBEDDING_PARAMS, VOCAB_SIZE)
 
 
 def final(metric: str) -> str:

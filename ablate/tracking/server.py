@@ -31,7 +31,11 @@ from ablate.errors import AblateError
 from ablate.spec import metricnames
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
-from ablate.tracking.comparison_view import comparison_url, comparison_view  # mlflow: a study to show
+from ablate.tracking.comparison_view import (  # mlflow: a study to show
+    comparison_url,
+    comparison_view,
+    report_url,
+)
 from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
@@ -187,6 +191,7 @@ class Target:
     what: str
     url: str
     parent_url: str | None = None
+    comparison_url: str | None = None  # a study whose report opens first: its comparison view beside
 
 
 def _run_page(base_url: str, experiment_id: str, run_id: str) -> str:
@@ -199,11 +204,18 @@ def _study_target(uri: str, base_url: str, experiment_id: str, run_id: str, tags
     kind, metric = tags.get(record.KIND, "ablation"), tags.get(record.METRIC, "")
     metric = metric.split(",")[0].strip()  # a search with several objectives: the first
     study = tags.get(record.STUDY, name)
+    report = report_url(uri, base_url, experiment_id, run_id)
     if not metric:
-        return Target(f"{kind} study {study}", _run_page(base_url, experiment_id, run_id))
-    key = comparison_view(uri, experiment_id, kind, metric)
-    how = "its cells by variant, seeds pooled" if kind == "ablation" else "its trials"
-    return Target(f"{kind} study {study} ({how}, on {metric})", comparison_url(base_url, experiment_id, key),
+        return Target(f"{kind} study {study}", report or _run_page(base_url, experiment_id, run_id))
+    ladder = record.SCALES in tags
+    key = comparison_view(uri, experiment_id, kind, metric, ladder)
+    how = ("its trials" if kind != "ablation" else "its cells by rung and variant, seeds pooled" if ladder
+           else "its cells by variant, seeds pooled")
+    compare = comparison_url(base_url, experiment_id, key)
+    if report is not None:  # the verdicts first: the report's tables and figures, in the parent run
+        return Target(f"{kind} study {study} (its report: verdicts, tables, figures)", report,
+                      _run_page(base_url, experiment_id, run_id), f"{compare}  ({how}, on {metric})")
+    return Target(f"{kind} study {study} ({how}, on {metric})", compare,
                   _run_page(base_url, experiment_id, run_id))
 
 
@@ -233,6 +245,8 @@ def study_target(parent: dict[str, Any], uri: str, base_url: str) -> Target:
 
 def _print_target(target: Target, latest: bool) -> None:
     print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
+    if target.comparison_url is not None:
+        print(f"  its runs compared: {target.comparison_url}", flush=True)
     if target.parent_url is not None:
         print(f"  its parent run (cells table, power plan, report): {target.parent_url}", flush=True)
 

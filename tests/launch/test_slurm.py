@@ -9,10 +9,14 @@ and finishes its cell in the same MLflow run; a job cancelled outright loses no 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
+import socket
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from mlflow import MlflowClient
 from ablate.cli import main as cli_main
 from ablate.launch.resume import Launched
 from ablate.launch.slurm_job import StudyJob
-from ablate.launch.slurm_queue import ended_state, job_result, job_state, recorded_jobs
+from ablate.launch.slurm_queue import ended_state, job_result, job_state, record_jobs, recorded_jobs
 from ablate.launch.slurm_submit import JobShape, executor_parameters, log_folder, submit, time_minutes
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import plan_study
@@ -87,6 +91,66 @@ def test_slurm_time_formats_are_read_as_sbatch_reads_them() -> None:
     for bad in ("soon", "0", "1:2:3:4"):
         with pytest.raises(AblateError, match="--time"):
             time_minutes(bad)
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--gpus-per-job", "-1"], "error: --gpus-per-job -1: expected 0 or more"),
+    (["--cpus-per-job", "0"], "error: --cpus-per-job 0: expected 1 or more"),  # sbatch took 0 as no request
+    (["--jobs", "0"], "error: --jobs 0: expected 1 or more"),
+    (["--sbatch", "=1"], "error: --sbatch '=1': expected KEY=VALUE or KEY (an sbatch option)"),
+    (["--time", "soon"], "error: --time 'soon': expected minutes, HH:MM:SS or D-HH:MM:SS"),
+])
+def test_a_bad_job_shape_is_one_line_before_anything_is_written(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str], flags: list[str], line: str) -> None:
+    path = write_study(bare_workdir, "badshape", "{model.residual: [pre_norm]}", "[0]")
+    assert cli_main(["ablate", str(path), "--slurm", "--storage", "s.journal", *flags]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert sorted(os.listdir(bare_workdir)) == ["badshape.yaml"]
+
+
+def test_a_submission_away_from_slurm_is_one_line_and_writes_nothing(
+        bare_workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_study(bare_workdir, "nosbatch", "{model.residual: [pre_norm]}", "[0]")
+    monkeypatch.setenv("PATH", str(bare_workdir / "bin"))  # no sbatch (nor anything else) on it
+    assert cli_main(["ablate", str(path), "--slurm", "--storage", "s.journal"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --slurm: sbatch not found; submit from a machine of the SLURM cluster (a login node), or add "
+        "--dry-run to see the jobs' sbatch parameters"]
+    assert sorted(os.listdir(bare_workdir)) == ["nosbatch.yaml"]
+
+
+def test_a_job_the_record_lacks_is_read_from_submitits_batch_script(tmp_path: Path) -> None:
+    """A driver SIGKILLed after sbatch answered but before its record: the job's batch script, which
+    submitit names after the job id, still puts it in `ablate status` and in the resubmission's naming."""
+    record_jobs(tmp_path, [("41", "ablate-k-w0")])
+    (tmp_path / "42_submission.sh").write_text("#!/bin/bash\n#SBATCH --job-name=ablate-k-w1\n")
+    (tmp_path / ".submission_file_0123abcd.sh").write_text("#SBATCH --job-name=ablate-k-w2\n")  # not sbatched
+    assert [(j["job_id"], j["name"]) for j in recorded_jobs(tmp_path)] == [
+        ("41", "ablate-k-w0"), ("42", "ablate-k-w1")]
+    record_jobs(tmp_path, [("43", "ablate-k-w2")])  # the record in its order, then the script's job
+    assert [j["job_id"] for j in recorded_jobs(tmp_path)] == ["41", "43", "42"]
+
+
+def test_each_job_is_recorded_as_it_is_submitted_and_its_files_are_the_owners(bare_workdir: Path) -> None:
+    """submitit's local executor in place of sbatch: the record holds each job before the next is
+    submitted, and the folder (0700) and the pickled jobs (0600), which hold the --storage URL with its
+    password, are readable by their owner only."""
+    folder = bare_workdir / "runs" / "owned" / "slurm"
+    seen: list[list[str]] = []
+
+    def on_submitted(job_id: str, name: str) -> None:
+        record_jobs(folder, [(job_id, name)])
+        seen.append([str(j["name"]) for j in recorded_jobs(folder)])
+
+    secret = "postgresql://bob:s3cret-pw@db.example/ablate"
+    jobs = submit(functools.partial(len, secret), {"timeout_min": 5}, folder, 2, "owned", first=3,
+                  cluster="local", on_submitted=on_submitted)
+    assert [j.result() for j in jobs] == [len(secret)] * 2
+    assert seen == [["ablate-owned-w3"], ["ablate-owned-w3", "ablate-owned-w4"]]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    pickles = list(folder.glob("*_submitted.pkl"))
+    assert len(pickles) == 2 and all(secret.encode() in p.read_bytes() for p in pickles)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in pickles)
 
 
 @pytest.mark.soak  # in the soak tier: the default suite stays under 10 minutes
@@ -251,3 +315,80 @@ def test_a_cancelled_job_loses_no_finished_cell_and_a_resubmitted_study_finishes
     for run_id, ended in before.items():
         assert client.get_run(run_id).info.end_time == ended
     assert len(runs) == 2
+
+
+def free_port() -> int:
+    """A port nothing listens on (just released by the OS)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def squeue_names(study: str) -> dict[str, str]:
+    """job id -> name of the cluster's jobs of `study` (its jobs are named ablate-<study>-w<i>)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True, timeout=30,
+                         check=True)
+    jobs = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.strip())
+    return {job_id: name for job_id, name in jobs.items() if name.startswith(f"ablate-{study}-w")}
+
+
+@pytest.mark.soak
+def test_what_sbatch_or_a_store_refuses_is_one_line_before_anything_is_submitted(
+        bare_workdir: Path, on_slurm: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A partition SLURM lacks, an option sbatch does not know, GPUs the node has not (sbatch --test-only
+    refuses each), and an Optuna store no one answers at (its password is not repeated): each one line,
+    exit 2, no job, no study folder, no submitit file."""
+    path = write_study(bare_workdir, "refused", "{model.residual: [pre_norm]}", "[0]")
+    journal = ["--storage", str(bare_workdir / "s.journal")]
+    cases = [
+        ([*journal, "--partition", "nosuch"], "invalid partition specified: nosuch"),
+        ([*journal, "--sbatch", "bogus=1"], "unrecognized option '--bogus=1'"),
+        ([*journal, "--gpus-per-job", "1"], "Invalid generic resource (gres) specification"),
+        (["--storage", f"postgresql://ablate:pw-{os.getpid()}@127.0.0.1:{free_port()}/ablate"],
+         "cannot open the Optuna store postgresql://ablate:***@127.0.0.1:"),
+    ]
+    for flags, reason in cases:
+        assert cli_main(["ablate", str(path), "--slurm", *flags]) == 2, flags
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and reason in err[0], (flags, err)
+        assert f"pw-{os.getpid()}" not in err[0]
+        assert sorted(os.listdir(bare_workdir)) == ["refused.yaml"], flags
+        assert squeue_names("refused") == {}
+
+
+@pytest.mark.soak
+def test_a_driver_stopped_between_submissions_leaves_every_job_in_the_record(
+        bare_workdir: Path, on_slurm: None, postgres_url: str) -> None:
+    """SIGTERM to `ablate study --slurm --jobs 8` once its first job is recorded: every job SLURM holds is
+    in jobs.json (each is recorded as sbatch answers, the signal waiting for the record), a resubmission
+    names its jobs on from them, and the study's folder and files, whose pickles hold the --storage
+    password, are readable by their owner only. The jobs are submitted held (``--sbatch hold``): none runs."""
+    path = write_study(bare_workdir, "halt", "{model.residual: [pre_norm]}", "[0]")
+    password = f"pw-{os.getpid()}"  # the throwaway cluster trusts every login: any password opens it
+    storage = postgres_url.replace("postgres@", f"postgres:{password}@", 1)
+    command = [sys.executable, "-m", "ablate", "study", str(path), "--slurm", "--storage", storage,
+               "--sbatch", "hold"]
+    folder = bare_workdir / "runs" / "halt" / "slurm"
+    try:
+        driver = subprocess.Popen([*command, "--jobs", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        wait_for(lambda: bool(recorded_jobs(folder)) or driver.poll() is not None, 120, "the first job")
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=60)
+        assert driver.returncode == 143, err
+        recorded = {str(j["job_id"]): str(j["name"]) for j in recorded_jobs(folder)}
+        assert squeue_names("halt") == recorded and 1 <= len(recorded) < 8
+        assert sorted(recorded.values()) == [f"ablate-halt-w{i}" for i in range(len(recorded))]
+        again = subprocess.run([*command, "--jobs", "1"], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        names = [str(j["name"]) for j in recorded_jobs(folder)]
+        assert names[-1] == f"ablate-halt-w{len(recorded)}" and squeue_names("halt") == {
+            str(j["job_id"]): str(j["name"]) for j in recorded_jobs(folder)}
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # nothing in it readable by others
+        pickles = list(folder.glob("*_submitted.pkl"))
+        assert len(pickles) == len(recorded) + 1 and any(password.encode() in p.read_bytes() for p in pickles)
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in pickles)
+        assert password not in again.stdout + again.stderr + err
+    finally:
+        for job_id in squeue_names("halt"):
+            subprocess.run(["scancel", job_id], timeout=30)

@@ -15,12 +15,13 @@ import pandas as pd
 import pytest
 
 from ablate.report.build import ABLATION_PARTS, assemble, write_runs_csv
+from ablate.report.compute.arm_verdicts import every_run
 from ablate.report.compute.comparisons import family_of
 from ablate.report.compute.fitted_ladder import ladder_of
 from ablate.report.compute.loaded_study import build_study, effects
 from ablate.report.render import Figure, Table, render_markdown
 from ablate.report.section_api import Inputs
-from ablate.report.sections import across_scales
+from ablate.report.sections import across_scales, setup
 from ablate.stats.transfer import Transfer
 from ablate.stats.verdict import Fixed
 from ablate.study.recorded_study import LadderRecord, Rung, StudyRecord, to_tags
@@ -130,3 +131,34 @@ def test_the_effects_table_corrects_over_every_rung() -> None:
     for ladder_row, alone in zip(effects(study), effects(single), strict=True):
         assert ladder_row.variant == alone.variant and ladder_row.p_holm >= alone.p_holm
     assert any(a.p_holm > b.p_holm for a, b in zip(effects(study), effects(single), strict=True))
+
+
+def test_the_setup_counts_every_rungs_runs_and_compute() -> None:
+    """A ladder's setup said "18 runs" for 72 (the largest rung's) and summed only that rung's wall time."""
+    parent, frame = ladder_frame()
+    frame["metrics.final/train/wall_time_s"] = 10.0
+    study = build_study(parent, frame)
+    assert setup.ladder_runs(study) == "72 runs over 4 rungs (18 at `xs`, 18 at `s`, 18 at `m`, 18 at `l`)"
+    assert sum(r.metrics["train/wall_time_s"] for r in every_run(study)) == 720.0  # the setup's total
+    assert setup.ladder_runs(study.rungs["l"]) == "18 runs"  # one rung, or no ladder: the plain count
+
+
+def test_the_gap_panel_draws_each_comparisons_gap_at_every_rung_and_its_fitted_line() -> None:
+    """Under the scaling figure, each comparison's gap per rung (where the curves above overlap) and the
+    transfer table's fitted line between the rungs it used, in the variant's colour."""
+    ladder = ladder_of(build_study(*ladder_frame()))
+    assert ladder is not None
+    series = {g.label: g for g in across_scales.gap_series(ladder)}
+    assert set(series) == {"wide", "same"}
+    wide = series["wide"]
+    assert [x for x, *_ in wide.rungs] == [r.compute for r in ladder.rungs]
+    (c,) = [c for c in ladder.comparisons if c.variant == "wide"]
+    assert [(d, lo, hi) for _, d, lo, hi in wide.rungs] == [(a.diff, a.lo, a.hi) for a in c.at_rungs]
+    assert wide.rungs[0][1] == pytest.approx(-0.02, abs=0.01) and wide.rungs[-1][1] == pytest.approx(-0.14,
+                                                                                                  abs=0.01)
+    assert wide.fitted is not None and c.verdict is not None
+    (x0, y0, lo0, hi0), (x1, y1, _, _) = wide.fitted
+    assert (x0, x1) == (ladder.rungs[0].compute, ladder.rungs[-1].compute)
+    assert (y0, y1, lo0, hi0) == (c.verdict.bottom.value, c.verdict.top.value, c.verdict.bottom.lo,
+                                  c.verdict.bottom.hi)
+    assert wide.color == [cv.variant for cv in ladder.curves].index("wide")  # one colour in both panels

@@ -73,6 +73,27 @@ def test_fixed_rows_are_the_reports_effects_with_the_test_means_beside(tmp_path:
         assert row.test_diff == pytest.approx(report["variants"][row.variant]["metrics"][test]["mean"] - base)
 
 
+def test_fixed_rows_give_the_short_verdict_word_and_the_test_splits_interval(tmp_path: Path) -> None:
+    """The LaTeX verdict column held the report's whole verdict line, and the test columns were "--": a
+    report.json with the verdict's word (``answer``) and the test split's own effects gives both."""
+    effect = {"variant": "rms", "metric": "val/loss", "diff": -0.05, "lo": -0.08, "hi": -0.02, "n_base": 4,
+              "n_variant": 4, "verdict": "rms: -0.050 loss [-0.080, -0.020], significant at 5% (paired t, "
+              "p=0.01): better than the baseline", "answer": "better"}
+    report = {"study": "s", "baseline": "base", "primary_metric": "val/loss", "effects": [effect],
+              "variants": {}, "test_effects": [{"variant": "rms", "metric": "test/loss", "diff": -0.04,
+                                                "lo": -0.09, "hi": 0.01, "answer": "no detectable effect"}]}
+    (row,) = effect_rows(report)
+    assert (row.verdict, row.test_verdict) == ("better", "no detectable effect")
+    assert (row.test_metric, row.test_diff, row.test_lo, row.test_hi) == ("test/loss", -0.04, -0.09, 0.01)
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    cells = write_table(tmp_path, "latex").read_text().split("\\midrule\n")[1].split(" & ")
+    assert cells[4] == "better" and cells[-1].startswith("no detectable effect")
+    assert cells[6] == "$[-0.090,\\ +0.010]$"  # the test interval, filled
+    del effect["answer"], report["test_effects"]  # a report.json from before: its verdict line as it was
+    (old,) = effect_rows(report)
+    assert old.verdict == effect["verdict"].removeprefix("rms: ") and old.test_lo is None
+
+
 @pytest.mark.parametrize("source", [SEQUENTIAL, FIXED], ids=["sequential", "fixed"])
 def test_the_csv_parses_with_pandas_into_the_same_rows(tmp_path: Path, source: Path) -> None:
     folder = copied_report(tmp_path / "r", source)

@@ -177,6 +177,8 @@ def test_a_tracked_run_is_complete_in_mlflow(tracked: Tracked) -> None:
     for key in ("model/params", "data/padding_fraction"):  # constants: logged once, at the start
         assert history(client, result.run_id, key) == {0: pytest.approx(result.metrics[key])}, key
     assert 0.0 <= run.data.metrics["data/padding_fraction"] < 1.0
+    # the vocabulary the model predicts, as built (a tokenizer file's own size, which the spec does not say)
+    assert history(client, result.run_id, "data/vocab_size") == {0: tracked.data.tokenizers.tgt_vocab_size}
     evaluations = {s for s, _ in result.history}
     assert evaluations <= set(history(client, result.run_id, "peak_memory_mb"))  # at each evaluation
     assert history(client, result.run_id, "train/loss")  # the training curve

@@ -202,8 +202,11 @@ def transfers(study: Study) -> list[Transfer] | None:
 
 
 def every_run(study: Study) -> list[Run]:
-    """Every run the study trained, each once: its cells in every arm and its searches' trials."""
+    """Every run the study trained, each once: its cells at every rung of a ladder and in every arm, and
+    its searches' trials."""
     seen: dict[str, Run] = {r.run_id: r for r in study.runs}
+    for rung in study.rungs.values():
+        seen.update({r.run_id: r for r in rung.runs if r.run_id not in seen})
     for arm in study.arms.values():
         seen.update({r.run_id: r for r in arm.runs if r.run_id not in seen})
     for search in study.searches:

@@ -54,6 +54,8 @@ COLUMNS = [
     (metricnames.VAL_CHRF, "val chrF", 2),
     (metricnames.TEST_CHRF, "test chrF", 2), (metricnames.VAL_LOSS, "val loss", 3), (metricnames.VAL_PPL,
                                                                                      "val ppl", 2),
+    # a language model's loss in bits per byte of text (tokenizer-independent: nats / ln 2 x tokens / bytes)
+    (metricnames.VAL_BPB, "val bits/byte", 3), (metricnames.TEST_BPB, "test bits/byte", 3),
     (metricnames.MODEL_PARAMS, "params", 0), (metricnames.KV_CACHE, "KV cache B/token", 0),
     (metricnames.TOKENS_PER_S, "tokens/s", 0), (metricnames.RUN_MEMORY, "run MB", 1),
     (metricnames.PEAK_MEMORY, "peak MB", 1), (metricnames.WALL_TIME, "wall s", 1),
@@ -401,6 +403,7 @@ class EffectRow:
     effect: Effect
     p_holm: float
     verdict: str
+    answer: str = ""  # the verdict's short word (better, worse, no detectable effect, not testable, ...)
 
 
 def _other_rungs_p(study: Study, metric: str) -> list[float]:
@@ -438,7 +441,7 @@ def effects(study: Study) -> list[EffectRow]:
                 else:
                     counts = ", ".join(f"{bad.count(s)} {s}" for s in sorted(set(bad)))
                     text += f" ({len(bad)} of {total} runs did not finish: {counts})"
-            rows.append(EffectRow(v, axis, metric, e, ph, text))
+            rows.append(EffectRow(v, axis, metric, e, ph, text, st.answer(e, higher)))
     return rows
 
 

@@ -47,6 +47,12 @@ METHOD_NOTE = (
 )
 
 
+def answer(effect: Effect, higher_is_better: bool, alpha: float = ALPHA) -> str:
+    """The verdict `effect_sentence` words, as one short phrase for a table cell (better, worse, no
+    detectable effect, not testable, identical, too few seeds, no finished runs)."""
+    return str(fixed_reading(effect.diff, effect.p, effect.p_min, effect.identical, higher_is_better, alpha))
+
+
 def effect_sentence(label: str, effect: Effect, unit: str, higher_is_better: bool, decimals: int = 2,
                     alpha: float = ALPHA, noun: str = "seed", reference: str | None = "the baseline") -> str:
     """The plain-language line of the verdict ``ablate.stats.verdict.fixed_reading`` decides, e.g.

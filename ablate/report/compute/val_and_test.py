@@ -17,6 +17,7 @@ from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
+from ablate.report.compute.statistics import Effect, answer, compare
 from ablate.spec import metricnames
 from ablate.stats.sequential import Design, evaluate
 from ablate.stats.verdict import HeldOut, Look, Verdict, agrees, held_out_reading, none_margin, read
@@ -171,3 +172,29 @@ def regime(study: Study) -> Regime | None:
     return Regime(p.get("model.d_model", "?"), layers, p.get("train.max_steps", "?"),
                   params[0] if params else None, tuned_on, converged, declared, drop,
                   own_best=bool(study.arms.get(record.OWN_BEST_ARM) and study.arms[record.OWN_BEST_ARM].runs))
+
+
+@dataclass(frozen=True)
+class HeldOutEffect:
+    """A variant against the baseline on the test split of the deciding metric, by the same fixed-sample
+    test at the same seeds: shown beside the validation verdict, never deciding (outside its family)."""
+
+    variant: str
+    metric: str
+    effect: Effect
+    answer: str
+
+
+def held_out_effects(study: Study) -> list[HeldOutEffect]:
+    """Each variant on ``test/<name>`` of the primary ``val/<name>`` (none without such a metric)."""
+    split, _, name = study.primary.partition("/")
+    metric = f"test/{name}"
+    if study.baseline is None or split != "val" or not any(metric in r.metrics for r in study.runs):
+        return []
+    _, _, higher = quality_meta(metric)
+    base = {r.seed: r.metrics[metric] for r in study.finished(study.baseline) if metric in r.metrics}
+    out = []
+    for v in study.variants[1:]:
+        e = compare(base, {r.seed: r.metrics[metric] for r in study.finished(v) if metric in r.metrics})
+        out.append(HeldOutEffect(v, metric, e, answer(e, higher)))
+    return out

@@ -153,7 +153,8 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
     curves = [figs.ScalingCurve(c.variant, [(p.compute, p.values) for p in c.points], ladder.grid, c.line,
                                 c.lo, c.hi) for c in ladder.curves]
     path = figs.scaling_figure(curves, ladder.rungs[-1].compute, ladder.target, _rung_notes(ladder),
-                               ladder.metric, inp.fig_dir / "scaling.png")
+                               ladder.metric, inp.fig_dir / "scaling.png", gap_series(ladder),
+                               f"Δ {ladder.metric} vs baseline")
     order = ", ".join(f"`{c.variant}`" for c in ladder.comparisons)
     return Figure(f"figures/{path.name}",
                   f"`{ladder.metric}` against training compute over {len(ladder.rungs)} rungs "
@@ -162,7 +163,24 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
                   "resampling seeds within rungs, plus the rungs' own scatter about the curve), dashed "
                   "beyond the largest rung (an extrapolation). Above "
                   f"each rung its verdicts, one mark per comparison ({order}): + better, - worse, 0 no "
-                  "detectable effect, = identical, ? not testable.")
+                  "detectable effect, = identical, ? not testable. Below: each comparison's gap (variant "
+                  "− baseline) at each rung with its interval (bars, nudged apart), and the gap fitted as "
+                  "a line in log compute (the transfer table's), shaded between its ends' intervals.")
+
+
+def gap_series(ladder: Ladder) -> list[figs.GapSeries]:
+    """The lower panel of the scaling figure: each comparison's gap per rung and its fitted line."""
+    compute = {r.name: r.compute for r in ladder.rungs}
+    colour = {c.variant: i for i, c in enumerate(ladder.curves)}
+    out = []
+    for c in ladder.comparisons:
+        at = [(r.compute, a.diff, a.lo, a.hi) for r, a in zip(ladder.rungs, c.at_rungs, strict=True)]
+        v = c.verdict
+        ends = None if v is None or not v.rungs else (
+            (compute[v.rungs[0]], v.bottom.value, v.bottom.lo, v.bottom.hi),
+            (compute[v.rungs[-1]], v.top.value, v.top.lo, v.top.hi))
+        out.append(figs.GapSeries(c.variant, colour.get(c.variant, 0), at, ends))
+    return out
 
 
 def fits_table(ladder: Ladder) -> Table:

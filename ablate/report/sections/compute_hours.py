@@ -27,8 +27,11 @@ from ablate.tracking import record
 def parts(study: Study) -> list[tuple[str, list[Run]]]:
     """(part, its runs), each run in the first part that ran it."""
     seen = {r.run_id for r in study.runs}
-    out = [("cells at the baseline's settings", list(study.runs)),
-           ("searches (every trial)", [t for s in study.searches for t in s.trials])]
+    out = [("cells at the baseline's settings", list(study.runs))]
+    if len(study.rungs) > 1:  # a ladder: every rung's cells, not only the largest's
+        out = [(f"cells at rung `{name}`", list(rung.runs)) for name, rung in study.rungs.items()]
+        seen = {r.run_id for rung in study.rungs.values() for r in rung.runs}
+    out.append(("searches (every trial)", [t for s in study.searches for t in s.trials]))
     for arm, name in ((record.OWN_BEST_ARM, "cells at each variant's own best"),
                       (record.CONFIRM_ARM, "confirmation cells at the larger setting")):
         runs = [r for r in study.arms[arm].runs if r.run_id not in seen] if arm in study.arms else []

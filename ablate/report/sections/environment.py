@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ablate.report.compute.loaded_study import design_params, padding_text
 from ablate.report.render import Block, Section, Table
 from ablate.report.section_api import Inputs, Part, section
+from ablate.spec import metricnames
 from ablate.tracking import record
 from ablate.tracking.read import read_text_artifact
 
@@ -63,6 +64,33 @@ def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
     return rows or [["(none recorded)", "—"]]
 
 
+def unused(key: str, params: dict[str, str]) -> bool:
+    """A resolved param that the run never read: the decoding settings (``eval.decode.*``) of a language
+    model, which is evaluated by its loss alone, and the training settings of a tokenizer given as a file
+    (``data.tokenizer.kind: file``: its vocabulary is the file's; `data_rows` says which)."""
+    if key.startswith("eval.decode.") and params.get("model.arch") == "decoder_only":
+        return True
+    return params.get("data.tokenizer.kind") == "file" and key in TRAINED_TOKENIZER_FIELDS
+
+
+TRAINED_TOKENIZER_FIELDS = ("data.tokenizer.vocab_size", "data.tokenizer.min_freq", "data.tokenizer.joint")
+
+
+def data_rows(ref: dict[str, str], study: Study) -> list[list[str]]:
+    """The baseline's ``data.*`` params, with the vocabulary the runs had: for a tokenizer file, its own
+    size (``data/vocab_size``, recorded by each run) in place of the spec's default, which it ignores."""
+    rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items())
+            if k.startswith("data.") and v != "null" and not unused(k, ref)]
+    sizes = sorted({int(r.metrics[metricnames.VOCAB_SIZE]) for r in study.runs
+                    if metricnames.VOCAB_SIZE in r.metrics})
+    if sizes:
+        rows.append(["vocabulary (tokens the model embeds)", ", ".join(f"{n:,}" for n in sizes)])
+    elif ref.get("data.tokenizer.kind") == "file":
+        rows.append(["vocabulary (tokens the model embeds)",
+                     "the tokenizer file's (not recorded by these runs)"])
+    return rows
+
+
 # ---------------------------------------------------------------- the section
 @section(210, ("ablation", "search"))
 def part(inp: Inputs) -> Part:
@@ -71,18 +99,17 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     runs = study.runs
     ref = study.of(study.baseline)[0].params if study.baseline else (runs[0].params if runs else {})
-    data = sorted((k, v) for k, v in design_params(ref).items() if k.startswith("data.") and v != "null")
-    data_rows = [[f"`{k}`", v] for k, v in data] + [["dataset", d.text] for d in inp.datasets]
+    rows = data_rows(ref, study) + [["dataset", d.text] for d in inp.datasets]
     padding = padding_text(study)
     if padding:
-        data_rows.append(["padding (`data/padding_fraction`)", padding])
+        rows.append(["padding (`data/padding_fraction`)", padding])
     blocks: list[Block] = []
-    if data_rows:
-        blocks.append(Table(["data", "value"], data_rows, "ll", "Data"))
+    if rows:
+        blocks.append(Table(["data", "value"], rows, "ll", "Data"))
     blocks.append(Table(["environment", "value"], hardware_rows(environment(study)), "ll",
                         "Hardware, versions and code"))
     if ref:
-        spec_rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items())]
+        spec_rows = [[f"`{k}`", v] for k, v in sorted(design_params(ref).items()) if not unused(k, ref)]
         title = f"Baseline spec ({study.baseline or 'first run'}): every resolved param"
         blocks.append(Table(["param", "value"], spec_rows, "ll", title, collapsed=True))
     return Part("environment", [Section("Data, hardware and code", blocks)],

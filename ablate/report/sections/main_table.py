@@ -21,6 +21,7 @@ from ablate.report.compute.loaded_study import (
     quality_meta,
     variant_diff,
 )
+from ablate.report.compute.val_and_test import held_out_effects
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part, section
 from ablate.report.sections.costs import cost_table
@@ -108,10 +109,12 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
     method."""
     study = inp.study
     adaptive = design_of(study) is not None
-    blocks: list[Block] = [Para(f"Each variant against `{study.baseline}` on `{study.primary}` "
-                                + ("and on `val/loss`, as fixed-sample tests (see below how they differ "
-                                   "from the verdicts at the top)." if adaptive
-                                   else "(the summary at the top) and on `val/loss`."))]
+    others = [m for m in dict.fromkeys(r.metric for r in rows) if m != study.primary]
+    also = "".join(f" and on `{m}`" for m in others)  # the primary is often val/loss itself: said once
+    blocks: list[Block] = [Para(f"Each variant against `{study.baseline}` on `{study.primary}`"
+                                + (f"{also}, as fixed-sample tests (see below how they differ from the "
+                                   "verdicts at the top)." if adaptive
+                                   else f" (the summary at the top){also}."))]
     table_rows = []
     for r in rows:
         _, dec, _ = quality_meta(r.metric)
@@ -158,5 +161,10 @@ def part(inp: Inputs) -> Part:
             "effects": [{"variant": r.variant, "axis": r.axis, "metric": r.metric, "diff": r.effect.diff,
                          "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
                          "test": r.effect.test, "n_base": r.effect.n_base, "n_variant": r.effect.n_variant,
-                         "interval": r.effect.interval, "verdict": r.verdict} for r in rows]}
+                         "interval": r.effect.interval, "verdict": r.verdict, "answer": r.answer}
+                        for r in rows],
+            # the test split beside the deciding metric (paper tables: ablate report --format latex/csv)
+            "test_effects": [{"variant": t.variant, "metric": t.metric, "diff": t.effect.diff,
+                              "lo": t.effect.lo, "hi": t.effect.hi, "answer": t.answer}
+                             for t in held_out_effects(study)]}
     return Part("results", sections, data=data)

@@ -29,11 +29,12 @@ def part(inp: Inputs) -> Part:
     study = inp.study
     runs = study.runs
     seeds = sorted({r.seed for r in runs})
-    total = sum(r.metrics.get(metricnames.WALL_TIME, 0.0) for r in every_run(study))  # every arm and trial
+    # every rung, arm and trial
+    total = sum(r.metrics.get(metricnames.WALL_TIME, 0.0) for r in every_run(study))
     p = study.parent
     parent_id = origin_id(p["run_id"], p["tags"])
     items = [f"Study `{study.name}` ({study.kind}), parent run `{parent_id}`, "
-             f"{len(study.variants)} variants, {len(runs)} runs",
+             f"{len(study.variants)} variants, {ladder_runs(study)}",
              f"Seeds: {', '.join(map(str, seeds)) or '—'}",
              f"Quality metric: `{study.primary}` "
              f"({'higher' if QUALITY[study.quality][2] else 'lower'} is better)",
@@ -61,6 +62,15 @@ def part(inp: Inputs) -> Part:
         blocks.append(Note(mixed))
     return Part("setup", [Section("Setup", blocks)],
                 data={"study": study.name, "kind": study.kind, "parent_run_id": parent_id})
+
+
+def ladder_runs(study: Study) -> str:
+    """How many runs: a ladder's at every rung, each rung's count beside (the sections after the ladder's
+    state its largest rung's)."""
+    if len(study.rungs) < 2:
+        return f"{len(study.runs)} runs"
+    per = ", ".join(f"{len(s.runs)} at `{name}`" for name, s in study.rungs.items())
+    return f"{sum(len(s.runs) for s in study.rungs.values())} runs over {len(study.rungs)} rungs ({per})"
 
 
 def arms_text(study: Study) -> str:

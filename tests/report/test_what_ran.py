@@ -1,0 +1,45 @@
+"""The report states what ran: a tokenizer file's own vocabulary (not the spec's default for a trained
+tokenizer, which the file ignores) and no decoding settings for a language model, which is judged by its
+loss and never decodes."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.report.compute.loaded_study import Study, build_study
+from ablate.report.sections.environment import data_rows, unused
+
+
+def one_run_study(params: dict[str, str], metrics: dict[str, float]) -> Study:
+    row = {"run_id": "r0", "status": "FINISHED", "start_time": pd.Timestamp(0, unit="s"),
+           "tags.ablate.variant": "baseline", "tags.ablate.seed": "0", "tags.ablate.status": "finished",
+           "tags.ablate.kind": "cell", "metrics.final/val/loss": 3.0,
+           **{f"params.{k}": v for k, v in params.items()}, **{f"metrics.{k}": v for k, v in metrics.items()}}
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
+              "params": {"ablation.metric": "val/loss"}, "metrics": {},
+              "tags": {"ablate.study": "s", "ablate.kind": "ablation"}}
+    return build_study(parent, pd.DataFrame([row]))
+
+
+LM_FILE = {"model.arch": "decoder_only", "data.tokenizer.kind": "file", "data.tokenizer.path": "tok.json",
+           "data.tokenizer.vocab_size": "8000", "data.tokenizer.min_freq": "2", "eval.decode.beam": "4",
+           "eval.decode.strategy": "greedy"}
+
+
+def test_a_language_model_shows_no_decoding_and_a_tokenizer_file_its_own_vocabulary() -> None:
+    assert [k for k in LM_FILE if unused(k, LM_FILE)] == [
+        "data.tokenizer.vocab_size", "data.tokenizer.min_freq", "eval.decode.beam", "eval.decode.strategy"]
+    study = one_run_study(LM_FILE, {"data/vocab_size": 4000.0})
+    rows = data_rows(LM_FILE, study)
+    assert ["`data.tokenizer.path`", "tok.json"] in rows and ["`data.tokenizer.kind`", "file"] in rows
+    assert not any("vocab_size" in k or "min_freq" in k for k, _ in rows)  # the ignored 8000 is not shown
+    assert rows[-1] == ["vocabulary (tokens the model embeds)", "4,000"]
+    older = data_rows(LM_FILE, one_run_study(LM_FILE, {}))  # runs from before the metric
+    assert older[-1] == ["vocabulary (tokens the model embeds)",
+                         "the tokenizer file's (not recorded by these runs)"]
+
+
+def test_a_translation_model_keeps_its_decoding_and_its_trained_tokenizers_settings() -> None:
+    seq2seq = {"model.arch": "encoder_decoder", "data.tokenizer.kind": "bpe",
+               "data.tokenizer.vocab_size": "8000", "eval.decode.beam": "4"}
+    assert not any(unused(k, seq2seq) for k in seq2seq)
