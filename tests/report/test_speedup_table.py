@@ -28,7 +28,8 @@ def frame() -> tuple[dict[str, object], pd.DataFrame]:
     for size, flops, tokens in SIZES:
         for m in (1, 2, 4):
             name = f"{size}-{m}x"
-            rungs.append({"name": name, "flops": flops * m})
+            rungs.append({"name": name, "flops": flops * m, "overrides": {}, "params": tokens / 20,
+                          "tokens": tokens * m, "size": size, "budget": float(m)})
             for seed in range(4):
                 base = 4.0 - 0.3 * math.log10(flops) / 10 - 0.1 * math.log2(m) + 0.005 * rng.standard_normal()
                 # every variant runs every budget; its speedup is read at the size's smallest
