@@ -66,7 +66,7 @@ def search_name(plan: SearchPlan, store: Store | None = None) -> str:
     return resolve(store, plan.spec.name, search_key(plan), legacy)
 
 
-def _sampler(plan: SearchPlan, worker: int, store: Store, budget: int) -> Any:
+def _sampler(plan: SearchPlan, worker: int, store: Store, budget: int) -> optuna.samplers.BaseSampler:
     s = plan.search
     # Workers must not draw the same random start-up points: seed by worker (and host, across machines).
     seed = plan.spec.seed + worker + (zlib_crc(socket.gethostname()) if store.kind == "rdb" else 0)
@@ -83,7 +83,7 @@ def zlib_crc(text: str) -> int:
     return zlib.crc32(text.encode()) % 100_000
 
 
-def _pruner(plan: SearchPlan) -> Any:
+def _pruner(plan: SearchPlan) -> optuna.pruners.BasePruner:
     p, s = plan.search.pruner, plan.search
     if p.name == "none" or len(s.objectives) > 1:  # Optuna prunes single-objective studies only
         return optuna.pruners.NopPruner()

@@ -18,7 +18,7 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 import optuna
-from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
+from optuna.importance import BaseImportanceEvaluator, FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 from optuna.visualization import matplotlib as ovm
 
@@ -32,7 +32,7 @@ from ablate.tracking import NullTracker, record
 FIGURE_DPI = 120
 
 
-def _evaluator(name: str) -> Any:
+def _evaluator(name: str) -> BaseImportanceEvaluator:
     return FanovaImportanceEvaluator(seed=0) if name == "fanova" else PedAnovaImportanceEvaluator()
 
 
