@@ -48,10 +48,11 @@ def power_at(n: int, effect: float, sd: float, alpha: float, question: Question,
 
 
 def seeds_for(effect: float, sd: float, alpha: float, question: Question, margin: float = 0.0,
-              power: float = POWER, most: int = MOST) -> int | None:
+              power: float = POWER, most: int = MOST, direction: int = 0) -> int | None:
     """The fewest seeds that reach ``power`` at a true ``effect``; None where none up to ``most`` does (the
-    effect on the wrong side of the margin, or too close to it)."""
-    if question == "beyond" and abs(effect) <= margin:
+    effect on the wrong side of the margin, or too close to it). ``direction`` (+1 / -1) for a claim of a
+    difference one way: an effect the other way settles it for no number of seeds."""
+    if question == "beyond" and (abs(effect) <= margin or direction * effect < 0):
         return None
     if question == "within" and abs(effect) >= margin:
         return None
@@ -85,9 +86,9 @@ class SeedsAcross:
 
 
 def seeds_across(diff: float, lo: float, hi: float, sd: float, seeds: int, alpha: float, question: Question,
-                 margin: float = 0.0, power: float = POWER) -> SeedsAcross:
+                 margin: float = 0.0, power: float = POWER, direction: int = 0) -> SeedsAcross:
     """:func:`seeds_for` at the observed ``diff`` and at ``lo`` and ``hi``; ``seeds`` this study's own."""
-    return SeedsAcross(seeds_for(diff, sd, alpha, question, margin, power),
-                       seeds_for(lo, sd, alpha, question, margin, power),
-                       seeds_for(hi, sd, alpha, question, margin, power),
-                       power_at(seeds, diff, sd, alpha, question, margin))
+    here = power_at(seeds, diff, sd, alpha, question, margin) if direction * diff >= 0 else 0.0
+    return SeedsAcross(seeds_for(diff, sd, alpha, question, margin, power, direction=direction),
+                       seeds_for(lo, sd, alpha, question, margin, power, direction=direction),
+                       seeds_for(hi, sd, alpha, question, margin, power, direction=direction), here)

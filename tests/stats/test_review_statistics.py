@@ -79,3 +79,12 @@ def test_the_shift_from_three_seeds_is_a_jackknife_t_interval_that_covers() -> N
         t = transfer(search(optimum, noise=0.01, seeds=3, seed=100 + k), level=0.9)
         inside += t.low <= 0.0 <= t.high
     assert inside / sims >= 0.9 - 3 * math.sqrt(0.9 * 0.1 / sims), inside / sims
+
+
+def test_an_effect_the_other_way_settles_a_direction_claim_for_no_number_of_seeds() -> None:
+    """modern-axes' SwiGLU "better" at +0.26 BLEU [-0.96, +1.48]: its lower end is worse, where no study
+    would show it better."""
+    s = seeds_across(0.26, -0.96, 1.48, 0.673, 8, 0.05, "beyond", direction=1)
+    assert s.at_lo is None and s.at_hi is not None and s.observed is not None and s.observed > s.at_hi
+    assert seeds_for(-0.5, 1.0, 0.05, "beyond", direction=1) is None
+    assert seeds_for(-0.5, 1.0, 0.05, "beyond", direction=-1) == seeds_for(0.5, 1.0, 0.05, "beyond")

@@ -53,8 +53,9 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
             # at the effect these seeds found and across its interval, never at an assumed one
             within = claim.effect == "none"
             margin = claim_margin(claim, design.min_effect) if within else (claim.margin or 0.0)
+            way = 0 if within else (1 if (claim.effect == "better") == higher else -1)
             across = seeds_across(look.diff, look.lo, look.hi, look.sd, look.n, design.level,
-                                  "within" if within else "beyond", margin or 0.0)
+                                  "within" if within else "beyond", margin or 0.0, direction=way)
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
                         base_diverged, design.looks[-1] if look.final else None, None, across,

@@ -62,8 +62,9 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
         if sizable and sd > 0 and not settled:
             within = question == "none"
             bound = (margin if margin is not None else design.min_effect) if within else margin
+            way = 0 if within else (1 if (question == "better") == quality_meta(metric)[2] else -1)
             needs = (seeds_for(mean, sd, design.level, "within" if within else "beyond", bound or 0.0,
-                               most=MOST_SEEDS) if observed
+                               most=MOST_SEEDS, direction=way) if observed
                      else seeds_to_settle(design, sd, question, margin))
         rows.append(Found(label, question, margin, len(d), mean, sd,
                           detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled,
