@@ -4,7 +4,7 @@ Owns the spec's pydantic models (``experiment``: the whole spec, ``model``: its 
 the registry's axis declarations, ``axis_fields``: the fields, checks and identity of any section holding
 registry axes, the model's and the recipe's, ``data``: corpora and tokenizers, ``train``: the recipe's
 optimizer, schedule and loss sections, weight averaging and the trainer's settings, ``study_sections``:
-ablation and search sections, ``base``:
+ablation and search sections, ``axis_levels``: ablation axes given as named levels, ``base``:
 strict field types and located
 cross-field failures), loading with ``extends:``, ``--set`` and ``${VAR}`` (``load``, ``yamlsrc``), the
 located one-line errors, the JSON Schema and the field guide generated from the same source, docs/spec.md

@@ -462,6 +462,47 @@ def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
     assert warm.effect.diff == pytest.approx(np.mean([0.05, 0.01, 0.2, 0.1]))
 
 
+def test_an_axis_of_named_levels_gets_main_effects_and_interactions_as_a_field_axis_does() -> None:
+    # ffn as named levels (a GELU MLP sets two fields, SwiGLU one) x model.norm as a field's values; 3 seeds
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "f", "status": "FINISHED",
+              "tags": {"ablate.study": "f", "ablate.kind": "ablation", "ablate.design": "full_factorial"},
+              "params": {"ablation.design": "full_factorial",
+                         "ablation.axes.ffn.gelu_mlp.model.ffn": "linear",
+                         "ablation.axes.ffn.gelu_mlp.model.activation": "gelu",
+                         "ablation.axes.ffn.swiglu.model.ffn": "swiglu",
+                         "ablation.axes.model.norm": '["builtin","rms"]'}, "metrics": {}}
+    loss = {("linear", "builtin"): [3.0, 3.1, 3.2], ("linear", "rms"): [3.0, 3.2, 3.1],
+            ("swiglu", "builtin"): [2.9, 2.95, 3.1], ("swiglu", "rms"): [2.8, 3.0, 3.0]}
+    rows = []
+    for (ffn, norm), values in loss.items():
+        parts = [f"ffn={ffn}"] * (ffn == "swiglu") + [f"norm={norm}"] * (norm == "rms")
+        label = ", ".join(parts) or "baseline"
+        for seed, value in enumerate(values):
+            rows.append({"run_id": f"{ffn}-{norm}-{seed}", "status": "FINISHED",
+                         "start_time": pd.Timestamp(seed, unit="s", tz="UTC"), "tags.ablate.variant": label,
+                         "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+                         "params.model.ffn": ffn, "params.model.norm": norm, "params.seed": str(seed),
+                         # the activation a gated FFN ignores: its default under SwiGLU, as the study sets it
+                         "params.model.activation": "gelu" if ffn == "linear" else "relu",
+                         "metrics.val/loss": value})
+    study = build_study(parent, _frame(rows))
+    assert factorial_axes(study) == {"ffn": ["gelu_mlp", "swiglu"], "model.norm": ["builtin", "rms"]}
+    effects = {(r.label, r.metric): r for r in factorial_effects(study)}
+    main = effects[("ffn=swiglu vs gelu_mlp (main effect)", "val/loss")].effect
+    per_seed = [np.mean([loss[("swiglu", n)][s] - loss[("linear", n)][s] for n in ("builtin", "rms")])
+                for s in range(3)]
+    assert main.diff == pytest.approx(np.mean(per_seed)) and main.n_min == 3
+    inter = effects[("ffn=swiglu × norm=rms (interaction)", "val/loss")].effect
+    gap = {n: [loss[("swiglu", n)][s] - loss[("linear", n)][s] for s in range(3)] for n in ("builtin", "rms")}
+    assert inter.diff == pytest.approx(np.mean(np.subtract(gap["rms"], gap["builtin"])))
+    grid = cell_means(study, "val/loss")
+    assert grid is not None
+    assert grid.means[("swiglu", "rms")].mean == pytest.approx(np.mean(loss[("swiglu", "rms")]))
+    # the activation SwiGLU ignores is no difference between the two: only the FFN changed
+    assert [k for k, _, _ in spec_diff(study.of("baseline")[0].params, study.of("ffn=swiglu")[0].params)] == \
+        ["model.ffn"]
+
+
 def test_other_designs_get_no_factorial_effects() -> None:
     parent = {"run_id": "p", "experiment_id": "1", "run_name": "s", "status": "FINISHED",
               "tags": {"ablate.study": "s", "ablate.kind": "ablation"},

@@ -21,6 +21,7 @@ import pandas as pd
 from ablate.report.compute import statistics as st
 from ablate.report.compute.rung_runs import by_rung, rung_order
 from ablate.spec import metricnames
+from ablate.spec.axis_fields import ignored_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.sizing import scale_note
@@ -303,13 +304,15 @@ def spec_defaults() -> dict[str, str]:
 def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, str, str]]:
     """(key, baseline value, variant value) for every design param that differs, sorted by key. A field
     one run did not log (it ran before the field existed) counts as the field's default, so a field added
-    since is no difference; a key with no default (a component's option) shows as "—"."""
+    since is no difference; a key with no default (a component's option) shows as "—". A field a component
+    of either run ignores (``model.activation`` under a gated FFN) is no difference either."""
     a, b = design_params(base), design_params(other)
     defaults = spec_defaults()
     diff = []
+    ignored = ignored_fields(a) | ignored_fields(b)  # a sub-axis the component of either run does not take
     for k in sorted(set(a) | set(b)):
         va, vb = a.get(k, defaults.get(k, "—")), b.get(k, defaults.get(k, "—"))
-        if va != vb:
+        if va != vb and k not in ignored:
             diff.append((k, va, vb))
     return diff
 
