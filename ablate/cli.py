@@ -2,8 +2,9 @@
 
 Every command is one entry of `COMMANDS` (its arguments, and the function that does the work, called
 with keyword arguments by `dispatch`): the spec commands (list, show, schema) in `ablate.spec.commands`,
-validate (the specs, then their data files) in `ablate.data.check`, the others in the packages that do
-the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`, `ablate.bench`).
+validate (the specs, their data files, a study's design) in `ablate.study.validate_study`, the others in
+the packages that do the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`,
+`ablate.bench`).
 A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
 """
 
@@ -242,9 +243,9 @@ class Command:
 
 # In the order `ablate --help` lists them.
 COMMANDS: tuple[Command, ...] = (
-    Command("validate", "check spec files and the data files they name, print their hashes; every problem "
-            "as FILE:LINE: field: why",
-            _validate_args, ".data.check", "cmd_validate"),
+    Command("validate", "check spec files, the data files they name and a study's every variant and rung, "
+            "print their hashes; every problem as FILE:LINE: field: why",
+            _validate_args, ".study.validate_study", "cmd_validate"),
     Command("list", "list the registered components (with their one-line docs), grouped by kind",
             _list_args, ".spec.commands", "cmd_list"),
     Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",

@@ -89,8 +89,10 @@ def _expand_cells(data: Any, smap: Any, origin: str, seeds: Sequence[int], rungs
     return cells
 
 
-def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
-    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis."""
+def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True) -> StudyPlan:
+    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis. ``size``
+    false: a ``seeds.max: auto`` is not chosen from the pilot (nothing read beyond the spec; `ablate
+    validate`), its cells planned at ``seeds.min``."""
     spec = load_spec(spec_path, overrides)
     abl = spec.ablation
     if abl is None:
@@ -154,7 +156,8 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
-        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants])
+        at_min = abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": abl.seeds.min})})
+        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants]) if size else at_min
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
         assert abl.seeds.max != "auto"
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
