@@ -118,16 +118,25 @@ def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics
         return save(fig, path)
 
 
-def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, path: Path) -> Path:
-    """Effects against the baseline: point = difference of means, bar = 95% interval (NaN: no bar)."""
+def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, path: Path,
+                notes: Sequence[str | None] | None = None) -> Path:
+    """Effects against the baseline: point = difference of means, bar = 95% interval (NaN: no bar). A row
+    with a note (``notes``, e.g. "not testable: p ≥ 0.25 with 3 seeds") is drawn grey, hollow and dotted,
+    its note written on the row, so that an interval its test cannot decide never reads as a finding."""
+    notes = list(notes) if notes is not None else [None] * len(rows)
     with _style():
         fig = Figure(figsize=(7.0, 1.2 + 0.45 * max(1, len(rows))), layout="constrained")
         ax = fig.subplots()
         ys = np.arange(len(rows))[::-1]
-        for y, (_, diff, lo, hi) in zip(ys, rows, strict=True):
+        for y, (_, diff, lo, hi), note in zip(ys, rows, notes, strict=True):
+            color = "#1f77b4" if note is None else "#9a9a9a"
             if math.isfinite(lo) and math.isfinite(hi):
-                ax.plot([lo, hi], [y, y], color="#1f77b4", linewidth=2)
-            ax.plot([diff], [y], "o", color="#1f77b4" if math.isfinite(lo) else "#7f7f7f")
+                ax.plot([lo, hi], [y, y], color=color, linewidth=2, linestyle="-" if note is None else ":")
+            face = "white" if note is not None else (color if math.isfinite(lo) else "#7f7f7f")
+            ax.plot([diff], [y], "o", color=color if math.isfinite(lo) else "#7f7f7f", markerfacecolor=face)
+            if note is not None:
+                ax.annotate(note, (0.99, y), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                            fontsize=7, color="#555555", xytext=(0, 3), textcoords="offset points")
         ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
         ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)

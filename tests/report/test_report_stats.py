@@ -30,6 +30,7 @@ from ablate.report.render import (
     render_markdown,
 )
 from ablate.report.sections.environment import hardware_rows
+from ablate.report.sections.factorial import section as factorial_section
 
 BASE = {0: 24.1, 1: 25.3, 2: 23.8, 3: 24.9}
 POST = {0: 22.7, 1: 24.0, 2: 22.9, 3: 23.5}
@@ -445,6 +446,19 @@ def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
     assert grid is not None and grid.axes == ("residual", "train.schedule.warmup_steps")
     assert grid.means[("post_norm", "0")].mean == pytest.approx(0.325)
     assert grid.unfinished[("post_norm", "0")] == 1 and grid.unfinished[("pre_norm", "400")] == 0
+
+
+def test_a_not_testable_effect_is_marked_in_the_figures_as_in_the_text(tmp_path: Path) -> None:
+    three = st.compare_differences([0.5, 0.6, 0.7])  # an interval clear of 0, from 3 pairs: p >= 0.25
+    assert three.lo > 0 and st.untestable_note(three) == "not testable: p ≥ 0.25 with 3 seeds"
+    assert st.untestable_note(st.compare_differences([0.5, 0.6, 0.7, 0.55])) is None  # a t-test decides
+    study = _factorial_study()
+    rows = factorial_effects(study)
+    section = factorial_section(study, rows, tmp_path)
+    (figure,) = [b for b in section.blocks if isinstance(b, Figure)]
+    # the interaction rests on 2 complete seeds: not testable, and the figure's caption says how it is drawn
+    assert "grey, hollow and dotted: not testable" in figure.caption
+    assert (tmp_path / "factorial.png").is_file()
 
 
 def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:

@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
+from ablate.stats.verdict import ALPHA, SIGN_FLIP_PAIRS, Fixed, fixed_reading
 
 CONFIDENCE = 0.95
-TINY = 3  # at most this many observations: bootstrap interval and permutation test instead of a t-test
+TINY = SIGN_FLIP_PAIRS  # at most this many observations: bootstrap interval and permutation test, no t-test
 RESAMPLES = 9999  # bootstrap resamples; a permutation test is exact up to this many permutations
 RESAMPLE_SEED = 0  # fixed: the same runs give the same intervals
 
@@ -263,6 +263,19 @@ def verdict(label: str, effect: Effect, unit: str, higher_is_better: bool, decim
                 f"{effect.test} p={fmt_p(effect.p)}; p < 0.05 is out of reach with {many}, the smallest "
                 f"possible p is {fmt_p(effect.p_min)}: use >= {need} {noun}s)")
     return f"{label}: {shown}, no detectable effect with {many} ({effect.test}, p={fmt_p(effect.p)})"
+
+
+UNTESTABLE_CAPTION = ("; grey, hollow and dotted: not testable, its exact test cannot reach p < 0.05 at "
+                      "these seeds, so its interval decides nothing (the smallest p it can give is written "
+                      "on it)")
+
+
+def untestable_note(effect: Effect) -> str | None:
+    """'not testable: p ≥ 0.25 with 3 seeds' where the verdict is "not testable" (fixed_reading: its test
+    cannot reach p < ALPHA at these sample sizes), else None: the figures say it as the text does."""
+    if fixed_reading(effect.diff, effect.p, effect.p_min, effect.identical, None) != Fixed.NOT_TESTABLE:
+        return None
+    return f"not testable: p ≥ {effect.p_min:.2g} with {effect.n_min} seeds"
 
 
 def needed_for_significance(effect: Effect, alpha: float = ALPHA) -> int:
