@@ -108,8 +108,18 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
 
 
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """RUN_ID, or --study STUDY --best (the study's best cell by its metric)."""
+    p.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                   help="MLflow run id or a unique prefix (`ablate runs`); or --study STUDY --best")
+    p.add_argument("--study", metavar="STUDY", default=None,
+                   help="with --best: a study (its spec file, name or parent run id) instead of a RUN_ID")
+    p.add_argument("--best", action="store_true",
+                   help="with --study: its best finished cell by the metric the study ranks cells by")
+
+
 def _translate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    _add_run(p)
     p.add_argument("text", metavar="TEXT", nargs="?", default=None,
                    help="a sentence to translate (default: --input, or standard input)")
     p.add_argument("--input", dest="input_path", metavar="FILE",
@@ -118,7 +128,7 @@ def _translate_args(p: argparse.ArgumentParser) -> None:
 
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    _add_run(p)
     p.add_argument("--prompt", default="", help="the text to continue (default: from the start)")
     p.add_argument("--max-new", dest="max_new", type=int, default=64, metavar="N", help="tokens to add")
     p.add_argument("--greedy", action="store_true", help="the most likely token each step")
@@ -129,7 +139,7 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def _evaluate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
+    _add_run(p)
     p.add_argument("--src", dest="src_path", metavar="FILE",
                    help="translation run: source sentences, one a line (.gz read too)")
     p.add_argument("--ref", dest="ref_path", metavar="FILE",

@@ -97,6 +97,14 @@ def cpu_gemm_library() -> str:
     return "onednn" if amd_avx512 and torch.backends.mkldnn.is_available() else "mkl"
 
 
+def free_cores() -> tuple[int, int]:
+    """(cores free of other work, cores this process may use): the usable cores less the 1-minute load
+    average, rounded (another job's busy core is one torch's threads would fight for), at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, cores - round(load))), cores
+
+
 def cuda_has_native_bf16() -> bool:
     """bf16 in hardware (Ampere and later); older GPUs only emulate it, slower than fp16."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)

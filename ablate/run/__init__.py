@@ -5,7 +5,8 @@ of one run through ``ablate.tracking``; ``distributed``: torchrun and the device
 folder and its summary; ``lock``: one process per run folder; ``evaluation``: the best checkpoint on whole
 val/test), ``ablate translate`` /
 ``ablate evaluate`` over a run read back from MLflow (``translate``; a language model's perplexity on one's
-own held-out text: ``heldout``) and ``ablate generate`` (``generate``).
+own held-out text: ``heldout``) and ``ablate generate`` (``generate``); ``--study STUDY --best`` for any of
+the three, the study's best cell (``best_cell``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

@@ -33,7 +33,7 @@ from ablate.engine.dispatch import build_any
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
-from ablate.hardware import prepare_device
+from ablate.hardware import free_cores, prepare_device
 from ablate.run.distributed import DistInfo, init_distributed, pick_device
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.lock import RunLock
@@ -125,10 +125,27 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
     threads_before = torch.get_num_threads()
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
+    elif (free := _free_threads(spec, quiet)) is not None:
+        torch.set_num_threads(free)
     try:
         return _run(spec, options)
     finally:
         torch.set_num_threads(threads_before)
+
+
+def _free_threads(spec: ExperimentSpec, quiet: bool) -> int | None:
+    """With ``train.threads: 0`` on a CPU, the cores other jobs leave free where they are fewer than torch's
+    threads (two threads fighting a busy core for one of them ran the quickstart 15x slower), said once;
+    None: torch's own count."""
+    if spec.train.device not in (None, "cpu") or torch.cuda.is_available():
+        return None
+    free, cores = free_cores()
+    if free >= torch.get_num_threads():
+        return None
+    if not quiet:
+        print(f"note: {cores - free} of {cores} cores are busy with other work: training on the {free} free "
+              f"one{'s' * (free != 1)} (train.threads: 0; set train.threads to choose)", file=sys.stderr)
+    return free
 
 
 def _run(spec: ExperimentSpec, options: RunOptions) -> RunResult:
