@@ -193,8 +193,10 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
         if c.noise is not None and c.question not in (None, "identical") and (
                 c.needed is None or c.needed > d.looks[-1]):
             about = f"about {c.needed}" if c.needed is not None else f"more than {MOST_SEEDS}"
+            could = (f"the smallest design that could: seeds: {{min: {d.looks[0]}, max: {c.needed}}}"
+                     if c.needed is not None else f"no design of up to {MOST_SEEDS} seeds could")
             lines.append(f"  cannot settle '{claim_text(c.label, c.question, c.margin, min_effect)}': needs "
-                         f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}")
+                         f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}; {could}")
     lines.append(f"  sd: the spread (standard deviation) of the paired seed differences, variant minus "
                  f"baseline on the same seed, with its upper {SD_CONFIDENCE:.0%} confidence bound, which the "
                  f"plan sizes on; detects: the smallest true difference found with {POWER:.0%} power"
@@ -229,8 +231,9 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
 def reach_lines(plan: StudyPlan, pp: PowerPlan | None) -> list[str]:
     """One plain line per comparison its design cannot decide, with the smallest design that could: fixed
     seeds too few for the report's exact test (3 pairs: its smallest p is 0.25), a ``none`` claim under
-    EQUIVALENCE_PAIRS pairs at the most, a claim the power plan (``pp``, sized by a pilot) does not settle
-    at ``seeds.max``. The report's verdicts and figures then say "not testable" or "not settled"."""
+    EQUIVALENCE_PAIRS pairs at the most (a claim the power plan, ``pp``, sized by a pilot, does not settle
+    at ``seeds.max`` has its "cannot settle" line there). The report's verdicts and figures then say "not
+    testable" or "not settled"."""
     abl = plan.ablation
     fixed = plan.design is None
     most = len(plan.seeds) if fixed else plan.verdict_design.looks[-1]
@@ -250,15 +253,12 @@ def reach_lines(plan: StudyPlan, pp: PowerPlan | None) -> list[str]:
         elif question == "none" and most < EQUIVALENCE_PAIRS:
             why = (f"at most {most} paired seeds: a none claim needs {EQUIVALENCE_PAIRS} at least to be "
                    "called no effect")
-        elif (plan_of is not None and question not in (None, "identical")
-              and (needed is None or needed > most)):
-            why = f"its claim needs {'about ' + str(needed) if needed else f'more than {MOST_SEEDS}'} seeds"
-        if why is None:
+        if why is None:  # a sized claim that seeds.max does not settle: the power plan's own line says so
             continue
         top = max(EQUIVALENCE_PAIRS, SIGN_FLIP_PAIRS + 1, most, needed or 0)
         first = max(EQUIVALENCE_PAIRS, SIGN_FLIP_PAIRS + 1)
-        guess = "" if needed is not None and plan_of is not None else \
-            "; a pilot (ablation.pilot) says how many it needs"
+        guess = ("; a pilot (ablation.pilot) says how many it needs" if plan_of is None else
+                 "" if needed is not None else f"; at its pilot's noise, more than {MOST_SEEDS}")
         lines.append(f"  cannot decide {claim_text(label, question, margin, abl.min_effect)}: {why}; the "
                      f"smallest design that could: seeds: {{min: {first}, max: {top}}}{guess}")
     return lines
