@@ -125,26 +125,29 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
     threads_before = torch.get_num_threads()
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
-    elif (free := _free_threads(spec, quiet)) is not None:
-        torch.set_num_threads(free)
+    else:
+        _busy_cores_note(spec, quiet)
     try:
         return _run(spec, options)
     finally:
         torch.set_num_threads(threads_before)
 
 
-def _free_threads(spec: ExperimentSpec, quiet: bool) -> int | None:
-    """With ``train.threads: 0`` on a CPU, the cores other jobs leave free where they are fewer than torch's
-    threads (two threads fighting a busy core for one of them ran the quickstart 15x slower), said once;
-    None: torch's own count."""
+def _busy_cores_note(spec: ExperimentSpec, quiet: bool) -> int | None:
+    """With ``train.threads: 0`` on a CPU, where other work leaves fewer cores free than torch's threads
+    (two threads fighting a busy core for one of them ran the quickstart 15x slower), say so and how to
+    train on the free ones; the free count, else None. The count is not changed here: a run's threads
+    would then follow the machine's load, and a resumed run could take other threads than it started with."""
     if spec.train.device not in (None, "cpu") or torch.cuda.is_available():
         return None
     free, cores = free_cores()
     if free >= torch.get_num_threads():
         return None
     if not quiet:
-        print(f"note: {cores - free} of {cores} cores are busy with other work: training on the {free} free "
-              f"one{'s' * (free != 1)} (train.threads: 0; set train.threads to choose)", file=sys.stderr)
+        threads = torch.get_num_threads()
+        print(f"note: {cores - free} of {cores} cores are busy with other work and torch's {threads} threads "
+              f"will fight for them: `--set train.threads={free}` trains on the {free} free "
+              f"one{'s' * (free != 1)}", file=sys.stderr)
     return free
 
 

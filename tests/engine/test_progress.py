@@ -1,5 +1,5 @@
 """What a run says of this machine before it is done: its expected time after its first seconds of
-training (ablate/engine/progress.py), and the threads it takes when other work holds cores
+training (ablate/engine/progress.py), and how to leave busy cores alone when other work holds them
 (ablate/hardware.py ``free_cores``, ablate/run/runner.py)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_the_expected_time_is_said_once_from_this_process_steps(monkeypatch: pyt
     assert bar.expected(400) is None  # once
 
 
-def test_busy_cores_leave_the_run_the_free_ones(monkeypatch: pytest.MonkeyPatch,
+def test_busy_cores_are_said_with_how_to_leave_them_alone(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))
@@ -39,8 +39,10 @@ def test_busy_cores_leave_the_run_the_free_ones(monkeypatch: pytest.MonkeyPatch,
     spec = ExperimentSpec.model_validate(tiny_spec({"train.threads": 0}))
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert runner._free_threads(spec, quiet=False) == 1
+    assert runner._busy_cores_note(spec, quiet=False) == 1
     said = capsys.readouterr().err
-    assert "note: 3 of 4 cores are busy with other work: training on the 1 free one" in said
+    assert ("note: 3 of 4 cores are busy with other work and torch's 4 threads will fight for them: `--set "
+            "train.threads=1` trains on the 1 free one") in said
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
-    assert runner._free_threads(spec, quiet=False) is None  # an idle machine: torch's own count
+    assert runner._busy_cores_note(spec, quiet=False) is None  # an idle machine: nothing to say
+    assert capsys.readouterr().err == ""
