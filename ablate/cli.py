@@ -2,8 +2,9 @@
 
 Every command is one entry of `COMMANDS` (its arguments, and the function that does the work, called
 with keyword arguments by `dispatch`): the spec commands (list, show, schema) in `ablate.spec.commands`,
-validate (the specs, then their data files) in `ablate.data.check`, the others in the packages that do
-the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`, `ablate.bench`).
+validate (the specs, their data files, a study's design) in `ablate.study.validate_study`, the others in
+the packages that do the work (`ablate.run`, `ablate.study`, `ablate.tracking`, `ablate.report`,
+`ablate.bench`).
 A user error (bad spec, bad data) prints its message lines and exits 2 with no traceback.
 """
 
@@ -102,38 +103,38 @@ def _schema_args(p: argparse.ArgumentParser) -> None:
 def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec_path", metavar="SPEC", help="the YAML spec of the run")
     _add_set(p)
-    p.add_argument("--wait", action="store_true",
-                   help="if another process trains this run, wait for it instead of exiting 2")
-    p.add_argument("--restart", action="store_true",
-                   help="train the run from step 0 (a new MLflow run), dropping its checkpoints")
+    p.add_argument("--wait", action="store_true", help="wait for another process training it, not exit 2")
+    p.add_argument("--restart", action="store_true", help="from step 0 (a new MLflow run), no checkpoints")
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """RUN_ID, or --study STUDY --best (the study's best cell by its metric)."""
+    p.add_argument("run_id", metavar="RUN_ID", nargs="?", help="MLflow run id or prefix (`ablate runs`)")
+    p.add_argument("--study", metavar="STUDY", help="with --best: a spec file, name or parent run id")
+    p.add_argument("--best", action="store_true", help="with --study: its best finished cell by its metric")
 
 
 def _translate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
-    p.add_argument("text", metavar="TEXT", nargs="?", default=None,
-                   help="a sentence to translate (default: --input, or standard input)")
-    p.add_argument("--input", dest="input_path", metavar="FILE",
-                   help="translate every line of FILE ('-': standard input), batched")
+    _add_run(p)
+    p.add_argument("text", metavar="TEXT", nargs="?", help="a sentence (default: --input, or stdin)")
+    p.add_argument("--input", dest="input_path", metavar="FILE", help="every line of FILE ('-': stdin)")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam size (default: the run's spec)")
 
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id or a unique prefix (`ablate runs`)")
+    _add_run(p)
     p.add_argument("--prompt", default="", help="the text to continue (default: from the start)")
     p.add_argument("--max-new", dest="max_new", type=int, default=64, metavar="N", help="tokens to add")
     p.add_argument("--greedy", action="store_true", help="the most likely token each step")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
-    p.add_argument("--top-k", dest="top_k", type=int, default=None, metavar="K",
-                   help="sample among the K most likely tokens")
+    p.add_argument("--top-k", dest="top_k", type=int, metavar="K", help="sample among the K likeliest")
     p.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
 
 
 def _evaluate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id, or a unique prefix")
-    p.add_argument("--src", dest="src_path", metavar="FILE",
-                   help="translation run: source sentences, one a line (.gz read too)")
-    p.add_argument("--ref", dest="ref_path", metavar="FILE",
-                   help="translation run: reference translations, one a line")
+    _add_run(p)
+    p.add_argument("--src", dest="src_path", metavar="FILE", help="translation run: sources, one a line")
+    p.add_argument("--ref", dest="ref_path", metavar="FILE", help="translation run: references, one a line")
     p.add_argument("--text", dest="text_path", metavar="FILE",
                    help="language-model run: held-out text (.gz read too), cut into documents as the run's "
                    "spec cuts its own")
@@ -153,8 +154,7 @@ def _export_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("study", metavar="STUDY", nargs="?", default=None,
-                   help="print the link to this study's page: its spec file, name or parent run id")
+    p.add_argument("study", metavar="STUDY", nargs="?", help="open on this study (spec file, name, run id)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
 
@@ -255,9 +255,9 @@ class Command:
 
 # In the order `ablate --help` lists them.
 COMMANDS: tuple[Command, ...] = (
-    Command("validate", "check spec files and the data files they name, print their hashes; every problem "
-            "as FILE:LINE: field: why",
-            _validate_args, ".data.check", "cmd_validate"),
+    Command("validate", "check spec files, the data files they name and a study's every variant and rung, "
+            "print their hashes; every problem as FILE:LINE: field: why",
+            _validate_args, ".study.validate_study", "cmd_validate"),
     Command("list", "list the registered components (with their one-line docs), grouped by kind",
             _list_args, ".spec.commands", "cmd_list"),
     Command("show", "print the resolved spec (defaults, extends and --set applied) as YAML with its hash",

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import sys
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from pathlib import Path
@@ -95,6 +96,33 @@ def cpu_gemm_library() -> str:
     info = _cpuinfo()
     amd_avx512 = "AuthenticAMD" in info and " avx512f" in info
     return "onednn" if amd_avx512 and torch.backends.mkldnn.is_available() else "mkl"
+
+
+def free_cores() -> tuple[int, int]:
+    """(cores free of other work, cores this process may use): the usable cores less the 1-minute load
+    average, rounded (another job's busy core is one torch's threads would fight for), at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, cores - round(load))), cores
+
+
+def busy_cores_note(device: str | None, quiet: bool) -> int | None:
+    """With ``train.threads: 0`` on a CPU (``device``: the spec's ``train.device``), where other work leaves
+    fewer cores free than torch's threads (two threads fighting a busy core for one of them ran the
+    quickstart 15x slower), say so and how to train on the free ones; the free count, else None. The count
+    is not changed here: a run's threads would then follow the machine's load, and a resumed run could take
+    other threads than it started with."""
+    if device not in (None, "cpu") or torch.cuda.is_available():
+        return None
+    free, cores = free_cores()
+    if free >= torch.get_num_threads():
+        return None
+    if not quiet:
+        threads = torch.get_num_threads()
+        print(f"note: {cores - free} of {cores} cores are busy with other work and torch's {threads} threads "
+              f"will fight for them: `--set train.threads={free}` trains on the {free} free "
+              f"one{'s' * (free != 1)}", file=sys.stderr)
+    return free
 
 
 def cuda_has_native_bf16() -> bool:

@@ -2,10 +2,17 @@
 a temporary folder, with the German-English files the test makes, every `ablate ...` command of the
 README's bash blocks runs in the README's order (install assumed), with tiny settings, and exits 0. A
 command the walk cannot run on one machine is listed in ``NOT_WALKED`` with the reason; a README command
-that is neither walked nor listed fails the test, so a new one gets walked too."""
+that is neither walked nor listed fails the test, so a new one gets walked too.
+
+Then the walk a researcher takes with a corpus and a tokenizer of their own, which the project has never
+seen: text files the test writes (the Python standard library's docstrings, one a document) and a byte-level
+BPE trained on them with `tokenizers`, its one special token GPT-2's end of text; a small language-model
+study crossing a GELU MLP with SwiGLU and LayerNorm with RMSNorm (named levels), from validate through the
+dry run, the study, the report and its LaTeX table, to the best cell's generation."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -18,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ablate.data.captions import caption
 from tests.test_readme import REPO, ablate_commands
@@ -162,3 +170,89 @@ def test_the_readme_walks_from_a_fresh_clone(tmp_path: Path) -> None:
     report = tmp_path / "reports" / "warmup-vs-norm-multi30k"
     assert (report / "report.md").is_file() and (report / "effects.tex").is_file()
     assert (report / "effects.csv").is_file()
+
+
+# A study on one's own corpus and tokenizer, tiny: 4 variants x 2 seeds of a 1-layer LM, 6 steps a cell.
+OWN_STUDY = """\
+name: own-lm
+seed: 0
+data:
+  source: text
+  text: {root: corpus, train: train.txt, val: val.txt, test: test.txt}
+  tokenizer: {kind: file, path: tokenizer.json}
+  max_len: 32
+  batch_tokens: 256
+model: {arch: decoder_only, d_model: 32, heads: 2, decoder_layers: 1, d_ff: 64, dropout: 0.0,
+        ffn: linear, activation: gelu, norm: builtin, max_positions: 64}
+train:
+  optimizer: {name: adamw, lr: 3.0e-3}
+  schedule: {name: cosine, warmup_steps: 2}
+  max_steps: 6
+  eval_every: 3
+  checkpoint_every: 3
+  threads: 1
+eval: {lengths: [32], samples: 0}
+ablation:
+  design: full_factorial
+  axes:
+    ffn:
+      gelu_mlp: {model.ffn: linear, model.activation: gelu}
+      swiglu: {model.ffn: swiglu}
+    model.norm: [builtin, rms]
+  metric: val/loss
+  seeds: [0, 1]
+"""
+
+
+def _own_corpus(folder: Path) -> None:
+    """Text the project does not ship: the standard library's module docstrings, one document each
+    (paragraphs split by blank lines), and a byte-level BPE of 400 types trained on them whose only special
+    token is GPT-2's <|endoftext|>."""
+    docs = []
+    for name in ("json", "textwrap", "string", "collections", "argparse", "pathlib", "random", "statistics",
+                 "fractions", "decimal", "heapq", "bisect", "functools", "itertools", "difflib", "shlex"):
+        doc = importlib.import_module(name).__doc__ or ""
+        docs.append(" ".join(doc.split()))
+    (folder / "corpus").mkdir()
+    for split, part in (("train", docs[:12] * 3), ("val", docs[12:14]), ("test", docs[14:])):
+        (folder / "corpus" / f"{split}.txt").write_text("\n\n".join(part) + "\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                                      show_progress=False,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "own-lm.yaml").write_text(OWN_STUDY)
+
+
+def _ablate(args: list[str], folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=WALK_TIMEOUT)
+    assert done.returncode == 0, (f"`ablate {' '.join(args)}` exited {done.returncode}:\n"
+                                  f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+# 8 cells of a 1-layer LM and a report: 69 s of CPU, 6 min of wall time on a busy 2-core machine
+@pytest.mark.slow
+def test_a_language_model_study_on_ones_own_corpus_and_tokenizer(tmp_path: Path) -> None:
+    _own_corpus(tmp_path)
+    env = _env(tmp_path)
+    checked = _ablate(["validate", "own-lm.yaml"], tmp_path, env)
+    # the file's one end-of-text token serves as pad and bos, said beside the ok
+    assert "serves as pad and bos too" in checked.stdout and "ok own-lm.yaml" in checked.stdout
+    dry = _ablate(["study", "own-lm.yaml", "--dry-run"], tmp_path, env).stdout
+    assert "4 variants x 2 seeds = 8 cells" in dry and "ffn=swiglu, norm=rms" in dry
+    assert "model.activation" not in dry  # a gated FFN takes none: no difference
+    assert "cannot decide ffn=swiglu against the baseline: 2 fixed seeds" in dry  # and it says what could
+    _ablate(["study", "own-lm.yaml"], tmp_path, env)
+    _ablate(["report", "own-lm", "--format", "latex", "--format", "csv"], tmp_path, env)
+    report = tmp_path / "reports" / "own-lm"
+    text = (report / "report.md").read_text()
+    assert "ffn=swiglu vs gelu_mlp (main effect)" in text and "(interaction)" in text
+    assert (report / "effects.tex").is_file() and (report / "effects.csv").is_file()
+    said = _ablate(["generate", "--study", "own-lm.yaml", "--best", "--prompt", "Return the", "--max-new",
+                    "8", "--greedy"], tmp_path, env)
+    assert said.stdout.startswith("Return the")
+    assert "best cell of study own-lm by final/val/loss" in said.stderr

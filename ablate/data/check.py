@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ablate.data.corpus import check_jsonl_file, check_text_file, check_tsv_file, named_file_roles
 from ablate.data.paths import DataError, DataPath, data_path, data_root
-from ablate.data.tokenizer_file import load_tokenizer_file
+from ablate.data.tokenizer_file import tokenizer_file_check, tokenizer_vocab_size
 from ablate.spec.commands import validate_specs
 from ablate.spec.load import load_spec, load_spec_data
 from ablate.spec.yamlsrc import Problem, SourceMap, SpecError
@@ -94,10 +94,11 @@ def _head(path: Path, check: str, spec: DataSpec) -> str | None:
     return None if found else f"{path}: empty file (no line of text)"
 
 
-def files_problems(data: DataSpec) -> list[tuple[str, str]]:
+def files_problems(data: DataSpec, lm: bool | None = None) -> list[tuple[str, str]]:
     """(field, message) for every problem of the files a ``files`` or ``text`` source names, and of a
-    tokenizer file (``data.tokenizer.kind: file``)."""
-    problems = _tokenizer_problems(data)
+    tokenizer file (``data.tokenizer.kind: file``; ``lm``: for a decoder-only model, default: the data's
+    kind)."""
+    problems = _tokenizer_problems(data, data.is_lm if lm is None else lm)
     if data.source == "files" and data.files is not None:
         return _parallel_problems(data) + problems
     if data.source == "text" and data.text is not None:
@@ -105,16 +106,11 @@ def files_problems(data: DataSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def _tokenizer_problems(data: DataSpec) -> list[tuple[str, str]]:
-    """A tokenizer file that is missing, is not a tokenizer, or lacks a special token: at its field."""
+def _tokenizer_problems(data: DataSpec, lm: bool) -> list[tuple[str, str]]:
+    """A tokenizer file that is missing or not a tokenizer, or each special token it lacks: at its field."""
     if data.tokenizer.kind != "file":
         return []
-    try:
-        load_tokenizer_file(data.tokenizer, lowercase=data.lowercase)
-    except DataError as exc:
-        field, _, message = str(exc).partition(": ")
-        return [(field, message)]
-    return []
+    return tokenizer_file_check(data.tokenizer, lm=lm)[0]
 
 
 def _parallel_problems(data: DataSpec) -> list[tuple[str, str]]:
@@ -166,7 +162,7 @@ def _text_problems(data: DataSpec) -> list[tuple[str, str]]:
 def data_problems(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Problem]:
     """Every problem of the spec's data files, each located at the field that names the file."""
     try:
-        found = files_problems(spec.data)
+        found = files_problems(spec.data, spec.is_lm)
     except DataError as exc:  # an environment variable of a path is not set
         field, _, message = str(exc).partition(": ")
         found = [(field, message)]
@@ -191,6 +187,59 @@ def checked_spec(spec_path: str, overrides: Sequence[str] = ()) -> ExperimentSpe
     return spec
 
 
+def data_notes(spec: ExperimentSpec) -> list[str]:
+    """What `ablate validate` says of a valid spec's data beside its ok: a tokenizer file's end-of-text token
+    serving as pad and bos, and a vocabulary far larger than the model's width (`vocabulary_warning`)."""
+    notes: list[str] = []
+    vocab: int | None = None
+    if spec.data.tokenizer.kind == "file":
+        try:
+            _, note = tokenizer_file_check(spec.data.tokenizer, lm=spec.is_lm)
+            vocab = tokenizer_vocab_size(spec.data.tokenizer)
+        except DataError:  # reported as a problem already
+            return notes
+        notes += [f"note: {note}"] if note else []
+    elif spec.data.tokenizer.kind in ("bpe", "wordlevel") and spec.data.source != "synthetic":
+        vocab = spec.data.tokenizer.vocab_size
+    warning = vocabulary_warning(spec, vocab) if vocab is not None else None
+    return notes + ([f"warning: {warning}"] if warning else [])
+
+
+# A vocabulary this many times the width, whose embedding tables hold most of the model, is mostly types the
+# corpus shows a few times each: GPT-2 small's (50,257 at width 768, 65x, a third of its weights) is not.
+VOCAB_PER_WIDTH = 32
+EMBEDDING_SHARE = 0.5
+
+
+def vocabulary_warning(spec: ExperimentSpec, vocab: int) -> str | None:
+    """A warning where the vocabulary is more than VOCAB_PER_WIDTH times d_model and the embedding tables
+    hold more than EMBEDDING_SHARE of the weights (about: 4d^2 per attention, 2 d d_ff per FFN), else None."""
+    m = spec.model
+    d = m.d_model
+    if vocab <= VOCAB_PER_WIDTH * d:
+        return None
+    attention = 4 * d * d
+    ffn = 2 * d * m.d_ff
+    if spec.is_lm:
+        body = m.decoder_layers * (attention + ffn)
+    else:
+        body = m.encoder_layers * (attention + ffn) + m.decoder_layers * (2 * attention + ffn)
+    # the vocabulary-sized matrices (input embeddings, output projection), as the embeddings axis shares them
+    lm_tables, pair_tables = {"tied": 1, "tied_decoder": 1}, {"tied": 1, "shared": 2, "tied_decoder": 2}
+    tables = lm_tables.get(m.embeddings, 2) if spec.is_lm else pair_tables.get(m.embeddings, 3)
+    embedding = tables * vocab * d
+    share = embedding / (embedding + body)
+    if share <= EMBEDDING_SHARE:
+        return None
+    field = "data.tokenizer.path" if spec.data.tokenizer.kind == "file" else "data.tokenizer.vocab_size"
+    fits = VOCAB_PER_WIDTH * d
+    held = f"the embedding table{'s hold' if tables > 1 else ' holds'} about {share:.0%} of the weights"
+    return (f"{field}: a vocabulary of {vocab:,} types at model.d_model {d} ({vocab / d:.0f}x the width): "
+            f"{held}, most of them for types seen a few times each; a vocabulary near {fits:,} (or a wider "
+            "model) spends them on the model")
+
+
 def cmd_validate(specs: Sequence[str], overrides: Sequence[str] = ()) -> int:
-    """`ablate validate`: the spec commands' validation, plus the data files each valid spec names."""
+    """The spec commands' validation, plus the data files each valid spec names (`ablate validate` itself
+    adds a study's design: ablate/study/validate_study.py)."""
     return validate_specs(specs, overrides, check=lambda path, spec: check_data(path, overrides, spec))

@@ -113,8 +113,8 @@ def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
 def open_or_build(source: DocumentSource, data: DataSpec, cache: Path) -> Shards:
     """The corpus's shards: opened when a finished folder holds them, else built (and published) now."""
     # a tokenizer file is read first: a bad one is one line before anything is written
-    own = load_tokenizer_file(data.tokenizer, lowercase=data.lowercase) if data.tokenizer.kind == "file" \
-        else None
+    own = (load_tokenizer_file(data.tokenizer, lowercase=data.lowercase, lm=True)
+           if data.tokenizer.kind == "file" else None)
     key = sha256_json({"v": SHARD_VERSION, "source": source.key, "tokenizer": _tokenizer_identity(data)})[:24]
     final = cache / "shards" / key
     opened = _open(final, own)

@@ -15,6 +15,8 @@ from tqdm import tqdm
 from ablate.hardware import release_freed_memory
 from ablate.spec import metricnames
 
+EXPECTED_AFTER_S = 5.0  # training seconds measured before the run's expected time is said
+
 
 class Progress:
     """A tqdm bar on a terminal; plain periodic lines (no carriage returns) when stderr is not a TTY.
@@ -32,6 +34,7 @@ class Progress:
         self.every_s = every_s
         self.started = time.monotonic()
         self.last_line: float | None = None
+        self.expected_said = False  # the run's expected time on this machine, said once
         self.bar: Any = None
         if self.enabled and sys.stderr.isatty():
             self.bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True)
@@ -44,9 +47,26 @@ class Progress:
         rate = done / max(time.monotonic() - self.started, 1e-9)
         return max(0.0, (self.total - step) / rate)
 
+    def expected(self, step: int) -> str | None:
+        """'expected: about 1.6 min for its 1000 steps on this machine (2 threads), evaluations aside', once
+        EXPECTED_AFTER_S of this process's training has passed; None before, after or without a total."""
+        elapsed = time.monotonic() - self.started
+        if self.expected_said or not self.total or elapsed < EXPECTED_AFTER_S or step <= self.start_step:
+            return None
+        self.expected_said = True
+        whole = elapsed * (self.total - self.start_step) / (step - self.start_step)
+        shown = f"{whole / 60:.1f} min" if whole >= 90 else f"{whole:.0f} s"
+        return (f"expected: about {shown} for its {self.total - self.start_step} steps on this machine "
+                f"({torch.get_num_threads()} CPU threads), evaluations aside")
+
     def update(self, step: int, loss: float, lr: float, tps: float) -> None:
         if not self.enabled:
             return
+        if (said := self.expected(step)) is not None:
+            if self.bar is not None:
+                self.bar.write(said)
+            else:
+                print(said, file=sys.stderr, flush=True)
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=True)

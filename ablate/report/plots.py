@@ -119,16 +119,24 @@ def learning_curves(curves: Mapping[str, Mapping[str, Sequence[Curve]]], metrics
         return save(fig, path)
 
 
-def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, path: Path) -> Path:
-    """Effects against the baseline: point = difference of means, bar = 95% interval (NaN: no bar)."""
+def forest_plot(rows: Sequence[tuple[str, float, float, float]], xlabel: str, path: Path,
+                notes: Sequence[str | None] | None = None) -> Path:
+    """Effects against the baseline: point = difference of means, bar = 95% interval (NaN: no bar); a row
+    with a note ("not testable: p ≥ 0.25 with 3 seeds") grey, hollow, dotted and noted: never a finding."""
+    notes = list(notes) if notes is not None else [None] * len(rows)
     with _style():
         fig = Figure(figsize=(7.0, 1.2 + 0.45 * max(1, len(rows))), layout="constrained")
         ax = fig.subplots()
         ys = np.arange(len(rows))[::-1]
-        for y, (_, diff, lo, hi) in zip(ys, rows, strict=True):
+        for y, (_, diff, lo, hi), note in zip(ys, rows, notes, strict=True):
+            color = "#1f77b4" if note is None else "#9a9a9a"
             if math.isfinite(lo) and math.isfinite(hi):
-                ax.plot([lo, hi], [y, y], color="#1f77b4", linewidth=2)
-            ax.plot([diff], [y], "o", color="#1f77b4" if math.isfinite(lo) else "#7f7f7f")
+                ax.plot([lo, hi], [y, y], color=color, linewidth=2, linestyle="-" if note is None else ":")
+            face = "white" if note is not None else (color if math.isfinite(lo) else "#7f7f7f")
+            ax.plot([diff], [y], "o", color=color if math.isfinite(lo) else "#7f7f7f", markerfacecolor=face)
+            if note is not None:
+                ax.annotate(note, (0.99, y), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                            fontsize=7, color="#555555", xytext=(0, 3), textcoords="offset points")
         ax.axvline(0.0, color="#444444", linewidth=1, linestyle="--")
         ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
@@ -185,7 +193,6 @@ def verdict_forest(rows: Sequence[tuple[str, Interval, Interval | None]], band: 
 @dataclass(frozen=True)
 class CostPoint:
     """One variant in the quality-vs-cost plot: the means over finished seeds and the seeds' range."""
-
     label: str
     cost: float
     cost_lo: float
@@ -197,10 +204,9 @@ class CostPoint:
 
 
 def quality_vs_cost(points: Sequence[CostPoint], xlabel: str, ylabel: str, path: Path) -> Path:
-    """Variants at (mean cost, mean quality) with bars from the lowest to the highest seed (a range of
-    measured values: a wall time never goes below zero, as a mean ± t-interval of two seeds can). Variants
-    are told apart by colour and marker in a legend below the plot, so no label overlaps a point or
-    another label; the Pareto front is joined."""
+    """Variants at (mean cost, mean quality) with bars from the lowest to the highest seed (a wall time never
+    below zero, as a mean ± t-interval of two seeds can go), told apart by colour and marker in a legend
+    below the plot (no label over a point or a label); the Pareto front joined."""
     with _style():
         fig = Figure(figsize=(6.4, 4.4 + 0.22 * math.ceil(len(points) / 2)), layout="constrained")
         ax = fig.subplots()
@@ -357,9 +363,7 @@ class ScalingCurve:
 
 @dataclass(frozen=True)
 class GapSeries:
-    """One comparison in the scaling figure's lower panel: its gap (variant - baseline) at each rung with
-    that rung's interval, and the gap fitted as a line in log compute, with its interval at both ends."""
-
+    """A comparison in the scaling figure's lower panel: its gap at each rung, its fitted line's ends."""
     label: str
     color: int  # the variant's index among the curves: the same colour in both panels
     rungs: Sequence[tuple[float, float, float, float]]  # (compute, gap, lo, hi) per rung
@@ -372,10 +376,9 @@ def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float
     """The metric against training compute on a log axis: per variant its seeds (dots), rung means
     (markers), fitted curve and band, solid up to the largest rung and dashed beyond it (an
     extrapolation); the target marked; each rung's verdicts written above it (``rung_notes``: compute,
-    text; neighbours too close to share a line are staggered). Under it, with ``gaps``, a panel of each
-    comparison's gap against the same compute axis (the curves above overlap where the gaps are small):
-    its rung intervals as bars and its fitted line with the band between its ends' intervals. PDF and
-    SVG beside the PNG."""
+    text; neighbours too close to share a line are staggered). Under it, with ``gaps``, each comparison's
+    gap on the same compute axis (the curves overlap where gaps are small): rung intervals as bars, the
+    fitted line with its band. PDF and SVG beside the PNG."""
     with _style():
         fig = Figure(figsize=(7.5, 7.2 if gaps else 5.0), layout="constrained")
         ax, gx = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if gaps else (fig.subplots(), None)
@@ -411,8 +414,8 @@ def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float
 
 
 def _rung_notes(ax: Axes, notes: Sequence[tuple[float, str]]) -> None:
-    """Each rung's name and verdict marks above it; a note closer to the last one on its line than a tenth
-    of the axis goes one line lower, so that neighbouring rungs' notes do not print over each other."""
+    """Each rung's name and verdict marks above it, a note nearer its line's last than a tenth of the axis
+    one line lower (neighbours never print over each other)."""
     bottom, top = ax.get_ylim()
     top = ax.set_ylim(bottom, top + 0.26 * (top - bottom))[1]  # headroom for the notes, two lines deep
     (left, right), last_on_line = (math.log10(v) for v in ax.get_xlim()), dict[int, float]()
@@ -429,8 +432,7 @@ def _rung_notes(ax: Axes, notes: Sequence[tuple[float, str]]) -> None:
 
 
 def _gap_panel(ax: Axes, gaps: Sequence[GapSeries], label: str) -> None:
-    """Each comparison's gap: rung means with their intervals (bars, nudged apart in x so that several
-    comparisons at one rung stay readable) and the fitted line with its band; 0 marked."""
+    """Each comparison's gap: rung means with intervals (nudged apart in x), the fitted line, its band."""
     ax.axhline(0.0, color="#444444", linewidth=0.8)
     for j, g in enumerate(gaps):
         color, (_, marker) = _color(g.color), _style_of(g.color)

@@ -7,7 +7,8 @@ val/test), ``ablate translate`` /
 ``ablate evaluate`` over a run read back from MLflow (``translate``; a language model's perplexity on one's
 own held-out text: ``heldout``; lm-evaluation-harness tasks: ``downstream``, which ``evaluation`` also
 calls for ``eval.downstream``), ``ablate generate`` (``generate``) and ``ablate export-model``
-(``export_model``: a run as a Hugging Face transformers model folder).
+(``export_model``: a run as a Hugging Face transformers model folder); ``--study STUDY --best`` for
+evaluate, translate and generate, the study's best cell (``best_cell``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

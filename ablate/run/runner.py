@@ -33,7 +33,7 @@ from ablate.engine.dispatch import build_any, compile_layers, eager
 from ablate.engine.metrics import signatures
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import EvalHook, Trainer, TrainOutcome
-from ablate.hardware import fp32_matmul, prepare_device
+from ablate.hardware import busy_cores_note, fp32_matmul, prepare_device
 from ablate.run.distributed import DistInfo, from_main, init_distributed, pick_device, rank0_checkpoint
 from ablate.run.evaluation import Model, describe_device, final_evaluation
 from ablate.run.lock import RunLock
@@ -125,6 +125,8 @@ def run_experiment(spec: ExperimentSpec, *, hook: EvalHook | None = None, run_di
     threads_before = torch.get_num_threads()
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
+    else:
+        busy_cores_note(spec.train.device, quiet)
     try:
         return _run(spec, options)
     finally:

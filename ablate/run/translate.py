@@ -27,6 +27,7 @@ from ablate.engine.decode import decode_batch, length_sorted_batches
 from ablate.engine.dispatch import build_any
 from ablate.engine.trainer import load_checkpoint
 from ablate.errors import AblateError
+from ablate.run.best_cell import chosen_run
 from ablate.run.heldout import evaluate_text
 from ablate.spec.load import load_spec
 from ablate.tracking import download_artifacts, record, resolve_run_id
@@ -132,10 +133,12 @@ def _read_lines(path: str) -> list[str]:
         raise AblateError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def main_translate(run_id: str, text: str | None, beam: int | None = None,
-                   input_path: str | None = None) -> int:
+def main_translate(run_id: str | None, text: str | None, beam: int | None = None,
+                   input_path: str | None = None, study: str | None = None, best: bool = False) -> int:
     """`ablate translate`: TEXT, or every line of ``--input FILE`` (or standard input), one output line
-    each."""
+    each; ``--study STUDY --best``: the study's best cell instead of a RUN_ID."""
+    if study is not None and run_id is not None and text is None:  # `--study S --best TEXT`: TEXT comes first
+        run_id, text = None, run_id
     if text is not None and input_path is not None:
         raise AblateError("give TEXT or --input FILE, not both")
     if text is None and input_path is None:
@@ -143,7 +146,7 @@ def main_translate(run_id: str, text: str | None, beam: int | None = None,
             raise AblateError("nothing to translate: give TEXT, --input FILE, or sentences on standard input")
         input_path = "-"
     texts = [text] if text is not None else _read_lines(input_path or "-")
-    run = load_run_model(run_id)
+    run = load_run_model(chosen_run(run_id, study, best))
     if run.spec.model.arch == "decoder_only":
         raise AblateError(f"run {run.run_id} is a decoder-only language model: use `ablate generate`")
     for line in translate(run, texts, beam=beam, warn=_warn):
@@ -151,31 +154,33 @@ def main_translate(run_id: str, text: str | None, beam: int | None = None,
     return 0
 
 
-def main_evaluate(run_id: str, src_path: str | None = None, ref_path: str | None = None,
+def main_evaluate(run_id: str | None, src_path: str | None = None, ref_path: str | None = None,
                   text_path: str | None = None, beam: int | None = None, tasks: str | None = None,
-                  include_path: str | None = None, fewshot: int = 0, limit: int | None = None) -> int:
+                  include_path: str | None = None, fewshot: int = 0, limit: int | None = None,
+                  study: str | None = None, best: bool = False) -> int:
     """`ablate evaluate RUN_ID --src FILE --ref FILE`: BLEU and chrF of a translation run's best checkpoint
     on a new test set, with sacreBLEU's signatures (so the numbers can be compared and recomputed);
     `ablate evaluate RUN_ID --text FILE`: a language model's perplexity and bits per byte on held-out text;
-    `ablate evaluate RUN_ID --tasks a,b`: a language model on lm-evaluation-harness tasks."""
+    `ablate evaluate RUN_ID --tasks a,b`: a language model on lm-evaluation-harness tasks;
+    ``--study STUDY --best`` instead of a RUN_ID: the study's best cell."""
     if tasks is not None:
         if src_path is not None or ref_path is not None or text_path is not None:
             raise AblateError("give --tasks alone: lm-evaluation-harness tasks bring their own data")
         from ablate.run import downstream  # lazy: lm-eval is the optional interop extra
 
         section = downstream.tasks_from_command(tasks, include_path, fewshot, limit)
-        run = load_run_model(run_id)
+        run = load_run_model(chosen_run(run_id, study, best))
         return downstream.evaluate_tasks(run.run_id, run.model, run.spec, run.tok, section)
     if text_path is not None:
         if src_path is not None or ref_path is not None:
             raise AblateError("give --text FILE (a language model) or --src and --ref (a translation model)")
 
-        run = load_run_model(run_id)
+        run = load_run_model(chosen_run(run_id, study, best))
         return evaluate_text(run.run_id, run.model, run.spec, run.tok, text_path)
     if src_path is None or ref_path is None:
         raise AblateError("give --src FILE and --ref FILE (a translation model) or --text FILE (a language "
                           "model)")
-    return _evaluate_translation(run_id, src_path, ref_path, beam)
+    return _evaluate_translation(chosen_run(run_id, study, best), src_path, ref_path, beam)
 
 
 def _evaluate_translation(run_id: str, src_path: str, ref_path: str, beam: int | None) -> int:

@@ -24,8 +24,8 @@ from ablate.spec.base import Checks
 from registry import Axis, Option
 from registry.aliases import did_you_mean
 
-__all__ = ["axis_fields", "check_axis", "identity_options", "option_names", "option_owner", "options_of",
-           "section_axis", "section_option_values", "value_field"]
+__all__ = ["axis_fields", "check_axis", "identity_options", "ignored_fields", "option_names", "option_owner",
+           "options_of", "section_axis", "section_option_values", "settled_overrides", "value_field"]
 
 
 def options_of(axis: Axis) -> list[Option]:
@@ -152,6 +152,61 @@ def identity_options(section: str, values: dict[str, Any]) -> dict[str, Any]:
         if axis.added_later and out.get(field) == axis.default:
             out.pop(field, None)
     return out
+
+
+def _dotted(data: Mapping[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def settled_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` of a spec's raw ``data`` (an ablation cell's), completed so that a component it swaps in
+    finds no setting of the one it swaps out: where an override changes an axis's variant, the old variant's
+    own options that the new one does not take are cleared (None: not given), and a sub-axis the new variant
+    does not take goes back to its default (``model.ffn: swiglu`` over a GELU MLP resets
+    ``model.activation``: a gated FFN fixes its own). A field the overrides set themselves is never touched,
+    so a real conflict (``{model.ffn: swiglu, model.activation: gelu}``) stays an error."""
+    out = dict(overrides)
+    for axis in registry.axes():
+        field = axis.spec_field
+        if field not in overrides:
+            continue
+        value = overrides[field]
+        entry = registry.REGISTRY.entry(axis.kind, value) if (axis.kind, value) in registry.REGISTRY else None
+        taken = {o.name for o in entry.options} if entry is not None else set()
+        section = field.rpartition(".")[0]
+        for option in options_of(axis):
+            path = f"{section}.{option.name}"
+            if (option.name not in taken and all(o.name != option.name for o in axis.options)
+                    and path not in overrides and _dotted(data, path) is not None):
+                out[path] = None
+        for sub in registry.axes():
+            if sub.parent != axis.kind or sub.spec_field in overrides:
+                continue
+            given = _dotted(data, sub.spec_field)
+            if given is not None and given != sub.default and (entry is None or sub.kind not in entry.takes):
+                out[sub.spec_field] = sub.default
+    return out
+
+
+def ignored_fields(flat: Mapping[str, Any]) -> set[str]:
+    """The dotted fields of a flattened spec that its components ignore: a sub-axis whose parent's chosen
+    variant does not take it (``model.activation`` under ``model.ffn: swiglu``). A spec diff leaves them out:
+    they change nothing the run computes. Values may be as logged (MLflow params are text)."""
+    ignored = set()
+    for sub in registry.axes():
+        if sub.parent is None:
+            continue
+        parent = registry.axis(sub.parent)
+        value = flat.get(parent.spec_field)
+        if value is None:
+            continue
+        entry = next((e for e in registry.REGISTRY.entries(parent.kind) if e.name == str(value)), None)
+        if entry is not None and sub.kind not in entry.takes:
+            ignored.add(sub.spec_field)
+    return ignored
 
 
 def _same(value: Any, default: Any) -> bool:

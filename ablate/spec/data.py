@@ -137,7 +137,8 @@ class SpecialTokens(Strict):
     usual ones (<pad>/[PAD], <s>/<|begin_of_text|>, </s>/<|endoftext|>, <unk>/[UNK])."""
 
     pad: str | None = None
-    """the padding token, e.g. <|endoftext|> for GPT-2's tokenizer, which has none of its own"""
+    """the padding token, e.g. <|endoftext|> for GPT-2's tokenizer, which has none of its own (a language
+    model's file whose one special is its end of text uses it as pad and bos unasked)"""
     bos: str | None = None
     """the token that opens a document (a language model) or a target sentence"""
     eos: str | None = None

@@ -144,6 +144,25 @@ ablation:
     model.norm: [builtin, rms]
   seeds: [0, 1, 2, 3]
 """),
+    Example("A component and its settings as one axis (named levels)", "An axis may be given as named "
+            "levels instead of a field's values: each level sets every field it needs, so components that "
+            "take different settings cross in a factorial (a gated FFN fixes its own activation; a GELU MLP "
+            "is `ffn: linear` with `activation: gelu`). The axis's name labels the variants (`ffn=swiglu`); "
+            "a level equal to the baseline is the baseline. Where a level swaps a component, settings that "
+            "only the old one takes go back to their defaults (an activation under a gated FFN, a GLU's "
+            "width under a plain MLP) and are not reported as changed.", """\
+name: ffn-norm-2x2
+model: {ffn: linear, activation: gelu}
+train: {max_steps: 1000}
+ablation:
+  design: full_factorial
+  axes:
+    ffn:
+      gelu_mlp: {model.ffn: linear, model.activation: gelu}
+      swiglu: {model.ffn: swiglu}
+    model.norm: [builtin, rms]
+  seeds: [0, 1, 2, 3]
+"""),
     Example("Named variants (`design: variants`)", "Each variant is a set of overrides, dotted or nested, "
             "with an optional label: a paper's recipe or a tutorial's design, changing several fields at "
             "once.", """\

@@ -22,6 +22,8 @@ from pydantic_core import ErrorDetails
 
 import registry
 from ablate import hardware
+from ablate.spec.axis_fields import settled_overrides
+from ablate.spec.axis_levels import level_fields
 from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
 from ablate.spec.schema import json_schema as build
@@ -342,8 +344,12 @@ def _check_paths(data: dict[str, Any], smap: SourceMap, origin: str, out: _Colle
     """Ablation axes and search dimensions must name spec fields (checked even when the rest is invalid)."""
     bad: set[str] = set()
     rungs = _section(data, "ablation", "scales", "rungs")
+    axes = _section(data, "ablation", "axes")
+    levels = {str(name): values for name, values in axes.items() if isinstance(values, dict)}
     for section, keys in (
-        ("ablation.axes", _section(data, "ablation", "axes")),
+        ("ablation.axes", {k: v for k, v in axes.items() if str(k) not in levels}),
+        *((f"ablation.axes.{name}.{level}", level_fields(fields))
+          for name, values in levels.items() for level, fields in values.items() if isinstance(fields, dict)),
         ("search.space", _section(data, "search", "space")),
         ("ablation.tune.space", _section(data, "ablation", "tune", "space")),
         ("ablation.confirm.overrides", _section(data, "ablation", "confirm", "overrides")),
@@ -356,7 +362,7 @@ def _check_paths(data: dict[str, Any], smap: SourceMap, origin: str, out: _Colle
             if error:
                 path = f"{section}.{key}"
                 out.add(Problem(smap.where(path, origin), path, error))
-                bad.add(str(key))
+                bad.add(path.removeprefix("ablation.axes.") if section != "ablation.axes" else str(key))
     return bad
 
 
@@ -375,28 +381,43 @@ def _check_axis_values(
     for key, values in spec.ablation.axes.items():
         if key in skip:
             continue
-        unreliable = {r for r in removed if r != key and not r.startswith(key + ".")}  # the axis sets key
-        for i, value in enumerate(values):
-            path = join(f"ablation.axes.{key}", i)
-            cell = copy.deepcopy(base)
-            subs: list[Problem] = []
-            try:
-                set_dotted(cell, key, value)
-                cell_spec = ExperimentSpec.model_validate(cell)
-                if check_hardware and key == "train.precision":
-                    subs = _precision(cell_spec, SourceMap(), "")
-            except KeyError as exc:
-                out.add(Problem(smap.where(path, origin), path, f"cannot set {key}: {exc.args[0]}"))
-            except ValidationError as exc:
-                for err in exc.errors():
-                    cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
-                    if spec.ablation.design == "full_factorial" and cross:
-                        continue
-                    subs += [p for p, involves in explain(err, SourceMap(), "")
-                             if not touches(involves, unreliable)]
-            for sub in subs:
-                message = f"{key}: {show(value)} gives an invalid spec: {sub.path}: {sub.message}"
-                out.add(Problem(smap.where(path, origin), path, message))
+        if isinstance(values, dict):  # named levels: each sets its fields
+            levels = [(join(f"ablation.axes.{key}", name), level_fields(fields))
+                      for name, fields in values.items()]
+        else:
+            levels = [(join(f"ablation.axes.{key}", i), {key: value}) for i, value in enumerate(values)]
+        for path, fields in levels:
+            if any(f"{path.removeprefix('ablation.axes.')}.{field}" in skip for field in fields):
+                continue  # a field that is no spec field: reported already
+            # the axis sets its fields: a problem of the base spec's own value of one is not the base's
+            unreliable = {r for r in removed if not any(r == f or r.startswith(f + ".") for f in fields)}
+            _check_level(spec.ablation.design, base, path, fields, smap, origin, out, unreliable,
+                         check_hardware)
+
+
+def _check_level(design: str, base: dict[str, Any], path: str, fields: dict[str, Any], smap: SourceMap,
+                 origin: str, out: _Collector, unreliable: set[str], check_hardware: bool) -> None:
+    """One axis value (or named level) set on the base spec, as the study derives its cell."""
+    cell = copy.deepcopy(base)
+    subs: list[Problem] = []
+    shown = ", ".join(f"{k}: {show(v)}" for k, v in fields.items())
+    try:
+        for key, value in settled_overrides(base, fields).items():
+            set_dotted(cell, key, value)
+        cell_spec = ExperimentSpec.model_validate(cell)
+        if check_hardware and "train.precision" in fields:
+            subs = _precision(cell_spec, SourceMap(), "")
+    except KeyError as exc:
+        out.add(Problem(smap.where(path, origin), path, f"cannot set {shown}: {exc.args[0]}"))
+    except ValidationError as exc:
+        for err in exc.errors():
+            cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
+            if design == "full_factorial" and cross:
+                continue
+            subs += [p for p, involves in explain(err, SourceMap(), "") if not touches(involves, unreliable)]
+    for sub in subs:
+        message = f"{shown} gives an invalid spec: {sub.path}: {sub.message}"
+        out.add(Problem(smap.where(path, origin), path, message))
 
 
 # ---------------------------------------------------------------- output

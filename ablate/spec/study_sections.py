@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ablate.spec import metricnames
+from ablate.spec.axis_levels import axis_kinds, check_levels
 from ablate.spec.base import BIG, Bool, Checks, Float, Int, LaterFields, SpecFieldError, Strict
 from ablate.spec.ladder_section import DATA_BUDGET_SEP as DATA_BUDGET_SEP
 from ablate.spec.ladder_section import RUNG_NAME as RUNG_NAME
@@ -178,9 +179,10 @@ class AblationSpec(LaterFields):
     """An ablation study (``ablate study``): the rest of the spec is the baseline; every variant it
     derives runs on every seed, and the report compares each with the baseline, paired by seed."""
 
-    axes: dict[str, list[Any]] = {}
-    """a dotted spec field -> the values it takes, e.g. model.norm: [builtin, rms]; a value equal to the
-    baseline's is the baseline"""
+    axes: dict[str, list[Any] | dict[str, dict[str, Any]]] = {}
+    """a dotted spec field -> the values it takes, e.g. model.norm: [builtin, rms]; or an axis name -> its
+    levels, each a name -> the fields it sets, e.g. ffn: {swiglu: {model.ffn: swiglu}, gelu_mlp: {model.ffn:
+    linear, model.activation: gelu}}; a value (or level) equal to the baseline's is the baseline"""
     design: Literal["one_at_a_time", "full_factorial", "variants"] = "one_at_a_time"
     """one_at_a_time: each axis value alone against the baseline; full_factorial: every combination of the
     axes (main effects and interactions in the report); variants: the listed variants as they are"""
@@ -224,6 +226,12 @@ class AblationSpec(LaterFields):
 
     later_fields = ("tune", "confirm", "pilot", "tuned_on", "scales")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _axis_kinds(cls, data: Any) -> Any:
+        axis_kinds(data)
+        return data
+
     @model_validator(mode="after")
     def _shape(self) -> AblationSpec:
         checks = Checks()
@@ -235,6 +243,8 @@ class AblationSpec(LaterFields):
         for field, values in self.axes.items():
             if not values:
                 checks.fail(f"axes.{field}", f"axis {field!r} has no values")
+            elif isinstance(values, dict):
+                check_levels(checks, field, values)
         if self.seeds is not None and self.repeats is not None:
             checks.fail("repeats", "give seeds or repeats, not both", "seeds")
         if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):

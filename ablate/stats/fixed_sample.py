@@ -37,10 +37,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from ablate.stats.verdict import ALPHA
+from ablate.stats.verdict import ALPHA, SIGN_FLIP_PAIRS
 
 CONFIDENCE = 0.95
-TINY = 3  # at most this many observations: bootstrap interval and permutation test instead of a t-test
+TINY = SIGN_FLIP_PAIRS  # at most this many observations: bootstrap interval and permutation test, no t-test
 RESAMPLES = 9999  # bootstrap resamples; a permutation test is exact up to this many permutations
 RESAMPLE_SEED = 0  # fixed: the same runs give the same intervals
 

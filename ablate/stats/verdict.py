@@ -48,6 +48,15 @@ Question = Literal["better", "worse", "none", "identical"] | None
 # the sign, which more seeds would not turn.
 EQUIVALENCE_PAIRS = 4
 
+# At most this many pairs, a fixed-sample comparison is tested exactly: sign flips of the per-seed differences
+# (ablate/report/compute/statistics.py), whose smallest two-sided p is 2 / 2^n (3 pairs: 0.25).
+SIGN_FLIP_PAIRS = 3
+
+
+def sign_flip_floor(pairs: int) -> float:
+    """The smallest two-sided p an exact sign-flip test of ``pairs`` paired differences can give."""
+    return min(1.0, 2.0 / 2**pairs)
+
 
 class State(StrEnum):
     """What one look's interval says (ablate.stats.sequential.evaluate)."""

@@ -9,7 +9,8 @@ parent run, the rounds and arms, the grid of outcomes; ``parent_run``: the study
 ``recorded_study``: what the study states about itself for its report, written once to that run), the
 queue of cells that runs each once (``cell_queue``), **where a cell is trained** (``train_cells``: one cell,
 the worker loop, the rounds of an arm), which cells the next round of adaptive seeds needs (``seed_rounds``),
-the precision every cell runs at (``precision``) and stopping on a repeated failure (``failfast``). The
+the precision every cell runs at (``precision``) and stopping on a repeated failure (``failfast``);
+``ablate validate``, a study's design expanded as its dry run expands it (``validate_study``). The
 worker processes are handed in from ``ablate.launch`` (``worker_pool``).
 
 Sizing a study before its first cell: the noise and cell times of a pilot study (``pilot``), the power

@@ -56,7 +56,14 @@ from ablate.study.precision import other_precision, pinned_precision
 from ablate.study.recorded_study import SequentialDesign, StudyRecord, as_json, to_tags
 from ablate.study.sized_ladder import format_ladder_plan, ladder_plan
 from ablate.study.sized_ladder import plan_record as ladder_plan_record
-from ablate.study.sizing import format_power_plan, own_seeds_plan, plan_record, scale_notes, study_plan
+from ablate.study.sizing import (
+    format_power_plan,
+    own_seeds_plan,
+    plan_record,
+    reach_lines,
+    scale_notes,
+    study_plan,
+)
 from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
@@ -295,8 +302,9 @@ def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: A
         return _ladder_power_lines(plan, records)
     planned = planned if planned is not None else study_plan(plan)
     if planned is None:
-        return "power plan: one seed per variant, no paired test to plan"
-    lines = [format_power_plan(planned, abl.min_effect, workers)]
+        one = "power plan: one seed per variant, no paired test to plan"
+        return "\n".join([one, *reach_lines(plan, None)])
+    lines = [format_power_plan(planned, abl.min_effect, workers), *reach_lines(plan, planned)]
     if abl.metric == "auto":
         lines.append(f"  ablation.metric: auto resolved to {plan.metric}: it decides; other metrics are "
                      "reported beside it and never decide")

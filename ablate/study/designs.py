@@ -10,12 +10,16 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import AblateError
 from ablate.spec import metricnames
+from ablate.spec.axis_fields import ignored_fields, settled_overrides
+from ablate.spec.axis_levels import level_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
+from ablate.spec.study_sections import AblationSpec
 from ablate.spec.yamlsrc import Problem, join
 from ablate.stats.sequential import Design
 from ablate.study import arm_settings as tuning
@@ -60,9 +64,12 @@ def _compared(spec: ExperimentSpec) -> dict[str, Any]:
 
 
 def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str, Any, Any]]:
-    """Fields whose resolved values differ (the seed aside): what a report says distinguishes two runs."""
+    """Fields whose resolved values differ (the seed aside; a field a component of either spec ignores, such
+    as model.activation under a gated FFN, is no difference): what a report says distinguishes two runs."""
     a, b = _compared(baseline), _compared(other)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    ignored = ignored_fields(a) | ignored_fields(b)  # a sub-axis the component of either spec does not take
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and k not in ignored]
 
 
 def _expand_cells(data: Any, smap: Any, origin: str, seeds: Sequence[int], rungs: list[Rung],
@@ -83,8 +90,10 @@ def _expand_cells(data: Any, smap: Any, origin: str, seeds: Sequence[int], rungs
     return cells
 
 
-def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
-    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis."""
+def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True) -> StudyPlan:
+    """Expand the ablation design into cells; an invalid variant is a spec error naming its axis. ``size``
+    false: a ``seeds.max: auto`` is not chosen from the pilot (nothing read beyond the spec; `ablate
+    validate`), its cells planned at ``seeds.min``."""
     spec = load_spec(spec_path, overrides)
     abl = spec.ablation
     if abl is None:
@@ -95,39 +104,40 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     variants: list[tuple[str, dict[str, Any], ExperimentSpec]] = [("baseline", {}, baseline)]
     seen, problems = {baseline.spec_hash}, list[Problem]()
     written: dict[str, str] = {"baseline": ""}  # each variant's place in the spec
+    design = abl.design
 
-    def add(overrides_: dict[str, Any], at: str, label: str | None = None) -> None:
-        label = label or _label(overrides_)
+    def add(given: dict[str, Any], at: str, label: str | None = None) -> None:
+        label = label or _label(given)
         where = smap.where(at, origin)
+        overrides_ = settled_overrides(data, given)
         try:
             variant = derive(data, smap, overrides_, where)
         except SpecError as exc:  # name the axis (or variant) at fault, then what the cell's spec says
-            shown = ", ".join(f"{k}={show(v)}" for k, v in overrides_.items())
-            problems.extend(Problem(where, at, f"{shown} gives an invalid spec: {p.path}: {p.message}")
-                            for p in exc.problems)
+            shown = ", ".join(f"{k}={show(v)}" for k, v in given.items())
+            problems.extend(Problem(where, at, f"{shown} gives an invalid spec: {p.path}: {p.message}"
+                                    + _levels_hint(design, p.message)) for p in exc.problems)
             return
         if variant.spec_hash not in seen:  # a value equal to the baseline's is the baseline
             seen.add(variant.spec_hash)
             variants.append((label, overrides_, variant))
             written[label] = at
 
-    def is_base(key: str, value: Any) -> bool:
+    def is_base(given: dict[str, Any]) -> bool:
         try:
-            return derive(data, smap, {key: value}, origin).spec_hash == baseline.spec_hash
+            return derive(data, smap, settled_overrides(data, given), origin).spec_hash == baseline.spec_hash
         except SpecError:
             return False  # invalid alone, valid with another axis' value (full factorial)
 
-    axes = abl.axes
+    axes = axis_levels(abl)
     if abl.design == "one_at_a_time":
-        for key, values in axes.items():
-            for i, value in enumerate(values):
-                add({key: value}, join(f"ablation.axes.{key}", i))
+        for level in (level for levels in axes.values() for level in levels):
+            add(level.fields, level.at, level.label)
     elif abl.design == "full_factorial":
-        keys = list(axes)
-        for combo in itertools.product(*(list(enumerate(axes[k])) for k in keys)):
-            chosen = {k: v for k, (_, v) in zip(keys, combo, strict=True)}
-            changed = {k: v for k, v in chosen.items() if not is_base(k, v)}
-            add(chosen, "ablation.axes", _label(changed))
+        problems += _shared_fields(axes, smap, origin)
+        for combo in itertools.product(*axes.values()):
+            chosen = {k: v for level in combo for k, v in level.fields.items()}
+            changed = [level.label for level in combo if not is_base(level.fields)]
+            add(chosen, "ablation.axes", ", ".join(changed) or "baseline")
     else:
         for i, entry in enumerate(abl.variants):
             entry = dict(entry)
@@ -154,7 +164,8 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     if problems:
         raise SpecError(problems)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
-        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants])
+        at_min = abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": abl.seeds.min})})
+        abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants]) if size else at_min
     if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
         assert abl.seeds.max != "auto"
         seeds = [spec.seed + i for i in range(abl.seeds.max)]
@@ -163,6 +174,53 @@ def plan_study(spec_path: str, overrides: Sequence[str] = ()) -> StudyPlan:
     cells = _expand_cells(data, smap, origin, seeds, rungs, labelled)
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides), rungs=rungs)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One value of an ablation axis: the fields it sets, its label part (``norm=rms``, ``ffn=gelu_mlp``)
+    and where the spec gives it."""
+
+    label: str
+    fields: dict[str, Any]
+    at: str
+
+
+def axis_levels(abl: AblationSpec) -> dict[str, list[Level]]:
+    """Each axis of ``ablation.axes`` as its levels: a field's values (``model.norm: [builtin, rms]``: one
+    field each) or an axis's named levels (``ffn: {swiglu: {model.ffn: swiglu}, gelu_mlp: {model.ffn: linear,
+    model.activation: gelu}}``: the fields each sets)."""
+    out: dict[str, list[Level]] = {}
+    for key, values in abl.axes.items():
+        if isinstance(values, dict):
+            out[key] = [Level(f"{key}={name}", level_fields(fields), join(f"ablation.axes.{key}", name))
+                        for name, fields in values.items()]
+        else:
+            out[key] = [Level(_label({key: value}), {key: value}, join(f"ablation.axes.{key}", i))
+                        for i, value in enumerate(values)]
+    return out
+
+
+def _shared_fields(axes: dict[str, list[Level]], smap: Any, origin: str) -> list[Problem]:
+    """Two axes of a factorial that set one field would overwrite each other in some cells."""
+    problems, owner = [], dict[str, str]()
+    for key, levels in axes.items():
+        for field in dict.fromkeys(f for level in levels for f in level.fields):
+            if field in owner and owner[field] != key:
+                at = f"ablation.axes.{key}"
+                problems.append(Problem(smap.where(at, origin), at, f"axis {key!r} sets {field}, which axis "
+                                        f"{owner[field]!r} sets too: a factorial's axes set distinct fields "
+                                        "(one axis may set several, as named levels)"))
+            owner.setdefault(field, key)
+    return problems
+
+
+def _levels_hint(design: str, message: str) -> str:
+    """A factorial cell two list axes cannot form (a gated FFN with a GELU): point at named levels."""
+    if design != "full_factorial" or " applies to " not in message:
+        return ""
+    return ("; a component and the settings it takes are one axis of named levels, e.g. ffn: {swiglu: "
+            "{model.ffn: swiglu}, gelu_mlp: {model.ffn: linear, model.activation: gelu}} (docs/spec.md)")
 
 
 def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:

@@ -29,6 +29,7 @@ from ablate.stats.power import (
     simulate,
 )
 from ablate.stats.sequential import POWER, Design, Question
+from ablate.stats.verdict import EQUIVALENCE_PAIRS, SIGN_FLIP_PAIRS, sign_flip_floor
 from ablate.study.cell_queue import CellRecords
 from ablate.study.pilot import PairedNoise, Pilot, paired_sd, read_pilot
 from ablate.study.seed_rounds import ended_pairs, questions
@@ -193,8 +194,10 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
         if c.noise is not None and c.question not in (None, "identical") and (
                 c.needed is None or c.needed > d.looks[-1]):
             about = f"about {c.needed}" if c.needed is not None else f"more than {MOST_SEEDS}"
+            could = (f"the smallest design that could: seeds: {{min: {d.looks[0]}, max: {c.needed}}}"
+                     if c.needed is not None else f"no design of up to {MOST_SEEDS} seeds could")
             lines.append(f"  cannot settle '{claim_text(c.label, c.question, c.margin, min_effect)}': needs "
-                         f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}")
+                         f"{about} seeds at sd {c.sized_sd:.3g}; seeds.max is {d.looks[-1]}; {could}")
     lines.append(f"  sd: the spread (standard deviation) of the paired seed differences, variant minus "
                  f"baseline on the same seed, with its upper {SD_CONFIDENCE:.0%} confidence bound, which the "
                  f"plan sizes on; detects: the smallest true difference found with {POWER:.0%} power"
@@ -224,6 +227,42 @@ def cost_lines(pp: PowerPlan, workers: int) -> list[str]:
             f"{worst_s / 3600:.1f} h one cell at a time, about {expected * mean_s / 3600:.1f} h expected, "
             f"about {estimate_wall_s(mean_s, round(expected), workers) / 3600:.1f} h of wall time with "
             f"{workers} worker{'s' * (workers != 1)}"]
+
+
+def reach_lines(plan: StudyPlan, pp: PowerPlan | None) -> list[str]:
+    """One plain line per comparison its design cannot decide, with the smallest design that could: fixed
+    seeds too few for the report's exact test (3 pairs: its smallest p is 0.25), a ``none`` claim under
+    EQUIVALENCE_PAIRS pairs at the most (a claim the power plan, ``pp``, sized by a pilot, does not settle
+    at ``seeds.max`` has its "cannot settle" line there). The report's verdicts and figures then say "not
+    testable" or "not settled"."""
+    abl = plan.ablation
+    fixed = plan.design is None
+    most = len(plan.seeds) if fixed else plan.verdict_design.looks[-1]
+    asked = questions(abl)
+    sized = {c.label: c for c in pp.comparisons} if pp is not None and pp.source is not None else {}
+    lines = []
+    for label in [v for v in plan.variants if v != "baseline"]:
+        question, margin = asked.get(label, (None, None))
+        plan_of = sized.get(label)
+        needed = plan_of.needed if plan_of is not None else None
+        why = None
+        if fixed and most <= SIGN_FLIP_PAIRS:
+            floor = sign_flip_floor(most)
+            why = (f"{most} fixed seed{'s' * (most != 1)}: no test at all" if most < 2 else
+                   f"{most} fixed seeds: the exact sign-flip test's smallest p is {floor:.2g}, never below "
+                   f"alpha {abl.alpha:g}, so the report can only say 'not testable'")
+        elif question == "none" and most < EQUIVALENCE_PAIRS:
+            why = (f"at most {most} paired seeds: a none claim needs {EQUIVALENCE_PAIRS} at least to be "
+                   "called no effect")
+        if why is None:  # a sized claim that seeds.max does not settle: the power plan's own line says so
+            continue
+        top = max(EQUIVALENCE_PAIRS, SIGN_FLIP_PAIRS + 1, most, needed or 0)
+        first = max(EQUIVALENCE_PAIRS, SIGN_FLIP_PAIRS + 1)
+        guess = ("; a pilot (ablation.pilot) says how many it needs" if plan_of is None else
+                 "" if needed is not None else f"; at its pilot's noise, more than {MOST_SEEDS}")
+        lines.append(f"  cannot decide {claim_text(label, question, margin, abl.min_effect)}: {why}; the "
+                     f"smallest design that could: seeds: {{min: {first}, max: {top}}}{guess}")
+    return lines
 
 
 # Fields that change a likelihood metric's own scale (loss, perplexity): label smoothing trains towards a

@@ -16,7 +16,7 @@ from ablate.cli import main
 from ablate.data.corpus import DataError
 from ablate.data.lm_corpus import PackedBatcher, prepare_lm
 from ablate.data.prepare import prepare_data
-from ablate.data.tokenizer_file import load_tokenizer_file
+from ablate.data.tokenizer_file import load_tokenizer_file, tokenizer_file_check
 from ablate.spec.experiment import ExperimentSpec, TokenizerSpec
 
 TEXT = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm today", "birds sing at dawn"]
@@ -64,14 +64,27 @@ def test_a_language_model_reads_the_files_ids_and_its_special_tokens(tmp_path: P
     assert batch.ids[0, 0] == tok.bos_id and tok.eos_id in batch.targets[0].tolist()
 
 
-def test_special_tokens_named_in_the_spec_and_a_missing_one_named_in_one_line(tmp_path: Path) -> None:
+def test_special_tokens_named_in_the_spec_and_each_missing_one_in_one_line(tmp_path: Path) -> None:
     path = byte_level(tmp_path / "gpt2.json", ["<|endoftext|>"])  # GPT-2 has one special token
     spec = TokenizerSpec(kind="file", path=str(path))
+    # a translation model needs a pad of its own: every missing role at once, one line each
     with pytest.raises(DataError) as info:
         load_tokenizer_file(spec, lowercase=False)
-    message = str(info.value)
-    assert "\n" not in message and message.startswith("data.tokenizer.path: ")
-    assert "has no pad token" in message and "data.tokenizer.specials.pad" in message
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and all(line.startswith("data.tokenizer.path: ") for line in lines)
+    assert "has no pad token" in lines[0] and "data.tokenizer.specials.pad" in lines[0]
+    assert "a translation model needs its own" in lines[0]
+    assert "has no bos token" in lines[1] and "data.tokenizer.specials.bos" in lines[1]
+    # a language model's end-of-text token serves as pad and bos too, as nanoGPT and litgpt use GPT-2's
+    lm = load_tokenizer_file(spec, lowercase=False, lm=True)
+    assert lm.pad_id == lm.bos_id == lm.eos_id == 0
+    note = (f"data.tokenizer.path: {path} has one end-of-text token, '<|endoftext|>': it serves as pad and "
+            "bos too (as in nanoGPT and litgpt; a language model's padding is never scored)")
+    assert tokenizer_file_check(spec, lm=True) == ([], note)
+    # no end-of-text token either: all three roles missing, at once
+    bare = TokenizerSpec(kind="file", path=str(byte_level(tmp_path / "bare.json", ["<sep>"])))
+    problems, note = tokenizer_file_check(bare, lm=True)
+    assert note is None and [m.split(" token")[0].split()[-1] for _, m in problems] == ["pad", "bos", "eos"]
     named = TokenizerSpec(kind="file", path=str(path),
                           specials={"pad": "<|endoftext|>", "bos": "<|endoftext|>"})
     tok = load_tokenizer_file(named, lowercase=False)
@@ -135,6 +148,29 @@ def test_a_missing_or_foreign_file_is_one_located_line_with_exit_2(
     with pytest.raises(DataError):
         prepare_lm(lm_spec(folder, tmp_path / "cache", {"kind": "file", "path": str(path)}))
     assert not (tmp_path / "cache" / "shards").exists()
+
+
+def test_validate_says_which_token_serves_and_warns_of_a_vocabulary_far_wider_than_the_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = byte_level(tmp_path / "gpt2.json", ["<|endoftext|>"], vocab=400)
+    folder = text_corpus(tmp_path / "text")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: own\nmodel: {{arch: decoder_only, d_model: 8, heads: 2, d_ff: 16}}\ndata:\n"
+                    f"  source: text\n  text: {{root: {folder}, train: train.txt, val: val.txt}}\n"
+                    f"  tokenizer: {{kind: file, path: {path}}}\n  cache_dir: {tmp_path / 'cache'}\n")
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("note: data.tokenizer.path: ") and "serves as pad and bos too" in out[0]
+    vocab = Tokenizer.from_file(str(path)).get_vocab_size()
+    # about 300 types at width 8: the input and output tables (2 x 303 x 8) against 2 layers of 4 x 8^2
+    # attention and 2 x 8 x 16 FFN weights each
+    share = 2 * vocab * 8 / (2 * vocab * 8 + 2 * (4 * 64 + 2 * 8 * 16))
+    assert out[1].startswith(f"warning: data.tokenizer.path: a vocabulary of {vocab} types at model.d_model "
+                             f"8 ({vocab / 8:.0f}x the width): the embedding tables hold about {share:.0%}")
+    assert out[2].startswith(f"ok {spec} (")
+    # the same file at a width it suits: no warning
+    assert main(["validate", str(spec), "--set", "model.d_model=64", "--set", "model.d_ff=256"]) == 0
+    assert not any(line.startswith("warning:") for line in capsys.readouterr().out.splitlines())
 
 
 def test_the_spec_ties_path_to_kind_file(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from ablate.report.render import (
     render_markdown,
 )
 from ablate.report.sections.environment import hardware_rows
+from ablate.report.sections.factorial import section as factorial_section
 from ablate.stats import fixed_sample
 
 BASE = {0: 24.1, 1: 25.3, 2: 23.8, 3: 24.9}
@@ -449,6 +450,19 @@ def test_factorial_main_effects_pair_cells_that_differ_in_one_axis() -> None:
     assert grid.unfinished[("post_norm", "0")] == 1 and grid.unfinished[("pre_norm", "400")] == 0
 
 
+def test_a_not_testable_effect_is_marked_in_the_figures_as_in_the_text(tmp_path: Path) -> None:
+    three = st.compare_differences([0.5, 0.6, 0.7])  # an interval clear of 0, from 3 pairs: p >= 0.25
+    assert three.lo > 0 and st.untestable_note(three) == "not testable: p ≥ 0.25 with 3 seeds"
+    assert st.untestable_note(st.compare_differences([0.5, 0.6, 0.7, 0.55])) is None  # a t-test decides
+    study = _factorial_study()
+    rows = factorial_effects(study)
+    section = factorial_section(study, rows, tmp_path)
+    (figure,) = [b for b in section.blocks if isinstance(b, Figure)]
+    # the interaction rests on 2 complete seeds: not testable, and the figure's caption says how it is drawn
+    assert "grey, hollow and dotted: not testable" in figure.caption
+    assert (tmp_path / "factorial.png").is_file()
+
+
 def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
     # Base spec warm-up 400, axis values [0, 100]: the grid's own first value is the reference.
     cells: dict[tuple[str, str], list[float | None]] = {
@@ -462,6 +476,47 @@ def test_a_baseline_off_the_grid_is_left_out_of_the_matched_sets() -> None:
     # both strata have seeds 0 and 1: the strata are averaged within each seed, a paired t-test over 2 seeds
     assert warm.effect.n_min == 2 and warm.incomplete == 0
     assert warm.effect.diff == pytest.approx(np.mean([0.05, 0.01, 0.2, 0.1]))
+
+
+def test_an_axis_of_named_levels_gets_main_effects_and_interactions_as_a_field_axis_does() -> None:
+    # ffn as named levels (a GELU MLP sets two fields, SwiGLU one) x model.norm as a field's values; 3 seeds
+    parent = {"run_id": "p", "experiment_id": "1", "run_name": "f", "status": "FINISHED",
+              "tags": {"ablate.study": "f", "ablate.kind": "ablation", "ablate.design": "full_factorial"},
+              "params": {"ablation.design": "full_factorial",
+                         "ablation.axes.ffn.gelu_mlp.model.ffn": "linear",
+                         "ablation.axes.ffn.gelu_mlp.model.activation": "gelu",
+                         "ablation.axes.ffn.swiglu.model.ffn": "swiglu",
+                         "ablation.axes.model.norm": '["builtin","rms"]'}, "metrics": {}}
+    loss = {("linear", "builtin"): [3.0, 3.1, 3.2], ("linear", "rms"): [3.0, 3.2, 3.1],
+            ("swiglu", "builtin"): [2.9, 2.95, 3.1], ("swiglu", "rms"): [2.8, 3.0, 3.0]}
+    rows = []
+    for (ffn, norm), values in loss.items():
+        parts = [f"ffn={ffn}"] * (ffn == "swiglu") + [f"norm={norm}"] * (norm == "rms")
+        label = ", ".join(parts) or "baseline"
+        for seed, value in enumerate(values):
+            rows.append({"run_id": f"{ffn}-{norm}-{seed}", "status": "FINISHED",
+                         "start_time": pd.Timestamp(seed, unit="s", tz="UTC"), "tags.ablate.variant": label,
+                         "tags.ablate.seed": str(seed), "tags.ablate.status": "finished",
+                         "params.model.ffn": ffn, "params.model.norm": norm, "params.seed": str(seed),
+                         # the activation a gated FFN ignores: its default under SwiGLU, as the study sets it
+                         "params.model.activation": "gelu" if ffn == "linear" else "relu",
+                         "metrics.val/loss": value})
+    study = build_study(parent, _frame(rows))
+    assert factorial_axes(study) == {"ffn": ["gelu_mlp", "swiglu"], "model.norm": ["builtin", "rms"]}
+    effects = {(r.label, r.metric): r for r in factorial_effects(study)}
+    main = effects[("ffn=swiglu vs gelu_mlp (main effect)", "val/loss")].effect
+    per_seed = [np.mean([loss[("swiglu", n)][s] - loss[("linear", n)][s] for n in ("builtin", "rms")])
+                for s in range(3)]
+    assert main.diff == pytest.approx(np.mean(per_seed)) and main.n_min == 3
+    inter = effects[("ffn=swiglu × norm=rms (interaction)", "val/loss")].effect
+    gap = {n: [loss[("swiglu", n)][s] - loss[("linear", n)][s] for s in range(3)] for n in ("builtin", "rms")}
+    assert inter.diff == pytest.approx(np.mean(np.subtract(gap["rms"], gap["builtin"])))
+    grid = cell_means(study, "val/loss")
+    assert grid is not None
+    assert grid.means[("swiglu", "rms")].mean == pytest.approx(np.mean(loss[("swiglu", "rms")]))
+    # the activation SwiGLU ignores is no difference between the two: only the FFN changed
+    assert [k for k, _, _ in spec_diff(study.of("baseline")[0].params, study.of("ffn=swiglu")[0].params)] == \
+        ["model.ffn"]
 
 
 def test_other_designs_get_no_factorial_effects() -> None:

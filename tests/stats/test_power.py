@@ -199,6 +199,11 @@ def test_dry_run_with_a_pilot_says_what_the_study_cannot_settle(bare_workdir: Pa
     out = capsys.readouterr().out
     assert "noise: paired sd of val/loss from pilot pilot" in out
     assert "cannot settle 'mask=-1e9 ≈ baseline (±0.05)': needs more than 100 seeds" in out
+    assert "seeds.max is 3; no design of up to 100 seeds could" in out
+    # and 3 seeds at the most could not call it no effect whatever the noise: the plan says so, and how
+    assert ("cannot decide mask=-1e9 ≈ baseline (±0.05): at most 3 paired seeds: a none claim needs 4 at "
+            "least to be called no effect; the smallest design that could: seeds: {min: 4, max: 4}; at its "
+            "pilot's noise, more than 100") in out
     assert "positions=learned" in out and "[noise: pooled over 1 comparisons, 4 pairs]" in out
     assert "time: 1.0 min a cell" in out
 

@@ -25,13 +25,15 @@ from ablate.cli import main as cli_main
 from ablate.data.prepare import TokenBatcher, prepare_data
 from ablate.launch.local_study import main_ablate
 from ablate.launch.status import main_status
-from ablate.spec.load import SpecError
+from ablate.spec.load import SpecError, load_spec
 from ablate.study.designs import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
 
-def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_every: int = 10) -> Path:
-    changes = {"name": name, "train.max_steps": steps, "train.eval_every": eval_every}
+def write_spec(folder: Path, name: str, ablation: str, steps: int = 20, eval_every: int = 10,
+               **model: Any) -> Path:
+    changes = {"name": name, "train.max_steps": steps, "train.eval_every": eval_every,
+               **{f"model.{k}": v for k, v in model.items()}}
     return write_tiny_spec(folder, STUDY_CELL, changes, extra=ablation, filename=f"{name}.yaml")
 
 
@@ -120,6 +122,79 @@ ablation:
     assert variants.cells[1].diff == [("model.norm", "builtin", "custom"),
                                       ("model.norm_affine", "per_feature", "scalar")]
     assert {c.seed for c in variants.cells} == {3}
+
+
+def test_named_levels_cross_a_gated_ffn_with_a_gelu_mlp(tmp_path: Path) -> None:
+    factorial = plan_study(str(write_spec(tmp_path, "levels", """
+ablation:
+  design: full_factorial
+  axes:
+    ffn:
+      gelu_mlp: {model.ffn: linear, model.activation: gelu}
+      swiglu: {model.ffn: swiglu}
+    model.norm: [builtin, rms]
+""", ffn="linear", activation="gelu")))
+    assert factorial.variants == ["baseline", "norm=rms", "ffn=swiglu", "ffn=swiglu, norm=rms"]
+    cells = {c.label: c for c in factorial.cells}
+    swiglu = cells["ffn=swiglu, norm=rms"]
+    # the gated FFN fixes its own activation: the field goes back to its default, and is no difference
+    model = swiglu.spec.model
+    assert (model.ffn, model.activation, model.norm) == ("swiglu", "relu", "rms")
+    assert [k for k, _, _ in swiglu.diff] == ["model.ffn", "model.glu_hidden", "model.glu_multiple_of",
+                                              "model.norm"]
+    assert cells["norm=rms"].spec.model.activation == "gelu"
+    # a cell rebuilt from what the store keeps (its overrides) is the same cell
+    assert factorial.rebuild(swiglu.attrs()).key == swiglu.key
+    # the same crossing as two lists of field values cannot be built: the error says how it can
+    with pytest.raises(SpecError) as err:
+        plan_study(str(write_spec(tmp_path, "lists", """
+ablation:
+  design: full_factorial
+  axes:
+    model.ffn: [linear, swiglu]
+    model.activation: [relu, gelu]
+""")))
+    assert "activation applies to ffn: conv1d, linear only" in str(err.value)
+    assert "one axis of named levels, e.g. ffn: {swiglu: {model.ffn: swiglu}" in str(err.value)
+    # a GLU's own width goes with it where a level swaps in a plain MLP
+    back = plan_study(str(write_spec(tmp_path, "back", """
+ablation:
+  axes:
+    ffn: {gelu_mlp: {model.ffn: linear, model.activation: gelu}}
+""", ffn="swiglu", glu_multiple_of=16)))
+    mlp = back.cells[-1]
+    assert (mlp.label, mlp.spec.model.ffn, mlp.spec.model.activation) == ("ffn=gelu_mlp", "linear", "gelu")
+    # the GELU is the new FFN's, not a change of a setting the baseline's gated FFN took
+    assert [k for k, _, _ in mlp.diff] == ["model.ffn", "model.glu_hidden", "model.glu_multiple_of"]
+
+
+def test_named_levels_are_checked_where_the_spec_is_loaded(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "badlevels", """
+ablation:
+  design: full_factorial
+  axes:
+    model.ffn.x: {a: {model.ffn: swiglu}}
+    ffn:
+      swiglu: {model.ffn: swiglu, model.actvation: gelu}
+      empty: {}
+""")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    lines = [str(p) for p in err.value.problems]
+    assert any("ablation.axes.model.ffn.x: an axis of named levels is named by a word" in x for x in lines)
+    assert any("ablation.axes.ffn.empty: level 'empty' sets nothing" in line for line in lines)
+    assert any("ablation.axes.ffn.swiglu.model.actvation:" in line and "activation" in line for line in lines)
+    # a level's own conflict is reported at the level, as it is written
+    path = write_spec(tmp_path, "conflict", """
+ablation:
+  axes:
+    ffn: {geglu: {model.ffn: geglu, model.activation: gelu}}
+""")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    text = str(err.value)
+    assert re.search(r":\d+: ablation.axes.ffn.geglu: model.ffn: 'geglu', model.activation: 'gelu' gives an "
+                     r"invalid spec: model.activation: activation applies to ffn", text), text
 
 
 def test_invalid_variant_is_a_spec_error_naming_the_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -247,7 +322,9 @@ def test_experiment_ablations_expand() -> None:
         "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74,
         # the fair ladder: 3 variants x 6 rungs x 3 seeds at each variant's best per rung (its 72 tuning
         # cells come first); Muon's speedup: 2 variants x 6 sizes x 3 data budgets x 3 seeds (48 tuning)
-        "ladder-fair-kdocs.yaml": 54, "muon-speedup-kdocs.yaml": 108}
+        "ladder-fair-kdocs.yaml": 54, "muon-speedup-kdocs.yaml": 108,
+        # SwiGLU vs a GELU MLP (named levels) x RMSNorm vs LayerNorm: 4 variants x 8 seeds at most
+        "ffn-norm-factorial-docs.yaml": 32}
     assert plans["modern-axes.yaml"].variants == [
         "baseline", "norm=rms", "positions=rope", "positions=alibi", "ffn=swiglu", "embeddings=tied",
         "attention=qk_norm"]
@@ -255,6 +332,8 @@ def test_experiment_ablations_expand() -> None:
     assert plans["quick-axes.yaml"].variants == axes and plans["tutorial-axes.yaml"].variants == axes
     assert plans["tutorial-axes.yaml"].seeds == [0, 1, 2] and plans["tutorial-axes.yaml"].metric == "val/bleu"
     assert plans["warmup-vs-norm.yaml"].variants[-1] == "residual=post_norm, train.schedule.warmup_steps=0"
+    assert plans["ffn-norm-factorial-docs.yaml"].variants == ["baseline", "norm=rms", "ffn=swiglu",
+                                                              "ffn=swiglu, norm=rms"]
     assert plans["presets-multi30k.yaml"].variants == [  # the five tutorial designs against the cell
         "baseline", "a-blog-2025", "b-github-readme", "c-lightning-2024", "d-multi30k-2019",
         "e-notebook-2024"]

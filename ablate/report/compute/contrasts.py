@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from scipy import stats
 from ablate.report.compute import statistics as st
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
+from ablate.spec.error_lines import check_field_path
 from ablate.stats.fixed_sample import CONFIDENCE, Effect, Summary, compare_differences, mean_ci
 from ablate.stats.multiplicity import holm
 
@@ -36,12 +38,36 @@ def short_axis(key: str) -> str:
     return key.removeprefix("model.")  # as the study labels variants: 'residual=post_norm'
 
 
-def axis_value(params: dict[str, str], key: str) -> str:
-    """A run's value of one axis; an axis that sets a whole section reads as its flattened fields."""
+Levels = dict[str, dict[str, dict[str, str]]]  # an axis of named levels -> level -> field -> value as logged
+
+
+def axis_value(params: dict[str, str], key: str, levels: Levels | None = None) -> str:
+    """A run's value of one axis: of an axis of named levels, the level whose fields the run has (the one
+    setting most of them where several do); an axis that sets a whole section reads as its flattened
+    fields."""
+    if levels and key in levels:
+        matching = [(len(fields), name) for name, fields in levels[key].items()
+                    if all(params.get(f) == v for f, v in fields.items())]
+        return max(matching)[1] if matching else "—"
     if key in params:
         return params[key]
     sub = [f"{k[len(key) + 1:]}={v}" for k, v in sorted(params.items()) if k.startswith(key + ".")]
     return "; ".join(sub) or "—"
+
+
+def level_axes(params: Mapping[str, str]) -> Levels:
+    """The axes of named levels in a parent run's params (``ablation.axes.ffn.swiglu.model.ffn: swiglu``),
+    each level's fields in spec order; a field's values (``ablation.axes.model.norm: [...]``) are not."""
+    out: Levels = {}
+    for name, value in params.items():
+        rest = name.removeprefix("ablation.axes.")
+        if rest == name or check_field_path(rest) is None:
+            continue  # no axis, or an axis of a field's values
+        axis, _, tail = rest.partition(".")
+        level, _, field_ = tail.partition(".")
+        if field_:
+            out.setdefault(axis, {}).setdefault(level, {})[field_] = value
+    return out
 
 
 def factorial_axes(study: Study) -> dict[str, list[str]] | None:
@@ -51,17 +77,22 @@ def factorial_axes(study: Study) -> dict[str, list[str]] | None:
     if design != "full_factorial" or study.baseline is None or study.kind != "ablation":
         return None
     base = study.of(study.baseline)[0].params
+    levels = level_axes(params)
     axes: dict[str, list[str]] = {}
-    for name in sorted(k for k in params if k.startswith("ablation.axes.")):
-        key = name.removeprefix("ablation.axes.")
-        try:
-            listed = [v if isinstance(v, str) else json.dumps(v) for v in json.loads(params[name])]
-        except (ValueError, TypeError):
-            listed = []
-        seen = {axis_value(r.params, key) for r in study.runs}
+    names = [k.removeprefix("ablation.axes.") for k in params if k.startswith("ablation.axes.")]
+    for key in sorted({k for k in names if check_field_path(k) is None} | set(levels)):
+        if key in levels:
+            listed = list(levels[key])
+        else:
+            try:
+                listed = [v if isinstance(v, str) else json.dumps(v)
+                          for v in json.loads(params[f"ablation.axes.{key}"])]
+            except (ValueError, TypeError):
+                listed = []
+        seen = {axis_value(r.params, key, levels) for r in study.runs}
         rank = {v: (listed.index(v) if v in listed else len(listed), v) for v in seen}
-        first = axis_value(base, key)
-        on_grid = {axis_value(r.params, key) for r in study.runs if r.variant != study.baseline}
+        first = axis_value(base, key, levels)
+        on_grid = {axis_value(r.params, key, levels) for r in study.runs if r.variant != study.baseline}
         if on_grid and on_grid <= set(listed) and first not in listed:
             # The base spec is off the grid (its value is in no axis list): compare with the first listed.
             first, seen = min(on_grid, key=lambda v: rank[v]), on_grid
@@ -73,8 +104,9 @@ def _cells(study: Study, axes: dict[str, list[str]], metric: str
            ) -> tuple[dict[tuple[tuple[str, ...], int], float], set[tuple[tuple[str, ...], int]]]:
     """(values of finished cells, every planned cell present) keyed by (axis values in axes order, seed)."""
     values, present = {}, set()
+    levels = level_axes(study.parent["params"])
     for r in study.runs:
-        key = (tuple(axis_value(r.params, a) for a in axes), r.seed)
+        key = (tuple(axis_value(r.params, a, levels) for a in axes), r.seed)
         present.add(key)
         if r.status == "finished" and metric in r.metrics:
             values[key] = r.metrics[metric]
@@ -193,10 +225,12 @@ def cell_means(study: Study, metric: str) -> CellGrid | None:
     if axes is None or len(axes) != 2:
         return None
     a, b = list(axes)
+    levels = level_axes(study.parent["params"])
     means, unfinished = {}, {}
     for va in axes[a]:
         for vb in axes[b]:
-            runs = [r for r in study.runs if axis_value(r.params, a) == va and axis_value(r.params, b) == vb]
+            runs = [r for r in study.runs
+                    if axis_value(r.params, a, levels) == va and axis_value(r.params, b, levels) == vb]
             done = [r.metrics[metric] for r in runs if r.status == "finished" and metric in r.metrics]
             means[(va, vb)] = mean_ci(done)
             unfinished[(va, vb)] = sum(r.status != "finished" for r in runs)

@@ -21,6 +21,7 @@ import pandas as pd
 from ablate.report.compute import statistics as st
 from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
+from ablate.spec.axis_fields import ignored_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.stats.fixed_sample import Effect, compare, mean_ci
 from ablate.stats.multiplicity import holm
@@ -313,15 +314,13 @@ def spec_defaults() -> dict[str, str]:
 def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, str, str]]:
     """(key, baseline value, variant value) for every design param that differs, sorted by key. A field
     one run did not log (it ran before the field existed) counts as the field's default, so a field added
-    since is no difference; a key with no default (a component's option) shows as "—"."""
+    since is no difference; a key with no default (a component's option) shows as "—". A field a component
+    of either run ignores (``model.activation`` under a gated FFN) is no difference either."""
     a, b = design_params(base), design_params(other)
-    defaults = spec_defaults()
-    diff = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k, defaults.get(k, "—")), b.get(k, defaults.get(k, "—"))
-        if va != vb:
-            diff.append((k, va, vb))
-    return diff
+    ignored = ignored_fields(a) | ignored_fields(b)  # a sub-axis the component of either run does not take
+    d = spec_defaults()
+    pairs = [(k, a.get(k, d.get(k, "—")), b.get(k, d.get(k, "—"))) for k in sorted(set(a) | set(b))]
+    return [(k, va, vb) for k, va, vb in pairs if va != vb and k not in ignored]
 
 
 def variant_diff(study: Study, variant: str) -> list[tuple[str, str, str]]:
@@ -332,8 +331,7 @@ def variant_diff(study: Study, variant: str) -> list[tuple[str, str, str]]:
 
 
 def params_of(study: Study, variant: str) -> float:
-    """The variant's parameter count, from any of its runs that logged it (a failed run may not have);
-    NaN without one."""
+    """The variant's parameter count, from any of its runs that logged it (a failed one may not); else NaN."""
     counts = [r.metrics[metricnames.MODEL_PARAMS] for r in study.of(variant)
               if metricnames.MODEL_PARAMS in r.metrics]
     return counts[0] if counts else math.nan
@@ -364,10 +362,8 @@ def main_table_columns(study: Study) -> list[tuple[str, str, int]]:
 
 
 def padding_text(study: Study) -> str | None:
-    """The share of padding in the training batches (metric ``data/padding_fraction``), None if not logged.
-
-    One value when every run saw the same batches; otherwise the range and the value per variant.
-    """
+    """The share of padding in the training batches (metric ``data/padding_fraction``), None if not logged:
+    one value when every run saw the same batches; otherwise the range and the value per variant."""
     key = metricnames.PADDING
     per_variant = {v: sorted({round(r.metrics[key], 6) for r in study.of(v) if key in r.metrics})
                    for v in study.variants}

@@ -90,6 +90,20 @@ def effect_sentence(label: str, effect: Effect, unit: str, higher_is_better: boo
     return f"{label}: {shown}, no detectable effect with {many} ({effect.test}, p={fmt_p(effect.p)})"
 
 
+
+UNTESTABLE_CAPTION = ("; grey, hollow and dotted: not testable, its exact test cannot reach p < 0.05 at "
+                      "these seeds, so its interval decides nothing (the smallest p it can give is written "
+                      "on it)")
+
+
+def untestable_note(effect: Effect) -> str | None:
+    """'not testable: p ≥ 0.25 with 3 seeds' where the verdict is "not testable" (fixed_reading: its test
+    cannot reach p < ALPHA at these sample sizes), else None: the figures say it as the text does."""
+    if fixed_reading(effect.diff, effect.p, effect.p_min, effect.identical, None) != Fixed.NOT_TESTABLE:
+        return None
+    return f"not testable: p ≥ {effect.p_min:.2g} with {effect.n_min} seeds"
+
+
 def pareto_front(cost: Sequence[float], quality: Sequence[float], higher_quality_is_better: bool = True
                  ) -> list[bool]:
     """True for points no other point beats (cost no higher and quality no worse, one strictly)."""

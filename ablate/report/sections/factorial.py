@@ -68,8 +68,10 @@ def section(study: Study, rows: list[FactorialRow], fig_dir: Path) -> Section:
     blocks.append(Table(["comparison", "metric", "Δ", "95% CI", "test", "n", "incomplete", "p", "p (Holm)"],
                         table_rows, "llrrlrrrr", "Main effects and interactions"))
     prim = [r for r in rows if r.metric == study.primary]
+    notes = [st.untestable_note(r.effect) for r in prim]
     figs.forest_plot([(r.label, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
-                     f"Δ {study.primary} (95% CI)", fig_dir / "factorial.png")
+                     f"Δ {study.primary} (95% CI)", fig_dir / "factorial.png", notes)
     blocks.append(Figure("figures/factorial.png", f"Main effects and interactions on {study.primary} "
-                         "(dot: mean matched difference; bar: 95% CI)"))
+                         "(dot: mean matched difference; bar: 95% CI)"
+                         + (st.UNTESTABLE_CAPTION if any(notes) else "")))
     return Section("Factorial effects", blocks)

@@ -129,10 +129,12 @@ def effects_section(inp: Inputs, rows: list[EffectRow]) -> Section:
                         "seeds of the baseline / of the variant)"))
     if not adaptive:  # an adaptive study opens with the forest plot of its own verdicts
         prim = [r for r in rows if r.metric == study.primary]
+        notes = [st.untestable_note(r.effect) for r in prim]
         figs.forest_plot([(r.variant, r.effect.diff, r.effect.lo, r.effect.hi) for r in prim],
-                         f"Δ {study.primary} vs {study.baseline} (95% CI)", inp.fig_dir / "forest.png")
+                         f"Δ {study.primary} vs {study.baseline} (95% CI)", inp.fig_dir / "forest.png", notes)
         blocks.append(Figure("figures/forest.png", f"Effect of each variant on {study.primary} "
-                             "against the baseline (dot: difference of means; bar: 95% CI)"))
+                             "against the baseline (dot: difference of means; bar: 95% CI)"
+                             + (st.UNTESTABLE_CAPTION if any(notes) else "")))
     else:
         blocks.append(Para("These fixed-sample intervals and p-values (paired by seed) ignore the study's "
                            "stopping rule: its seeds were added while a comparison was open, so their "
