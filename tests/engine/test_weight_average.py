@@ -23,6 +23,7 @@ from ablate.run.runner import run_experiment
 from ablate.spec.experiment import ExperimentSpec
 from ablate.spec.load import SpecError, load_spec
 from ablate.study.designs import study_metric
+from ablate.study.recorded_study import StudyRecord
 from ablate.tracking import record
 from tests.factories import tiny_yaml
 from tests.stores import mlflow_store
@@ -285,7 +286,7 @@ def _report_study(averaged: bool) -> Study:
 
     parent = {"tags": {}, "params": {}, "run_name": "s", "run_id": "p"}
     return data_module._study(parent, [run(v, s, 30.0 + s) for v in ("baseline", "positions=rope")
-                                       for s in (0, 1)])
+                                       for s in (0, 1)], StudyRecord())
 
 
 def test_the_report_reads_the_averaged_reading_when_the_runs_have_it() -> None:

@@ -120,7 +120,9 @@ def test_a_run_records_its_recipe_its_parameter_groups_and_its_steps_to_target(
     groups = json.loads(run.data.tags[record.PARAM_GROUPS])
     assert {g["lr_scale"] for g in groups} == {1.0, 0.5}  # muP: hidden matrices at 1/m, m = 2
     assert all(g["weight_decay"] == 0.0 for g in groups if set(g["roles"]) <= {"norm", "bias", "embedding"})
-    assert any(g["weight_decay"] == 0.1 and "hidden" in g["roles"] for g in groups)
+    # muP's hidden matrices: weight decay over the group's lr multiplier (mup.MuAdamW), so lr x decay holds
+    assert any(g["weight_decay"] == pytest.approx(0.1 / g["lr_scale"]) and g["lr_scale"] == 0.5
+               and "hidden" in g["roles"] for g in groups)
     assert result.metrics[record.KV_CACHE] == 2 * 1 * 8 * 4  # K and V, 1 layer, one 8-wide head, fp32
     assert result.metrics[record.VAL_STEPS_TO_TARGET] == 3.0  # the first evaluation is below 50 nats
     assert run.data.params["train.loss.name"] == "z_loss" and run.data.params["train.schedule.name"] == "wsd"

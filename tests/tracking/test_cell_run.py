@@ -4,6 +4,7 @@ seeds when it has no such cell."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,13 @@ from mlflow.tracking import MlflowClient
 
 from ablate.errors import AblateError
 from ablate.tracking import record
+from ablate.tracking.mlflow_store import use_uri
 from ablate.tracking.read import cell_run_id, run_tags
 
 
 def test_a_cell_is_the_latest_finished_run_of_its_variant_and_seed(workdir: Path) -> None:
+    # an earlier test of this worker may have pointed MLflow's process-wide URI at a server it has stopped
+    use_uri(os.environ["MLFLOW_TRACKING_URI"])
     client = MlflowClient()
     exp = client.create_experiment("st")
     parent = client.create_run(exp, tags={record.STUDY: "st", record.KIND: "ablation"}).info.run_id
