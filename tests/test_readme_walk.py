@@ -235,7 +235,7 @@ def _ablate(args: list[str], folder: Path, env: dict[str, str]) -> subprocess.Co
 
 
 # 8 cells of a 1-layer LM and a report: 69 s of CPU, 6 min of wall time on a busy 2-core machine
-@pytest.mark.slow
+@pytest.mark.soak  # a 2 x 2 study from validate to LaTeX (the default suite's 10 minutes)
 def test_a_language_model_study_on_ones_own_corpus_and_tokenizer(tmp_path: Path) -> None:
     _own_corpus(tmp_path)
     env = _env(tmp_path)

@@ -149,7 +149,7 @@ def test_downstream_metrics_are_a_study_metric_only_where_the_spec_scores_them()
         ExperimentSpec.model_validate({"name": "mt", "eval": {"downstream": {"tasks": ["x"]}}})
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # trains a run, then the harness scores it twice (the default suite's 10 minutes)
 def test_a_run_records_its_downstream_scores_and_evaluate_prints_them(workdir: Path) -> None:
     tasks = write_task(workdir)
     eval_ = {"samples": 0, "downstream": {"tasks": ["tiny_mc"], "include_path": str(tasks)}}

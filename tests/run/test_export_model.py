@@ -161,7 +161,7 @@ print(json.dumps({"ids": ids, "logits": logits.tolist(), "class": type(model).__
 """
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # trains a run and loads its export in a fresh interpreter
 def test_an_exported_run_loads_in_transformers_alone(workdir: Path) -> None:
     spec = ExperimentSpec.model_validate({
         "name": "lm-export", "tracking": {"experiment": "lm-export"},
