@@ -146,6 +146,21 @@ def _rope_rows(weight: Tensor, bias: Tensor | None, heads: int, d_head: int) -> 
     return weight[order].contiguous(), None if bias is None else bias[order].contiguous()
 
 
+def _attention_and_gated_mlp(layer: Any, spec: ModelSpec, p: str) -> dict[str, Tensor]:
+    """A layer's attention rows (RoPE-reordered, ``_attention_rows``) and gated MLP under Llama's names,
+    which Gemma 2 shares, keyed under the layer's prefix ``p``."""
+    w: dict[str, Tensor] = {}
+    for name, (weight, bias) in _attention_rows(layer.self_attn, spec).items():
+        w[f"{p}self_attn.{name}.weight"] = weight.contiguous()
+        if bias is not None:
+            w[f"{p}self_attn.{name}.bias"] = bias.contiguous()
+    ffn = layer.ffn
+    w[p + "mlp.gate_proj.weight"] = _linear(ffn.w1)[0]
+    w[p + "mlp.up_proj.weight"] = _linear(ffn.w3)[0]
+    w[p + "mlp.down_proj.weight"] = _linear(ffn.w2)[0]
+    return w
+
+
 def llama_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
     notes = ["query and key rows of each head reordered from interleaved pairs to rotate_half's halves"]
     embed, head, _, tied = _embedding_and_head(model, notes)
@@ -155,14 +170,7 @@ def llama_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
     d_head = spec.d_model // heads
     for i, layer in enumerate(_layers(model)):
         p = f"model.layers.{i}."
-        for name, (weight, bias) in _attention_rows(layer.self_attn, spec).items():
-            w[f"{p}self_attn.{name}.weight"] = weight.contiguous()
-            if bias is not None:
-                w[f"{p}self_attn.{name}.bias"] = bias.contiguous()
-        ffn = layer.ffn
-        w[p + "mlp.gate_proj.weight"] = _linear(ffn.w1)[0]
-        w[p + "mlp.up_proj.weight"] = _linear(ffn.w3)[0]
-        w[p + "mlp.down_proj.weight"] = _linear(ffn.w2)[0]
+        w.update(_attention_and_gated_mlp(layer, spec, p))
         w[p + "input_layernorm.weight"] = layer.attn_res.norm.weight.detach().clone()
         w[p + "post_attention_layernorm.weight"] = layer.ffn_res.norm.weight.detach().clone()
     w["model.norm.weight"] = cast(Tensor, model.decoder.norm.weight).detach().clone()
@@ -252,14 +260,7 @@ def gemma2_export(model: DecoderOnlyLM, spec: ModelSpec) -> HFModel:
     w: dict[str, Tensor] = {"model.embed_tokens.weight": embed / math.sqrt(d)}
     for i, layer in enumerate(_layers(model)):
         p = f"model.layers.{i}."
-        for name, (weight, bias) in _attention_rows(layer.self_attn, spec).items():
-            w[f"{p}self_attn.{name}.weight"] = weight.contiguous()
-            if bias is not None:
-                w[f"{p}self_attn.{name}.bias"] = bias.contiguous()
-        ffn = layer.ffn
-        w[p + "mlp.gate_proj.weight"] = _linear(ffn.w1)[0]
-        w[p + "mlp.up_proj.weight"] = _linear(ffn.w3)[0]
-        w[p + "mlp.down_proj.weight"] = _linear(ffn.w2)[0]
+        w.update(_attention_and_gated_mlp(layer, spec, p))
         for name, norm in (("input_layernorm", layer.attn_res.norm),
                            ("post_attention_layernorm", layer.attn_res.out_norm),
                            ("pre_feedforward_layernorm", layer.ffn_res.norm),
