@@ -143,13 +143,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
             entry = dict(entry)
             label = entry.pop("label", None)
             add(flatten(entry), f"ablation.variants.{i}", str(label) if label else None)
-    labels = [label for label, _, _ in variants]
-    for i, claim in enumerate(abl.expect):  # a published result about a variant the study does not run
-        if claim.variant not in labels[1:]:
-            at = f"ablation.expect.{i}.variant"
-            known = ", ".join(repr(v) for v in labels[1:]) or "none"
-            problems.append(Problem(smap.where(at, origin), at,
-                                    f"no variant {claim.variant!r} in this study; its variants: {known}"))
+    problems += _unknown_claims(abl, [label for label, _, _ in variants[1:]], smap, origin)
     problems += tuning.problems(spec, data, smap, origin, [o for _, o, _ in variants])  # tune:, confirm:
     labelled = [(label, overrides_) for label, overrides_, _ in variants]
     rungs: list[Rung] = []
@@ -166,14 +160,31 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
         at_min = abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": abl.seeds.min})})
         abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants]) if size else at_min
-    if abl.seeds is not None and not isinstance(abl.seeds, list):  # a range: every seed the study may use
-        assert abl.seeds.max != "auto"
-        seeds = [spec.seed + i for i in range(abl.seeds.max)]
-    else:
-        seeds = abl.seeds or ([spec.seed + i for i in range(abl.repeats)] if abl.repeats else [spec.seed])
+    seeds = _study_seeds(spec.seed, abl)
     cells = _expand_cells(data, smap, origin, seeds, rungs, labelled)
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides), rungs=rungs)
+
+
+def _unknown_claims(abl: AblationSpec, labels: list[str], smap: Any, origin: str) -> list[Problem]:
+    """A published result (``ablation.expect``) about a variant the study does not run, one line each."""
+    problems = []
+    for i, claim in enumerate(abl.expect):
+        if claim.variant not in labels:
+            at = f"ablation.expect.{i}.variant"
+            known = ", ".join(repr(v) for v in labels) or "none"
+            problems.append(Problem(smap.where(at, origin), at,
+                                    f"no variant {claim.variant!r} in this study; its variants: {known}"))
+    return problems
+
+
+def _study_seeds(first: int, abl: AblationSpec) -> list[int]:
+    """Every seed the study may use: a range's up to its max, else the listed seeds, or ``repeats`` from the
+    spec's seed, or the spec's seed alone."""
+    if abl.seeds is not None and not isinstance(abl.seeds, list):
+        assert abl.seeds.max != "auto"
+        return [first + i for i in range(abl.seeds.max)]
+    return list(abl.seeds or ([first + i for i in range(abl.repeats)] if abl.repeats else [first]))
 
 
 @dataclass(frozen=True)
