@@ -320,8 +320,8 @@ def test_experiment_ablations_expand() -> None:
         "mup-transfer-wide-docs.yaml": 105,
         # WSD against cosine, fixed rates and each tuned: 37 seeds at most
         "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74,
-        # the fair ladder: 3 variants x 6 rungs x 3 seeds at each variant's best per rung (its 72 tuning
-        # cells come first); Muon's speedup: 2 variants x 6 sizes x 3 data budgets x 3 seeds (48 tuning)
+        # the fair ladder: 3 variants x 6 rungs x 3 seeds at each variant's best per rung (its 54 tuning
+        # cells come first); Muon's speedup: 2 variants x 6 sizes x 3 data budgets x 3 seeds (36 tuning)
         "ladder-fair-kdocs.yaml": 54, "muon-speedup-kdocs.yaml": 108,
         # SwiGLU vs a GELU MLP (named levels) x RMSNorm vs LayerNorm: 4 variants x 8 seeds at most
         "ffn-norm-factorial-docs.yaml": 32}
