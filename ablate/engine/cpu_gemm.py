@@ -12,9 +12,10 @@ dicts are untouched) and the trainer's chunked loss (``ablate/engine/token_loss.
 backward. The product is ``a @ b.T`` (:func:`gemm_nt`): oneDNN's inner product with ``b`` as its weights,
 on strided views, at a row count on a fixed grid (:func:`grid_rows`: oneDNN keeps a primitive per shape it
 meets, so rows are padded with zeros up to one of 8 sizes an octave; a copy only where a batch's rows are
-off the grid). Only float32 CPU tensors outside autocast and ``torch.compile`` take it, and only products of
-at least :data:`MIN_ROWS` rows (oneDNN's fixed cost per call is larger, so a decoding step's few rows stay
-with MKL); everything else is ``F.linear`` as before.
+off the grid). Only float32 CPU tensors outside autocast and ``torch.compile`` take it, only products of at
+least :data:`MIN_ROWS` rows (oneDNN's fixed cost per call is larger, so a decoding step's few rows stay with
+MKL), and only layers at least :data:`MIN_WIDTH` wide both ways (a narrow product is small next to the row
+padding and the autograd Function the oneDNN path adds around it); everything else is ``F.linear`` as before.
 
 The two libraries sum in different orders: results agree to float32 rounding, not bit for bit
 (``tests/engine/test_cpu_gemm.py`` states the tolerance), as the fused AdamW kernel's do.
@@ -34,6 +35,13 @@ from ablate.hardware import cpu_gemm_library
 # Linear layer's forward and backward: at 8 rows a 256 x 1,024 layer took 208 us through MKL and 563 through
 # oneDNN; from 64 rows oneDNN was at least as fast at every shape measured (docs/benchmarks.md).
 MIN_ROWS = 64
+# Inputs and outputs (K and N) from which a product is taken. Narrow layers pay for the oneDNN path's row
+# padding (a copy of the input and of the output gradient, as large as the product's own input at K = 64)
+# and its autograd Function: measured at 1 thread on a 2,043-row Linear's forward and backward (oneDNN
+# against MKL on an AVX2 EPYC), 1.8x MKL's time at 64 x 64 and 1.3x from 256 x 256; the quickstart's layers
+# (64 to 256 wide, a 24-type generator) took its step from 42.5k to 37.9k tokens/s on a Zen 5 when they
+# moved to oneDNN (docs/benchmarks.md). The Multi30k cell's and the LM bench's layers are 256 and wider.
+MIN_WIDTH = 128
 ROW_STEP = 32  # the finest step of grid_rows' grid
 
 
@@ -103,11 +111,23 @@ def padded(t: Tensor, rows: int) -> Tensor:
     return out
 
 
-def takes_onednn(a: Tensor, b: Tensor) -> bool:
-    """Whether the product of ``a`` (..., K) and ``b`` (N, K) runs through oneDNN here."""
+def _eligible(a: Tensor, b: Tensor) -> bool:
+    """float32 CPU operands, ``a`` of at least :data:`MIN_ROWS` rows, outside autocast and compile, on a
+    CPU whose float32 products oneDNN takes (``ablate.hardware.cpu_gemm_library``)."""
     return (a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu"
             and a.numel() >= MIN_ROWS * a.size(-1) and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling() and cpu_gemm_library() == "onednn")
+
+
+def takes_onednn(a: Tensor, b: Tensor) -> bool:
+    """Whether the product ``a @ b.T`` of ``a`` (..., K) and ``b`` (N, K) runs through oneDNN here."""
+    return min(a.size(-1), b.size(0)) >= MIN_WIDTH and _eligible(a, b)
+
+
+def weight_grad_takes_onednn(grad: Tensor, inputs: Tensor) -> bool:
+    """Whether :func:`weight_grad`'s ``grad.T @ inputs``, for grad (M, N) and inputs (M, K), runs through
+    oneDNN here: the same layer's rule as :func:`takes_onednn` (its K and N)."""
+    return min(grad.size(-1), inputs.size(-1)) >= MIN_WIDTH and _eligible(grad, inputs)
 
 
 def gemm_nt(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -127,7 +147,7 @@ def weight_grad(grad: Tensor, inputs: Tensor) -> Tensor:
     product ``inputs.T @ grad`` (K, N) is computed and returned as a transposed view (measured at the bench
     LM's shapes: 388 against 284 GFLOP/s for 1,024 x 256, 421 against 147 for the 8,192-type generator).
     """
-    if not takes_onednn(grad, inputs):
+    if not weight_grad_takes_onednn(grad, inputs):
         return grad.t() @ inputs
     rows = grid_rows(grad.size(0))
     grad, inputs = padded(grad, rows), padded(inputs, rows)  # laid out: copies only where they are not

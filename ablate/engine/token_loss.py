@@ -30,7 +30,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.engine.cpu_gemm import Linear, gemm_nt, grid_floor, grid_rows, padded, takes_onednn, weight_grad
+from ablate.engine.cpu_gemm import (
+    Linear,
+    gemm_nt,
+    grid_floor,
+    grid_rows,
+    padded,
+    takes_onednn,
+    weight_grad,
+    weight_grad_takes_onednn,
+)
 
 # Logits of one chunk (rows x vocabulary): 8M on a CPU (32 MB of float32; 1,024 rows of an 8,192-type
 # vocabulary). The loss and gradients of 2,048 x 256 hidden rows, CPU ms, min of 5 (docs/benchmarks.md):
@@ -130,7 +139,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                     continue
                 z[n:].zero_()  # the padded rows' gradient: nothing
                 grad_hidden[start:start + rows] = gemm_nt(z, w.t())[:n]  # (n, d) = grad @ w
-                if dtype == torch.float32 and not takes_onednn(z, h_c):
+                if dtype == torch.float32 and not weight_grad_takes_onednn(z, h_c):
                     grad_weight.addmm_(z.t(), h_c)  # (V, d), accumulated in place
                 else:
                     grad_weight += weight_grad(z, h_c).float()

@@ -37,10 +37,13 @@ Choose = Callable[[str], None]
 
 @pytest.fixture
 def library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Choose]:
-    """Set ABLATE_CPU_GEMM for one test: ``library("onednn")``; the rule's cache is cleared around it."""
+    """Set ABLATE_CPU_GEMM for one test: ``library("onednn")``; the rule's cache is cleared around it. Layers
+    of any width are admitted (``cpu_gemm.MIN_WIDTH`` 1), so the small layers below reach oneDNN; the width
+    rule has its own test."""
 
     def choose(name: str) -> None:
         monkeypatch.setenv(hardware.CPU_GEMM_ENV, name)
+        monkeypatch.setattr(cpu_gemm, "MIN_WIDTH", 1)
         hardware.cpu_gemm_library.cache_clear()
 
     hardware.cpu_gemm_library.cache_clear()
@@ -168,6 +171,30 @@ def test_products_take_onednn_only_for_float32_cpu_rows_enough_outside_autocast(
     assert onednn_calls == []
     layer.float()(many)
     assert onednn_calls == [(cpu_gemm.MIN_ROWS, 16, 16)]
+
+
+def test_only_layers_at_least_min_width_wide_both_ways_take_onednn(
+        library: Choose, onednn_calls: list[tuple[int, ...]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quickstart's narrow layers (64 wide, a 24-type generator) stay with MKL, whose product is cheaper
+    there than oneDNN's padding and autograd Function; a layer 128 wide both ways takes all three of its
+    products through oneDNN, the loss's generator likewise."""
+    library("onednn")
+    monkeypatch.setattr(cpu_gemm, "MIN_WIDTH", 128)
+    rows = torch.randn(cpu_gemm.MIN_ROWS, 128)
+    for k, n in ((64, 64), (128, 64), (64, 128), (128, 24)):
+        layer = cpu_gemm.route_linears(nn.Sequential(nn.Linear(k, n)))[0]
+        layer(rows[:, :k].clone().requires_grad_()).sum().backward()
+        assert not cpu_gemm.takes_onednn(rows[:, :k], layer.weight)
+    assert onednn_calls == []
+    wide = cpu_gemm.route_linears(nn.Sequential(nn.Linear(128, 256)))[0]
+    wide(rows.clone().requires_grad_()).sum().backward()
+    assert onednn_calls == [(64, 128, 256), (64, 256, 128), (128, 64, 256)]
+    onednn_calls.clear()
+    hidden, targets = rows.view(1, cpu_gemm.MIN_ROWS, 128), torch.randint(0, 24, (1, cpu_gemm.MIN_ROWS))
+    token_loss(hidden.clone().requires_grad_(), nn.Linear(128, 24), targets, ignore_index=-100).backward()
+    assert onednn_calls == []  # a 24-type generator: narrow
+    token_loss(hidden.clone().requires_grad_(), nn.Linear(128, 512), targets, ignore_index=-100).backward()
+    assert onednn_calls  # 512 types, 128 wide: oneDNN's
 
 
 def test_the_row_grid_holds_8_sizes_an_octave_wastes_at_most_an_eighth_and_is_its_own_grid() -> None:
