@@ -15,7 +15,8 @@ worker processes are handed in from ``ablate.launch`` (``worker_pool``).
 
 Sizing a study before its first cell: the noise and cell times of a pilot study (``pilot``), the power
 plan, ``seeds.max: auto``, the plan's hours and the scale notes (``sizing``, on ``ablate.stats.power``),
-and the design recorded before the first cell and never moved (``preregister``). Tuning each variant and
+and the design recorded before the first cell and never moved (``preregister``); once its own seeds exist,
+what a new study would need at the effects they found (``observed_needs``). Tuning each variant and
 confirming at a larger scale: the arms (``arms``), their settings checked with the plan
 (``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
 (``confirm``). A ladder of model sizes (``ablation.scales``): its rungs, their steps and planned compute

@@ -48,6 +48,7 @@ from ablate.study import (
 from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
 from ablate.study.cell_queue import CellQueue, CellRecords
 from ablate.study.designs import format_grid, format_plan
+from ablate.study.observed_needs import found_lines, ladder_found_lines
 from ablate.study.optuna_attrs import PARENT
 from ablate.study.optuna_store import Store
 from ablate.study.parent_run import cells_table, close_parent, open_parent, parent_description
@@ -312,6 +313,7 @@ def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: A
     own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
     if own and (mine := own_seeds_plan(plan, records)) is not None:
         lines.append(format_power_plan(mine, abl.min_effect, workers))
+        lines += found_lines(plan, records)
     return "\n".join(lines)
 
 
@@ -324,6 +326,7 @@ def _ladder_power_lines(plan: StudyPlan, records: CellRecords) -> str:
     lines = [format_ladder_plan(planned)]
     if records and (mine := ladder_plan(plan, records)) is not None:
         lines.append(format_ladder_plan(mine))
+        lines += ladder_found_lines(plan, records)
     return "\n".join(lines)
 
 
