@@ -113,11 +113,16 @@ def _tuned_ladder(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPo
     rung recorded on the parent, then the study's cells at those points, which every verdict reads. The
     study's plan becomes the tuned one, so its grid and parent run show the cells that ran."""
     plan, queue = study.plan, study.queue
-    arm = study.arms[record.LADDER_TUNE_ARM] = ladder_tuning.tune_arm(plan)
-    print(f"tuning: {len(arm.cells)} cells, every variant at every grid point of every size", flush=True)
-    code = run_arm(arm, plan, queue, worker_args, pool, retry_failed)
-    if code or stopped(queue):
-        return code or 2
+    ran = -1
+    while True:  # a rung whose grid comes from the rungs below is known once they are tuned: one phase a size
+        arm = study.arms[record.LADDER_TUNE_ARM] = ladder_tuning.tune_arm(plan, queue.records())
+        if len(arm.cells) == ran:
+            break
+        ran = len(arm.cells)
+        print(f"tuning: {ran} cells, every variant at every grid point known so far", flush=True)
+        code = run_arm(arm, plan, queue, worker_args, pool, retry_failed)
+        if code or stopped(queue):
+            return code or 2
     bests = ladder_tuning.best_per_rung(plan, queue.records())
     print("each variant's best per rung:\n" + "\n".join(ladder_tuning.format_bests(bests)), flush=True)
     if study.tracker is not None:
