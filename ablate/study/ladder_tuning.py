@@ -36,10 +36,12 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ablate.spec.study_sections import LadderTune
 from ablate.stats.lr_power_law import fit_rate_law
+from ablate.study import mup_check
 from ablate.study.derived_specs import derive, show
 from ablate.study.designs import spec_diff
 from ablate.study.ladder_checks import grid_at, size_rungs
@@ -295,7 +297,12 @@ def tuning_record(plan: StudyPlan, bests: Sequence[RungBest]) -> dict[str, Any]:
             laws[label] = None if law is None else {
                 "exponent": law.exponent, "low": law.exponent_low, "high": law.exponent_high,
                 "level": law.level, "rungs": law.n, "coefficient": math.exp(law.intercept)}
+    check = None
+    if tune.larger_rungs is not None and tune.larger_rungs.mup is not None:  # what allowed muP's one rate
+        found = mup_check.read_check(tune.larger_rungs.mup.check, Path(plan.origin).parent)
+        check = found.as_dict() if isinstance(found, mup_check.MupCheck) else None
     return {"grid": tune.grid, "rung_grids": tune.rungs, "seeds": list(tune.seeds), "metric": plan.metric,
+            **({"mup_check": check} if check is not None else {}),
             "rungs": [{"variant": b.variant, "rung": b.rung, "params": b.params, "best": b.best,
                        "edge": b.edge,
                        "scores": [{"point": s.point, "mean": _finite(s.mean), "seeds": s.seeds}
