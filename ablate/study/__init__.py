@@ -23,7 +23,8 @@ confirming at a larger scale: the arms (``arms``), their settings checked with t
 (``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), its
 power plan, rung by rung from a pilot ladder (``sized_ladder``), its fairness checked (``ladder_checks``:
 one scaling rule, matched sizes, a grid that tunes) and every variant tuned at every rung
-(``ladder_tuning``). A search
+(``ladder_tuning``), the rungs above the smallest on a grid from below or at the smallest rung's rate under
+muP (``rung_rates``), once muP's own transfer check passed (``mup_check``). A search
 (``ablate tune``): its trials (``search``) and what it leaves behind (``tune_results``: best trial,
 best.yaml, importances, figures). What all of these coordinate through: the Optuna trial store shared
 by processes or machines (``optuna_store``: journal file or PostgreSQL; ``optuna_attrs``: the names of
