@@ -120,3 +120,16 @@ def test_a_study_without_steps_to_a_target_has_no_section(study: Study, tmp_path
     assert target_reach.targets(plain) == []
     assert reaching_target.part(Inputs(plain, tmp_path)) is None
     assert target_reach.retarget(plain) is plain
+
+
+def test_an_arm_without_a_variant_to_compare_still_states_its_target(study: Study, tmp_path: Path) -> None:
+    # the variant's runs withdrawn (a superseded version): the baseline's reach stands alone
+    alone = dataclasses.replace(study, runs=study.finished("baseline"),
+                                arms={record.OWN_BEST_ARM: dataclasses.replace(
+                                    study.arms[record.OWN_BEST_ARM],
+                                    runs=study.arms[record.OWN_BEST_ARM].finished("baseline"))})
+    part = reaching_target.part(Inputs(target_reach.retarget(alone), tmp_path))
+    assert part is not None
+    text = "\n".join(str(b) for s in part.sections for b in s.blocks)
+    assert "the baseline reached it in 1 of 3 runs (2 did not reach); no variant has runs paired" in text
+    assert target_reach.targets(alone)[1].reach["baseline"][1] == target_reach.Reach(600.0, False)

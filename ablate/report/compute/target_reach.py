@@ -78,7 +78,7 @@ def reach_of(run: Run, target: float) -> Reach | None:
     if not history:
         return None
     steps = first_reach(history, target)
-    return Reach(history[-1][0], False) if steps is None else Reach(steps, True)
+    return Reach(float(history[-1][0]), False) if steps is None else Reach(steps, True)
 
 
 def tuned_target(arm: Study) -> tuple[float, str] | None:

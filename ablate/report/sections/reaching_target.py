@@ -33,12 +33,23 @@ def table(t: ArmTarget, baseline: str) -> Table:
                          f"answered at {t.level:.3g} (the study's alpha shared by its family).")
 
 
+def _alone(t: ArmTarget, baseline: str) -> Para:
+    """An arm with no comparison yet (no variant has a run paired with the baseline's): its target and the
+    baseline's runs."""
+    runs, missed = len(t.reach.get(baseline, {})), t.not_reached(baseline)
+    did_not = f" ({missed} did not reach)" if missed else ""
+    return Para(f"Steps to val/loss {t.target:.4g} {ARM_NAMES.get(t.arm, t.arm)}: the target is {t.source}; "
+                f"the baseline reached it in {runs - missed} of {runs} runs{did_not}; no variant has runs "
+                "paired with it yet.")
+
+
 @section(105)  # after each variant at its own best
 def part(inp: Inputs) -> Part | None:
     found = targets(inp.study)
-    if not found or inp.study.baseline is None:
+    baseline = inp.study.baseline
+    if not found or baseline is None:
         return None
-    blocks: list[Block] = [table(t, inp.study.baseline) for t in found]
+    blocks: list[Block] = [table(t, baseline) if t.comparisons else _alone(t, baseline) for t in found]
     if any(t.not_reached(v) for t in found for v in t.reach):
         blocks.append(Para("Some runs did not reach their target: the group-sequential verdicts in the other "
                            "sections count such a run at its budget (the steps it logged), which shortens "
