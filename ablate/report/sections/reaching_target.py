@@ -50,7 +50,7 @@ def part(inp: Inputs) -> Part | None:
     if not found or baseline is None:
         return None
     blocks: list[Block] = [table(t, baseline) if t.comparisons else _alone(t, baseline) for t in found]
-    if any(t.not_reached(v) for t in found for v in t.reach):
+    if any(t.comparisons and any(t.not_reached(v) for v in t.reach) for t in found):
         blocks.append(Para("Some runs did not reach their target: the group-sequential verdicts in the other "
                            "sections count such a run at its budget (the steps it logged), which shortens "
                            "the slower side; the censoring-aware answer above is the one that does not."))
