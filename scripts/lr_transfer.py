@@ -17,64 +17,20 @@ the learning rate per width for both.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import statistics
-from collections import defaultdict
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from ablate.report.plots import save
 from ablate.stats.best_rate_shift import SMALL, Transfer, transfer
-
-Cells = dict[tuple[int, float, int], float]
-
-
-def _baseline(report: Path) -> dict[str, object]:
-    """The baseline's resolved spec as flat fields, from the export's study.json (or a cell's run.json)."""
-    for path in sorted((report / "export" / "cells").glob("*/run.json")):
-        run = json.loads(path.read_text())
-        if run.get("tags", {}).get("ablate.variant") == "baseline":
-            return dict(run.get("params", {}))
-    return {}
+from ablate.study.mup_check import Cells, read_cells
 
 
 def read(report: Path, metric: str) -> dict[str, Cells]:
-    base = _baseline(report)
-    cells: dict[str, Cells] = defaultdict(dict)
-    diverged: dict[str, list[tuple[int, float, int]]] = defaultdict(list)
-    with open(report / "runs.csv", newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["status"] not in ("finished", "diverged"):
-                continue
-            parametrisation = _field(row, base, "model.parametrisation") or "standard"
-            width = int(float(_field(row, base, "model.d_model")))
-            lr = float(_field(row, base, "train.optimizer.lr"))
-            key = (width, lr, int(row["seed"]))
-            value = float(row[metric]) if row.get(metric) else math.nan
-            if row["status"] == "diverged" or not math.isfinite(value):
-                diverged[parametrisation].append(key)
-            else:
-                cells[parametrisation][key] = value
-    # A rate that diverges was tried and lost: its cell counts as the parametrisation's worst finite loss, so
-    # the grid keeps its end and a best rate just below a diverging one is bracketed, not a bound.
-    for parametrisation, keys in diverged.items():
-        worst = max(cells[parametrisation].values(), default=math.nan)
-        for key in keys:
-            cells[parametrisation][key] = worst
-    if "mup" in cells:  # the base width: the standard cells are muP's (tests/engine/test_mup.py)
-        base_width = min(w for w, _, _ in cells["mup"]) // 2
-        for (w, lr, s), value in cells["standard"].items():
-            if w == base_width:
-                cells["mup"].setdefault((w, lr, s), value)
-    return dict(cells)
-
-
-def _field(row: dict[str, str], base: dict[str, object], key: str) -> str:
-    """A cell's value of ``key``: its runs.csv column, or the baseline's where the cell kept it."""
-    return row.get(key) or str(base.get(key, ""))
+    """Each parametrisation's cells (ablate/study/mup_check.py: the reader a ladder's muP check uses)."""
+    return read_cells(report, metric)
 
 
 def _mean(cells: Cells, width: int, lr: float) -> float:

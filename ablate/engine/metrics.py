@@ -53,13 +53,21 @@ def _check_lengths(hypotheses: Sequence[object], references: Sequence[object]) -
 
 def steps_to_target(history: Sequence[tuple[int, Mapping[str, float]]], target: float, budget: int,
                     metric: str = metricnames.VAL_LOSS) -> float:
-    """The optimizer step at which ``metric`` first reaches ``target`` (at or below it), interpolated
-    linearly between the two evaluations around the crossing (the step at the earlier one plus the
-    fraction of the interval the loss took to fall to the target); the first evaluation's step if it is
-    there already. A run that never reaches it counts ``budget``, its planned steps: the value is censored
-    at the budget, which understates the steps of an optimizer that misses the target (a comparison of two
-    optimizers on it is conservative for the one that reaches the target). Jordan et al.'s speedrun and Liu
-    et al. 2025 (figure 1) count the steps (or tokens) to a fixed validation loss the same way."""
+    """The optimizer step at which ``metric`` first reaches ``target`` (:func:`first_reach`). A run that
+    never reaches it counts ``budget``, its planned steps: the value is censored at the budget, which
+    understates the steps of an optimizer that misses the target (a report reads the censoring itself:
+    ablate/report/compute/target_reach.py). Jordan et al.'s speedrun and Liu et al. 2025 (figure 1) count
+    the steps (or tokens) to a fixed validation loss the same way."""
+    reached = first_reach(history, target, metric)
+    return float(budget) if reached is None else reached
+
+
+def first_reach(history: Sequence[tuple[int, Mapping[str, float]]], target: float,
+                metric: str = metricnames.VAL_LOSS) -> float | None:
+    """The step at which ``metric`` first reaches ``target`` (at or below it), interpolated linearly between
+    the two evaluations around the crossing (the step at the earlier one plus the fraction of the interval
+    the loss took to fall to the target); the first evaluation's step if it is there already; None if no
+    evaluation reached it."""
     previous: tuple[int, float] | None = None
     for step, metrics in history:
         value = metrics.get(metric)
@@ -71,4 +79,4 @@ def steps_to_target(history: Sequence[tuple[int, Mapping[str, float]]], target: 
             before_step, before = previous  # before > target >= value
             return before_step + (step - before_step) * (before - target) / (before - value)
         previous = (step, value)
-    return float(budget)
+    return None

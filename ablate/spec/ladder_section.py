@@ -32,7 +32,50 @@ class SeedBudget(Strict):
         return self
 
 
-class LadderTune(Strict):
+LR = "train.optimizer.lr"  # the rate the rungs above the smallest may take from below (larger_rungs)
+
+
+class GridFromBelow(Strict):
+    """Each rung above the smallest tuned on a learning-rate grid around the best rate the rungs below it
+    predict: their best rates' power law in parameters (ablate/stats/lr_power_law.py) with two rungs or more
+    below, the rung below's best with one; so the rungs are tuned smallest first."""
+
+    points: Annotated[Int, Field(ge=2, le=64)]
+    """the rates each such rung tries (at least 2)"""
+    factor: Annotated[Float, Field(gt=1, le=1e3)]
+    """the ratio between neighbouring rates (above 1), e.g. 2: a factor 2 apart, centred on the prediction"""
+
+
+class MupTransfer(Strict):
+    """Every rung at the rate tuned at the smallest rung, with muP's multipliers (the spec's
+    model.parametrisation: mup): allowed only once its own learning-rate transfer check passed over these
+    widths (ablate/study/mup_check.py)."""
+
+    check: Annotated[str, Field(min_length=1)]
+    """a finished learning-rate transfer study's report folder (its runs.csv and export/, as
+    reports/mup-transfer-wide-docs), relative to this spec: muP's best rate must be 'stable' across widths
+    that span this ladder's (ablate/stats/best_rate_shift.py)"""
+
+
+class LargerRungs(Strict):
+    """How the rungs above the smallest get their learning rate, exactly one of: ``grid_from_below`` or
+    ``mup``. Left out, every rung is tuned on its own grid."""
+
+    grid_from_below: GridFromBelow | None = None
+    """tune each rung on a grid around the rate the rungs below predict (smallest first)"""
+    mup: MupTransfer | None = None
+    """tune the smallest rung only and run every rung at its best rate under muP, once muP's own transfer
+    check passed"""
+
+    @model_validator(mode="after")
+    def _one(self) -> LargerRungs:
+        if (self.grid_from_below is None) == (self.mup is None):
+            raise SpecFieldError.single("grid_from_below", "give exactly one of grid_from_below or mup",
+                                        "mup")
+        return self
+
+
+class LadderTune(LaterFields):
     """Every variant tuned at every rung with the same budget (Wen et al. 2025, "Fantastic Pretraining
     Optimizers and Where to Find Them": each optimizer's hyperparameters tuned at each scale): ``grid`` is the
     values each named field takes, the same for every variant; ``rungs`` may give a rung a grid of its own;
@@ -49,6 +92,12 @@ class LadderTune(Strict):
     seeds: Annotated[list[Seed], Field(min_length=1)]
     """the seeds every grid point trains on: disjoint from the study's evaluation seeds (the tuning noise
     must not choose the settings its own cells are then judged by)"""
+    larger_rungs: LargerRungs | None = None
+    """how the rungs above the smallest get their learning rate: {grid_from_below: {points: 3, factor: 2}}
+    (a grid around the rate the rungs below predict) or {mup: {check: REPORT}} (the smallest rung's rate
+    under muP, once its transfer check passed); left out, every rung tunes on its own grid"""
+
+    later_fields = ("larger_rungs",)
 
     @model_validator(mode="after")
     def _shape(self) -> LadderTune:
@@ -69,8 +118,27 @@ class LadderTune(Strict):
                                 "tuned field's values, it does not add a field", "grid")
         if len(set(self.seeds)) != len(self.seeds):
             checks.fail("seeds", "tuning seeds must be distinct")
+        if self.larger_rungs is not None:
+            self._larger(checks)
         checks.raise_any()
         return self
+
+    def _larger(self, checks: Checks) -> None:
+        """larger_rungs sets the rate of the rungs above the smallest: the grid must tune the rate, with
+        positive numbers, and no rung may give its own rate grid besides."""
+        how = "grid_from_below" if self.larger_rungs and self.larger_rungs.grid_from_below else "mup"
+        rates = self.grid.get(LR)
+        if rates is None:
+            checks.fail(f"larger_rungs.{how}", f"{how} sets the learning rate of the larger rungs: tune.grid "
+                        f"must tune {LR}", "grid")
+        elif any(isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 for v in rates):
+            checks.fail(f"grid.{LR}", f"{how} reads learning rates on a log scale: every value must be a "
+                        "positive number", f"larger_rungs.{how}")
+        for rung, fields in self.rungs.items():
+            if LR in fields:
+                checks.fail(f"rungs.{rung}.{LR}", f"rung {rung!r} gives its own {LR} grid, but "
+                            f"larger_rungs.{how} sets the rate of every rung above the smallest (the "
+                            "smallest tunes on tune.grid): drop one", f"larger_rungs.{how}")
 
 
 class ScalingRule(Strict):

@@ -23,13 +23,15 @@ import numpy as np
 
 EXACT = 12
 RESAMPLES = 20_000
+REACHES_FIRST, REACHES_LATER, NO_ORDER = "reaches first", "reaches later", "no order decided"
 
 
 @dataclass(frozen=True)
 class Run:
-    """One run's steps-to-target: the step it reached the target at, or its last step if it never did."""
+    """One run's steps-to-target: the step it reached the target at (interpolated between evaluations), or
+    its last evaluation's step if it never did."""
 
-    steps: int
+    steps: float
     reached: bool
 
 
@@ -56,6 +58,13 @@ class CensoredComparison:
         return {"scores": list(self.scores), "statistic": self.statistic, "p": self.p,
                 "variant_did_not_reach": self.variant_not_reached,
                 "baseline_did_not_reach": self.baseline_not_reached}
+
+    def answer(self, alpha: float) -> str:
+        """'reaches first' (the variant), 'reaches later', or 'no order decided': the two-sided test at
+        ``alpha`` (the level a family's correction gives this comparison)."""
+        if self.p < alpha and self.statistic != 0:
+            return REACHES_FIRST if self.statistic > 0 else REACHES_LATER
+        return NO_ORDER
 
 
 def compare(variant: Sequence[Run], baseline: Sequence[Run], seed: int = 0) -> CensoredComparison:

@@ -15,14 +15,16 @@ worker processes are handed in from ``ablate.launch`` (``worker_pool``).
 
 Sizing a study before its first cell: the noise and cell times of a pilot study (``pilot``), the power
 plan, ``seeds.max: auto``, the plan's hours and the scale notes (``sizing``, on ``ablate.stats.power``),
-and the design recorded before the first cell and never moved (``preregister``). Tuning each variant and
+and the design recorded before the first cell and never moved (``preregister``); once its own seeds exist,
+what a new study would need at the effects they found (``observed_needs``). Tuning each variant and
 confirming at a larger scale: the arms (``arms``), their settings checked with the plan
 (``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
 (``confirm``). A ladder of model sizes (``ablation.scales``): its rungs, their steps and planned compute
 (``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), its
 power plan, rung by rung from a pilot ladder (``sized_ladder``), its fairness checked (``ladder_checks``:
 one scaling rule, matched sizes, a grid that tunes) and every variant tuned at every rung
-(``ladder_tuning``). A search
+(``ladder_tuning``), the rungs above the smallest on a grid from below or at the smallest rung's rate under
+muP (``rung_rates``), once muP's own transfer check passed (``mup_check``). A search
 (``ablate tune``): its trials (``search``) and what it leaves behind (``tune_results``: best trial,
 best.yaml, importances, figures). What all of these coordinate through: the Optuna trial store shared
 by processes or machines (``optuna_store``: journal file or PostgreSQL; ``optuna_attrs``: the names of

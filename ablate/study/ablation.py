@@ -48,6 +48,7 @@ from ablate.study import (
 from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
 from ablate.study.cell_queue import CellQueue, CellRecords
 from ablate.study.designs import format_grid, format_plan
+from ablate.study.observed_needs import found_lines, ladder_found_lines
 from ablate.study.optuna_attrs import PARENT
 from ablate.study.optuna_store import Store
 from ablate.study.parent_run import cells_table, close_parent, open_parent, parent_description
@@ -112,11 +113,16 @@ def _tuned_ladder(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPo
     rung recorded on the parent, then the study's cells at those points, which every verdict reads. The
     study's plan becomes the tuned one, so its grid and parent run show the cells that ran."""
     plan, queue = study.plan, study.queue
-    arm = study.arms[record.LADDER_TUNE_ARM] = ladder_tuning.tune_arm(plan)
-    print(f"tuning: {len(arm.cells)} cells, every variant at every grid point of every size", flush=True)
-    code = run_arm(arm, plan, queue, worker_args, pool, retry_failed)
-    if code or stopped(queue):
-        return code or 2
+    ran = -1
+    while True:  # a rung whose grid comes from the rungs below is known once they are tuned: one phase a size
+        arm = study.arms[record.LADDER_TUNE_ARM] = ladder_tuning.tune_arm(plan, queue.records())
+        if len(arm.cells) == ran:
+            break
+        ran = len(arm.cells)
+        print(f"tuning: {ran} cells, every variant at every grid point known so far", flush=True)
+        code = run_arm(arm, plan, queue, worker_args, pool, retry_failed)
+        if code or stopped(queue):
+            return code or 2
     bests = ladder_tuning.best_per_rung(plan, queue.records())
     print("each variant's best per rung:\n" + "\n".join(ladder_tuning.format_bests(bests)), flush=True)
     if study.tracker is not None:
@@ -312,6 +318,7 @@ def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: A
     own = [r for c in plan.cells if (r := records.get(c.key)) is not None]
     if own and (mine := own_seeds_plan(plan, records)) is not None:
         lines.append(format_power_plan(mine, abl.min_effect, workers))
+        lines += found_lines(plan, records)
     return "\n".join(lines)
 
 
@@ -324,6 +331,7 @@ def _ladder_power_lines(plan: StudyPlan, records: CellRecords) -> str:
     lines = [format_ladder_plan(planned)]
     if records and (mine := ladder_plan(plan, records)) is not None:
         lines.append(format_ladder_plan(mine))
+        lines += ladder_found_lines(plan, records)
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ablate.engine.compute import Compute
@@ -28,6 +29,7 @@ from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError
 from ablate.spec.study_sections import AblationSpec, ScalesSpec
 from ablate.spec.yamlsrc import Problem, SourceMap
+from ablate.study import mup_check
 from ablate.study.derived_specs import derive, show
 from ablate.study.rungs import SCALES, Rung, planned
 
@@ -177,6 +179,11 @@ def _tune_problems(scales: ScalesSpec, rungs: Sequence[Rung], variants: Sequence
                 "size")
     if out:
         return out
+    if tune.larger_rungs is not None and tune.larger_rungs.mup is not None:  # muP's own check first
+        specs = [(r.size_rung, derive(data, smap, r.overrides, origin)) for r in size_rungs(rungs)]
+        out += mup_check.problems(tune.larger_rungs.mup.check, Path(origin).parent,
+                                  specs[0][1].model.parametrisation,
+                                  [(name, spec.model.d_model) for name, spec in specs], smap, origin)[0]
     for rung in size_rungs(rungs):
         for name, values in grid_at(tune.grid, tune.rungs, rung.size_rung).items():
             for value in values:

@@ -258,7 +258,9 @@ def format_ladder_plan(lp: LadderPlan) -> str:
             det = f"{r.detects[label]:.3g}" + ("" if n is not None else " sd")
             need = r.needs[label]
             needs = "-" if n is None else (str(need) if need is not None else ">100")
-            lines.append(f"    {label}: {sd}, detects {det}, an effect of{margin} needs {needs} seeds")
+            # read off the study's own seeds, a new study is sized at the gaps found (observed_needs.py)
+            sized = "" if lp.informational else f", an effect of{margin} needs {needs} seeds"
+            lines.append(f"    {label}: {sd}, detects {det}{sized}")
     for t in lp.transfers:
         holds = ""
         if t.holds is not None:

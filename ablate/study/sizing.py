@@ -186,12 +186,13 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
         sd = "-" if c.noise is None else f"{c.noise.sd:.3g} ({c.noise.upper:.3g})"
         det = f"{c.detectable:.3g}" + ("" if c.noise is not None else " sd")
         unsized = c.question == "identical" or (c.question is None and d.min_effect is None)
-        needs = "-" if unsized or c.noise is None else (
+        # read off the study's own seeds, a new study is sized at the effects they found (observed_needs.py)
+        needs = "-" if unsized or c.noise is None or pp.informational else (
             str(c.needed) if c.needed is not None else f">{MOST_SEEDS}")
         lines.append(f"  {c.label:<{width}}  {sd:>14}  {det:>8}  {_fmt(c.power, 2):>6}  {needs:>5}  "
                      f"{claim_text(c.label, c.question, c.margin, min_effect)}"
                      + (f" [noise: {c.noise.basis}]" if c.noise is not None else ""))
-        if c.noise is not None and c.question not in (None, "identical") and (
+        if c.noise is not None and not pp.informational and c.question not in (None, "identical") and (
                 c.needed is None or c.needed > d.looks[-1]):
             about = f"about {c.needed}" if c.needed is not None else f"more than {MOST_SEEDS}"
             could = (f"the smallest design that could: seeds: {{min: {d.looks[0]}, max: {c.needed}}}"
@@ -203,8 +204,9 @@ def format_power_plan(pp: PowerPlan, min_effect: float | None, workers: int = 1)
                  f"plan sizes on; detects: the smallest true difference found with {POWER:.0%} power"
                  + (" (in units of that sd: '2 sd' is twice the spread)" if pp.source is None else "")
                  + "; power: the chance the claim's question is answered as a true claim would be; needs: "
-                 "the seeds.max that settles the claim (without one: finds an effect as large as "
-                 "min_effect); -: nothing measured yet (no pilot) or nothing to size")
+                 + ("below, at the effects these seeds found; -: nothing to size" if pp.informational else
+                    "the seeds.max that settles the claim (without one: finds an effect as large as "
+                    "min_effect); -: nothing measured yet (no pilot) or nothing to size"))
     lines.extend(cost_lines(pp, workers))
     return "\n".join(lines)
 

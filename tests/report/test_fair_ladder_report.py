@@ -71,3 +71,33 @@ def test_a_tuned_ladder_shows_each_best_per_rung_and_flags_an_edge(tmp_path: Pat
 
 def test_a_study_without_a_ladder_has_no_such_section() -> None:
     assert fair_ladder({"tags": {}}) is None
+
+
+def test_the_section_says_which_rule_set_each_rungs_rate(tmp_path: Path) -> None:
+    """scales.tune.larger_rungs: a grid from the rungs below (and from what), or the smallest rung's rate
+    under muP with the transfer check that allowed it (ablate/study/rung_rates.py, mup_check.py)."""
+    parent, frame = _parent(tuned=True)
+    tags = parent["tags"]
+    assert isinstance(tags, dict)
+    tuned = json.loads(tags[record.LADDER_TUNE])
+    for row in tuned["rungs"]:
+        if row["rung"] == "s":
+            row.update(rule="grid_from_below",
+                       source="3 rates a factor 2 apart around 0.016: the best rate at xs")
+        elif row["rung"] in ("m", "l"):
+            row.update(rule="mup", source="the rate tuned at xs")
+    tuned["mup_check"] = {"study": "reports/mup-check", "widths": [32, 128], "shift": 0.2, "low": -0.4,
+                          "high": 0.8, "verdict": "stable"}
+    tags[record.LADDER_TUNE] = json.dumps(tuned)
+    fair = fair_ladder(parent)
+    assert fair is not None and {b.rung for b in fair.derived} == {"s", "m", "l"}
+    made = section.part(Inputs(build_study(parent, frame), tmp_path))  # type: ignore[arg-type]
+    assert made is not None
+    text = render_markdown(Document("t", "s", sections=made.sections))
+    assert "0.008 (grid from below)" in text and "(muP, the smallest rung's rate)" in text
+    assert "baseline at s: 3 rates a factor 2 apart around 0.016: the best rate at xs" in text
+    assert ("**muP** (Yang et al. 2022): rungs m, l were not tuned" in text
+            and "reports/mup-check: muP's best rate shifts +0.20 log2 [-0.40, +0.80] from d32 to d128: stable"
+            in text)
+    rules = {(b["variant"], b["rung"]): b.get("rule") for b in made.data["fair_ladder"]["bests"]}
+    assert rules[("baseline", "xs")] is None and rules[("same", "l")] == "mup"

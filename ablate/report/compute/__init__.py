@@ -13,6 +13,8 @@ logged run, either architecture), ``contrasts`` (factorial effects), ``expected_
 verdicts, per-rung verdicts, rolling backtests, decision accuracy and signal-to-noise), ``tuned_speedups``
 (Wen et al.'s speedup on a ladder with data budgets), ``tuned_ladder`` (a fair ladder's rule, fields
 changed between rungs, and each variant's tuned best per rung) and ``metric_noise`` (each loss and
-downstream metric's signal-to-noise ratio across seeds, rung by rung). The sections
+downstream metric's signal-to-noise ratio across seeds, rung by rung) and ``target_reach`` (steps to a
+target loss: each arm's target, the tuned baseline's own where every variant ran at its own best, and runs
+that never reach it censored). The sections
 (``ablate.report.sections``) read these; nothing here imports a section.
 """

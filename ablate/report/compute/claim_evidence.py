@@ -11,6 +11,7 @@ import math
 
 from ablate.report.compute import statistics as st
 from ablate.report.compute.comparisons import decided_metric, paired_differences
+from ablate.report.compute.detectable_effects import rung_variance
 from ablate.report.compute.loaded_study import EffectRow, Study, quality_meta
 from ablate.spec.study_sections import Expectation
 from ablate.stats.borderline import leave_one_out
@@ -54,8 +55,10 @@ def evidence(study: Study, variant: str, rows: list[EffectRow], design: Design |
             within = claim.effect == "none"
             margin = claim_margin(claim, design.min_effect) if within else (claim.margin or 0.0)
             way = 0 if within else (1 if (claim.effect == "better") == higher else -1)
+            # on a ladder with the gap's rung-level variance where its rungs estimate one
             across = seeds_across(look.diff, look.lo, look.hi, look.sd, look.n, design.level,
-                                  "within" if within else "beyond", margin or 0.0, direction=way)
+                                  "within" if within else "beyond", margin or 0.0, direction=way,
+                                  rung_var=rung_variance(study, variant, metric))
         return Evidence(metric, look.diff, look.lo, look.hi, f"repeated {1 - design.alpha:.0%} CI", look.n,
                         said.better is not None, differing, identical, design.min_effect, diverged, len(runs),
                         base_diverged, design.looks[-1] if look.final else None, None, across,

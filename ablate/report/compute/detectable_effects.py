@@ -13,9 +13,11 @@ from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, decided_metric, design_of, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
-from ablate.stats.power import MOST_SEEDS, detectable, seeds_to_settle
-from ablate.stats.replication_size import seeds_for
+from ablate.spec import metricnames
+from ablate.stats.power import MOST_SEEDS, detectable
+from ablate.stats.replication_size import SeedsAcross, sized_at_found
 from ablate.stats.sequential import Design, Question, walk
+from ablate.stats.transfer import GapRung, fit_line
 from ablate.study.pilot import paired_sd
 
 
@@ -30,14 +32,16 @@ class Found:
     diff: float
     sd: float
     detectable: float  # at the study's design and this sd (NaN below two pairs)
-    needed: int | None  # seeds a new study would need for the claim at this sd (None: > 100, no claim)
+    needed: int | None  # seeds a new study would need at the effect found (None: > 100, or nothing to size)
     settled: bool = False  # the study's own looks answered the comparison's question
-    # needed is sized at the effect these seeds found (a claim: stats/replication_size.py, a paired t test),
-    # not at an assumed one; without a claim it is the design's seeds.max to find min_effect
-    # whether a new study's seeds can be sized: a claim (better, worse, none), or no claim and a min_effect
-    # (its question: find an effect as large as min_effect); an identity check or neither: nothing to size
+    # needed is sized at the effect these seeds found and ``across`` at each end of its interval too
+    # (stats/replication_size.py sized_at_found, a paired t test), never at an assumed one; without a claim
+    # either way the looks settle it (the interval excludes 0, or lies within min_effect)
+    # whether a new study's seeds can be sized: a claim (better, worse, none), or no claim and a min_effect;
+    # an identity check or neither: nothing to size
     sizable: bool = False
     at_observed: bool = False
+    across: SeedsAcross | None = None  # on a ladder its sd carries the gap's rung variance (across.rung_var)
 
 
 def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
@@ -55,21 +59,37 @@ def found_rows(study: Study, design: Design, metric: str) -> list[Found]:
             rows.append(Found(label, question, margin, len(d), first, math.nan, math.nan, None))
             continue
         mean, sd = sum(d) / len(d), paired_sd(d)
-        needs = None
         sizable = question in ("better", "worse", "none") or (question is None
                                                               and design.min_effect is not None)
-        observed = question in ("better", "worse", "none")
+        across = None
         if sizable and sd > 0 and not settled:
-            within = question == "none"
-            bound = (margin if margin is not None else design.min_effect) if within else margin
-            way = 0 if within else (1 if (question == "better") == quality_meta(metric)[2] else -1)
-            needs = (seeds_for(mean, sd, design.level, "within" if within else "beyond", bound or 0.0,
-                               most=MOST_SEEDS, direction=way) if observed
-                     else seeds_to_settle(design, sd, question, margin))
+            last = looks[-1] if looks else None
+            interval = (last.lo, last.hi) if last is not None and math.isfinite(last.lo) else None
+            across = sized_at_found(d, design.level, question, margin, design.min_effect,
+                                    quality_meta(metric)[2], rung_variance(study, label, metric), interval,
+                                    MOST_SEEDS)
         rows.append(Found(label, question, margin, len(d), mean, sd,
-                          detectable(design, sd, question, margin) if sd > 0 else 0.0, needs, settled,
-                          sizable, observed))
+                          detectable(design, sd, question, margin) if sd > 0 else 0.0,
+                          None if across is None else across.observed, settled, sizable, across is not None,
+                          across))
     return rows
+
+
+def rung_variance(study: Study, label: str, metric: str) -> float:
+    """On a ladder, the comparison's rung-level variance: the scatter of its rungs' gaps about their line in
+    log compute that the seeds do not explain (ablate/stats/transfer.py ``fit_line``'s tau^2); 0 off a
+    ladder or where it cannot be estimated (fewer than 3 rungs with pairs)."""
+    gaps = []
+    for name, rung in study.rungs.items():
+        if label not in rung.variants or rung.baseline is None:
+            continue
+        diffs = [x for x in paired_differences(rung, label, metric)[0] if x is not None and math.isfinite(x)]
+        flops = [r.metrics[metricnames.TRAIN_FLOPS] for r in rung.finished(rung.baseline)
+                 if metricnames.TRAIN_FLOPS in r.metrics]
+        if flops:
+            gaps.append(GapRung(name, sum(flops) / len(flops), tuple(diffs)))
+    line = fit_line(gaps) if len(gaps) >= 3 else None
+    return 0.0 if line is None else float(line.tau2)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ class RungBest:
     params: int
     best: dict[str, Any] | None
     edge: list[str]
+    rule: str = "tuned"  # what set its grid or rate: tuned (its own grid), grid_from_below, mup
+    source: str | None = None  # where a derived grid or rate came from, in words
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class FairLadder:
     tuning_seeds: list[int] = field(default_factory=list)
     bests: list[RungBest] = field(default_factory=list)
     laws: list[RateLaw] = field(default_factory=list)
+    mup_check: dict[str, Any] | None = None  # under larger_rungs.mup: the transfer check that allowed it
+
+    @property
+    def derived(self) -> list[RungBest]:
+        """The rungs whose grid or rate another rule set than their own written grid."""
+        return [b for b in self.bests if b.rule != "tuned"]
 
     @property
     def tuned(self) -> bool:
@@ -83,9 +91,9 @@ def fair_ladder(parent: Mapping[str, Any]) -> FairLadder | None:
     if not tuned:
         return out
     data = json.loads(tuned)
-    bests = [RungBest(r["variant"], r["rung"], int(r["params"]), r.get("best"), list(r.get("edge") or []))
-             for r in data.get("rungs", [])]
+    bests = [RungBest(r["variant"], r["rung"], int(r["params"]), r.get("best"), list(r.get("edge") or []),
+                      r.get("rule") or "tuned", r.get("source")) for r in data.get("rungs", [])]
     laws = [RateLaw(label, law["exponent"], law.get("low"), law.get("high"), law["level"], law["rungs"])
             for label, law in (data.get("rate_laws") or {}).items() if law is not None]
     return FairLadder(out.changes, out.rule, out.tokens_counted, out.tokens_per_param, out.budgets, out.match,
-                      data.get("grid", {}), list(data.get("seeds", [])), bests, laws)
+                      data.get("grid", {}), list(data.get("seeds", [])), bests, laws, data.get("mup_check"))

@@ -6,7 +6,8 @@ rule, what each rung changes, each variant's best per rung), ``speedup_table`` (
 data, on a ladder with data budgets), ``setup``, ``forest_plot``,
 ``mde`` (what the design could settle, beside what was found), ``published``, ``summary``, ``main_table``,
 ``downstream`` (lm-evaluation-harness scores beside the loss, with their signal-to-noise), ``seeds``,
-``own_best``, ``tuning_budget``, ``larger_scale``, ``sampling``, ``factorial``, ``curves``, ``lengths``,
+``own_best``, ``reaching_target`` (steps to a target loss, censored), ``tuning_budget``,
+``larger_scale``, ``sampling``, ``factorial``, ``curves``, ``lengths``,
 ``costs``, ``compute_hours``, ``failures``, ``attention_maps``, ``environment``, ``withdrawn``
 (the appendix of superseded cells) and ``trials``, in the order they appear in a report. Each registers
 its ``part`` where it is defined (``@section(place, reports)``, ablate/report/section_api.py), and

@@ -20,6 +20,33 @@ def show(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# what set a rung's rate, beside its best (the rungs tuned on their own written grid carry no mark)
+RULES = {"grid_from_below": " (grid from below)", "mup": " (muP, the smallest rung's rate)"}
+
+
+def _rules(fair: FairLadder) -> list[Block]:
+    """Which rule set each rung's rate where its own grid did not: a grid from the rungs below (and from
+    what), or the smallest rung's rate under muP (and the check that allowed it)."""
+    if not fair.derived:
+        return []
+    lines = [f"{b.variant} at {b.rung}: {b.source or b.rule}" for b in fair.derived if b.rule != "mup"]
+    out: list[Block] = []
+    if lines:
+        out.append(Para("**Grids from the rungs below** (tuned smallest first, each rung's learning-rate "
+                        "grid centred on the rate the rungs below predict): " + "; ".join(lines) + "."))
+    if any(b.rule == "mup" for b in fair.derived):
+        c = fair.mup_check or {}
+        said = ""
+        if c.get("widths"):
+            said = (f" Its transfer check, {c.get('study')}: muP's best rate shifts {c.get('shift', 0):+.2f} "
+                    f"log2 [{c.get('low', 0):+.2f}, {c.get('high', 0):+.2f}] from d{c['widths'][0]} to "
+                    f"d{c['widths'][-1]}: {c.get('verdict')}.")
+        rungs = ", ".join(dict.fromkeys(b.rung for b in fair.derived if b.rule == "mup"))
+        out.append(Para(f"**muP** (Yang et al. 2022): rungs {rungs} were not tuned; every variant ran there "
+                        "at its best rate at the smallest rung, under muP's multipliers." + said))
+    return out
+
+
 def _changes(fair: FairLadder) -> Table:
     rows = [[f"{a} → {b}", ", ".join(f"`{k}` {show(x)} → {show(y)}" for k, x, y in diff) or "nothing"]
             for a, b, diff in fair.changes]
@@ -39,7 +66,8 @@ def _bests(fair: FairLadder) -> Table:
                 cells.append("-")
                 continue
             shown = ", ".join(show(x) for x in b.best.values())
-            cells.append(f"{shown} (edge)" if b.edge else shown)
+            shown = f"{shown} (edge)" if b.edge else shown
+            cells.append(shown + RULES.get(b.rule, ""))
         rows.append([rung, f"{at[(variants[0], rung)].params:,}", *cells])
     return Table(["rung", "N (baseline)", *variants], rows)
 
@@ -82,6 +110,7 @@ def part(inp: Inputs) -> Part | None:
                            f"where the spec gives one) on tuning seed(s) {seeds}, never evaluated; each then "
                            "ran the study's seeds at its own best. Best setting per rung:"))
         blocks.append(_bests(fair))
+        blocks += _rules(fair)
         if fair.flagged:
             shown = ", ".join(f"{b.variant} at {b.rung}" for b in fair.flagged)
             blocks.append(Para("**At a grid edge** (the best may lie beyond the grid; that rung's "
@@ -94,6 +123,7 @@ def part(inp: Inputs) -> Part | None:
     data = {"rule": fair.rule, "tokens_counted": fair.tokens_counted, "budgets": fair.budgets,
             "changes": [{"from": a, "to": b, "fields": [k for k, _, _ in diff]}
                         for a, b, diff in fair.changes],
-            "bests": [{"variant": b.variant, "rung": b.rung, "best": b.best, "edge": b.edge}
+            "bests": [{"variant": b.variant, "rung": b.rung, "best": b.best, "edge": b.edge,
+                       **({"rule": b.rule, "source": b.source} if b.rule != "tuned" else {})}
                       for b in fair.bests]}
     return Part("fair_ladder", sections=[Section("A fair ladder", blocks)], data={"fair_ladder": data})

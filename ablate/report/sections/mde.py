@@ -5,7 +5,8 @@ computed by ablate/report/compute/detectable_effects.py, rendered here.
 
 The table opens the report (an intro block), so that a reader sees at once whether a "not settled" was
 the design's foreseeable answer; the advice for what is left open is a new study, sized by the study's
-own noise: "a new study with seeds.max N would tell", never more seeds in this one.
+own noise at the effect it found and across that effect's interval (never at an assumed effect), never
+more seeds in this one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import math
 from typing import Any
 
 from ablate.report.compute import statistics as st
-from ablate.report.compute.detectable_effects import Design, Forecast, Plans, plans_of, settled_forecast
+from ablate.report.compute.detectable_effects import (
+    Design,
+    Forecast,
+    Plans,
+    SeedsAcross,
+    plans_of,
+    settled_forecast,
+)
 from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.render import Block, Para, Table
 from ablate.report.section_api import Inputs, Part, section
@@ -69,8 +77,8 @@ def part(inp: Inputs) -> Part | None:
         sd_planned = (f"{_fmt(p.get('sd'), dec + 1)} ({_fmt(p.get('sized_sd'), dec + 1)})"
                       if p.get("sd") is not None else "—")
         mde = _planned_detects(p, dec) if p else "—"
-        needed = ("settled" if f.settled else str(f.needed) if f.needed is not None
-                  else (">100" if f.sizable and f.n >= 2 else "—"))
+        needed = "settled" if f.settled else (_across(f.across) if f.across is not None
+                                              else (">100" if f.sizable and f.n >= 2 else "—"))
         rows.append([f.label, sd_planned, mde, str(f.n), st.fmt(f.diff, dec, signed=True),
                      _fmt(f.sd, dec + 1), _fmt(f.detectable, dec), needed])
     blocks: list[Block] = [Para(_opening(registered, plan, design, metric)), Table(
@@ -81,27 +89,49 @@ def part(inp: Inputs) -> Part | None:
                 "the spread (standard deviation) of the paired seed differences, variant minus baseline on "
                 "the same seed; the planned one with its upper bound, which the plan sized on. The last "
                 "column is the seeds a new study would need to settle the comparison's claim at the effect "
-                "these seeds found (a paired t test at 80% power; without a claim: the seeds.max to find an "
-                "effect as large as min_effect); — where there is nothing to size (an identity check, or no "
-                "min_effect)")]
+                "these seeds found, and in brackets at the two ends of its interval (a paired t test at 80% "
+                "power; without a claim, either way its looks settle it: an interval that excludes 0 or lies "
+                "within min_effect; on a ladder the sd carries the rung-level variance where one is "
+                "estimated); — where there is nothing to size (an identity check, or no min_effect)")]
     open_claims = [f for f in found if not f.settled and f.sizable and f.n >= 2]
     forecast = settled_forecast(plan, found)
     if forecast is not None:
         blocks.append(Para(forecast_sentence(forecast)))
     if open_claims:
         blocks.append(Para("Left open by this design: " + "; ".join(
-            f"{f.label}: {new_study_advice(f.needed, f.at_observed)}" for f in open_claims) + "."))
+            f"{f.label}: {new_study_advice(f.needed, f.at_observed, f.across)}" for f in open_claims) + "."))
     data = {"power_plan": {"registered": registered, "plan": plan, "metric": metric,
                            "found": [{"label": f.label, "pairs": f.n, "diff": f.diff, "sd": f.sd,
                                       "detectable": f.detectable, "seeds_needed": f.needed,
+                                      "seeds_across": None if f.across is None else f.across.as_dict(),
                                       "settled": f.settled} for f in found],
                            "forecast": None if forecast is None else forecast.as_dict()}}
     return Part("mde", intro=blocks, data=data)
 
 
-def new_study_advice(needed: int | None, at_observed: bool = False) -> str:
-    """What would settle a claim this study left open, at the spread its own seeds showed (and, for a
-    claim, at the effect they found: never at an assumed one)."""
+def _count(n: int | None) -> str:
+    return ">100" if n is None else str(n)
+
+
+def _across(a: SeedsAcross) -> str:
+    """'31 (9–>100)': at the observed effect, then at its interval's two ends."""
+    ends = sorted((a.at_lo, a.at_hi), key=lambda n: 10 ** 9 if n is None else n)
+    if ends[0] == ends[1] == a.observed:  # the same at every end (more than 100 at all three, say)
+        return _count(a.observed)
+    return f"{_count(a.observed)} ({_count(ends[0])}–{_count(ends[1])})"
+
+
+def new_study_advice(needed: int | None, at_observed: bool = False, across: SeedsAcross | None = None) -> str:
+    """What would settle a comparison this study left open, at the spread its own seeds showed and the effect
+    they found, and across that effect's interval: never at an assumed one."""
+    if across is not None:
+        ends = sorted((across.at_lo, across.at_hi), key=lambda n: 10 ** 9 if n is None else n)
+        noise = (f"; its sd carries the ladder's rung-level variance, sd {math.sqrt(across.rung_var):.3g}"
+                 if across.rung_var > 0 else "")
+        head = ("at the effect it found, no study of up to 100 seeds would settle it" if needed is None
+                else f"at the effect it found, a new study would need about {needed} seeds")
+        return (f"{head}, {_count(ends[0])} to {_count(ends[1])} across its interval's ends (a paired t "
+                f"test, 80% power; these seeds had {across.power_here:.0%} at the effect found{noise})")
     if at_observed:
         if needed is None:
             return "at the effect it found, no study of up to 100 seeds would settle it"
