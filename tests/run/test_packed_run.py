@@ -58,7 +58,7 @@ def test_each_packed_cell_is_its_own_run_equal_to_the_cell_alone(tmp_path: Path,
         run = client.get_run(packed.run_id)
         assert run.data.tags[record.PACK_SIZE] == "2" and run.data.tags[record.PACK_INDEX] == str(k)
         assert run.data.tags[record.SEED] == str(k) and run.info.status == "FINISHED"
-        assert record.PACK_SIZE not in client.get_run(single.run_id).data.tags
+        assert single.run_id and record.PACK_SIZE not in client.get_run(single.run_id).data.tags
         losses = client.get_metric_history(packed.run_id, record.TRAIN_LOSS)
         single_losses = client.get_metric_history(single.run_id, record.TRAIN_LOSS)
         assert [m.step for m in losses] == [m.step for m in single_losses]
@@ -92,6 +92,6 @@ def test_a_stopped_pack_resumes_cell_by_cell_alone(tmp_path: Path, monkeypatch: 
     alone = [run_experiment(s, run_dir=tmp_path / f"alone{k}", experiment="alone", quiet=True)
              for k, s in enumerate(specs)]
     for again, single in zip(resumed, alone, strict=True):
-        assert again.status == "finished" and again.resumed_at == 4
+        assert again.status == "finished" and again.resumed_at == 4 and again.run_id
         assert final_val_loss(again) == pytest.approx(final_val_loss(single), rel=2e-4)
         assert client.get_run(again.run_id).data.tags[record.PACK_SIZE] == "2"  # the run the pack opened
