@@ -64,20 +64,21 @@ def _trainers(spec: ExperimentSpec, cells: int, folder: Path, device: torch.devi
     return out
 
 
-def _timed(step: Callable[[], object]) -> float:
+def _timed(step: Callable[[], object], steps: int = TIMED_STEPS) -> float:
     step()  # warm-up: allocation, first kernels
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for _ in range(TIMED_STEPS):
+    for _ in range(steps):
         step()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
-def probe_pack(spec: ExperimentSpec, cells: int) -> PackProbe:
-    """Pack ``cells`` cells of ``spec`` and time them against the same cells one after another."""
+def probe_pack(spec: ExperimentSpec, cells: int, steps: int = TIMED_STEPS) -> PackProbe:
+    """Pack ``cells`` cells of ``spec`` and time ``steps`` steps of them against the same cells one after
+    another (scripts/pack_speed.py times more)."""
     device = pick_device(DistInfo(), spec.train.device)
     prepare_device(device)
     threads = torch.get_num_threads()
@@ -98,9 +99,9 @@ def probe_pack(spec: ExperimentSpec, cells: int) -> PackProbe:
             first.train_step()  # one cell's step: its gradients, optimizer state and activations
             weights = sum(p.numel() * p.element_size() for p in first.model.parameters()) / 2**20
             peak = memory.metrics().get(metricnames.RUN_MEMORY, 0.0) + weights
-            alone = _timed(lambda: [t.train_step() for t in trainers])
+            alone = _timed(lambda: [t.train_step() for t in trainers], steps)
             pack = PackedTrainer(trainers)
-            packed = _timed(lambda: pack.train_step(list(range(len(trainers)))))
+            packed = _timed(lambda: pack.train_step(list(range(len(trainers)))), steps)
             return PackProbe(cells, (), alone, packed, float(peak))
     finally:
         torch.set_num_threads(threads)

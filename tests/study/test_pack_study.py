@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
 from ablate.launch.study_command import main_launch
+from ablate.run.pack_probe import fits
 from ablate.study.pack_plan import PACK_ENV
 from ablate.tracking import record
 from tests.factories import TINY_STUDY_HEAD
@@ -81,3 +82,16 @@ def test_a_packed_study_trains_each_cell_as_its_own_run(workdir: Path, monkeypat
         assert packs[(variant, "2")] == (None, None)
     assert cli_main(["status", str(path)]) == 0
     assert capsys.readouterr().out.count("finished") >= 6
+
+
+def test_a_cell_that_fits_not_even_alone_is_one_line_and_nothing_trained(
+        bare_workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Memory is planned from one cell's measured peak: K cells take K x that (20% margin), so a device
+    with room for 2.5 cells packs 2, and one without room for one cell refuses the study before it starts."""
+    assert fits(100.0, 1000.0, 8) == 8 and fits(100.0, 300.0, 8) == 2 and fits(100.0, 100.0, 8) == 0
+    monkeypatch.setattr("ablate.study.pack_plan.device_memory_mb", lambda device: 0.0)
+    path = write(bare_workdir, "full", "model.norm: [rms]")
+    assert cli_main(["study", str(path), "--pack", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not fit the 0 MB free on cpu, packed or alone" in err[0]
+    assert not (bare_workdir / "mlflow.db").exists() and not (bare_workdir / "runs").exists()
