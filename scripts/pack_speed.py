@@ -7,12 +7,13 @@ study's cells an hour packed (``--pack K``) against unpacked (``--pack 1``), eac
     python scripts/pack_speed.py --spec experiments/lm-docs-cell.yaml --packs 2 --steps 1 \\
         --set model.d_model=16 --set model.decoder_layers=1      # a check at tiny settings (seconds)
 
-The step: K cells of the spec (seeds spec.seed .. + K - 1) built once; after a warm-up step each, ``--steps``
-optimizer steps of each cell one after another, then the same steps packed; tokens a second = every cell's
-target tokens over the time. The study: the spec with an ``ablation`` section of seeds only (``--seeds``
-seeds of the baseline), ``--max-steps`` steps a cell, run by ``ablate study`` in a subprocess per bound;
-cells an hour = cells over the study's wall time (probe included: ``--pack auto`` is the default a user
-gets). On a machine without a GPU the GPU lines print "not measured". Run it on an otherwise idle machine.
+The step: K cells of the spec (seeds spec.seed .. + K - 1) built once; after a warm-up step each,
+``--steps`` optimizer steps of each cell one after another, then the same steps packed; tokens a second =
+every cell's target tokens over the time. The study: the spec with an ``ablation`` section of one shape
+(its learning rate and twice it, ``--seeds`` / 2 seeds each: ``--seeds`` cells), ``--max-steps`` steps a
+cell, run by ``ablate study`` in a subprocess per bound; cells an hour = cells over the study's wall time
+(its probe included: ``--packs auto`` times the default a user gets). On a machine without a GPU the GPU
+lines print "not measured". Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -53,12 +54,15 @@ def step_rows(spec_path: str, overrides: list[str], packs: list[int], steps: int
     return rows
 
 
-def study_spec(spec_path: str, seeds: int, max_steps: int, folder: Path) -> Path:
-    """The spec as a study of its baseline's seeds only, with absolute data paths kept by `extends`."""
+def study_spec(spec_path: str, cells: int, max_steps: int, folder: Path) -> Path:
+    """The spec as a study of ``cells`` cells of one shape: its learning rate and twice it (a tuning grid's
+    two points), each at ``cells / 2`` seeds; `extends` keeps its own paths."""
+    lr = load_spec(spec_path, []).train.optimizer.lr
     path = folder / "pack-speed.yaml"
     text = {"extends": str(Path(spec_path).resolve()), "name": "pack-speed",
             "train": {"max_steps": max_steps, "eval_every": max_steps},
-            "ablation": {"axes": {}, "seeds": list(range(seeds)), "metric": "val/loss"}}
+            "ablation": {"axes": {"train.optimizer.lr": [2 * lr]}, "seeds": list(range(max(1, cells // 2))),
+                         "metric": "val/loss"}}
     path.write_text(yaml.safe_dump(text, sort_keys=False))
     return path
 
@@ -82,6 +86,7 @@ def study_rows(spec_path: str, overrides: list[str], packs: list[str], seeds: in
             if done.returncode != 0:
                 rows.append(f"| {bound} | failed: {done.stderr.strip().splitlines()[-1:]} | | | |")
                 continue
+            seeds = 2 * max(1, seeds // 2)
             per_hour = seeds * 3600 / wall
             base = base or per_hour
             rows.append(f"| {bound} | {seeds} | {wall:.1f} | {per_hour:,.0f} | {per_hour / base:.2f}x |")
@@ -95,12 +100,13 @@ def main() -> int:
     parser.add_argument("--packs", nargs="+", default=["2", "4", "8"])
     parser.add_argument("--steps", type=int, default=10, help="timed steps of the step comparison")
     parser.add_argument("--study", action="store_true", help="also time a study's cells an hour")
-    parser.add_argument("--seeds", type=int, default=16, help="cells of the study (seeds of the baseline)")
+    parser.add_argument("--seeds", type=int, default=16, help="cells of the study (two rates, half each)")
     parser.add_argument("--max-steps", type=int, default=50, help="steps of each study cell")
     args = parser.parse_args()
     device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(f"device: {device}, {torch.get_num_threads()} threads; spec {args.spec} {args.overrides}")
-    print("\n".join(step_rows(args.spec, args.overrides, [int(k) for k in args.packs], args.steps)))
+    sizes = [int(k) for k in args.packs if k.isdigit()]  # "auto" is a study's bound, not a pack size
+    print("\n".join(step_rows(args.spec, args.overrides, sizes, args.steps)))
     if args.study:
         print("\n".join(study_rows(args.spec, args.overrides, args.packs, args.seeds, args.max_steps)))
     if not torch.cuda.is_available():

@@ -189,11 +189,14 @@ class PackedTrainer:
                                                        f"{preempt.signal_name()} at step "
                                                        f"{self.trainers[k].state.step}; checkpoint saved")
                         break
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.process_time()
                     losses, tokens = self.train_step(live)
                     elapsed = time.perf_counter() - started
+                    self._share_cpu(live, None, time.process_time() - cpu)
                     for k, loss, n in zip(live, losses, tokens, strict=True):
+                        cpu = time.process_time()
                         ended = self.after_step(self.trainers[k], loss, n, elapsed)
+                        self._share_cpu(live, k, time.process_time() - cpu)
                         if ended is not None:
                             outcomes[k] = ended
             except KeyboardInterrupt:
@@ -204,6 +207,17 @@ class PackedTrainer:
                 for t in self.trainers:
                     t.writer.wait()
         return [outcomes.get(k, TrainOutcome("finished", t.state)) for k, t in enumerate(self.trainers)]
+
+    def _share_cpu(self, live: list[int], owner: int | None, seconds: float) -> None:
+        """Count ``seconds`` of this process's CPU time to the cell that spent it (``owner``: its evaluation
+        or checkpoint) or, for the shared step (None), 1/K to each live cell; none to a cell that ended. A
+        cell's ``cpu_seconds`` is then its part of the pack's, and the cells' sum the pack's."""
+        for k, t in enumerate(self.trainers):
+            if owner is not None:
+                share = seconds if k == owner else 0.0
+            else:
+                share = seconds / len(live) if k in live else 0.0
+            t.segment_cpu += seconds - share  # cpu_seconds() counts process_time() - segment_cpu
 
     def _ended(self, k: int, outcomes: dict[int, TrainOutcome]) -> bool:
         return k in outcomes or self.trainers[k].finished_budget()

@@ -13,6 +13,7 @@ A SIGTERM or Ctrl-C checkpoints every cell at the step's boundary and raises
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -75,6 +76,7 @@ def _run_pack(cells: Sequence[PackCell]) -> list[RunResult | BaseException]:
     opened: list[_Open] = []
     try:
         for index, cell in enumerate(cells):
+            cpu = time.process_time()
             try:
                 ready = _open(index, cell, len(cells))
             except KeyboardInterrupt:
@@ -82,6 +84,8 @@ def _run_pack(cells: Sequence[PackCell]) -> list[RunResult | BaseException]:
             except Exception as exc:  # noqa: BLE001 - failure is data: this cell failed, the pack goes on
                 results[index] = exc
                 continue
+            for other in opened:  # opening this cell (its data, its model) is not the others' CPU time
+                other.trainer.segment_cpu += time.process_time() - cpu
             if isinstance(ready, RunResult):
                 results[index] = ready
             else:
@@ -98,9 +102,13 @@ def _run_pack(cells: Sequence[PackCell]) -> list[RunResult | BaseException]:
     interrupted: runner.Interrupted | None = None
     for o, outcome in zip(opened, outcomes, strict=True):
         spec = o.cell.spec
+        cpu = time.process_time()
         try:
             metrics = runner.result_metrics(spec, o.place, o.trainer.data, o.trainer.model, o.trainer,
                                             o.tracker, outcome, o.memory, o.padding)
+            for other in opened:  # this cell's final evaluation is its own CPU time, not the others'
+                if other is not o:
+                    other.trainer.segment_cpu += time.process_time() - cpu
             results[o.index] = runner.finish(spec, o.place, o.trainer, o.tracker, outcome, metrics, o.resume)
         except runner.Interrupted as stop:
             interrupted = interrupted or stop

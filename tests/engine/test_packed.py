@@ -15,6 +15,7 @@ after 6 steps, every other weight within 3e-8). It changes no output: the cells'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,20 @@ def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimize
     first = [dict(t.model.named_parameters()) for t in packed]
     name = next(iter(first[0]))
     assert not torch.equal(first[0][name], first[1][name])
+
+
+def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
+    """The shared step's CPU time goes 1/K to each cell, a cell's own evaluations and checkpoints to it
+    alone: the cells' cpu_seconds add up to the process's CPU time of the pack, not K times it."""
+    trainers = [make_trainer(cell_spec("decoder_only", seed), tmp_path / f"c{seed}") for seed in range(3)]
+    before = time.process_time()
+    for t in trainers:  # each segment starts here, as a run's does when it starts or resumes
+        t.segment_cpu = before
+    PackedTrainer(trainers).fit()
+    spent = time.process_time() - before
+    shares = [t.cpu_seconds() for t in trainers]
+    assert all(0 < share < 0.6 * spent for share in shares)
+    assert sum(shares) == pytest.approx(spent, rel=0.1)
 
 
 def test_a_diverging_cell_ends_diverged_and_leaves_the_others_untouched(tmp_path: Path) -> None:
