@@ -22,7 +22,7 @@ from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.study import failfast, ladder_tuning
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
 from ablate.study.designs import plan_study
-from ablate.study.pack_plan import PackBound, bound_given, decide_packs, hand_to_workers
+from ablate.study.pack_plan import PackBound, PackDecision, bound_given, decide_packs, hand_to_workers
 from ablate.study.study_plan import StudyPlan
 
 
@@ -42,13 +42,13 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | No
     preempt.install()
     plan = plan_study(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
-    sizes, pack_text = decide_packs(plan.cells, pack_bound or bound_given())  # may refuse: exit 2
+    packs = decide_packs(plan.cells, pack_bound or bound_given())  # may refuse: exit 2
     if dry_run:
-        print("\n".join(pack_text))
-        return _dry_run(plan, storage, workers)
-    if any(size > 1 for size in sizes.values()):
-        print("\n".join(pack_text), flush=True)
-    hand_to_workers(sizes)
+        print("\n".join(packs.lines))
+        return _dry_run(plan, storage, workers, packs)
+    if any(size > 1 for size in packs.sizes.values()):
+        print("\n".join(packs.lines), flush=True)
+    hand_to_workers(packs.sizes)
     study = open_study(plan, storage, retry_failed, workers)
     code = 130
     try:
@@ -61,9 +61,9 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | No
     return _exit_code(study.arms, ended, code, again)
 
 
-def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
+def _dry_run(plan: StudyPlan, storage: str | None, workers: int, packs: PackDecision) -> int:
     """The study's dry run (ablate/study/ablation.py), then where its workers would train and how long it
-    would take; 2 when a start would refuse the spec."""
+    would take (its packed cells' steps at their probe's speed-up); 2 when a start would refuse the spec."""
     records = dry_run(plan, storage, workers)
     if records is None:
         return 2
@@ -73,7 +73,8 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
         if ladder_tuning.tuning(plan) is not None:  # a tuned ladder's tuning cells are time spent too
             timed = dataclasses.replace(plan, cells=plan.cells + ladder_tuning.tune_cells(plan)[0])
             print("the estimate below counts the tuning cells and the study's cells together")
-        print(remaining_wall_time(timed, records, local_sharing(workers, len(hardware.visible_gpus()))))
+        print(remaining_wall_time(timed, records, local_sharing(workers, len(hardware.visible_gpus())),
+                                  packs.speedup))
     return 0
 
 

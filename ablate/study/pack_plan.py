@@ -126,14 +126,29 @@ def form_packs(cells: Sequence[Cell], limit: int) -> list[Pack]:
     return packs + alone
 
 
-def decide_packs(cells: Sequence[Cell], bound: PackBound) -> tuple[dict[str, int], list[str]]:
+@dataclass(frozen=True)
+class PackDecision:
+    """Each shape's pack size and measured speed-up (by :func:`key_id`), and the dry run's lines."""
+
+    sizes: dict[str, int]
+    speedups: dict[str, float]
+    lines: list[str]
+
+    def speedup(self, cell: Cell) -> float:
+        """How much faster a cell's training steps run in its pack than alone (1: it trains alone)."""
+        kid = key_id(cell.spec)
+        return self.speedups.get(kid, 1.0) if self.sizes.get(kid, 1) > 1 else 1.0
+
+
+def decide_packs(cells: Sequence[Cell], bound: PackBound) -> PackDecision:
     """Each shape's pack size (by :func:`key_id`) and the lines that say why, before anything trains: the
     probe on this machine (what cannot pack, and under auto whether packing pays), memory planned from one
     cell's measured peak. A shape not even one cell of which fits the device is an error (exit 2)."""
     sizes: dict[str, int] = {}
+    speedups: dict[str, float] = {}
     notes: dict[str, str] = {}
     if bound.limit == 1:
-        return sizes, pack_lines(cells, bound, sizes, notes)
+        return PackDecision(sizes, speedups, pack_lines(cells, bound, sizes, notes))
     for pack in form_packs(cells, bound.limit):
         first = pack.cells[0]
         kid = key_id(first.spec)
@@ -145,6 +160,7 @@ def decide_packs(cells: Sequence[Cell], bound: PackBound) -> tuple[dict[str, int
             notes[kid] = "one cell of this shape: nothing to pack it with"
             continue
         probe = probe_pack(first.spec, min(bound.limit, members))
+        speedups[kid] = probe.speedup
         device = pick_device(DistInfo(), first.spec.train.device)
         room = fits(probe.cell_peak_mb, device_memory_mb(device), bound.limit)
         if room == 0:
@@ -162,7 +178,7 @@ def decide_packs(cells: Sequence[Cell], bound: PackBound) -> tuple[dict[str, int
             notes[kid] = (f"probe: {probe.speedup:.2f}x the cells one after another; memory planned at "
                           f"{probe.cell_peak_mb:.0f} MB a cell" + (f", so at most {room} a pack"
                                                                    if room < bound.limit else ""))
-    return sizes, pack_lines(cells, bound, sizes, notes)
+    return PackDecision(sizes, speedups, pack_lines(cells, bound, sizes, notes))
 
 
 def pack_lines(cells: Sequence[Cell], bound: PackBound, sizes: dict[str, int],

@@ -10,8 +10,11 @@ import pytest
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
+from ablate.launch.cell_probe import CellParts
 from ablate.launch.study_command import main_launch
+from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.run.pack_probe import fits
+from ablate.study.designs import plan_study
 from ablate.study.pack_plan import PACK_ENV
 from ablate.tracking import record
 from tests.factories import TINY_STUDY_HEAD
@@ -95,3 +98,18 @@ def test_a_cell_that_fits_not_even_alone_is_one_line_and_nothing_trained(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not fit the 0 MB free on cpu, packed or alone" in err[0]
     assert not (bare_workdir / "mlflow.db").exists() and not (bare_workdir / "runs").exists()
+
+
+def test_the_wall_time_estimate_knows_the_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a probe of one cell (100 steps of 1 s, 20 s of the rest): 6 cells one worker take 6 x 120 s; where
+    the norm=rms cells pack at a measured 4x, their training steps take a quarter: 3 x 75 s less (8.2 min)."""
+    parts = CellParts(start_s=0.0, prepare_s=0.0, reprepare_s=0.0, build_s=20.0, step_s=1.0, eval_s=0.0,
+                      final_s=0.0, checkpoint_s=0.0, best_s=0.0, tracking_s=0.0, steps=100, evals=0,
+                      checkpoints=0)
+    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: parts)
+    plan = plan_study(str(write(tmp_path, "est", "model.norm: [rms]")))
+    sharing = local_sharing(1, 0)
+    alone = remaining_wall_time(plan, {}, sharing)
+    assert alone.startswith("estimated wall time: 12 min for 6 cells") and "packed" not in alone
+    packed = remaining_wall_time(plan, {}, sharing, lambda cell: 4.0 if cell.label == "norm=rms" else 1.0)
+    assert packed.startswith(alone) and "; packed: 8.2 min (the packed cells' training steps" in packed
