@@ -168,11 +168,12 @@ def _ablate_args(p: argparse.ArgumentParser) -> None:
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the cells (variant x seed), where the workers would train and an estimated "
-                   "wall time, and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the cells (variant x seed), their packs, "
+                   "where the workers would train and an estimated wall time, and exit")
     p.add_argument("--retry-failed", action="store_true",
                    help="run failed cells again (diverged cells are results and stay)")
+    p.add_argument("--pack", metavar="K", help="train up to K cells of one shape as one stacked model, each "
+                   "its own run (1: never); default: up to 8 where a short probe shows it pays here")
     _slurm_args(p.add_argument_group("SLURM (through submitit; docs/scaling.md)"))
 
 
@@ -204,9 +205,7 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     _add_set(p)
     _add_workers(p)
     _add_storage(p)
-    p.add_argument(
-        "--trials", type=int, default=None, metavar="N", help="number of trials (default: the spec's)"
-    )
+    p.add_argument("--trials", type=int, metavar="N", help="number of trials (default: the spec's)")
 
 
 def _report_args(p: argparse.ArgumentParser) -> None:

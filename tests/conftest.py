@@ -150,10 +150,15 @@ def single_thread() -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker process owns an equal share of the cores (one each on 2 cores) as its
+    """Studies started by a test train one cell a process unless the test asks for packs (``--pack K``):
+    without it a study probes each shape's packing first (ablate/study/pack_plan.py), seconds a study that
+    the tests of everything else need not spend, and a pack on a fast probe would change what they check.
+
+    Under pytest-xdist each worker process owns an equal share of the cores (one each on 2 cores) as its
     affinity mask, so torch, the subprocesses a test starts and ablate's own thread planning
     (`launch.local_workers.usable_cores`) see only that share, and the workers never oversubscribe the
     machine (two 2-thread trainings on 2 cores run several times slower than one after the other)."""
+    os.environ.setdefault("ABLATE_PACK_BOUND", "1")  # pack_plan.BOUND_ENV, inherited by subprocesses
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
         return

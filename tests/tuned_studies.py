@@ -95,5 +95,5 @@ def fake_training(monkeypatch: pytest.MonkeyPatch, interrupt_at: Collection[int]
 
     monkeypatch.setattr("ablate.run.runner.run_experiment", run)
     monkeypatch.setattr("ablate.study.search.cached_data", lambda spec: None)
-    monkeypatch.setattr("ablate.study.train_cells.cached_data", lambda spec: None)
+    monkeypatch.setattr("ablate.study.cell_runs.cached_data", lambda spec: None)
     return trained

@@ -16,7 +16,9 @@ evaluation and cached sampling (``lm_eval``), behind lm-evaluation-harness's mod
 the optional interop extra), and as the standard transformers class that computes the same function
 (``hf_mapping``: which class, or a refusal naming the component; ``hf_weights``: its config and
 weights); a run's training compute, its parameters without embeddings, tokens and FLOPs (``compute``,
-Kaplan et al. 2020's formula). Devices and precisions are the leaf module ``ablate.hardware``'s, which
+Kaplan et al. 2020's formula); cells of one shape trained as one stacked model (``packed_model``: the
+stacked parameters, folded rows, what cannot pack; ``packed_trainer``: the cells' trainers in lockstep).
+Devices and precisions are the leaf module ``ablate.hardware``'s, which
 every layer may use.
 
 May import: ``registry``, ``ablate.spec``, ``ablate.data``, ``ablate.errors``. Never mlflow or optuna:

@@ -22,24 +22,33 @@ from ablate.launch.wall_time import local_sharing, remaining_wall_time
 from ablate.study import failfast, ladder_tuning
 from ablate.study.ablation import Ended, close_study, dry_run, open_study, pilot_times, run_study
 from ablate.study.designs import plan_study
+from ablate.study.pack_plan import PackBound, PackDecision, bound_given, decide_packs, hand_to_workers
 from ablate.study.study_plan import StudyPlan
 
 
 def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | None = 1,
                 storage: str | None = None, dry_run: bool = False, retry_failed: bool = False,
-                workers_per_gpu: int | None = None, launched: Launched | None = None) -> int:
+                workers_per_gpu: int | None = None, launched: Launched | None = None,
+                pack_bound: PackBound | None = None) -> int:
     """`ablate study SPEC`: run (or resume) every cell, then with ``tune:`` each variant's search and its
     cells at its own best, then with ``confirm:`` the decided comparisons at the larger setting
     (ablate/study/arms.py); 0 when all finished or diverged, 1 if some failed, 2 when a repeated failure
     stopped it, 130 when interrupted. ``dry_run`` prints the cells, their diffs and the budget of every
     phase, and where each stands, and writes nothing. ``launched``: how the study was started when that
-    was not this command line (a SLURM job: ``--slurm`` and its shape), for the hints it prints."""
+    was not this command line (a SLURM job: ``--slurm`` and its shape), for the hints it prints.
+    ``pack_bound``: ``--pack`` (a SLURM job: the bound its submission gave, from the environment); each
+    shape's pack size is decided here, before any cell trains, and handed to the workers."""
     workers = local_workers(workers, workers_per_gpu)
     preempt.install()
     plan = plan_study(spec_path, overrides)
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
+    packs = decide_packs(plan.cells, pack_bound or bound_given())  # may refuse: exit 2
     if dry_run:
-        return _dry_run(plan, storage, workers)
+        print("\n".join(packs.lines))
+        return _dry_run(plan, storage, workers, packs)
+    if any(size > 1 for size in packs.sizes.values()):
+        print("\n".join(packs.lines), flush=True)
+    hand_to_workers(packs.sizes)
     study = open_study(plan, storage, retry_failed, workers)
     code = 130
     try:
@@ -52,9 +61,9 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | No
     return _exit_code(study.arms, ended, code, again)
 
 
-def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
+def _dry_run(plan: StudyPlan, storage: str | None, workers: int, packs: PackDecision) -> int:
     """The study's dry run (ablate/study/ablation.py), then where its workers would train and how long it
-    would take; 2 when a start would refuse the spec."""
+    would take (its packed cells' steps at their probe's speed-up); 2 when a start would refuse the spec."""
     records = dry_run(plan, storage, workers)
     if records is None:
         return 2
@@ -64,7 +73,8 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int) -> int:
         if ladder_tuning.tuning(plan) is not None:  # a tuned ladder's tuning cells are time spent too
             timed = dataclasses.replace(plan, cells=plan.cells + ladder_tuning.tune_cells(plan)[0])
             print("the estimate below counts the tuning cells and the study's cells together")
-        print(remaining_wall_time(timed, records, local_sharing(workers, len(hardware.visible_gpus()))))
+        print(remaining_wall_time(timed, records, local_sharing(workers, len(hardware.visible_gpus())),
+                                  packs.speedup))
     return 0
 
 

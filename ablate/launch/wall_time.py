@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -120,10 +120,12 @@ def probe(spec: ExperimentSpec, sharing: Sharing) -> CellParts | None:
     return probe_cell(spec, sharing.copies, sharing.threads, sharing.spawned)
 
 
-def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sharing) -> str:
+def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sharing,
+                        speedup: Callable[[Any], float] | None = None) -> str:
     """A dry run's estimate (``plan``: a StudyPlan, not imported: the plan prints the power plan, whose time
     line comes from here) for the cells at the baseline's settings not yet done, from the study's finished
-    cells (MLflow, read only when the store has one), else a probe of the baseline."""
+    cells (MLflow, read only when the store has one), else a probe of the baseline. ``speedup``: how much
+    faster a cell's training steps run in its pack (ablate/study/pack_plan.py), where cells pack."""
     left = [c for c in plan.cells if not (records.get(c.key) and records[c.key].status in TERMINAL)]
     if not left:
         return "estimated wall time: none (every cell at the baseline's settings is done)"
@@ -140,7 +142,14 @@ def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sh
         return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
     if ladder:
         return _ladder_estimate(plan, left, parts, sharing)
-    return format_probe_estimate(parts, len(left), sharing, len({c.seed for c in left}))
+    line = format_probe_estimate(parts, len(left), sharing, len({c.seed for c in left}))
+    faster = [speedup(c) for c in left] if speedup is not None else []
+    saved = sum(parts.steps * parts.step_s * (1 - 1 / s) for s in faster if s > 1)
+    if saved <= 0:
+        return line
+    wall = study_seconds(parts, len(left), sharing.parallel, len({c.seed for c in left}))
+    return (f"{line}; packed: {_duration(wall - saved / max(1, sharing.parallel))} (the packed cells' "
+            "training steps at their probe's speed-up, their evaluations and records as alone)")
 
 
 def _ladder_estimate(plan: StudyPlan, left: list[Any], parts: CellParts, sharing: Sharing) -> str:

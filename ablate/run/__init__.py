@@ -8,7 +8,8 @@ val/test), ``ablate translate`` /
 own held-out text: ``heldout``; lm-evaluation-harness tasks: ``downstream``, which ``evaluation`` also
 calls for ``eval.downstream``), ``ablate generate`` (``generate``) and ``ablate export-model``
 (``export_model``: a run as a Hugging Face transformers model folder); ``--study STUDY --best`` for
-evaluate, translate and generate, the study's best cell (``best_cell``).
+evaluate, translate and generate, the study's best cell (``best_cell``). Cells of one shape trained as one
+pack, each still its own run (``packed_run``), and the probe of whether packing pays here (``pack_probe``).
 
 May import: ``ablate.spec``, ``ablate.data``, ``ablate.engine``, ``ablate.tracking``, ``ablate.errors``.
 """

@@ -8,7 +8,9 @@ over them; ``study_names``: readable Optuna study names), its start and end (``a
 parent run, the rounds and arms, the grid of outcomes; ``parent_run``: the study's parent MLflow run;
 ``recorded_study``: what the study states about itself for its report, written once to that run), the
 queue of cells that runs each once (``cell_queue``), **where a cell is trained** (``train_cells``: one cell,
-the worker loop, the rounds of an arm), which cells the next round of adaptive seeds needs (``seed_rounds``),
+the worker loop, the rounds of an arm; ``cell_runs``: a cell's run options and its trial's end; packs of
+cells of one shape: ``pack_plan``, which pack and how many, ``pack_cells``, a worker's pack), which cells
+the next round of adaptive seeds needs (``seed_rounds``),
 the precision every cell runs at (``precision``) and stopping on a repeated failure (``failfast``);
 ``ablate validate``, a study's design expanded as its dry run expands it (``validate_study``). The
 worker processes are handed in from ``ablate.launch`` (``worker_pool``).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS, STEP
-from ablate.study.optuna_store import Store, claim, open_study, requeue, resumed, trial_alive
+from ablate.study.optuna_store import Store, claim, claim_where, open_study, requeue, resumed, trial_alive
 from ablate.study.study_names import write_attrs
 
 
@@ -123,6 +123,12 @@ class CellQueue:
     def claim(self) -> tuple[optuna.Trial | None, bool]:
         assert self.study is not None
         return claim(self.study, self.store)
+
+    def claim_like(self, same: Callable[[Mapping[str, Any]], bool], count: int) -> list[optuna.Trial]:
+        """Pop up to ``count`` more WAITING cells whose attrs ``same`` accepts (a pack's mates), in the
+        order `claim` pops them."""
+        assert self.study is not None
+        return claim_where(self.study, self.store, same, count)
 
     def started(self, trial: optuna.Trial, run_id: str | None) -> None:
         """The cell's MLflow run is open: the trial keeps its id from now on, whatever happens next."""

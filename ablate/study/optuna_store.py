@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -291,6 +291,27 @@ def claim(study: optuna.Study, store: Store) -> tuple[optuna.Trial | None, bool]
         if store.kind == "journal":
             store.touch(store.trial_id(study.study_name, trial.number))  # alive before `beat` starts
         return trial, True
+
+
+def claim_where(study: optuna.Study, store: Store, same: Callable[[Mapping[str, Any]], bool],
+                count: int) -> list[optuna.Trial]:
+    """Pop up to ``count`` WAITING trials whose user attrs ``same`` accepts, as `claim` pops one (under
+    the store lock, re-queued copies first): the cells a worker packs with the one it claimed."""
+    taken: list[optuna.Trial] = []
+    with store.lock(study.study_name):
+        waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+                   if same(t.user_attrs)]
+        for t in sorted(waiting, key=lambda t: (not resumed(t), t.number)):
+            if len(taken) >= count:
+                break
+            trial = _pop(study, [t])
+            if trial is None:
+                continue
+            trial.set_user_attr(OWNER, owner())
+            if store.kind == "journal":
+                store.touch(store.trial_id(study.study_name, trial.number))
+            taken.append(trial)
+    return taken
 
 
 def _pop(study: optuna.Study, waiting: Sequence[FrozenTrial]) -> optuna.Trial | None:

@@ -35,12 +35,12 @@ from ablate.run.runner import run_label
 from ablate.spec.experiment import spec_hash
 from ablate.spec.load import SpecError
 from ablate.study import failfast, optuna_attrs
+from ablate.study.cell_runs import cached_data
 from ablate.study.derived_specs import SearchPlan, plan_search, point_key
 from ablate.study.optuna_store import Store, claim, open_study, requeue
 from ablate.study.parent_run import close_parent, open_parent, search_description, trials_table
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
 from ablate.study.study_names import resolve, study_attrs, write_attrs
-from ablate.study.train_cells import cached_data
 from ablate.study.tune_results import finish_search
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, record

@@ -63,6 +63,10 @@ SUPERSEDED = "ablate.superseded"
 SUPERSEDED_PRECISION = "ran in "
 KIND = "ablate.kind"  # ablation | search (parent runs), cell | trial (child runs); absent on single runs
 CELL = "ablate.cell"  # a cell's <spec hash>-s<seed>
+# A cell trained packed with others of its shape in one stacked model (ablate/engine/packed_model.py): the
+# pack's size and the cell's index in it, as text; absent on a cell trained alone
+PACK_SIZE = "ablate.pack_size"
+PACK_INDEX = "ablate.pack_index"
 TRIAL = "ablate.trial"  # a search trial's number
 OPTUNA_STUDY = "ablate.optuna_study"  # the Optuna study coordinating the cells or trials
 OVERRIDES = "ablate.overrides"  # JSON: the fields a cell changes from the baseline

@@ -1,0 +1,196 @@
+"""Packed cells (ablate/engine/packed_model.py, packed_trainer.py): a pack of cells of one shape trains each
+cell as it trains alone.
+
+The tolerance: after 6 steps every loss of a packed cell's curve, every weight and the logits are within
+2e-4 of the same cell alone (2e-3 under Muon and Adafactor: see LOOSER), relative to the largest value of
+the tensor compared, at least 0.01. Both run in float32 and differ only in the order of float sums: one
+batched product against one product per cell, padded rows and lengths, the full logits against the
+chunked loss.
+
+One slice is compared by what it does instead: the key projection's bias. Its gradient is zero in exact
+arithmetic (softmax(s + c) = softmax(s) for a constant c added to every score of a row), so the optimizers
+that normalise per element (Adam, Lion, Adafactor, Muon's AdamW part) step it at a full learning rate on
+rounding noise near 1e-9, and two summation orders move it apart by up to steps x lr (measured: 2e-3 to 2e-2
+after 6 steps, every other weight within 3e-8). It changes no output: the cells' logits are compared."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ablate.data.prepare import prepare_data
+from ablate.engine.dispatch import build_any
+from ablate.engine.packed_model import pack_problems, spec_problems
+from ablate.engine.packed_trainer import PackedTrainer
+from ablate.engine.trainer import Trainer
+from ablate.spec.experiment import ExperimentSpec
+from tests.factories import tiny_spec
+
+TOLERANCE = 2e-4
+# Muon orthogonalises in bfloat16 (torch.optim.Muon's Newton-Schulz: 8 bits of mantissa), so a float32
+# rounding difference in its input can flip a bf16 rounding of an update lr in size; Adafactor divides each
+# row's and column's gradient by its own small root mean square. Measured after 6 steps: 7e-4 and 3e-4 of
+# the largest weight at most, against 3e-8 for the others.
+LOOSER = {"muon": 2e-3, "adafactor": 2e-3}
+OPTIMIZERS = ["adam", "adamw", "sgd", "adafactor", "lion", "muon"]
+STEPS = {"train.max_steps": 6, "train.eval_every": 3, "train.checkpoint_every": 3, "train.clip_norm": 0.5,
+         "train.schedule": {"name": "inverse_sqrt", "warmup_steps": 2}, "eval.samples": 0,
+         "eval.metric": "exact_match", "model.dropout": 0.0}
+LM: dict[str, Any] = {
+    "data": {"source": "synthetic", "synthetic": {"task": "copy_far", "vocab_size": 16, "min_len": 4,
+                                                  "max_len": 4, "train_size": 300, "val_size": 20,
+                                                  "test_size": 20},
+             "document_lines": 20, "max_len": 32, "batch_tokens": 256},
+    "model": {"arch": "decoder_only", "d_model": 16, "heads": 2, "d_ff": 32, "decoder_layers": 1,
+              "dropout": 0.0, "max_positions": 64},
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cell_spec(arch: str, seed: int, *changes: dict[str, Any]) -> ExperimentSpec:
+    lm = {"data": LM["data"], "model": LM["model"], "eval": {"samples": 0}} if arch == "decoder_only" else {}
+    raw = tiny_spec({"model.d_model": 16, "model.d_ff": 32, "data.synthetic.train_size": 200}, STEPS, lm,
+                    *changes, {"seed": seed})
+    return ExperimentSpec.model_validate(raw)
+
+
+def make_trainer(spec: ExperimentSpec, folder: Path) -> Trainer:
+    data = prepare_data(spec)
+    tok = data.tokenizers
+    model = build_any(spec.model, tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id, seed=spec.seed)
+    return Trainer(spec, data, model, folder, torch.device("cpu"), show_progress=False)
+
+
+def assert_close(packed: torch.Tensor, alone: torch.Tensor, what: str, tolerance: float = TOLERANCE) -> None:
+    scale = max(float(alone.abs().max()), 1e-2)  # a bias that starts at 0 is compared at 1e-2
+    assert float((packed - alone).abs().max()) <= tolerance * scale, what
+
+
+def without_key_bias(name: str, t: torch.Tensor) -> torch.Tensor:
+    """``t`` without the key projection's bias (see the module docstring): a fused (q, k, v) bias keeps its
+    q and v parts, a fused (k, v) bias its v part."""
+    if name.endswith("qkv.bias"):
+        d = 16  # d_model of these cells
+        kv = (t.numel() - d) // 2
+        return torch.cat([t[:d], t[d + kv:]])
+    if name.endswith(".kv.bias"):
+        return t[t.numel() // 2:]
+    return t
+
+
+def packed_and_alone(tmp_path: Path, specs: list[ExperimentSpec]) -> tuple[list[Trainer], list[Trainer]]:
+    packed = [make_trainer(s, tmp_path / f"packed{k}") for k, s in enumerate(specs)]
+    outcomes = PackedTrainer(packed).fit()
+    alone = [make_trainer(s, tmp_path / f"alone{k}") for k, s in enumerate(specs)]
+    for t, outcome in zip(alone, outcomes, strict=True):
+        assert t.fit().status == outcome.status
+    return packed, alone
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimizer: str) -> None:
+    """Three seeds at two learning rates: each packed cell's loss curve, evaluations and weights after 6
+    steps equal the cell trained alone (its seed's weights and data order, its own rate and clipping)."""
+    lrs = [0.003, 0.01, 0.003]
+    specs = [cell_spec(arch, seed, {"train.optimizer": {"name": optimizer, "lr": lr}})
+             for seed, lr in zip((0, 1, 2), lrs, strict=True)]
+    packed, alone = packed_and_alone(tmp_path, specs)
+    tolerance = LOOSER.get(optimizer, TOLERANCE)
+    for k, (p, a) in enumerate(zip(packed, alone, strict=True)):
+        assert p.state.step == a.state.step == 6
+        assert len(p.state.train_curve) == len(a.state.train_curve) > 0
+        assert_close(torch.tensor([v for _, v in p.state.train_curve]),
+                     torch.tensor([v for _, v in a.state.train_curve]), f"cell {k}: train loss", tolerance)
+        assert [s for s, _ in p.state.history] == [s for s, _ in a.state.history]
+        alone_params = dict(a.model.named_parameters())
+        for name, param in p.model.named_parameters():
+            assert_close(without_key_bias(name, param.detach()),
+                         without_key_bias(name, alone_params[name].detach()), f"cell {k}: {name}", tolerance)
+        batch = a.next_batches(1)[0]
+        p.model.eval(), a.model.eval()
+        with torch.no_grad():
+            logits = p.model(*batch.model_inputs()), a.model(*batch.model_inputs())
+            assert_close(*logits, f"cell {k}: logits", tolerance)
+    # the cells really differ: seeds and rates gave each its own weights
+    first = [dict(t.model.named_parameters()) for t in packed]
+    name = next(iter(first[0]))
+    assert not torch.equal(first[0][name], first[1][name])
+
+
+def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
+    """The shared step's CPU time goes 1/K to each cell, a cell's own evaluations and checkpoints to it
+    alone: the cells' cpu_seconds add up to the process's CPU time of the pack, not K times it."""
+    trainers = [make_trainer(cell_spec("decoder_only", seed), tmp_path / f"c{seed}") for seed in range(3)]
+    before = time.process_time()
+    for t in trainers:  # each segment starts here, as a run's does when it starts or resumes
+        t.segment_cpu = before
+    PackedTrainer(trainers).fit()
+    spent = time.process_time() - before
+    shares = [t.cpu_seconds() for t in trainers]
+    assert all(0 < share < 0.6 * spent for share in shares)
+    assert sum(shares) == pytest.approx(spent, rel=0.1)
+
+
+def test_a_diverging_cell_ends_diverged_and_leaves_the_others_untouched(tmp_path: Path) -> None:
+    """A cell at a learning rate that blows its loss up ends as diverged at the step it does alone; the
+    pack is re-stacked without it and the other cells end equal to themselves alone."""
+    rates = [0.003, 30.0, 0.01]
+    specs = [cell_spec("encoder_decoder", seed, {"train.optimizer": {"name": "sgd", "lr": lr}})
+             for seed, lr in enumerate(rates)]
+    packed, alone = packed_and_alone(tmp_path, specs)
+    assert packed[1].state.stop_status == alone[1].state.stop_status == "diverged"
+    assert packed[1].state.step == alone[1].state.step < 6
+    for k in (0, 2):
+        assert packed[k].state.stop_status is None and packed[k].state.step == 6
+        alone_params = dict(alone[k].model.named_parameters())
+        for name, param in packed[k].model.named_parameters():
+            assert_close(without_key_bias(name, param.detach()),
+                         without_key_bias(name, alone_params[name].detach()), f"cell {k}: {name}")
+
+
+def test_fp16_loss_scaling_is_each_cells_own(tmp_path: Path) -> None:
+    """Each cell keeps its own GradScaler: the scales after 6 fp16 steps (an overflow halves one cell's scale
+    and skips only that cell's step) are the ones each cell reaches alone, and so are its weights."""
+    specs = [cell_spec("decoder_only", seed, {"train.precision": "fp16", "train.optimizer": {"lr": lr}})
+             for seed, lr in ((0, 0.003), (1, 0.01))]
+    packed, alone = packed_and_alone(tmp_path, specs)
+    assert [t.scaler.get_scale() for t in packed] == [t.scaler.get_scale() for t in alone]
+    assert all(t.scaler.is_enabled() for t in packed)
+    for p, a in zip(packed, alone, strict=True):
+        assert_close(torch.tensor([v for _, v in p.state.train_curve]),
+                     torch.tensor([v for _, v in a.state.train_curve]), "fp16 train loss", 2e-3)
+
+
+def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
+    """The probe runs two cells packed and alone: a unit vmap cannot batch (QK-norm's gain sits beside
+    sdpa, which has no batching rule) and a parameter read outside its module's forward (the learned
+    position table, sliced by its owner) are named; a plain model packs; dropout refuses before a build."""
+    def problems(arch: str, **model: Any) -> list[str]:
+        spec = cell_spec(arch, 0, {f"model.{k}": v for k, v in model.items()})
+        models = [build_any(spec.model, 16, 16, seed=seed) for seed in (0, 1)]
+        inputs = ([torch.randint(1, 16, (4, 12))] if arch == "decoder_only"
+                  else [torch.randint(1, 16, (40, 7)), torch.randint(1, 16, (40, 6))])
+        return pack_problems(models, inputs, lambda out: out.float().pow(2).mean())
+
+    assert problems("decoder_only") == [] and problems("encoder_decoder", norm="rms") == []
+    qk = problems("decoder_only", attention="qk_norm")
+    assert len(qk) == 1
+    assert qk[0].startswith("QKNormAttention (decoder.layers.0.self_attn): vmap cannot batch it")
+    learned = problems("encoder_decoder", positions="learned")
+    assert len(learned) == 1 and learned[0].startswith("registry/positions.py:")
+    assert spec_problems(cell_spec("encoder_decoder", 0).model) == []
+    dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model)
+    assert dropped and dropped[0].startswith("model.dropout 0.1: a pack draws one dropout mask stream")

@@ -1,0 +1,115 @@
+"""A study's packs (ablate/study/pack_plan.py, pack_cells.py): ``--pack K`` bounds them and refuses a K
+below 1 in one line; the dry run lists the packs and names the variants that train one a process and why;
+a packed study trains every cell as its own MLflow run, recording its pack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from ablate.cli import main as cli_main
+from ablate.launch.cell_probe import CellParts
+from ablate.launch.study_command import main_launch
+from ablate.launch.wall_time import local_sharing, remaining_wall_time
+from ablate.run.pack_probe import fits
+from ablate.study.designs import plan_study
+from ablate.study.pack_plan import PACK_ENV
+from ablate.tracking import record
+from tests.factories import TINY_STUDY_HEAD
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+SPEC = TINY_STUDY_HEAD + """\
+ablation:
+  axes: {{{axes}}}
+  metric: val/loss
+  seeds: [0, 1, 2]
+"""
+
+
+def write(folder: Path, name: str, axes: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name, axes=axes))
+    return path
+
+
+@pytest.mark.parametrize(("pack", "message"), [
+    ("0", "--pack 0: a pack holds at least one cell"), ("-3", "--pack -3: a pack holds at least one cell"),
+    ("two", "--pack: 'two' is not a number of cells")])
+def test_a_pack_below_one_cell_is_one_line_and_nothing_written(bare_workdir: Path, pack: str, message: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(bare_workdir, "bad", "model.norm: [rms]")
+    assert cli_main(["study", str(path), "--pack", pack]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (bare_workdir / "mlflow.db").exists() and not (bare_workdir / "runs").exists()
+
+
+def test_the_dry_run_lists_the_packs_and_what_trains_alone(bare_workdir: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(bare_workdir, "dry", "model.norm: [rms], model.attention: [qk_norm], model.dropout: [0.1]")
+    assert main_launch(str(path), dry_run=True, pack="2") == 0
+    out = capsys.readouterr().out
+    assert "packs: up to 2 cells of one shape a pack (--pack)" in out
+    assert "  baseline: 3 cells: 2 packs of up to 2 (probe:" in out
+    assert "  norm=rms: 3 cells: 2 packs of up to 2" in out
+    assert ("  attention=qk_norm: 3 cells: one a process (QKNormAttention (encoder.layers.0.self_attn): vmap "
+            "cannot batch it") in out
+    assert ("  dropout=0.1: 3 cells: one a process (model.dropout 0.1: a pack draws one dropout mask stream "
+            "over its cells' rows, so a packed cell would not equal itself alone)") in out
+    assert not (bare_workdir / "mlflow.db").exists()
+    assert main_launch(str(path), dry_run=True, pack="1") == 0
+    assert "packs: off (--pack 1): every cell trains one a process" in capsys.readouterr().out
+
+
+def test_a_packed_study_trains_each_cell_as_its_own_run(workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Seeds 0 and 1 of each variant train as a pack of 2, seed 2 alone (no waiting cell of its shape is
+    left to pack it with); every cell is a finished child run with its own seed, and the packed ones say
+    their pack."""
+    monkeypatch.setenv(PACK_ENV, "{}")  # restored after: the study command hands its decisions over here
+    path = write(workdir, "packed", "model.norm: [rms]")
+    assert main_launch(str(path), pack="2") == 0
+    assert capsys.readouterr().out.count("pack of 2: ") == 2
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("packed")
+    assert experiment is not None
+    runs = [r for r in client.search_runs([experiment.experiment_id])
+            if r.data.tags.get(record.KIND) == "cell"]
+    assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
+    packs = {(r.data.tags[record.VARIANT], r.data.tags[record.SEED]):
+             (r.data.tags.get(record.PACK_SIZE), r.data.tags.get(record.PACK_INDEX)) for r in runs}
+    for variant in ("baseline", "norm=rms"):
+        assert packs[(variant, "0")] == ("2", "0") and packs[(variant, "1")] == ("2", "1")
+        assert packs[(variant, "2")] == (None, None)
+    assert cli_main(["status", str(path)]) == 0
+    assert capsys.readouterr().out.count("finished") >= 6
+
+
+def test_a_cell_that_fits_not_even_alone_is_one_line_and_nothing_trained(
+        bare_workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Memory is planned from one cell's measured peak: K cells take K x that (20% margin), so a device
+    with room for 2.5 cells packs 2, and one without room for one cell refuses the study before it starts."""
+    assert fits(100.0, 1000.0, 8) == 8 and fits(100.0, 300.0, 8) == 2 and fits(100.0, 100.0, 8) == 0
+    monkeypatch.setattr("ablate.study.pack_plan.device_memory_mb", lambda device: 0.0)
+    path = write(bare_workdir, "full", "model.norm: [rms]")
+    assert cli_main(["study", str(path), "--pack", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not fit the 0 MB free on cpu, packed or alone" in err[0]
+    assert not (bare_workdir / "mlflow.db").exists() and not (bare_workdir / "runs").exists()
+
+
+def test_the_wall_time_estimate_knows_the_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a probe of one cell (100 steps of 1 s, 20 s of the rest): 6 cells one worker take 6 x 120 s; where
+    the norm=rms cells pack at a measured 4x, their training steps take a quarter: 3 x 75 s less (8.2 min)."""
+    parts = CellParts(start_s=0.0, prepare_s=0.0, reprepare_s=0.0, build_s=20.0, step_s=1.0, eval_s=0.0,
+                      final_s=0.0, checkpoint_s=0.0, best_s=0.0, tracking_s=0.0, steps=100, evals=0,
+                      checkpoints=0)
+    monkeypatch.setattr("ablate.launch.wall_time.probe", lambda spec, sharing: parts)
+    plan = plan_study(str(write(tmp_path, "est", "model.norm: [rms]")))
+    sharing = local_sharing(1, 0)
+    alone = remaining_wall_time(plan, {}, sharing)
+    assert alone.startswith("estimated wall time: 12 min for 6 cells") and "packed" not in alone
+    packed = remaining_wall_time(plan, {}, sharing, lambda cell: 4.0 if cell.label == "norm=rms" else 1.0)
+    assert packed.startswith(alone) and "; packed: 8.2 min (the packed cells' training steps" in packed
