@@ -37,6 +37,7 @@ from typing import Any
 
 from ablate.spec.study_sections import LadderTune
 from ablate.stats.lr_power_law import fit_rate_law
+from ablate.study.cell_queue import CellRecords
 from ablate.study.derived_specs import derive, show
 from ablate.study.designs import spec_diff
 from ablate.study.ladder_checks import grid_at, size_rungs
@@ -52,20 +53,20 @@ def tuning(plan: StudyPlan) -> LadderTune | None:
     return abl.scales.tune if abl is not None and abl.scales is not None else None
 
 
-def variant_overrides(plan: StudyPlan) -> dict[str, dict[str, Any]]:
+def variant_overrides(plan: StudyPlan) -> dict[str, dict[str, object]]:
     """Each variant's own overrides (without its rung's), the baseline's empty, in the plan's order."""
     first = plan.rungs[0]
     return {c.label: {k: v for k, v in c.overrides.items() if k not in first.overrides}
             for c in plan.cells if c.seed == plan.seeds[0] and c.rung == first.name}
 
 
-def points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+def points(grid: Mapping[str, Sequence[object]]) -> list[dict[str, object]]:
     """Every combination of the grid's values, in the grid's order."""
     names = list(grid)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(grid[n] for n in names))]
 
 
-def point_label(label: str, point: Mapping[str, Any]) -> str:
+def point_label(label: str, point: Mapping[str, object]) -> str:
     return f"{label} @ " + ", ".join(f"{short_field(k)}={show(v)}" for k, v in point.items())
 
 
@@ -133,7 +134,7 @@ def _score(values: Sequence[float | None], statuses: Sequence[str], worst: float
     return sum(done) / len(done) if done and len(done) == len(values) else None
 
 
-def best_per_rung(plan: StudyPlan, records: Mapping[str, Any]) -> list[RungBest]:
+def best_per_rung(plan: StudyPlan, records: CellRecords) -> list[RungBest]:
     """Every (variant, size rung)'s scores and best point from the tuning cells' records, in the plan's
     order of rungs and variants."""
     tune = tuning(plan)
@@ -168,7 +169,7 @@ def best_per_rung(plan: StudyPlan, records: Mapping[str, Any]) -> list[RungBest]
     return out
 
 
-def at_edge(grid: Mapping[str, Sequence[Any]], best: Mapping[str, Any]) -> list[str]:
+def at_edge(grid: Mapping[str, Sequence[object]], best: Mapping[str, object]) -> list[str]:
     """The fields whose best value is the lowest or highest of their (numeric) grid."""
     out = []
     for name, values in grid.items():
@@ -199,7 +200,7 @@ def complete(bests: Sequence[RungBest]) -> bool:
     return bool(bests) and all(b.best is not None for b in bests)
 
 
-def tuning_record(plan: StudyPlan, bests: Sequence[RungBest]) -> dict[str, Any]:
+def tuning_record(plan: StudyPlan, bests: Sequence[RungBest]) -> dict[str, object]:
     """What the parent records (tag ``ablate.ladder_tune``): the grid and seeds, each (variant, rung)'s
     scores, best point and edge flag, and per variant the best learning rate's power law in parameters
     (rungs whose best sat at an edge of the grid left out of the fit: they only bound it)."""

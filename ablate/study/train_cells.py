@@ -15,19 +15,23 @@ import sys
 import time
 from typing import Any
 
+import optuna
+
 from ablate.data.prepare import prepare_data
+from ablate.data.prepared import PreparedData
 from ablate.engine import preempt
 from ablate.run import runner
 from ablate.run.runner import run_label
+from ablate.spec.experiment import ExperimentSpec
 from ablate.study import failfast, rung_rounds
-from ablate.study.cell_queue import CellQueue
+from ablate.study.cell_queue import CellParams, CellQueue
 from ablate.study.designs import plan_study
-from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
+from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT, CellAttrs
 from ablate.study.optuna_store import Store
 from ablate.study.precision import QUEUE_ATTR as PRECISION_ATTR
 from ablate.study.precision import at_study_precision
 from ablate.study.study_plan import Cell, StudyPlan
-from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.study.worker_pool import IN_PROCESS, WorkerArgs, WorkerPool
 from ablate.tracking import record
 
 # How an arm's runs are named in MLflow beside the cells at the baseline's settings ('norm=custom · seed 0').
@@ -35,7 +39,7 @@ ARM_SUFFIX = {record.OWN_BEST_ARM: " @ own best", record.CONFIRM_ARM: " @ larger
               record.LADDER_TUNE_ARM: " (tuning)"}
 
 
-def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: str | None,
+def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: optuna.Trial, parent: str | None,
              quiet: bool) -> str:
     """Train one cell (resuming its checkpoint) as a child run of the study's parent; its status."""
     def hook(step: int, metrics: dict[str, float]) -> bool:
@@ -117,7 +121,7 @@ def worker(spec_path: str, overrides: list[str], storage: str | None, index: int
     return 0
 
 
-def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any]:
+def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> CellParams:
     """Every cell's axis values as Optuna params, for enqueue to record on the waiting trials; an arm's
     cells keep the choices of the study's own axes (``base``), so their params stay comparable."""
     choices = plan.axis_params()
@@ -126,13 +130,13 @@ def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any
     return {"choices": choices, "values": {c.key: plan.cell_params(c) for c in plan.cells}}
 
 
-def wanted(plan: StudyPlan, queue: CellQueue) -> list[dict[str, Any]]:
+def wanted(plan: StudyPlan, queue: CellQueue) -> list[CellAttrs]:
     """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
     keys = set(rung_rounds.needed(plan, queue.records()))  # each rung's comparisons walk their own looks
     return [c.attrs() for c in plan.cells if c.key in keys]
 
 
-def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker_args: tuple[Any, ...],
+def run_rounds(plan: StudyPlan, queue: CellQueue, params: CellParams, worker_args: WorkerArgs,
                pool: WorkerPool = IN_PROCESS) -> int:
     """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
     open. The workers' exit code."""
@@ -147,7 +151,7 @@ def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker
         print(f"next round: {added} more cells for the comparisons still open", flush=True)
 
 
-def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: tuple[Any, ...],
+def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: WorkerArgs,
             pool: WorkerPool = IN_PROCESS, retry_failed: bool = False) -> int:
     """Enqueue what an arm needs (a cell another arm queued already is shared: the same key is the same
     run) and run its rounds; the workers' exit code."""
@@ -161,7 +165,7 @@ def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: tupl
     return run_rounds(arm, queue, params, worker_args, pool)
 
 
-def cached_data(spec: Any) -> Any:
+def cached_data(spec: ExperimentSpec) -> PreparedData:
     """Prepared data, reused by the next cell/trial of this process with the same data section and seed."""
     key = json.dumps([spec.data.model_dump(mode="json"), spec.seed], sort_keys=True)
     if _DATA.get("key") != key:
@@ -170,4 +174,4 @@ def cached_data(spec: Any) -> Any:
     return _DATA["data"]
 
 
-_DATA: dict[str, Any] = {}
+_DATA: dict[str, Any] = {}  # key: the data section and seed as JSON; data: its PreparedData
