@@ -118,10 +118,10 @@ def stamp() -> str:
 
 
 # ---------------------------------------------------------------- assembly
-def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, Any]]:
+def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, object]]:
     """The document (every part's intro, then every part's sections, in order) and report.json's data."""
     doc = Document(title, stamp())
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for p in parts:
         doc.intro += p.intro
         doc.sections += p.sections

@@ -59,7 +59,7 @@ class RungInfo:
     noise: float  # the pooled sd of seeds within variants
     snr: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "compute": self.compute, "params": self.params, "tokens": self.tokens,
                 "planned": self.planned, "seeds": self.seeds, "signal": self.signal, "noise": self.noise,
                 "snr": self.snr}
@@ -82,7 +82,7 @@ class AtRung:
     p_min: float = 0.0  # the smallest p its test can give (a permutation test on 2-3 pairs)
     identical: bool = False  # every pair exactly equal
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"rung": self.rung, "diff": self.diff, "lo": self.lo, "hi": self.hi, "p": self.p,
                 "p_holm": self.p_holm, "pairs": self.n, "verdict": self.verdict.value,
                 "diverged_pairs": self.diverged_pairs}
@@ -309,7 +309,7 @@ def _holm_over_ladder(comparisons: list[ComparisonLadder], higher: bool, alpha: 
         c.at_rungs[i] = dataclasses.replace(a, p_holm=p_holm, verdict=reading)
 
 
-def as_record(ladder: Ladder) -> dict[str, Any]:
+def as_record(ladder: Ladder) -> dict[str, object]:
     """What report.json keeps of the ladder."""
     return {
         "metric": ladder.metric, "alpha": ladder.alpha, "family": ladder.family, "target": ladder.target,

@@ -104,7 +104,7 @@ def _test_shown(v: OnBothSplits | None, dec: int, unit: str) -> str:
 
 
 def _settings_rows(study: Study, tune: TuneRecord, metric: str, dec: int
-                   ) -> tuple[list[list[str]], list[dict[str, Any]]]:
+                   ) -> tuple[list[list[str]], list[dict[str, object]]]:
     """Per variant: its best settings, how far each moved from the baseline's, its search's best score and
     its score at the baseline's settings (rows, and report.json's records)."""
     space = dict(tune.space)
@@ -153,7 +153,7 @@ def part(inp: Inputs) -> Part | None:
     unit, dec, _ = quality_meta(metric)
     rows = inp.derived(twice)
     settings, records = _settings_rows(study, tune, metric, dec)
-    unmoved = {r["variant"] for r in records if r["best"] is not None and r["distance"] == 0}
+    unmoved = {str(r["variant"]) for r in records if r["best"] is not None and r["distance"] == 0}
     if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
@@ -213,11 +213,11 @@ def _precisions(study: Study) -> str:
             "variant's search ran alike.")
 
 
-def _test_record(v: OnBothSplits | None) -> dict[str, Any] | None:
+def _test_record(v: OnBothSplits | None) -> dict[str, object] | None:
     return None if v is None or v.test is None else _look(v.test, v.test_answer or "open")
 
 
-def _look(look: Any, answer: str) -> dict[str, Any]:
+def _look(look: Any, answer: str) -> dict[str, object]:
     if look is None:
         return {"answer": answer}
     return {"answer": answer, "n": look.n, "diff": look.diff, "lo": look.lo, "hi": look.hi,
