@@ -41,7 +41,7 @@ __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main
 
 # The report of an ablation and of a search, top to bottom: each section registers itself where it is
 # defined (ablate/report/section_api.py ``section``), with its place; a part's intro blocks open the report in
-# the same order (a ladder's scaling figure and transfer table, published results, the summary, ...).
+# the same order (a ladder's figure and transfer table, published results, the summary, ...).
 ABLATION_PARTS: tuple[PartFn, ...] = parts("ablation")
 SEARCH_PARTS: tuple[PartFn, ...] = parts("search")
 
