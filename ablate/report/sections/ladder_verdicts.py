@@ -15,6 +15,7 @@ import math
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
+from ablate.report.compute.comparisons import Reading
 from ablate.report.compute.fitted_ladder import (
     AtRung,
     ComparisonLadder,
@@ -203,7 +204,7 @@ def _lof_cell(fit: Fit | None) -> str:
     if fit is None:
         return "-"
     lof = fit.lack_of_fit
-    test = (f"F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable else "not testable")
+    test = (f"F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable else Fixed.NOT_TESTABLE)
     return f"{test}; {math.sqrt(fit.tau2):.3g}"
 
 
@@ -253,7 +254,7 @@ def at_rungs_table(ladder: Ladder) -> Table:
 
 def _at_rung(a: AtRung, dec: int) -> str:
     if a.n == 0:
-        return "no pairs"
+        return Reading.NO_PAIRS
     ci = "" if not math.isfinite(a.lo) else f" {st.fmt_interval(a.lo, a.hi, dec)}"
     return f"{st.fmt(a.diff, dec, True)}{ci} {a.verdict.value}, n={a.n}"
 

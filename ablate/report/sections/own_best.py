@@ -26,7 +26,7 @@ from ablate.report.compute.arm_verdicts import (
     tuning,
     twice,
 )
-from ablate.report.compute.comparisons import decided_metric
+from ablate.report.compute.comparisons import Answer, Tuning, decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.render import Block, Note, Para, Section, Table
@@ -67,18 +67,19 @@ def _moved(c: Change) -> str:
     return f"{c.field}: {show(c.baseline)} → {show(c.best)}{tail}"
 
 
-_TUNING_SHOWN = {"changed": "**changed**", "pending": "pending: its rounds continue",
-                 "same_cells": "same settings as the baseline: same cells", "holds": "holds"}
+_TUNING_SHOWN = {Tuning.CHANGED: "**changed**", Tuning.PENDING: "pending: its rounds continue",
+                 Tuning.SAME_CELLS: "same settings as the baseline: same cells",
+                 Tuning.HOLDS: Tuning.HOLDS.value}
 
 
-def _tuning_effect(t: Twice, unmoved: set[str]) -> str:
+def _tuning_effect(t: Twice, unmoved: set[str]) -> Tuning:
     """What tuning did to this comparison: changed its verdict, has not settled it yet, left both the variant
     and the baseline at the baseline's settings (both arms are then the same cells), or held it."""
     if t.changed:
-        return "changed"
+        return Tuning.CHANGED
     if t.pending:
-        return "pending"
-    return "same_cells" if t.variant in unmoved else "holds"
+        return Tuning.PENDING
+    return Tuning.SAME_CELLS if t.variant in unmoved else Tuning.HOLDS
 
 
 def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str],
@@ -214,7 +215,7 @@ def _precisions(study: Study) -> str:
 
 
 def _test_record(v: OnBothSplits | None) -> dict[str, object] | None:
-    return None if v is None or v.test is None else _look(v.test, v.test_answer or "open")
+    return None if v is None or v.test is None else _look(v.test, v.test_answer or Answer.OPEN)
 
 
 def _look(look: Any, answer: str) -> dict[str, object]:
