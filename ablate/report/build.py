@@ -42,7 +42,7 @@ __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main
 
 # The report of an ablation and of a search, top to bottom: each section registers itself where it is
 # defined (ablate/report/section_api.py ``section``), with its place; a part's intro blocks open the report in
-# the same order (a ladder's scaling figure and transfer table, published results, the summary, ...).
+# the same order (a ladder's figure and transfer table, published results, the summary, ...).
 ABLATION_PARTS: tuple[PartFn, ...] = parts("ablation")
 SEARCH_PARTS: tuple[PartFn, ...] = parts("search")
 
@@ -119,10 +119,10 @@ def stamp() -> str:
 
 
 # ---------------------------------------------------------------- assembly
-def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, Any]]:
+def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, object]]:
     """The document (every part's intro, then every part's sections, in order) and report.json's data."""
     doc = Document(title, stamp())
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for p in parts:
         doc.intro += p.intro
         doc.sections += p.sections

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
+from ablate.report.compute.comparisons import Answer
 from ablate.report.compute.loaded_study import quality_meta
 from ablate.report.compute.statistics import fmt, fmt_interval
 
@@ -83,7 +84,7 @@ def _sequential_rows(sequential: Mapping[str, Any], verdicts: Sequence[Mapping[s
         v = by_variant.get(c["variant"], {})
         rows.append(EffectRow(
             c["variant"], metric, _num(c.get("diff")), _num(c.get("lo")), _num(c.get("hi")), c.get("seeds"),
-            str(v.get("val_answer") or c.get("state") or "open"), test or None, _num(v.get("test_diff")),
+            str(v.get("val_answer") or c.get("state") or Answer.OPEN), test or None, _num(v.get("test_diff")),
             _num(v.get("test_lo")), _num(v.get("test_hi")), v.get("test_answer")))
     return rows
 

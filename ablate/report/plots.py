@@ -350,8 +350,8 @@ def attention_heatmaps(maps: Mapping[str, np.ndarray], labels: Mapping[str, tupl
 
 
 @dataclass(frozen=True)
-class ScalingCurve:
-    """One variant in the scaling figure: its seeds' points, its fitted curve and band over ``grid``."""
+class LadderCurve:
+    """One variant in the ladder figure: its seeds' points, its fitted curve and band over ``grid``."""
 
     label: str
     points: Sequence[tuple[float, Sequence[float]]]  # (compute, the seeds' values) per rung
@@ -363,16 +363,16 @@ class ScalingCurve:
 
 @dataclass(frozen=True)
 class GapSeries:
-    """A comparison in the scaling figure's lower panel: its gap at each rung, its fitted line's ends."""
+    """A comparison in the ladder figure's lower panel: its gap at each rung, its fitted line's ends."""
     label: str
     color: int  # the variant's index among the curves: the same colour in both panels
     rungs: Sequence[tuple[float, float, float, float]]  # (compute, gap, lo, hi) per rung
     fitted: tuple[tuple[float, float, float, float], tuple[float, float, float, float]] | None  # the ends
 
 
-def scaling_figure(curves: Sequence[ScalingCurve], largest: float, target: float | None,
-                   rung_notes: Sequence[tuple[float, str]], ylabel: str, path: Path,
-                   gaps: Sequence[GapSeries] = (), gap_label: str = "gap vs baseline") -> Path:
+def ladder_figure(curves: Sequence[LadderCurve], largest: float, target: float | None,
+                  rung_notes: Sequence[tuple[float, str]], ylabel: str, path: Path,
+                  gaps: Sequence[GapSeries] = (), gap_label: str = "gap vs baseline") -> Path:
     """The metric against training compute on a log axis: per variant its seeds (dots), rung means
     (markers), fitted curve and band, solid up to the largest rung and dashed beyond it (an
     extrapolation); the target marked; each rung's verdicts written above it (``rung_notes``: compute,

@@ -21,8 +21,9 @@ from typing import Any, Literal, TypeVar
 
 from ablate.report.compute.bounds import AtBound, at_bounds, bound_suffix
 from ablate.report.compute.contrasts import FactorialRow, factorial_effects
-from ablate.report.compute.loaded_study import EffectRow, Study, effects, summarise
+from ablate.report.compute.loaded_study import EffectRow, Study, effects
 from ablate.report.compute.logged_datasets import DatasetRow, study_dataset_rows
+from ablate.report.compute.run_counts import VariantSummary, summarise
 from ablate.report.render import Block, Section
 
 T = TypeVar("T")
@@ -82,7 +83,7 @@ class Inputs:
         return factorial_effects(self.study)
 
     @cached_property
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, VariantSummary]:
         """Per variant: run counts by status and each metric's mean and interval (``data.summarise``)."""
         return summarise(self.study)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
 from ablate.spec.study_sections import Expectation
 from ablate.stats.borderline import FRACTION, LeaveOneOut, borderline
@@ -22,15 +21,7 @@ from ablate.stats.verdict import (
     none_margin,
     within,
 )
-
-
-class Outcome(StrEnum):
-    """What a study says of a published result it checks (``ablation.expect``)."""
-
-    REPRODUCED = "reproduced"
-    CONTRADICTED = "contradicted"
-    NOT_SETTLED = "not settled"
-
+from ablate.stats.vocabulary import Outcome
 
 REPRODUCED, CONTRADICTED, OPEN = Outcome.REPRODUCED, Outcome.CONTRADICTED, Outcome.NOT_SETTLED
 

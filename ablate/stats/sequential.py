@@ -58,7 +58,6 @@ from ablate.stats.verdict import (
     ALPHA,
     Look,
     Question,
-    RoundState,
     State,
     Verdict,
     answers,
@@ -260,11 +259,11 @@ class Progress:
         return self.verdict.look
 
     @property
-    def state(self) -> RoundState:
+    def state(self) -> State:
         """Its one-word state: the verdict's once its rounds are over, else open or waiting."""
         if self.done:
             return self.verdict.progress
-        return RoundState.OPEN if self.verdict.look is not None else RoundState.WAITING
+        return State.OPEN if self.verdict.look is not None else State.WAITING
 
     @property
     def decided(self) -> bool:

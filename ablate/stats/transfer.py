@@ -44,7 +44,6 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
 import numpy as np
@@ -52,18 +51,11 @@ from scipy import stats
 
 from ablate.stats.ladder_fit import LackOfFit, lack_of_fit, rung_variance, variance_df
 from ablate.stats.rung_trend import TREND_REPLICATES, Trend, holds, monotone_trend, reverses, rung_signs
+from ablate.stats.vocabulary import Transfer
 
 ALPHA = 0.05
 CROSSOVER_REACH = 4.0  # decades beyond the ladder (either way) a crossover's interval is followed
 _GRID = 2001
-
-
-class Transfer(StrEnum):
-    GROWS = "grows"
-    SHRINKS = "shrinks"
-    HOLDS = "holds"
-    REVERSES = "reverses"
-    NOT_SETTLED = "not settled"
 
 
 @dataclass(frozen=True)

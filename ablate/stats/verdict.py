@@ -22,7 +22,8 @@ rule is a change here and nowhere else:
   result.
 
 Pure arithmetic on numbers the statistics computed (``ablate.stats.sequential`` for the looks,
-``ablate.report`` for the fixed-sample effects): it imports nothing of ablate but the spec's claim.
+``ablate.report`` for the fixed-sample effects), in the words of ``ablate.stats.vocabulary``: it imports
+nothing of ablate but the spec's claim and that vocabulary.
 """
 
 from __future__ import annotations
@@ -30,15 +31,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
+
+from ablate.stats.vocabulary import (
+    Answer,
+    Direction,
+    Fixed,
+    HeldOut,
+    Question,
+    Reading,
+    ScaleOutcome,
+    State,
+)
 
 ALPHA = 0.05  # the overall two-sided level of every verdict (a study's family shares it)
-
-# The question a study's claim asks of a comparison (ablation.expect's effect, in the spec's words); None:
-# no claim.
-Question = Literal["better", "worse", "none", "identical"] | None
-
 
 # The fewest paired seeds a "no effect" verdict rests on. An interval inside +-margin from 2 or 3 pairs
 # rests on 1 or 2 degrees of freedom of their spread, and a lucky small spread is then likely; the report's
@@ -56,29 +62,6 @@ SIGN_FLIP_PAIRS = 3
 def sign_flip_floor(pairs: int) -> float:
     """The smallest two-sided p an exact sign-flip test of ``pairs`` paired differences can give."""
     return min(1.0, 2.0 / 2**pairs)
-
-
-class State(StrEnum):
-    """What one look's interval says (ablate.stats.sequential.evaluate)."""
-
-    EFFECT = "effect"  # the repeated interval excludes 0
-    NO_EFFECT = "no_effect"  # it lies within +-min_effect
-    IDENTICAL = "identical"  # every pair's difference is exactly 0
-    OPEN = "open"  # neither
-    UNTESTABLE = "untestable"  # fewer than two finite pairs
-
-
-class RoundState(StrEnum):
-    """Where a comparison's rounds of adaptive seeds stand, in one word (the dry run's and status' column):
-    its verdict once its rounds are over (:attr:`Verdict.progress`), else open or waiting."""
-
-    EFFECT = "effect"
-    NO_EFFECT = "no_effect"
-    IDENTICAL = "identical"
-    NO_PAIRS = "no_pairs"
-    UNDECIDED = "undecided"  # open at the last planned look: no more seeds
-    OPEN = "open"  # a look read, more seeds to come
-    WAITING = "waiting"  # before its first look
 
 
 @dataclass(frozen=True)
@@ -191,43 +174,6 @@ def reopened(looks: Sequence[Look]) -> Look | None:
     return next((lk for lk in reversed(looks[:-1]) if lk.state in (State.EFFECT, State.NO_EFFECT)), None)
 
 
-class Reading(StrEnum):
-    """What a comparison's looks say."""
-
-    BETTER = "better"  # an effect, the comparison's question answered
-    WORSE = "worse"
-    WITHIN = "no effect"  # the interval within +-min_effect (or a none claim's own margin)
-    IDENTICAL = "identical"  # every paired seed gives exactly the baseline's value
-    OPEN = "open"  # undecided, its rounds continue
-    OPEN_AT_MAX = "open at its maximum"  # undecided at the last planned look
-    REOPENED = "reopened"  # undecided now, where an earlier look read an effect or no effect
-    UNTESTABLE = "untestable"  # fewer than two finite pairs at the look
-    NO_PAIRS = "no pairs"  # no seed where both it and the baseline finished: nothing to test
-    CLAIM_OPEN = "claim open"  # an effect (or no effect) read while the claim's own question is open
-    SHORT = "short of its margin"  # a margin claim answered: the interval's far bound short of its margin
-    WAITING = "waiting"  # before the first planned look
-
-
-class Answer(StrEnum):
-    """A comparison's verdict in one word, as every section, the status and the dry run print it
-    (:attr:`Verdict.answer`)."""
-
-    BETTER = "better"
-    WORSE = "worse"
-    NO_EFFECT = "no effect"
-    IDENTICAL = "identical"
-    SHORT = "short of its margin"  # a margin claim answered without an effect as large as its margin
-    OPEN = "open"  # not answered (yet): open, open at its maximum, reopened, untestable, no pairs, waiting
-
-
-class Direction(StrEnum):
-    """A decided verdict as a larger scale checks it: an effect either way, or no effect."""
-
-    BETTER = "better"
-    WORSE = "worse"
-    NONE = "none"
-
-
 @dataclass(frozen=True)
 class Verdict:
     """One comparison's verdict: the reading, the look it rests on, and an earlier look it reopened."""
@@ -241,7 +187,8 @@ class Verdict:
     def answer(self) -> Answer:
         """The look's answer in one word: better / worse / no effect / identical / short of its margin /
         open."""
-        if self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN, Reading.IDENTICAL, Reading.SHORT):
+        if self.reading in (Reading.BETTER, Reading.WORSE, Reading.NO_EFFECT, Reading.IDENTICAL,
+                            Reading.SHORT):
             return Answer(self.reading.value)
         if self.reading == Reading.CLAIM_OPEN:  # what the look reads, though the question goes on
             return Answer.NO_EFFECT if self.better is None else Answer.BETTER if self.better else Answer.WORSE
@@ -250,7 +197,7 @@ class Verdict:
     @property
     def decided(self) -> bool:
         """An effect or no effect that answers the comparison's question: what a larger scale confirms."""
-        return self.reading in (Reading.BETTER, Reading.WORSE, Reading.WITHIN)
+        return self.reading in (Reading.BETTER, Reading.WORSE, Reading.NO_EFFECT)
 
     @property
     def settled(self) -> bool:
@@ -262,22 +209,22 @@ class Verdict:
         """A decided verdict as the larger scale checks it (None: not decided)."""
         if not self.decided:
             return None
-        if self.reading == Reading.WITHIN:
+        if self.reading == Reading.NO_EFFECT:
             return Direction.NONE
         return Direction.BETTER if self.better else Direction.WORSE
 
     @property
-    def progress(self) -> RoundState:
+    def progress(self) -> State:
         """The study's one-word state of a comparison whose rounds are over (the dry run's column)."""
         if self.decided:
-            return RoundState.NO_EFFECT if self.reading == Reading.WITHIN else RoundState.EFFECT
+            return State.NO_EFFECT if self.reading == Reading.NO_EFFECT else State.EFFECT
         if self.reading == Reading.SHORT:  # no effect as large as the claim's margin, the claimed way
-            return RoundState.NO_EFFECT
+            return State.NO_EFFECT
         if self.reading == Reading.IDENTICAL:
-            return RoundState.IDENTICAL
+            return State.IDENTICAL
         if self.reading == Reading.NO_PAIRS:
-            return RoundState.NO_PAIRS
-        return RoundState.UNDECIDED
+            return State.NO_PAIRS
+        return State.UNDECIDED
 
 
 def read(looks: Sequence[Look], higher: bool = True, lost: bool = False, question: Question = None,
@@ -298,7 +245,7 @@ def read(looks: Sequence[Look], higher: bool = True, lost: bool = False, questio
     elif look.decided and is_margin_claim(question, margin) and better is None:
         reading = Reading.SHORT  # short of the margin with no effect either way (an effect reads as one)
     elif look.decided:  # decided while 'open': a none claim's interval within its own margin
-        reading = Reading.WITHIN if better is None else Reading.BETTER if better else Reading.WORSE
+        reading = Reading.NO_EFFECT if better is None else Reading.BETTER if better else Reading.WORSE
     elif look.state in (State.EFFECT, State.NO_EFFECT):
         reading = Reading.CLAIM_OPEN
     elif look.state == State.UNTESTABLE:
@@ -308,15 +255,6 @@ def read(looks: Sequence[Look], higher: bool = True, lost: bool = False, questio
     else:
         reading = Reading.OPEN_AT_MAX if look.final else Reading.OPEN
     return Verdict(reading, look, better, earlier)
-
-
-class HeldOut(StrEnum):
-    """What the test split, on the validation verdict's seeds and look, says beside it."""
-
-    AGREES = "agrees"  # the same answer
-    OPEN = "open"  # its interval neither confirms nor excludes the validation verdict: worded as open
-    DISAGREES = "disagrees"  # its interval excludes the direction (or the margin) validation states
-    UNSETTLED_EFFECT = "effect where validation is open"  # validation open, the test interval excludes 0
 
 
 def held_out_reading(val: Verdict | None, test: Verdict | None, margin: float | None = None
@@ -356,20 +294,6 @@ def agrees(val: Verdict | None, test: Verdict | None, margin: float | None = Non
 
 
 # ---------------------------------------------------------------- a fixed seed list: one look
-class Fixed(StrEnum):
-    """A fixed-sample comparison's verdict (the Effects table; significant at p < ALPHA unadjusted, the
-    Holm-adjusted p beside it)."""
-
-    NO_RUNS = "no finished runs"
-    IDENTICAL = "identical"
-    TOO_FEW = "too few seeds"  # one run on a side: no test at all
-    BETTER = "better"
-    WORSE = "worse"
-    SIGNIFICANT = "significant"  # significant without a direction (an interaction)
-    NOT_TESTABLE = "not testable"  # p < ALPHA out of reach at these sample sizes
-    NO_DETECTABLE = "no detectable effect"
-
-
 def fixed_reading(diff: float, p: float, p_min: float, identical: bool, higher: bool | None,
                   alpha: float = ALPHA) -> Fixed:
     """The verdict of one fixed-sample test (``p`` NaN: no test; ``higher`` None: no reference)."""
@@ -395,14 +319,6 @@ def holm_significant(diff: float, p_holm: float, alpha: float = ALPHA) -> bool:
 
 
 # ---------------------------------------------------------------- at a larger scale
-class ScaleOutcome(StrEnum):
-    """Whether a decided verdict holds at a larger setting."""
-
-    TRANSFERS = "transfers"
-    REVERSES = "reverses"
-    NOT_SETTLED = "not settled"
-
-
 def at_scale(small: Direction, diff: float, lo: float, hi: float, p: float, confidence: float,
              higher: bool, margin: float | None, n: int = EQUIVALENCE_PAIRS) -> ScaleOutcome:
     """Whether a decided verdict (``small``) transfers to the larger setting's paired effect (``diff``,

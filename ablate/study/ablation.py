@@ -46,7 +46,7 @@ from ablate.study import (
     study_names,
 )
 from ablate.study.arms import arm_records, arms_done, arms_record, dry_run_lines, run_later_arms
-from ablate.study.cell_queue import CellQueue, CellRecords
+from ablate.study.cell_queue import CellParams, CellQueue, CellRecords
 from ablate.study.designs import format_grid, format_plan
 from ablate.study.observed_needs import found_lines, ladder_found_lines
 from ablate.study.optuna_attrs import PARENT
@@ -58,6 +58,7 @@ from ablate.study.recorded_study import SequentialDesign, StudyRecord, as_json, 
 from ablate.study.sized_ladder import format_ladder_plan, ladder_plan
 from ablate.study.sized_ladder import plan_record as ladder_plan_record
 from ablate.study.sizing import (
+    PowerPlan,
     format_power_plan,
     own_seeds_plan,
     plan_record,
@@ -67,7 +68,7 @@ from ablate.study.sizing import (
 )
 from ablate.study.study_plan import TERMINAL, StudyPlan
 from ablate.study.train_cells import cell_params, run_arm, run_rounds, wanted
-from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.study.worker_pool import IN_PROCESS, WorkerArgs, WorkerPool
 from ablate.tracking import NullTracker, record
 from ablate.tracking.read import find_study_runs
 from ablate.tracking.supersede import mark_study, tag_stale
@@ -80,7 +81,7 @@ class OpenStudy:
 
     plan: StudyPlan
     queue: CellQueue
-    params: dict[str, Any]
+    params: CellParams
     tracker: NullTracker | None
     arms: dict[str, StudyPlan]
 
@@ -95,7 +96,7 @@ def open_study(plan: StudyPlan, storage: str | None, retry_failed: bool = False,
     return OpenStudy(plan, queue, params, tracker, {record.BASELINE_ARM: plan})
 
 
-def run_study(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool = IN_PROCESS,
+def run_study(study: OpenStudy, worker_args: WorkerArgs, pool: WorkerPool = IN_PROCESS,
               retry_failed: bool = False) -> int:
     """Train the cells at the baseline's settings round by round, then with ``tune:`` and ``confirm:`` the
     later arms (ablate/study/arms.py), all through ``pool``'s workers; the workers' exit code."""
@@ -107,7 +108,7 @@ def run_study(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool =
     return code
 
 
-def _tuned_ladder(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool, retry_failed: bool
+def _tuned_ladder(study: OpenStudy, worker_args: WorkerArgs, pool: WorkerPool, retry_failed: bool
                   ) -> int:
     """A tuned ladder (ablate/study/ladder_tuning.py): the tuning arm's cells, each variant's best point per
     rung recorded on the parent, then the study's cells at those points, which every verdict reads. The
@@ -142,7 +143,7 @@ def close_study(study: OpenStudy, interrupted: bool) -> Ended:
     return _close_study(study.plan, study.queue, study.tracker, study.arms, interrupted)
 
 
-def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str, Any] | None:
+def dry_run(plan: StudyPlan, storage: str | None, workers: int = 1) -> dict[str, object] | None:
     """Print the cells and their diffs, the power plan, the budget of every phase and where a started study
     stands (read only); the store's cell records, or None when a start would refuse the spec (its design
     differs from the recorded one: said on stderr). Writes nothing."""
@@ -200,7 +201,7 @@ def has_later_arms(plan: StudyPlan) -> bool:
     return abl is not None and (abl.tune is not None or abl.confirm is not None)
 
 
-def _later_arms(study: OpenStudy, worker_args: tuple[Any, ...], pool: WorkerPool, retry_failed: bool) -> int:
+def _later_arms(study: OpenStudy, worker_args: WorkerArgs, pool: WorkerPool, retry_failed: bool) -> int:
     """The searches, the own-best arm and the confirm arm (ablate/study/arms.py), each arm's cells in the
     study's queue; the parent's arms.json brought up to date before each arm runs."""
     plan, queue, tracker, arms = study.plan, study.queue, study.tracker, study.arms
@@ -222,7 +223,7 @@ def pilot_times(plan: StudyPlan) -> bool:
 
 
 def _queue_cells(plan: StudyPlan, storage: str | None, retry_failed: bool, workers: int = 1
-                 ) -> tuple[CellQueue, dict[str, Any]]:
+                 ) -> tuple[CellQueue, CellParams]:
     """The study's queue in the Optuna store, with its design recorded (or a changed one refused) and the
     cells it still needs (and, asked to, the failed ones again) enqueued; the Optuna params every cell's
     trial carries."""
@@ -299,7 +300,8 @@ def _open_study_run(plan: StudyPlan, queue: CellQueue) -> NullTracker:
     return tracker
 
 
-def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: Any = None) -> str:
+def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: PowerPlan | None = None
+                 ) -> str:
     """The power plan (ablate/study/sizing.py; ``planned`` when already computed): from the pilot before the
     first cell, and once the study has pairs of its own, the same plan from them, for information only."""
     abl = plan.spec.ablation
@@ -408,7 +410,7 @@ def _pin_precision(plan: StudyPlan, queue: CellQueue, tracker: NullTracker | Non
     if children is None:
         return
 
-    def reason(rec: dict[str, Any], tags: dict[str, str], params: dict[str, str]) -> str | None:
+    def reason(rec: dict[str, object], tags: dict[str, str], params: dict[str, str]) -> str | None:
         # a finished cell, not already superseded for another reason (an older variant version)
         why = other_precision(tags, params, pin)
         keep = why is None or tags.get(record.KIND) != "cell" or rec.get("status") != "FINISHED"

@@ -54,8 +54,8 @@ def sampler_seed(tune: TuneSpec, spec: ExperimentSpec) -> int:
     return tune.seed if tune.seed is not None else spec.seed
 
 
-def trial_overrides(tune: TuneSpec, spec: ExperimentSpec, variant: Mapping[str, Any],
-                    values: Mapping[str, Any]) -> dict[str, Any]:
+def trial_overrides(tune: TuneSpec, spec: ExperimentSpec, variant: Mapping[str, object],
+                    values: Mapping[str, object]) -> dict[str, object]:
     """What a tuning trial of a variant changes on the baseline: the variant's fields, the sampled values,
     and train.max_steps at the fidelity."""
     out = {**variant, **values}
@@ -65,7 +65,7 @@ def trial_overrides(tune: TuneSpec, spec: ExperimentSpec, variant: Mapping[str, 
     return out
 
 
-def best_overrides(variant: Mapping[str, Any], best: Mapping[str, Any]) -> dict[str, Any]:
+def best_overrides(variant: Mapping[str, object], best: Mapping[str, object]) -> dict[str, object]:
     """A variant at its own best settings: its fields plus the best trial's values (at the cell's length)."""
     return {**variant, **best}
 
@@ -84,7 +84,7 @@ class Change:
     of_range: float
 
 
-def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best: Mapping[str, Any]
+def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, object], best: Mapping[str, object]
             ) -> list[Change]:
     """Each dimension's change from the baseline's settings to a variant's best (the best-settings table)."""
     out = []
@@ -107,20 +107,21 @@ def changes(space: Mapping[str, SearchParam], baseline: Mapping[str, Any], best:
     return out
 
 
-def _choice_distance(choices: Sequence[Any] | None, a: Any, b: Any) -> float:
+def _choice_distance(choices: Sequence[object] | None, a: object, b: object) -> float:
     """How far apart two different values of a choice lie: for an ordered list of numbers (d_ff 512, 1024,
     2048) the steps between them over the list's span, so a neighbour is not a jump across the range; any
     other change (a schedule's name) counts 1."""
     if choices is None or len(choices) < 2 or a not in choices or b not in choices:
         return 1.0
-    if not all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices):
+    numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
+    if len(numbers) < len(choices) or not isinstance(a, int | float) or not isinstance(b, int | float):
         return 1.0
-    ordered = sorted(choices)
+    ordered = sorted(numbers)
     return abs(ordered.index(a) - ordered.index(b)) / (len(ordered) - 1)
 
 
 # ---------------------------------------------------------------- checks
-def _as_number(value: Any) -> float:
+def _as_number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -math.inf
 
 
@@ -129,8 +130,8 @@ def _touches(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def problems(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
-             variants: Sequence[Mapping[str, Any]]) -> list[Problem]:
+def problems(spec: ExperimentSpec, data: Mapping[str, object], smap: SourceMap, origin: str,
+             variants: Sequence[Mapping[str, object]]) -> list[Problem]:
     """Every problem of ``ablation.tune`` and ``ablation.confirm`` given the baseline ``data`` and the
     variants' overrides (the baseline's ``{}`` among them): each located where the spec says it."""
     abl = spec.ablation
@@ -145,7 +146,7 @@ def problems(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap, ori
     return found
 
 
-def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap,
+def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, object], smap: SourceMap,
                    origin: str, changed: Sequence[str]) -> list[Problem]:
     out: list[Problem] = []
 
@@ -206,8 +207,8 @@ def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, Any]
     return out
 
 
-def confirm_base(confirm: ConfirmSpec, data: Mapping[str, Any], smap: SourceMap, origin: str
-                 ) -> tuple[dict[str, Any], SourceMap, str]:
+def confirm_base(confirm: ConfirmSpec, data: Mapping[str, object], smap: SourceMap, origin: str
+                 ) -> tuple[dict[str, object], SourceMap, str]:
     """The larger setting's raw data, source map and origin: this spec with ``overrides``, or the file
     ``spec`` names (relative to the file that names it). Raises SpecError located at ``confirm``."""
     if confirm.spec is None:
@@ -238,8 +239,8 @@ def confirm_base(confirm: ConfirmSpec, data: Mapping[str, Any], smap: SourceMap,
     return other, other_map, str(path)
 
 
-def _confirm_problems(confirm: ConfirmSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
-                      variants: Sequence[Mapping[str, Any]], changed: Sequence[str]) -> list[Problem]:
+def _confirm_problems(confirm: ConfirmSpec, data: Mapping[str, object], smap: SourceMap, origin: str,
+                      variants: Sequence[Mapping[str, object]], changed: Sequence[str]) -> list[Problem]:
     out: list[Problem] = []
     for key in confirm.overrides:
         at = f"{CONFIRM}.overrides.{key}"
@@ -272,7 +273,7 @@ def _steps(n: int | None) -> str:
     return "as long as a cell (epochs)" if n is None else f"{n:,} steps"
 
 
-def budget_lines(spec: ExperimentSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
+def budget_lines(spec: ExperimentSpec, data: Mapping[str, object], smap: SourceMap, origin: str,
                  variants: int, cells: int) -> list[str]:
     """What ``tune:`` and ``confirm:`` add to a study, for `ablate study --dry-run`, phase by phase: the
     trials per variant, the steps each trains and their total; the cells at each variant's own best; the

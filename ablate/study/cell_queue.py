@@ -9,15 +9,23 @@ import sys
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import CategoricalChoiceType, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS, STEP
+from ablate.study.optuna_attrs import CELL, ERROR, RUN_ID, STATUS, STEP, CellAttrs
 from ablate.study.optuna_store import Store, claim, claim_where, open_study, requeue, resumed, trial_alive
 from ablate.study.study_names import write_attrs
+
+
+class CellParams(TypedDict):
+    """Every cell's axis values as Optuna params (`CellQueue.enqueue`'s keywords): each axis's choices, and
+    each cell's values (by cell key) among them."""
+
+    choices: dict[str, list[CategoricalChoiceType]]
+    values: dict[str, dict[str, CategoricalChoiceType]]
 
 
 @dataclass
@@ -50,9 +58,9 @@ class CellQueue:
                 out[t.user_attrs[CELL]] = t  # trials come in number order: the last one wins
         return out
 
-    def enqueue(self, cells: Sequence[Mapping[str, Any]], retry_failed: bool = False, *,
-                choices: Mapping[str, Sequence[Any]] | None = None,
-                values: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[int, int]:
+    def enqueue(self, cells: Sequence[CellAttrs], retry_failed: bool = False, *,
+                choices: Mapping[str, Sequence[CategoricalChoiceType]] | None = None,
+                values: Mapping[str, Mapping[str, CategoricalChoiceType]] | None = None) -> tuple[int, int]:
         """Enqueue cells the store has not seen (and failed ones with retry_failed): (new, retried).
 
         `values` (cell key -> axis values, over `choices`) become the waiting trial's params at once, so
@@ -63,12 +71,13 @@ class CellQueue:
         with self.store.lock(self.name):
             latest = self.latest()
             for cell in cells:
-                t = latest.get(cell[CELL])
+                key = str(cell[CELL])
+                t = latest.get(key)
                 if t is None:
                     waiting = optuna.trial.create_trial(state=TrialState.WAITING, user_attrs=dict(cell))
                     trial_id = self.store.storage.create_new_trial(study_id, waiting)
-                    if choices is not None and values is not None and cell[CELL] in values:
-                        self._record_params(trial_id, {}, choices, values[cell[CELL]])
+                    if choices is not None and values is not None and key in values:
+                        self._record_params(trial_id, {}, choices, values[key])
                     new += 1
                 elif t.state == TrialState.FAIL and retry_failed:
                     requeue(self.study, t)
@@ -87,7 +96,7 @@ class CellQueue:
                     queued.append(t.user_attrs[RUN_ID])
         return queued
 
-    def describe(self, attrs: Mapping[str, Any], metric: str) -> None:
+    def describe(self, attrs: Mapping[str, str], metric: str) -> None:
         """Record the study's identity attrs (once) and name its objective for Optuna's dashboard."""
         assert self.study is not None
         write_attrs(self.study, dict(attrs))
@@ -96,14 +105,15 @@ class CellQueue:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self.study.set_metric_names([metric])
 
-    def set_params(self, trial: optuna.Trial, choices: Mapping[str, Sequence[Any]],
-                   values: Mapping[str, Any]) -> None:
+    def set_params(self, trial: optuna.Trial, choices: Mapping[str, Sequence[CategoricalChoiceType]],
+                   values: Mapping[str, CategoricalChoiceType]) -> None:
         """Record the cell's axis values as the trial's params (categorical over every value the study
         gives that axis). Best effort: a store whose earlier trials hold other choices keeps going."""
         self._record_params(self.store.trial_id(self.name, trial.number), trial.params, choices, values)
 
-    def _record_params(self, trial_id: int, recorded: Mapping[str, Any], choices: Mapping[str, Sequence[Any]],
-                       values: Mapping[str, Any]) -> None:
+    def _record_params(self, trial_id: int, recorded: Mapping[str, object],
+                       choices: Mapping[str, Sequence[CategoricalChoiceType]],
+                       values: Mapping[str, CategoricalChoiceType]) -> None:
         for name, value in values.items():
             if name in recorded or value not in choices.get(name, ()):
                 continue
@@ -116,7 +126,7 @@ class CellQueue:
     def get(self, key: str) -> Any:
         return self.study.user_attrs.get(key) if self.study else None
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: object) -> None:
         assert self.study is not None
         self.study.set_user_attr(key, value)
 

@@ -12,7 +12,6 @@ arm), so the study runs, resumes and records them as it does its own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ablate.study.arm_settings import best_overrides, confirm_base
 from ablate.study.derived_specs import derive
@@ -28,7 +27,7 @@ def confirm_seeds(plan: StudyPlan) -> list[int]:
 
 
 def confirm_cells(plan: StudyPlan, decided: Sequence[str],
-                  settings: Mapping[str, Mapping[str, Any]] | None = None) -> list[Cell]:
+                  settings: Mapping[str, Mapping[str, object]] | None = None) -> list[Cell]:
     """Seed-major cells at the larger setting: the baseline, then each decided variant (in the plan's
     order), each with its ``settings`` (label -> tuning values; none: the baseline's settings). A label the
     plan does not have is a ValueError."""

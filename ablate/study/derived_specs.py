@@ -17,7 +17,7 @@ import copy
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from ablate.spec.load import SpecError, load_spec, load_spec_data, set_dotted, v
 from ablate.spec.yamlsrc import Loc, Problem, SourceMap
 
 
-def derive(data: Mapping[str, Any], smap: SourceMap, overrides: Mapping[str, Any], origin: str,
+def derive(data: Mapping[str, object], smap: SourceMap, overrides: Mapping[str, object], origin: str,
            seed: int | None = None) -> ExperimentSpec:
     """The baseline's raw data with `overrides` (dotted field -> value) applied, validated; the study
     sections are dropped (a cell or trial is a plain experiment). Problems point at `origin`."""
@@ -48,7 +48,7 @@ def derive(data: Mapping[str, Any], smap: SourceMap, overrides: Mapping[str, Any
     return validate_data(cell, where, origin)
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value as a YAML user writes it: post_norm, 0.001, true, [0.9, 0.98]."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -63,7 +63,7 @@ def show(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "))
 
 
-def _primitive(values: Sequence[Any]) -> bool:
+def _primitive(values: Sequence[object]) -> bool:
     return all(v is None or isinstance(v, str | int | float | bool) for v in values)
 
 
@@ -101,7 +101,7 @@ class SearchPlan:
     def baseline_value(self, field: str) -> Any:
         return flatten(self.spec.resolved()).get(field)
 
-    def active(self, name: str, values: Mapping[str, Any]) -> bool:
+    def active(self, name: str, values: Mapping[str, object]) -> bool:
         """Whether a dimension is sampled, given the values chosen so far (else the baseline's)."""
         for field, allowed in (self.space[name].when or {}).items():
             current = values[field] if field in values else self.baseline_value(field)
@@ -115,10 +115,10 @@ class SearchPlan:
         choice = self.space[name].choice
         return choice is not None and not _primitive(choice)
 
-    def decode(self, name: str, value: Any) -> Any:
+    def decode(self, name: str, value: object) -> Any:
         return json.loads(value) if self.encoded(name) and isinstance(value, str) else value
 
-    def grid(self, name: str) -> list[Any]:
+    def grid(self, name: str) -> list[object]:
         p = self.space[name]
         if p.choice is not None:
             return [json.dumps(c, sort_keys=True) for c in p.choice] if self.encoded(name) else list(p.choice)
@@ -128,10 +128,10 @@ class SearchPlan:
         values = [p.low + i * step for i in range(count)]
         return [int(round(v)) for v in values] if p.int else [round(v, 12) for v in values]
 
-    def spec_for(self, values: Mapping[str, Any], origin: str) -> ExperimentSpec:
+    def spec_for(self, values: Mapping[str, object], origin: str) -> ExperimentSpec:
         return derive(self.data, self.smap, {k: self.decode(k, v) for k, v in values.items()}, origin)
 
-    def baseline_point(self) -> tuple[dict[str, Any] | None, list[str]]:
+    def baseline_point(self) -> tuple[dict[str, object] | None, list[str]]:
         """(params, notes): the baseline's own values of the active dimensions as the sampler stores them,
         the first trial. A value outside its range (or off its step) is kept: Optuna runs an enqueued value
         it would not sample (with a warning), and a note says so. Params are None when a dimension cannot
@@ -166,7 +166,7 @@ class SearchPlan:
             out[name] = value
         return out, notes
 
-    def grid_points(self) -> list[dict[str, Any]]:
+    def grid_points(self) -> list[dict[str, object]]:
         """Every distinct point of the grid over the dimensions active at it, in product order: a conditional
         dimension that is off there adds no copies of the point."""
         points: dict[str, dict[str, Any]] = {}
@@ -180,7 +180,7 @@ class SearchPlan:
         return list(points.values())
 
 
-def point_key(params: Mapping[str, Any]) -> str:
+def point_key(params: Mapping[str, object]) -> str:
     """A search point's identity: the sampler-side values of its dimensions."""
     return json.dumps(dict(params), sort_keys=True)
 
@@ -221,7 +221,8 @@ def plan_search(spec_path: str, overrides: Sequence[str] = ()) -> SearchPlan:
     return plan
 
 
-def _order(space: Mapping[str, SearchParam], where: Any, problems: list[Problem]) -> list[str]:
+def _order(space: Mapping[str, SearchParam], where: Callable[[str], str], problems: list[Problem]
+           ) -> list[str]:
     """Dimensions after the ones their `when` names (Kahn's algorithm); a cycle is an error."""
     deps = {n: [f for f in (p.when or {}) if f in space and f != n] for n, p in space.items()}
     order: list[str] = []
@@ -236,7 +237,7 @@ def _order(space: Mapping[str, SearchParam], where: Any, problems: list[Problem]
     return order
 
 
-def _probe(plan: SearchPlan, where: Any) -> list[Problem]:
+def _probe(plan: SearchPlan, where: Callable[[str], str]) -> list[Problem]:
     """Validate the baseline with each choice (or each range end) of every dimension, conditions met."""
     problems: list[Problem] = []
     for name, p in plan.space.items():

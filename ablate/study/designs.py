@@ -20,7 +20,7 @@ from ablate.spec.axis_levels import level_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
 from ablate.spec.study_sections import AblationSpec
-from ablate.spec.yamlsrc import Problem, join
+from ablate.spec.yamlsrc import Problem, SourceMap, join
 from ablate.stats.sequential import Design
 from ablate.study import arm_settings as tuning
 from ablate.study import ladder_checks, rung_rounds
@@ -52,11 +52,11 @@ def study_metric(spec: ExperimentSpec) -> str:
     return record.averaged(auto) if spec.train.weight_average is not None else auto
 
 
-def _label(overrides: Mapping[str, Any]) -> str:
+def _label(overrides: Mapping[str, object]) -> str:
     return ", ".join(f"{short_field(k)}={show(v)}" for k, v in overrides.items()) or "baseline"
 
 
-def _compared(spec: ExperimentSpec) -> dict[str, Any]:
+def _compared(spec: ExperimentSpec) -> dict[str, object]:
     data = spec.resolved()
     for key in _NOT_COMPARED:
         data.pop(key, None)
@@ -72,8 +72,8 @@ def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str
             if a.get(k) != b.get(k) and k not in ignored]
 
 
-def _expand_cells(data: Any, smap: Any, origin: str, seeds: Sequence[int], rungs: list[Rung],
-                  variants: list[tuple[str, dict[str, Any]]]) -> list[Cell]:
+def _expand_cells(data: Mapping[str, object], smap: SourceMap, origin: str, seeds: Sequence[int],
+                  rungs: list[Rung], variants: list[tuple[str, dict[str, object]]]) -> list[Cell]:
     """Every (seed, rung, variant) cell, seed-major: an interrupted study has complete comparisons for the
     first seeds; on a ladder each rung's variants are paired by seed within the rung."""
     cells = []
@@ -106,7 +106,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
     written: dict[str, str] = {"baseline": ""}  # each variant's place in the spec
     design = abl.design
 
-    def add(given: dict[str, Any], at: str, label: str | None = None) -> None:
+    def add(given: dict[str, object], at: str, label: str | None = None) -> None:
         label = label or _label(given)
         where = smap.where(at, origin)
         overrides_ = settled_overrides(data, given)
@@ -122,7 +122,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
             variants.append((label, overrides_, variant))
             written[label] = at
 
-    def is_base(given: dict[str, Any]) -> bool:
+    def is_base(given: dict[str, object]) -> bool:
         try:
             return derive(data, smap, settled_overrides(data, given), origin).spec_hash == baseline.spec_hash
         except SpecError:
@@ -166,7 +166,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
                      list(overrides), rungs=rungs)
 
 
-def _unknown_claims(abl: AblationSpec, labels: list[str], smap: Any, origin: str) -> list[Problem]:
+def _unknown_claims(abl: AblationSpec, labels: list[str], smap: SourceMap, origin: str) -> list[Problem]:
     """A published result (``ablation.expect``) about a variant the study does not run, one line each."""
     problems = []
     for i, claim in enumerate(abl.expect):
@@ -212,7 +212,7 @@ def axis_levels(abl: AblationSpec) -> dict[str, list[Level]]:
     return out
 
 
-def _shared_fields(axes: dict[str, list[Level]], smap: Any, origin: str) -> list[Problem]:
+def _shared_fields(axes: dict[str, list[Level]], smap: SourceMap, origin: str) -> list[Problem]:
     """Two axes of a factorial that set one field would overwrite each other in some cells."""
     problems, owner = [], dict[str, str]()
     for key, levels in axes.items():
@@ -234,26 +234,26 @@ def _levels_hint(design: str, message: str) -> str:
             "{model.ffn: swiglu}, gelu_mlp: {model.ffn: linear, model.activation: gelu}} (docs/spec.md)")
 
 
-def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> Any:
+def _auto_max(spec: ExperimentSpec, origin: str, labels: list[str]) -> AblationSpec:
     """The ablation section with ``seeds.max: auto`` resolved by the budget (ablate/study/sizing.py): the
     largest maximum whose worst case fits it, at the pilot's cell times. Deterministic, so every worker
     that plans the study reaches the same maximum; the store's pre-registered design holds it thereafter."""
     abl = spec.ablation
     assert abl is not None and abl.seeds is not None and not isinstance(abl.seeds, list)
     pilot = pilot_of(spec, origin, study_metric(spec))
-    assert pilot is not None  # the spec requires a pilot with max: auto
+    assert pilot is not None and abl.seeds.budget is not None  # the spec requires both with max: auto
     first = Design((abl.seeds.min,), abl.alpha, abl.min_effect, max(1, len(labels) - 1))
     chosen = choose_max(first, len(labels), abl.seeds.budget, pilot.seconds, labels[1:])
     return abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": chosen})})
 
 
 # ---------------------------------------------------------------- printing
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     # A variant's own option (rope_base, glu_hidden) is absent from a spec without that variant.
     return "(not used)" if value is None else show(value)
 
 
-def _default_design_note(abl: Any, variants: int) -> list[str]:
+def _default_design_note(abl: AblationSpec, variants: int) -> list[str]:
     """Several axes and no ``design:`` is one-at-a-time, which a reader of the axes may take for a grid."""
     if "design" in abl.model_fields_set or len(abl.axes) < 2:
         return []

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
 import pandas as pd
 from optuna.distributions import (
     BaseDistribution,
+    CategoricalChoiceType,
     CategoricalDistribution,
     FloatDistribution,
     IntDistribution,
@@ -36,25 +38,35 @@ from ablate.study.derived_specs import show
 from ablate.study.optuna_store import Store, open_study
 from ablate.tracking import record
 from ablate.tracking.read import child_runs
-from ablate.tracking.run_files import export_run, import_run
+from ablate.tracking.run_files import RunFile, export_run, import_run
 
 TRIAL_RESULTS = ("finished", "pruned", "diverged")
 STATES = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
 
 
-def export_searches(parent: dict[str, Any], frame: pd.DataFrame, dest: Path, parent_id: str
-                    ) -> list[dict[str, Any]]:
+class SearchIndex(TypedDict):
+    """One exported search in study.json's ``searches``: its variant, folder, trials and Optuna study."""
+
+    variant: str
+    folder: str  # searches/<i>, under the export
+    trials: int
+    optuna_study: str | None
+
+
+def export_searches(experiment_id: str, frame: pd.DataFrame, dest: Path, parent_id: str
+                    ) -> list[SearchIndex]:
     """Write each variant's latest search run and its trials under ``dest``/searches; their index for
-    study.json (``parent_id``: the parent's id as exported)."""
+    study.json (``experiment_id``: the study's MLflow experiment; ``parent_id``: the parent's id as
+    exported)."""
     latest: dict[str, dict[str, Any]] = {}
     for rec in frame.sort_values("start_time").to_dict("records"):
         if rec.get(f"tags.{record.KIND}") == "search":
             latest[str(rec.get(f"tags.{record.VARIANT}"))] = rec
-    out = []
+    out: list[SearchIndex] = []
     for i, (variant, rec) in enumerate(sorted(latest.items())):
         folder = dest / "searches" / str(i)
         run_record = export_run(str(rec["run_id"]), folder / "run", parent_id=parent_id)
-        trials = child_runs(str(rec["run_id"]), parent["experiment_id"])
+        trials = child_runs(str(rec["run_id"]), experiment_id)
         rows = trials.sort_values("start_time").to_dict("records") if not trials.empty else []
         kept = [t for t in rows if t.get(f"tags.{record.STATUS}") in TRIAL_RESULTS]
         for k, t in enumerate(kept):
@@ -64,10 +76,10 @@ def export_searches(parent: dict[str, Any], frame: pd.DataFrame, dest: Path, par
     return out
 
 
-def import_searches(src: Path, meta: dict[str, Any], experiment: str, parent_id: str, store: Store) -> int:
+def import_searches(src: Path, searches: Sequence[SearchIndex], experiment: str, parent_id: str,
+                    store: Store) -> int:
     """Recreate the export's searches under the imported parent, in MLflow and in ``store``; the trials
     added to Optuna (a search the store already holds keeps its trials)."""
-    searches = meta.get("searches") or []
     if not searches:
         return 0
     parent = json.loads((src / "parent" / "run.json").read_text())
@@ -96,11 +108,12 @@ def import_searches(src: Path, meta: dict[str, Any], experiment: str, parent_id:
     return added
 
 
-def _trial(run_record: dict[str, Any], run_id: str, space: dict[str, SearchParam], baseline: dict[str, Any],
+def _trial(run_record: RunFile, run_id: str, space: dict[str, SearchParam], baseline: Mapping[str, object],
            metric: str) -> optuna.trial.FrozenTrial:
     """A trial of an exported run: its state, value (the final metric), point and attributes."""
     status = run_record["tags"][record.STATUS]
-    params, dists = {}, {}
+    params: dict[str, CategoricalChoiceType] = {}
+    dists: dict[str, BaseDistribution] = {}
     for name, p in space.items():
         if name not in run_record["params"]:
             continue
@@ -116,7 +129,7 @@ def _trial(run_record: dict[str, Any], run_id: str, space: dict[str, SearchParam
                                      params=params, distributions=dists, user_attrs=attrs)
 
 
-def _value(text: str, p: SearchParam, name: str, run: str) -> Any:
+def _value(text: str, p: SearchParam, name: str, run: str) -> CategoricalChoiceType:
     """A sampled value from its MLflow param (JSON for anything but a string), as the sampler holds it."""
     try:
         value = json.loads(text)
@@ -131,13 +144,13 @@ def _value(text: str, p: SearchParam, name: str, run: str) -> Any:
     return int(value) if p.int else float(value)
 
 
-def _distribution(p: SearchParam, value: Any) -> BaseDistribution:
+def _distribution(p: SearchParam, value: CategoricalChoiceType) -> BaseDistribution:
     """The space's distribution of one dimension, widened to hold ``value`` (a baseline off the range)."""
     if p.choice is not None:  # choices Optuna cannot hold travel as JSON text, as the search encoded them
         primitive = all(_primitive(c) for c in p.choice)
         return CategoricalDistribution(list(p.choice) if primitive else [json.dumps(c, sort_keys=True)
                                                                           for c in p.choice])
-    assert p.low is not None and p.high is not None
+    assert p.low is not None and p.high is not None and isinstance(value, int | float)
     low, high = min(p.low, value), max(p.high, value)
     widened = (low, high) != (p.low, p.high)  # its step no longer divides the range: drop it
     if p.int:
@@ -145,5 +158,5 @@ def _distribution(p: SearchParam, value: Any) -> BaseDistribution:
     return FloatDistribution(low, high, log=p.log, step=None if widened else p.step)
 
 
-def _primitive(value: Any) -> bool:
+def _primitive(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)

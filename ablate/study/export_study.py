@@ -22,7 +22,7 @@ import math
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -33,11 +33,11 @@ from ablate.spec import metricnames
 from ablate.spec.study_ref import study_name
 from ablate.study import optuna_attrs
 from ablate.study.cell_queue import CellQueue
-from ablate.study.export_searches import export_searches, import_searches
+from ablate.study.export_searches import SearchIndex, export_searches, import_searches
 from ablate.study.optuna_store import Store
 from ablate.tracking import record
 from ablate.tracking.read import find_study_runs
-from ablate.tracking.run_files import export_run, import_run
+from ablate.tracking.run_files import RunFile, export_run, import_run
 
 FORMAT = "ablate-study-export/1"
 RESULTS = ("finished", "diverged")
@@ -64,10 +64,11 @@ def main_export(study: str, out: str | None = None) -> int:
         run_record = export_run(parent["run_id"], staging / "parent")
         for key, rec in sorted(latest.items()):
             export_run(str(rec["run_id"]), staging / "cells" / key, parent_id=run_record["run_id"])
-        meta = {"format": FORMAT, "study": name, "experiment": run_record["experiment"],
+        meta: ExportMeta = {"format": FORMAT, "study": name, "experiment": run_record["experiment"],
                 "optuna_study": tags.get(record.OPTUNA_STUDY), "metric": tags.get(record.METRIC),
                 "cells": sorted(latest)}
-        searches = export_searches(parent, frame, staging, run_record["run_id"])  # ablation.tune's
+        # ablation.tune's searches
+        searches = export_searches(str(parent["experiment_id"]), frame, staging, run_record["run_id"])
         if searches:
             meta["searches"] = searches
         (staging / "study.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
@@ -84,7 +85,20 @@ def main_export(study: str, out: str | None = None) -> int:
     return 0
 
 
-def _meta(folder: Path) -> dict[str, Any]:
+class ExportMeta(TypedDict, total=False):
+    """An export's study.json: its format, the study, its MLflow experiment and Optuna study, the deciding
+    metric, every cell's key and (with ablation.tune) the searches."""
+
+    format: str  # FORMAT
+    study: str
+    experiment: str
+    optuna_study: str | None
+    metric: str | None
+    cells: list[str]
+    searches: list[SearchIndex]
+
+
+def _meta(folder: Path) -> ExportMeta:
     try:
         meta = json.loads((folder / "study.json").read_text())
     except (OSError, ValueError) as exc:
@@ -94,7 +108,7 @@ def _meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def _value(run: dict[str, Any], metric: str, direction: str) -> tuple[float, dict[int, float]]:
+def _value(run: RunFile, metric: str, direction: str) -> tuple[float, dict[int, float]]:
     """The cell's value (last logged, the final evaluation) and its history by step (finite values)."""
     rows = sorted(run["metrics"].get(metric, []), key=lambda r: (r[0], r[1]))  # (step, timestamp, value)
     # The final evaluation is logged one step past training, with train/wall_time_s (ablate/run/runner.py);
@@ -119,7 +133,7 @@ def main_import(folder: str, storage: str | None = None) -> int:
     else:
         raise AblateError(f"study {meta['study']!r} is already in this MLflow store: import into a fresh one "
                           "(another MLFLOW_TRACKING_URI or working directory)")
-    runs = {}  # every cell read (and checked) before anything is written
+    runs: dict[str, RunFile] = {}  # every cell read (and checked) before anything is written
     for key in meta["cells"]:
         try:
             runs[key] = json.loads((src / "cells" / key / "run.json").read_text())
@@ -156,7 +170,8 @@ def main_import(folder: str, storage: str | None = None) -> int:
             state=TrialState.COMPLETE, value=value, params={}, distributions=dists, user_attrs=attrs,
             intermediate_values=history))
         added += 1
-    trials = import_searches(src, meta, meta["experiment"], parent_id, queue.store)  # ablation.tune's
+    # ablation.tune's searches
+    trials = import_searches(src, meta.get("searches") or [], meta["experiment"], parent_id, queue.store)
     searches = f", {len(meta['searches'])} searches ({trials} trials into Optuna)" if meta.get("searches") \
         else ""
     print(f"imported study {meta['study']}: parent run {parent_id}, {len(meta['cells'])} cells into MLflow "

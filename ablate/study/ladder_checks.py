@@ -91,7 +91,7 @@ def rule_breaks(scales: ScalesSpec, spec: ExperimentSpec) -> list[str]:
     return out
 
 
-def changed_fields(rungs: Sequence[Rung], data: Mapping[str, Any], smap: SourceMap, origin: str
+def changed_fields(rungs: Sequence[Rung], data: Mapping[str, object], smap: SourceMap, origin: str
                    ) -> list[tuple[str, str, list[tuple[str, Any, Any]]]]:
     """Between each size rung and the next: (from, to, [(field, before, after)]) of every resolved spec field
     that changes (the step budget included), so that a reader sees what a rung scales."""
@@ -105,8 +105,8 @@ def changed_fields(rungs: Sequence[Rung], data: Mapping[str, Any], smap: SourceM
     return out
 
 
-def size_table(rungs: Sequence[Rung], variants: Sequence[Variant], data: Mapping[str, Any], smap: SourceMap,
-               origin: str) -> list[SizeRow]:
+def size_table(rungs: Sequence[Rung], variants: Sequence[Variant], data: Mapping[str, object],
+               smap: SourceMap, origin: str) -> list[SizeRow]:
     """Each variant's parameters and planned FLOPs at each size rung beside the baseline's."""
     rows = []
     for rung in size_rungs(rungs):
@@ -120,7 +120,7 @@ def size_table(rungs: Sequence[Rung], variants: Sequence[Variant], data: Mapping
 
 
 def problems(abl: AblationSpec, rungs: Sequence[Rung], variants: Sequence[Variant], seeds: Sequence[int],
-             data: Mapping[str, Any], smap: SourceMap, origin: str) -> list[Problem]:
+             data: Mapping[str, object], smap: SourceMap, origin: str) -> list[Problem]:
     """Every problem of ``scales.rule``, ``scales.match`` and ``scales.tune`` given the expanded rungs, each
     located where the spec writes the rung, the variant or the grid."""
     scales = abl.scales
@@ -152,7 +152,7 @@ def problems(abl: AblationSpec, rungs: Sequence[Rung], variants: Sequence[Varian
 
 
 def _tune_problems(scales: ScalesSpec, rungs: Sequence[Rung], variants: Sequence[Variant],
-                   seeds: Sequence[int], data: Mapping[str, Any], smap: SourceMap, origin: str
+                   seeds: Sequence[int], data: Mapping[str, object], smap: SourceMap, origin: str
                    ) -> list[Problem]:
     tune = scales.tune
     assert tune is not None
@@ -196,15 +196,15 @@ def _tune_problems(scales: ScalesSpec, rungs: Sequence[Rung], variants: Sequence
     return out
 
 
-def grid_at(grid: Mapping[str, Sequence[Any]], per_rung: Mapping[str, Mapping[str, Sequence[Any]]],
-            rung: str) -> dict[str, list[Any]]:
+def grid_at(grid: Mapping[str, Sequence[object]], per_rung: Mapping[str, Mapping[str, Sequence[object]]],
+            rung: str) -> dict[str, list[object]]:
     """The grid a size rung tunes: ``tune.grid`` with the rung's own values where it gives some."""
     own = per_rung.get(rung, {})
     return {name: list(own.get(name, values)) for name, values in grid.items()}
 
 
-def describe(abl: AblationSpec, rungs: Sequence[Rung], variants: Sequence[Variant], data: Mapping[str, Any],
-             smap: SourceMap, origin: str) -> list[str]:
+def describe(abl: AblationSpec, rungs: Sequence[Rung], variants: Sequence[Variant],
+             data: Mapping[str, object], smap: SourceMap, origin: str) -> list[str]:
     """The dry run's lines: the scaling rule, what changes between rungs, which parameters the tokens count,
     the data budgets and the size table."""
     scales = abl.scales

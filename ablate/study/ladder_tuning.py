@@ -42,6 +42,7 @@ from typing import Any
 from ablate.spec.study_sections import LadderTune
 from ablate.stats.lr_power_law import fit_rate_law
 from ablate.study import mup_check
+from ablate.study.cell_queue import CellRecords
 from ablate.study.derived_specs import derive, show
 from ablate.study.designs import spec_diff
 from ablate.study.ladder_checks import grid_at, size_rungs
@@ -56,20 +57,20 @@ def tuning(plan: StudyPlan) -> LadderTune | None:
     return abl.scales.tune if abl is not None and abl.scales is not None else None
 
 
-def variant_overrides(plan: StudyPlan) -> dict[str, dict[str, Any]]:
+def variant_overrides(plan: StudyPlan) -> dict[str, dict[str, object]]:
     """Each variant's own overrides (without its rung's), the baseline's empty, in the plan's order."""
     first = plan.rungs[0]
     return {c.label: {k: v for k, v in c.overrides.items() if k not in first.overrides}
             for c in plan.cells if c.seed == plan.seeds[0] and c.rung == first.name}
 
 
-def points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+def points(grid: Mapping[str, Sequence[object]]) -> list[dict[str, object]]:
     """Every combination of the grid's values, in the grid's order."""
     names = list(grid)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(grid[n] for n in names))]
 
 
-def point_label(label: str, point: Mapping[str, Any]) -> str:
+def point_label(label: str, point: Mapping[str, object]) -> str:
     return f"{label} @ " + ", ".join(f"{short_field(k)}={show(v)}" for k, v in point.items())
 
 
@@ -107,7 +108,7 @@ def _cells_at(plan: StudyPlan, label: str, own: Mapping[str, Any], rung: Any,
     return out
 
 
-def rung_grids(plan: StudyPlan, records: Mapping[str, Any] | None = None) -> list[RungGrid]:
+def rung_grids(plan: StudyPlan, records: CellRecords | None = None) -> list[RungGrid]:
     """Every (size rung, variant)'s tuning grid, in the plan's order of rungs and variants. ``records``
     None: as planned (a grid from below planned around the smallest grid's middle); else as the tuning
     cells' records allow (a grid from below once every rung below is tuned)."""
@@ -145,7 +146,7 @@ def rung_grids(plan: StudyPlan, records: Mapping[str, Any] | None = None) -> lis
     return [found[(r.size_rung, label)] for r in sizes for label in variant_overrides(plan)]
 
 
-def tune_cells(plan: StudyPlan, records: Mapping[str, Any] | None = None
+def tune_cells(plan: StudyPlan, records: CellRecords | None = None
                ) -> tuple[list[Cell], dict[str, TuneCell]]:
     """The tuning arm's cells, seed-major as the study's, and each one's (variant, rung, point) by key:
     every grid known (``rung_grids``), as planned without ``records``."""
@@ -165,7 +166,7 @@ def tune_cells(plan: StudyPlan, records: Mapping[str, Any] | None = None
     return cells, where
 
 
-def tune_arm(plan: StudyPlan, records: Mapping[str, Any] | None = None) -> StudyPlan:
+def tune_arm(plan: StudyPlan, records: CellRecords | None = None) -> StudyPlan:
     """The tuning arm: its cells in the study's queue, on the tuning seeds (one look: no comparison); with
     ``records`` the cells every grid known so far needs (``rung_grids``)."""
     tune = tuning(plan)
@@ -204,7 +205,7 @@ def _score(values: Sequence[float | None], statuses: Sequence[str], worst: float
 
 
 def _scored(plan: StudyPlan, label: str, own: Mapping[str, Any], rung: Any, grid: Mapping[str, Sequence[Any]],
-            records: Mapping[str, Any]) -> tuple[list[PointScore], dict[str, Any] | None, list[str]]:
+            records: CellRecords) -> tuple[list[PointScore], dict[str, Any] | None, list[str]]:
     """One (variant, rung)'s point scores over the tuning seeds, its best point (None until every point is
     done) and the fields at an edge of the grid."""
     tune = tuning(plan)
@@ -229,7 +230,7 @@ def _scored(plan: StudyPlan, label: str, own: Mapping[str, Any], rung: Any, grid
     return scores, pick.point, at_edge(grid, pick.point)
 
 
-def best_per_rung(plan: StudyPlan, records: Mapping[str, Any]) -> list[RungBest]:
+def best_per_rung(plan: StudyPlan, records: CellRecords) -> list[RungBest]:
     """Every (variant, size rung)'s scores and best point from the tuning cells' records, in the plan's
     order of rungs and variants; under muP a rung above the smallest takes the smallest's best."""
     variants = variant_overrides(plan)
@@ -251,7 +252,7 @@ def best_per_rung(plan: StudyPlan, records: Mapping[str, Any]) -> list[RungBest]
     return out
 
 
-def at_edge(grid: Mapping[str, Sequence[Any]], best: Mapping[str, Any]) -> list[str]:
+def at_edge(grid: Mapping[str, Sequence[object]], best: Mapping[str, object]) -> list[str]:
     """The fields whose best value is the lowest or highest of their (numeric) grid."""
     out = []
     for name, values in grid.items():
@@ -282,7 +283,7 @@ def complete(bests: Sequence[RungBest]) -> bool:
     return bool(bests) and all(b.best is not None for b in bests)
 
 
-def tuning_record(plan: StudyPlan, bests: Sequence[RungBest]) -> dict[str, Any]:
+def tuning_record(plan: StudyPlan, bests: Sequence[RungBest]) -> dict[str, object]:
     """What the parent records (tag ``ablate.ladder_tune``): the grid and seeds, each (variant, rung)'s
     scores, best point and edge flag, and per variant the best learning rate's power law in parameters
     (rungs whose best sat at an edge of the grid left out of the fit: they only bound it)."""

@@ -27,6 +27,8 @@ CELL_OVERRIDES = "overrides"  # JSON: the fields the cell changes from the basel
 CELL_ARM = "arm"  # the arm that queued the cell (absent: the baseline's settings); a confirm cell's
 #                   overrides apply to the larger setting (ablation.confirm), not to the study's spec
 CELL_RUNG = "rung"  # a ladder's cell: its rung (ablation.scales; absent: the study has no ladder)
+# a cell's attrs by the names above (the seed an int, the rest text): a queued trial's user attrs
+CellAttrs = dict[str, str | int]
 RUN_ID = "mlflow_run_id"  # the cell's or trial's MLflow run, set as soon as the run opens
 STATUS = "status"  # the run's ablate status (finished | diverged | failed | pruned | killed)
 ERROR = "error"  # the last lines of a failed run's error

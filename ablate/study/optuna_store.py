@@ -24,9 +24,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
 import sqlalchemy
@@ -124,7 +125,7 @@ class Store:
         with _file_lock(path + ".ablate-lock"):
             yield
 
-    def beat(self, trial: Any) -> Any:
+    def beat(self, trial: optuna.Trial) -> AbstractContextManager[None]:
         """A context manager recording the trial's heartbeat every interval from a daemon thread: Optuna's
         RDB heartbeat, or on a journal the ``ablate.heartbeat`` timestamp (other hosts read it)."""
         if self.kind == "rdb":
@@ -178,7 +179,8 @@ def _file_lock(path: str) -> Iterator[None]:
 class _Heartbeat:
     """Calls ``beat(trial_id)`` on entry and then every ``interval`` seconds until the block ends."""
 
-    def __init__(self, store: Store, trial: Any, beat: Any, interval: float) -> None:
+    def __init__(self, store: Store, trial: optuna.Trial, beat: Callable[[int], None], interval: float
+                 ) -> None:
         self._id = store.trial_id(trial.study.study_name, trial.number)
         self._beat, self._stop = beat, threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
@@ -211,11 +213,19 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]  # a zombie is dead; field 22 guards pid reuse
 
 
-def owner() -> dict[str, Any]:
+class Owner(TypedDict):
+    """Which process runs a trial: its host, pid and start time (``/proc/<pid>/stat``'s field 22)."""
+
+    host: str
+    pid: int
+    start: str | None
+
+
+def owner() -> Owner:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
 
 
-def owner_alive(who: Mapping[str, Any] | None, started: Any = None, beat: float | None = None,
+def owner_alive(who: Owner | None, started: datetime | None = None, beat: float | None = None,
                 grace: float | None = None) -> bool:
     """Whether a trial's owner process still runs. Same host: its pid (and start time) is there. Another
     host: its last heartbeat ``beat`` (journal stores) is younger than ``grace`` seconds; without one
@@ -329,7 +339,8 @@ def _pop(study: optuna.Study, waiting: Sequence[FrozenTrial]) -> optuna.Trial | 
 
 
 def open_study(store: Store, name: str, directions: Sequence[str], *, create: bool = True,
-               sampler: Any = None, pruner: Any = None) -> optuna.Study | None:
+               sampler: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study | None:
     if not create:
         try:
             return optuna.load_study(study_name=name, storage=store.storage, sampler=sampler, pruner=pruner)

@@ -21,8 +21,8 @@ from ablate.study.study_plan import StudyPlan
 from ablate.tracking import NullTracker, Tracker, record
 
 
-def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequence[Any]], table_artifact: str,
-                 why: str | None, done: bool, interrupted: bool,
+def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequence[object]],
+                 table_artifact: str, why: str | None, done: bool, interrupted: bool,
                  done_text: tuple[str, str] | None = None) -> None:
     """Bring the parent run up to date (its description ``note``, the cells or trials ``table``) and end
     it the way the study ended: failed when a repeated failure stopped it (``why``, tagged as the error),
@@ -44,7 +44,7 @@ def close_parent(tracker: NullTracker, *, note: str, table: Mapping[str, Sequenc
 
 
 def parent_description(plan: StudyPlan, records: CellRecords,
-                       later: Mapping[str, Any] | None = None) -> str:
+                       later: Mapping[str, StudyPlan] | None = None) -> str:
     """The study parent run's description (markdown in MLflow's UI): what it compares, the metric it
     ranks by, and the cells with their outcome so far; ``later`` (heading -> the arm's plan) adds each
     later arm's cells (each variant at its own best, the confirmation cells) under its heading."""
@@ -67,7 +67,7 @@ def parent_description(plan: StudyPlan, records: CellRecords,
     return "\n".join(lines)
 
 
-def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> list[str]:
+def markdown_table(columns: Mapping[str, Sequence[object]], align: str = "") -> list[str]:
     """The lines of a markdown table of ``columns`` (as MLflow's log_table takes them); ``align`` has an
     ``l`` or ``r`` per column (default left); an empty cell reads ``-``."""
     rule = ["---:" if a == "r" else "---" for a in align.ljust(len(columns), "l")]
@@ -77,7 +77,7 @@ def markdown_table(columns: Mapping[str, Sequence[Any]], align: str = "") -> lis
     return lines
 
 
-def cells_table(plan: StudyPlan, records: CellRecords) -> dict[str, list[Any]]:
+def cells_table(plan: StudyPlan, records: CellRecords) -> dict[str, list[object]]:
     """Columns of the cells table (variant, seed, status, metric, run id) as MLflow's log_table takes."""
     metric = record.final(plan.metric)
     cols: dict[str, list[Any]] = {"variant": [], "seed": [], "status": [], metric: [], "run": []}
@@ -95,7 +95,7 @@ def cells_table(plan: StudyPlan, records: CellRecords) -> dict[str, list[Any]]:
     return cols
 
 
-def trials_table(plan: SearchPlan, trials: Sequence[FrozenTrial]) -> dict[str, list[Any]]:
+def trials_table(plan: SearchPlan, trials: Sequence[FrozenTrial]) -> dict[str, list[object]]:
     """Columns of a search's trials table (trial, state, each objective's final/ value, the sampled values,
     the MLflow run id): what the search's parent run shows as a description and a table artifact."""
     metrics = [record.final(m) for m in plan.metrics]
@@ -136,7 +136,7 @@ def leave_open(tracker: NullTracker) -> None:
     tracker.detach()
 
 
-def open_parent(spec: ExperimentSpec, run_name: str, tags: dict[str, Any], resume_run_id: str | None,
+def open_parent(spec: ExperimentSpec, run_name: str, tags: Mapping[str, str], resume_run_id: str | None,
                 description: str | None = None) -> NullTracker:
     """Start the study's parent MLflow run, or reopen the one the store remembers. A remembered run the
     tracking store no longer has (mlflow.db deleted, another MLFLOW_TRACKING_URI) gets a fresh parent."""

@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ablate.errors import AblateError
 from ablate.stats.power import upper_sd
@@ -30,6 +29,9 @@ from ablate.tracking.read import find_study_runs, tags_and_params
 RUNS_CSV = "runs.csv"
 MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
 RUNG_COLUMN = "rung"  # a ladder's runs.csv: the rung each cell ran at (ablate.tracking.record.RUNG)
+# one cell as a runs.csv row: arm, variant, seed, status, machine, rung and its metrics (text as read from the
+# csv, numbers from the store)
+PilotRow = dict[str, float | str | None]
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def read_pilot(name: str, spec_dir: Path, metric: str) -> Pilot:
     return pilot_from_rows(name, rows, record.unfinal(metric))
 
 
-def pilot_rows(name: str, spec_dir: Path) -> list[dict[str, Any]]:
+def pilot_rows(name: str, spec_dir: Path) -> list[PilotRow]:
     """The pilot's cells as runs.csv rows (its report folder's runs.csv, else the tracking store's)."""
     path = _runs_csv(name, spec_dir)
     return _csv_rows(path) if path is not None else _store_rows(name)
@@ -119,12 +121,12 @@ def _runs_csv(name: str, spec_dir: Path) -> Path | None:
     return None
 
 
-def _csv_rows(path: Path) -> list[dict[str, Any]]:
+def _csv_rows(path: Path) -> list[PilotRow]:
     with path.open(newline="") as fh:
         return [dict(row) for row in csv.DictReader(fh)]
 
 
-def _store_rows(name: str) -> list[dict[str, Any]]:
+def _store_rows(name: str) -> list[PilotRow]:
     """The study's child runs in the tracking store, as runs.csv rows (superseded cells left out)."""
     try:
         _, children = find_study_runs(name)
@@ -145,7 +147,7 @@ def _store_rows(name: str) -> list[dict[str, Any]]:
     return rows
 
 
-def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -> Pilot:
+def pilot_from_rows(name: str, rows: Iterable[Mapping[str, float | str | None]], metric: str) -> Pilot:
     """Paired differences and cell times from runs.csv-shaped rows (arm, variant, seed, status, metrics)."""
     rows = list(rows)
     values: dict[str, dict[int, float]] = {}
@@ -154,7 +156,7 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
     for row in rows:
         if (row.get("arm") or record.BASELINE_ARM) != record.BASELINE_ARM or row.get("status") != "finished":
             continue
-        label, seed = str(row["variant"]), int(row["seed"])
+        label, seed = str(row["variant"]), int(str(row["seed"]))
         value = _number(row.get(metric))
         if value is not None:
             values.setdefault(label, {})[seed] = value
@@ -174,7 +176,7 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, Any]], metric: str) -
                  tuple(sorted(machines.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
-def _number(value: Any) -> float | None:
+def _number(value: float | str | None) -> float | None:
     if value is None or value == "":
         return None
     try:

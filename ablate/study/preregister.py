@@ -32,7 +32,7 @@ FIELDS = {"metric": "ablation.metric", "seeds": "ablation.seeds", "looks": "abla
           "min_effect": "ablation.min_effect", "claims": "ablation.expect"}
 
 
-def design_record(plan: StudyPlan) -> dict[str, Any]:
+def design_record(plan: StudyPlan) -> dict[str, object]:
     """The design of ``plan`` (a StudyPlan at the baseline's settings) as a JSON-able dict."""
     abl = plan.spec.ablation
     assert abl is not None
@@ -54,7 +54,7 @@ def design_record(plan: StudyPlan) -> dict[str, Any]:
     return record
 
 
-def changed_field(recorded: dict[str, Any], current: dict[str, Any]) -> str | None:
+def changed_field(recorded: dict[str, object], current: dict[str, object]) -> str | None:
     """The first record key whose value differs (in FIELDS order), None when the design is the same."""
     for key in FIELDS:
         if key in recorded and recorded.get(key) != current.get(key):
@@ -62,7 +62,7 @@ def changed_field(recorded: dict[str, Any], current: dict[str, Any]) -> str | No
     return None
 
 
-def refusal(study: str, recorded: dict[str, Any], current: dict[str, Any]) -> str | None:
+def refusal(study: str, recorded: dict[str, object], current: dict[str, object]) -> str | None:
     """The one-line refusal of a spec whose design differs from the recorded one, else None."""
     key = changed_field(recorded, current)
     if key is None:
@@ -72,14 +72,14 @@ def refusal(study: str, recorded: dict[str, Any], current: dict[str, Any]) -> st
             f"Put the spec back, or run the new design as a new study (a new `name:` or tracking.experiment)")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
         return f"{value[0]}..{value[-1]}" if value == list(range(value[0], value[-1] + 1)) else str(value)
     return json.dumps(value, sort_keys=True)
 
 
 def record_or_refuse(queue: CellQueue, plan: StudyPlan, plan_text: str,
-                     plan_data: dict[str, Any] | None = None) -> bool:
+                     plan_data: dict[str, object] | None = None) -> bool:
     """Record ``plan``'s design in the study's store if it has none yet (True), with the power plan it was
     recorded with (its text and data), else refuse a changed one with an AblateError (exit 2, nothing
     written). Call under the store's lock."""
@@ -95,7 +95,7 @@ def record_or_refuse(queue: CellQueue, plan: StudyPlan, plan_text: str,
     return True
 
 
-def recorded_plan(queue: CellQueue) -> tuple[str, dict[str, Any] | None]:
+def recorded_plan(queue: CellQueue) -> tuple[str, dict[str, object] | None]:
     """The power plan the design was recorded with: (its text, its data), ("", None) when none."""
     raw = queue.get(PLAN_ATTR)
     if not raw:

@@ -93,8 +93,8 @@ def all_params(spec: ExperimentSpec) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def expand(scales: ScalesSpec, data: Mapping[str, Any], smap: SourceMap, origin: str,
-           variants: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list[Rung], list[Problem]]:
+def expand(scales: ScalesSpec, data: Mapping[str, object], smap: SourceMap, origin: str,
+           variants: Sequence[tuple[str, Mapping[str, object]]]) -> tuple[list[Rung], list[Problem]]:
     """The rungs in order of planned compute, and every problem with them (``variants``: (label, overrides)
     of the study's variants, the baseline's included); with ``scales.budgets`` each size's budgets are
     rungs of their own, in order of compute too."""
@@ -126,8 +126,8 @@ def expand(scales: ScalesSpec, data: Mapping[str, Any], smap: SourceMap, origin:
     return rungs, problems
 
 
-def _rung(scales: ScalesSpec, name: str, written: Mapping[str, Any], overrides: dict[str, Any],
-          data: Mapping[str, Any], smap: SourceMap, where: str) -> Rung | str:
+def _rung(scales: ScalesSpec, name: str, written: Mapping[str, Any], overrides: dict[str, object],
+          data: Mapping[str, object], smap: SourceMap, where: str) -> Rung | str:
     """One rung with its steps set (or why it cannot have any)."""
     spec = derive(data, smap, overrides, where)
     per_step = tokens_per_step(spec)
@@ -152,7 +152,7 @@ def _rung(scales: ScalesSpec, name: str, written: Mapping[str, Any], overrides: 
                 params_all=every)
 
 
-def _budgets(scales: ScalesSpec, rung: Rung, data: Mapping[str, Any], smap: SourceMap, where: str
+def _budgets(scales: ScalesSpec, rung: Rung, data: Mapping[str, object], smap: SourceMap, where: str
              ) -> list[Rung]:
     """A size rung's data budgets (``scales.budgets``), each a rung ``<name>-<multiple>x`` with the
     multiple of its tokens and train.max_steps to match: each budget's cells run their own whole schedule
@@ -172,7 +172,7 @@ def _budgets(scales: ScalesSpec, rung: Rung, data: Mapping[str, Any], smap: Sour
     return out
 
 
-def _ladder_problems(scales: ScalesSpec, rungs: list[Rung], data: Mapping[str, Any], smap: SourceMap,
+def _ladder_problems(scales: ScalesSpec, rungs: list[Rung], data: Mapping[str, object], smap: SourceMap,
                      origin: str) -> list[Problem]:
     """Rungs that are one size twice, and a target that is not beyond the largest rung."""
     problems: list[Problem] = []

@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import CategoricalChoiceType
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.data.check import check_data
 from ablate.run import runner
 from ablate.run.runner import run_label
-from ablate.spec.experiment import spec_hash
+from ablate.spec.experiment import SearchParam, spec_hash
 from ablate.spec.load import SpecError
 from ablate.study import failfast, optuna_attrs
 from ablate.study.cell_runs import cached_data
@@ -42,7 +43,7 @@ from ablate.study.parent_run import close_parent, open_parent, search_descriptio
 from ablate.study.precision import QUEUE_ATTR, at_study_precision, search_pin
 from ablate.study.study_names import resolve, study_attrs, write_attrs
 from ablate.study.tune_results import finish_search
-from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.study.worker_pool import IN_PROCESS, WorkerArgs, WorkerPool
 from ablate.tracking import NullTracker, record
 
 STATE_OF = {"finished": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.PRUNED}
@@ -140,22 +141,23 @@ def _fill(study: optuna.Study, store: Store, plan: SearchPlan, budget: int) -> i
         return len(todo) + empty
 
 
-def _params(t: FrozenTrial) -> dict[str, Any]:
+def _params(t: FrozenTrial) -> dict[str, object]:
     """A trial's point: its values once sampled, the enqueued ones while it waits."""
     return dict(t.params) or dict(t.system_attrs.get(optuna_attrs.FIXED_PARAMS, {}))
 
 
-def _suggest(trial: optuna.Trial, name: str, p: Any, encoded: bool) -> Any:
+def _suggest(trial: optuna.Trial, name: str, p: SearchParam, encoded: bool) -> CategoricalChoiceType:
     if p.choice is not None:
         return trial.suggest_categorical(name, [json.dumps(c, sort_keys=True) for c in p.choice]
                                          if encoded else p.choice)
+    assert p.low is not None and p.high is not None  # a range without choices
     if p.int:
         return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[float] | None = None,
-          **attrs: Any) -> bool:
+          **attrs: object) -> bool:
     """Record the outcome; False when the trial was taken over meanwhile (its heartbeat went stale)."""
     state = STATE_OF.get(status, TrialState.FAIL)
     try:
@@ -171,7 +173,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, status: str, values: list[fl
     return True
 
 
-def sample(trial: optuna.Trial, plan: SearchPlan) -> dict[str, Any]:
+def sample(trial: optuna.Trial, plan: SearchPlan) -> dict[str, object]:
     """The trial's values of the active dimensions, in dependency order (`when` sees earlier choices)."""
     values: dict[str, Any] = {}
     with warnings.catch_warnings():
@@ -336,7 +338,7 @@ def start_tune(spec_path: str, overrides: Sequence[str], storage: str | None, tr
     return TuneRun(plan, budget, store, name, study, tracker, deadline)
 
 
-def run_tune(search: TuneRun, worker_args: tuple[Any, ...], pool: WorkerPool = IN_PROCESS) -> int:
+def run_tune(search: TuneRun, worker_args: WorkerArgs, pool: WorkerPool = IN_PROCESS) -> int:
     """The search's trials, trained by ``pool``'s workers until the budget or the deadline is spent; the
     workers' exit code. ``worker_args``: the spec path, its overrides and the storage."""
     return pool.run(_search_worker, (*worker_args, search.deadline, search.budget))

@@ -215,7 +215,7 @@ def _own_noise(plan: StudyPlan, records: CellRecords, labels: list[str]) -> dict
     return out
 
 
-def plan_record(lp: LadderPlan) -> dict[str, Any]:
+def plan_record(lp: LadderPlan) -> dict[str, object]:
     """The plan as JSON-able data (the parent run keeps it beside the design)."""
     d = lp.design
     return {"kind": "ladder", "source": lp.source, "metric": lp.metric, "looks": list(d.looks),

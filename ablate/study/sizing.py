@@ -16,9 +16,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ablate.errors import AblateError
+from ablate.spec.experiment import ExperimentSpec
+from ablate.spec.ladder_section import SeedBudget
+from ablate.spec.study_sections import AblationSpec
 from ablate.stats.power import (
     MOST_SEEDS,
     SD_CONFIDENCE,
@@ -80,7 +82,8 @@ def claim_text(label: str, question: Question, margin: float | None, min_effect:
     return f"{label} against the baseline"
 
 
-def power_plan(design: Design, metric: str, labels: list[str], asked: Mapping[str, tuple[Question, Any]],
+def power_plan(design: Design, metric: str, labels: list[str],
+               asked: Mapping[str, tuple[Question, float | None]],
                noise_of: Callable[[str], PairedNoise | None], source: str | None,
                cell_seconds: Mapping[str, float], step: int = 1, informational: bool = False) -> PowerPlan:
     """The plan of every comparison (``labels``: variants other than the baseline)."""
@@ -97,7 +100,7 @@ def power_plan(design: Design, metric: str, labels: list[str], asked: Mapping[st
     return PowerPlan(design, metric, source, rows, dict(cell_seconds), step, informational)
 
 
-def pilot_of(spec: Any, origin: str, metric: str) -> Pilot | None:
+def pilot_of(spec: ExperimentSpec, origin: str, metric: str) -> Pilot | None:
     """The spec's pilot read for the deciding ``metric`` (or the pilot's own metric it names)."""
     abl = spec.ablation
     if abl is None or abl.pilot is None:
@@ -105,7 +108,7 @@ def pilot_of(spec: Any, origin: str, metric: str) -> Pilot | None:
     return read_pilot(abl.pilot.study, Path(origin).parent, abl.pilot.metric or metric)
 
 
-def from_pilot(design: Design, metric: str, labels: list[str], ablation: Any, pilot: Pilot,
+def from_pilot(design: Design, metric: str, labels: list[str], ablation: AblationSpec | None, pilot: Pilot,
                step: int = 1) -> PowerPlan:
     source = (f"pilot {pilot.name} ({pilot.metric} at the baseline's settings, seeds "
               f"{_seeds(pilot.seeds)})")
@@ -120,7 +123,7 @@ def _seeds(seeds: tuple[int, ...]) -> str:
     return ", ".join(str(s) for s in seeds)
 
 
-def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str, float],
+def choose_max(design: Design, variants: int, budget: SeedBudget, seconds: Mapping[str, float],
                labels: list[str]) -> int:
     """seeds.max: auto: the largest maximum whose worst case (every variant, the baseline included, run to
     the last look) fits the budget ({cells} or {hours}, one cell at a time at the pilot's cell times)."""
@@ -130,6 +133,7 @@ def choose_max(design: Design, variants: int, budget: Any, seconds: Mapping[str,
         raise AblateError("seeds.budget: hours needs the pilot's cell times (train/wall_time_s), which it "
                           "has not recorded; give the budget in cells")
     limit = budget.cells if budget.cells is not None else budget.hours
+    assert limit is not None  # SeedBudget holds exactly one
     most = min(MOST_SEEDS, int(limit // per_seed))
     if most < first:
         unit = "cells" if budget.cells is not None else "hours"
@@ -145,7 +149,7 @@ def seed_seconds(cell_seconds: Mapping[str, float], labels: list[str]) -> float:
     return sum(cell_seconds.get(label, base) for label in ["baseline", *labels])
 
 
-def plan_record(pp: PowerPlan) -> dict[str, Any]:
+def plan_record(pp: PowerPlan) -> dict[str, object]:
     """The plan as JSON-able data: what the parent run keeps and the report puts beside what was found."""
     d = pp.design
     return {"source": pp.source, "metric": pp.metric, "looks": list(d.looks), "alpha": d.alpha,

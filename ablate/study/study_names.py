@@ -13,11 +13,11 @@ the overrides of the studies a spec has in the store when the user forgets them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
+from optuna.study._frozen import FrozenStudy  # what storage.get_all_studies() returns (not re-exported)
 
 from ablate.study.optuna_attrs import KEY, KIND, OVERRIDES, SPEC_NAME
 from ablate.study.optuna_store import Store
@@ -25,7 +25,7 @@ from ablate.study.optuna_store import Store
 __all__ = ["KEY", "KIND", "OVERRIDES", "SPEC_NAME"]
 
 
-def _studies(store: Store) -> dict[str, Any]:
+def _studies(store: Store) -> dict[str, FrozenStudy]:
     return {s.study_name: s for s in store.storage.get_all_studies()}
 
 
@@ -45,11 +45,11 @@ def resolve(store: Store, readable: str, key: str, legacy: str) -> str:
     return legacy  # both readable forms taken by other identities: the unambiguous full name
 
 
-def study_attrs(key: str, spec_name: str, overrides: Sequence[str], kind: str) -> dict[str, Any]:
+def study_attrs(key: str, spec_name: str, overrides: Sequence[str], kind: str) -> dict[str, str]:
     return {KEY: key, SPEC_NAME: spec_name, OVERRIDES: json.dumps(list(overrides)), KIND: kind}
 
 
-def write_attrs(study: optuna.Study, attrs: dict[str, Any]) -> None:
+def write_attrs(study: optuna.Study, attrs: Mapping[str, str]) -> None:
     """Record the identity once (the first process to open the study writes it)."""
     if study.user_attrs.get(KEY) is None:
         for k, v in attrs.items():
@@ -84,7 +84,7 @@ def _legacy_of(name: str, spec_name: str, kind: str) -> bool:
     return len(rest) >= 8 and all(c in "0123456789abcdef" for c in rest)
 
 
-def _count(store: Store, summary: Any) -> int:
+def _count(store: Store, summary: FrozenStudy) -> int:
     try:
         return int(store.storage.get_n_trials(store.storage.get_study_id_from_name(summary.study_name)))
     except Exception:  # noqa: BLE001 - a count is a courtesy

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from optuna.distributions import CategoricalChoiceType
+
 from ablate.spec import metricnames
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.study_sections import AblationSpec, SeedRange
@@ -41,7 +43,7 @@ class Cell:
         """The cell's identity, also the name of its run directory: <spec hash>-s<seed>."""
         return f"{self.spec.spec_hash}-s{self.seed}"
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> optuna_attrs.CellAttrs:
         """What the store keeps per cell: enough for any worker to rebuild it from the baseline."""
         return {optuna_attrs.CELL: self.key, optuna_attrs.CELL_LABEL: self.label,
                 optuna_attrs.CELL_SEED: self.seed,
@@ -87,12 +89,12 @@ class StudyPlan:
                                                self.legacy_store_name)
         return self.optuna_name
 
-    def axis_params(self) -> dict[str, list[Any]]:
+    def axis_params(self) -> dict[str, list[CategoricalChoiceType]]:
         """Every field some cell changes -> the values the cells give it (baseline's first), as Optuna
         categorical choices (lists and dicts as JSON text): each cell's trial records its values, so the
         dashboard's history, parallel-coordinate and importance views work for ablations too."""
         fields = list(dict.fromkeys(k for c in self.cells for k in c.overrides))
-        choices: dict[str, list[Any]] = {}
+        choices: dict[str, list[CategoricalChoiceType]] = {}
         for c in self.cells:
             flat = flatten(c.spec.resolved())
             for f in fields:
@@ -102,7 +104,7 @@ class StudyPlan:
                     values.append(value)
         return choices
 
-    def cell_params(self, cell: Cell) -> dict[str, Any]:
+    def cell_params(self, cell: Cell) -> dict[str, CategoricalChoiceType]:
         flat = flatten(cell.spec.resolved())
         return {short_field(f): _choice(flat.get(f))
                 for f in dict.fromkeys(k for c in self.cells for k in c.overrides)}
@@ -158,10 +160,10 @@ class StudyPlan:
     def variants(self) -> list[str]:
         return list(dict.fromkeys(c.label for c in self.cells))
 
-    def rebuild(self, attrs: Mapping[str, Any]) -> Cell:
+    def rebuild(self, attrs: Mapping[str, str | int]) -> Cell:
         """A cell the store holds but the plan does not list: an edited axis's, or a cell of a later arm
         (a variant at its own best; a confirmation cell, whose overrides apply to the larger setting)."""
-        overrides = json.loads(attrs.get(optuna_attrs.CELL_OVERRIDES, "{}"))
+        overrides = json.loads(str(attrs.get(optuna_attrs.CELL_OVERRIDES, "{}")))
         arm = str(attrs.get(optuna_attrs.CELL_ARM, record.BASELINE_ARM))
         data, smap, origin = self.data, self.smap, self.origin
         abl = self.spec.ablation
@@ -174,7 +176,7 @@ class StudyPlan:
                     arm=arm, rung=None if rung is None else str(rung))
 
 
-def _choice(value: Any) -> Any:
+def _choice(value: object) -> CategoricalChoiceType:
     """A value Optuna can hold as a categorical choice: None, bool, int, float, str; else JSON text."""
     if value is None or isinstance(value, bool | int | float | str):
         return value

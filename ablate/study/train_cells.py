@@ -13,21 +13,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import optuna
+
 from ablate.engine import preempt
 from ablate.run import runner
 from ablate.study import failfast, rung_rounds
-from ablate.study.cell_queue import CellQueue
+from ablate.study.cell_queue import CellParams, CellQueue
 from ablate.study.cell_runs import cell_done, cell_failed, cell_run
 from ablate.study.designs import plan_study
-from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT
+from ablate.study.optuna_attrs import CELL, CELL_SPEC_HASH, PARENT, CellAttrs
 from ablate.study.optuna_store import Store
 from ablate.study.pack_cells import pack_mates, run_packed_cells
 from ablate.study.pack_plan import decided_sizes
 from ablate.study.study_plan import Cell, StudyPlan
-from ablate.study.worker_pool import IN_PROCESS, WorkerPool
+from ablate.study.worker_pool import IN_PROCESS, WorkerArgs, WorkerPool
 
 
-def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: Any, parent: str | None,
+def run_cell(plan: StudyPlan, cell: Cell, queue: CellQueue, trial: optuna.Trial, parent: str | None,
              quiet: bool) -> str:
     """Train one cell (resuming its checkpoint) as a child run of the study's parent; its status."""
     name, spec, options = cell_run(plan, cell, queue, trial, parent, quiet)
@@ -85,7 +87,7 @@ def worker(spec_path: str, overrides: list[str], storage: str | None, index: int
     return 0
 
 
-def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any]:
+def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> CellParams:
     """Every cell's axis values as Optuna params, for enqueue to record on the waiting trials; an arm's
     cells keep the choices of the study's own axes (``base``), so their params stay comparable."""
     choices = plan.axis_params()
@@ -94,13 +96,13 @@ def cell_params(plan: StudyPlan, base: StudyPlan | None = None) -> dict[str, Any
     return {"choices": choices, "values": {c.key: plan.cell_params(c) for c in plan.cells}}
 
 
-def wanted(plan: StudyPlan, queue: CellQueue) -> list[dict[str, Any]]:
+def wanted(plan: StudyPlan, queue: CellQueue) -> list[CellAttrs]:
     """The cells to enqueue now: all of them, or with adaptive seeds those the open comparisons need."""
     keys = set(rung_rounds.needed(plan, queue.records()))  # each rung's comparisons walk their own looks
     return [c.attrs() for c in plan.cells if c.key in keys]
 
 
-def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker_args: tuple[Any, ...],
+def run_rounds(plan: StudyPlan, queue: CellQueue, params: CellParams, worker_args: WorkerArgs,
                pool: WorkerPool = IN_PROCESS) -> int:
     """Workers train the queued cells; with adaptive seeds, round after round while comparisons stay
     open. The workers' exit code."""
@@ -115,7 +117,7 @@ def run_rounds(plan: StudyPlan, queue: CellQueue, params: dict[str, Any], worker
         print(f"next round: {added} more cells for the comparisons still open", flush=True)
 
 
-def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: tuple[Any, ...],
+def run_arm(arm: StudyPlan, base: StudyPlan, queue: CellQueue, worker_args: WorkerArgs,
             pool: WorkerPool = IN_PROCESS, retry_failed: bool = False) -> int:
     """Enqueue what an arm needs (a cell another arm queued already is shared: the same key is the same
     run) and run its rounds; the workers' exit code."""

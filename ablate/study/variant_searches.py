@@ -22,12 +22,12 @@ import copy
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate.engine import preempt
 from ablate.errors import AblateError
@@ -61,12 +61,12 @@ class Tuned:
     why: str | None = None  # a repeated failure stopped the search (ablate/study/failfast.py)
 
 
-def variants(plan: StudyPlan) -> dict[str, dict[str, Any]]:
+def variants(plan: StudyPlan) -> dict[str, dict[str, object]]:
     """Each variant's label -> its overrides of the baseline (the baseline's are empty)."""
     return {c.label: dict(c.overrides) for c in plan.cells if c.seed == plan.seeds[0]}
 
 
-def variant_search(plan: StudyPlan, overrides: Mapping[str, Any]) -> SearchPlan:
+def variant_search(plan: StudyPlan, overrides: Mapping[str, object]) -> SearchPlan:
     """The search of one variant: its spec at the fidelity (trained with the tuning seed) as the baseline,
     ``tune.space`` as the space, the study's metric as the one objective."""
     abl = plan.spec.ablation
@@ -100,7 +100,7 @@ class OpenSearch:
     tracker: NullTracker | None = None
 
 
-def open_search(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store: Store,
+def open_search(plan: StudyPlan, label: str, overrides: Mapping[str, object], store: Store,
                 parent: str | None = None) -> OpenSearch:
     """Open (or reopen) one variant's search and top its budget slots up to ``tune.trials``. With
     ``parent`` (the study's parent MLflow run) the search is a child run of it, kind ``search``, and its
@@ -156,7 +156,7 @@ def close_search(search: OpenSearch, store: Store, interrupted: bool) -> Tuned:
     return result
 
 
-def tune_variant(plan: StudyPlan, label: str, overrides: Mapping[str, Any], store: Store,
+def tune_variant(plan: StudyPlan, label: str, overrides: Mapping[str, object], store: Store,
                  parent: str | None = None) -> Tuned:
     """Run (or continue) one variant's search to ``tune.trials`` trials in this process; its outcome."""
     return _tune(plan, [open_search(plan, label, overrides, store, parent)], store, IN_PROCESS, None)[label]
@@ -180,7 +180,8 @@ def _search_run(splan: SearchPlan, label: str, name: str, parent: str, study: op
     return tracker
 
 
-def outcome(trials: Any, splan: SearchPlan, label: str, name: str, why: str | None = None) -> Tuned:
+def outcome(trials: Sequence[FrozenTrial], splan: SearchPlan, label: str, name: str, why: str | None = None
+            ) -> Tuned:
     """What a variant's finished search says: best settings and score, the baseline trial's score (and
     ``why`` a repeated failure stopped it)."""
     maximize = splan.directions[0] == "maximize"

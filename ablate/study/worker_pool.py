@@ -12,11 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# what a study's or search's worker loop is handed: the spec's path, its --set overrides, the Optuna storage
+WorkerArgs = tuple[str, list[str], str | None]
 # start(target, args, workers): ``target(*args, index, workers)`` in ``workers`` loops; the worst exit code
 Start = Callable[[Callable[..., int], tuple[Any, ...], int], int]
 
 
-def _in_this_process(target: Callable[..., int], args: tuple[Any, ...], workers: int) -> int:
+def _in_this_process(target: Callable[..., int], args: tuple[object, ...], workers: int) -> int:
     return target(*args, 0, 1)
 
 
@@ -28,7 +30,7 @@ class WorkerPool:
     size: int
     start: Start = _in_this_process
 
-    def run(self, target: Callable[..., int], args: tuple[Any, ...]) -> int:
+    def run(self, target: Callable[..., int], args: tuple[object, ...]) -> int:
         """Run ``target(*args, index, size)`` in every loop of the pool; the worst exit code."""
         return self.start(target, args, max(1, self.size))
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
@@ -47,7 +47,23 @@ def origin_id(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(record.ORIGIN_RUN, run_id)
 
 
-def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[str, Any]:
+class RunFile(TypedDict):
+    """An exported run's run.json, as `export_run` writes it and `ablate import` reads it."""
+
+    run_id: str  # its origin id (see `origin_id`)
+    run_name: str
+    status: str
+    experiment: str
+    start_time: int  # ms since the epoch, MLflow's
+    end_time: int | None
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, list[list[float]]]  # name -> [step, timestamp, value] rows, in order
+    inputs: list[dict[str, Any]]  # the dataset inputs, as MLflow holds them
+    artifacts_left_out: list[str]
+
+
+def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> RunFile:
     """Write one run into ``folder`` (run.json + artifacts/); returns the run.json content. ``parent_id``:
     the id the run's parent is exported with (its origin id), written as the run's parent."""
     c = client()
@@ -68,12 +84,13 @@ def export_run(run_id: str, folder: Path, parent_id: str | None = None) -> dict[
     left_out = sorted(set(_export_artifacts(c, run_id, folder / "artifacts")) | set(earlier))
     if parent_id is not None:
         tags[record.PARENT_RUN] = parent_id
-    run_record = {"run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
-              "experiment": c.get_experiment(run.info.experiment_id).name,
-              "start_time": run.info.start_time, "end_time": run.info.end_time,
-              "tags": dict(sorted((k, v) for k, v in tags.items() if k != record.ORIGIN_RUN)),
-              "params": dict(sorted(run.data.params.items())),
-              "metrics": metrics, "inputs": inputs, "artifacts_left_out": left_out}
+    run_record: RunFile = {
+        "run_id": origin_id(run_id, tags), "run_name": run.info.run_name, "status": run.info.status,
+        "experiment": c.get_experiment(run.info.experiment_id).name,
+        "start_time": run.info.start_time, "end_time": run.info.end_time,
+        "tags": dict(sorted((k, v) for k, v in tags.items() if k != record.ORIGIN_RUN)),
+        "params": dict(sorted(run.data.params.items())),
+        "metrics": metrics, "inputs": inputs, "artifacts_left_out": left_out}
     (folder / "run.json").write_text(json.dumps(run_record, indent=1, sort_keys=True) + "\n")
     return run_record
 

@@ -1,5 +1,5 @@
-"""A ladder's report (ablate/report/compute/ladder.py, ablate/report/sections/scaling.py): read back rung
-by rung, it opens with the scaling figure and the transfer table, states every rung's verdicts in one
+"""A ladder's report (ablate/report/compute/fitted_ladder.py, ablate/report/sections/ladder_verdicts.py): read
+back rung by rung, it opens with the ladder figure and the transfer table, states every rung's verdicts in one
 family and backtests the largest rung; runs.csv carries the rung. The fast tests build the study from
 runs with a known answer; the slow one runs a small translation ladder on the synthetic task end to end."""
 
@@ -21,7 +21,7 @@ from ablate.report.compute.fitted_ladder import ladder_of
 from ablate.report.compute.loaded_study import build_study, effects
 from ablate.report.render import Figure, Table, render_markdown
 from ablate.report.section_api import Inputs
-from ablate.report.sections import across_scales, setup
+from ablate.report.sections import ladder_verdicts, setup
 from ablate.stats.transfer import Transfer
 from ablate.stats.verdict import Fixed
 from ablate.study.recorded_study import LadderRecord, Rung, StudyRecord, to_tags
@@ -97,14 +97,14 @@ def test_the_ladder_says_how_each_gap_moves_and_backtests_the_largest_rung() -> 
     assert fit is not None and fit.rungs == 4
 
 
-def test_the_report_opens_with_the_scaling_figure_and_the_transfer_table(tmp_path: Path) -> None:
+def test_the_report_opens_with_the_ladder_figure_and_the_transfer_table(tmp_path: Path) -> None:
     study = build_study(*ladder_frame())
     (tmp_path / "figures").mkdir()
-    part = across_scales.part(Inputs(study, tmp_path / "figures"))
+    part = ladder_verdicts.part(Inputs(study, tmp_path / "figures"))
     assert part is not None and not part.failed
     assert isinstance(part.intro[0], Figure) and part.intro[0].path == "figures/scaling.png"
     assert isinstance(part.intro[1], Table) and part.intro[1].header[1] == "transfer verdict"
-    assert ABLATION_PARTS[0] is across_scales.part  # its intro opens the report, before every other part's
+    assert ABLATION_PARTS[0] is ladder_verdicts.part  # its intro opens the report, before every other part's
     doc, data = assemble("Ablation report: lad", [part])
     text = render_markdown(doc)
     assert text[text.index("!["):].startswith("![`val/loss` against training compute")
@@ -144,11 +144,11 @@ def test_the_setup_counts_every_rungs_runs_and_compute() -> None:
 
 
 def test_the_gap_panel_draws_each_comparisons_gap_at_every_rung_and_its_fitted_line() -> None:
-    """Under the scaling figure, each comparison's gap per rung (where the curves above overlap) and the
+    """Under the ladder figure, each comparison's gap per rung (where the curves above overlap) and the
     transfer table's fitted line between the rungs it used, in the variant's colour."""
     ladder = ladder_of(build_study(*ladder_frame()))
     assert ladder is not None
-    series = {g.label: g for g in across_scales.gap_series(ladder)}
+    series = {g.label: g for g in ladder_verdicts.gap_series(ladder)}
     assert set(series) == {"wide", "same"}
     wide = series["wide"]
     assert [x for x, *_ in wide.rungs] == [r.compute for r in ladder.rungs]

@@ -13,7 +13,8 @@ OUTSIDE = sorted(p for p in ROOT.joinpath("ablate").rglob("*.py") if "stats" not
 BOUNDS = {"lo", "hi"}  # an interval's bounds, as every look, effect and evidence names them
 MARGINS = {"margin", "min_effect", "width"}
 VERDICTS = {"Look", "Verdict", "Progress"}  # what ablate.stats.verdict / sequential decide and return
-STATES = {"State", "RoundState", "Reading", "Fixed", "HeldOut", "Outcome", "Direction", "ScaleOutcome"}
+STATES = {"State", "Reading", "Answer", "Fixed", "HeldOut", "Outcome", "Direction", "ScaleOutcome",
+          "Transfer", "Tuning"}
 
 
 def _operand(node: ast.expr, names: set[str]) -> bool:

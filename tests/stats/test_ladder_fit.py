@@ -1,5 +1,5 @@
-"""The lack-of-fit test and the rung-level variance (ablate/stats/ladder_fit.py), and the scaling fits that
-carry them (ablate/stats/scaling.py)."""
+"""The lack-of-fit test and the rung-level variance (ablate/stats/ladder_fit.py), and the ladder curves that
+carry them (ablate/stats/ladder_law.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ablate.stats import scaling
+from ablate.stats import ladder_law
 from ablate.stats.ladder_fit import lack_of_fit, rung_variance, variance_df
 
 
@@ -55,10 +55,11 @@ def test_a_power_law_whose_rungs_scatter_widens_its_intervals() -> None:
     rng = np.random.default_rng(3)
     shift = np.array([0.03, -0.03, 0.02, -0.03, 0.03])
     z = rng.standard_normal((5, 6))
-    clean = [scaling.Rung(float(c), tuple(t + 0.005 * zz)) for c, t, zz in zip(compute, true, z, strict=True)]
-    noisy = [scaling.Rung(float(c), tuple(t + s + 0.005 * zz))
+    clean = [ladder_law.Rung(float(c), tuple(t + 0.005 * zz))
+             for c, t, zz in zip(compute, true, z, strict=True)]
+    noisy = [ladder_law.Rung(float(c), tuple(t + s + 0.005 * zz))
              for c, t, s, zz in zip(compute, true, shift, z, strict=True)]
-    a, b = scaling.fit(clean), scaling.fit(noisy)
+    a, b = ladder_law.fit(clean), ladder_law.fit(noisy)
     assert a is not None and b is not None and a.form == b.form == "power_law"
     assert not a.lack_of_fit.rejects(0.05) and b.lack_of_fit.rejects(0.05)
     assert b.tau2 > 0.02 ** 2 and b.df == 2  # K - p: 5 rungs, 3 parameters

@@ -48,7 +48,7 @@ def test_a_none_claim_answered_inside_its_own_margin_reads_no_effect() -> None:
     plot's answer used to disagree here)."""
     inside = _look("open", 0.1, decided=True)
     verdict = read([inside])
-    assert verdict.reading == Reading.WITHIN and verdict.answer == "no effect"
+    assert verdict.reading == Reading.NO_EFFECT and verdict.answer == "no effect"
     assert verdict.decided and verdict.direction == "none" and verdict.progress == "no_effect"
 
 

@@ -118,7 +118,7 @@ def test_the_regime_names_the_own_best_arm_only_once_it_has_runs(tmp_path: Path)
 def _said(answer: str, diff: float, lo: float, hi: float, final: bool = True) -> Verdict:
     state = "effect" if lo > 0 or hi < 0 else "open"
     look = Look(8, 6, diff, lo, hi, 1.0, 2.0, state, final, decided=answer != "open")  # type: ignore[arg-type]
-    reading = {"better": Reading.BETTER, "worse": Reading.WORSE, "no effect": Reading.WITHIN,
+    reading = {"better": Reading.BETTER, "worse": Reading.WORSE, "no effect": Reading.NO_EFFECT,
                "open": Reading.OPEN_AT_MAX}[answer]
     return Verdict(reading, look, None if answer in ("open", "no effect") else answer == "better")
 

@@ -145,7 +145,7 @@ def test_adaptive_seeds_walk_each_rung_apart(tmp_path: Path) -> None:
 @pytest.mark.soak  # 12 cells and a report, in the soak tier: the default suite stays under 10 minutes
 def test_a_small_translation_ladder_on_the_synthetic_task_end_to_end(workdir: Path) -> None:
     """Train a 3-rung ladder of a 2-variant translation study, 2 seeds (12 cells), and report it: every cell
-    records its rung and compute, the report opens with the scaling figure, runs.csv and report.json carry
+    records its rung and compute, the report opens with the ladder figure, runs.csv and report.json carry
     the ladder."""
     scales = ("    rungs:\n      a: {model.d_model: 8, model.d_ff: 16}\n      b: {model.d_model: 16}\n"
               "      c: {model.d_model: 24, model.d_ff: 48}\n    tokens_per_param: 2\n    target: 1e10\n"

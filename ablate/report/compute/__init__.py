@@ -1,7 +1,8 @@
 """What a report computes from a study's runs: numbers and the verdicts ``ablate.stats`` decides, never text
 for a reader. The only half of the report that reads the study and statistics floors.
 
-``loaded_study`` (the study read back from MLflow), ``statistics`` (seed means, effects, Holm),
+``loaded_study`` (the study read back from MLflow), ``run_counts`` (each variant's runs and metric means),
+``statistics`` (seed means, effects, Holm),
 ``comparisons`` (each comparison's sequential verdict, and the statistics floor's vocabulary for the
 sections), ``val_and_test`` (the test split beside the validation verdict, the regime), ``arm_verdicts``
 (both arms of a tuned study), ``scale_outcomes`` (verdicts at a larger scale), ``claim_evidence``

@@ -23,7 +23,7 @@ from ablate.report.compute.comparisons import claim_questions, comparisons, deci
 from ablate.report.compute.loaded_study import Run, Study, quality_meta
 from ablate.report.compute.scale_outcomes import Rerun, Transfer, check_transfers
 from ablate.stats.sequential import Design
-from ablate.stats.verdict import Answer, Look, Verdict, none_margin
+from ablate.stats.verdict import Answer, Direction, Look, Verdict, none_margin
 
 # How far each variant's best settings moved, and how a setting is shown: the own-best section reads them here
 from ablate.study.arm_settings import Change, changes  # noqa: F401
@@ -197,7 +197,7 @@ def transfers(study: Study) -> list[Transfer] | None:
             continue
         margin = none_margin(*asked.get(j.variant, (None, None)), design.min_effect)
         checked.append(Rerun(j.variant, small, values("baseline"), values(j.variant),
-                             margin if small == "none" else None))
+                             margin if small == Direction.NONE else None))
     return check_transfers(checked, higher, design.alpha)
 
 

@@ -13,8 +13,8 @@ from ablate.report.compute.loaded_study import Study, hardware, quality_meta
 from ablate.stats.pairing import Cell
 from ablate.stats.pairing import paired_differences as verdict_pairs
 
-# METHOD, POWER, Design, Answer, Look and Reading are also the statistics floor's vocabulary as the
-# sections read it:
+# METHOD, POWER, Design, Look and the vocabulary's words (Answer, Reading, State, Tuning) are also the
+# statistics floor's as the sections read it:
 # a section imports the report's computing half only (tests/test_layout.py)
 from ablate.stats.sequential import METHOD, POWER, Design, walk  # noqa: F401
 from ablate.stats.verdict import (  # noqa: F401
@@ -27,6 +27,7 @@ from ablate.stats.verdict import (  # noqa: F401
     one_family,
     read,
 )
+from ablate.stats.vocabulary import State, Tuning  # noqa: F401
 from ablate.tracking import record
 
 

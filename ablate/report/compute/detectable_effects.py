@@ -172,7 +172,7 @@ class Forecast:
         """The chance of settling no fewer than the study did, if the plan was right."""
         return float(sum(self.distribution[self.settled:]))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"powers": self.powers, "expected": self.expected, "fewest_by_chance": self.fewest,
                 "most_by_chance": self.most, "settled": self.settled, "as_few": self.as_few,
                 "as_many": self.as_many}

@@ -2,9 +2,9 @@
 comparison's gap at every rung with its verdict there, its transfer verdict, the backtest on the largest
 rung, DataDecide's decision accuracy and each rung's signal-to-noise ratio.
 
-Everything is computed with ``ablate.stats``: the fits by ``stats.scaling`` (a saturating power law with 4
-or more rungs, else log-linear; intervals from resampling seeds within rungs, with the rung-level variance
-and a lack-of-fit test), the transfer verdicts by ``stats.transfer`` (from the measured rungs: their
+Everything is computed with ``ablate.stats``: the fits by ``stats.ladder_law`` (a saturating power law
+with 4 or more rungs, else log-linear; intervals from resampling seeds within rungs, with the rung-level
+variance and a lack-of-fit test), the transfer verdicts by ``stats.transfer`` (from the measured rungs: their
 verdicts, ``stats.rung_trend``'s monotone trend test, the line beside them), the rolling backtests, their
 coverage and reach, and each comparison's decision accuracy and signal-to-noise with their intervals by
 ``stats.backtest``, the pairs by ``stats.pairing`` (a diverged cell counted against its side, as
@@ -31,12 +31,12 @@ import numpy as np
 from ablate.report.compute.comparisons import decided_metric, family_of, pairs_with_divergence
 from ablate.report.compute.loaded_study import Study, quality_meta
 from ablate.spec import metricnames
-from ablate.stats import backtest, scaling, transfer
+from ablate.stats import backtest, ladder_law, transfer
 from ablate.stats.backtest import Backtest, Coverage, Interval
 from ablate.stats.fixed_sample import compare_differences
+from ablate.stats.ladder_law import Fit
 from ablate.stats.multiplicity import holm
 from ablate.stats.rung_trend import monotone_trend
-from ablate.stats.scaling import Fit
 from ablate.stats.transfer import Estimate, Transfer, TransferVerdict
 from ablate.stats.verdict import ALPHA, Fixed, fixed_reading
 
@@ -59,7 +59,7 @@ class RungInfo:
     noise: float  # the pooled sd of seeds within variants
     snr: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "compute": self.compute, "params": self.params, "tokens": self.tokens,
                 "planned": self.planned, "seeds": self.seeds, "signal": self.signal, "noise": self.noise,
                 "snr": self.snr}
@@ -82,7 +82,7 @@ class AtRung:
     p_min: float = 0.0  # the smallest p its test can give (a permutation test on 2-3 pairs)
     identical: bool = False  # every pair exactly equal
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"rung": self.rung, "diff": self.diff, "lo": self.lo, "hi": self.hi, "p": self.p,
                 "p_holm": self.p_holm, "pairs": self.n, "verdict": self.verdict.value,
                 "diverged_pairs": self.diverged_pairs}
@@ -91,12 +91,12 @@ class AtRung:
 @dataclass
 class Curve:
     """One variant's points and fits: on every rung, and without the largest (the backtest's); the fitted
-    curve and its band at the ladder's ``grid`` of compute (what the scaling figure draws)."""
+    curve and its band at the ladder's ``grid`` of compute (what the ladder figure draws)."""
 
     variant: str
-    points: list[scaling.Rung]  # per rung (in order), the variant's own compute and seeds' values
-    fit: scaling.Fit | None
-    without_top: scaling.Fit | None
+    points: list[ladder_law.Rung]  # per rung (in order), the variant's own compute and seeds' values
+    fit: ladder_law.Fit | None
+    without_top: ladder_law.Fit | None
     line: list[float] = field(default_factory=list)  # the fit at each grid point (NaN without a fit)
     lo: list[float] = field(default_factory=list)
     hi: list[float] = field(default_factory=list)
@@ -147,7 +147,7 @@ class Ladder:
     @property
     def band_level(self) -> float:
         fits = [c.fit for c in self.curves if c.fit is not None]
-        return fits[0].level if fits else scaling.LEVEL
+        return fits[0].level if fits else ladder_law.LEVEL
 
     @property
     def transfer_level(self) -> float:
@@ -236,10 +236,10 @@ def _curve(study: Study, variant: str, names: list[str], planned: dict[str, floa
         rung = study.rungs[n]
         runs = sorted((r for r in rung.finished(variant) if metric in r.metrics
                        and math.isfinite(r.metrics[metric])), key=lambda r: r.seed)
-        points.append(scaling.Rung(_rung_compute(rung, variant, planned.get(n)),
+        points.append(ladder_law.Rung(_rung_compute(rung, variant, planned.get(n)),
                                    tuple(r.metrics[metric] for r in runs), tuple(r.seed for r in runs)))
-    fit = scaling.fit(points)
-    without = scaling.fit(points[:-1]) if len(points) > 2 else None
+    fit = ladder_law.fit(points)
+    without = ladder_law.fit(points[:-1]) if len(points) > 2 else None
     return Curve(variant, points, fit, without)
 
 
@@ -309,7 +309,7 @@ def _holm_over_ladder(comparisons: list[ComparisonLadder], higher: bool, alpha: 
         c.at_rungs[i] = dataclasses.replace(a, p_holm=p_holm, verdict=reading)
 
 
-def as_record(ladder: Ladder) -> dict[str, Any]:
+def as_record(ladder: Ladder) -> dict[str, object]:
     """What report.json keeps of the ladder."""
     return {
         "metric": ladder.metric, "alpha": ladder.alpha, "family": ladder.family, "target": ladder.target,

@@ -23,7 +23,7 @@ from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
 from ablate.spec.axis_fields import ignored_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
-from ablate.stats.fixed_sample import Effect, compare, mean_ci
+from ablate.stats.fixed_sample import Effect, compare
 from ablate.stats.multiplicity import holm
 from ablate.study.pilot import MACHINE_COLUMN, RUNG_COLUMN  # noqa: F401  # runs.csv's columns, for build.py
 from ablate.study.recorded_study import StudyRecord, from_tags, parse
@@ -376,19 +376,6 @@ def padding_text(study: Study) -> str | None:
     shown = "; ".join(f"{v}: {', '.join(f'{100 * x:.1f}%' for x in xs)}"
                       for v, xs in per_variant.items() if xs)
     return f"{100 * values[0]:.1f}–{100 * values[-1]:.1f}% {what} ({shown})"
-
-
-def summarise(study: Study) -> dict[str, dict[str, Any]]:
-    """Per variant: counts and a `Summary` per main-table metric (finished runs only)."""
-    out: dict[str, dict[str, Any]] = {}
-    for v in study.variants:
-        runs, done = study.of(v), study.finished(v)
-        counts = {s: sum(1 for r in runs if r.status == s)
-                  for s in ("finished", "diverged", "failed", "pruned")}
-        out[v] = {"runs": len(runs), **counts, "seeds": sorted(r.seed for r in runs),
-                  "metrics": {key: mean_ci([r.metrics[key] for r in done if key in r.metrics])
-                              for key, _, _ in main_table_columns(study)}}
-    return out
 
 
 @dataclass

@@ -96,7 +96,7 @@ def speedups_of(study: Study) -> DataSpeedups | None:
     return DataSpeedups(metric, order, computes, [[m for m, _ in sizes[s]] for s in order], variants, notes)
 
 
-def as_record(d: DataSpeedups) -> dict[str, Any]:
+def as_record(d: DataSpeedups) -> dict[str, object]:
     return {"metric": d.metric, "sizes": d.sizes, "compute": d.compute, "budgets": d.budgets,
             "variants": {v.variant: {"speedups": [None if s is None else s.as_dict() for s in v.at],
                                      "trend": None if v.trend is None else v.trend.as_dict()}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from ablate.report.compute.comparisons import claim_questions, comparisons, decided_metric, paired_differences
 from ablate.report.compute.loaded_study import Study, quality_meta
@@ -115,7 +114,7 @@ class Regime:
         return (f"{self.layers} layers, d_model {self.d_model} ({size}baseline), {self.steps} steps, "
                 f"{tuned}, {conv}")
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """What report.json keeps of the regime."""
         return {"text": self.text(), "converged": self.converged, "tuned_on": self.tuned_on,
                 "steps": self.steps}

@@ -1,7 +1,7 @@
 """One module per report section: ``part(inp: Inputs) -> Part | None`` reads computed results
 (``ablate.report.compute``) and renders them; none decides a verdict (``ablate.stats.verdict`` does).
 
-``across_scales`` (a ladder's scaling figure, transfer table and "Across scales"), ``fair_ladder`` (its
+``ladder_verdicts`` (a ladder's figure, transfer table and "Across scales"), ``fair_ladder`` (its
 rule, what each rung changes, each variant's best per rung), ``speedup_table`` (Wen et al.'s speedup in
 data, on a ladder with data budgets), ``setup``, ``forest_plot``,
 ``mde`` (what the design could settle, beside what was found), ``published``, ``summary``, ``main_table``,

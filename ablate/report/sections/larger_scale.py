@@ -9,7 +9,6 @@ checked).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import (
@@ -104,7 +103,7 @@ def part(inp: Inputs) -> Part | None:
     return Part("at_scale", [Section("At a larger scale", blocks)], data=_data(setting, metric, found))
 
 
-def _data(setting: ConfirmRecord, metric: str, found: list[Transfer]) -> dict[str, Any]:
+def _data(setting: ConfirmRecord, metric: str, found: list[Transfer]) -> dict[str, object]:
     return {"scale": {"setting": setting.setting, "seeds": list(setting.seeds), "metric": metric,
                       "verdicts": [{"variant": t.label, "small": t.small, "outcome": t.outcome,
                                     "diff": t.effect.diff, "lo": t.effect.lo, "hi": t.effect.hi,

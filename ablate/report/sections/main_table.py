@@ -7,7 +7,7 @@ lays them out.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
@@ -21,6 +21,7 @@ from ablate.report.compute.loaded_study import (
     quality_meta,
     variant_diff,
 )
+from ablate.report.compute.run_counts import VariantSummary
 from ablate.report.compute.val_and_test import held_out_effects
 from ablate.report.render import Block, Figure, Note, Para, Section, Table
 from ablate.report.section_api import Inputs, Part, section
@@ -51,24 +52,24 @@ def axes_part(inp: Inputs) -> Part | None:
     return Part("axes", [Section("Axes and what differs", blocks)])
 
 
-def main_table(study: Study, summary: dict[str, dict[str, Any]]) -> Table:
+def main_table(study: Study, summary: Mapping[str, VariantSummary]) -> Table:
     """Counts and the quality metrics per variant (the cost columns are in ``costs.cost_table``)."""
     cols = [c for c in main_table_columns(study) if c[0] not in COST_COLUMNS]
     header = ["variant", "runs", "finished", "diverged", *[h for _, h, _ in cols]]
     rows = []
     for v in study.variants:
         s = summary[v]
-        rows.append([v, str(s["runs"]), str(s["finished"]), str(s["diverged"]),
-                     *[st.fmt_summary(s["metrics"][k], d) for k, _, d in cols]])
+        rows.append([v, str(s.runs), str(s.finished), str(s.diverged),
+                     *[st.fmt_summary(s.metrics[k], d) for k, _, d in cols]])
     return Table(header, rows, caption="Mean ± 95% t-interval half-width over the seeds of finished runs")
 
 
-def seed_notes(study: Study, summary: dict[str, dict[str, Any]]) -> list[Block]:
+def seed_notes(study: Study, summary: Mapping[str, VariantSummary]) -> list[Block]:
     """Warnings about variants with too few finished seeds for an interval or a significant test."""
     blocks: list[Block] = []
-    none = [v for v in study.variants if summary[v]["finished"] == 0]
-    few = [v for v in study.variants if summary[v]["finished"] == 1]
-    tiny = [(v, summary[v]["finished"]) for v in study.variants if 2 <= summary[v]["finished"] <= st.TINY]
+    none = [v for v in study.variants if summary[v].finished == 0]
+    few = [v for v in study.variants if summary[v].finished == 1]
+    tiny = [(v, summary[v].finished) for v in study.variants if 2 <= summary[v].finished <= st.TINY]
 
     # Labels can hold commas (two axes changed); quoted and joined with ";" they stay readable.
     def names(labels: list[str]) -> str:
@@ -157,9 +158,9 @@ def part(inp: Inputs) -> Part:
         sections.append(effects_section(inp, rows))
     counts = ("runs", "finished", "diverged", "failed", "pruned", "seeds")
     data = {"baseline": study.baseline, "primary_metric": study.primary,
-            "variants": {v: {**{k: s[k] for k in counts},
+            "variants": {v: {**{k: getattr(s, k) for k in counts},
                              "metrics": {k: {"n": m.n, "mean": m.mean, "half_width": m.half_width}
-                                         for k, m in s["metrics"].items()}} for v, s in summary.items()},
+                                         for k, m in s.metrics.items()}} for v, s in summary.items()},
             "effects": [{"variant": r.variant, "axis": r.axis, "metric": r.metric, "diff": r.effect.diff,
                          "lo": r.effect.lo, "hi": r.effect.hi, "p": r.effect.p, "p_holm": r.p_holm,
                          "test": r.effect.test, "n_base": r.effect.n_base, "n_variant": r.effect.n_variant,

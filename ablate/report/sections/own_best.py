@@ -26,7 +26,7 @@ from ablate.report.compute.arm_verdicts import (
     tuning,
     twice,
 )
-from ablate.report.compute.comparisons import decided_metric
+from ablate.report.compute.comparisons import Answer, Tuning, decided_metric
 from ablate.report.compute.loaded_study import Search, Study, quality_meta
 from ablate.report.compute.val_and_test import OnBothSplits, verdicts
 from ablate.report.render import Block, Note, Para, Section, Table
@@ -67,18 +67,19 @@ def _moved(c: Change) -> str:
     return f"{c.field}: {show(c.baseline)} → {show(c.best)}{tail}"
 
 
-_TUNING_SHOWN = {"changed": "**changed**", "pending": "pending: its rounds continue",
-                 "same_cells": "same settings as the baseline: same cells", "holds": "holds"}
+_TUNING_SHOWN = {Tuning.CHANGED: "**changed**", Tuning.PENDING: "pending: its rounds continue",
+                 Tuning.SAME_CELLS: "same settings as the baseline: same cells",
+                 Tuning.HOLDS: Tuning.HOLDS.value}
 
 
-def _tuning_effect(t: Twice, unmoved: set[str]) -> str:
+def _tuning_effect(t: Twice, unmoved: set[str]) -> Tuning:
     """What tuning did to this comparison: changed its verdict, has not settled it yet, left both the variant
     and the baseline at the baseline's settings (both arms are then the same cells), or held it."""
     if t.changed:
-        return "changed"
+        return Tuning.CHANGED
     if t.pending:
-        return "pending"
-    return "same_cells" if t.variant in unmoved else "holds"
+        return Tuning.PENDING
+    return Tuning.SAME_CELLS if t.variant in unmoved else Tuning.HOLDS
 
 
 def _twice_table(rows: list[Twice], dec: int, unit: str, unmoved: set[str],
@@ -104,7 +105,7 @@ def _test_shown(v: OnBothSplits | None, dec: int, unit: str) -> str:
 
 
 def _settings_rows(study: Study, tune: TuneRecord, metric: str, dec: int
-                   ) -> tuple[list[list[str]], list[dict[str, Any]]]:
+                   ) -> tuple[list[list[str]], list[dict[str, object]]]:
     """Per variant: its best settings, how far each moved from the baseline's, its search's best score and
     its score at the baseline's settings (rows, and report.json's records)."""
     space = dict(tune.space)
@@ -153,7 +154,7 @@ def part(inp: Inputs) -> Part | None:
     unit, dec, _ = quality_meta(metric)
     rows = inp.derived(twice)
     settings, records = _settings_rows(study, tune, metric, dec)
-    unmoved = {r["variant"] for r in records if r["best"] is not None and r["distance"] == 0}
+    unmoved = {str(r["variant"]) for r in records if r["best"] is not None and r["distance"] == 0}
     if study.baseline not in unmoved:  # the baseline's own-best cells are new: every comparison reruns
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
@@ -213,11 +214,11 @@ def _precisions(study: Study) -> str:
             "variant's search ran alike.")
 
 
-def _test_record(v: OnBothSplits | None) -> dict[str, Any] | None:
-    return None if v is None or v.test is None else _look(v.test, v.test_answer or "open")
+def _test_record(v: OnBothSplits | None) -> dict[str, object] | None:
+    return None if v is None or v.test is None else _look(v.test, v.test_answer or Answer.OPEN)
 
 
-def _look(look: Any, answer: str) -> dict[str, Any]:
+def _look(look: Any, answer: str) -> dict[str, object]:
     if look is None:
         return {"answer": answer}
     return {"answer": answer, "n": look.n, "diff": look.diff, "lo": look.lo, "hi": look.hi,

@@ -29,7 +29,7 @@ import registry
 from ablate.report.compute import statistics as st
 from ablate.report.compute.arm_verdicts import Twice, twice
 from ablate.report.compute.claim_evidence import Evidence, Outcome, claim_margin, claims_of, evidence, judge
-from ablate.report.compute.comparisons import Design, design_of
+from ablate.report.compute.comparisons import Answer, Design, design_of
 from ablate.report.compute.loaded_study import Study, params_of, quality_meta, variant_diff
 from ablate.report.compute.val_and_test import HeldOut, OnBothSplits, regime, verdicts
 from ablate.report.render import Block, Bullets, Para, Section
@@ -38,7 +38,7 @@ from ablate.report.sections.seeds import reopened_phrase
 from ablate.spec.study_sections import Expectation
 
 _EXPECTED = {"worse": "worse than the baseline", "better": "better than the baseline",
-             "none": "no effect", "identical": "identical to the baseline in every seed"}
+             "none": Answer.NO_EFFECT, "identical": "identical to the baseline in every seed"}
 
 
 def as_run(study: Study, variant: str) -> str:

@@ -20,6 +20,7 @@ from ablate.report.compute.comparisons import (
     Design,
     Look,
     Reading,
+    State,
     comparisons,
     decided_metric,
     design_of,
@@ -33,7 +34,7 @@ from ablate.report.section_api import Inputs, Part, section
 def reading(look: Look, design: Design, higher: bool, unit: str) -> str:
     """What one look reads in words, its margin spelled out: 'worse' / 'no effect as large as ±0.5 BLEU'."""
     said = look_answer(look, higher)
-    return f"no effect as large as ±{design.min_effect:g} {unit}" if said == "no effect" else said
+    return f"no effect as large as ±{design.min_effect:g} {unit}" if said == Answer.NO_EFFECT else said
 
 
 def reopened_phrase(earlier: Look | None, design: Design, dec: int, higher: bool, unit: str) -> str:
@@ -68,7 +69,7 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
             text += " so far; its claim's question is open, so the study adds seeds"
         return text
     if v.answer == Answer.NO_EFFECT:
-        return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == "no_effect" else \
+        return f"no effect as large as ±{design.min_effect:g} {unit}" if look.state == State.NO_EFFECT else \
             "no effect beyond its claim's margin"
     if v.reading == Reading.SHORT:
         return "short of its claim's margin: the interval's far bound falls short of it"
@@ -77,7 +78,7 @@ def _verdict(c: Comparison, design: Design, higher: bool, unit: str, dec: int) -
     m = design.min_effect
     if m is not None and -m <= look.lo and look.hi <= m and look.n < EQUIVALENCE_PAIRS:
         # the interval alone would read no effect: say why the verdict does not
-        where = f"undecided at the maximum of {design.looks[-1]} seeds" if look.final else "open"
+        where = f"undecided at the maximum of {design.looks[-1]} seeds" if look.final else State.OPEN
         return (f"{where}: its interval lies within ±{m:g} {unit}, but {look.n} pairs are too few to call "
                 f"it no effect (at least {EQUIVALENCE_PAIRS})")
     return (f"undecided at the maximum of {design.looks[-1]} seeds" if look.final
@@ -162,8 +163,8 @@ def part(inp: Inputs) -> Part | None:
                      "its side)")
         rows.append([c.variant, str(c.seeds), str(pairs), shown, _interval(look, dec), detectable, text])
         records.append({"variant": c.variant, "seeds": c.seeds, "pairs": pairs,
-                        "look": look.look if look else None, "state": "no_pairs" if c.lost else
-                        (look.state if look else "open"), "diff": diff,
+                        "look": look.look if look else None, "state": State.NO_PAIRS if c.lost else
+                        (look.state if look else State.OPEN), "diff": diff,
                         "lo": look.lo if look else None, "hi": look.hi if look else None,
                         "detectable": look.detectable if look else None, "verdict": text,
                         "diverged_pairs": c.diverged_pairs, "cross_hardware_pairs": c.cross_hardware,

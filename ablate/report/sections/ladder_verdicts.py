@@ -1,4 +1,4 @@
-"""A ladder's report (``ablation.scales``): it opens with the scaling figure (each variant's metric against
+"""A ladder's report (``ablation.scales``): it opens with the ladder figure (each variant's metric against
 training compute, one line and band per variant, seeds as dots, the target marked, each rung's verdicts
 above it), the transfer table after it; the section "Across scales" holds the rungs (size, tokens, compute,
 signal-to-noise, decision accuracy), each variant's fit with its lack-of-fit test, each comparison's verdict
@@ -15,6 +15,7 @@ import math
 
 from ablate.report import plots as figs
 from ablate.report.compute import statistics as st
+from ablate.report.compute.comparisons import Reading
 from ablate.report.compute.fitted_ladder import (
     AtRung,
     ComparisonLadder,
@@ -149,12 +150,12 @@ def _rung_notes(ladder: Ladder) -> list[tuple[float, str]]:
     return notes
 
 
-def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
-    curves = [figs.ScalingCurve(c.variant, [(p.compute, p.values) for p in c.points], ladder.grid, c.line,
+def ladder_figure(inp: Inputs, ladder: Ladder) -> Figure:
+    curves = [figs.LadderCurve(c.variant, [(p.compute, p.values) for p in c.points], ladder.grid, c.line,
                                 c.lo, c.hi) for c in ladder.curves]
-    path = figs.scaling_figure(curves, ladder.rungs[-1].compute, ladder.target, _rung_notes(ladder),
-                               ladder.metric, inp.fig_dir / "scaling.png", gap_series(ladder),
-                               f"Δ {ladder.metric} vs baseline")
+    path = figs.ladder_figure(curves, ladder.rungs[-1].compute, ladder.target, _rung_notes(ladder),
+                              ladder.metric, inp.fig_dir / "scaling.png", gap_series(ladder),
+                              f"Δ {ladder.metric} vs baseline")
     order = ", ".join(f"`{c.variant}`" for c in ladder.comparisons)
     return Figure(f"figures/{path.name}",
                   f"`{ladder.metric}` against training compute over {len(ladder.rungs)} rungs "
@@ -169,7 +170,7 @@ def scaling_figure(inp: Inputs, ladder: Ladder) -> Figure:
 
 
 def gap_series(ladder: Ladder) -> list[figs.GapSeries]:
-    """The lower panel of the scaling figure: each comparison's gap per rung and its fitted line."""
+    """The lower panel of the ladder figure: each comparison's gap per rung and its fitted line."""
     compute = {r.name: r.compute for r in ladder.rungs}
     colour = {c.variant: i for i, c in enumerate(ladder.curves)}
     out = []
@@ -203,7 +204,7 @@ def _lof_cell(fit: Fit | None) -> str:
     if fit is None:
         return "-"
     lof = fit.lack_of_fit
-    test = (f"F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable else "not testable")
+    test = (f"F({lof.df1}, {lof.df2}) = {lof.f:.3g}, p {_p(lof.p)}" if lof.testable else Fixed.NOT_TESTABLE)
     return f"{test}; {math.sqrt(fit.tau2):.3g}"
 
 
@@ -253,7 +254,7 @@ def at_rungs_table(ladder: Ladder) -> Table:
 
 def _at_rung(a: AtRung, dec: int) -> str:
     if a.n == 0:
-        return "no pairs"
+        return Reading.NO_PAIRS
     ci = "" if not math.isfinite(a.lo) else f" {st.fmt_interval(a.lo, a.hi, dec)}"
     return f"{st.fmt(a.diff, dec, True)}{ci} {a.verdict.value}, n={a.n}"
 
@@ -324,7 +325,7 @@ def _backtest_line(ladder: Ladder) -> str:
             f"the largest's, seed-bootstrap 95% intervals): {accuracy}.")
 
 
-def scale_range(ladder: Ladder, c: ComparisonLadder) -> str:
+def rung_range(ladder: Ladder, c: ComparisonLadder) -> str:
     """The range of scale a comparison's verdicts hold over: 'N 25k-200k, 8e10-5e12 FLOPs'."""
     used = [r for r in ladder.rungs if c.verdict is not None and r.name in c.verdict.rungs]
     if not used:
@@ -335,11 +336,11 @@ def scale_range(ladder: Ladder, c: ComparisonLadder) -> str:
 
 @section(10)
 def part(inp: Inputs) -> Part | None:
-    """The opening scaling figure and transfer table, and the section "Across scales"."""
+    """The opening ladder figure and transfer table, and the section "Across scales"."""
     ladder = ladder_of(inp.study)
     if ladder is None or not ladder.rungs:
         return None
-    intro: list[Block] = [scaling_figure(inp, ladder), transfer_table(ladder), Para(_backtest_line(ladder))]
+    intro: list[Block] = [ladder_figure(inp, ladder), transfer_table(ladder), Para(_backtest_line(ladder))]
     blocks: list[Block] = [
         Para(f"A ladder of {len(ladder.rungs)} rungs spanning {ladder.span:.3g}x in training compute; every "
              "variant runs at every rung on the same seeds, paired by seed within a rung. The sections "

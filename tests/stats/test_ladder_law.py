@@ -1,4 +1,4 @@
-"""The fits of a ladder (ablate/stats/scaling.py): known exponents recovered from synthetic ladders, and
+"""The fits of a ladder (ablate/stats/ladder_law.py): known exponents recovered from synthetic ladders, and
 intervals at their nominal coverage by simulation."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ablate.stats.scaling import Rung, fit, seed_draws
+from ablate.stats.ladder_law import Rung, fit, seed_draws
 
 E, A, ALPHA = 2.0, 1.5, 0.3
 C0 = 1e11

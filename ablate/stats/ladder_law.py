@@ -25,7 +25,7 @@ report is deterministic): each replicate draws every rung's seeds with replaceme
 from the rung mean scaled by ``sqrt(n / (n - 1))`` so a replicate's spread is the sample sd's, refits, and
 gives a percentile interval, widened about the estimate by ``t(df) / z`` with ``df`` the seeds' degrees of
 freedom within rungs (``sum(n_r - 1)``): the percentile interval of a mean of few seeds is too narrow by
-about that ratio. A simulation in tests/stats/test_scaling.py checks that the intervals cover the true
+about that ratio. A simulation in tests/stats/test_ladder_law.py checks that the intervals cover the true
 exponent and the true curve at their nominal level. Seeds are drawn jointly for every variant (a seed's
 cells share their data order and initialisation), so that the gaps between fits keep their pairing.
 
