@@ -205,7 +205,9 @@ class _Links(HTMLParser):
 
 def _run_ids(uri: str, href: str, base: str) -> set[str]:
     """The runs a link into MLflow's UI shows, resolved against the store: a run page's id, or the runs the
-    filtered runs page's search finds."""
+    runs page's search finds (its shared view's, grouped so that the runs show, not their parent)."""
+    import json
+
     from mlflow import MlflowClient
 
     route = href.removeprefix(f"{base}/#/experiments/")
@@ -214,8 +216,11 @@ def _run_ids(uri: str, href: str, base: str) -> set[str]:
     experiment, _, rest = path.partition("/runs")
     if rest.startswith("/"):
         return {rest.removeprefix("/")}
-    found = urllib.parse.parse_qs(query)["searchFilter"][0]
-    return {r.info.run_id for r in MlflowClient(uri).search_runs([experiment], found, max_results=1000)}
+    client = MlflowClient(uri)
+    key = urllib.parse.parse_qs(query)["viewStateShareKey"][0]
+    state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.{key}"])
+    assert state["groupBy"]["groupByKeys"][-1] == {"mode": "tag", "groupByData": "ablate.variant"}
+    return {r.info.run_id for r in client.search_runs([experiment], state["searchFilter"], max_results=1000)}
 
 
 def test_the_report_links_each_variant_to_its_runs_and_ui_serves_it_as_the_landing_page(

@@ -35,7 +35,7 @@ from ablate.report.render import STAMP_PREFIX, Document, Links, render_html, ren
 from ablate.report.section_api import Inputs, Part, PartFn, parts
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
-from ablate.tracking.comparison_view import runs_url, ui_base
+from ablate.tracking.comparison_view import runs_link, ui_base
 from ablate.tracking.mlflow_store import resolve_tracking_uri
 from ablate.tracking.read import log_report_artifacts
 
@@ -134,23 +134,28 @@ def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, Any
     return doc, data
 
 
-def run_links(study: Study, base_url: str) -> Links:
-    """Where the report's HTML leads each name in MLflow's UI at ``base_url``: a variant to its runs (at
-    every rung of a ladder), a rung to every variant's runs there, and a variant at a rung (a ladder's
-    table cell) to the runs that cell compares: the variant's and the baseline's at that rung."""
-    experiment = str(study.parent["experiment_id"])
+def run_links(study: Study, uri: str) -> Links:
+    """Where the report's HTML leads each name in the MLflow UI the store at ``uri`` is seen in: a variant
+    to its runs (at every rung of a ladder), a rung to every variant's runs there, and a variant at a rung
+    (a ladder's table cell) to the runs that cell compares: the variant's and the baseline's at that rung
+    (each set a shared view of the runs page, written into the study's experiment)."""
+    base, experiment, ladder = ui_base(uri), str(study.parent["experiment_id"]), bool(study.rungs)
     parts = study.rungs or {"": study}
     every = [r for part in parts.values() for r in part.runs]
-    names = {v: runs_url(base_url, experiment, [r.run_id for r in every if r.variant == v])
+
+    def link(runs: list[str]) -> str:
+        return runs_link(uri, base, experiment, runs, ladder)
+
+    names = {v: link([r.run_id for r in every if r.variant == v])
              for v in study.variants if any(r.variant == v for r in every)}
     pairs: dict[tuple[str, str], str] = {}
     for rung, part in study.rungs.items():
-        names.setdefault(rung, runs_url(base_url, experiment, [r.run_id for r in part.runs]))
+        names.setdefault(rung, link([r.run_id for r in part.runs]))
         for v in part.variants:
             cell = [r.run_id for r in part.runs if r.variant in (v, part.baseline)]
             if cell:
-                pairs[(v, rung)] = runs_url(base_url, experiment, cell)
-    return Links(base_url, names, pairs)
+                pairs[(v, rung)] = link(cell)
+    return Links(base, names, pairs)
 
 
 def build_report(study: Study, out_dir: Path, links: Links | None = None) -> Report:
@@ -214,7 +219,7 @@ def main_report(study: str, out: str | None = None, table_format: str | Sequence
         _write_tables(out_dir, formats)
         return 0
     freshness.forget(out_dir)
-    report = build_report(loaded, out_dir, run_links(loaded, ui_base(resolve_tracking_uri(None))) if links
+    report = build_report(loaded, out_dir, run_links(loaded, resolve_tracking_uri(None)) if links
                           else None)
     _write_tables(out_dir, formats)  # the effects for a paper, from the report.json just written
     n_fig = len(list((out_dir / "figures").glob("*.png")))

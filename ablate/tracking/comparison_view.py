@@ -44,27 +44,61 @@ def run_url(base_url: str, experiment_id: str, run_id: str) -> str:
     return f"{base_url}/#/experiments/{experiment_id}/runs/{run_id}?{record.WORKFLOW_QUERY}"
 
 
+def _ids_filter(run_ids: Sequence[str]) -> str:
+    """MLflow's search for exactly these runs."""
+    return f"{record.RUN_ID_ATTRIBUTE} IN (" + ", ".join(f"'{i}'" for i in sorted(set(run_ids))) + ")"
+
+
 def runs_url(base_url: str, experiment_id: str, run_ids: Sequence[str]) -> str:
     """These runs: one run's page, or the experiment's runs page filtered to exactly these ids (MLflow's
-    search syntax: ``attributes.run_id IN (...)``), in the model-training view."""
+    search syntax: ``attributes.run_id IN (...)``), in the model-training view. (The runs page shows cells
+    folded under their study's parent run, which it fetches to show them nested: `runs_link` opens them
+    grouped instead.)"""
     ids = sorted(set(run_ids))
     if len(ids) == 1:
         return run_url(base_url, experiment_id, ids[0])
-    found = f"{record.RUN_ID_ATTRIBUTE} IN (" + ", ".join(f"'{i}'" for i in ids) + ")"
-    return (f"{base_url}/#/experiments/{experiment_id}/runs?searchFilter={urllib.parse.quote(found)}&"
+    found = urllib.parse.quote(_ids_filter(ids))
+    return (f"{base_url}/#/experiments/{experiment_id}/runs?{record.SEARCH_FILTER_QUERY}={found}&"
+            f"{record.WORKFLOW_QUERY}")
+
+
+def runs_link(uri: str, base_url: str, experiment_id: str, run_ids: Sequence[str], ladder: bool) -> str:
+    """These runs in the UI at ``base_url`` as a person should see them: one run's page, or a shared view of
+    the runs page (its tag written into the experiment in the store at ``uri`` when missing) filtered to
+    exactly these ids and grouped by variant (by rung, then variant, for a ladder), each group open on its
+    runs, where the plain filtered page (`runs_url`) shows them folded under their parent run. Sorted by
+    name (variant · seed N): sorted by date, or not at all, the page fetches the runs' parent run too and
+    shows it beside them. Where the tag cannot be written (a read-only store), the plain filtered page."""
+    ids = sorted(set(run_ids))
+    if len(ids) == 1:
+        return run_url(base_url, experiment_id, ids[0])
+    keys = [record.RUNG, record.VARIANT] if ladder else [record.VARIANT]
+    state = json.dumps({"searchFilter": _ids_filter(ids), "orderByKey": record.RUN_NAME_ATTRIBUTE,
+                        "orderByAsc": True, "runListHidden": False, "useGroupedValuesInCharts": True,
+                        "groupBy": {"groupByKeys": [{"mode": "tag", "groupByData": k} for k in keys],
+                                    "aggregateFunction": "average"}}, sort_keys=True)
+    key = "ablate-runs-" + hashlib.sha256(state.encode()).hexdigest()[:12]
+    try:
+        client = MlflowClient(uri)
+        if client.get_experiment(experiment_id).tags.get(record.SHARED_VIEW_PREFIX + key) != state:
+            client.set_experiment_tag(experiment_id, record.SHARED_VIEW_PREFIX + key, state)
+    except MlflowException:
+        return runs_url(base_url, experiment_id, ids)
+    return (f"{base_url}/#/experiments/{experiment_id}/runs?{record.SHARED_VIEW_QUERY}={key}&"
             f"{record.WORKFLOW_QUERY}")
 
 
 def fitted_range(values: Sequence[float], higher_is_better: bool, *, lead: float = 0.0) -> dict[str, float]:
-    """A y-axis that shows the differences between ``values``: their span with a margin of 15% of it (at
-    least 0.5% of their size, so equal values still get an axis), and ``lead`` spans more on the side the
-    metric comes from while it trains (above a loss, below a BLEU), where a curve's last part shows.
-    Rounded to 4 significant digits; empty without finite values (MLflow's own axis then)."""
+    """A y-axis that shows the differences between ``values``: their span with a margin of 15% of it (the
+    span at least 0.5% of their size and 0.01, so that equal values, an exact match of 0 in every cell
+    included, get a readable axis), and ``lead`` spans more on the side the metric comes from while it
+    trains (above a loss, below a BLEU), where a curve's last part shows. Rounded to 4 significant digits;
+    empty without finite values (MLflow's own axis then)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return {}
     lo, hi = min(finite), max(finite)
-    span = max(hi - lo, 0.005 * max(abs(lo), abs(hi)), 1e-6)
+    span = max(hi - lo, 0.005 * max(abs(lo), abs(hi)), 0.01)
     pad = 0.15 * span
     below, above = pad + (lead * span if higher_is_better else 0.0), pad + (0.0 if higher_is_better
                                                                            else lead * span)

@@ -258,8 +258,9 @@ def study_target(parent: dict[str, Any], uri: str, base_url: str) -> Target:
 def _print_target(target: Target, latest: bool, landing: str | None = None) -> None:
     """The study's links, its landing page (the report, served beside the UI) first where there is one."""
     if landing is not None:
-        print(f"{'latest' if latest else 'open'} {target.what.replace('its report:', 'its report,')} and "
-              f"links to each variant's and rung's runs: {landing}", flush=True)
+        names = "each variant and rung" if target.rung_urls else "each variant"
+        what = f"{target.what.removesuffix(')')}, {names} linked to its runs)"
+        print(f"{'latest' if latest else 'open'} {what}: {landing}", flush=True)
         print(f"  the same report in MLflow (its links do not open there): {target.url}", flush=True)
     else:
         print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
@@ -277,6 +278,9 @@ def _landing(target: Target | None, uri: str, url: str, host: str) -> LandingSer
     if target is None or target.report is None or target.run_id is None:
         return None
     return LandingServer(relinked(logged_report(target.run_id, target.report, uri), url), host)
+
+
+UI_START_S = 240.0  # how long `ablate ui` waits for its MLflow server to answer
 
 
 class _Terminated(Exception):
@@ -299,12 +303,16 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
         if parent is not None:
             _print_target(study_target(parent, uri, uri.rstrip("/")), latest=False)
         return 0
-    log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
+    # port 0 (any free one): a log of its own, not one that every such UI appends to
+    log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log" if port else Path(
+        tempfile.mkstemp(prefix="ablate-mlflow-ui-", suffix=".log")[1])
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     process: subprocess.Popen[bytes] | None = None
     landing: LandingServer | None = None
     try:
-        process, url = start_server(host, port, uri, workers=workers, log_path=log)
+        # a server that fails exits at once (start_server notices); one that is slow (MLflow's imports take
+        # a minute on two busy cores) is waited for
+        process, url = start_server(host, port, uri, workers=workers, log_path=log, timeout=UI_START_S)
         target = latest_target(uri, url) if parent is None else study_target(parent, uri, url)
         landing = _landing(target, uri, url, host)
         print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {redacted(uri)}, artifacts "
