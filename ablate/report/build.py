@@ -144,7 +144,7 @@ def run_links(study: Study, uri: str) -> Links:
     every = [r for part in parts.values() for r in part.runs]
 
     def link(runs: list[str]) -> str:
-        return runs_link(uri, base, experiment, runs, ladder)
+        return runs_link(uri, base, experiment, runs, ladder, record.FINAL + study.primary)
 
     names = {v: link([r.run_id for r in every if r.variant == v])
              for v in study.variants if any(r.variant == v for r in every)}

@@ -62,19 +62,21 @@ def runs_url(base_url: str, experiment_id: str, run_ids: Sequence[str]) -> str:
             f"{record.WORKFLOW_QUERY}")
 
 
-def runs_link(uri: str, base_url: str, experiment_id: str, run_ids: Sequence[str], ladder: bool) -> str:
+def runs_link(uri: str, base_url: str, experiment_id: str, run_ids: Sequence[str], ladder: bool,
+              metric: str) -> str:
     """These runs in the UI at ``base_url`` as a person should see them: one run's page, or a shared view of
     the runs page (its tag written into the experiment in the store at ``uri`` when missing) filtered to
     exactly these ids and grouped by variant (by rung, then variant, for a ladder), each group open on its
     runs, where the plain filtered page (`runs_url`) shows them folded under their parent run. Sorted by
-    name (variant · seed N): sorted by date, or not at all, the page fetches the runs' parent run too and
-    shows it beside them. Where the tag cannot be written (a read-only store), the plain filtered page."""
+    ``metric`` (a final/ name; sorted by date, or not at all, the page fetches the runs' parent run too and
+    shows it beside them). Where the tag cannot be written (a read-only store), the plain filtered page."""
     ids = sorted(set(run_ids))
     if len(ids) == 1:
         return run_url(base_url, experiment_id, ids[0])
     keys = [record.RUNG, record.VARIANT] if ladder else [record.VARIANT]
-    state = json.dumps({"searchFilter": _ids_filter(ids), "orderByKey": record.RUN_NAME_ATTRIBUTE,
-                        "orderByAsc": True, "runListHidden": False, "useGroupedValuesInCharts": True,
+    state = json.dumps({"searchFilter": _ids_filter(ids), "orderByKey": f"metrics.`{metric}`",
+                        "orderByAsc": metricnames.mode(metric) == "min", "runListHidden": False,
+                        "useGroupedValuesInCharts": True,
                         "groupBy": {"groupByKeys": [{"mode": "tag", "groupByData": k} for k in keys],
                                     "aggregateFunction": "average"}}, sort_keys=True)
     key = "ablate-runs-" + hashlib.sha256(state.encode()).hexdigest()[:12]
@@ -113,10 +115,10 @@ def _section_of(metric: str) -> str:
     return metric.rpartition("/")[0] or metric
 
 
-def _chart(metric: str, y_range: dict[str, float], title: str) -> dict[str, Any]:
+def _chart(metric: str, y_range: dict[str, float]) -> dict[str, Any]:
     """A line chart of ``metric`` against step (MLflow's ``RunsChartsLineCardConfig``), on ``y_range``."""
     return {"uuid": f"ablate-{metric}", "type": "LINE", "metricKey": metric, "selectedMetricKeys": [metric],
-            "metricSectionId": f"ablate-{_section_of(metric)}", "displayName": title,
+            "metricSectionId": f"ablate-{_section_of(metric)}",
             "isGenerated": False, "deleted": False, "runsCountToCompare": 10, "lineSmoothness": 0,
             "useGlobalLineSmoothing": False, "scaleType": "linear", "xAxisScaleType": "linear",
             "xAxisKey": "step", "selectedXAxisMetricKey": "", "useGlobalXaxisKey": False,
@@ -154,10 +156,9 @@ def view_state(kind: str, metric: str, ladder: bool = False, values: CellValues 
                             "aggregateFunction": "average"}
     if values is not None and values.final:
         better = metricnames.higher_is_better(metric)
-        charts = [_chart(metric, fitted_range(values.final, better), f"{metric} (axis fitted to the cells)")]
+        charts = [_chart(metric, fitted_range(values.final, better))]
         if curve != metric:
-            charts.append(_chart(curve, fitted_range(values.curve or values.final, better, lead=2.0),
-                                 f"{curve} (axis fitted to the curves' ends)"))
+            charts.append(_chart(curve, fitted_range(values.curve or values.final, better, lead=2.0)))
         names = [_section_of(c["metricKey"]) for c in charts]
         state["compareRunCharts"] = charts
         state["compareRunSections"] = [

@@ -49,7 +49,6 @@ CHART_MODE_QUERY = "compareRunsMode=CHART"  # the runs page's chart view, not it
 # The runs page's chart sections for metrics no other section names, which MLflow's UI keeps last.
 UI_METRIC_SECTIONS = ("Model metrics", "System metrics")
 RUN_ID_ATTRIBUTE = "attributes.run_id"  # a run id in a search filter
-RUN_NAME_ATTRIBUTE = "attributes.run_name"
 SEARCH_FILTER_QUERY = "searchFilter"  # the runs page's URL parameter: its search
 
 # ---------------------------------------------------------------- ablate's run tags
