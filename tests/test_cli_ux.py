@@ -309,6 +309,7 @@ def test_the_comparison_charts_the_metric_on_an_axis_that_shows_the_gaps(
     assert curve["yMax"] - 3.43 > 3 * (3.41 - curve["yMin"])  # room above, where a loss comes from
     bleu = fitted_range([20.0, 21.0], higher_is_better=True, lead=2.0)
     assert 20.0 - bleu["yMin"] > 3 * (bleu["yMax"] - 21.0)  # a BLEU comes from below
+    assert fitted_range([0.06, 0.25], higher_is_better=True, lead=2.0)["yMin"] == 0  # not below 0
     assert fitted_range([2.0, 2.0], higher_is_better=False)["yMin"] < 2.0  # equal values: still an axis
     assert fitted_range([math.nan], higher_is_better=False) == {}
     state = view_state("ablation", "final/val/loss", values=CellValues((3.41, 3.43), (3.5, 3.52)))

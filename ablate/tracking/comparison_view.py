@@ -94,8 +94,9 @@ def fitted_range(values: Sequence[float], higher_is_better: bool, *, lead: float
     """A y-axis that shows the differences between ``values``: their span with a margin of 15% of it (the
     span at least 0.5% of their size and 0.01, so that equal values, an exact match of 0 in every cell
     included, get a readable axis), and ``lead`` spans more on the side the metric comes from while it
-    trains (above a loss, below a BLEU), where a curve's last part shows. Rounded to 4 significant digits;
-    empty without finite values (MLflow's own axis then)."""
+    trains (above a loss, below a BLEU), where a curve's last part shows; for values that are never
+    negative (every metric ablate logs) that side stops at 0. Rounded to 4 significant digits; empty
+    without finite values (MLflow's own axis then)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return {}
@@ -104,7 +105,8 @@ def fitted_range(values: Sequence[float], higher_is_better: bool, *, lead: float
     pad = 0.15 * span
     below, above = pad + (lead * span if higher_is_better else 0.0), pad + (0.0 if higher_is_better
                                                                            else lead * span)
-    return {"yMin": _round(lo - below), "yMax": _round(hi + above)}
+    bottom = lo - below if lo < 0 else max(lo - below, min(0.0, lo - pad))
+    return {"yMin": _round(bottom), "yMax": _round(hi + above)}
 
 
 def _round(value: float) -> float:

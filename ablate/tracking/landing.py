@@ -47,6 +47,14 @@ def relinked(page: str, base_url: str) -> str:
     return _META.sub(link_base_meta(base_url), page, count=1)
 
 
+def with_nav(page: str, links: list[tuple[str, str]]) -> str:
+    """``page`` with a line of links (text, URL) at the top of its body: where the landing page leads in
+    MLflow besides its variants (the runs compared, the parent run)."""
+    items = " · ".join(f'<a href="{html.escape(url, quote=True)}">{html.escape(text)}</a>'
+                       for text, url in links)
+    return page.replace("<body>", f'<body>\n<p class="stamp">In MLflow: {items}</p>', 1) if items else page
+
+
 def logged_report(run_id: str, path: str, uri: str) -> str:
     """The text of the report page logged at ``path`` in the run ``run_id`` of the store at ``uri``."""
     return Path(download_artifacts(run_id, path, tracking_uri=uri)).read_text(encoding="utf-8")

@@ -39,7 +39,7 @@ from ablate.tracking.comparison_view import (  # mlflow: a study to show
     report_url,
     run_url,
 )
-from ablate.tracking.landing import LandingServer, logged_report, relinked
+from ablate.tracking.landing import LandingServer, logged_report, relinked, with_nav
 from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
@@ -277,7 +277,12 @@ def _landing(target: Target | None, uri: str, url: str, host: str) -> LandingSer
     a logged report."""
     if target is None or target.report is None or target.run_id is None:
         return None
-    return LandingServer(relinked(logged_report(target.run_id, target.report, uri), url), host)
+    compared = target.comparison_url.split("  (")[0] if target.comparison_url else None
+    nav = [*([("its runs compared", compared)] if compared else []),
+           *((f"at rung {rung}", link) for rung, link in target.rung_urls),
+           *([("its parent run", target.parent_url)] if target.parent_url else []),
+           ("this report", target.url), ("every experiment", f"{url}/#/experiments?{record.WORKFLOW_QUERY}")]
+    return LandingServer(with_nav(relinked(logged_report(target.run_id, target.report, uri), url), nav), host)
 
 
 UI_START_S = 240.0  # how long `ablate ui` waits for its MLflow server to answer
