@@ -268,6 +268,7 @@ def test_the_report_links_each_variant_to_its_runs_and_ui_serves_it_as_the_landi
         landing.stop()
     moved = _Links()
     moved.feed(served)
+    assert "http://127.0.0.1:5000" not in served and 'class="mlflow-ui">http://127.0.0.1:5999<' in served
     assert [t for t, _ in moved.links] == [t for t, _ in parser.links]
     for text, href in moved.links:
         assert _run_ids(uri, href, "http://127.0.0.1:5999") == by_variant[text]

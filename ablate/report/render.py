@@ -251,8 +251,9 @@ def render_html(doc: Document, root: Path, links: Links | None = None) -> str:
              f"<h1>{_inline(doc.title)}</h1>", f'<p class="stamp">{html.escape(doc.stamp)}</p>']
     if links is not None and (links.names or links.pairs):
         names = "Each variant and rung links" if links.pairs else "Each variant links"
-        lines.append(f'<p class="stamp">{names} to its runs in the MLflow UI at {html.escape(links.base)} '
-                     "(<code>ablate ui</code> serves this page with its links on the UI it starts).</p>")
+        lines.append(f'<p class="stamp">{names} to its runs in the MLflow UI at <span class="mlflow-ui">'
+                     f'{html.escape(links.base)}</span> (<code>ablate ui</code> serves this page with its '
+                     "links on the UI it starts).</p>")
     for block in doc.intro:
         lines += _html_block(block, root, links)
     for section in doc.sections:

@@ -43,7 +43,8 @@ def relinked(page: str, base_url: str) -> str:
     if old is None or old == base_url:
         return page
     before, after = html.escape(old, quote=True), html.escape(base_url, quote=True)
-    page = page.replace(f'href="{before}/#/', f'href="{after}/#/')
+    page = page.replace(f'href="{before}/#/', f'href="{after}/#/').replace(
+        f'<span class="mlflow-ui">{before}</span>', f'<span class="mlflow-ui">{after}</span>')
     return _META.sub(link_base_meta(base_url), page, count=1)
 
 
