@@ -208,23 +208,23 @@ def main(argv: list[str] | None = None) -> int:
         check(parent_id in parent_page.group(1), "`ablate ui` links the study's parent run")
         with urllib.request.urlopen(landing.group(1), timeout=30) as response:
             page = response.read().decode()
-        parser = Links()
-        parser.feed(page)
+        page_links = Links()
+        page_links.feed(page)
         cells = {v: {r["info"]["run_id"] for r in runs if r["info"]["run_name"].startswith(f"{v} · ")}
                  for v in ("baseline", "residual=post_norm")}
         linked: dict[str, set[str]] = {}
         exp_tags = api(url, f"experiments/get?experiment_id={exp_id}")["experiment"].get("tags", [])
         views = {t["key"]: json.loads(t["value"]) for t in exp_tags
                  if t["key"].startswith("mlflow.sharedViewState.")}
-        for name, href in parser.links:  # each a shared view of the runs page: its filter, grouped by variant
+        for name, href in page_links.links:  # each a shared view of the runs page: its filter, by variant
             route = href.removeprefix(f"{url}/#/experiments/{exp_id}/runs")
             key = urllib.parse.parse_qs(route.partition("?")[2])["viewStateShareKey"][0]
             view = views[f"mlflow.sharedViewState.{key}"]
             found = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": view["searchFilter"]})
             linked.setdefault(name, set()).update(r["info"]["run_id"] for r in found.get("runs", []))
-        check(linked == cells and all(h.startswith(f"{url}/#/") for _, h in parser.links),
+        check(linked == cells and all(h.startswith(f"{url}/#/") for _, h in page_links.links),
               f"the landing page links each variant to exactly its runs on this UI: {sorted(linked)}")
-        followed = next(h for t, h in parser.links if t == "residual=post_norm")
+        followed = next(h for t, h in page_links.links if t == "residual=post_norm")
         pages = {
             "landing": landing.group(1),
             "followed-link": followed,

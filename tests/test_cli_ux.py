@@ -258,6 +258,7 @@ def test_the_report_links_each_variant_to_its_runs_and_ui_serves_it_as_the_landi
 
     target = study_target(parent, uri, "http://127.0.0.1:5999")
     assert target.report == "report/report.html" and target.run_id == parent["run_id"]
+    assert target.run_id is not None and target.report is not None
     logged = logged_report(target.run_id, target.report, uri)
     assert logged == page  # the page `ablate report` logged in the parent run
     landing = LandingServer(relinked(logged, "http://127.0.0.1:5999"))
@@ -331,7 +332,9 @@ def test_the_comparison_charts_the_metric_on_an_axis_that_shows_the_gaps(
     parent = _study_parent("rep-abl")
     target = study_target(parent, uri, "http://127.0.0.1:5000")
     compare = target.comparison_url or target.url
-    key = re.search(r"viewStateShareKey=(ablate-\w+)", compare).group(1)
+    found = re.search(r"viewStateShareKey=(ablate-\w+)", compare)
+    assert found is not None
+    key = found.group(1)
     client = MlflowClient(uri)
     written = json.loads(client.get_experiment(parent["experiment_id"]).tags[f"mlflow.sharedViewState.{key}"])
     cells = client.search_runs([parent["experiment_id"]], "tags.`ablate.kind` = 'cell'")
