@@ -82,7 +82,7 @@ def api(base: str, path: str, body: dict | None = None) -> dict:
 
 
 class Links(HTMLParser):
-    """A page's links: (text, href)."""
+    """A page's links to runs (``class="runs"``, not the line of links into MLflow above): (text, href)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,7 +91,7 @@ class Links(HTMLParser):
         self._text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
+        if tag == "a" and dict(attrs).get("class") == "runs":
             self._href, self._text = dict(attrs).get("href"), []
 
     def handle_data(self, data: str) -> None:
