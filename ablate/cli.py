@@ -218,6 +218,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    "seeds, verdict, the test split beside it) or effects.csv, the same rows; give it twice "
                    "(--format latex --format csv) for both from one build of the report; a report in the "
                    "folder built from the study as it stands is reused, not rebuilt")
+    p.add_argument("--no-links", dest="links", action="store_false", help="report.html without run links")
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -276,8 +277,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("export-model", "write a decoder-only run's best checkpoint as a Hugging Face transformers model "
             "folder (the standard class that computes the same function, or a refusal naming the component)",
             _export_model_args, ".run.export_model", "main_export_model"),
-    Command("ui", "start the MLflow UI on the local store (binds 127.0.0.1 unless told); with STUDY, print "
-            "the link to its page",
+    Command("ui", "the MLflow UI on the local store (127.0.0.1); a study opens on its report, linked to runs",
             _ui_args, ".tracking", "main_ui"),
     Command("runs", "list tracked runs with their status and main metrics",
             _runs_args, ".tracking", "main_runs"),

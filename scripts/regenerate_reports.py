@@ -1,6 +1,7 @@
 """Regenerate every committed report from its export, in a fresh store: `ablate import` then `ablate report`
 into the report's own folder. After a change that must leave reports alone, `git diff reports/` then shows
-only each report's date line (report.md, report.html, report.json).
+only each report's date line (report.md, report.html, report.json; its report.html without links to the
+runs, `--no-links`: the runs an import makes get new ids each time).
 
     python scripts/regenerate_reports.py            # every reports/*/export
     python scripts/regenerate_reports.py quick-axes  # only these
@@ -21,7 +22,7 @@ def regenerate(name: str) -> int:
     """Import ``reports/<name>/export`` into a fresh folder's stores and write its report in place."""
     export, out = ROOT / "reports" / name / "export", ROOT / "reports" / name
     with tempfile.TemporaryDirectory(prefix=f"ablate-regen-{name}-") as work:
-        for command in (["import", str(export)], ["report", name, "--out", str(out)]):
+        for command in (["import", str(export)], ["report", name, "--out", str(out), "--no-links"]):
             done = subprocess.run([sys.executable, "-m", "ablate", *command, "-q"], cwd=work)
             if done.returncode != 0:
                 print(f"{name}: `ablate {' '.join(command)}` exited {done.returncode}", file=sys.stderr)

@@ -4,17 +4,20 @@
 
 In a fresh folder it runs a quickstart-size run and a 4-cell ablation study (residual pre/post-norm x
 seeds 0, 1; a few dozen steps each), starts `ablate ui` on a free port, and loads in headless Chromium
-(Debian's ``chromium``): the URLs `ablate ui` prints for the latest study (its report, which `ablate
-report` logged in the parent run, in MLflow's HTML view; its comparison: MLflow's runs page in its chart
-view, the cells grouped by variant with their seeds pooled, on the deciding metric), the study's parent
-run, a cell's run and the single run. It asserts, on the pages' DOM (``--dump-dom``)
-and MLflow's REST API (what those pages render), that the comparison shows one group per variant and the
-metric's charts and no parent run, that the runs are named ``variant · seed N``, both seeds appear, the
-experiment opens in the model-training view (not the GenAI traces page) and the metric the study ranks
-by is named. It saves a screenshot of each page under ``--out`` (default ``ui-check/``) for a person to
-look at (``comparison.png`` is docs/img/mlflow-comparison.png), then stops the UI with SIGTERM and checks
-that its MLflow server went with it. Exit code 0 when every check passes; 77 when chromium is missing (CI
-skips then).
+(Debian's ``chromium``): the URLs `ablate ui` prints for the latest study (its landing page: the report
+`ablate report` logged in the parent run, served beside the MLflow server with each variant linked to its
+runs; the same report in MLflow's HTML view; its comparison: MLflow's runs page in its chart view, the
+cells grouped by variant with their seeds pooled, on the deciding metric, on axes fitted to the cells'
+values), the page a variant's link on the landing page opens, the study's parent run, a cell's run and the
+single run. It asserts, on the pages' DOM (``--dump-dom``) and MLflow's REST API (what those pages
+render), that the landing page shows the verdicts and links each variant to exactly its runs, that the
+followed link lists that variant's runs and no other, that the comparison shows one group per variant and
+the metric's charts on fitted axes and no parent run, that the runs are named ``variant · seed N``, both
+seeds appear, the experiment opens in the model-training view (not the GenAI traces page) and the metric
+the study ranks by is named. It saves a screenshot of each page under ``--out`` (default ``ui-check/``) for
+a person to look at (docs/mlflow.md shows ``landing.png``, ``followed-link.png`` and ``comparison.png``),
+then stops the UI with SIGTERM and checks that its MLflow server and landing page went with it. Exit code
+0 when every check passes; 77 when chromium is missing (CI skips then).
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = "ui-study"
 SKIP = 77
+# this checkout's ablate, whatever the environment has installed; the folder's own store
+ENV = {**os.environ, "MLFLOW_TRACKING_URI": "",
+       "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 def chromium() -> str | None:
@@ -59,7 +67,7 @@ def write_specs(folder: Path, steps: int) -> tuple[Path, Path]:
 
 def ablate(folder: Path, *args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=folder, capture_output=True, text=True,
-                         env={**os.environ, "MLFLOW_TRACKING_URI": ""}, check=False)
+                         env=ENV, check=False)
     if out.returncode != 0:
         raise SystemExit(f"ablate {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return out.stdout
@@ -71,6 +79,29 @@ def api(base: str, path: str, body: dict | None = None) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as response:
         return json.loads(response.read())
+
+
+class Links(HTMLParser):
+    """A page's links to runs (``class="runs"``, not the line of links into MLflow above): (text, href)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a" and dict(attrs).get("class") == "runs":
+            self._href, self._text = dict(attrs).get("href"), []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append(("".join(self._text), self._href))
+            self._href = None
 
 
 def browse(browser: str, url: str, shot: Path, budget_ms: int = 30000) -> str:
@@ -117,24 +148,34 @@ def main(argv: list[str] | None = None) -> int:
         ablate(folder, "report", STUDY, "--out", str(folder / "report"))  # logged under report/ in the parent
     ui = subprocess.Popen([sys.executable, "-m", "ablate", "ui", "--port", "0"], cwd=folder,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+                          env=ENV)
     try:
         assert ui.stdout is not None
-        lines = [ui.stdout.readline() for _ in range(4)]
+        lines: list[str] = []
+        while not lines or "its parent run" not in lines[-1]:
+            lines.append(ui.stdout.readline())
+            if not lines[-1] or len(lines) > 12:
+                break
         print("".join(lines), end="")
-        base = re.search(r"MLflow UI: (http://[0-9.:]+)", lines[0])
-        report = re.search(r"latest .*: (http://\S+)", lines[1])
-        latest = re.search(r"its runs compared: (http://\S+)", lines[2])
-        parent_page = re.search(r"its parent run .*: (http://\S+)", lines[3])
-        check(None not in (base, report, latest, parent_page),
-              "`ablate ui` prints the UI, the latest study's report, its comparison and its parent run's URL")
-        if base is None or report is None or latest is None or parent_page is None:
+        text = "".join(lines)
+        base = re.search(r"MLflow UI: (http://[0-9.:]+)", text)
+        landing = re.search(r"latest .*linked to its runs\): (http://\S+)", text)
+        report = re.search(r"the same report in MLflow .*: (http://\S+)", text)
+        latest = re.search(r"its runs compared: (http://\S+)", text)
+        parent_page = re.search(r"its parent run .*: (http://\S+)", text)
+        check(None not in (base, landing, report, latest, parent_page),
+              "`ablate ui` prints the UI, the latest study's landing page, its report in MLflow, its "
+              "comparison and its parent run's URL")
+        if base is None or landing is None or report is None or latest is None or parent_page is None:
             return 1
         url = base.group(1)
-        check(f"ablation study {STUDY} (its report" in lines[1] and "final/val/exact_match" in lines[2],
-              "the latest target is the study's report, then its comparison on the metric it ranks by")
-        check(report.group(1).split("?")[0].endswith("/artifacts/report/report.html"),
-              "the study opens on its report (verdicts, tables, figures) in the parent run's artifacts")
+        check(f"ablation study {STUDY} (its report: verdicts" in lines[1] and "final/val/exact_match" in text,
+              "the latest target is the study's report as its landing page, then its comparison on the "
+              "metric it ranks by")
+        check(not landing.group(1).startswith(url) and report.group(1).split("?")[0].endswith(
+            "/artifacts/report/report.html"),
+              "the landing page is served beside the MLflow UI; the report is also in the parent run's "
+              "artifacts")
         check("viewStateShareKey=" in latest.group(1) and "compareRunsMode=CHART" in latest.group(1),
               "its comparison is a shared view of the runs page in its chart view")
 
@@ -165,7 +206,28 @@ def main(argv: list[str] | None = None) -> int:
         single = api(url, "runs/search", {"experiment_ids": [single_exp]})["runs"][0]
         ml = "?workflowType=machine_learning"
         check(parent_id in parent_page.group(1), "`ablate ui` links the study's parent run")
+        with urllib.request.urlopen(landing.group(1), timeout=30) as response:
+            page = response.read().decode()
+        page_links = Links()
+        page_links.feed(page)
+        cells = {v: {r["info"]["run_id"] for r in runs if r["info"]["run_name"].startswith(f"{v} · ")}
+                 for v in ("baseline", "residual=post_norm")}
+        linked: dict[str, set[str]] = {}
+        exp_tags = api(url, f"experiments/get?experiment_id={exp_id}")["experiment"].get("tags", [])
+        views = {t["key"]: json.loads(t["value"]) for t in exp_tags
+                 if t["key"].startswith("mlflow.sharedViewState.")}
+        for name, href in page_links.links:  # each a shared view of the runs page: its filter, by variant
+            route = href.removeprefix(f"{url}/#/experiments/{exp_id}/runs")
+            key = urllib.parse.parse_qs(route.partition("?")[2])["viewStateShareKey"][0]
+            view = views[f"mlflow.sharedViewState.{key}"]
+            found = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": view["searchFilter"]})
+            linked.setdefault(name, set()).update(r["info"]["run_id"] for r in found.get("runs", []))
+        check(linked == cells and all(h.startswith(f"{url}/#/") for _, h in page_links.links),
+              f"the landing page links each variant to exactly its runs on this UI: {sorted(linked)}")
+        followed = next(h for t, h in page_links.links if t == "residual=post_norm")
         pages = {
+            "landing": landing.group(1),
+            "followed-link": followed,
             "report": report.group(1),
             "comparison": latest.group(1),
             "study": parent_page.group(1),
@@ -177,12 +239,22 @@ def main(argv: list[str] | None = None) -> int:
         for name, page in pages.items():
             # the comparison's charts draw after the runs' metric histories load: give them the time
             doms[name] = browse(browser, page, out / f"{name}.png",
-                                {"comparison": 60000, "report": 120000}.get(name, 30000))
+                                {"comparison": 60000, "report": 120000, "landing": 5000,
+                                 "followed-link": 60000}.get(name, 30000))
             print(f"     {name}: {page} -> {out / (name + '.png')}", flush=True)
         # MLflow shows an HTML artifact in a sandboxed iframe of its own (a blob: the DOM dump leaves its
         # content out; report.png shows it, docs/img/mlflow-study-report.png)
         check('class="mlflow-html-iframe"' in doms["report"] and "report/report.html" in doms["report"],
               "the report page shows the study's report.html in MLflow's HTML view of the parent run")
+        check("Summary" in doms["landing"] and "residual=post_norm</a>" in doms["landing"]
+              and 'class="runs"' in doms["landing"],
+              "the landing page opens on the report's summary of verdicts, the variants linked")
+        shown = doms["followed-link"]
+        check(all(f"residual=post_norm · seed {s}" in shown for s in (0, 1))
+              and "baseline · seed" not in shown and "Group: residual=post_norm" in shown
+              and "Group: baseline" not in shown and "Group: study" not in shown,
+              "the followed link shows that variant's two runs (grouped, not folded under the study's parent "
+              "run) and no other")
         compare = doms["comparison"]
         groups = re.findall(r"Group: ([^<]+)<", compare)
         check(sorted(g.strip() for g in groups) == ["baseline", "residual=post_norm"],
@@ -192,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
               "the comparison charts the deciding metric, grouped by the variant tag")
         check("You're viewing a shared view" in compare.replace("&#39;", "'"),
               "the study's shared view applies")
+        compared = re.search(r"viewStateShareKey=([\w-]+)", latest.group(1))
+        view = views.get(f"mlflow.sharedViewState.{compared.group(1) if compared else ''}", {})
+        ranges = [c.get("range", {}) for c in view.get("compareRunCharts", [])]
+        check(bool(ranges) and all("yMin" in r and "yMax" in r for r in ranges),
+              "the comparison's charts are on axes fitted to the cells' values, not from 0")
         study_dom = doms["study"]
         check(all(n in study_dom for n in want), "the study's page lists every cell by variant and seed")
         check("final/val/exact_match" in study_dom, "the study's page names the metric it ranks by")
@@ -208,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1)
         alive = [p for p in server if Path(f"/proc/{p}").exists()]
         check(bool(server) and not alive, "SIGTERM ends `ablate ui` and its MLflow server together")
+        try:
+            urllib.request.urlopen(landing.group(1), timeout=5).close()
+            gone = False
+        except OSError:
+            gone = True
+        check(gone, "and its landing page")
     finally:
         if ui.poll() is None:
             ui.send_signal(signal.SIGTERM)

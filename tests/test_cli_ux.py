@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -177,6 +180,105 @@ def test_ui_given_a_study_opens_its_report_then_its_comparison_and_links_its_par
     assert opened.comparison_url == f"{compare}  ({how})" and opened.parent_url == target.parent_url
 
 
+class _Links(HTMLParser):
+    """Every link of a page: (its text, its href)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href, self._text = dict(attrs).get("href"), []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append(("".join(self._text), self._href))
+            self._href = None
+
+
+def _run_ids(uri: str, href: str, base: str) -> set[str]:
+    """The runs a link into MLflow's UI shows, resolved against the store: a run page's id, or the runs the
+    runs page's search finds (its shared view's, grouped so that the runs show, not their parent)."""
+    import json
+
+    from mlflow import MlflowClient
+
+    route = href.removeprefix(f"{base}/#/experiments/")
+    assert route != href, href
+    path, _, query = route.partition("?")
+    experiment, _, rest = path.partition("/runs")
+    if rest.startswith("/"):
+        return {rest.removeprefix("/")}
+    client = MlflowClient(uri)
+    key = urllib.parse.parse_qs(query)["viewStateShareKey"][0]
+    state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.{key}"])
+    assert state["groupBy"]["groupByKeys"][-1] == {"mode": "tag", "groupByData": "ablate.variant"}
+    return {r.info.run_id for r in client.search_runs([experiment], state["searchFilter"], max_results=1000)}
+
+
+def test_the_report_links_each_variant_to_its_runs_and_ui_serves_it_as_the_landing_page(
+        imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's HTML links each variant's name (its tables' first column, its summary's bullets) into
+    MLflow's UI; each link, resolved against the store (a run page, or the runs page's search filter run
+    by MLflow), shows exactly that variant's runs. MLflow's own HTML view sandboxes a report where no link
+    opens, so `ablate ui` serves the logged report beside its MLflow server, the links moved to that
+    server; the report committed beside an export has none (``--no-links``)."""
+    from mlflow import MlflowClient
+
+    from ablate.tracking.landing import LandingServer, link_base, logged_report, relinked
+    from ablate.tracking.server import _study_parent, study_target
+
+    monkeypatch.chdir(imported)
+    uri = f"sqlite:///{imported / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["report", "rep-abl", "--out", "linked"]) == 0
+    page = (imported / "linked" / "report.html").read_text()
+    base = "http://127.0.0.1:5000"  # a local store's links point where `ablate ui` serves by default
+    assert link_base(page) == base
+    parent = _study_parent("rep-abl")
+    cells = MlflowClient(uri).search_runs([parent["experiment_id"]], "tags.`ablate.kind` = 'cell'")
+    by_variant: dict[str, set[str]] = {}
+    for run in cells:
+        by_variant.setdefault(run.data.tags["ablate.variant"], set()).add(run.info.run_id)
+    assert len(by_variant) == 3 and all(len(ids) == 3 for ids in by_variant.values())
+    parser = _Links()
+    parser.feed(page)
+    linked = {text: href for text, href in parser.links}
+    assert set(linked) == set(by_variant)  # every variant, nothing else
+    for text, href in parser.links:  # each occurrence of a name: the same runs, that variant's
+        assert _run_ids(uri, href, base) == by_variant[text], text
+    assert sum(text == "post_norm" or text.endswith("post_norm") for text, _ in parser.links) >= 2
+
+    target = study_target(parent, uri, "http://127.0.0.1:5999")
+    assert target.report == "report/report.html" and target.run_id == parent["run_id"]
+    assert target.run_id is not None and target.report is not None
+    logged = logged_report(target.run_id, target.report, uri)
+    assert logged == page  # the page `ablate report` logged in the parent run
+    landing = LandingServer(relinked(logged, "http://127.0.0.1:5999"))
+    try:
+        with urllib.request.urlopen(landing.url, timeout=10) as response:
+            served = response.read().decode()
+    finally:
+        landing.stop()
+    moved = _Links()
+    moved.feed(served)
+    assert "http://127.0.0.1:5000" not in served and 'class="mlflow-ui">http://127.0.0.1:5999<' in served
+    assert [t for t, _ in moved.links] == [t for t, _ in parser.links]
+    for text, href in moved.links:
+        assert _run_ids(uri, href, "http://127.0.0.1:5999") == by_variant[text]
+
+    assert main(["report", "rep-abl", "--out", "committed", "--no-links"]) == 0
+    plain = (imported / "committed" / "report.html").read_text()
+    assert link_base(plain) is None and "<a " not in plain
+
+
 def test_a_ladders_comparison_groups_its_cells_by_rung_then_variant() -> None:
     """Grouped by variant alone, a ladder's chart pooled every rung's runs (sizes 57x apart) into one mean."""
     from ablate.tracking.comparison_view import view_state
@@ -184,6 +286,64 @@ def test_a_ladders_comparison_groups_its_cells_by_rung_then_variant() -> None:
     assert view_state("ablation", "final/val/loss", ladder=True)["groupBy"]["groupByKeys"] == [
         {"mode": "tag", "groupByData": "ablate.rung"}, {"mode": "tag", "groupByData": "ablate.variant"}]
     assert "groupBy" not in view_state("search", "final/val/loss", ladder=True)  # trials are not variants
+    # each rung's own view: its cells alone, by variant, on an axis fitted to that rung's values
+    at_l = view_state("ablation", "final/val/loss", ladder=True, rung="l")
+    assert at_l["searchFilter"] == "tags.`ablate.kind` = 'cell' AND tags.`ablate.rung` = 'l'"
+    assert at_l["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "ablate.variant"}]
+
+
+def test_the_comparison_charts_the_metric_on_an_axis_that_shows_the_gaps(
+        imported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's own chart put a loss on an axis from 0 to 6, where a 0.02-nat gap between variants is a
+    line's width: the view ablate writes charts the final metric on an axis fitted to the cells' values,
+    and its curve on one fitted to the curves' ends, extended on the side the curve comes from."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from ablate.tracking.comparison_view import CellValues, fitted_range, view_state
+    from ablate.tracking.server import _study_parent, study_target
+
+    axis = fitted_range([3.41, 3.43, 3.42], higher_is_better=False)
+    assert axis["yMin"] < 3.41 and axis["yMax"] > 3.43
+    assert 0.02 / (axis["yMax"] - axis["yMin"]) > 0.7  # the gap fills most of the axis, not 1/300 of it
+    curve = fitted_range([3.41, 3.43], higher_is_better=False, lead=2.0)
+    assert curve["yMax"] - 3.43 > 3 * (3.41 - curve["yMin"])  # room above, where a loss comes from
+    bleu = fitted_range([20.0, 21.0], higher_is_better=True, lead=2.0)
+    assert 20.0 - bleu["yMin"] > 3 * (bleu["yMax"] - 21.0)  # a BLEU comes from below
+    assert fitted_range([0.06, 0.25], higher_is_better=True, lead=2.0)["yMin"] == 0  # not below 0
+    assert fitted_range([2.0, 2.0], higher_is_better=False)["yMin"] < 2.0  # equal values: still an axis
+    assert fitted_range([math.nan], higher_is_better=False) == {}
+    state = view_state("ablation", "final/val/loss", values=CellValues((3.41, 3.43), (3.5, 3.52)))
+    final, during = state["compareRunCharts"]
+    assert (final["metricKey"], final["type"], final["range"]) == (
+        "final/val/loss", "LINE", fitted_range([3.41, 3.43], higher_is_better=False))
+    assert during["metricKey"] == "val/loss"
+    assert during["range"]["yMin"] < 3.5 < 3.52 < during["range"]["yMax"]
+    # MLflow's UI keeps its two catch-all sections last (its update of a shared state assumes it)
+    assert [s["name"] for s in state["compareRunSections"]] == ["final/val", "val", "Model metrics",
+                                                                "System metrics"]
+    assert {c["metricSectionId"] for c in state["compareRunCharts"]} <= {
+        s["uuid"] for s in state["compareRunSections"]}
+
+    monkeypatch.chdir(imported)
+    uri = f"sqlite:///{imported / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    parent = _study_parent("rep-abl")
+    target = study_target(parent, uri, "http://127.0.0.1:5000")
+    compare = target.comparison_url or target.url
+    found = re.search(r"viewStateShareKey=(ablate-\w+)", compare)
+    assert found is not None
+    key = found.group(1)
+    client = MlflowClient(uri)
+    written = json.loads(client.get_experiment(parent["experiment_id"]).tags[f"mlflow.sharedViewState.{key}"])
+    cells = client.search_runs([parent["experiment_id"]], "tags.`ablate.kind` = 'cell'")
+    metric = "final/val/exact_match"
+    values = [r.data.metrics[metric] for r in cells if metric in r.data.metrics]
+    chart = next(c for c in written["compareRunCharts"] if c["metricKey"] == "final/val/exact_match")
+    assert chart["range"] == fitted_range(values, higher_is_better=True)
+    assert chart["range"]["yMin"] <= min(values) <= max(values) <= chart["range"]["yMax"]
+    assert study_target(parent, uri, "http://127.0.0.1:5000").comparison_url == target.comparison_url
 
 
 # ---------------------------------------------------------------- -v / -q anywhere

@@ -32,10 +32,12 @@ from ablate.report import freshness
 from ablate.report.compute.loaded_study import MACHINE_COLUMN, RUNG_COLUMN, Study, design_params, load_study
 from ablate.report.compute.target_reach import retarget
 from ablate.report.paper import write_table
-from ablate.report.render import STAMP_PREFIX, Document, render_html, render_markdown
+from ablate.report.render import STAMP_PREFIX, Document, Links, render_html, render_markdown
 from ablate.report.section_api import Inputs, Part, PartFn, parts
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
+from ablate.tracking.comparison_view import runs_link, ui_base
+from ablate.tracking.mlflow_store import resolve_tracking_uri
 from ablate.tracking.read import log_report_artifacts
 
 __all__ = ["ABLATION_PARTS", "SEARCH_PARTS", "build_report", "load_study", "main_report"]
@@ -133,9 +135,34 @@ def assemble(title: str, parts: Sequence[Part]) -> tuple[Document, dict[str, obj
     return doc, data
 
 
-def build_report(study: Study, out_dir: Path) -> Report:
-    """Write the report files for ``study`` into ``out_dir``; a tuned arm's steps to a target are read at the
-    tuned baseline's own final loss first (ablate/report/compute/target_reach.py)."""
+def run_links(study: Study, uri: str) -> Links:
+    """Where the report's HTML leads each name in the MLflow UI the store at ``uri`` is seen in: a variant
+    to its runs (at every rung of a ladder), a rung to every variant's runs there, and a variant at a rung
+    (a ladder's table cell) to the runs that cell compares: the variant's and the baseline's at that rung
+    (each set a shared view of the runs page, written into the study's experiment)."""
+    base, experiment, ladder = ui_base(uri), str(study.parent["experiment_id"]), bool(study.rungs)
+    parts = study.rungs or {"": study}
+    every = [r for part in parts.values() for r in part.runs]
+
+    def link(runs: list[str]) -> str:
+        return runs_link(uri, base, experiment, runs, ladder, record.FINAL + study.primary)
+
+    names = {v: link([r.run_id for r in every if r.variant == v])
+             for v in study.variants if any(r.variant == v for r in every)}
+    pairs: dict[tuple[str, str], str] = {}
+    for rung, part in study.rungs.items():
+        names.setdefault(rung, link([r.run_id for r in part.runs]))
+        for v in part.variants:
+            cell = [r.run_id for r in part.runs if r.variant in (v, part.baseline)]
+            if cell:
+                pairs[(v, rung)] = link(cell)
+    return Links(base, names, pairs)
+
+
+def build_report(study: Study, out_dir: Path, links: Links | None = None) -> Report:
+    """Write the report files for ``study`` into ``out_dir``; ``links``: report.html's links to the runs. A
+    tuned arm's steps to a target are read at the tuned baseline's own final loss first
+    (ablate/report/compute/target_reach.py)."""
     study = retarget(study)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
@@ -147,7 +174,7 @@ def build_report(study: Study, out_dir: Path) -> Report:
     parts = [p for p in made if p is not None]
     doc, data = assemble(f"{study.kind.capitalize()} report: {study.name}", parts)
     (out_dir / "report.md").write_text(render_markdown(doc))
-    (out_dir / "report.html").write_text(render_html(doc, out_dir))
+    (out_dir / "report.html").write_text(render_html(doc, out_dir, links))
     write_runs_csv(study, out_dir / "runs.csv")
     (out_dir / "report.json").write_text(json.dumps(_clean(data), indent=2, sort_keys=True) + "\n")
     return Report(out_dir / "report.md", parts)
@@ -173,13 +200,16 @@ def _write_tables(out_dir: Path, formats: Sequence[str]) -> None:
         print(f"table: {write_table(out_dir, fmt_name)}")
 
 
-def main_report(study: str, out: str | None = None, table_format: str | Sequence[str] | None = None) -> int:
+def main_report(study: str, out: str | None = None, table_format: str | Sequence[str] | None = None,
+                links: bool = True) -> int:
     """`ablate report STUDY [--out DIR] [--format latex|csv ...]`: STUDY is the study's spec file, its name
     or the parent run id; ``table_format`` (one or several) also writes the effects as tables
     (ablate/report/paper.py), from one build of the report, or from the report already in the folder when
     it is current (ablate/report/freshness.py). Exit 1 when a section failed or the report could not be
     logged to MLflow (the files are written either way); exit 2, with nothing written, when a table is
-    asked of a study with nothing to tabulate."""
+    asked of a study with nothing to tabulate. report.html links each variant and rung to its runs in the
+    MLflow UI (`ablate ui STUDY` serves it with its links on the UI it starts) unless ``links`` is False
+    (``--no-links``: a report committed beside its export, whose runs get new ids at each import)."""
     formats = [table_format] if isinstance(table_format, str) else list(dict.fromkeys(table_format or ()))
     loaded = load_study(study_name(study))
     why = untabulable(loaded) if formats else None
@@ -193,7 +223,8 @@ def main_report(study: str, out: str | None = None, table_format: str | Sequence
         _write_tables(out_dir, formats)
         return 0
     freshness.forget(out_dir)
-    report = build_report(loaded, out_dir)
+    report = build_report(loaded, out_dir, run_links(loaded, resolve_tracking_uri(None)) if links
+                          else None)
     _write_tables(out_dir, formats)  # the effects for a paper, from the report.json just written
     n_fig = len(list((out_dir / "figures").glob("*.png")))
     try:

@@ -11,7 +11,9 @@
 * `ablate.tracking.read` reads studies back for reports (parent and child runs, metric histories);
 * `ablate.tracking.run_files` writes runs to files and recreates them (`ablate export` / `ablate import`);
 * `ablate.tracking.server` runs ``mlflow server`` / ``ablate ui`` on 127.0.0.1 and prints run tables;
-  `ablate.tracking.comparison_view` writes the shared view ``ablate ui`` opens a study on;
+  `ablate.tracking.comparison_view` writes the shared views ``ablate ui`` compares a study's runs in (axes
+  fitted to the cells' values) and names the UI's URLs of runs; `ablate.tracking.landing` serves a study's
+  report beside the UI as its landing page, its variants and rungs linked to their runs;
 * `ablate.tracking.transport` chooses how records travel (direct, or through the outbox to a server);
 * `ablate.tracking.figures` draws the figures a run logs; `ablate.tracking.translations` writes and reads
   the hypotheses and references a run's BLEU was computed on;

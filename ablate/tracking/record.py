@@ -46,6 +46,10 @@ WORKFLOW_QUERY = "workflowType=machine_learning"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 SHARED_VIEW_QUERY = "viewStateShareKey"
 CHART_MODE_QUERY = "compareRunsMode=CHART"  # the runs page's chart view, not its table
+# The runs page's chart sections for metrics no other section names, which MLflow's UI keeps last.
+UI_METRIC_SECTIONS = ("Model metrics", "System metrics")
+RUN_ID_ATTRIBUTE = "attributes.run_id"  # a run id in a search filter
+SEARCH_FILTER_QUERY = "searchFilter"  # the runs page's URL parameter: its search
 
 # ---------------------------------------------------------------- ablate's run tags
 STUDY = "ablate.study"  # the study (= MLflow experiment) a run belongs to

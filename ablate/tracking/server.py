@@ -32,10 +32,14 @@ from ablate.spec import metricnames
 from ablate.spec.study_ref import study_name
 from ablate.tracking import record
 from ablate.tracking.comparison_view import (  # mlflow: a study to show
+    cell_values,
     comparison_url,
     comparison_view,
+    report_path,
     report_url,
+    run_url,
 )
+from ablate.tracking.landing import LandingServer, logged_report, relinked, with_nav
 from ablate.tracking.mlflow_store import (
     RunRow,
     artifact_root,
@@ -185,38 +189,46 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int 
 
 @dataclass(frozen=True)
 class Target:
-    """What `ablate ui` links: ``url`` opens it (a study: its comparison view; a run: its page), and a
-    study's parent run page (its cells table and plan) beside it."""
+    """What `ablate ui` links: ``url`` opens it (a study: its report, else its comparison view; a run: its
+    page), and a study's parent run page (its cells table and plan) beside it. ``report`` is the logged
+    report's artifact path in ``run_id``, which `main_ui` serves as the study's landing page."""
 
     what: str
     url: str
     parent_url: str | None = None
     comparison_url: str | None = None  # a study whose report opens first: its comparison view beside
-
-
-def _run_page(base_url: str, experiment_id: str, run_id: str) -> str:
-    return f"{base_url}/#/experiments/{experiment_id}/runs/{run_id}?{record.WORKFLOW_QUERY}"
+    rung_urls: tuple[tuple[str, str], ...] = ()  # a ladder: each rung's own comparison, smallest first
+    run_id: str | None = None
+    report: str | None = None
 
 
 def _study_target(uri: str, base_url: str, experiment_id: str, run_id: str, tags: dict[str, str],
                   name: str) -> Target:
-    """A study's comparison view (written into its experiment when missing) and its parent run page."""
+    """A study's report (where one was logged), its comparison view (written into its experiment, its axes
+    fitted to the cells' values; a ladder's also rung by rung) and its parent run page."""
     kind, metric = tags.get(record.KIND, "ablation"), tags.get(record.METRIC, "")
     metric = metric.split(",")[0].strip()  # a search with several objectives: the first
     study = tags.get(record.STUDY, name)
     report = report_url(uri, base_url, experiment_id, run_id)
+    logged = report_path(uri, run_id) if report is not None else None
+    parent = run_url(base_url, experiment_id, run_id)
     if not metric:
-        return Target(f"{kind} study {study}", report or _run_page(base_url, experiment_id, run_id))
+        return Target(f"{kind} study {study}", report or parent, run_id=run_id, report=logged)
     ladder = record.SCALES in tags
-    key = comparison_view(uri, experiment_id, kind, metric, ladder)
+    values = cell_values(uri, experiment_id, kind, metric)
+    key = comparison_view(uri, experiment_id, kind, metric, ladder, values.get(None))
     how = ("its trials" if kind != "ablation" else "its cells by rung and variant, seeds pooled" if ladder
            else "its cells by variant, seeds pooled")
     compare = comparison_url(base_url, experiment_id, key)
+    rungs = tuple(
+        (rung, comparison_url(base_url, experiment_id,
+                              comparison_view(uri, experiment_id, kind, metric, ladder, cells, rung)))
+        for rung, cells in values.items() if rung is not None and ladder and kind == "ablation")
     if report is not None:  # the verdicts first: the report's tables and figures, in the parent run
-        return Target(f"{kind} study {study} (its report: verdicts, tables, figures)", report,
-                      _run_page(base_url, experiment_id, run_id), f"{compare}  ({how}, on {metric})")
-    return Target(f"{kind} study {study} ({how}, on {metric})", compare,
-                  _run_page(base_url, experiment_id, run_id))
+        return Target(f"{kind} study {study} (its report: verdicts, tables, figures)", report, parent,
+                      f"{compare}  ({how}, on {metric})", rungs, run_id, logged)
+    return Target(f"{kind} study {study} ({how}, on {metric})", compare, parent, rung_urls=rungs,
+                  run_id=run_id)
 
 
 def latest_target(uri: str, base_url: str) -> Target | None:
@@ -228,7 +240,7 @@ def latest_target(uri: str, base_url: str) -> Target | None:
         return None
     if run.tags.get(record.KIND) in record.STUDY_KINDS:
         return _study_target(uri, base_url, run.experiment_id, run.run_id, run.tags, run.name)
-    return Target(f"run {run.name or run.run_id}", _run_page(base_url, run.experiment_id, run.run_id))
+    return Target(f"run {run.name or run.run_id}", run_url(base_url, run.experiment_id, run.run_id))
 
 
 def _study_parent(study: str) -> dict[str, Any]:
@@ -243,12 +255,37 @@ def study_target(parent: dict[str, Any], uri: str, base_url: str) -> Target:
                          parent.get("run_name") or parent["run_id"])
 
 
-def _print_target(target: Target, latest: bool) -> None:
-    print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
+def _print_target(target: Target, latest: bool, landing: str | None = None) -> None:
+    """The study's links, its landing page (the report, served beside the UI) first where there is one."""
+    if landing is not None:
+        names = "each variant and rung" if target.rung_urls else "each variant"
+        what = f"{target.what.removesuffix(')')}, {names} linked to its runs)"
+        print(f"{'latest' if latest else 'open'} {what}: {landing}", flush=True)
+        print(f"  the same report in MLflow (its links do not open there): {target.url}", flush=True)
+    else:
+        print(f"{'latest' if latest else 'open'} {target.what}: {target.url}", flush=True)
     if target.comparison_url is not None:
         print(f"  its runs compared: {target.comparison_url}", flush=True)
+    for rung, url in target.rung_urls:
+        print(f"  its runs compared at rung {rung}: {url}", flush=True)
     if target.parent_url is not None:
         print(f"  its parent run (cells table, power plan, report): {target.parent_url}", flush=True)
+
+
+def _landing(target: Target | None, uri: str, url: str, host: str) -> LandingServer | None:
+    """The study's report served as its landing page, its run links on the UI at ``url``; None without
+    a logged report."""
+    if target is None or target.report is None or target.run_id is None:
+        return None
+    compared = target.comparison_url.split("  (")[0] if target.comparison_url else None
+    nav = [*([("its runs compared", compared)] if compared else []),
+           *((f"at rung {rung}", link) for rung, link in target.rung_urls),
+           *([("its parent run", target.parent_url)] if target.parent_url else []),
+           ("this report", target.url), ("every experiment", f"{url}/#/experiments?{record.WORKFLOW_QUERY}")]
+    return LandingServer(with_nav(relinked(logged_report(target.run_id, target.report, uri), url), nav), host)
+
+
+UI_START_S = 240.0  # how long `ablate ui` waits for its MLflow server to answer
 
 
 class _Terminated(Exception):
@@ -271,16 +308,22 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
         if parent is not None:
             _print_target(study_target(parent, uri, uri.rstrip("/")), latest=False)
         return 0
-    log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log"
+    # port 0 (any free one): a log of its own, not one that every such UI appends to
+    log = Path(tempfile.gettempdir()) / f"ablate-mlflow-ui-{port}.log" if port else Path(
+        tempfile.mkstemp(prefix="ablate-mlflow-ui-", suffix=".log")[1])
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     process: subprocess.Popen[bytes] | None = None
+    landing: LandingServer | None = None
     try:
-        process, url = start_server(host, port, uri, workers=workers, log_path=log)
+        # a server that fails exits at once (start_server notices); one that is slow (MLflow's imports take
+        # a minute on two busy cores) is waited for
+        process, url = start_server(host, port, uri, workers=workers, log_path=log, timeout=UI_START_S)
         target = latest_target(uri, url) if parent is None else study_target(parent, uri, url)
+        landing = _landing(target, uri, url, host)
         print(f"MLflow UI: {url}/#/experiments?{record.WORKFLOW_QUERY}  (store {redacted(uri)}, artifacts "
               f"{artifact_root(uri)}, log {log}); Ctrl-C stops it", flush=True)
         if target is not None:
-            _print_target(target, latest=parent is None)
+            _print_target(target, latest=parent is None, landing=None if landing is None else landing.url)
         code = process.wait()
     except (KeyboardInterrupt, _Terminated):  # start_server stops a server that was still starting
         if process is not None:
@@ -288,6 +331,8 @@ def main_ui(host: str = "127.0.0.1", port: int = 5000, *, workers: int = 1, stud
         print("stopped", flush=True)
         return 0
     finally:
+        if landing is not None:
+            landing.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"mlflow server exited with code {code}; its log ({log}):\n{_log_tail(log)}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +163,36 @@ def test_the_gap_panel_draws_each_comparisons_gap_at_every_rung_and_its_fitted_l
     assert (y0, y1, lo0, hi0) == (c.verdict.bottom.value, c.verdict.top.value, c.verdict.bottom.lo,
                                   c.verdict.bottom.hi)
     assert wide.color == [cv.variant for cv in ladder.curves].index("wide")  # one colour in both panels
+
+
+def test_the_html_links_a_ladders_variants_rungs_and_cells_to_their_runs(tmp_path: Path) -> None:
+    """A ladder's report links each variant to its runs at every rung, each rung to every variant's runs
+    there, and each variant-at-rung cell of a table to the runs it compares (the variant's and the
+    baseline's at that rung); a store without the study's experiment (its shared views cannot be written)
+    gets MLflow's plain filtered runs page."""
+    import urllib.parse
+
+    from ablate.report.build import run_links
+    from ablate.report.render import Bullets, Document, Section, render_html
+
+    study = build_study(*ladder_frame(seeds=2))
+    links = run_links(study, f"sqlite:///{tmp_path / 'other.db'}")
+    assert links.base == "http://127.0.0.1:5000"
+
+    def ids(url: str) -> set[str]:
+        query = urllib.parse.parse_qs(url.partition("?")[2])["searchFilter"][0]
+        return set(re.findall(r"'([^']+)'", query))
+
+    rungs = [n for n, _ in RUNGS]
+    assert ids(links.names["wide"]) == {f"{r}-wide-{s}" for r in rungs for s in range(2)}
+    assert ids(links.names["s"]) == {f"s-{v}-{k}" for v in ("baseline", "wide", "same") for k in range(2)}
+    assert ids(links.pairs[("wide", "m")]) == {f"m-{v}-{k}" for v in ("baseline", "wide") for k in range(2)}
+    doc = Document("t", "Report generated on x", [Bullets(["wide: better", "nothing: here"])], [Section("s", [
+        Table(["comparison", "xs", "l"], [["`wide`", "-0.02", "-0.14"]])])])
+    page = render_html(doc, tmp_path, links)
+    anchors = dict((text, href) for href, text in re.findall(r'<a class="runs" href="([^"]+)"[^>]*>(.*?)</a>',
+                                                          page))
+    assert set(anchors) == {"wide", "<code>wide</code>", "xs", "l", "-0.02", "-0.14"}
+    assert anchors["-0.14"].replace("&amp;", "&") == links.pairs[("wide", "l")]
+    assert anchors["xs"].replace("&amp;", "&") == links.names["xs"]
+    assert "nothing: here" in page  # a bullet that names no variant stays plain

@@ -164,5 +164,6 @@ def test_the_ui_shows_runs_names_seeds_and_the_study_metric_in_a_browser(tmp_pat
                          capture_output=True, text=True, timeout=1200, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAIL" not in out.stdout
-    assert {p.name for p in tmp_path.glob("*.png")} == {"report.png", "comparison.png", "study.png",
-                                                       "study-runs.png", "cell-run.png", "single-run.png"}
+    assert {p.name for p in tmp_path.glob("*.png")} == {"landing.png", "followed-link.png", "report.png",
+                                                       "comparison.png", "study.png", "study-runs.png",
+                                                       "cell-run.png", "single-run.png"}
