@@ -44,7 +44,6 @@ def main_ablate(spec_path: str, overrides: Sequence[str] = (), workers: int | No
     check_data(spec_path, overrides, plan.spec)  # a missing or malformed data file: now, not in a cell
     packs = decide_packs(plan.cells, pack_bound or bound_given())  # may refuse: exit 2
     if dry_run:
-        print("\n".join(packs.lines))
         return _dry_run(plan, storage, workers, packs)
     if any(size > 1 for size in packs.sizes.values()):
         print("\n".join(packs.lines), flush=True)
@@ -67,6 +66,7 @@ def _dry_run(plan: StudyPlan, storage: str | None, workers: int, packs: PackDeci
     records = dry_run(plan, storage, workers)
     if records is None:
         return 2
+    print("\n".join(packs.lines))  # after the plan's own lines: the study and its design come first
     print(workers_line(workers))
     if not pilot_times(plan):  # the plan gave the time from the pilot's cells; else measure it here
         timed = plan

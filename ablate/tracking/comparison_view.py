@@ -100,13 +100,13 @@ def fitted_range(values: Sequence[float], higher_is_better: bool, *, lead: float
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return {}
-    lo, hi = min(finite), max(finite)
-    span = max(hi - lo, 0.005 * max(abs(lo), abs(hi)), 0.01)
+    least, most = min(finite), max(finite)  # the values' range (not an interval: nothing is decided here)
+    span = max(most - least, 0.005 * max(abs(least), abs(most)), 0.01)
     pad = 0.15 * span
     below, above = pad + (lead * span if higher_is_better else 0.0), pad + (0.0 if higher_is_better
                                                                            else lead * span)
-    bottom = lo - below if lo < 0 else max(lo - below, min(0.0, lo - pad))
-    return {"yMin": _round(bottom), "yMax": _round(hi + above)}
+    bottom = least - below if least < 0 else max(least - below, min(0.0, least - pad))
+    return {"yMin": _round(bottom), "yMax": _round(most + above)}
 
 
 def _round(value: float) -> float:
