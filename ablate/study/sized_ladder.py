@@ -26,6 +26,7 @@ from typing import Any
 from ablate.stats.power import POWER, SD_CONFIDENCE, detectable, seeds_needed
 from ablate.stats.sequential import Design
 from ablate.stats.transfer import change_power
+from ablate.stats.verdict import SIGN_FLIP_PAIRS, sign_flip_floor
 from ablate.study.cell_queue import CellRecords
 from ablate.study.pilot import RUNG_COLUMN, PairedNoise, Pilot, paired_sd, pilot_from_rows, pilot_rows
 from ablate.study.study_plan import StudyPlan
@@ -162,7 +163,8 @@ def ladder_plan(plan: StudyPlan, records: CellRecords | None = None) -> LadderPl
             noise = {label: pilot.noise(label) if pilot else None for label in labels}
             seconds = _seed_seconds(pilot, labels) if pilot else None
         rungs.append(_rung_plan(rung.name, rung.compute.flops, noise, design, seconds, design.looks[-1]))
-    transfers = _transfer_plans(rungs, labels, abl.alpha, design.min_effect)
+    # no rung decided, no transfer verdict: the plain line says so (ladder_reach_line)
+    transfers = [] if undecidable(design) else _transfer_plans(rungs, labels, abl.alpha, design.min_effect)
     return LadderPlan(design, plan.metric, source, rungs, transfers, design.min_effect,
                       abl.scales.budget if abl.scales is not None else None, informational)
 
@@ -177,7 +179,8 @@ def _rung_plan(name: str, compute: float, noise: dict[str, PairedNoise | None], 
     detects, needs = {}, {}
     for label, n in noise.items():
         sd = n.upper if n is not None else 1.0  # without noise: in units of the paired sd
-        detects[label] = detectable(design, sd)
+        # the simulation tests like a t-test; at these seeds the report's exact test decides nothing
+        detects[label] = math.inf if undecidable(design) else detectable(design, sd)
         needs[label] = seeds_needed(design, sd, "better", None) if n is not None else None
     return RungPlan(name, compute, noise, detects, needs, seconds, seeds)
 
@@ -237,12 +240,34 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def undecidable(design: Design) -> bool:
+    """True where the last look's seeds leave every rung to the exact sign-flip test (at most
+    SIGN_FLIP_PAIRS pairs) and its smallest p is not below alpha: every rung then reads "not testable"."""
+    seeds = design.looks[-1]
+    return seeds <= SIGN_FLIP_PAIRS and sign_flip_floor(seeds) >= design.alpha
+
+
+def ladder_reach_line(design: Design) -> str | None:
+    """The plain line a ladder's plan opens with where no rung can be decided at its seeds, else None."""
+    if not undecidable(design):
+        return None
+    seeds = design.looks[-1]
+    return (f"  cannot decide any rung: {seeds} seed{'s' * (seeds != 1)} a rung: the exact sign-flip test's "
+            f"smallest p is {sign_flip_floor(seeds):.2g}, never below alpha {design.alpha:g}, so every rung "
+            "reads 'not testable' and no transfer verdict (grows, shrinks, reverses, holds) can be read from "
+            f"the rungs; the smallest design that could: {SIGN_FLIP_PAIRS + 1} seeds a rung (the paired "
+            "t-test)")
+
+
 def format_ladder_plan(lp: LadderPlan) -> str:
     d = lp.design
     looks = f"{d.looks[0]}..{d.looks[-1]} seeds" if len(d.looks) > 1 else f"{d.looks[0]} seeds"
     lines = [f"power plan of the ladder ({'information only: ' if lp.informational else ''}{looks} at each "
              f"rung, {d.family} verdicts over {len(lp.rungs)} rungs in one family at alpha {d.alpha:g}, each "
              f"at {d.level:.3g}; deciding metric {lp.metric}; {POWER:.0%} power):"]
+    reach = ladder_reach_line(d)
+    if reach is not None:
+        lines.append(reach)
     if lp.source is None:
         lines.append("  not sized yet: no pilot ladder (ablation.pilot names an earlier ladder on these "
                      "rungs); the detectable effects below are in units of each rung's paired sd")
@@ -255,7 +280,8 @@ def format_ladder_plan(lp: LadderPlan) -> str:
         lines.append(f"  rung {r.rung} ({r.compute:.3g} FLOPs{hours}):")
         for label, n in r.noise.items():
             sd = "-" if n is None else f"sd {n.sd:.3g} ({n.upper:.3g})"
-            det = f"{r.detects[label]:.3g}" + ("" if n is not None else " sd")
+            det = ("nothing (not testable)" if math.isinf(r.detects[label]) else
+                   f"{r.detects[label]:.3g}" + ("" if n is not None else " sd"))
             need = r.needs[label]
             needs = "-" if n is None else (str(need) if need is not None else ">100")
             # read off the study's own seeds, a new study is sized at the gaps found (observed_needs.py)

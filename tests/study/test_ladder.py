@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,22 @@ def test_every_rungs_comparisons_are_one_family(tmp_path: Path) -> None:
     assert plan.design.level == pytest.approx(0.05 / 3)
     assert {sub.design.family for sub in rung_rounds.rung_plans(plan) if sub.design} == {3}
     assert preregister.design_record(plan)["family"] == 3
+
+
+
+def test_the_plan_says_plainly_when_its_seeds_can_decide_no_rung(tmp_path: Path) -> None:
+    from ablate.study.sized_ladder import format_ladder_plan, ladder_plan, ladder_reach_line
+
+    plan = plan_study(str(write(tmp_path, seeds="  seeds: [0, 1, 2]")))
+    planned = ladder_plan(plan)
+    assert planned is not None
+    text = format_ladder_plan(planned)
+    assert ("  cannot decide any rung: 3 seeds a rung: the exact sign-flip test's smallest p is 0.25, never "
+            "below alpha 0.05, so every rung reads 'not testable' and no transfer verdict (grows, shrinks, "
+            "reverses, holds) can be read from the rungs; the smallest design that could: 4 seeds a rung "
+            "(the paired t-test)") in text.splitlines()
+    # no rung's line claims an effect it could detect, and no transfer line claims power
+    assert text.count("norm=rms: -, detects nothing (not testable)") == 3
+    assert "transfer norm=rms" not in text
+    # from 4 seeds a rung the paired t-test can decide: no such line
+    assert ladder_reach_line(replace(planned.design, looks=(4,))) is None
