@@ -321,8 +321,9 @@ def test_experiment_ablations_expand() -> None:
         # WSD against cosine, fixed rates and each tuned: 37 seeds at most
         "wsd-vs-cosine-docs.yaml": 74, "wsd-vs-cosine-tuned-docs.yaml": 74,
         # the fair ladder: 3 variants x 6 rungs x 3 seeds at each variant's best per rung (its 54 tuning
-        # cells come first); Muon's speedup: 2 variants x 6 sizes x 3 data budgets x 3 seeds (36 tuning)
-        "ladder-fair-kdocs.yaml": 54, "muon-speedup-kdocs.yaml": 108,
+        # cells come first), and its rerun on 4 seeds; Muon's speedup: 2 variants x 6 sizes x 3 data
+        # budgets x 4 seeds (36 tuning)
+        "ladder-fair-kdocs.yaml": 54, "ladder-fair4-kdocs.yaml": 72, "muon-speedup-kdocs.yaml": 144,
         # SwiGLU vs a GELU MLP (named levels) x RMSNorm vs LayerNorm: 4 variants x 8 seeds at most
         "ffn-norm-factorial-docs.yaml": 32}
     assert plans["modern-axes.yaml"].variants == [
