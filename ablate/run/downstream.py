@@ -22,6 +22,7 @@ the ``interop`` extra: imported here, and this module only where tasks are asked
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import math
 import os
@@ -62,20 +63,36 @@ class TaskScores:
         return {metricnames.downstream_metric(self.task, k): v for k, v in values.items() if v is not None}
 
 
-def task_manager(include_path: str | None) -> TaskManager:
-    """The harness's task registry, with the YAML task files of ``include_path`` added."""
+def task_manager(include_path: str | None, tasks: Sequence[str] = ()) -> TaskManager:
+    """The harness's task registry, with the YAML task files of ``include_path`` added; where every one of
+    ``tasks`` is among that folder's, the folder's alone (indexing the harness's own 14,000 task files
+    takes about 10 s, and a task on local files does not need them)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     if include_path is None:
-        return TaskManager()
+        return _indexed(None)
     folder = Path(expand_env(include_path, f"{FIELD}.include_path"))
     if not folder.is_dir():
         raise AblateError(f"{FIELD}.include_path: folder not found: {folder.resolve()}")
-    return TaskManager(include_path=str(folder))
+    # the folder's task files and their times are part of the key: a file added or edited is indexed again
+    files = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in folder.rglob("*.y*ml")))
+    local = _indexed(str(folder.resolve()), files, defaults=False)
+    if tasks and set(tasks) <= set(local.all_tasks):
+        return local
+    return _indexed(str(folder.resolve()), files)
+
+
+@functools.cache
+def _indexed(folder: str | None, files: tuple[tuple[str, int], ...] = (), defaults: bool = True
+             ) -> TaskManager:
+    """One registry a folder (and its task files) and process: a run checks its tasks before training and
+    scores them after (the manager only reads; each evaluation builds its tasks afresh from it)."""
+    del files  # the cache's key only
+    return TaskManager(include_path=folder, include_defaults=defaults)
 
 
 def check_tasks(downstream: DownstreamSpec) -> None:
     """Every task known to the harness and its data readable: one line naming the first that is not."""
-    manager = task_manager(downstream.include_path)
+    manager = task_manager(downstream.include_path, [t.task for t in downstream.tasks])
     known = set(manager.all_tasks)
     for i, task in enumerate(downstream.tasks):
         where = f"{FIELD}.tasks.{i}"
@@ -101,7 +118,7 @@ def downstream_scores(model: DecoderOnlyLM, tok: Tokenizers, downstream: Downstr
                       device: torch.device | None = None) -> list[TaskScores]:
     """Each task of ``downstream`` scored through the harness on ``model`` (fp32, eval mode)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    manager = task_manager(downstream.include_path)
+    manager = task_manager(downstream.include_path, [t.task for t in downstream.tasks])
     lm = harness_model(model, tok, batch_size=downstream.batch_size, device=device)
     out = []
     for task in downstream.tasks:
