@@ -4,7 +4,9 @@ through one :class:`~ablate.engine.packed_model.PackedModel`.
 Each cell keeps its whole trainer: its model (whose parameters are views of the pack's stacked storage),
 its own optimizer built by the optimizer axis as alone (so every registered optimizer steps each cell as it
 steps a cell alone: Adam's and Lion's elementwise moments, Adafactor's factored row and column moments, Muon's
-Newton-Schulz on each cell's own matrices), its scheduler (a cell's learning rate and schedule are its own),
+Newton-Schulz on each cell's own matrices; under Adam and AdamW the cells' steps are one call over the
+stacked parameters, each cell's state a view of the stacked moments: ablate/engine/packed_step.py), its
+scheduler (a cell's learning rate and schedule are its own),
 its GradScaler (fp16 loss scaling per cell: one cell's overflow skips only its own step), its clipping by its
 own gradient norm, its data order (its batcher, seeded by its seed), its evaluations, best and last
 checkpoints, metrics and stop. Only the forward and backward are shared: the cells' micro-batches are padded
@@ -15,7 +17,9 @@ The loop is :meth:`Trainer.fit`'s, a cell at a time after each shared step: the 
 evaluations, early stopping, tuner prunes and divergence test, so a packed cell records what it records
 alone. A cell that ends (diverged, early-stopped, pruned, or at its budget) leaves the pack, which is
 re-stacked from the cells still training (their optimizers keep their state: it is keyed by the parameter
-objects, which stay the cells'). A SIGTERM or Ctrl-C checkpoints every cell still training at the step's
+objects, which stay the cells'). Each cell keeps its own random state (ablate/engine/cell_rng.py), swapped
+in for its dropout masks and for its own work after a step, so its masks and checkpoints are its own. A
+SIGTERM or Ctrl-C checkpoints every cell still training at the step's
 boundary; each resumes from its own checkpoint, packed with any others or alone.
 """
 
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -31,22 +36,36 @@ import torch
 from ablate.data.lm_corpus import IGNORE, LMBatch
 from ablate.data.prepare import Batch
 from ablate.engine import preempt
-from ablate.engine.packed_model import PackedModel, pad_rows
+from ablate.engine.cell_rng import CellStreams
+from ablate.engine.packed_model import PackedModel, pack_lengths, pad_rows
+from ablate.engine.packed_step import BatchedAdam, batched_adam
 from ablate.engine.trainer import Trainer, TrainOutcome, current_lr
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
 
-__all__ = ["PackedTrainer", "fold_batches"]
+__all__ = ["PackedTrainer", "batch_lengths", "fold_batches"]
 
 
-def fold_batches(batches: list[Batch | LMBatch], trainer: Trainer) -> tuple[list[torch.Tensor], torch.Tensor]:
+def batch_lengths(batches: Sequence[Batch | LMBatch]) -> list[list[int]]:
+    """Each kind of length of the cells' micro-batches, per cell: a language model's sequence; a
+    translation's source and target."""
+    if isinstance(batches[0], LMBatch):
+        return [[b.ids.size(1) for b in batches if isinstance(b, LMBatch)]]
+    mt = [b for b in batches if isinstance(b, Batch)]
+    return [[b.src.size(1) for b in mt], [b.tgt_in.size(1) for b in mt]]
+
+
+def fold_batches(batches: list[Batch | LMBatch], trainer: Trainer,
+                 lengths: Sequence[int] | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The cells' micro-batches as one folded batch: inputs (K B, ...) and targets (K, B, T), each cell's
-    padded to the largest rows and lengths among them (pad targets are ignored by the loss; a padding row
-    starts with a real token, so no attention row is fully masked)."""
+    padded to the largest rows and to ``lengths`` (default: the longest of each kind, as
+    :func:`batch_lengths` orders them; pad targets are ignored by the loss; a padding row starts with a real
+    token, so no attention row is fully masked)."""
     rows = max(b.size for b in batches)
+    longest = lengths or [max(own) for own in batch_lengths(batches)]
     if isinstance(batches[0], LMBatch):
         lm = [b for b in batches if isinstance(b, LMBatch)]
-        cols = max(b.ids.size(1) for b in lm)
+        cols = longest[0]
         pad = trainer.pad_id
         ids = torch.cat([pad_rows(b.ids, rows, cols, pad, first=pad) for b in lm])
         targets = torch.stack([pad_rows(b.targets, rows, cols, IGNORE) for b in lm])
@@ -58,7 +77,7 @@ def fold_batches(batches: list[Batch | LMBatch], trainer: Trainer) -> tuple[list
     tok = trainer.data.tokenizers
     pad = tok.pad_id
     mt = [b for b in batches if isinstance(b, Batch)]
-    src_cols, tgt_cols = max(b.src.size(1) for b in mt), max(b.tgt_in.size(1) for b in mt)
+    src_cols, tgt_cols = longest
     src = torch.cat([pad_rows(b.src, rows, src_cols, pad, first=tok.eos_id) for b in mt])
     tgt_in = torch.cat([pad_rows(b.tgt_in, rows, tgt_cols, pad, first=tok.bos_id) for b in mt])
     targets = torch.stack([pad_rows(b.tgt_out, rows, tgt_cols, pad) for b in mt])
@@ -70,6 +89,8 @@ class PackedTrainer:
     """K cells' trainers of one shape, stepped as one stacked model (see the module docstring)."""
 
     trainers: list[Trainer]
+    # each cell's random state as it starts training (ablate/engine/cell_rng.py); default: its seed's
+    streams: CellStreams | None = field(default=None)
 
     def __post_init__(self) -> None:
         first = self.trainers[0]
@@ -82,12 +103,40 @@ class PackedTrainer:
                 raise ValueError("a pack's cells share their precision and accumulation")
         self.live: list[int] = []
         self.pack: PackedModel | None = None
+        if self.streams is None:
+            self.streams = CellStreams.seeded([t.spec.seed for t in self.trainers], self.device)
+        self.cell_streams: CellStreams = self.streams
+        self._step_for: PackedModel | None = None
+        self._step: BatchedAdam | None = None
 
     def _repack(self, live: list[int]) -> PackedModel:
         if self.pack is None or live != self.live:
             self.live = list(live)
-            self.pack = PackedModel([self.trainers[k].model for k in live])
+            chosen = list(live)
+            self.pack = PackedModel([self.trainers[k].model for k in live],
+                                    lambda c: self.cell_streams.drawing(chosen[c]))
         return self.pack
+
+    def _batched(self, pack: PackedModel, cells: list[Trainer]) -> BatchedAdam | None:
+        """The pack's batched optimizer step (ablate/engine/packed_step.py), made once per pack."""
+        if self._step_for is not pack:
+            self._step_for = pack
+            scaled = any(t.scaler.is_enabled() for t in cells)
+            self._step = batched_adam([t.model for t in cells], [t.optimizer for t in cells],
+                                      list(pack.stacked), pack.names, scaled)
+        return self._step
+
+    def _fold(self, pack: PackedModel, micro: list[Batch | LMBatch]
+              ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The micro-batches folded; where the pack has dropouts, padded so that each cell's slice can be
+        cut (:func:`~ablate.engine.packed_model.pack_lengths`) and the cells' extents handed to the pack."""
+        if not pack.dropouts:
+            return fold_batches(micro, self.trainers[self.live[0]])
+        own = batch_lengths(micro)
+        padded = pack_lengths(own, pack.widths, self.trainers[self.live[0]].spec.model.max_positions)
+        pack.set_extents([b.size for b in micro],
+                         {size: cells for size, cells in zip(padded, own, strict=True) if min(cells) < size})
+        return fold_batches(micro, self.trainers[self.live[0]], padded)
 
     # -- one optimizer step of every live cell
     def train_step(self, live: list[int]) -> tuple[list[float], list[int]]:
@@ -105,7 +154,7 @@ class PackedTrainer:
         loss_sums = [torch.zeros((), dtype=torch.float64, device=self.device) for _ in cells]
         for i in range(len(steps[0])):
             micro = [batches[i] for batches in steps]
-            inputs, targets = fold_batches(micro, cells[0])
+            inputs, targets = self._fold(pack, micro)
             inputs = [x.to(self.device, non_blocking=True) for x in inputs]
             targets = targets.to(self.device, non_blocking=True)
             with autocast_context(self.precision, self.device):
@@ -122,6 +171,14 @@ class PackedTrainer:
                 loss_sums[k] += loss.detach().double() * weight
             total.backward()
         pack.share_grads()
+        batched = self._batched(pack, cells)
+        if batched is not None:  # Adam or AdamW: one clip and one step over the stacked parameters
+            batched.clip([t.spec.train.clip_norm for t in cells])
+            batched.step()
+            for t in cells:
+                setattr(t.optimizer, "_opt_called", True)  # noqa: B010 - the scheduler's 'stepped' mark
+                t.scheduler.step()
+            return [float(s) for s in torch.stack(loss_sums).tolist()], totals
         for t in cells:
             if t.spec.train.clip_norm:
                 t.scaler.unscale_(t.optimizer)  # clip true gradients, not scaled ones
@@ -184,7 +241,8 @@ class PackedTrainer:
                     if preempt.requested():
                         preempt.at_boundary()
                         for k in live:
-                            self.trainers[k].save()
+                            with self.cell_streams.drawing(k):  # its checkpoint saves its own stream
+                                self.trainers[k].save()
                             outcomes[k] = TrainOutcome("killed", self.trainers[k].state, "interrupted by "
                                                        f"{preempt.signal_name()} at step "
                                                        f"{self.trainers[k].state.step}; checkpoint saved")
@@ -195,7 +253,8 @@ class PackedTrainer:
                     self._share_cpu(live, None, time.process_time() - cpu)
                     for k, loss, n in zip(live, losses, tokens, strict=True):
                         cpu = time.process_time()
-                        ended = self.after_step(self.trainers[k], loss, n, elapsed)
+                        with self.cell_streams.drawing(k):
+                            ended = self.after_step(self.trainers[k], loss, n, elapsed)
                         self._share_cpu(live, k, time.process_time() - cpu)
                         if ended is not None:
                             outcomes[k] = ended

@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 import torch
 
+import registry
 from ablate.data.prepare import prepare_data
 from ablate.engine.dispatch import build_any
-from ablate.engine.packed_model import pack_problems, spec_problems
+from ablate.engine.packed_model import NotPackable, pack_lengths, pack_problems, spec_problems
 from ablate.engine.packed_trainer import PackedTrainer
 from ablate.engine.trainer import Trainer
 from ablate.spec.experiment import ExperimentSpec
@@ -37,7 +38,7 @@ TOLERANCE = 2e-4
 # row's and column's gradient by its own small root mean square. Measured after 6 steps: 7e-4 and 3e-4 of
 # the largest weight at most, against 3e-8 for the others.
 LOOSER = {"muon": 2e-3, "adafactor": 2e-3}
-OPTIMIZERS = ["adam", "adamw", "sgd", "adafactor", "lion", "muon"]
+OPTIMIZERS = registry.names("optimizer")  # every registered one
 STEPS = {"train.max_steps": 6, "train.eval_every": 3, "train.checkpoint_every": 3, "train.clip_norm": 0.5,
          "train.schedule": {"name": "inverse_sqrt", "warmup_steps": 2}, "eval.samples": 0,
          "eval.metric": "exact_match", "model.dropout": 0.0}
@@ -130,6 +131,47 @@ def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimize
     assert not torch.equal(first[0][name], first[1][name])
 
 
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_packed_cell_with_dropout_draws_its_own_masks(tmp_path: Path, arch: str) -> None:
+    """Dropout 0.1 on every sub-layer, the embeddings and the FFN: each packed cell draws its masks from its
+    own seed's stream on its own rows and lengths (the cells' batches differ in length, so the pack pads),
+    and its loss curve and weights after 6 steps equal the cell trained alone from ``torch.manual_seed``
+    of its seed, as ablate/run/runner.py seeds it. The masks matter: without dropout the curve differs."""
+    lrs = [0.003, 0.01, 0.003]
+    specs = [cell_spec(arch, seed, {"model.dropout": 0.1, "train.optimizer": {"name": "adam", "lr": lr}})
+             for seed, lr in zip((0, 1, 2), lrs, strict=True)]
+    packed = [make_trainer(s, tmp_path / f"packed{k}") for k, s in enumerate(specs)]
+    pack = PackedTrainer(packed)
+    pack.fit()
+    assert pack.pack is not None and pack.pack.dropouts > 0
+    for k, spec in enumerate(specs):
+        alone = make_trainer(spec, tmp_path / f"alone{k}")
+        torch.manual_seed(spec.seed)  # what seed_everything leaves for the cell's first mask
+        alone.fit()
+        p = packed[k]
+        assert_close(torch.tensor([v for _, v in p.state.train_curve]),
+                     torch.tensor([v for _, v in alone.state.train_curve]), f"cell {k}: train loss")
+        alone_params = dict(alone.model.named_parameters())
+        for name, param in p.model.named_parameters():
+            assert_close(without_key_bias(name, param.detach()),
+                         without_key_bias(name, alone_params[name].detach()), f"cell {k}: {name}")
+    undropped = make_trainer(cell_spec(arch, 0, {"model.dropout": 0.0, "train.optimizer": {"lr": lrs[0]}}),
+                             tmp_path / "undropped")
+    undropped.fit()
+    curve = torch.tensor([v for _, v in packed[0].state.train_curve])
+    assert float((curve - torch.tensor([v for _, v in undropped.state.train_curve])).abs().max()) > 1e-3
+
+
+def test_padded_lengths_name_their_dimension() -> None:
+    """Where a cell is shorter than the pack, its padded length moves off the model's widths and off the
+    other kind's padded length, so a dropout tells a length from a width by its size."""
+    assert pack_lengths([[5, 7], [7, 7]], {16, 32}, 64) == [8, 7]  # 7 is the target's: the source moves
+    assert pack_lengths([[16, 12], [9, 9]], {16, 32}, 64) == [17, 9]
+    assert pack_lengths([[16, 16]], {16}, 64) == [16]  # no cell shorter: nothing to cut
+    with pytest.raises(NotPackable, match="positions"):
+        pack_lengths([[15, 16]], {16, 17}, 16)
+
+
 def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
     """The shared step's CPU time goes 1/K to each cell, a cell's own evaluations and checkpoints to it
     alone: the cells' cpu_seconds add up to the process's CPU time of the pack, not K times it."""
@@ -177,7 +219,8 @@ def test_fp16_loss_scaling_is_each_cells_own(tmp_path: Path) -> None:
 def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     """The probe runs two cells packed and alone: a unit vmap cannot batch (QK-norm's gain sits beside
     sdpa, which has no batching rule) and a parameter read outside its module's forward (the learned
-    position table, sliced by its owner) are named; a plain model packs; dropout refuses before a build."""
+    position table, sliced by its owner) are named; a plain model packs, with dropout too (each cell's own
+    masks, from the same state packed and alone); attention dropout refuses before a build."""
     def problems(arch: str, **model: Any) -> list[str]:
         spec = cell_spec(arch, 0, {f"model.{k}": v for k, v in model.items()})
         models = [build_any(spec.model, 16, 16, seed=seed) for seed in (0, 1)]
@@ -188,9 +231,10 @@ def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     assert problems("decoder_only") == [] and problems("encoder_decoder", norm="rms") == []
     qk = problems("decoder_only", attention="qk_norm")
     assert len(qk) == 1
-    assert qk[0].startswith("QKNormAttention (decoder.layers.0.self_attn): vmap cannot batch it")
+    assert qk[0].startswith("attention=qk_norm: QKNormAttention (decoder.layers.0.self_attn): vmap cannot")
     learned = problems("encoder_decoder", positions="learned")
-    assert len(learned) == 1 and learned[0].startswith("registry/positions.py:")
-    assert spec_problems(cell_spec("encoder_decoder", 0).model) == []
-    dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model)
-    assert dropped and dropped[0].startswith("model.dropout 0.1: a pack draws one dropout mask stream")
+    assert len(learned) == 1 and learned[0].startswith("positions=learned: registry/positions.py:")
+    assert problems("encoder_decoder", dropout=0.1) == [] and problems("decoder_only", dropout=0.3) == []
+    assert spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model) == []
+    dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.attention_dropout": 0.1}).model)
+    assert dropped and dropped[0].startswith("model.attention_dropout 0.1: drawn inside the attention kernel")

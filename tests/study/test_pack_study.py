@@ -48,16 +48,18 @@ def test_a_pack_below_one_cell_is_one_line_and_nothing_written(bare_workdir: Pat
 
 def test_the_dry_run_lists_the_packs_and_what_trains_alone(bare_workdir: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(bare_workdir, "dry", "model.norm: [rms], model.attention: [qk_norm], model.dropout: [0.1]")
+    path = write(bare_workdir, "dry", "model.norm: [rms], model.attention: [qk_norm], model.dropout: [0.1], "
+                 "model.attention_dropout: [0.1]")
     assert main_launch(str(path), dry_run=True, pack="2") == 0
     out = capsys.readouterr().out
     assert "packs: up to 2 cells of one shape a pack (--pack)" in out
     assert "  baseline: 3 cells: 2 packs of up to 2 (probe:" in out
     assert "  norm=rms: 3 cells: 2 packs of up to 2" in out
-    assert ("  attention=qk_norm: 3 cells: one a process (QKNormAttention (encoder.layers.0.self_attn): vmap "
-            "cannot batch it") in out
-    assert ("  dropout=0.1: 3 cells: one a process (model.dropout 0.1: a pack draws one dropout mask stream "
-            "over its cells' rows, so a packed cell would not equal itself alone)") in out
+    assert ("  attention=qk_norm: 3 cells: one a process (attention=qk_norm: QKNormAttention "
+            "(encoder.layers.0.self_attn): vmap cannot batch it") in out
+    assert "  dropout=0.1: 3 cells: 2 packs of up to 2 (probe:" in out  # each cell draws its own masks
+    assert ("  attention_dropout=0.1: 3 cells: one a process (model.attention_dropout 0.1: drawn inside the "
+            "attention kernel over the pack's rows, so a packed cell would not draw its own masks)") in out
     assert not (bare_workdir / "mlflow.db").exists()
     assert main_launch(str(path), dry_run=True, pack="1") == 0
     assert "packs: off (--pack 1): every cell trains one a process" in capsys.readouterr().out
