@@ -172,6 +172,28 @@ def test_padded_lengths_name_their_dimension() -> None:
         pack_lengths([[15, 16]], {16, 17}, 16)
 
 
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_the_elementwise_optimizers_step_the_pack_in_one_call(tmp_path: Path, optimizer: str) -> None:
+    """Adam, AdamW, SGD and Lion step the stacked parameters at once (ablate/engine/packed_step.py), each
+    cell's optimizer state a view of its slice (what its checkpoint saves); Adafactor and Muon, and fp16's
+    per-cell loss scaling, step each cell's own optimizer."""
+    specs = [cell_spec("decoder_only", seed, {"train.optimizer": {"name": optimizer, "lr": 0.01}})
+             for seed in (0, 1)]
+    pack = PackedTrainer([make_trainer(s, tmp_path / f"c{k}") for k, s in enumerate(specs)])
+    pack.train_step([0, 1])
+    batched = pack._step
+    assert (batched is not None) == (optimizer in ("adam", "adamw", "sgd", "lion"))
+    if batched is not None and batched.keys:
+        state = pack.trainers[1].optimizer.state[next(iter(pack.trainers[1].model.parameters()))]
+        moment = state[batched.keys[0]]
+        assert moment.data_ptr() == batched.state[0][batched.keys[0]][1].data_ptr()  # cell 1's slice
+    if optimizer == "adam":  # fp16: each cell's GradScaler decides its own step
+        fp16 = [cell_spec("decoder_only", seed, {"train.precision": "fp16"}) for seed in (0, 1)]
+        scaled = PackedTrainer([make_trainer(s, tmp_path / f"h{k}") for k, s in enumerate(fp16)])
+        scaled.train_step([0, 1])
+        assert scaled._step is None
+
+
 def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
     """The shared step's CPU time goes 1/K to each cell, a cell's own evaluations and checkpoints to it
     alone: the cells' cpu_seconds add up to the process's CPU time of the pack, not K times it."""
