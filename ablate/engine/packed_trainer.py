@@ -4,8 +4,8 @@ through one :class:`~ablate.engine.packed_model.PackedModel`.
 Each cell keeps its whole trainer: its model (whose parameters are views of the pack's stacked storage),
 its own optimizer built by the optimizer axis as alone (so every registered optimizer steps each cell as it
 steps a cell alone: Adam's and Lion's elementwise moments, Adafactor's factored row and column moments, Muon's
-Newton-Schulz on each cell's own matrices; under the elementwise ones, Adam, AdamW, SGD and Lion, the
-cells' steps are one call over the stacked parameters, each cell's state a view of the stacked moments:
+Newton-Schulz on each cell's own matrices; outside fp16 the cells' steps are one call over the stacked
+parameters, Muon's Newton-Schulz batched over the cells, each cell's state a view of the stacked one:
 ablate/engine/packed_step.py), its scheduler (a cell's learning rate and schedule are its own),
 its GradScaler (fp16 loss scaling per cell: one cell's overflow skips only its own step), its clipping by its
 own gradient norm, its data order (its batcher, seeded by its seed), its evaluations, best and last
@@ -38,7 +38,7 @@ from ablate.data.prepare import Batch
 from ablate.engine import preempt
 from ablate.engine.cell_rng import CellStreams
 from ablate.engine.packed_model import PackedModel, pack_lengths, pad_rows
-from ablate.engine.packed_step import BatchedStep, batched_step
+from ablate.engine.packed_step import Batched, batched_step, clip_cells
 from ablate.engine.trainer import Trainer, TrainOutcome, current_lr
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
@@ -107,7 +107,7 @@ class PackedTrainer:
             self.streams = CellStreams.seeded([t.spec.seed for t in self.trainers], self.device)
         self.cell_streams: CellStreams = self.streams
         self._step_for: PackedModel | None = None
-        self._step: BatchedStep | None = None
+        self._step: Batched | None = None
 
     def _repack(self, live: list[int]) -> PackedModel:
         if self.pack is None or live != self.live:
@@ -117,7 +117,7 @@ class PackedTrainer:
                                     lambda c: self.cell_streams.drawing(chosen[c]))
         return self.pack
 
-    def _batched(self, pack: PackedModel, cells: list[Trainer]) -> BatchedStep | None:
+    def _batched(self, pack: PackedModel, cells: list[Trainer]) -> Batched | None:
         """The pack's batched optimizer step (ablate/engine/packed_step.py), made once per pack."""
         if self._step_for is not pack:
             self._step_for = pack
@@ -172,8 +172,8 @@ class PackedTrainer:
             total.backward()
         pack.share_grads()
         batched = self._batched(pack, cells)
-        if batched is not None:  # elementwise: one clip and one step over the stacked parameters
-            batched.clip([t.spec.train.clip_norm for t in cells])
+        if batched is not None:  # one clip and one step over the stacked parameters
+            clip_cells(list(pack.stacked), [t.spec.train.clip_norm for t in cells])
             batched.step()
             for t in cells:
                 setattr(t.optimizer, "_opt_called", True)  # noqa: B010 - the scheduler's 'stepped' mark
