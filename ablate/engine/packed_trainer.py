@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 
@@ -37,51 +35,15 @@ from ablate.data.lm_corpus import IGNORE, LMBatch
 from ablate.data.prepare import Batch
 from ablate.engine import preempt
 from ablate.engine.cell_rng import CellStreams
-from ablate.engine.packed_model import PackedModel, pack_lengths, pad_rows
+from ablate.engine.packed_eval import split_nll
+from ablate.engine.packed_fold import batch_lengths, fold_batches
+from ablate.engine.packed_model import PackedModel, pack_lengths
 from ablate.engine.packed_step import Batched, batched_step, clip_cells
 from ablate.engine.trainer import Trainer, TrainOutcome, current_lr
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
 
 __all__ = ["PackedTrainer", "batch_lengths", "fold_batches"]
-
-
-def batch_lengths(batches: Sequence[Batch | LMBatch]) -> list[list[int]]:
-    """Each kind of length of the cells' micro-batches, per cell: a language model's sequence; a
-    translation's source and target."""
-    if isinstance(batches[0], LMBatch):
-        return [[b.ids.size(1) for b in batches if isinstance(b, LMBatch)]]
-    mt = [b for b in batches if isinstance(b, Batch)]
-    return [[b.src.size(1) for b in mt], [b.tgt_in.size(1) for b in mt]]
-
-
-def fold_batches(batches: list[Batch | LMBatch], trainer: Trainer,
-                 lengths: Sequence[int] | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The cells' micro-batches as one folded batch: inputs (K B, ...) and targets (K, B, T), each cell's
-    padded to the largest rows and to ``lengths`` (default: the longest of each kind, as
-    :func:`batch_lengths` orders them; pad targets are ignored by the loss; a padding row starts with a real
-    token, so no attention row is fully masked)."""
-    rows = max(b.size for b in batches)
-    longest = lengths or [max(own) for own in batch_lengths(batches)]
-    if isinstance(batches[0], LMBatch):
-        lm = [b for b in batches if isinstance(b, LMBatch)]
-        cols = longest[0]
-        pad = trainer.pad_id
-        ids = torch.cat([pad_rows(b.ids, rows, cols, pad, first=pad) for b in lm])
-        targets = torch.stack([pad_rows(b.targets, rows, cols, IGNORE) for b in lm])
-        if lm[0].segments is None:
-            return [ids], targets
-        segments = [cast(torch.Tensor, b.segments) for b in lm]
-        # a padded position is a document of its own
-        return [ids, torch.cat([pad_rows(s, rows, cols, int(s.max()) + 1) for s in segments])], targets
-    tok = trainer.data.tokenizers
-    pad = tok.pad_id
-    mt = [b for b in batches if isinstance(b, Batch)]
-    src_cols, tgt_cols = longest
-    src = torch.cat([pad_rows(b.src, rows, src_cols, pad, first=tok.eos_id) for b in mt])
-    tgt_in = torch.cat([pad_rows(b.tgt_in, rows, tgt_cols, pad, first=tok.bos_id) for b in mt])
-    targets = torch.stack([pad_rows(b.tgt_out, rows, tgt_cols, pad) for b in mt])
-    return [src, tgt_in], targets
 
 
 @dataclass
@@ -107,6 +69,8 @@ class PackedTrainer:
             self.streams = CellStreams.seeded([t.spec.seed for t in self.trainers], self.device)
         self.cell_streams: CellStreams = self.streams
         self._step_for: PackedModel | None = None
+        self._eval_due: list[int] = []
+        self._eval_sums: dict[int, tuple[float, int]] | None = None
         self._step: Batched | None = None
 
     def _repack(self, live: list[int]) -> PackedModel:
@@ -219,7 +183,7 @@ class PackedTrainer:
             st.train_curve.append((step, mean_loss))
             st.window_steps, st.window_loss, st.window_tokens, st.window_seconds = 0, 0.0, 0, 0.0
         if step % tspec.eval_every == 0 or t.finished_budget():
-            metrics = t.run_evaluation()
+            metrics = t.run_evaluation(self._scored(t))
             t.decide_stop(step, metrics)
             t.save()
             if st.stop_status is not None:
@@ -251,6 +215,7 @@ class PackedTrainer:
                     losses, tokens = self.train_step(live)
                     elapsed = time.perf_counter() - started
                     self._share_cpu(live, None, time.process_time() - cpu)
+                    self._due(live)
                     for k, loss, n in zip(live, losses, tokens, strict=True):
                         cpu = time.process_time()
                         with self.cell_streams.drawing(k):
@@ -266,6 +231,28 @@ class PackedTrainer:
                 for t in self.trainers:
                     t.writer.wait()
         return [outcomes.get(k, TrainOutcome("finished", t.state)) for k, t in enumerate(self.trainers)]
+
+    def _due(self, live: list[int]) -> None:
+        """The cells whose next step ends at an evaluation (each at its own step: a resumed cell may be at
+        another): where they are the whole pack, their validation losses are scored together, once the first
+        of them asks."""
+        self._eval_due = []
+        for k in live:
+            tspec, step = self.trainers[k].spec.train, self.trainers[k].state.step + 1
+            if step % tspec.eval_every == 0 or (tspec.max_steps is not None and step >= tspec.max_steps):
+                self._eval_due.append(k)
+        self._eval_sums = None
+
+    def _scored(self, t: Trainer) -> tuple[float, int] | None:
+        """Cell ``t``'s validation loss sums from the pack's one stacked evaluation forward over the cells
+        due (ablate/engine/packed_eval.py), or None: it scores its own."""
+        k = self.trainers.index(t)
+        if k not in self._eval_due or self._eval_due != self.live or self.pack is None or len(self.live) < 2:
+            return None  # the pack's cells are not all evaluating now: each scores its own
+        if self._eval_sums is None:
+            sums = split_nll(self.pack, [self.trainers[j] for j in self._eval_due], "val")
+            self._eval_sums = {} if sums is None else dict(zip(self._eval_due, sums, strict=True))
+        return self._eval_sums.get(k)
 
     def _share_cpu(self, live: list[int], owner: int | None, seconds: float) -> None:
         """Count ``seconds`` of this process's CPU time to the cell that spent it (``owner``: its evaluation

@@ -25,7 +25,9 @@ import torch
 
 import registry
 from ablate.data.prepare import prepare_data
+from ablate.engine import packed_trainer
 from ablate.engine.dispatch import build_any
+from ablate.engine.evaluate import evaluate
 from ablate.engine.packed_model import NotPackable, pack_lengths, pack_problems, spec_problems
 from ablate.engine.packed_trainer import PackedTrainer
 from ablate.engine.trainer import Trainer
@@ -116,6 +118,8 @@ def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimize
         assert_close(torch.tensor([v for _, v in p.state.train_curve]),
                      torch.tensor([v for _, v in a.state.train_curve]), f"cell {k}: train loss", tolerance)
         assert [s for s, _ in p.state.history] == [s for s, _ in a.state.history]
+        assert_close(torch.tensor([m["val/loss"] for _, m in p.state.history]),  # the pack's stacked forward
+                     torch.tensor([m["val/loss"] for _, m in a.state.history]), f"cell {k}: val", tolerance)
         alone_params = dict(a.model.named_parameters())
         for name, param in p.model.named_parameters():
             assert_close(without_key_bias(name, param.detach()),
@@ -193,6 +197,35 @@ def test_every_optimizer_steps_the_pack_in_one_call(tmp_path: Path, optimizer: s
         scaled = PackedTrainer([make_trainer(s, tmp_path / f"h{k}") for k, s in enumerate(fp16)])
         scaled.train_step([0, 1])
         assert scaled._step is None
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each evaluation the pack scores every cell's validation loss in one stacked forward a batch
+    (ablate/engine/packed_eval.py), and each cell's val/loss equals its loss evaluated alone; the metrics a
+    cell computes alone (decoding's exact match) are its own too."""
+    calls: list[int] = []
+    original = packed_trainer.split_nll
+
+    def counted(pack: Any, trainers: Any, split: str) -> Any:
+        calls.append(len(trainers))
+        return original(pack, trainers, split)
+
+    monkeypatch.setattr(packed_trainer, "split_nll", counted)
+    specs = [cell_spec(arch, seed) for seed in (0, 1, 2)]
+    packed = [make_trainer(s, tmp_path / f"p{k}") for k, s in enumerate(specs)]
+    PackedTrainer(packed).fit()
+    assert calls == [3, 3]  # steps 3 and 6, all three cells
+    for k, t in enumerate(packed):
+        for step, metrics in t.state.history:
+            alone = evaluate(t.model, t.data, "val", t.spec, t.device, t.precision, decode=True,
+                             limit=t.spec.eval.max_sentences, max_tokens=t.spec.eval.token_cap(t.spec.is_lm))
+            if step == t.state.step:  # the weights now are the last evaluation's
+                assert_close(torch.tensor(metrics["val/loss"]), torch.tensor(alone["val/loss"]), f"cell {k}")
+                derived = ("val/loss", "val/ppl", "val/bpb")  # from the loss; the rest the cell's own alone
+                assert {n: v for n, v in metrics.items() if n not in derived} == \
+                    {n: v for n, v in alone.items() if n not in derived}
 
 
 def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
