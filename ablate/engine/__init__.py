@@ -17,7 +17,10 @@ the optional interop extra), and as the standard transformers class that compute
 (``hf_mapping``: which class, or a refusal naming the component; ``hf_weights``: its config and
 weights); a run's training compute, its parameters without embeddings, tokens and FLOPs (``compute``,
 Kaplan et al. 2020's formula); cells of one shape trained as one stacked model (``packed_model``: the
-stacked parameters, folded rows, what cannot pack; ``packed_trainer``: the cells' trainers in lockstep).
+stacked parameters, folded rows, what cannot pack; ``cell_rng``: each cell's random state;
+``packed_step``: each optimizer's step over the stacked parameters; ``packed_fold``: the cells'
+batches folded; ``packed_eval``: their validation losses in one forward; ``packed_trainer``: the cells'
+trainers in lockstep).
 Devices and precisions are the leaf module ``ablate.hardware``'s, which
 every layer may use.
 

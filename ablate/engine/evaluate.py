@@ -80,7 +80,8 @@ def translate_split(model: Seq2SeqTransformer, data: PreparedData, split: str, s
 def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, split: str, spec: ExperimentSpec,
              device: torch.device, precision: str, decode: bool = True,
              limit: int | None = None, keep: dict[str, Translations] | None = None, *,
-             max_tokens: int | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
+             max_tokens: int | None = None, rank: int = 0, world_size: int = 1,
+             scored_nll: tuple[float, int] | None = None) -> dict[str, float]:
     """Metrics named `{split}/loss`, `{split}/ppl` and `{split}/bleu`+`chrf` (text) or `exact_match`.
 
     Decodes the first `limit` sentences, the whole split when None: the trainer passes
@@ -90,19 +91,21 @@ def evaluate(model: Seq2SeqTransformer | DecoderOnlyLM, data: PreparedData, spli
     ``world_size``-th batch, added over the ranks; every rank decodes the same sentences. A language model
     (``LMData``) gets :func:`ablate.engine.lm_eval.evaluate_lm`'s perplexities instead, and decodes nothing.
     ``keep``: the split's translations (the ones its metrics were computed on) are stored there under
-    ``split``.
+    ``split``. ``scored_nll``: the loss's (summed nats, scored targets) on those batches at the training
+    length, computed already (a pack's cells in one stacked forward: ablate/engine/packed_eval.py).
     """
     if isinstance(data, LMData):
         assert isinstance(model, DecoderOnlyLM)
         return evaluate_lm(model, data, split, spec, device, precision, max_tokens=max_tokens, rank=rank,
-                           world_size=world_size)
+                           world_size=world_size, scored_nll=scored_nll)
     assert isinstance(model, Seq2SeqTransformer)
 
     was_training = model.training
     model.eval()
     try:
-        loss = teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device),
-                                   max_tokens=max_tokens, rank=rank, world_size=world_size)
+        loss = (scored_nll[0] / max(1, scored_nll[1]) if scored_nll is not None else
+                teacher_forced_loss(model, data, split, spec, device, autocast_context(precision, device),
+                                    max_tokens=max_tokens, rank=rank, world_size=world_size))
         out = {f"{split}/loss": loss, f"{split}/ppl": metrics.perplexity(loss)}
         if decode:
             with autocast_context(precision, device):

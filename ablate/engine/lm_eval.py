@@ -107,11 +107,12 @@ def window_nll(model: DecoderOnlyLM, docs: LMSplit | Sequence[Sequence[int]], le
 
 @torch.no_grad()
 def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: ExperimentSpec, device: torch.device,
-                precision: str, *, max_tokens: int | None = None, rank: int = 0, world_size: int = 1
-                ) -> dict[str, float]:
+                precision: str, *, max_tokens: int | None = None, rank: int = 0, world_size: int = 1,
+                scored_nll: tuple[float, int] | None = None) -> dict[str, float]:
     """``{split}/loss``, ``/ppl``, ``/bpb`` at the training length, and the perplexity at each of
     ``eval.lengths`` (non-overlapping; sliding too with ``eval.sliding_stride``), each on at most
-    ``max_tokens`` targets (the whole split when None), shared over ``world_size`` ranks."""
+    ``max_tokens`` targets (the whole split when None), shared over ``world_size`` ranks; ``scored_nll``:
+    the training length's (summed nats, scored targets), computed already (a pack's stacked forward)."""
     was_training = model.training
     model.eval()
     try:
@@ -123,7 +124,7 @@ def evaluate_lm(model: DecoderOnlyLM, data: LMData, split: str, spec: Experiment
             return window_nll(model, part, length, stride, tokens, device, precision, pad,
                               max_tokens=max_tokens, rank=rank, world_size=world_size)
 
-        nll, count = scored(data.block_len, None)
+        nll, count = scored(data.block_len, None) if scored_nll is None else scored_nll
         loss = nll / max(1, count)
         # bits per byte of the whole split: a capped evaluation's mean loss over all of the split's targets
         nats = nll if count >= part.n_targets else loss * part.n_targets

@@ -20,11 +20,23 @@ the optimizer see as before):
   loss is its own, so cell k's gradient is exactly what its rows and its parameters give: a cell whose
   weights turn to NaN leaves the others' numbers untouched (tests/engine/test_packed.py).
 
+- **Dropout, each cell's own masks.** torch.func's vmap offers ``randomness="different"`` (one draw over
+  the batched tensor, split across cells) and ``"same"`` (one mask shared by all cells): neither is the mask
+  a cell draws alone, whose elements depend on its own generator's state and its own batch's shape. So a
+  pack draws a cell's masks outside vmap, in the cell's own order: every dropout module of the template
+  (they own no parameter, so they run on the folded rows) takes each cell's slice of its input, cut to the
+  cell's own rows and lengths (:meth:`PackedModel.set_extents`: the folded batch is padded), and runs the
+  module's own forward on it with the cell's random state swapped into torch's generators
+  (ablate/engine/cell_rng.py); the padded rest passes through. A cell's masks are then the ones it draws
+  alone, bit for bit, and a resumed cell continues the stream its checkpoint saved. A dropout inside a
+  unit (a module that also owns a parameter) would run under vmap, whose default ``randomness="error"``
+  refuses it: that component is named and trains one cell a process.
+
 What cannot pack is found by :func:`pack_problems`, which runs one packed forward and backward against the
-cells alone on the same batch: a unit vmap cannot batch (a component whose own parameter sits beside
-data-dependent host code, an input without a batch dimension), or a component whose packed result differs.
-Dropout above 0 refuses too (:func:`spec_problems`): a pack draws one mask stream over its rows, so a packed
-cell would not equal itself trained alone.
+cells alone on the same batch (from the same random state): a unit vmap cannot batch (a component whose own
+parameter sits beside data-dependent host code, an input without a batch dimension), or a component whose
+packed result differs. Attention dropout above 0 refuses (:func:`spec_problems`): it is drawn inside the
+attention kernel over the pack's folded rows, where no cell's own slice is cut.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import copy
 import math
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import torch
@@ -40,9 +53,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+import registry
+from ablate.engine.cell_rng import CellStreams
 from ablate.engine.cpu_gemm import Linear as RoutedLinear
 
-__all__ = ["NotPackable", "PackedModel", "pack_problems", "spec_problems"]
+__all__ = ["NotPackable", "PackedModel", "pack_lengths", "pack_problems", "spec_problems"]
+
+Draw = Callable[[int], AbstractContextManager[Any]]  # cell index in the pack -> its random state swapped in
 
 LINEARS = (nn.Linear, RoutedLinear)  # the plain Linear and its oneDNN-routed twin: one batched product each
 
@@ -78,10 +95,11 @@ class PackedModel(nn.Module):
     ``models`` are the cells' own models (built as each would be alone, with its own seed); after this,
     their parameters are views into :attr:`stacked` (see the module docstring). :meth:`forward` takes the
     cells' inputs stacked along the batch dimension, (K B, ...), and returns the template's output (K B,
-    ...); :meth:`share_grads` hands each cell model its slice of the stacked gradients.
+    ...); :meth:`share_grads` hands each cell model its slice of the stacked gradients. ``draw(k)`` swaps
+    cell k's random state in for a block (a dropout's mask); without it a dropout in training refuses.
     """
 
-    def __init__(self, models: Sequence[nn.Module]) -> None:
+    def __init__(self, models: Sequence[nn.Module], draw: Draw | None = None) -> None:
         super().__init__()
         if not models:
             raise ValueError("a pack needs at least one cell")
@@ -102,14 +120,27 @@ class PackedModel(nn.Module):
             self.stacked.append(stacked)
             self._by_template[id(param)] = stacked
         self._names = [n for n, _ in template.named_parameters()]
+        self.names = list(self._names)  # the stacked parameters' names in each cell model, in order
         self._alias()
         for sub in template.modules():  # every use of a parameter, a tied one's too, reads the stacked leaf
             for key, p in list(sub._parameters.items()):
                 if p is not None and id(p) in self._by_template:
                     sub._parameters[key] = self._by_template[id(p)]
         self._rows = 0
+        self.draw = draw
+        self._cell_rows: list[int] | None = None  # each cell's own rows and lengths (set_extents)
+        self._lengths: dict[int, list[int]] = {}
         for name, unit in _units(template):
             unit.forward = self._packed_forward(name, unit)  # type: ignore[method-assign]
+        self.dropouts = 0
+        for name, sub in template.named_modules():
+            if isinstance(sub, nn.Dropout) and sub.p > 0 and not any(
+                    name.startswith(u + ".") for u, _ in _units(template)):
+                sub.forward = self._cell_dropout(name, sub, sub.forward)  # type: ignore[method-assign,assignment]
+                self.dropouts += 1
+        # the sizes a padded length must not take while a dropout cuts cells' slices: every parameter's
+        # dimensions (the widths a dropout's input has besides its rows and lengths)
+        self.widths = {int(d) for p in self.stacked for d in p.shape[1:]}
 
     def _alias(self) -> None:
         """Point every cell model's parameters at their slices of the stacked storage."""
@@ -120,7 +151,7 @@ class PackedModel(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def _packed_forward(self, name: str, unit: nn.Module) -> Callable[..., Any]:
-        kind = type(unit).__name__
+        kind = _named(self.template, name)
         if type(unit) in LINEARS:
             return lambda x: self._linear(unit, x)
         plain = _plain(unit)
@@ -128,10 +159,10 @@ class PackedModel(nn.Module):
         def run(*args: Any, **kwargs: Any) -> Any:
             rows, k = self._rows, self.cells
             if any(isinstance(v, Tensor) and v.dim() and v.size(0) == rows for v in kwargs.values()):
-                raise NotPackable(f"{kind} ({name}): a batched keyword argument")
+                raise NotPackable(f"{kind}: a batched keyword argument")
             dims = tuple(0 if isinstance(a, Tensor) and a.dim() and a.size(0) == rows else None for a in args)
             if all(d is None for d in dims):
-                raise NotPackable(f"{kind} ({name}): its input has no batch dimension to fold the cells into")
+                raise NotPackable(f"{kind}: its input has no batch dimension to fold the cells into")
             split = [a.view(k, rows // k, *a.shape[1:]) if d == 0 else a
                      for a, d in zip(args, dims, strict=True)]
             params: dict[str, Tensor] = dict(unit.named_parameters())
@@ -145,8 +176,50 @@ class PackedModel(nn.Module):
                 raise
             except Exception as error:  # vmap's missing batching rules, host reads of batched data
                 reason = str(error).splitlines()[0]
-                raise NotPackable(f"{kind} ({name}): vmap cannot batch it: {reason}") from error
+                raise NotPackable(f"{kind}: vmap cannot batch it: {reason}") from error
             return _fold(out)
+
+        return run
+
+    def set_extents(self, rows: Sequence[int], lengths: dict[int, Sequence[int]]) -> None:
+        """Each cell's own rows in the next forward's folded batch and, for each padded length (a size
+        no parameter has: :func:`pack_lengths`), each cell's own length: what a dropout cuts its slice by."""
+        self._cell_rows = list(rows)
+        self._lengths = {size: list(own) for size, own in lengths.items()}
+
+    def _cell_dropout(self, name: str, module: nn.Module, forward: Callable[[Tensor], Tensor]
+                      ) -> Callable[[Tensor], Tensor]:
+        """The dropout ``module`` drawing each cell's mask from that cell's random state on that cell's own
+        slice of the input (see the module docstring)."""
+        kind = _named(self.template, name)
+
+        def run(x: Tensor) -> Tensor:
+            if not module.training:
+                return forward(x)
+            k, rows = self.cells, self._rows
+            if self.draw is None:
+                raise NotPackable(f"{kind}: a dropout needs each cell's random state")
+            if x.dim() == 0 or x.size(0) != rows:
+                raise NotPackable(f"{kind}: its input has no batch dimension to cut each cell's "
+                                  "mask from")
+            per = rows // k
+            own = self._cell_rows or [per] * k
+            lengths = self._lengths
+            cuts = [[slice(c * per, c * per + own[c])]
+                    + [slice(0, lengths[n][c]) if n in lengths else slice(None) for n in x.shape[1:]]
+                    for c in range(k)]
+            whole = all(r == per for r in own) and not any(n in self._lengths for n in x.shape[1:])
+            if whole:  # no padding to cut away: the cells' outputs side by side
+                parts = []
+                for c, chunk in enumerate(x.chunk(k)):
+                    with self.draw(c):
+                        parts.append(forward(chunk))
+                return torch.cat(parts)
+            out = x.clone()  # the padded rest passes through (no loss reads it)
+            for c, cut in enumerate(cuts):
+                with self.draw(c):
+                    out[tuple(cut)] = forward(x[tuple(cut)])
+            return out
 
         return run
 
@@ -186,6 +259,27 @@ class PackedModel(nn.Module):
             model.zero_grad(set_to_none=True)
 
 
+def component_of(module: nn.Module) -> str | None:
+    """The registry's ``kind=name`` of ``module``'s class (what a spec writes: ``attention=qk_norm``), or
+    None for a module no variant registers."""
+    for entry in registry.REGISTRY.entries():
+        if isinstance(entry.obj, type) and type(module) is entry.obj:
+            return f"{entry.kind}={entry.name}"
+    return None
+
+
+def _named(model: nn.Module, name: str) -> str:
+    """A unit as a problem names it: the registered component it is or sits in (its nearest ancestor a
+    spec names), its class and its place, 'attention=qk_norm: QKNormAttention (decoder.layers.0.self_attn)'.
+    """
+    parts = name.split(".") if name else []
+    for end in range(len(parts), -1, -1):
+        owner = component_of(model.get_submodule(".".join(parts[:end])))
+        if owner is not None:
+            return f"{owner}: {type(model.get_submodule(name)).__name__} ({name})"
+    return f"{type(model.get_submodule(name)).__name__} ({name})"
+
+
 def _fold(out: Any) -> Any:
     """A vmapped unit's output (K, B, ...) back to the folded rows (K B, ...), tuples element by element."""
     if isinstance(out, Tensor):
@@ -196,29 +290,53 @@ def _fold(out: Any) -> Any:
 
 
 # ---------------------------------------------------------------- what can pack
-DROPOUT_FIELDS = ("dropout", "attention_dropout", "embedding_dropout", "ffn_dropout", "residual_dropout")
+def pack_lengths(lengths: Sequence[Sequence[int]], widths: set[int], limit: int) -> list[int]:
+    """The padded size of each kind of length (a translation's source and target; a language model's
+    sequence), given each cell's own (``lengths[kind][cell]``): the longest, moved up where a dropout could
+    not tell it from another dimension of its input (some cell is shorter and the size is one of the
+    model's ``widths`` or another kind's padded size), so a dimension's size names its length. At most
+    ``limit`` (the model's positions)."""
+    padded = [max(own) for own in lengths]
+    for i, own in enumerate(lengths):
+        if min(own) == padded[i]:
+            continue  # every cell this long: nothing to cut
+        others = {size for j, size in enumerate(padded) if j != i}
+        while padded[i] in widths or padded[i] in others:
+            padded[i] += 1
+        if padded[i] > limit:
+            raise NotPackable(f"no padded length from {max(own)} to the model's {limit} positions is apart "
+                              "from its widths: a dropout could not cut each cell's slice")
+    return padded
 
 
 def spec_problems(model_spec: Any) -> list[str]:
-    """Why cells of this model section cannot pack, before anything is built: a dropout above 0 (one mask
-    stream over the pack's rows: a packed cell would not equal itself alone)."""
-    problems = []
-    for field in DROPOUT_FIELDS:
-        value = getattr(model_spec, field, None)
-        if isinstance(value, (int, float)) and value > 0:
-            problems.append(f"model.{field} {value}: a pack draws one dropout mask stream over its cells' "
-                            "rows, so a packed cell would not equal itself alone")
-    return problems
+    """Why cells of this model section cannot pack, before anything is built: attention dropout above 0
+    (drawn inside the attention kernel over the pack's rows: a packed cell would not equal itself alone)."""
+    value = getattr(model_spec, "attention_dropout", None)
+    if isinstance(value, (int, float)) and value > 0:
+        return [f"model.attention_dropout {value}: drawn inside the attention kernel over the pack's rows, "
+                "so a packed cell would not draw its own masks"]
+    return []
 
 
 def pack_problems(models: Sequence[nn.Module], inputs: Sequence[Tensor], loss: Callable[[Any], Tensor],
                   tolerance: float = 1e-4) -> list[str]:
-    """Run two cells' models packed and alone on the same ``inputs`` (one cell's batch) and say what does not
-    pack: a unit vmap cannot batch, or outputs or gradients that differ by more than ``tolerance`` (relative
-    to their scale). ``loss`` maps a model's output to a scalar. The models are copied: nothing changes."""
+    """Run two cells' models packed and alone on the same ``inputs`` (one cell's batch), each from the same
+    random state, and say what does not pack: a unit vmap cannot batch, or outputs or gradients that differ by
+    more than ``tolerance`` (relative to their scale). ``loss`` maps a model's output to a scalar. The models
+    are copied and torch's generators restored: nothing changes."""
+    device = inputs[0].device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _pack_problems(models, inputs, loss, tolerance, CellStreams.now(device))
+
+
+def _pack_problems(models: Sequence[nn.Module], inputs: Sequence[Tensor], loss: Callable[[Any], Tensor],
+                   tolerance: float, start: tuple[Tensor, Tensor | None]) -> list[str]:
+    device = inputs[0].device
     cells = [copy.deepcopy(m) for m in models[:2]]
+    streams = CellStreams([start] * len(cells), device)
     try:
-        pack = PackedModel(cells)
+        pack = PackedModel(cells, streams.drawing)
     except NotPackable as error:
         return [str(error)]
     folded = [torch.cat([t] * len(cells)) for t in inputs]
@@ -232,7 +350,8 @@ def pack_problems(models: Sequence[nn.Module], inputs: Sequence[Tensor], loss: C
     pack.share_grads()
     problems = []
     for k, alone in enumerate(copy.deepcopy(m) for m in models[:2]):
-        ref = alone(*inputs)
+        with CellStreams([start], device).drawing(0):
+            ref = alone(*inputs)
         loss(ref).backward()
         mine = out.chunk(len(cells))[k]
         if not _close(mine, ref, tolerance):
@@ -253,7 +372,14 @@ def _where(error: BaseException) -> str:
     frame = frames[-1]
     parts = frame.filename.split("/")
     top = max(i for i, p in enumerate(parts) if p in ("registry", "ablate"))
-    return f"{'/'.join(parts[top:])}:{frame.lineno} ({frame.name})"
+    owner = None  # the component whose method it was, as the spec names it
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == frame.filename and tb.tb_lineno == frame.lineno:
+            me = tb.tb_frame.f_locals.get("self")
+            owner = component_of(me) if isinstance(me, nn.Module) else None
+        tb = tb.tb_next
+    return (f"{owner}: " if owner else "") + f"{'/'.join(parts[top:])}:{frame.lineno} ({frame.name})"
 
 
 def _close(a: Tensor, b: Tensor, tolerance: float) -> bool:

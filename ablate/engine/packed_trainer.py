@@ -4,7 +4,9 @@ through one :class:`~ablate.engine.packed_model.PackedModel`.
 Each cell keeps its whole trainer: its model (whose parameters are views of the pack's stacked storage),
 its own optimizer built by the optimizer axis as alone (so every registered optimizer steps each cell as it
 steps a cell alone: Adam's and Lion's elementwise moments, Adafactor's factored row and column moments, Muon's
-Newton-Schulz on each cell's own matrices), its scheduler (a cell's learning rate and schedule are its own),
+Newton-Schulz on each cell's own matrices; outside fp16 the cells' steps are one call over the stacked
+parameters, Muon's Newton-Schulz batched over the cells, each cell's state a view of the stacked one:
+ablate/engine/packed_step.py), its scheduler (a cell's learning rate and schedule are its own),
 its GradScaler (fp16 loss scaling per cell: one cell's overflow skips only its own step), its clipping by its
 own gradient norm, its data order (its batcher, seeded by its seed), its evaluations, best and last
 checkpoints, metrics and stop. Only the forward and backward are shared: the cells' micro-batches are padded
@@ -15,7 +17,9 @@ The loop is :meth:`Trainer.fit`'s, a cell at a time after each shared step: the 
 evaluations, early stopping, tuner prunes and divergence test, so a packed cell records what it records
 alone. A cell that ends (diverged, early-stopped, pruned, or at its budget) leaves the pack, which is
 re-stacked from the cells still training (their optimizers keep their state: it is keyed by the parameter
-objects, which stay the cells'). A SIGTERM or Ctrl-C checkpoints every cell still training at the step's
+objects, which stay the cells'). Each cell keeps its own random state (ablate/engine/cell_rng.py), swapped
+in for its dropout masks and for its own work after a step, so its masks and checkpoints are its own. A
+SIGTERM or Ctrl-C checkpoints every cell still training at the step's
 boundary; each resumes from its own checkpoint, packed with any others or alone.
 """
 
@@ -23,46 +27,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, field
 
 import torch
 
 from ablate.data.lm_corpus import IGNORE, LMBatch
 from ablate.data.prepare import Batch
 from ablate.engine import preempt
-from ablate.engine.packed_model import PackedModel, pad_rows
+from ablate.engine.cell_rng import CellStreams
+from ablate.engine.packed_eval import split_nll
+from ablate.engine.packed_fold import batch_lengths, fold_batches
+from ablate.engine.packed_model import PackedModel, pack_lengths
+from ablate.engine.packed_step import Batched, batched_step, clip_cells
 from ablate.engine.trainer import Trainer, TrainOutcome, current_lr
 from ablate.hardware import autocast_context
 from ablate.spec import metricnames
 
-__all__ = ["PackedTrainer", "fold_batches"]
-
-
-def fold_batches(batches: list[Batch | LMBatch], trainer: Trainer) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The cells' micro-batches as one folded batch: inputs (K B, ...) and targets (K, B, T), each cell's
-    padded to the largest rows and lengths among them (pad targets are ignored by the loss; a padding row
-    starts with a real token, so no attention row is fully masked)."""
-    rows = max(b.size for b in batches)
-    if isinstance(batches[0], LMBatch):
-        lm = [b for b in batches if isinstance(b, LMBatch)]
-        cols = max(b.ids.size(1) for b in lm)
-        pad = trainer.pad_id
-        ids = torch.cat([pad_rows(b.ids, rows, cols, pad, first=pad) for b in lm])
-        targets = torch.stack([pad_rows(b.targets, rows, cols, IGNORE) for b in lm])
-        if lm[0].segments is None:
-            return [ids], targets
-        segments = [cast(torch.Tensor, b.segments) for b in lm]
-        # a padded position is a document of its own
-        return [ids, torch.cat([pad_rows(s, rows, cols, int(s.max()) + 1) for s in segments])], targets
-    tok = trainer.data.tokenizers
-    pad = tok.pad_id
-    mt = [b for b in batches if isinstance(b, Batch)]
-    src_cols, tgt_cols = max(b.src.size(1) for b in mt), max(b.tgt_in.size(1) for b in mt)
-    src = torch.cat([pad_rows(b.src, rows, src_cols, pad, first=tok.eos_id) for b in mt])
-    tgt_in = torch.cat([pad_rows(b.tgt_in, rows, tgt_cols, pad, first=tok.bos_id) for b in mt])
-    targets = torch.stack([pad_rows(b.tgt_out, rows, tgt_cols, pad) for b in mt])
-    return [src, tgt_in], targets
+__all__ = ["PackedTrainer", "batch_lengths", "fold_batches"]
 
 
 @dataclass
@@ -70,6 +51,8 @@ class PackedTrainer:
     """K cells' trainers of one shape, stepped as one stacked model (see the module docstring)."""
 
     trainers: list[Trainer]
+    # each cell's random state as it starts training (ablate/engine/cell_rng.py); default: its seed's
+    streams: CellStreams | None = field(default=None)
 
     def __post_init__(self) -> None:
         first = self.trainers[0]
@@ -82,12 +65,42 @@ class PackedTrainer:
                 raise ValueError("a pack's cells share their precision and accumulation")
         self.live: list[int] = []
         self.pack: PackedModel | None = None
+        if self.streams is None:
+            self.streams = CellStreams.seeded([t.spec.seed for t in self.trainers], self.device)
+        self.cell_streams: CellStreams = self.streams
+        self._step_for: PackedModel | None = None
+        self._eval_due: list[int] = []
+        self._eval_sums: dict[int, tuple[float, int]] | None = None
+        self._step: Batched | None = None
 
     def _repack(self, live: list[int]) -> PackedModel:
         if self.pack is None or live != self.live:
             self.live = list(live)
-            self.pack = PackedModel([self.trainers[k].model for k in live])
+            chosen = list(live)
+            self.pack = PackedModel([self.trainers[k].model for k in live],
+                                    lambda c: self.cell_streams.drawing(chosen[c]))
         return self.pack
+
+    def _batched(self, pack: PackedModel, cells: list[Trainer]) -> Batched | None:
+        """The pack's batched optimizer step (ablate/engine/packed_step.py), made once per pack."""
+        if self._step_for is not pack:
+            self._step_for = pack
+            scaled = any(t.scaler.is_enabled() for t in cells)
+            self._step = batched_step([t.model for t in cells], [t.optimizer for t in cells],
+                                      list(pack.stacked), pack.names, scaled)
+        return self._step
+
+    def _fold(self, pack: PackedModel, micro: list[Batch | LMBatch]
+              ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The micro-batches folded; where the pack has dropouts, padded so that each cell's slice can be
+        cut (:func:`~ablate.engine.packed_model.pack_lengths`) and the cells' extents handed to the pack."""
+        if not pack.dropouts:
+            return fold_batches(micro, self.trainers[self.live[0]])
+        own = batch_lengths(micro)
+        padded = pack_lengths(own, pack.widths, self.trainers[self.live[0]].spec.model.max_positions)
+        pack.set_extents([b.size for b in micro],
+                         {size: cells for size, cells in zip(padded, own, strict=True) if min(cells) < size})
+        return fold_batches(micro, self.trainers[self.live[0]], padded)
 
     # -- one optimizer step of every live cell
     def train_step(self, live: list[int]) -> tuple[list[float], list[int]]:
@@ -105,7 +118,7 @@ class PackedTrainer:
         loss_sums = [torch.zeros((), dtype=torch.float64, device=self.device) for _ in cells]
         for i in range(len(steps[0])):
             micro = [batches[i] for batches in steps]
-            inputs, targets = fold_batches(micro, cells[0])
+            inputs, targets = self._fold(pack, micro)
             inputs = [x.to(self.device, non_blocking=True) for x in inputs]
             targets = targets.to(self.device, non_blocking=True)
             with autocast_context(self.precision, self.device):
@@ -122,6 +135,14 @@ class PackedTrainer:
                 loss_sums[k] += loss.detach().double() * weight
             total.backward()
         pack.share_grads()
+        batched = self._batched(pack, cells)
+        if batched is not None:  # one clip and one step over the stacked parameters
+            clip_cells(list(pack.stacked), [t.spec.train.clip_norm for t in cells])
+            batched.step()
+            for t in cells:
+                setattr(t.optimizer, "_opt_called", True)  # noqa: B010 - the scheduler's 'stepped' mark
+                t.scheduler.step()
+            return [float(s) for s in torch.stack(loss_sums).tolist()], totals
         for t in cells:
             if t.spec.train.clip_norm:
                 t.scaler.unscale_(t.optimizer)  # clip true gradients, not scaled ones
@@ -162,7 +183,7 @@ class PackedTrainer:
             st.train_curve.append((step, mean_loss))
             st.window_steps, st.window_loss, st.window_tokens, st.window_seconds = 0, 0.0, 0, 0.0
         if step % tspec.eval_every == 0 or t.finished_budget():
-            metrics = t.run_evaluation()
+            metrics = t.run_evaluation(self._scored(t))
             t.decide_stop(step, metrics)
             t.save()
             if st.stop_status is not None:
@@ -184,7 +205,8 @@ class PackedTrainer:
                     if preempt.requested():
                         preempt.at_boundary()
                         for k in live:
-                            self.trainers[k].save()
+                            with self.cell_streams.drawing(k):  # its checkpoint saves its own stream
+                                self.trainers[k].save()
                             outcomes[k] = TrainOutcome("killed", self.trainers[k].state, "interrupted by "
                                                        f"{preempt.signal_name()} at step "
                                                        f"{self.trainers[k].state.step}; checkpoint saved")
@@ -193,9 +215,11 @@ class PackedTrainer:
                     losses, tokens = self.train_step(live)
                     elapsed = time.perf_counter() - started
                     self._share_cpu(live, None, time.process_time() - cpu)
+                    self._due(live)
                     for k, loss, n in zip(live, losses, tokens, strict=True):
                         cpu = time.process_time()
-                        ended = self.after_step(self.trainers[k], loss, n, elapsed)
+                        with self.cell_streams.drawing(k):
+                            ended = self.after_step(self.trainers[k], loss, n, elapsed)
                         self._share_cpu(live, k, time.process_time() - cpu)
                         if ended is not None:
                             outcomes[k] = ended
@@ -207,6 +231,28 @@ class PackedTrainer:
                 for t in self.trainers:
                     t.writer.wait()
         return [outcomes.get(k, TrainOutcome("finished", t.state)) for k, t in enumerate(self.trainers)]
+
+    def _due(self, live: list[int]) -> None:
+        """The cells whose next step ends at an evaluation (each at its own step: a resumed cell may be at
+        another): where they are the whole pack, their validation losses are scored together, once the first
+        of them asks."""
+        self._eval_due = []
+        for k in live:
+            tspec, step = self.trainers[k].spec.train, self.trainers[k].state.step + 1
+            if step % tspec.eval_every == 0 or (tspec.max_steps is not None and step >= tspec.max_steps):
+                self._eval_due.append(k)
+        self._eval_sums = None
+
+    def _scored(self, t: Trainer) -> tuple[float, int] | None:
+        """Cell ``t``'s validation loss sums from the pack's one stacked evaluation forward over the cells
+        due (ablate/engine/packed_eval.py), or None: it scores its own."""
+        k = self.trainers.index(t)
+        if k not in self._eval_due or self._eval_due != self.live or self.pack is None or len(self.live) < 2:
+            return None  # the pack's cells are not all evaluating now: each scores its own
+        if self._eval_sums is None:
+            sums = split_nll(self.pack, [self.trainers[j] for j in self._eval_due], "val")
+            self._eval_sums = {} if sums is None else dict(zip(self._eval_due, sums, strict=True))
+        return self._eval_sums.get(k)
 
     def _share_cpu(self, live: list[int], owner: int | None, seconds: float) -> None:
         """Count ``seconds`` of this process's CPU time to the cell that spent it (``owner``: its evaluation

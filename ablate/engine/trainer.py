@@ -338,14 +338,14 @@ class Trainer:
         best = self.state.best_value
         return best is None or (value < best if self.select_mode == "min" else value > best)
 
-    def run_evaluation(self) -> dict[str, float]:
-        """Evaluate on val (decoding at most eval.max_sentences), keep the best checkpoint by the selection
-        metric, count evaluations without improvement, and log peak memory so far."""
+    def run_evaluation(self, scored_nll: tuple[float, int] | None = None) -> dict[str, float]:
+        """Evaluate on val (decoding at most eval.max_sentences; ``scored_nll``: its loss's sums, by a pack),
+        keep the best checkpoint by the selection metric, count evaluations without gain, log memory."""
         with torch.compiler.set_stance("force_eager"):  # layers compiled in place (compile_scope) run eager
             metrics = evaluate(self.model, self.data, "val", self.spec, self.device, self.precision,
                                decode=self.spec.eval.bleu_during_training, limit=self.spec.eval.max_sentences,
                                max_tokens=self.spec.eval.token_cap(self.spec.is_lm), rank=self.rank,
-                               world_size=self.world_size)  # each rank its share of the batches
+                               world_size=self.world_size, scored_nll=scored_nll)  # each rank its share
         step = self.state.step
         self.state.history.append((step, metrics))
         self.record(metrics, step)

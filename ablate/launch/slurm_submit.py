@@ -48,6 +48,7 @@ from ablate.launch.wall_time import (
 from ablate.study.cell_queue import CellQueue
 from ablate.study.designs import format_plan, plan_study
 from ablate.study.optuna_store import Store
+from ablate.study.pack_plan import bound_given, job_pack_lines
 from ablate.study.study_plan import StudyPlan
 from ablate.tracking.mlflow_store import check_reachable, resolve_tracking_uri
 
@@ -306,6 +307,7 @@ def _dry_run(plan: StudyPlan, shape: JobShape, storage: str, per_job: int, folde
     print(f"would submit {plural(shape.jobs, 'job')} ({job_name(plan.name, 0)} ...), "
           f"{plural(per_job, 'worker process')} each, with these sbatch parameters:")
     print("\n".join(f"  {line}" for line in sbatch_lines(params, folder, job_name(plan.name, 0))))
+    print("\n".join(job_pack_lines(plan.cells, bound_given())))  # --pack, as set_bound handed it here
     sharing = job_sharing(shape.jobs, per_job, shape.cpus_per_job, shape.gpus_per_job)
     print(remaining_wall_time(plan, _records(plan, storage), sharing))
     return 0

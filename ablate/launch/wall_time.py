@@ -2,7 +2,9 @@
 (local workers and SLURM jobs; a power plan sized on a pilot study's cells takes the pilot's cell times).
 
 - From the study's own finished cells when it has some: the median MLflow duration of a cell, in whole
-  waves of ``parallel`` cells (`finished_cell_seconds`; measured with the study's own workers).
+  waves of ``parallel`` cells (`finished_cell_seconds`; measured with the study's own workers); a cell that
+  trained in a pack of K (tag ``ablate.pack_size``) ran beside K - 1 others in its worker, so it counts
+  1/K of its duration.
 - Else from a probe of the baseline's spec (ablate/launch/cell_probe.py): every part of a cell measured
   here (a worker's start, data preparation, steps at the cell's batch shapes, evaluations with decoding
   scaled to a trained model's lengths, checkpoints, MLflow), with as many probes at once as workers share
@@ -94,8 +96,9 @@ def format_probe_estimate(parts: CellParts, cells: int, sharing: Sharing, seeds:
 
 
 def finished_cell_seconds(study: str) -> CellTime | None:
-    """The median MLflow duration (end - start) of the study's finished cells; None when it has none (or no
-    MLflow record). A resumed cell's duration includes the pause, so the median, not the mean."""
+    """The median MLflow duration (end - start) of the study's finished cells, a packed cell's divided by
+    its pack's size (the worker's time it took); None when it has none (or no MLflow record). A resumed
+    cell's duration includes the pause, so the median, not the mean."""
     try:
         _, children = find_study_runs(study)
     except AblateError:
@@ -104,12 +107,25 @@ def finished_cell_seconds(study: str) -> CellTime | None:
     if kind not in children or status not in children or "end_time" not in children:
         return None
     done = children[(children[kind] == "cell") & (children[status] == "finished")]
-    seconds = [(end - start).total_seconds() for start, end in zip(done["start_time"], done["end_time"],
-                                                                    strict=True) if end is not None]
+    pack = f"tags.{record.PACK_SIZE}"
+    sizes = [_pack_size(v) for v in done[pack]] if pack in done else [1] * len(done)
+    seconds = [(end - start).total_seconds() / size for start, end, size
+               in zip(done["start_time"], done["end_time"], sizes, strict=True) if end is not None]
     seconds = [s for s in seconds if s == s and s > 0]  # NaT/NaN of runs still open are left out
     if not seconds:
         return None
-    return CellTime(statistics.median(seconds), f"median of {len(seconds)} finished cells of study {study}")
+    packed = sum(1 for size in sizes if size > 1)
+    shared = f", {packed} of them packed: each counts its share of its pack's time" if packed else ""
+    return CellTime(statistics.median(seconds),
+                    f"median of {len(seconds)} finished cells of study {study}{shared}")
+
+
+def _pack_size(value: Any) -> int:
+    """A run's ``ablate.pack_size`` tag as a number of cells (1: it trained alone, or has no tag)."""
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
 
 
 def probe(spec: ExperimentSpec, sharing: Sharing) -> CellParts | None:
@@ -141,7 +157,7 @@ def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sh
     if parts is None:
         return "estimated wall time: unknown (train.max_steps is unset: a probe cannot scale to epochs)"
     if ladder:
-        return _ladder_estimate(plan, left, parts, sharing)
+        return _ladder_estimate(plan, left, parts, sharing, speedup)
     line = format_probe_estimate(parts, len(left), sharing, len({c.seed for c in left}))
     faster = [speedup(c) for c in left] if speedup is not None else []
     saved = sum(parts.steps * parts.step_s * (1 - 1 / s) for s in faster if s > 1)
@@ -152,17 +168,23 @@ def remaining_wall_time(plan: StudyPlan, records: Mapping[str, Any], sharing: Sh
             "training steps at their probe's speed-up, their evaluations and records as alone)")
 
 
-def _ladder_estimate(plan: StudyPlan, left: list[Any], parts: CellParts, sharing: Sharing) -> str:
+def _ladder_estimate(plan: StudyPlan, left: list[Any], parts: CellParts, sharing: Sharing,
+                     speedup: Callable[[Any], float] | None = None) -> str:
     """A ladder's cells from a probe of the spec's own cell, its training scaled by each rung's planned
     FLOPs (training time grows with compute; data, evaluation and checkpoints are the same at every rung; a
-    pilot ladder's measured times, in the power plan above, are the better figure)."""
+    pilot ladder's measured times, in the power plan above, are the better figure); a packed cell's training
+    at its rung's probed speed-up (``speedup``)."""
     base = planned(plan.baseline).flops
     scale = {r.name: r.compute.flops / base for r in plan.rungs} if base > 0 else {}
     training = parts.steps * parts.step_s
     fixed = parts.cell_s() - training
-    seconds = sum(fixed + training * scale.get(c.rung, 1.0) for c in left)
+    faster = {id(c): max(1.0, speedup(c)) if speedup is not None else 1.0 for c in left}
+    seconds = sum(fixed + training * scale.get(c.rung, 1.0) / faster[id(c)] for c in left)
     wall = parts.start_s + parts.prepare_s + seconds / max(1, sharing.parallel)
+    packed = sum(1 for c in left if faster[id(c)] > 1)
+    note = f", {packed} packed cells' training at their probe's speed-up" if packed else ""
     return (f"estimated wall time: {_duration(wall)} for {len(left)} cells of {len(plan.rungs)} rungs, "
             f"{sharing.parallel} at a time, from a probe of the spec's own cell "
             f"({_duration(parts.cell_s())}: {parts.parts_text()}), its training scaled to each rung by its "
-            f"planned FLOPs (the spec's: {base:.3g}); a pilot ladder's measured times are in the power plan")
+            f"planned FLOPs (the spec's: {base:.3g}){note}; a pilot ladder's measured times are in the power "
+            "plan")

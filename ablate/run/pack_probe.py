@@ -76,6 +76,18 @@ def _timed(step: Callable[[], object], steps: int = TIMED_STEPS) -> float:
     return time.perf_counter() - started
 
 
+def shape_problems(spec: ExperimentSpec) -> list[str]:
+    """What cannot pack in cells of ``spec``, without timing anything: two cells' models packed against
+    alone on one training batch (:func:`~ablate.engine.packed_model.pack_problems`), on this machine's CPU.
+    What a SLURM submission's dry run names before its jobs probe their own nodes."""
+    cpu = spec.model_copy(update={"train": spec.train.model_copy(update={"device": "cpu"})})
+    with tempfile.TemporaryDirectory(prefix="ablate-pack-check-") as tmp:
+        trainers = _trainers(cpu, 2, Path(tmp), torch.device("cpu"))
+        batch = trainers[0].next_batches(1)[0]
+        return pack_problems([t.model for t in trainers], batch.model_inputs(),
+                             lambda out: out.float().pow(2).mean())
+
+
 def probe_pack(spec: ExperimentSpec, cells: int, steps: int = TIMED_STEPS) -> PackProbe:
     """Pack ``cells`` cells of ``spec`` and time ``steps`` steps of them against the same cells one after
     another (scripts/pack_speed.py times more)."""

@@ -7,6 +7,9 @@ best checkpoint, summary.json and MLflow status are what the cell alone writes. 
 (tags ``ablate.pack_size`` and ``ablate.pack_index``). A cell already finished is reported as it is; a cell
 resumes from its own checkpoint, whatever pack (or none) wrote it.
 
+Each cell's random stream (its dropout masks) starts where the cell's own set-up leaves torch's generators,
+as alone: seeded by its seed, or restored from its checkpoint (ablate/engine/cell_rng.py).
+
 A SIGTERM or Ctrl-C checkpoints every cell at the step's boundary and raises
 :class:`~ablate.run.runner.Interrupted` once every cell's run is marked interrupted.
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ablate.engine import preempt
+from ablate.engine.cell_rng import CellStreams, State
 from ablate.engine.packed_trainer import PackedTrainer
 from ablate.engine.progress import PeakMemory
 from ablate.engine.trainer import Trainer
@@ -51,6 +55,7 @@ class _Open:
     memory: PeakMemory
     padding: float
     resume: runner.Checkpoint | None
+    rng: State  # torch's generators as its set-up left them
 
 
 def pack_tags(size: int, index: int) -> dict[str, str]:
@@ -90,7 +95,11 @@ def _run_pack(cells: Sequence[PackCell]) -> list[RunResult | BaseException]:
                 results[index] = ready
             else:
                 opened.append(ready)
-        outcomes = PackedTrainer([o.trainer for o in opened]).fit() if opened else []
+        trainer = None
+        if opened:
+            streams = CellStreams([o.rng for o in opened], opened[0].place.device)
+            trainer = PackedTrainer([o.trainer for o in opened], streams)
+        outcomes = trainer.fit() if trainer is not None else []
     except KeyboardInterrupt:
         for o in opened:
             o.tracker.end("interrupted")
@@ -100,16 +109,19 @@ def _run_pack(cells: Sequence[PackCell]) -> list[RunResult | BaseException]:
             _failed(o.tracker, exc)
         raise
     interrupted: runner.Interrupted | None = None
-    for o, outcome in zip(opened, outcomes, strict=True):
+    for i, (o, outcome) in enumerate(zip(opened, outcomes, strict=True)):
         spec = o.cell.spec
         cpu = time.process_time()
         try:
-            metrics = runner.result_metrics(spec, o.place, o.trainer.data, o.trainer.model, o.trainer,
-                                            o.tracker, outcome, o.memory, o.padding)
-            for other in opened:  # this cell's final evaluation is its own CPU time, not the others'
-                if other is not o:
-                    other.trainer.segment_cpu += time.process_time() - cpu
-            results[o.index] = runner.finish(spec, o.place, o.trainer, o.tracker, outcome, metrics, o.resume)
+            assert trainer is not None
+            with trainer.cell_streams.drawing(i):  # its final evaluation and checkpoint: its own stream
+                metrics = runner.result_metrics(spec, o.place, o.trainer.data, o.trainer.model, o.trainer,
+                                                o.tracker, outcome, o.memory, o.padding)
+                for other in opened:  # this cell's final evaluation is its own CPU time, not the others'
+                    if other is not o:
+                        other.trainer.segment_cpu += time.process_time() - cpu
+                results[o.index] = runner.finish(spec, o.place, o.trainer, o.tracker, outcome, metrics,
+                                                 o.resume)
         except runner.Interrupted as stop:
             interrupted = interrupted or stop
             results[o.index] = stop
@@ -148,7 +160,7 @@ def _open(index: int, cell: PackCell, size: int) -> _Open | RunResult:
     except BaseException as exc:
         _failed(tracker, exc)
         raise
-    return _Open(index, cell, place, tracker, trainer, memory, padding, resume)
+    return _Open(index, cell, place, tracker, trainer, memory, padding, resume, CellStreams.now(place.device))
 
 
 def _failed(tracker: NullTracker, exc: BaseException) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ablate.engine.packed_model import spec_problems
 from ablate.errors import AblateError
 from ablate.run.distributed import DistInfo, pick_device
-from ablate.run.pack_probe import PAYS, device_memory_mb, fits, probe_pack
+from ablate.run.pack_probe import PAYS, device_memory_mb, fits, probe_pack, shape_problems
 from ablate.spec.experiment import ExperimentSpec
 from ablate.study.study_plan import Cell
 
@@ -179,6 +179,30 @@ def decide_packs(cells: Sequence[Cell], bound: PackBound) -> PackDecision:
                           f"{probe.cell_peak_mb:.0f} MB a cell" + (f", so at most {room} a pack"
                                                                    if room < bound.limit else ""))
     return PackDecision(sizes, speedups, pack_lines(cells, bound, sizes, notes))
+
+
+def job_pack_lines(cells: Sequence[Cell], bound: PackBound) -> list[str]:
+    """A SLURM submission's dry run: the packs its jobs will form (a job's workers each run a pack), what
+    trains one a process and why (the spec's refusals, and what cannot pack, checked here on the CPU without
+    timing); each job sizes its packs on its own node before its cells train (the probe, memory), so the
+    sizes here are the bound's."""
+    if bound.limit == 1:
+        return pack_lines(cells, bound, {}, {})
+    sizes: dict[str, int] = {}
+    notes: dict[str, str] = {}
+    for pack in form_packs(cells, bound.limit):
+        kid = key_id(pack.cells[0].spec)
+        if pack.why_alone or kid in sizes:
+            continue
+        problems = shape_problems(pack.cells[0].spec)
+        sizes[kid] = 1 if problems else bound.limit
+        notes[kid] = "; ".join(problems) if problems else (
+            "each job's probe on its node decides whether packing pays" if bound.auto else "")
+    lines = pack_lines(cells, bound, sizes, notes)
+    how = "sized where each job's probe shows packing pays on its node" if bound.auto else "--pack"
+    lines[0] = (f"packs: up to {bound.limit} cells of one shape a pack, each run by one worker of a job "
+                f"({how})")
+    return lines
 
 
 def pack_lines(cells: Sequence[Cell], bound: PackBound, sizes: dict[str, int],

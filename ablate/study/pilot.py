@@ -28,6 +28,7 @@ from ablate.tracking.read import find_study_runs, tags_and_params
 
 RUNS_CSV = "runs.csv"
 MACHINE_COLUMN = "machine"  # runs.csv's column of the machine a cell ran on (ablate.tracking.record.machine)
+PACK_COLUMN = "pack_size"  # the pack a cell trained in (ablate.tracking.record.PACK_SIZE); absent: alone
 RUNG_COLUMN = "rung"  # a ladder's runs.csv: the rung each cell ran at (ablate.tracking.record.RUNG)
 # one cell as a runs.csv row: arm, variant, seed, status, machine, rung and its metrics (text as read from the
 # csv, numbers from the store)
@@ -143,12 +144,13 @@ def _store_rows(name: str) -> list[PilotRow]:
         rows.append({"arm": tags.get(record.ARM) or record.BASELINE_ARM, "variant": tags.get(record.VARIANT),
                      "seed": tags.get(record.SEED), "status": tags.get(record.STATUS),
                      MACHINE_COLUMN: record.machine(tags), RUNG_COLUMN: tags.get(record.RUNG) or "",
-                     **metrics})
+                     PACK_COLUMN: tags.get(record.PACK_SIZE) or "", **metrics})
     return rows
 
 
 def pilot_from_rows(name: str, rows: Iterable[Mapping[str, float | str | None]], metric: str) -> Pilot:
-    """Paired differences and cell times from runs.csv-shaped rows (arm, variant, seed, status, metrics)."""
+    """Paired differences and cell times from runs.csv-shaped rows (arm, variant, seed, status, metrics); a
+    packed cell's time is its share of its pack's (its wall time over the pack's size)."""
     rows = list(rows)
     values: dict[str, dict[int, float]] = {}
     times: dict[str, list[float]] = {}
@@ -161,7 +163,8 @@ def pilot_from_rows(name: str, rows: Iterable[Mapping[str, float | str | None]],
         if value is not None:
             values.setdefault(label, {})[seed] = value
         if (seconds := _number(row.get(record.WALL_TIME))) is not None:
-            times.setdefault(label, []).append(seconds)
+            # a cell packed with K - 1 others trained beside them in one process: its share of that time
+            times.setdefault(label, []).append(seconds / max(1.0, _number(row.get(PACK_COLUMN)) or 1.0))
             if row.get(MACHINE_COLUMN):
                 machines[str(row[MACHINE_COLUMN])] += 1
     if "baseline" not in values:

@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 import torch
 
+import registry
 from ablate.data.prepare import prepare_data
+from ablate.engine import packed_trainer
 from ablate.engine.dispatch import build_any
-from ablate.engine.packed_model import pack_problems, spec_problems
+from ablate.engine.evaluate import evaluate
+from ablate.engine.packed_model import NotPackable, pack_lengths, pack_problems, spec_problems
 from ablate.engine.packed_trainer import PackedTrainer
 from ablate.engine.trainer import Trainer
 from ablate.spec.experiment import ExperimentSpec
@@ -37,7 +40,7 @@ TOLERANCE = 2e-4
 # row's and column's gradient by its own small root mean square. Measured after 6 steps: 7e-4 and 3e-4 of
 # the largest weight at most, against 3e-8 for the others.
 LOOSER = {"muon": 2e-3, "adafactor": 2e-3}
-OPTIMIZERS = ["adam", "adamw", "sgd", "adafactor", "lion", "muon"]
+OPTIMIZERS = registry.names("optimizer")  # every registered one
 STEPS = {"train.max_steps": 6, "train.eval_every": 3, "train.checkpoint_every": 3, "train.clip_norm": 0.5,
          "train.schedule": {"name": "inverse_sqrt", "warmup_steps": 2}, "eval.samples": 0,
          "eval.metric": "exact_match", "model.dropout": 0.0}
@@ -115,6 +118,8 @@ def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimize
         assert_close(torch.tensor([v for _, v in p.state.train_curve]),
                      torch.tensor([v for _, v in a.state.train_curve]), f"cell {k}: train loss", tolerance)
         assert [s for s, _ in p.state.history] == [s for s, _ in a.state.history]
+        assert_close(torch.tensor([m["val/loss"] for _, m in p.state.history]),  # the pack's stacked forward
+                     torch.tensor([m["val/loss"] for _, m in a.state.history]), f"cell {k}: val", tolerance)
         alone_params = dict(a.model.named_parameters())
         for name, param in p.model.named_parameters():
             assert_close(without_key_bias(name, param.detach()),
@@ -128,6 +133,99 @@ def test_a_packed_cell_equals_the_cell_alone(tmp_path: Path, arch: str, optimize
     first = [dict(t.model.named_parameters()) for t in packed]
     name = next(iter(first[0]))
     assert not torch.equal(first[0][name], first[1][name])
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_packed_cell_with_dropout_draws_its_own_masks(tmp_path: Path, arch: str) -> None:
+    """Dropout 0.1 on every sub-layer, the embeddings and the FFN: each packed cell draws its masks from its
+    own seed's stream on its own rows and lengths (the cells' batches differ in length, so the pack pads),
+    and its loss curve and weights after 6 steps equal the cell trained alone from ``torch.manual_seed``
+    of its seed, as ablate/run/runner.py seeds it. The masks matter: without dropout the curve differs."""
+    lrs = [0.003, 0.01, 0.003]
+    specs = [cell_spec(arch, seed, {"model.dropout": 0.1, "train.optimizer": {"name": "adam", "lr": lr}})
+             for seed, lr in zip((0, 1, 2), lrs, strict=True)]
+    packed = [make_trainer(s, tmp_path / f"packed{k}") for k, s in enumerate(specs)]
+    pack = PackedTrainer(packed)
+    pack.fit()
+    assert pack.pack is not None and pack.pack.dropouts > 0
+    for k, spec in enumerate(specs):
+        alone = make_trainer(spec, tmp_path / f"alone{k}")
+        torch.manual_seed(spec.seed)  # what seed_everything leaves for the cell's first mask
+        alone.fit()
+        p = packed[k]
+        assert_close(torch.tensor([v for _, v in p.state.train_curve]),
+                     torch.tensor([v for _, v in alone.state.train_curve]), f"cell {k}: train loss")
+        alone_params = dict(alone.model.named_parameters())
+        for name, param in p.model.named_parameters():
+            assert_close(without_key_bias(name, param.detach()),
+                         without_key_bias(name, alone_params[name].detach()), f"cell {k}: {name}")
+    undropped = make_trainer(cell_spec(arch, 0, {"model.dropout": 0.0, "train.optimizer": {"lr": lrs[0]}}),
+                             tmp_path / "undropped")
+    undropped.fit()
+    curve = torch.tensor([v for _, v in packed[0].state.train_curve])
+    assert float((curve - torch.tensor([v for _, v in undropped.state.train_curve])).abs().max()) > 1e-3
+
+
+def test_padded_lengths_name_their_dimension() -> None:
+    """Where a cell is shorter than the pack, its padded length moves off the model's widths and off the
+    other kind's padded length, so a dropout tells a length from a width by its size."""
+    assert pack_lengths([[5, 7], [7, 7]], {16, 32}, 64) == [8, 7]  # 7 is the target's: the source moves
+    assert pack_lengths([[16, 12], [9, 9]], {16, 32}, 64) == [17, 9]
+    assert pack_lengths([[16, 16]], {16}, 64) == [16]  # no cell shorter: nothing to cut
+    with pytest.raises(NotPackable, match="positions"):
+        pack_lengths([[15, 16]], {16, 17}, 16)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_every_optimizer_steps_the_pack_in_one_call(tmp_path: Path, optimizer: str) -> None:
+    """Every registered optimizer steps the stacked parameters at once (ablate/engine/packed_step.py: the
+    elementwise ones directly, Muon's Newton-Schulz batched over cells, Adafactor's factored moments per
+    cell), each cell's optimizer state a view of its slice (what its checkpoint saves); fp16's per-cell loss
+    scaling steps each cell's own optimizer."""
+    specs = [cell_spec("decoder_only", seed, {"train.optimizer": {"name": optimizer, "lr": 0.01}})
+             for seed in (0, 1)]
+    pack = PackedTrainer([make_trainer(s, tmp_path / f"c{k}") for k, s in enumerate(specs)])
+    pack.train_step([0, 1])
+    assert pack._step is not None
+    opt = pack.trainers[1].optimizer
+    inner = [o for o in (getattr(opt, "muon", None), getattr(opt, "adamw", None)) if o is not None] or [opt]
+    tensors = [t for o in inner for state in o.state.values() for t in state.values()
+               if isinstance(t, torch.Tensor)]
+    assert tensors and all(t._base is not None for t in tensors)  # views of the pack's stacked state
+    if optimizer == "adam":  # fp16: each cell's GradScaler decides its own step
+        fp16 = [cell_spec("decoder_only", seed, {"train.precision": "fp16"}) for seed in (0, 1)]
+        scaled = PackedTrainer([make_trainer(s, tmp_path / f"h{k}") for k, s in enumerate(fp16)])
+        scaled.train_step([0, 1])
+        assert scaled._step is None
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each evaluation the pack scores every cell's validation loss in one stacked forward a batch
+    (ablate/engine/packed_eval.py), and each cell's val/loss equals its loss evaluated alone; the metrics a
+    cell computes alone (decoding's exact match) are its own too."""
+    calls: list[int] = []
+    original = packed_trainer.split_nll
+
+    def counted(pack: Any, trainers: Any, split: str) -> Any:
+        calls.append(len(trainers))
+        return original(pack, trainers, split)
+
+    monkeypatch.setattr(packed_trainer, "split_nll", counted)
+    specs = [cell_spec(arch, seed) for seed in (0, 1, 2)]
+    packed = [make_trainer(s, tmp_path / f"p{k}") for k, s in enumerate(specs)]
+    PackedTrainer(packed).fit()
+    assert calls == [3, 3]  # steps 3 and 6, all three cells
+    for k, t in enumerate(packed):
+        for step, metrics in t.state.history:
+            alone = evaluate(t.model, t.data, "val", t.spec, t.device, t.precision, decode=True,
+                             limit=t.spec.eval.max_sentences, max_tokens=t.spec.eval.token_cap(t.spec.is_lm))
+            if step == t.state.step:  # the weights now are the last evaluation's
+                assert_close(torch.tensor(metrics["val/loss"]), torch.tensor(alone["val/loss"]), f"cell {k}")
+                derived = ("val/loss", "val/ppl", "val/bpb")  # from the loss; the rest the cell's own alone
+                assert {n: v for n, v in metrics.items() if n not in derived} == \
+                    {n: v for n, v in alone.items() if n not in derived}
 
 
 def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
@@ -177,7 +275,8 @@ def test_fp16_loss_scaling_is_each_cells_own(tmp_path: Path) -> None:
 def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     """The probe runs two cells packed and alone: a unit vmap cannot batch (QK-norm's gain sits beside
     sdpa, which has no batching rule) and a parameter read outside its module's forward (the learned
-    position table, sliced by its owner) are named; a plain model packs; dropout refuses before a build."""
+    position table, sliced by its owner) are named; a plain model packs, with dropout too (each cell's own
+    masks, from the same state packed and alone); attention dropout refuses before a build."""
     def problems(arch: str, **model: Any) -> list[str]:
         spec = cell_spec(arch, 0, {f"model.{k}": v for k, v in model.items()})
         models = [build_any(spec.model, 16, 16, seed=seed) for seed in (0, 1)]
@@ -188,9 +287,10 @@ def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     assert problems("decoder_only") == [] and problems("encoder_decoder", norm="rms") == []
     qk = problems("decoder_only", attention="qk_norm")
     assert len(qk) == 1
-    assert qk[0].startswith("QKNormAttention (decoder.layers.0.self_attn): vmap cannot batch it")
+    assert qk[0].startswith("attention=qk_norm: QKNormAttention (decoder.layers.0.self_attn): vmap cannot")
     learned = problems("encoder_decoder", positions="learned")
-    assert len(learned) == 1 and learned[0].startswith("registry/positions.py:")
-    assert spec_problems(cell_spec("encoder_decoder", 0).model) == []
-    dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model)
-    assert dropped and dropped[0].startswith("model.dropout 0.1: a pack draws one dropout mask stream")
+    assert len(learned) == 1 and learned[0].startswith("positions=learned: registry/positions.py:")
+    assert problems("encoder_decoder", dropout=0.1) == [] and problems("decoder_only", dropout=0.3) == []
+    assert spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model) == []
+    dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.attention_dropout": 0.1}).model)
+    assert dropped and dropped[0].startswith("model.attention_dropout 0.1: drawn inside the attention kernel")

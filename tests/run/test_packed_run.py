@@ -1,6 +1,7 @@
 """A pack's cells stay cells (ablate/run/packed_run.py): each its own MLflow run with its own metrics,
 summary, checkpoints and its pack recorded, equal to the cell run alone; a stopped pack resumes cell by
-cell, here each alone, and ends where the uninterrupted cells end."""
+cell, here each alone, and ends where the uninterrupted cells end. With dropout too: each cell's masks come
+from its own seed's stream, which its checkpoint saves (ablate/engine/cell_rng.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ CELL = {"model.dropout": 0.0, "model.d_model": 16, "model.d_ff": 32, "data.synth
         "eval.metric": "exact_match", "tracking.log_checkpoint": False}
 
 
-def cell_specs(folder: Path, uri: str) -> list[ExperimentSpec]:
-    path = write_tiny_spec(folder, CELL, {"tracking.uri": uri, "tracking.enabled": True})
+def cell_specs(folder: Path, uri: str, dropout: float = 0.0) -> list[ExperimentSpec]:
+    changes = {"tracking.uri": uri, "tracking.enabled": True, "model.dropout": dropout}
+    path = write_tiny_spec(folder, CELL, changes)
     return [load_spec(path, [f"seed={seed}", f"train.optimizer.lr={lr}"])
             for seed, lr in ((0, 0.003), (1, 0.01))]
 
@@ -42,11 +44,13 @@ def final_val_loss(result: Any) -> float:
     return float(result.history[-1][1]["val/loss"])
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_each_packed_cell_is_its_own_run_equal_to_the_cell_alone(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 dropout: float) -> None:
     monkeypatch.chdir(tmp_path)
     uri = mlflow_store(tmp_path)
-    specs = cell_specs(tmp_path, uri)
+    specs = cell_specs(tmp_path, uri, dropout)
     results = run_pack([PackCell(s, options(tmp_path, f"packed{k}")) for k, s in enumerate(specs)])
     alone = [run_experiment(s, run_dir=tmp_path / f"alone{k}", experiment="alone", quiet=True)
              for k, s in enumerate(specs)]
@@ -66,13 +70,15 @@ def test_each_packed_cell_is_its_own_run_equal_to_the_cell_alone(tmp_path: Path,
     assert results[0].run_id != results[1].run_id  # type: ignore[union-attr]
 
 
-def test_a_stopped_pack_resumes_cell_by_cell_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_stopped_pack_resumes_cell_by_cell_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   dropout: float) -> None:
     """SIGTERM after step 4: every cell checkpoints at the boundary, its MLflow run is left interrupted, and
     each cell, resumed alone from its own checkpoint into the same MLflow run, ends where the cell run
     alone without a stop ends."""
     monkeypatch.chdir(tmp_path)
     uri = mlflow_store(tmp_path)
-    specs = cell_specs(tmp_path, uri)
+    specs = cell_specs(tmp_path, uri, dropout)
     after_step = PackedTrainer.after_step
 
     def stop_after_4(self: PackedTrainer, t: Any, *args: Any) -> Any:

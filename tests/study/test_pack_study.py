@@ -4,18 +4,31 @@ a packed study trains every cell as its own MLflow run, recording its pack."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 from ablate.cli import main as cli_main
 from ablate.launch.cell_probe import CellParts
 from ablate.launch.study_command import main_launch
-from ablate.launch.wall_time import local_sharing, remaining_wall_time
+from ablate.launch.wall_time import (
+    _ladder_estimate,
+    finished_cell_seconds,
+    local_sharing,
+    remaining_wall_time,
+)
 from ablate.run.pack_probe import fits
 from ablate.study.designs import plan_study
-from ablate.study.pack_plan import PACK_ENV
+from ablate.study.pack_plan import BOUND_ENV, PACK_ENV
+from ablate.study.pilot import PACK_COLUMN, pilot_from_rows
 from ablate.tracking import record
 from tests.factories import TINY_STUDY_HEAD
 
@@ -48,16 +61,18 @@ def test_a_pack_below_one_cell_is_one_line_and_nothing_written(bare_workdir: Pat
 
 def test_the_dry_run_lists_the_packs_and_what_trains_alone(bare_workdir: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(bare_workdir, "dry", "model.norm: [rms], model.attention: [qk_norm], model.dropout: [0.1]")
+    path = write(bare_workdir, "dry", "model.norm: [rms], model.attention: [qk_norm], model.dropout: [0.1], "
+                 "model.attention_dropout: [0.1]")
     assert main_launch(str(path), dry_run=True, pack="2") == 0
     out = capsys.readouterr().out
     assert "packs: up to 2 cells of one shape a pack (--pack)" in out
     assert "  baseline: 3 cells: 2 packs of up to 2 (probe:" in out
     assert "  norm=rms: 3 cells: 2 packs of up to 2" in out
-    assert ("  attention=qk_norm: 3 cells: one a process (QKNormAttention (encoder.layers.0.self_attn): vmap "
-            "cannot batch it") in out
-    assert ("  dropout=0.1: 3 cells: one a process (model.dropout 0.1: a pack draws one dropout mask stream "
-            "over its cells' rows, so a packed cell would not equal itself alone)") in out
+    assert ("  attention=qk_norm: 3 cells: one a process (attention=qk_norm: QKNormAttention "
+            "(encoder.layers.0.self_attn): vmap cannot batch it") in out
+    assert "  dropout=0.1: 3 cells: 2 packs of up to 2 (probe:" in out  # each cell draws its own masks
+    assert ("  attention_dropout=0.1: 3 cells: one a process (model.attention_dropout 0.1: drawn inside the "
+            "attention kernel over the pack's rows, so a packed cell would not draw its own masks)") in out
     assert not (bare_workdir / "mlflow.db").exists()
     assert main_launch(str(path), dry_run=True, pack="1") == 0
     assert "packs: off (--pack 1): every cell trains one a process" in capsys.readouterr().out
@@ -113,3 +128,90 @@ def test_the_wall_time_estimate_knows_the_packs(tmp_path: Path, monkeypatch: pyt
     assert alone.startswith("estimated wall time: 12 min for 6 cells") and "packed" not in alone
     packed = remaining_wall_time(plan, {}, sharing, lambda cell: 4.0 if cell.label == "norm=rms" else 1.0)
     assert packed.startswith(alone) and "; packed: 8.2 min (the packed cells' training steps" in packed
+
+
+def test_the_slurm_dry_run_lists_the_packs_its_jobs_run(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`--slurm --dry-run --pack 2`: the jobs' packs by shape (each job's worker runs a pack, sized on its
+    own node), and what trains one a process and why, checked here before anything is submitted."""
+    monkeypatch.setenv(BOUND_ENV, "1")  # restored after: the submission hands --pack to its jobs here
+    path = write(bare_workdir, "jobs", "model.norm: [rms], model.attention: [qk_norm]")
+    journal = bare_workdir / "shared" / "study.journal"
+    assert cli_main(["study", str(path), "--slurm", "--dry-run", "--storage", str(journal), "--jobs", "2",
+                     "--pack", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "packs: up to 2 cells of one shape a pack, each run by one worker of a job (--pack)" in out
+    assert "  baseline: 3 cells: 2 packs of up to 2" in out
+    assert "  norm=rms: 3 cells: 2 packs of up to 2" in out
+    assert ("  attention=qk_norm: 3 cells: one a process (attention=qk_norm: QKNormAttention "
+            "(encoder.layers.0.self_attn): vmap cannot batch it") in out
+    assert sorted(p.name for p in bare_workdir.iterdir()) == ["jobs.yaml"]  # a dry run writes nothing
+
+
+def test_finished_packed_cells_count_their_share_of_the_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study's finished cells give the estimate its cell time: a cell packed with 3 others ran beside them
+    in one worker for its 400 s, so it counts 100 s; a cell alone its own 120 s."""
+    start = pd.Timestamp("2026-01-01")
+    children = pd.DataFrame({
+        f"tags.{record.KIND}": ["cell"] * 5, f"tags.{record.STATUS}": ["finished"] * 5,
+        f"tags.{record.PACK_SIZE}": ["4", "4", "4", None, "4"],
+        "start_time": [start] * 5,
+        "end_time": [start + pd.Timedelta(seconds=s) for s in (400, 400, 400, 120, 400)]})
+    monkeypatch.setattr("ablate.launch.wall_time.find_study_runs", lambda study: (None, children))
+    found = finished_cell_seconds("packed")
+    assert found is not None and found.seconds == 100.0
+    assert "median of 5 finished cells of study packed, 4 of them packed" in found.source
+
+
+def test_a_pilots_packed_cells_count_their_share_of_the_pack() -> None:
+    """The ladder plan's hours come from a pilot's cell times: a packed pilot cell's wall time is its pack's,
+    so it counts its share (its time over the pack's size)."""
+    rows = [{"variant": v, "seed": s, "status": "finished", "val/loss": 1.0 + 0.1 * s,
+             record.WALL_TIME: 60.0, PACK_COLUMN: pack}
+            for v in ("baseline", "norm=rms") for s, pack in ((0, "3"), (1, "3"), (2, ""))]
+    pilot = pilot_from_rows("pilot", rows, "val/loss")
+    assert pilot.cell_seconds("baseline") == pytest.approx((20.0 + 20.0 + 60.0) / 3)
+
+
+def test_a_ladders_estimate_knows_the_packs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ladder's estimate scales the probed cell's training by each rung's FLOPs; a cell that packs at a
+    probed 4x trains in a quarter of that (its evaluations and records as alone)."""
+    parts = CellParts(start_s=0.0, prepare_s=0.0, reprepare_s=0.0, build_s=20.0, step_s=1.0, eval_s=0.0,
+                      final_s=0.0, checkpoint_s=0.0, best_s=0.0, tracking_s=0.0, steps=100, evals=0,
+                      checkpoints=0)
+    monkeypatch.setattr("ablate.launch.wall_time.planned", lambda spec: SimpleNamespace(flops=1.0))
+    rungs = [SimpleNamespace(name="small", compute=SimpleNamespace(flops=1.0)),
+             SimpleNamespace(name="large", compute=SimpleNamespace(flops=2.0))]
+    cells = [SimpleNamespace(rung=r.name, label="baseline", seed=s) for r in rungs for s in range(2)]
+    plan = SimpleNamespace(baseline=None, rungs=rungs)
+    alone = _ladder_estimate(plan, cells, parts, local_sharing(1, 0))  # type: ignore[arg-type]
+    assert alone.startswith("estimated wall time: 11 min for 4 cells of 2 rungs")  # 2 x 120 + 2 x 220 s
+    packed = _ladder_estimate(plan, cells, parts, local_sharing(1, 0),  # type: ignore[arg-type]
+                              lambda cell: 4.0 if cell.rung == "large" else 1.0)
+    assert packed.startswith("estimated wall time: 6.3 min for 4 cells of 2 rungs")  # 2 x 120 + 2 x 70 s
+    assert "2 packed cells' training at their probe's speed-up" in packed
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_two_processes_finish_a_packed_study_on_postgresql_each_cell_once(workdir: Path,
+                                                                           postgres_url: str) -> None:
+    """Two `ablate study --pack 2 --storage postgresql://...` (two machines) share one packed study: every
+    cell trains once, by one process or the other, in a pack of 2 or alone, and both end 0."""
+    name = f"pg-packs-{os.getpid()}-{int(time.time())}"
+    path = write(workdir, name, "model.norm: [rms]")
+    cmd = [sys.executable, "-m", "ablate", "study", str(path), "--storage", postgres_url, "--pack", "2"]
+    logs = [workdir / f"worker{i}.log" for i in range(2)]
+    procs = [subprocess.Popen(cmd, cwd=workdir, stdout=log.open("w"), stderr=subprocess.STDOUT)
+             for log in logs]
+    codes = [p.wait(timeout=600) for p in procs]
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    cells = [r for r in runs if r.data.tags.get(record.KIND) == "cell"]
+    per_cell = Counter(r.data.tags[record.CELL] for r in cells)
+    assert len(per_cell) == 6 and set(per_cell.values()) == {1}  # no cell trained twice
+    assert {r.data.tags[record.STATUS] for r in cells} == {"finished"}
+    assert any(r.data.tags.get(record.PACK_SIZE) == "2" for r in cells)
