@@ -75,6 +75,21 @@ class TrainState:
     stop_metrics: dict[str, float] = field(default_factory=dict)  # a diverged run's last train/loss and lr
 
 
+def own_storage(tree: Any) -> Any:
+    """``tree`` (a state dict, nested) with every tensor that views a larger storage copied to its own. A
+    packed cell's weights and optimizer state are views of the pack's stacked tensors (its Adam step count
+    one element of a per-cell vector that all its parameters share): saved as they are, a cell's checkpoint
+    would hold every cell's tensors, and a resumed Adam would count each step once per parameter."""
+    if isinstance(tree, torch.Tensor):
+        whole = tree.untyped_storage().nbytes()
+        return tree.clone() if whole != tree.numel() * tree.element_size() else tree
+    if isinstance(tree, dict):
+        return {key: own_storage(value) for key, value in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(own_storage(value) for value in tree)
+    return tree
+
+
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

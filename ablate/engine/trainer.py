@@ -32,6 +32,7 @@ from ablate.engine.checkpoint import (
     CheckpointWriter,
     TrainState,
     load_checkpoint,
+    own_storage,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -183,10 +184,9 @@ class Trainer:
 
     def checkpoint_payload(self) -> dict[str, Any]:
         payload = {
-            "version": CHECKPOINT_VERSION,
-            "spec_hash": self.spec.spec_hash,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "version": CHECKPOINT_VERSION, "spec_hash": self.spec.spec_hash,
+            "model": own_storage(self.model.state_dict()),  # a packed cell's are views of the pack's
+            "optimizer": own_storage(self.optimizer.state_dict()),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": rng_state(),

@@ -206,7 +206,7 @@ def test_two_processes_finish_a_packed_study_on_postgresql_each_cell_once(workdi
              for log in logs]
     codes = [p.wait(timeout=600) for p in procs]
     assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
-    client = MlflowClient()
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])  # the workdir's store, which both used
     experiment = client.get_experiment_by_name(name)
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
