@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
-from sacrebleu.significance import PairedTest
+from sacrebleu.significance import PairedTest, _bootstrap_resample
 
 from ablate.report.compute import sentence_bootstrap
 from ablate.report.compute.loaded_study import Run, Study
@@ -61,6 +62,39 @@ def test_translations_round_trip_byte_stable_one_line_per_sentence(tmp_path: Pat
 
 
 # ---------------------------------------------------------------- sacreBLEU's paired bootstrap
+def sacrebleus_paired_bootstrap(baseline: list[str], variant: list[str],
+                                references: list[str]) -> tuple[float, float, float, float, float, str]:
+    """The section's figures the way sacreBLEU's own code gives them: PairedTest's scores, p and signature,
+    and the interval from ``_bootstrap_resample`` (seeded as the paired test is) on each system."""
+    metric = BLEU(references=[references])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SACREBLEU_SEED", sentence_bootstrap.SEED)
+        systems = [("baseline", baseline), ("variant", variant)]
+        signatures, scores = PairedTest(systems, {"BLEU": metric}, None, test_type="bs", n_samples=1000)()
+        resampled = [np.array([s.score for s in _bootstrap_resample(
+            metric._extract_corpus_statistics(hyps, None), metric, 1000)[1]]) for hyps in (baseline, variant)]
+    diffs = np.sort(resampled[1] - resampled[0])
+    base, var = scores["BLEU"]
+    p = 1.0 if baseline == variant else var.p_value
+    return base.score, var.score, float(diffs[25]), float(diffs[974]), p, str(signatures["BLEU"])
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_the_figures_are_sacrebleus_to_the_last_digit(monkeypatch: pytest.MonkeyPatch,
+                                                      fallback: bool) -> None:
+    """Scores, interval, p and signature equal sacreBLEU's own paired bootstrap exactly (==, not approx), by
+    the one-product sums and by sacreBLEU's per-resample float32 sums (what counts too large to be exact
+    take), for a clear difference, a small one and two identical systems."""
+    if fallback:
+        monkeypatch.setattr(sentence_bootstrap, "EXACT_SUMS", 0)
+    refs = sentences(300, 11)
+    for base, var in ((degrade(refs, 0.3, 12), degrade(refs, 0.15, 13)),
+                      (degrade(refs, 0.2, 14), degrade(refs, 0.19, 15)),
+                      (degrade(refs, 0.2, 16), degrade(refs, 0.2, 16))):
+        ours = sentence_bootstrap.paired_bootstrap(base, var, refs)
+        assert ours == sacrebleus_paired_bootstrap(base, var, refs)
+
+
 def test_the_interval_comes_from_sacrebleus_own_paired_bootstrap() -> None:
     refs = sentences(200, 0)
     base, var = degrade(refs, 0.3, 1), degrade(refs, 0.15, 2)
