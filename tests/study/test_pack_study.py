@@ -192,6 +192,7 @@ def test_a_ladders_estimate_knows_the_packs(monkeypatch: pytest.MonkeyPatch) -> 
     assert "2 packed cells' training at their probe's speed-up" in packed
 
 
+@pytest.mark.soak  # beside the unpacked two-process PostgreSQL study (tests/study/test_study.py)
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_processes_finish_a_packed_study_on_postgresql_each_cell_once(workdir: Path,
