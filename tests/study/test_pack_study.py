@@ -102,6 +102,34 @@ def test_a_packed_study_trains_each_cell_as_its_own_run(workdir: Path, monkeypat
     assert capsys.readouterr().out.count("finished") >= 6
 
 
+def test_each_round_of_adaptive_seeds_packs_its_new_cells_by_shape(workdir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adaptive seeds (``seeds: {min: 2, max: 3}``) over a learning rate (one shape, so both arms' cells pack
+    together): the first round's seeds 0 and 1 train as packs of 2, and the second round's seed 2 of each
+    arm, queued only after the first round ended, as one more pack of 2; no comparison can settle on 2 pairs,
+    so the study runs to its maximum as it does unpacked, each cell once."""
+    monkeypatch.setenv(PACK_ENV, "{}")
+    path = workdir / "rounds.yaml"
+    path.write_text(TINY_STUDY_HEAD.format(name="rounds") + """ablation:
+  axes: {train.optimizer.lr: [0.003]}
+  metric: val/loss
+  seeds: {min: 2, max: 3}
+""")
+    assert main_launch(str(path), pack="2") == 0
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("rounds")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    cells = [r for r in runs if r.data.tags.get(record.KIND) == "cell"]
+    seeds = Counter((r.data.tags[record.VARIANT], r.data.tags[record.SEED]) for r in cells)
+    arms = ("baseline", "train.optimizer.lr=0.003")
+    assert seeds == Counter({(v, s): 1 for v in arms for s in ("0", "1", "2")})
+    assert {r.data.tags.get(record.PACK_SIZE) for r in cells} == {"2"}  # every round's cells packed
+    third = sorted(r.info.start_time for r in cells if r.data.tags[record.SEED] == "2")
+    first_two = max(r.info.end_time for r in cells if r.data.tags[record.SEED] != "2")
+    assert third[0] >= first_two  # seed 2 came in a round of its own
+
+
 def test_a_cell_that_fits_not_even_alone_is_one_line_and_nothing_trained(
         bare_workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Memory is planned from one cell's measured peak: K cells take K x that (20% margin), so a device
