@@ -171,10 +171,22 @@ def experiment_id(client: MlflowClient, name: str, uri: str, *, description: str
     if exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
     if record.EXPERIMENT_KIND not in exp.tags:
-        client.set_experiment_tag(exp.experiment_id, record.EXPERIMENT_KIND, record.MODEL_TRAINING_KIND)
+        _set_missing_tag(client, exp.experiment_id, record.EXPERIMENT_KIND, record.MODEL_TRAINING_KIND)
     if description and not exp.tags.get(record.NOTE):
-        client.set_experiment_tag(exp.experiment_id, record.NOTE, description)
+        _set_missing_tag(client, exp.experiment_id, record.NOTE, description)
     return str(exp.experiment_id)
+
+
+def _set_missing_tag(client: MlflowClient, experiment: str, key: str, value: str) -> None:
+    """Set an experiment tag that was missing when read. A study's workers all start on an experiment
+    without it (an imported study's, one made before the tag existed) and race to add it: MLflow's SQL
+    store reads, then inserts, so the losers fail on the table's unique key (``IntegrityError``). A tag
+    that another process set meanwhile is what this one wanted: only a failure that left it unset raises."""
+    try:
+        client.set_experiment_tag(experiment, key, value)
+    except MlflowException:
+        if key not in client.get_experiment(experiment).tags:
+            raise
 
 
 def dataset_source(source: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 import pytest
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 from optuna.trial import TrialState
 
 from ablate.errors import AblateError
@@ -73,6 +74,36 @@ def test_experiments_open_in_the_model_training_view_and_run_ids_take_prefixes(t
         resolve_run_id("zzzzzzzz", tracking_uri=uri)
     with pytest.raises(AblateError, match="ambiguous"):
         resolve_run_id(_common_prefix(client, exp), tracking_uri=uri)
+
+
+class _LosesTheRace(MlflowClient):
+    """A worker whose tag write loses to another worker's: the other's client writes the tag first, then
+    this one's insert fails on the unique key, as MLflow's SQL store raised when two workers of an imported
+    study tagged its experiment at once (``IntegrityError``, wrapped as an ``MlflowException``)."""
+
+    def __init__(self, uri: str, winner_sets: bool) -> None:
+        super().__init__(uri)
+        self.winner = MlflowClient(uri)
+        self.winner_sets = winner_sets
+
+    def set_experiment_tag(self, experiment_id: str, key: str, value: Any) -> None:
+        if self.winner_sets:
+            self.winner.set_experiment_tag(experiment_id, key, value)
+        raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key")
+
+
+def test_workers_racing_to_tag_an_imported_experiment_all_go_on(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    untagged = MlflowClient(uri).create_experiment("imported")  # no kind, no description
+    loser = _LosesTheRace(uri, winner_sets=True)
+    assert experiment_id(loser, "imported", uri, description="what it compares") == untagged
+    tags = MlflowClient(uri).get_experiment(untagged).tags
+    assert tags[record.NOTE] == "what it compares"
+    assert tags[record.EXPERIMENT_KIND] == record.MODEL_TRAINING_KIND
+    # a failure that left the tag unset is not a lost race: it still raises
+    MlflowClient(uri).create_experiment("unreachable")
+    with pytest.raises(MlflowException, match="UNIQUE"):
+        experiment_id(_LosesTheRace(uri, winner_sets=False), "unreachable", uri, description="x")
 
 
 def _common_prefix(client: MlflowClient, exp: str) -> str:
