@@ -32,6 +32,13 @@ SDS_6 = (0.010, 0.006, 0.005, 0.005, 0.005, 0.005)
 SEEDS = 6
 ALPHA = 0.05 / 3
 MARGIN = 0.02
+# The fair ladder as committed (reports/ladder-fair4-kdocs): 6 rungs over 3.5 decades, 4 seeds a rung, each
+# rung's paired sd pooled over its 2 comparisons (l1's 0.093: 8-wide models at 1e5 tokens), its verdicts
+# at 0.05 over its 2 comparisons.
+COMPUTE_FAIR4 = (8.77e8, 1.27e10, 7.62e10, 3.05e11, 9.51e11, 2.5e12)
+SDS_FAIR4 = (0.093, 0.025, 0.0053, 0.0072, 0.0074, 0.0078)
+SEEDS_FAIR4 = 4
+ALPHA_FAIR4 = 0.05 / 2
 
 
 def _x(compute: tuple[float, ...]) -> np.ndarray:
@@ -49,6 +56,13 @@ class Scenario:
     scatter: float = 0.0
     right: tuple[Transfer, ...] = ()  # the verdicts that are right here (the rest are errors or not settled)
     wrong: tuple[Transfer, ...] = ()  # the verdicts that are wrong here
+
+
+def true_ends(s: Scenario, compute: tuple[float, ...]) -> tuple[float, float]:
+    """The scenario's true gap at the smallest and the largest rung of ``compute`` (a scenario is written in
+    decades above the smallest rung, so its ends depend on the ladder's span)."""
+    gap = s.gap(_x(compute))
+    return float(gap[0]), float(gap[-1])
 
 
 def _const(v: float) -> Callable[[np.ndarray], np.ndarray]:
