@@ -71,6 +71,7 @@ class PackedTrainer:
         self._step_for: PackedModel | None = None
         self._eval_due: list[int] = []
         self._eval_sums: dict[int, tuple[float, int]] | None = None
+        self._eval_cpu = 0.0  # CPU seconds of the stacked evaluation, run in the first due cell's step
         self._step: Batched | None = None
 
     def _repack(self, live: list[int]) -> PackedModel:
@@ -220,7 +221,10 @@ class PackedTrainer:
                         cpu = time.process_time()
                         with self.cell_streams.drawing(k):
                             ended = self.after_step(self.trainers[k], loss, n, elapsed)
-                        self._share_cpu(live, k, time.process_time() - cpu)
+                        # the pack's stacked evaluation ran inside the first due cell's: shared, not its own
+                        shared, self._eval_cpu = self._eval_cpu, 0.0
+                        self._share_cpu(live, k, time.process_time() - cpu - shared)
+                        self._share_cpu(live, None, shared)
                         if ended is not None:
                             outcomes[k] = ended
             except KeyboardInterrupt:
@@ -250,8 +254,10 @@ class PackedTrainer:
         if k not in self._eval_due or self._eval_due != self.live or self.pack is None or len(self.live) < 2:
             return None  # the pack's cells are not all evaluating now: each scores its own
         if self._eval_sums is None:
+            cpu = time.process_time()
             sums = split_nll(self.pack, [self.trainers[j] for j in self._eval_due], "val")
             self._eval_sums = {} if sums is None else dict(zip(self._eval_due, sums, strict=True))
+            self._eval_cpu = time.process_time() - cpu
         return self._eval_sums.get(k)
 
     def _share_cpu(self, live: list[int], owner: int | None, seconds: float) -> None:
