@@ -15,7 +15,9 @@ after 6 steps, every other weight within 3e-8). It changes no output: the cells'
 
 from __future__ import annotations
 
-import time
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,8 @@ from ablate.engine.packed_trainer import PackedTrainer
 from ablate.engine.trainer import Trainer
 from ablate.spec.experiment import ExperimentSpec
 from tests.factories import tiny_spec
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOLERANCE = 2e-4
 # Muon orthogonalises in bfloat16 (torch.optim.Muon's Newton-Schulz: 8 bits of mantissa), so a float32
@@ -228,18 +232,34 @@ def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: st
                     {n: v for n, v in alone.items() if n not in derived}
 
 
+# Run in a fresh interpreter: process CPU time counts every thread, and a test worker's earlier tests can
+# leave threads behind (a store's or a server's) whose CPU would land in whichever cell's window was open.
+_CPU_SHARES = """
+import json, sys, time
+from pathlib import Path
+from ablate.engine.packed_trainer import PackedTrainer
+from tests.engine.test_packed import cell_spec, make_trainer
+folder = Path(sys.argv[1])
+trainers = [make_trainer(cell_spec("decoder_only", seed), folder / f"c{seed}") for seed in range(3)]
+before = time.process_time()
+for t in trainers:  # each segment starts here, as a run's does when it starts or resumes
+    t.segment_cpu = before
+PackedTrainer(trainers).fit()
+spent = time.process_time() - before
+print(json.dumps({"spent": spent, "shares": [t.cpu_seconds() for t in trainers]}))
+"""
+
+
 def test_each_packed_cell_counts_its_share_of_the_process_cpu_time(tmp_path: Path) -> None:
-    """The shared step's CPU time goes 1/K to each cell, a cell's own evaluations and checkpoints to it
-    alone: the cells' cpu_seconds add up to the process's CPU time of the pack, not K times it."""
-    trainers = [make_trainer(cell_spec("decoder_only", seed), tmp_path / f"c{seed}") for seed in range(3)]
-    before = time.process_time()
-    for t in trainers:  # each segment starts here, as a run's does when it starts or resumes
-        t.segment_cpu = before
-    PackedTrainer(trainers).fit()
-    spent = time.process_time() - before
-    shares = [t.cpu_seconds() for t in trainers]
-    assert all(0 < share < 0.6 * spent for share in shares)
-    assert sum(shares) == pytest.approx(spent, rel=0.1)
+    """The shared step's CPU time goes 1/K to each cell, the pack's stacked evaluation too, a cell's own
+    evaluations and checkpoints to it alone: the cells' cpu_seconds add up to the process's CPU time of the
+    pack, not K times it, and none takes most of it."""
+    done = subprocess.run([sys.executable, "-c", _CPU_SHARES, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    spent, shares = found["spent"], found["shares"]
+    assert all(0 < share < 0.6 * spent for share in shares), found
+    assert sum(shares) == pytest.approx(spent, rel=0.1), found
 
 
 def test_a_diverging_cell_ends_diverged_and_leaves_the_others_untouched(tmp_path: Path) -> None:
