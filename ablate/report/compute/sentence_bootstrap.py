@@ -103,9 +103,9 @@ def paired_bootstrap(baseline: Sequence[str], variant: Sequence[str], references
     in sacreBLEU's loops."""
     refs = tuple(references)
     metric = _metric(refs)
-    stats = [np.array(_statistics(tuple(hyps), refs), dtype=np.float64) for hyps in (baseline, variant)]
-    base_score, var_score = (metric._aggregate_and_compute(_statistics(tuple(h), refs)).score
-                             for h in (baseline, variant))
+    extracted = [_statistics(tuple(hyps), refs) for hyps in (baseline, variant)]
+    stats = [np.array(e, dtype=np.float64) for e in extracted]
+    base_score, var_score = (metric._aggregate_and_compute(e).score for e in extracted)
     idxs = _resample_indices(len(refs), resamples)
     scores_base, scores_var = (_resampled_scores(metric, s, idxs) for s in stats)
     sample_diffs = np.abs(scores_var - scores_base)
