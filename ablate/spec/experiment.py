@@ -118,8 +118,9 @@ class EvalSpec(LaterFields):
     """a validation loss to reach: the run's result then holds val/steps_to_target, the step at which the
     evaluations' val/loss first reached it (interpolated between evaluations; a run that never does counts
     its whole budget). Evaluate often (train.eval_every) for a fine reading. The report reads a run that
-    never reached it as censored (with each side's "did not reach" count), and with ablation.tune judges the
-    arm at each variant's own best against the tuned baseline's own final val/loss, not this one"""
+    never reached it as censored (with each side's "did not reach" count). With ablation.tune the arm at
+    each variant's own best counts its steps to the tuned baseline's own final val/loss (its best search
+    trial's, fixed before the arm's seeds run), not to this one"""
     downstream: DownstreamSpec | None = None
     """language models: lm-evaluation-harness tasks scored on the best checkpoint at the end of the run
     (downstream/<task>/acc, acc_norm, bpb); needs the interop extra"""

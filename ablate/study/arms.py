@@ -37,6 +37,7 @@ from ablate.study.derived_specs import show
 from ablate.study.recorded_study import ArmDesign, ConfirmRecord, SequentialDesign, TuneRecord
 from ablate.study.seed_rounds import comparison_progress, format_progress, needed_keys
 from ablate.study.study_plan import TERMINAL, StudyPlan
+from ablate.study.tuned_target import TARGET_FIELD, arm_fields
 from ablate.study.variant_searches import Tuned, progress_lines, stored_searches, tune_variants, tuned_cells
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import record
@@ -44,6 +45,15 @@ from ablate.tracking import record
 
 def own_best_arm(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> StudyPlan:
     return dataclasses.replace(plan, cells=tuned_cells(plan, tuned), arm=record.OWN_BEST_ARM)
+
+
+def target_text(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> str:
+    """'; steps to ...' where the own-best arm counts steps to the tuned baseline's own loss, else ''."""
+    fields = arm_fields(plan.metric, tuned)
+    if not fields:
+        return ""
+    return (f"; steps to val/loss {fields[TARGET_FIELD]}, the tuned baseline's own final loss in its best "
+            f"search trial (the spec's {plan.baseline.eval.target_loss} is the untuned baseline's)")
 
 
 def decided(arm: StudyPlan, records: CellRecords) -> dict[str, str]:
@@ -135,7 +145,8 @@ def run_later_arms(plan: StudyPlan, arms: dict[str, StudyPlan], records: Callabl
                   "that and run the same command again", file=sys.stderr)
             return 2
         deciding = arms[record.OWN_BEST_ARM] = own_best_arm(plan, tuned)
-        print("own best: the study's seeds at each variant's own best settings", flush=True)
+        print(f"own best: the study's seeds at each variant's own best settings{target_text(plan, tuned)}",
+              flush=True)
         code = run_arm(deciding)
         if code:
             return code
@@ -165,7 +176,8 @@ def dry_run_lines(plan: StudyPlan, storage: str | None, records: CellRecords) ->
             tuned = {label: t for label, (t, _) in stored.items()}
             deciding = own_best_arm(plan, tuned)
             held = sum(c.key in records for c in deciding.cells)
-            lines.append(f"own best: {held} of up to {len(deciding.cells)} cells in the store")
+            lines.append(f"own best: {held} of up to {len(deciding.cells)} cells in the store"
+                         f"{target_text(plan, tuned)}")
             if deciding.design is not None and held:
                 lines.append(format_progress(deciding, deciding.design, records))
         else:

@@ -37,6 +37,8 @@ STEP = "ablate.step"  # the step of a finished cell's last evaluation (a cell re
 OWNER = "ablate.owner"  # the process running the trial
 RUN_DIR = "ablate.run_dir"  # a search trial's run folder: a retry resumes its checkpoint and MLflow run
 BASELINE = "ablate.baseline"  # a search trial enqueued at the spec's own values
+FINAL_LOSS = "ablate.final_val_loss"  # a search trial's final val/loss, whatever its objective (a tuned
+#                                       steps-to-target study's own-best target: ablate/study/tuned_target.py)
 
 # ---------------------------------------------------------------- trial system attributes
 HEARTBEAT = "ablate.heartbeat"  # journal stores: time.time() of the owner's last beat

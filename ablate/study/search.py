@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate.data.check import check_data
 from ablate.run import runner
 from ablate.run.runner import run_label
+from ablate.spec import metricnames
 from ablate.spec.experiment import SearchParam, spec_hash
 from ablate.spec.load import SpecError
 from ablate.study import failfast, optuna_attrs
@@ -246,8 +247,10 @@ def run_trial(plan: SearchPlan, study: optuna.Study, store: Store, trial: optuna
         status, error = "diverged", None
     else:
         error = result.reason if status != "finished" else None
+    loss = record.result_value(result.metrics, metricnames.VAL_LOSS) if status == "finished" else None
+    loss = loss if loss is not None and math.isfinite(loss) else None
     _tell(study, trial, status, [float(v) for v in got] if status == "finished" else None,  # type: ignore[arg-type]
-          mlflow_run_id=result.run_id, error=error)
+          mlflow_run_id=result.run_id, error=error, **{optuna_attrs.FINAL_LOSS: loss})
     shown = ", ".join(f"{k}={plan.decode(k, v)}" for k, v in values.items())
     score = ", ".join(f"{record.final(m)} {v:.4g}" for m, v in zip(metrics, got,
                                                                    strict=True) if v is not None)

@@ -42,6 +42,7 @@ from ablate.study.parent_run import close_parent, search_description, trials_tab
 from ablate.study.precision import study_pin
 from ablate.study.search import _fill, _pruner, _sampler, run_trial, search_key, trials_done
 from ablate.study.study_plan import Cell, StudyPlan
+from ablate.study.tuned_target import arm_fields, trial_loss
 from ablate.study.worker_pool import IN_PROCESS, WorkerPool
 from ablate.tracking import NullTracker, Tracker, record
 
@@ -59,6 +60,7 @@ class Tuned:
     at_baseline: float | None
     scores: list[float] = field(default_factory=list)
     why: str | None = None  # a repeated failure stopped the search (ablate/study/failfast.py)
+    loss: float | None = None  # the best trial's final val/loss (ablate/study/tuned_target.py)
 
 
 def variants(plan: StudyPlan) -> dict[str, dict[str, object]]:
@@ -193,7 +195,7 @@ def outcome(trials: Sequence[FrozenTrial], splan: SearchPlan, label: str, name: 
     values = {k: splan.decode(k, v) for k, v in best.params.items()}
     return Tuned(label, name, values, float(best.values[0]),
                  float(first.values[0]) if first is not None else None, [float(t.values[0]) for t in done],
-                 why)
+                 why, trial_loss(best, splan.spec.tracking.uri if splan.spec.tracking.enabled else None))
 
 
 def tune_variants(plan: StudyPlan, storage: str | None = None, parent: str | None = None,
@@ -243,13 +245,16 @@ def tuned_cells(plan: StudyPlan, tuned: Mapping[str, Tuned]) -> list[Cell]:
     """The study's seeds at each variant's own best settings (at the cell's length): seed-major, as
     plan_study orders the cells at the baseline's settings, tagged as the own-best arm. A variant whose
     search completed no trial runs at the baseline's settings, and so does one whose best is the
-    baseline's: its cells are then the very cells (same keys) of the baseline-settings arm."""
+    baseline's: its cells are then the very cells (same keys) of the baseline-settings arm, except in a
+    study that decides by steps to a target, whose arm counts every cell's steps at the tuned baseline's
+    own loss (ablate/study/tuned_target.py): there the arm's target is every cell's setting."""
     out: list[Cell] = []
+    fields = arm_fields(plan.metric, tuned)
     for seed in plan.seeds:
-        base_at_seed = derive(plan.data, plan.smap, {}, plan.origin, seed=seed)
+        base_at_seed = derive(plan.data, plan.smap, fields, plan.origin, seed=seed)
         for label, overrides in variants(plan).items():
             best = tuned[label].best if label in tuned else {}
-            own = best_overrides(overrides, best)
+            own = {**best_overrides(overrides, best), **fields}
             spec = derive(plan.data, plan.smap, own, plan.origin, seed=seed)
             out.append(Cell(label, seed, spec, own, spec_diff(base_at_seed, spec), arm=record.OWN_BEST_ARM))
     return out

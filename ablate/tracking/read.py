@@ -185,6 +185,15 @@ def log_report_artifacts(parent_run_id: str, folder: str | Path,
             c.log_artifacts(parent_run_id, str(staged), artifact_path)
 
 
+def run_metrics(run_id: str, spec_uri: str | None = None) -> dict[str, float] | None:
+    """A run's latest metric values in the store ``spec_uri`` resolves to (the environment's first); None
+    where the store cannot be reached or holds no such run."""
+    try:
+        return dict(_client_for(resolve_tracking_uri(spec_uri)).get_run(run_id).data.metrics)
+    except (AblateError, MlflowException, OSError):
+        return None
+
+
 def run_tags(run_id: str) -> dict[str, str]:
     """A run's tags (its study, variant, seed and spec hash: what an exported model records of it)."""
     try:

@@ -133,3 +133,36 @@ def test_an_arm_without_a_variant_to_compare_still_states_its_target(study: Stud
     text = "\n".join(str(b) for s in part.sections for b in s.blocks)
     assert "the baseline reached it in 1 of 3 runs (2 did not reach); no variant has runs paired" in text
     assert target_reach.targets(alone)[1].reach["baseline"][1] == target_reach.Reach(600.0, False)
+
+
+def test_an_arm_whose_cells_carry_the_tuned_target_is_read_as_they_logged_it(
+        study: Study, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells that trained with the arm's own target (the tuned baseline's best trial's loss, fixed before
+    they ran: ablate/study/tuned_target.py) logged their steps to it, as the arm's rounds read them: the
+    report reads the same numbers, and an earlier run of the arm at the spec's target is left out, not
+    mixed in."""
+    def at_own(run: Run, steps: float) -> Run:
+        return dataclasses.replace(run, run_id=run.run_id + "-own", start_time=1.0,
+                                   params={"eval.target_loss": "4.01"},
+                                   metrics={**run.metrics, metricnames.VAL_STEPS_TO_TARGET: steps})
+
+    old = study.arms[record.OWN_BEST_ARM]
+    new = [at_own(r, 500.0 + r.seed) for r in old.finished("baseline")] + [
+        at_own(r, 300.0 + r.seed) for r in old.finished("muon")]
+    study.arms[record.OWN_BEST_ARM] = dataclasses.replace(old, runs=old.runs + new)
+    monkeypatch.setattr(target_reach, "metric_history", lambda run_id, key: _history(4.0))
+    again = target_reach.retarget(study)
+    arm = again.arms[record.OWN_BEST_ARM]
+    assert sorted(r.run_id for r in arm.runs) == sorted(r.run_id for r in new)
+    # steps as logged: the cells' own count at 4.01, not read again
+    assert {r.seed: r.metrics[metricnames.VAL_STEPS_TO_TARGET] for r in arm.finished("muon")} == {
+        0: 300.0, 1: 301.0, 2: 302.0}
+    assert len(arm.withdrawn) == 6 and all("not to the arm's target 4.01" in why for _, why in arm.withdrawn)
+    own = {t.arm: t for t in target_reach.targets(again)}[record.OWN_BEST_ARM]
+    assert own.target == 4.01 and "fixed before the arm's seeds ran" in own.source
+    # the spec's arm keeps its target and its runs
+    assert again.runs == study.runs
+    # an arm recorded before its cells carried the target: read again, and the source says the rounds did not
+    legacy = {t.arm: t for t in target_reach.targets(target_reach.retarget(dataclasses.replace(
+        study, arms={record.OWN_BEST_ARM: old})))}[record.OWN_BEST_ARM]
+    assert legacy.target == pytest.approx(4.00) and "its rounds decided on those" in legacy.source

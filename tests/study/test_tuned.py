@@ -133,6 +133,82 @@ def test_a_study_on_steps_to_target_searches_for_the_fewest_steps(workdir: Path,
     assert tuned["baseline"].value == pytest.approx(tuned["norm=custom"].value) == pytest.approx(10.0)
 
 
+def test_the_own_best_arm_counts_steps_to_the_tuned_baselines_own_loss(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned steps-to-target study: the own-best arm's target is fixed before its seeds run, at the tuned
+    baseline's final val/loss in its best search trial, and every cell of the arm (the baseline's too)
+    trains with it, so the arm's rounds read each cell's steps at that target, not at the spec's."""
+    trained: list[ExperimentSpec] = []
+
+    def fake(spec: ExperimentSpec, **kwargs: Any) -> RunResult:
+        trained.append(spec)
+        loss = 3.0 - 0.5 * score(spec) + 0.01 * spec.seed  # the best rate ends lowest
+        return RunResult("finished", {"val/steps_to_target": 20.0 - 10.0 * score(spec), "val/loss": loss},
+                         spec.spec_hash, str(kwargs.get("run_dir", workdir)))
+
+    fake_training(monkeypatch, fake)
+    path = write_tiny_spec(workdir, STUDY_CELL, {"name": "steps", "train.max_steps": 20,
+                                                 "eval.target_loss": 2.9},
+                           extra=STUDY + "  metric: val/steps_to_target\n", filename="steps.yaml")
+    plan = plan_study(str(path))
+    tuned = tune_variants(plan)
+    # the baseline's best trial (its own rate, tuning seed 0) ended at 2.5; the variant's loss is not used
+    assert tuned["baseline"].loss == pytest.approx(2.5) and tuned["norm=custom"].loss == pytest.approx(2.5)
+    cells = tuned_cells(plan, tuned)
+    assert {c.spec.eval.target_loss for c in cells} == {2.5}
+    assert all(c.overrides["eval.target_loss"] == 2.5 for c in cells)
+    # a field of the arm, not of any variant: no cell lists it as a change from the baseline
+    assert all("eval.target_loss" not in [f for f, _, _ in c.diff] for c in cells)
+    assert [f for f, _, _ in next(c for c in cells if c.label == "norm=custom").diff] == [
+        "model.norm", "train.optimizer.lr"]
+    # the baseline's cells count steps to another target than at the baseline's settings: cells of their own
+    own_keys = {c.key for c in cells if c.label == "baseline"}
+    assert own_keys.isdisjoint(c.key for c in plan.cells)
+    # any worker rebuilds a cell, target and all, from what its trial records
+    cell = cells[1]
+    assert plan.rebuild(cell.attrs()).spec.spec_hash == cell.spec.spec_hash
+    # the whole study: the arm's cells train with the tuned target, the baseline's settings with the spec's
+    assert main_ablate(str(path)) == 0
+    cell_runs = [s for s in trained if s.train.max_steps == 20]
+    assert {s.eval.target_loss for s in cell_runs} == {2.9, 2.5}
+    assert {(s.seed, s.model.norm) for s in cell_runs if s.eval.target_loss == 2.5} == {
+        (0, "builtin"), (1, "builtin"), (0, "custom"), (1, "custom")}
+
+
+def test_a_study_that_decides_on_another_metric_keeps_its_cells_as_they_are() -> None:
+    """Only steps to a target have an arm's target: other metrics, or a baseline search with no loss,
+    add nothing to the own-best cells."""
+    from ablate.study.tuned_target import arm_fields
+    from ablate.study.variant_searches import Tuned
+
+    tuned = {"baseline": Tuned("baseline", "s", {}, 1.0, 1.0, loss=2.5)}
+    assert arm_fields("val/steps_to_target", tuned) == {"eval.target_loss": 2.5}
+    assert arm_fields("val/loss", tuned) == {}
+    assert arm_fields("val/steps_to_target", {"baseline": Tuned("baseline", "s", {}, 1.0, 1.0)}) == {}
+
+
+def test_a_trial_recorded_before_its_loss_attribute_reads_it_from_its_mlflow_run(workdir: Path) -> None:
+    import optuna
+
+    from ablate.study import optuna_attrs
+    from ablate.study.tuned_target import trial_loss
+    from ablate.tracking.read import client as mlflow_client
+
+    client = mlflow_client()  # the store ablate reads, as a study's trials wrote to it
+    run = client.create_run(client.create_experiment("old-search")).info.run_id
+    client.log_metric(run, "final/val/loss", 4.075)
+    dist = optuna.distributions.FloatDistribution(0, 1)
+
+    def trial(**attrs: object) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(params={"x": 0.5}, distributions={"x": dist}, value=1.0,
+                                         user_attrs=attrs)
+
+    assert trial_loss(trial(**{optuna_attrs.FINAL_LOSS: 3.9, optuna_attrs.RUN_ID: run})) == 3.9
+    assert trial_loss(trial(**{optuna_attrs.RUN_ID: run})) == pytest.approx(4.075)
+    assert trial_loss(trial(**{optuna_attrs.RUN_ID: "0" * 32})) is None
+    assert trial_loss(trial()) is None
+
+
 def test_each_search_is_a_child_run_of_the_study_reopened_on_rerun(workdir: Path,
                                                                    trained: list[ExperimentSpec]) -> None:
     from mlflow import MlflowClient

@@ -4,12 +4,16 @@ reach it.
 - **The target.** At the baseline's settings it is the spec's ``eval.target_loss``, the loss each run
   logged its ``val/steps_to_target`` against. Where every variant also runs at its own best settings
   (``ablation.tune``), "reaches the baseline's final loss in fewer steps" is asked of the *tuned*
-  baseline: that arm's target is the tuned baseline's own final ``val/loss``, the mean over its evaluation
-  seeds in the arm. A target fixed before tuning is the untuned baseline's loss, which a tuned baseline
-  may beat by a wide margin and which every tuned run then reaches early (Wen et al. 2025: the 1.4-2x
-  speedups claimed over baselines tuned once). Each of that arm's runs is read again from its ``val/loss``
-  evaluations at the tuned target (ablate/engine/metrics.py ``first_reach``) and its
-  ``val/steps_to_target`` replaced (:func:`retarget`), so every section's verdicts in the arm read it.
+  baseline. A target fixed before tuning is the untuned baseline's loss, which a tuned baseline may beat
+  by a wide margin and which every tuned run then reaches early (Wen et al. 2025: the 1.4-2x speedups
+  claimed over baselines tuned once). The arm's cells log their steps at the tuned baseline's own final
+  loss in its best search trial, fixed before the arm's seeds ran (ablate/study/tuned_target.py), so the
+  arm's rounds and its verdicts here read the same numbers; an arm run before its cells carried that
+  target (they logged the spec's) leaves those runs out (:func:`retarget`) where the arm has been rerun,
+  and otherwise is read again: the target is then the tuned baseline's mean final ``val/loss`` over its
+  evaluation seeds, each run's ``val/steps_to_target`` replaced by its reach of it from its ``val/loss``
+  evaluations (ablate/engine/metrics.py ``first_reach``), and the source says that the arm's rounds
+  decided at the spec's target.
 - **Censoring.** A run that never reaches its arm's target is censored at its last evaluation: "more than
   that many steps", never "that many". Each arm's comparisons are the censoring-aware paired test
   (ablate/stats/censored.py, Gehan's scores, sign-flip permutation), at the level the study's family gives
@@ -81,14 +85,35 @@ def reach_of(run: Run, target: float) -> Reach | None:
     return Reach(float(history[-1][0]), False) if steps is None else Reach(steps, True)
 
 
-def tuned_target(arm: Study) -> tuple[float, str] | None:
-    """The tuned baseline's own final val/loss, mean over its finished seeds in the arm, and its source."""
+def recorded_target(arm: Study, spec: float | None) -> float | None:
+    """The target the own-best arm's cells logged their steps at where it is the arm's own (not the spec's):
+    the latest such run's, if the arm was rerun after its searches moved; None for an arm whose cells
+    logged the spec's."""
+    own = [r for r in arm.runs if (v := _target_param(r)) is not None and v != spec]
+    return _target_param(max(own, key=lambda r: (r.start_time, r.run_id))) if own else None
+
+
+def _target_param(run: Run) -> float | None:
+    value = run.params.get(TARGET_PARAM, "")
+    return None if value in ("", "None", "null") else float(value)
+
+
+def tuned_target(arm: Study, spec: float | None = None) -> tuple[float, str] | None:
+    """The tuned baseline's own final val/loss and its source: the target the arm's cells logged their
+    steps at (its best search trial's), else, for an arm whose cells logged the spec's ``spec``, the mean
+    over its finished seeds in the arm."""
+    own = recorded_target(arm, spec)
+    if own is not None:
+        return own, ("the tuned baseline's own final val/loss in its best search trial, fixed before the "
+                     "arm's seeds ran; the arm's cells and its rounds counted their steps to it")
     runs = [r for r in arm.finished(arm.baseline or "") if metricnames.VAL_LOSS in r.metrics]
     if not runs:
         return None
     seeds = ", ".join(str(r.seed) for r in runs)
     mean = sum(r.metrics[metricnames.VAL_LOSS] for r in runs) / len(runs)
-    return mean, f"the tuned baseline's own final val/loss, the mean over its seeds {seeds}"
+    return mean, (f"the tuned baseline's own final val/loss, the mean over its seeds {seeds}, read after "
+                  "the arm ran (its cells counted steps to the spec's target, and its rounds decided on "
+                  "those)")
 
 
 def spec_target(study: Study) -> tuple[float, str] | None:
@@ -99,12 +124,24 @@ def spec_target(study: Study) -> tuple[float, str] | None:
     return float(next(iter(values))), "the spec's eval.target_loss, fixed before the study ran"
 
 
+def _spec_value(study: Study) -> float | None:
+    found = spec_target(study)
+    return None if found is None else found[0]
+
+
 def retarget(study: Study) -> Study:
-    """``study`` with its own-best arm's val/steps_to_target read at the tuned baseline's own final loss
-    (module doc); unchanged without such an arm or a tuned baseline that finished."""
+    """``study`` with its own-best arm read at the tuned baseline's own final loss (module doc): the runs
+    the arm logged at another target left out where its cells carry their own, else each run's
+    val/steps_to_target read again; unchanged without such an arm or a tuned baseline that finished."""
     arm = study.arms.get(record.OWN_BEST_ARM)
-    found = None if arm is None or not asks_steps(arm) else tuned_target(arm)
-    if arm is None or found is None:
+    if arm is None or not asks_steps(arm):
+        return study
+    spec = _spec_value(study)
+    own = recorded_target(arm, spec)
+    if own is not None:
+        return dataclasses.replace(study, arms={**study.arms, record.OWN_BEST_ARM: _at_own(arm, own)})
+    found = tuned_target(arm, spec)
+    if found is None:
         return study
     target = found[0]
 
@@ -117,6 +154,19 @@ def retarget(study: Study) -> Study:
 
     again = dataclasses.replace(arm, runs=[read_again(r) for r in arm.runs])
     return dataclasses.replace(study, arms={**study.arms, record.OWN_BEST_ARM: again})
+
+
+def _at_own(arm: Study, own: float) -> Study:
+    """The arm's runs at its own target; the others (run before the arm carried it) withdrawn, with why."""
+    keep = [r for r in arm.runs if _target_param(r) == own]
+    gone = [(r, f"counted its steps to val/loss {_target_param(r)}, not to the arm's target {own:g} (the "
+                "tuned baseline's own loss, fixed before the arm's seeds ran): run before the arm carried it")
+            for r in arm.runs if _target_param(r) != own]
+    if not gone:
+        return arm
+    note = (f"{len(gone)} run(s) of this arm counted their steps to another target than the arm's {own:g} "
+            "and are left out")
+    return dataclasses.replace(arm, runs=keep, withdrawn=[*arm.withdrawn, *gone], notes=[*arm.notes, note])
 
 
 def _level(study: Study) -> float:
@@ -151,7 +201,7 @@ def targets(study: Study) -> list[ArmTarget]:
     if first is not None:
         out.append(arm_target(study, record.BASELINE_ARM, first, level))
     arm = study.arms.get(record.OWN_BEST_ARM)
-    tuned = None if arm is None else tuned_target(arm)
+    tuned = None if arm is None else tuned_target(arm, None if first is None else first[0])
     if arm is not None and tuned is not None:
         out.append(arm_target(arm, record.OWN_BEST_ARM, tuned, level))
     return [t for t in out if math.isfinite(t.target)]
