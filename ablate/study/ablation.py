@@ -307,7 +307,7 @@ def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: P
     abl = plan.spec.ablation
     assert abl is not None
     if plan.rungs:
-        return _ladder_power_lines(plan, records)
+        return _simulated_rules_lines(plan, records)
     planned = planned if planned is not None else study_plan(plan)
     if planned is None:
         one = "power plan: one seed per variant, no paired test to plan"
@@ -324,7 +324,7 @@ def _power_lines(plan: StudyPlan, records: CellRecords, workers: int, planned: P
     return "\n".join(lines)
 
 
-def _ladder_power_lines(plan: StudyPlan, records: CellRecords) -> str:
+def _simulated_rules_lines(plan: StudyPlan, records: CellRecords) -> str:
     """A ladder's power plan (ablate/study/sized_ladder.py), and once it has pairs of its own the same plan
     from them, for information only."""
     planned = ladder_plan(plan)

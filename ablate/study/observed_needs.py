@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from ablate.stats.power import MOST_SEEDS
 from ablate.stats.replication_size import SeedsAcross, sized_at_found
-from ablate.stats.transfer import GapRung, fit_line
+from ablate.stats.simulated_rules import rung_noise
+from ablate.stats.transfer import GapRung
 from ablate.study.cell_queue import CellRecords
 from ablate.study.seed_rounds import ended_pairs, questions
 from ablate.study.sized_ladder import ladder_design
@@ -80,16 +81,6 @@ def rung_pairs(plan: StudyPlan, records: CellRecords, label: str) -> list[GapRun
                 diffs.append(v.metric - b.metric)
         out.append(GapRung(rung.name, rung.compute.flops, tuple(_finite(diffs))))
     return out
-
-
-def rung_noise(gaps: Sequence[GapRung]) -> tuple[float, str]:
-    """The gap's rung-level variance over the ladder's rungs with pairs, and the words for it."""
-    line = fit_line(gaps) if sum(g.n >= 2 for g in gaps) >= 3 else None
-    if line is None:
-        return 0.0, "seed noise only: fewer than 3 rungs with pairs estimate no rung variance"
-    if line.tau2 <= 0:
-        return 0.0, "seed noise only: the rungs scatter about the gap's line no more than the seeds explain"
-    return float(line.tau2), f"sd with the rung-level variance, rung sd {math.sqrt(line.tau2):.3g}"
 
 
 def ladder_found_sizes(plan: StudyPlan, records: CellRecords

@@ -12,8 +12,9 @@ over the very procedure the study runs, every rung's comparisons in one family),
 large as the ladder's margin needs, and the rung's hours at the pilot's measured cell times (the largest
 rungs cost the most). With ``scales.budget`` it says which rungs the budget affords at the study's seeds
 (from the smallest up) and how many seeds every rung could get. For each comparison it says what the
-transfer verdict can settle (ablate/stats/transfer.py ``change_power``): the smallest change of the gap
-over the ladder it finds with 80% power, and the chance that a gap that does not move reads "holds".
+transfer verdict can settle (ablate/stats/simulated_rules.py ``rule_power``, its rules simulated with the
+gap's rung-level variance where the pilot's rungs estimate one): the smallest change of the gap over the
+ladder read as "grows" with 80% power, and the chance that a gap that does not move reads "holds".
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Any
 
 from ablate.stats.power import POWER, SD_CONFIDENCE, detectable, seeds_needed
 from ablate.stats.sequential import Design
-from ablate.stats.transfer import change_power
+from ablate.stats.simulated_rules import rule_power, rung_noise
+from ablate.stats.transfer import GapRung
 from ablate.stats.verdict import SIGN_FLIP_PAIRS, sign_flip_floor
 from ablate.study.cell_queue import CellRecords
 from ablate.study.pilot import RUNG_COLUMN, PairedNoise, Pilot, paired_sd, pilot_from_rows, pilot_rows
@@ -53,8 +55,9 @@ class RungPlan:
 @dataclass(frozen=True)
 class TransferPlan:
     label: str
-    detectable: float  # the change over the ladder found with 80% power
+    detectable: float  # the change over the ladder read as "grows" with 80% power (inf: none at these seeds)
     holds: float | None  # the chance a gap that does not move reads "holds"
+    noise: str = ""  # the rung-level variance the simulation carried, in words
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,10 @@ def ladder_plan(plan: StudyPlan, records: CellRecords | None = None) -> LadderPl
     informational = records is not None
     pilots: dict[str, Pilot] = {}
     source = None
+    differences: dict[str, dict[str, list[float]]] = {}
     if informational:
-        own = _own_noise(plan, records or {}, labels)
+        differences = _own_differences(plan, records or {}, labels)
+        own = _own_noise(differences)
         if not own:
             return None
         source = "the study's own seeds"
@@ -152,6 +157,7 @@ def ladder_plan(plan: StudyPlan, records: CellRecords | None = None) -> LadderPl
         found = pilot_ladder(plan)
         if found is not None:
             pilots, name = found
+            differences = {rung: p.differences for rung, p in pilots.items()}
             source = f"pilot ladder {name} ({plan.metric} per rung)"
     rungs = []
     for rung in plan.rungs:
@@ -164,7 +170,8 @@ def ladder_plan(plan: StudyPlan, records: CellRecords | None = None) -> LadderPl
             seconds = _seed_seconds(pilot, labels) if pilot else None
         rungs.append(_rung_plan(rung.name, rung.compute.flops, noise, design, seconds, design.looks[-1]))
     # no rung decided, no transfer verdict: the plain line says so (ladder_reach_line)
-    transfers = [] if undecidable(design) else _transfer_plans(rungs, labels, abl.alpha, design.min_effect)
+    transfers = [] if undecidable(design) else _transfer_plans(rungs, labels, abl.alpha, design.min_effect,
+                                                               _gaps(plan, labels, differences))
     return LadderPlan(design, plan.metric, source, rungs, transfers, design.min_effect,
                       abl.scales.budget if abl.scales is not None else None, informational)
 
@@ -185,22 +192,33 @@ def _rung_plan(name: str, compute: float, noise: dict[str, PairedNoise | None], 
     return RungPlan(name, compute, noise, detects, needs, seconds, seeds)
 
 
-def _transfer_plans(rungs: list[RungPlan], labels: list[str], alpha: float, margin: float | None
-                    ) -> list[TransferPlan]:
+def _transfer_plans(rungs: list[RungPlan], labels: list[str], alpha: float, margin: float | None,
+                    gaps: dict[str, list[GapRung]]) -> list[TransferPlan]:
+    """Each comparison's transfer power, simulated over the verdict's own rules with its rung variance
+    (ablate/stats/simulated_rules.py), from each rung's sized sd and the gaps ``gaps`` gives per rung."""
     out = []
     for label in labels:
         sds = [r.noise[label].upper if r.noise[label] is not None else math.nan for r in rungs]  # type: ignore[union-attr]
         if any(math.isnan(s) for s in sds):
             continue
-        found = change_power([r.compute for r in rungs], sds, [r.seeds for r in rungs],
-                             alpha / max(1, len(labels)), margin)
-        out.append(TransferPlan(label, found.detectable, found.holds))
+        tau2, words = rung_noise(gaps.get(label, []))
+        found = rule_power([r.compute for r in rungs], sds, min(r.seeds for r in rungs),
+                           alpha / max(1, len(labels)), margin, math.sqrt(tau2))
+        out.append(TransferPlan(label, found.detectable, found.holds, words))
     return out
 
 
-def _own_noise(plan: StudyPlan, records: CellRecords, labels: list[str]) -> dict[str, dict[str, PairedNoise]]:
-    """Per rung, each comparison's paired sd over the study's own finished pairs (two or more)."""
-    out: dict[str, dict[str, PairedNoise]] = {}
+def _gaps(plan: StudyPlan, labels: list[str], diffs: dict[str, dict[str, list[float]]]
+          ) -> dict[str, list[GapRung]]:
+    """label -> its paired differences at each rung (``diffs``: rung -> label -> differences)."""
+    return {label: [GapRung(r.name, r.compute.flops, tuple(diffs.get(r.name, {}).get(label, [])))
+                    for r in plan.rungs] for label in labels}
+
+
+def _own_differences(plan: StudyPlan, records: CellRecords, labels: list[str]
+                     ) -> dict[str, dict[str, list[float]]]:
+    """Per rung, each comparison's paired differences over the study's own finished pairs."""
+    out: dict[str, dict[str, list[float]]] = {}
     by = {(c.rung, c.label, c.seed): records.get(c.key) for c in plan.cells}
     for rung in plan.rungs:
         for label in labels:
@@ -212,10 +230,15 @@ def _own_noise(plan: StudyPlan, records: CellRecords, labels: list[str]) -> dict
                 if b.metric is None or v.metric is None:
                     continue
                 diffs.append(v.metric - b.metric)
-            if len(diffs) >= 2:
-                out.setdefault(rung.name, {})[label] = PairedNoise(paired_sd(diffs), len(diffs) - 1,
-                                                                   f"its own {len(diffs)} pairs")
+            out.setdefault(rung.name, {})[label] = diffs
     return out
+
+
+def _own_noise(diffs: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, PairedNoise]]:
+    """Per rung, each comparison's paired sd over its own pairs (two or more)."""
+    return {rung: {label: PairedNoise(paired_sd(d), len(d) - 1, f"its own {len(d)} pairs")
+                   for label, d in by_label.items() if len(d) >= 2}
+            for rung, by_label in diffs.items() if any(len(d) >= 2 for d in by_label.values())}
 
 
 def plan_record(lp: LadderPlan) -> dict[str, object]:
@@ -232,7 +255,8 @@ def plan_record(lp: LadderPlan) -> dict[str, object]:
                                                "detectable": _finite(r.detects[label]),
                                                "needs": r.needs[label]}
                                        for label, n in r.noise.items()}} for r in lp.rungs],
-            "transfers": [{"label": t.label, "detectable_change": _finite(t.detectable), "holds": t.holds}
+            "transfers": [{"label": t.label, "detectable_change": _finite(t.detectable), "holds": t.holds,
+                           "noise": t.noise}
                           for t in lp.transfers]}
 
 
@@ -293,8 +317,10 @@ def format_ladder_plan(lp: LadderPlan) -> str:
             settles = "can" if t.holds >= POWER else "cannot"
             holds = (f"; a gap that does not move reads holds with probability {t.holds:.2f}: it {settles} "
                      f"settle 'holds within ±{lp.margin:g}' at these seeds")
-        lines.append(f"  transfer {t.label}: a change of {t.detectable:.3g} or more over the ladder reads "
-                     f"grows or shrinks with {POWER:.0%} power{holds}")
+        change = (f"a change of {t.detectable:.3g} or more over the ladder reads grows"
+                  if math.isfinite(t.detectable) else "no change over the ladder reads grows")
+        lines.append(f"  transfer {t.label}: {change} with {POWER:.0%} power (its rules simulated, {t.noise})"
+                     f"{holds}")
     if lp.hours is not None:
         lines.append(f"  time: {lp.hours:.2f} h one cell at a time (the pilot's measured cell times)")
     afforded = lp.affordable()

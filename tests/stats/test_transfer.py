@@ -16,7 +16,6 @@ from ablate.stats.backtest import rolling
 from ablate.stats.transfer import (
     GapRung,
     Transfer,
-    change_power,
     decision_accuracy,
     signal_to_noise,
     transfer,
@@ -151,22 +150,3 @@ def test_signal_to_noise_is_the_largest_gap_over_the_pooled_seed_sd() -> None:
     signal, noise, snr = signal_to_noise({"a": [1.0, 3.0], "b": [4.0, 6.0], "c": [2.0, 4.0]})
     assert signal == pytest.approx(3.0) and noise == pytest.approx(math.sqrt(2.0))
     assert snr == pytest.approx(3.0 / math.sqrt(2.0))
-
-
-def test_change_power_grows_with_seeds_and_predicts_the_simulated_rate() -> None:
-    """change_power sizes the line's change over the ladder on seed noise alone (the planning model): a
-    change as large as its detectable one would be decided 80% of the time by a seed-only interval; the
-    line's interval now also carries the rung-level variance, estimated on 2 df even where the rungs do
-    not scatter, and decides it about two times in three (263 of 400 here): the plan over-promises."""
-    few = change_power(COMPUTE, SDS, [4] * 4, 0.05, 0.05)
-    many = change_power(COMPUTE, SDS, [16] * 4, 0.05, 0.05)
-    assert many.detectable < few.detectable and many.se == pytest.approx(few.se / 2, rel=0.01)
-    x_span = math.log10(COMPUTE[-1] / COMPUTE[0])
-    q = many.detectable / x_span
-    rng = np.random.default_rng(9)
-    decided = 0
-    for _ in range(400):
-        v = transfer(gaps(rng, 0.3, q, 16), alpha=0.05, replicates=50)
-        assert v is not None
-        decided += v.change.decided == 1
-    assert 0.55 < decided / 400 < 0.8, decided
