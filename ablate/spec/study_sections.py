@@ -128,7 +128,8 @@ class TuneSpec(Strict):
     fidelity: TuneFidelity | None = None
     """how long each trial trains; left out: as long as a cell"""
     seed: Seed | None = None
-    """the sampler's seed, the same for every variant; left out: the spec's seed"""
+    """the seed every search trains its trials on and seeds its sampler with, the same for every variant;
+    never one of the study's evaluation seeds; left out: the first seed after them"""
     sampler: Literal["tpe", "random", "grid"] = "tpe"
     """Optuna's sampler: tpe, random, or grid (every point of the space, trials at most)"""
     pruner: PrunerSpec = Field(default_factory=lambda: PrunerSpec())

@@ -50,8 +50,27 @@ def fidelity_steps(tune: TuneSpec, spec: ExperimentSpec) -> int | None:
     return None if cell is None else max(1, round(f.fraction * cell))
 
 
+AUTO_SEEDS = 100  # seeds.max: auto may reach this many seeds (the schema's bound on seeds.max)
+
+
+def evaluation_seeds(spec: ExperimentSpec) -> list[int]:
+    """Every seed the study's cells may train on: its listed seeds, ``repeats`` from the spec's seed, a
+    range's up to its max (``auto``: up to the most a range allows, as the plan's size is not known yet)."""
+    abl, first = spec.ablation, spec.seed
+    if abl is None or abl.seeds is None:
+        return [first + i for i in range(abl.repeats if abl is not None and abl.repeats else 1)]
+    if isinstance(abl.seeds, list):
+        return list(abl.seeds)
+    top = AUTO_SEEDS if abl.seeds.max == "auto" else abl.seeds.max
+    return [first + i for i in range(top)]
+
+
 def sampler_seed(tune: TuneSpec, spec: ExperimentSpec) -> int:
-    return tune.seed if tune.seed is not None else spec.seed
+    """The seed every search trains its trials on (and its sampler's): ``tune.seed``, else the first seed
+    after the study's evaluation seeds, so that the search's choice and the verdicts it feeds never share
+    one seed's noise (a trial on an evaluation seed picks the setting that suits that seed, then is judged
+    on it)."""
+    return tune.seed if tune.seed is not None else max(evaluation_seeds(spec)) + 1
 
 
 def trial_overrides(tune: TuneSpec, spec: ExperimentSpec, variant: Mapping[str, object],
@@ -153,6 +172,11 @@ def _tune_problems(tune: TuneSpec, spec: ExperimentSpec, data: Mapping[str, obje
     def add(path: str, message: str) -> None:
         out.append(Problem(smap.where(path, origin), path, message))
 
+    shared = tune.seed is not None and tune.seed in evaluation_seeds(spec)
+    if shared:
+        add(f"{TUNE}.seed", f"seed {tune.seed} is also one of the study's evaluation seeds: a search that "
+            "tunes on an evaluation seed picks the setting that suits that seed, then is judged on it; take "
+            f"another, or leave it out (the first seed after the study's: {max(evaluation_seeds(spec)) + 1})")
     f, cell = tune.fidelity, spec.train.max_steps
     if f is not None and f.fraction is not None and cell is None:
         add(f"{TUNE}.fidelity.fraction", "a fraction of the cell's steps needs train.max_steps (this cell "

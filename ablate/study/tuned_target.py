@@ -5,8 +5,12 @@ val/steps_to_target`` with ``ablation.tune``).
 baseline's final loss (Wen et al. 2025): the spec's target, fixed before tuning, is the untuned baseline's
 loss, which every tuned run reaches early. The arm's adaptive rounds decide on each cell's logged steps, so
 the target must be fixed before the arm's seeds run, and be the same for every worker and every resume: it
-is the tuned baseline's own final val/loss in its best search trial (on the tuning seed, which is disjoint
-from the evaluation seeds, at the search's fidelity). Every own-best cell, the baseline's included, trains
+is the tuned baseline's own final val/loss in its best search trial (on the tuning seed, apart from the
+evaluation seeds: ablate/study/arm_settings.py ``sampler_seed``; at the search's fidelity). One seed's
+loss, and the best of a grid's, it can sit below what the tuned baseline reaches on the evaluation seeds,
+which then reach it late or never: the censoring-aware comparison in the report reads such runs as "more
+than the budget", and the group-sequential verdict, which counts them at the budget, understates the
+variant's lead, never overstates it. Every own-best cell, the baseline's included, trains
 with ``eval.target_loss`` set to it (:func:`arm_fields`): each logs its steps at the arm's target, the
 rounds and the report read the same numbers, and a worker rebuilds the cell, target and all, from the
 overrides its trial records. The report reads it back from the cells (ablate/report/compute/target_reach.py).

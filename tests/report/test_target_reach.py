@@ -166,3 +166,15 @@ def test_an_arm_whose_cells_carry_the_tuned_target_is_read_as_they_logged_it(
     legacy = {t.arm: t for t in target_reach.targets(target_reach.retarget(dataclasses.replace(
         study, arms={record.OWN_BEST_ARM: old})))}[record.OWN_BEST_ARM]
     assert legacy.target == pytest.approx(4.00) and "its rounds decided on those" in legacy.source
+
+
+def test_a_search_on_an_evaluation_seed_is_flagged_in_the_own_best_section(study: Study) -> None:
+    from ablate.report.sections.own_best import shared_seed
+    from ablate.study.recorded_study import TuneRecord
+
+    def tuned_on(seed: int) -> TuneRecord:
+        return TuneRecord(space={}, baseline={}, trials=5, sampler="grid", seed=seed, pruner="none")
+
+    caveat = str(shared_seed(study, tuned_on(1)))
+    assert "seed 1, which is also one of this study's evaluation seeds" in caveat
+    assert shared_seed(study, tuned_on(3)) is None  # after the evaluation seeds 0-2

@@ -12,7 +12,7 @@ import pytest
 from ablate.cli import main as cli_main
 from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError, dump_spec_yaml, load_spec
-from ablate.study.arm_settings import fidelity_steps, trial_overrides
+from ablate.study.arm_settings import fidelity_steps, sampler_seed, trial_overrides
 from ablate.study.designs import plan_study
 from tests.factories import STUDY_CELL, write_tiny_spec
 
@@ -80,6 +80,9 @@ def _problems(tmp_path: Path, ablation: str) -> str:
     ("    trials: 4\n    fidelity: {fraction: 1.5}\n", "ablation.tune.fidelity.fraction"),
     ("    trials: 4\n    fidelity: {steps: 50}\n", "50 steps is longer than a cell (20"),
     ("    trials: 4\n    seed: -1\n", "ablation.tune.seed"),
+    # a search on an evaluation seed chooses what suits that seed, then is judged on it
+    ("    trials: 4\n    seed: 1\n", "ablation.tune.seed: seed 1 is also one of the study's evaluation "
+                                      "seeds"),
     ("    trials: 4\n    sampler: grid\n", "the grid sampler needs choice, int or stepped ranges"),
 ])
 def test_bad_tune_values_are_located_spec_errors(tmp_path: Path, tune: str, expected: str) -> None:
@@ -211,3 +214,18 @@ def test_changes_say_how_far_each_best_setting_lies_from_the_baselines() -> None
     assert (step.shown, step.of_range) == ("512 -> 1024", pytest.approx(1 / 3))
     (jump,) = changes(d_ff, {"model.d_ff": 512}, {"model.d_ff": 4096})
     assert jump.of_range == 1.0
+
+
+def test_the_searches_train_after_the_evaluation_seeds_unless_told_otherwise(tmp_path: Path) -> None:
+    """Left out, the tuning seed is the first after every seed the study may evaluate on: a list's
+    largest, or a range's max."""
+    def seed_of(ablation: str, name: str) -> int:
+        tune = ("  tune:\n    space: {train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}}\n"
+                "    trials: 2\n")
+        spec = load_spec(write(tmp_path, ablation + tune, name))
+        assert spec.ablation is not None and spec.ablation.tune is not None
+        return sampler_seed(spec.ablation.tune, spec)
+
+    assert seed_of(AXES, "listed") == 2
+    ranged = "  axes: {model.norm: [builtin, custom]}\n  seeds: {min: 3, max: 6}\n"
+    assert seed_of(ranged, "ranged") == 6

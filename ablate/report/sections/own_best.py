@@ -143,6 +143,18 @@ def _method(tune: TuneRecord) -> str:
             "variant whose best settings are the baseline's reuses its cells).")
 
 
+def shared_seed(study: Study, tune: TuneRecord) -> str | None:
+    """The caveat where the searches trained on one of the study's evaluation seeds (a study run before
+    ablate refused that): the search picked what suits that seed, and the verdicts are judged on it."""
+    seeds = {r.seed for arm in [study, *study.arms.values()] for r in arm.runs}
+    if tune.seed is None or tune.seed not in seeds:
+        return None
+    return (f"The searches trained their trials on seed {tune.seed}, which is also one of this study's "
+            "evaluation seeds: each variant's setting was chosen on that seed's noise and then judged on it, "
+            "which favours every tuned variant on that seed alike but not exactly (this study ran before "
+            "ablate kept tuning and evaluation seeds apart).")
+
+
 @section(100)
 def part(inp: Inputs) -> Part | None:
     """``data['own_best']``: both arms' verdict per comparison; ``data['best_settings']``: per variant."""
@@ -159,6 +171,9 @@ def part(inp: Inputs) -> Part | None:
         unmoved = set()
     blocks: list[Block] = [Para(_method(tune) + f" Both arms are judged on `{metric}` by the same test: "
                                 f"{design.describe()}." + _precisions(study))]
+    caveat = shared_seed(study, tune)
+    if caveat is not None:
+        blocks.append(Note(caveat, "warning"))
     own = study.arms.get(record.OWN_BEST_ARM)
     on_test = {v.variant: v for v in verdicts(own, design)} if own is not None and own.runs else {}
     if rows:
@@ -189,7 +204,7 @@ def part(inp: Inputs) -> Part | None:
                           "own_best": _look(t.own.look, t.own.answer) if t.own else None,
                           "own_best_test": _test_record(on_test.get(t.variant)),
                           "changed": t.changed, "tuning": _tuning_effect(t, unmoved)} for t in rows],
-            "best_settings": records}
+            "best_settings": records, "tuning_seed_is_an_evaluation_seed": caveat is not None}
     return Part("own_best", [Section("Each variant at its own best", blocks)], data=data)
 
 
