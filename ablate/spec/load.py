@@ -24,7 +24,14 @@ import registry
 from ablate import hardware
 from ablate.spec.axis_fields import settled_overrides
 from ablate.spec.axis_levels import level_fields
-from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
+from ablate.spec.error_lines import (
+    check_field_path,
+    clean_union_errors,
+    explain,
+    remove_failed,
+    show,
+    touches,
+)
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
 from ablate.spec.schema import json_schema as build
 from ablate.spec.study_sections import RUNG_TOKENS
@@ -286,7 +293,7 @@ def _validate(
             spec = ExperimentSpec.model_validate(current)
             break
         except ValidationError as exc:
-            errors = exc.errors()
+            errors = clean_union_errors(exc.errors(), current)
         first = first or errors
         for err in errors:
             found = explain(err, smap, origin)
@@ -410,7 +417,7 @@ def _check_level(design: str, base: dict[str, Any], path: str, fields: dict[str,
     except KeyError as exc:
         out.add(Problem(smap.where(path, origin), path, f"cannot set {shown}: {exc.args[0]}"))
     except ValidationError as exc:
-        for err in exc.errors():
+        for err in clean_union_errors(exc.errors(), cell):
             cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
             if design == "full_factorial" and cross:
                 continue
