@@ -419,9 +419,12 @@ def _check_level(design: str, base: dict[str, Any], path: str, fields: dict[str,
     except ValidationError as exc:
         for err in clean_union_errors(exc.errors(), cell):
             cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
-            if design == "full_factorial" and cross:
-                continue
-            subs += [p for p, involves in explain(err, SourceMap(), "") if not touches(involves, unreliable)]
+            for p, involves in explain(err, SourceMap(), ""):
+                # in a factorial another axis may fix a cross check, unless it reads this level's fields only
+                if design == "full_factorial" and cross and not set(involves) <= set(fields):
+                    continue
+                if not touches(involves, unreliable):
+                    subs.append(p)
     for sub in subs:
         message = f"{shown} gives an invalid spec: {sub.path}: {sub.message}"
         out.add(Problem(smap.where(path, origin), path, message))

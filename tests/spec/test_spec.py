@@ -589,3 +589,12 @@ def test_a_seed_range_error_names_the_field_and_keeps_the_rest_of_the_study_chec
                      f"  seeds: {seeds}\n")
         assert [line.split(": ", 1)[1] for line in problems(path)] == [why]
 
+
+def test_a_factorial_level_naming_no_component_is_one_line_at_the_level(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.yaml", MINIMAL + "ablation:\n  design: full_factorial\n  axes:\n"
+                 "    model.residual: [pre_norm, post_norm]\n    model.norm: [builtin, rmsnorm_typo]\n"
+                 "  seeds: [0, 1]\n")
+    assert problems(path) == [
+        f"{path}:7: ablation.axes.model.norm.1: model.norm: 'rmsnorm_typo' gives an invalid spec: "
+        f"model.norm: unknown norm 'rmsnorm_typo'; accepted: {', '.join(registry.names('norm'))}"
+    ]
