@@ -314,7 +314,11 @@ def _validate(
     if out.problems or spec is None or current is not data:
         if not out.problems:  # never an empty error: say what pydantic said
             out.problems.extend(problem for err in first for problem, _ in explain(err, smap, origin))
-        raise SpecError(_ordered(out.problems))
+        error = SpecError(ordered_problems(out.problems))
+        if spec is not None and not touches(("data",), removed | set(out.bad_paths)) and not any(
+                p.path.split(".")[0] == "data" for p in error.problems):
+            error.partial = spec
+        raise error
     return spec
 
 
@@ -328,7 +332,7 @@ def _precision(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Probl
     return [Problem(smap.where(at, origin), at, f"found {show(precision)}; {reason}; accepted: {accepted}")]
 
 
-def _ordered(problems: list[Problem]) -> list[Problem]:
+def ordered_problems(problems: list[Problem]) -> list[Problem]:
     """Unique, in file/line order; `--set` problems (no line) after the file's."""
 
     def key(p: Problem) -> tuple[int, str, int]:
