@@ -56,3 +56,15 @@ def test_a_language_model_shows_no_source_side() -> None:
     assert "`data.max_len`" in rows
     seq2seq = {"model.arch": "encoder_decoder", "data.src_lang": "de", "data.source_bos": "true"}
     assert not any(unused(k, seq2seq) for k in seq2seq)
+
+
+def test_document_lines_is_shown_only_where_the_text_is_cut_by_lines() -> None:
+    # `data.text.documents: paragraphs` reads no line count: the resolved default 1 beside it read as if
+    # every line were a document
+    prose = {**LM_FILE, "data.source": "text", "data.text.documents": "paragraphs",
+             "data.document_lines": "1"}
+    assert unused("data.document_lines", prose)
+    for documents in ("lines", None):  # cut by lines; a hub column (no data.text) groups its rows by it
+        spec = {**prose, "data.text.documents": documents} if documents else {
+            k: v for k, v in prose.items() if k != "data.text.documents"}
+        assert not unused("data.document_lines", spec)
