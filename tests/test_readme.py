@@ -106,3 +106,13 @@ def test_readme_links_lead_to_files() -> None:
     assert len(local) > 10
     missing = [t for t in local if not (REPO / t).exists() and t not in LINKED_BEFORE_WRITTEN]
     assert missing == []
+
+
+def test_readme_slurm_tracking_uri_is_the_one_scaling_md_sets_up() -> None:
+    # docs/scaling.md's server listens on 127.0.0.1 only and jobs reach it through a TLS proxy: a README
+    # pointing jobs at http://LOGINHOST:5000 sends them to a port no other node can reach (and would send
+    # passwords in the clear if it could).
+    scaling = (REPO / "docs" / "scaling.md").read_text()
+    proxied = re.findall(r"export MLFLOW_TRACKING_URI=(\S+)", scaling)
+    assert proxied and all(uri.startswith("https://") for uri in proxied)
+    assert set(re.findall(r"export MLFLOW_TRACKING_URI=(\S+)", README)) <= set(proxied)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import registry
 from ablate.errors import AblateError
-from ablate.spec.load import SpecError, dump_spec_yaml, json_schema, load_spec
+from ablate.spec.load import SpecError, dump_spec_yaml, json_schema, load_spec, ordered_problems
 from registry.aliases import suggest
 
 if TYPE_CHECKING:
@@ -35,7 +35,13 @@ def validate_specs(specs: Sequence[str], overrides: Sequence[str] = (),
             if check is not None:
                 check(path, spec)
         except SpecError as exc:
-            failed.extend(str(p) for p in exc.problems)
+            problems = list(exc.problems)
+            if check is not None and exc.partial is not None:  # its data files too, in the same pass
+                try:
+                    check(path, exc.partial)
+                except SpecError as more:
+                    problems += more.problems
+            failed.extend(str(p) for p in ordered_problems(problems))
             continue
         print(f"ok {path} ({spec.spec_hash})")
     for line in failed:

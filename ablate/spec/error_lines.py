@@ -51,7 +51,27 @@ class _NoField(LookupError):
         self.accepted = accepted
 
 
+def _members(ann: Any) -> list[Any]:
+    """A union's structured members (models first), else the annotation itself."""
+    while get_origin(ann) is Annotated:
+        ann = get_args(ann)[0]
+    if get_origin(ann) not in (Union, types.UnionType):
+        return [ann]
+    members = [a for a in get_args(ann) if a is not type(None)]
+    models = [a for a in members if _model(a)]
+    return models + [a for a in members if a not in models] if len(members) > 1 else members
+
+
 def _step(ann: Any, part: str) -> Any:
+    members = _members(ann)
+    if len(members) > 1:  # `list[int] | SeedRange`: the first member that has the part
+        accepted: list[str] | None = None
+        for member in members:
+            try:
+                return _step(member, part)
+            except _NoField as exc:
+                accepted = accepted or exc.accepted
+        raise _NoField(accepted)
     ann = _unwrap(ann)
     model = _model(ann)
     if model is not None:
@@ -78,7 +98,7 @@ def fields_at(parts: list[str]) -> list[str] | None:
             ann = _step(ann, part)
     except _NoField:
         return None
-    model = _model(_unwrap(ann))
+    model = next((m for m in map(_model, _members(ann)) if m is not None), None) or _model(_unwrap(ann))
     return list(model.model_fields) if model is not None else None
 
 
@@ -199,6 +219,62 @@ def explain(err: ErrorDetails, smap: SourceMap, origin: str) -> list[tuple[Probl
 def format_error(err: ErrorDetails, smap: SourceMap, origin: str) -> Problem:
     """One pydantic error -> a Problem at the line where the offending value (or its parent) was written."""
     return explain(err, smap, origin)[0][0]
+
+
+# ---------------------------------------------------------------- union members
+# Pydantic tries each member of a union (`seeds: list[int] | SeedRange`) and puts the member's tag in the
+# error's location ('list[constrained-int]', 'function-after[_order(), SeedRange]'). The user wrote no such
+# key: the tag is dropped from the location, and where the value is of one member's kind, the other
+# members' "expected a list" errors are dropped with it (the value was meant as the member it fits).
+_TAG = re.compile(r"^(int|float|str|bool|none|[a-z][a-z-]*\[.*\]|[a-z]+-[a-z-]+|[A-Z][A-Za-z]+)$")
+_TYPE_ONLY = set(_EXPECTED) | {"literal_error", "is_instance_of", "none_required"}
+
+
+def clean_union_errors(errors: list[ErrorDetails], data: Any) -> list[ErrorDetails]:
+    """`errors` with union tags out of their locations and the members the value does not fit left out."""
+    cleaned: list[tuple[ErrorDetails, tuple[str, ...] | None, str]] = []
+    for err in errors:
+        node: Any = data
+        loc: list[Any] = []
+        union: tuple[str, ...] | None = None
+        tag = ""
+        for part in err["loc"]:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+            elif isinstance(part, str) and _TAG.match(part):
+                if union is None:
+                    union, tag = tuple(str(p) for p in loc), part
+                continue
+            else:
+                node = None
+            loc.append(part)
+        cleaned.append(({**err, "loc": tuple(loc)}, union, tag))
+    fitting: dict[tuple[str, ...], set[str]] = {}  # union -> tags with an error other than the wrong type
+    for err, union, tag in cleaned:
+        if union is not None and not (err["type"] in _TYPE_ONLY and tuple(map(str, err["loc"])) == union):
+            fitting.setdefault(union, set()).add(tag)
+    out: list[ErrorDetails] = []
+    alternatives: dict[tuple[Any, ...], list[str]] = {}  # loc -> what each member expected
+    for err, union, tag in cleaned:
+        if union is not None and fitting.get(union) and tag not in fitting[union]:
+            continue
+        if union is not None and err["type"] in _TYPE_ONLY:
+            values = re.findall(r"'((?:[^'\\]|\\.)*)'", str((err.get("ctx") or {}).get("expected", "")))
+            expected = _EXPECTED.get(err["type"], " or ".join(repr(v) for v in values) or "another value")
+            if err["loc"] in alternatives:
+                alternatives[err["loc"]].append(expected.split(" (")[0])
+                continue
+            alternatives[err["loc"]] = [expected.split(" (")[0]]
+        if err not in out:
+            out.append(err)
+    for i, err in enumerate(out):
+        kinds = list(dict.fromkeys(alternatives.get(err["loc"], [])))
+        if len(kinds) > 1:
+            why = f"found {show(err.get('input'))}; expected {' or '.join(kinds)}"
+            out[i] = {**err, "type": "value_error", "msg": why, "ctx": {"error": why}}
+    return out
 
 
 # ---------------------------------------------------------------- every problem in one pass

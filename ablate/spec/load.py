@@ -24,7 +24,14 @@ import registry
 from ablate import hardware
 from ablate.spec.axis_fields import settled_overrides
 from ablate.spec.axis_levels import level_fields
-from ablate.spec.error_lines import check_field_path, explain, remove_failed, show, touches
+from ablate.spec.error_lines import (
+    check_field_path,
+    clean_union_errors,
+    explain,
+    remove_failed,
+    show,
+    touches,
+)
 from ablate.spec.experiment import ExperimentSpec, SpecFieldError
 from ablate.spec.schema import json_schema as build
 from ablate.spec.study_sections import RUNG_TOKENS
@@ -286,7 +293,7 @@ def _validate(
             spec = ExperimentSpec.model_validate(current)
             break
         except ValidationError as exc:
-            errors = exc.errors()
+            errors = clean_union_errors(exc.errors(), current)
         first = first or errors
         for err in errors:
             found = explain(err, smap, origin)
@@ -307,7 +314,11 @@ def _validate(
     if out.problems or spec is None or current is not data:
         if not out.problems:  # never an empty error: say what pydantic said
             out.problems.extend(problem for err in first for problem, _ in explain(err, smap, origin))
-        raise SpecError(_ordered(out.problems))
+        error = SpecError(ordered_problems(out.problems))
+        if spec is not None and not touches(("data",), removed | set(out.bad_paths)) and not any(
+                p.path.split(".")[0] == "data" for p in error.problems):
+            error.partial = spec
+        raise error
     return spec
 
 
@@ -321,7 +332,7 @@ def _precision(spec: ExperimentSpec, smap: SourceMap, origin: str) -> list[Probl
     return [Problem(smap.where(at, origin), at, f"found {show(precision)}; {reason}; accepted: {accepted}")]
 
 
-def _ordered(problems: list[Problem]) -> list[Problem]:
+def ordered_problems(problems: list[Problem]) -> list[Problem]:
     """Unique, in file/line order; `--set` problems (no line) after the file's."""
 
     def key(p: Problem) -> tuple[int, str, int]:
@@ -410,11 +421,14 @@ def _check_level(design: str, base: dict[str, Any], path: str, fields: dict[str,
     except KeyError as exc:
         out.add(Problem(smap.where(path, origin), path, f"cannot set {shown}: {exc.args[0]}"))
     except ValidationError as exc:
-        for err in exc.errors():
+        for err in clean_union_errors(exc.errors(), cell):
             cross = isinstance((err.get("ctx") or {}).get("error"), SpecFieldError)
-            if design == "full_factorial" and cross:
-                continue
-            subs += [p for p, involves in explain(err, SourceMap(), "") if not touches(involves, unreliable)]
+            for p, involves in explain(err, SourceMap(), ""):
+                # in a factorial another axis may fix a cross check, unless it reads this level's fields only
+                if design == "full_factorial" and cross and not set(involves) <= set(fields):
+                    continue
+                if not touches(involves, unreliable):
+                    subs.append(p)
     for sub in subs:
         message = f"{shown} gives an invalid spec: {sub.path}: {sub.message}"
         out.add(Problem(smap.where(path, origin), path, message))

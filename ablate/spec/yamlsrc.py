@@ -65,6 +65,9 @@ class SpecError(AblateError):
         self.problems: list[Problem] = [
             p if isinstance(p, Problem) else Problem("spec", "", str(p)) for p in problems
         ]
+        # the spec as validated with the failed values taken out, where none of them was in `data`: its
+        # data files can still be checked in the same pass (`ablate validate`)
+        self.partial: Any = None
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

@@ -43,3 +43,28 @@ def test_a_translation_model_keeps_its_decoding_and_its_trained_tokenizers_setti
     seq2seq = {"model.arch": "encoder_decoder", "data.tokenizer.kind": "bpe",
                "data.tokenizer.vocab_size": "8000", "eval.decode.beam": "4"}
     assert not any(unused(k, seq2seq) for k in seq2seq)
+
+
+def test_a_language_model_shows_no_source_side() -> None:
+    # a decoder-only run has no source: its src/tgt languages (default 'src', 'tgt') and the source's
+    # markers were listed in the report's data table as if they had shaped the run
+    lm = {**LM_FILE, "data.src_lang": "src", "data.tgt_lang": "tgt", "data.source_bos": "false",
+          "data.source_eos": "false", "data.reverse_source": "false", "data.max_len": "64"}
+    rows = [k for k, _ in data_rows(lm, one_run_study(lm, {"data/vocab_size": 4000.0}))]
+    source = ("src_lang", "tgt_lang", "source_bos", "source_eos", "reverse")
+    assert not any(f in k for k in rows for f in source)
+    assert "`data.max_len`" in rows
+    seq2seq = {"model.arch": "encoder_decoder", "data.src_lang": "de", "data.source_bos": "true"}
+    assert not any(unused(k, seq2seq) for k in seq2seq)
+
+
+def test_document_lines_is_shown_only_where_the_text_is_cut_by_lines() -> None:
+    # `data.text.documents: paragraphs` reads no line count: the resolved default 1 beside it read as if
+    # every line were a document
+    prose = {**LM_FILE, "data.source": "text", "data.text.documents": "paragraphs",
+             "data.document_lines": "1"}
+    assert unused("data.document_lines", prose)
+    for documents in ("lines", None):  # cut by lines; a hub column (no data.text) groups its rows by it
+        spec = {**prose, "data.text.documents": documents} if documents else {
+            k: v for k, v in prose.items() if k != "data.text.documents"}
+        assert not unused("data.document_lines", spec)

@@ -569,3 +569,32 @@ def test_where_a_run_trains_leaves_its_identity_alone_and_its_threads_keep_their
     one_thread = ExperimentSpec.model_validate({"name": "t", "train": {"threads": 1}})
     assert one_thread.spec_hash != base.spec_hash and one_thread.identity()["train"]["threads"] == 1
     assert "device" not in base.identity()["train"]
+
+
+def test_a_seed_range_error_names_the_field_and_keeps_the_rest_of_the_study_checked(tmp_path: Path) -> None:
+    # The union `seeds: list | {min, max}`: no member tags in the location, no "expected a list" for a
+    # mapping, and the ablation section is not dropped, so its metric is still checked in the same pass.
+    path = write(tmp_path, "x.yaml", MINIMAL + "ablation:\n  axes: {model.norm: [builtin, rms]}\n"
+                 "  seeds: {min: 5, max: 3}\n  metric: val/los\n")
+    lines = problems(path)
+    assert [line.split(": ")[1] for line in lines] == ["ablation.seeds.max", "ablation.metric"]
+    assert lines[0].endswith("ablation.seeds.max: max 3 is below min 5")
+    assert "found 'val/los'" in lines[1] and "did you mean 'val/loss'?" in lines[1]
+    assert not any("[" in line.split(": ")[1] for line in lines)  # no 'list[constrained-int]'
+    for seeds, why in (("{min: 3, max: x}", "ablation.seeds.max: found 'x'; expected an integer or 'auto'"),
+                       ("abc", "ablation.seeds: found 'abc'; expected a list or a mapping"),
+                       ("{min: 3, max: 5, stp: 2}",
+                        "ablation.seeds.stp: unknown key 'stp'; did you mean 'step'?")):
+        path = write(tmp_path, "y.yaml", MINIMAL + f"ablation:\n  axes: {{model.norm: [builtin, rms]}}\n"
+                     f"  seeds: {seeds}\n")
+        assert [line.split(": ", 1)[1] for line in problems(path)] == [why]
+
+
+def test_a_factorial_level_naming_no_component_is_one_line_at_the_level(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.yaml", MINIMAL + "ablation:\n  design: full_factorial\n  axes:\n"
+                 "    model.residual: [pre_norm, post_norm]\n    model.norm: [builtin, rmsnorm_typo]\n"
+                 "  seeds: [0, 1]\n")
+    assert problems(path) == [
+        f"{path}:7: ablation.axes.model.norm.1: model.norm: 'rmsnorm_typo' gives an invalid spec: "
+        f"model.norm: unknown norm 'rmsnorm_typo'; accepted: {', '.join(registry.names('norm'))}"
+    ]

@@ -66,3 +66,22 @@ ablation:
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().out.startswith(f"ok {path} (")
     assert main(["study", str(path), "--dry-run"]) == 0
+
+
+def test_validate_checks_the_data_files_of_a_spec_whose_study_section_is_wrong(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A spec error outside `data` (a seed range, a level's typo) must not hide a missing tokenizer file:
+    # every problem in the one pass, in line order.
+    monkeypatch.chdir(tmp_path)
+    path = write_tiny_spec(tmp_path, STUDY_CELL, {"name": "both", "data.tokenizer": {
+        "kind": "file", "path": "missing.json"}}, filename="both.yaml", extra="""
+ablation:
+  axes: {model.norm: [builtin, rmsnorm_typo]}
+  seeds: {min: 5, max: 3}
+""")
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    fields = [line.split(": ")[2] for line in lines]
+    assert fields == ["data.tokenizer.path", "ablation.axes.model.norm.1", "ablation.seeds.max"], lines
+    assert "tokenizer file not found" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["both.yaml"]  # nothing written

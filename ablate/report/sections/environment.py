@@ -67,12 +67,19 @@ def hardware_rows(env: dict[str, list[str]]) -> list[list[str]]:
 def unused(key: str, params: dict[str, str]) -> bool:
     """A resolved param that the run never read: the decoding settings (``eval.decode.*``) of a language
     model, which is evaluated by its loss alone, and the training settings of a tokenizer given as a file
-    (``data.tokenizer.kind: file``: its vocabulary is the file's; `data_rows` says which)."""
-    if key.startswith("eval.decode.") and params.get("model.arch") == "decoder_only":
+    (``data.tokenizer.kind: file``: its vocabulary is the file's; `data_rows` says which). A language model
+    has no source side either: its languages and source markers are not shown; nor is
+    ``data.document_lines`` where ``data.text.documents`` is not ``lines`` (it counts only those)."""
+    lm = params.get("model.arch") == "decoder_only"
+    if lm and (key.startswith("eval.decode.") or key in SOURCE_FIELDS):
         return True
+    if key == "data.document_lines" and params.get("data.text.documents") not in (None, "null", "lines"):
+        return True  # text cut at blank lines, by file or as one stream: no line count is read
     return params.get("data.tokenizer.kind") == "file" and key in TRAINED_TOKENIZER_FIELDS
 
 
+SOURCE_FIELDS = ("data.src_lang", "data.tgt_lang", "data.source_bos", "data.source_eos",
+                 "data.reverse_source")
 TRAINED_TOKENIZER_FIELDS = ("data.tokenizer.vocab_size", "data.tokenizer.min_freq", "data.tokenizer.joint")
 
 
