@@ -24,8 +24,9 @@ from ablate.spec.base import Checks
 from registry import Axis, Option
 from registry.aliases import did_you_mean
 
-__all__ = ["axis_fields", "check_axis", "identity_options", "ignored_fields", "option_names", "option_owner",
-           "options_of", "section_axis", "section_option_values", "settled_overrides", "value_field"]
+__all__ = ["axis_fields", "check_axis", "component_default", "identity_options", "ignored_fields",
+           "option_names", "option_owner", "options_of", "section_axis", "section_option_values",
+           "settled_overrides", "value_field"]
 
 
 def options_of(axis: Axis) -> list[Option]:
@@ -207,6 +208,18 @@ def ignored_fields(flat: Mapping[str, Any]) -> set[str]:
         if entry is not None and sub.kind not in entry.takes:
             ignored.add(sub.spec_field)
     return ignored
+
+
+def component_default(field: str, value: Any) -> bool:
+    """``field`` is a component's own option and ``value`` its default (as given or as logged text): beside
+    a run whose component has no such option it is the new component's setting, not a change anyone made
+    (``model.glu_hidden: match_params`` where the baseline's FFN is linear), and a spec diff leaves it out."""
+    section, _, name = field.rpartition(".")
+    for axis in registry.axes(section):
+        for option in options_of(axis):
+            if option.name == name:
+                return _same(value, option.default) or str(value) == str(option.default)
+    return False
 
 
 def _same(value: Any, default: Any) -> bool:

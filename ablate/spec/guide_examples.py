@@ -150,7 +150,8 @@ ablation:
             "is `ffn: linear` with `activation: gelu`). The axis's name labels the variants (`ffn=swiglu`); "
             "a level equal to the baseline is the baseline. Where a level swaps a component, settings that "
             "only the old one takes go back to their defaults (an activation under a gated FFN, a GLU's "
-            "width under a plain MLP) and are not reported as changed.", """\
+            "width under a plain MLP) and are not reported as changed; nor are the new component's own "
+            "settings at their defaults (a GLU's width under `ffn: swiglu`), only those the spec sets.", """\
 name: ffn-norm-2x2
 model: {ffn: linear, activation: gelu}
 train: {max_steps: 1000}

@@ -217,18 +217,13 @@ def _more_seeds(ev: Evidence) -> str:
     return "more seeds would tell"
 
 
-def _seeds(n: int | None) -> str:
-    return "no number of seeds" if n is None else f"{n} seeds"
-
-
 def _new_study(ev: Evidence) -> str:
     a = ev.seeds_across
     if a is not None:
         rung = (f"; the sd carries the ladder's rung-level variance, rung sd {math.sqrt(a.rung_var):.3g}"
                 if a.rung_var > 0 else "")
-        return (f"a new study would need {_seeds(a.observed)} at the observed effect, {_seeds(a.at_lo)} to "
-                f"{_seeds(a.at_hi)} across its interval's ends (a paired t test at 80% power; these seeds "
-                f"had {a.power_here:.0%} at the observed effect{rung})")
+        return (f"{a.words()} (a paired t test at 80% power; these seeds had {a.power_here:.0%} at the "
+                f"observed effect{rung})")
     if ev.seeds_needed is not None:
         return f"a new study with seeds.max {ev.seeds_needed} would tell"
     return "a new study would need more than 100 seeds at this spread"

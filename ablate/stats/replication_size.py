@@ -38,6 +38,7 @@ from typing import Literal
 
 from scipy import stats
 
+from ablate.stats.power import MOST_SEEDS
 from ablate.stats.verdict import EQUIVALENCE_PAIRS
 
 POWER = 0.8
@@ -98,6 +99,21 @@ class SeedsAcross:
     at_hi: int | None
     power_here: float
     rung_var: float = 0.0  # the ladder's rung-level variance the sizing carried (0: seed noise only)
+
+    def words(self, most: int = MOST_SEEDS) -> str:
+        """What a new study needs, in one phrase for the claim and the opening table alike: 'a new study
+        would need 12 seeds at the observed effect, 5 to more than 100 across its interval's ends', or,
+        where no size settles it anywhere, that no study of up to ``most`` seeds would."""
+        def count(n: int | None) -> str:
+            return f"more than {most}" if n is None else str(n)
+
+        ends = sorted((self.at_lo, self.at_hi), key=lambda n: 10 ** 9 if n is None else n)
+        none = f"no study of up to {most} seeds would settle it"
+        if self.observed is None and ends == [None, None]:
+            return f"{none}, at the observed effect or at either end of its interval"
+        at = (f"{none} at the observed effect" if self.observed is None
+              else f"a new study would need {self.observed} seeds at the observed effect")
+        return f"{at}, {count(ends[0])} to {count(ends[1])} across its interval's ends"
 
     def as_dict(self) -> dict[str, object]:
         rung = {"rung_variance": self.rung_var} if self.rung_var > 0 else {}

@@ -15,6 +15,7 @@ from scipy import stats
 from ablate.report.compute.loaded_study import Study, build_study
 from ablate.report.render import Bullets, Para
 from ablate.report.section_api import Inputs, Part
+from ablate.report.sections.mde import new_study_advice
 from ablate.report.sections.published import part
 from ablate.spec.load import SpecError
 from ablate.spec.study_sections import Expectation
@@ -452,8 +453,13 @@ def test_a_new_studys_seeds_are_sized_at_the_observed_effect_and_across_its_inte
                  seeds_across=across)
     outcome, why = judge(_claim("better", 0.05), ev, False)
     assert outcome == OPEN and across.observed is not None and across.at_lo is not None
-    assert (f"a new study would need {across.observed} seeds at the observed effect, {across.at_lo} seeds "
-            "to no number of seeds across its interval's ends") in why
+    assert (f"a new study would need {across.observed} seeds at the observed effect, {across.at_lo} "
+            "to more than 100 across its interval's ends") in why
+    # one phrase where no size settles it at any of the three: the opening table says the same
+    nowhere = replace(across, observed=None, at_lo=None, at_hi=None)
+    assert nowhere.words() == ("no study of up to 100 seeds would settle it, at the observed effect or at "
+                               "either end of its interval")
+    assert new_study_advice(None, across=nowhere).startswith(nowhere.words())
     assert f"these seeds had {across.power_here:.0%} at the observed effect" in why
 
 

@@ -140,8 +140,7 @@ ablation:
     # the gated FFN fixes its own activation: the field goes back to its default, and is no difference
     model = swiglu.spec.model
     assert (model.ffn, model.activation, model.norm) == ("swiglu", "relu", "rms")
-    assert [k for k, _, _ in swiglu.diff] == ["model.ffn", "model.glu_hidden", "model.glu_multiple_of",
-                                              "model.norm"]
+    assert [k for k, _, _ in swiglu.diff] == ["model.ffn", "model.norm"]  # its GLU options at their defaults
     assert cells["norm=rms"].spec.model.activation == "gelu"
     # a cell rebuilt from what the store keeps (its overrides) is the same cell
     assert factorial.rebuild(swiglu.attrs()).key == swiglu.key
@@ -164,8 +163,16 @@ ablation:
 """, ffn="swiglu", glu_multiple_of=16)))
     mlp = back.cells[-1]
     assert (mlp.label, mlp.spec.model.ffn, mlp.spec.model.activation) == ("ffn=gelu_mlp", "linear", "gelu")
-    # the GELU is the new FFN's, not a change of a setting the baseline's gated FFN took
-    assert [k for k, _, _ in mlp.diff] == ["model.ffn", "model.glu_hidden", "model.glu_multiple_of"]
+    # the GELU is the new FFN's, not a change of a setting the baseline's gated FFN took; of the GLU's own
+    # options, the one the spec set (glu_multiple_of 16) goes with it, the one at its default is no change
+    assert [k for k, _, _ in mlp.diff] == ["model.ffn", "model.glu_multiple_of"]
+    # and the other way round: SwiGLU's own options at their defaults are SwiGLU's, not changes anyone made
+    forth = plan_study(str(write_spec(tmp_path, "forth", """
+ablation:
+  axes:
+    model.ffn: [swiglu]
+""")))
+    assert [k for k, _, _ in forth.cells[-1].diff] == ["model.ffn"]
 
 
 def test_named_levels_are_checked_where_the_spec_is_loaded(tmp_path: Path) -> None:
@@ -227,7 +234,8 @@ ablation:
     out = capsys.readouterr().out
     assert "4 variants x 2 seeds = 8 cells" in out
     assert "model.residual: pre_norm -> post_norm" in out and "model.ffn: linear -> conv1d" in out
-    assert "model.rope_base: (not used) -> 10000" in out  # rope's own option: the baseline has none
+    # rope's own option at its default is rope's, not a change: the baseline has none, and it is not listed
+    assert "model.positions: sinusoidal -> rope" in out and "rope_base" not in out
     assert sorted(os.listdir(workdir)) == ["dry.yaml"]  # no MLflow db, no Optuna store, no run folders
 
 

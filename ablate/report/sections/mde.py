@@ -125,13 +125,10 @@ def new_study_advice(needed: int | None, at_observed: bool = False, across: Seed
     """What would settle a comparison this study left open, at the spread its own seeds showed and the effect
     they found, and across that effect's interval: never at an assumed one."""
     if across is not None:
-        ends = sorted((across.at_lo, across.at_hi), key=lambda n: 10 ** 9 if n is None else n)
         noise = (f"; its sd carries the ladder's rung-level variance, sd {math.sqrt(across.rung_var):.3g}"
                  if across.rung_var > 0 else "")
-        head = ("at the effect it found, no study of up to 100 seeds would settle it" if needed is None
-                else f"at the effect it found, a new study would need about {needed} seeds")
-        return (f"{head}, {_count(ends[0])} to {_count(ends[1])} across its interval's ends (a paired t "
-                f"test, 80% power; these seeds had {across.power_here:.0%} at the effect found{noise})")
+        return (f"{across.words()} (a paired t test, 80% power; these seeds had {across.power_here:.0%} at "
+                f"the effect found{noise})")
     if at_observed:
         if needed is None:
             return "at the effect it found, no study of up to 100 seeds would settle it"
