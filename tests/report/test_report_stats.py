@@ -339,12 +339,14 @@ def test_spec_diff_ignores_identity_and_bookkeeping() -> None:
 def test_spec_diff_reads_a_field_one_run_predates_as_its_default() -> None:
     """A baseline run logged before `model.arch` and `data.text` existed differs from a newer variant run
     in the variant's axis only; a field set away from its default still differs, and a component option
-    without a default shows as missing on the side that does not have it."""
+    the other side's component has not shows as missing there where it was set away from its default (at
+    its default it is the new component's own setting, no change)."""
     old = {"model.residual": "pre_norm", "model.positions": "sinusoidal"}
     new = {"model.residual": "pre_norm", "model.positions": "alibi", "model.arch": "encoder_decoder",
            "data.text": "null", "model.alibi_encoder": "directional"}
-    assert spec_diff(old, new) == [("model.alibi_encoder", "—", "directional"),
-                                   ("model.positions", "sinusoidal", "alibi")]
+    assert spec_diff(old, new) == [("model.positions", "sinusoidal", "alibi")]
+    assert spec_diff(old, {**new, "model.alibi_encoder": "symmetric"}) == [
+        ("model.alibi_encoder", "—", "symmetric"), ("model.positions", "sinusoidal", "alibi")]
     assert ("model.arch", "encoder_decoder", "decoder_only") in spec_diff(old, {**new,
                                                                              "model.arch": "decoder_only"})
 
@@ -588,8 +590,8 @@ def test_the_axes_table_lists_what_the_study_varies_not_a_variants_options(tmp_p
     assert part is not None
     axes, differs = [b for b in part.sections[0].blocks if isinstance(b, Table)]
     assert axes.rows == [["`model.positions`", "sinusoidal, rope"]]
-    assert "`model.rope_base`: — → 10000.0" in differs.rows[0][1]
-    assert "model.arch" not in differs.rows[0][1]
+    # rope's own option at its default is rope's, not a change; the arch a run predates is no change either
+    assert differs.rows[0][1] == "`model.positions`: sinusoidal → rope"
 
 
 def test_costs_compare_variants_over_the_same_seeds_on_one_hardware() -> None:
@@ -685,7 +687,8 @@ def test_the_plan_table_puts_what_the_design_could_detect_beside_what_was_found(
     assert found.data["power_plan"]["forecast"] is None  # the plan gave no powers
     text = " ".join(getattr(b, "text", "") for b in found.intro)
     assert "Pre-registered before the first cell" in text and "sized the noise from pilot p" in text
-    assert "Left open by this design: residual=post_norm: at the effect it found" in text
+    assert ("Left open by this design: residual=post_norm: no study of up to 100 seeds would settle it, at "
+            "the observed effect or at either end of its interval") in text
     assert found.data["power_plan"]["found"][0]["settled"] is False
     # the Setup section gives the same plan in a line: its source, planned and at the seeds' own spread
     plans = plans_of(study)

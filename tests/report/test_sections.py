@@ -13,7 +13,7 @@ from ablate.report.section_api import Inputs, Part, registered, section
 
 # the order of the committed reports' sections (tests/report/test_committed_reports.py rebuilds them)
 ABLATION = ["ladder_verdicts.part", "fair_ladder.part", "speedup_table.part", "setup.part",
-            "forest_plot.part", "mde.part", "published.part", "summary.part", "main_table.axes_part",
+            "forest_plot.part", "published.part", "summary.part", "mde.part", "main_table.axes_part",
             "main_table.part", "downstream.part", "seeds.part", "own_best.part", "reaching_target.part",
             "tuning_budget.part", "larger_scale.part", "sampling.part", "factorial.part", "curves.part",
             "lengths.part", "costs.part", "compute_hours.part", "failures.part", "attention_maps.part",

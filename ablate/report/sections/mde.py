@@ -62,7 +62,7 @@ def _fmt(value: Any, dec: int) -> str:
     return "—" if missing else st.fmt(value, dec)
 
 
-@section(40)
+@section(65)  # after the verdicts: the report opens on what was found, then on what the design could settle
 def part(inp: Inputs) -> Part | None:
     plans = inp.derived(plans_of)
     if plans is None:
