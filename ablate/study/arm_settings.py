@@ -55,14 +55,17 @@ AUTO_SEEDS = 100  # seeds.max: auto may reach this many seeds (the schema's boun
 
 def evaluation_seeds(spec: ExperimentSpec) -> list[int]:
     """Every seed the study's cells may train on: its listed seeds, ``repeats`` from the spec's seed, a
-    range's up to its max (``auto``: up to the most a range allows, as the plan's size is not known yet)."""
+    range's up to its max (``auto``: up to the most a range allows, as the plan's size is not known yet),
+    and the confirmation cells' (``ablation.confirm.seeds``)."""
     abl, first = spec.ablation, spec.seed
     if abl is None or abl.seeds is None:
-        return [first + i for i in range(abl.repeats if abl is not None and abl.repeats else 1)]
-    if isinstance(abl.seeds, list):
-        return list(abl.seeds)
-    top = AUTO_SEEDS if abl.seeds.max == "auto" else abl.seeds.max
-    return [first + i for i in range(top)]
+        seeds = [first + i for i in range(abl.repeats if abl is not None and abl.repeats else 1)]
+    elif isinstance(abl.seeds, list):
+        seeds = list(abl.seeds)
+    else:
+        seeds = [first + i for i in range(AUTO_SEEDS if abl.seeds.max == "auto" else abl.seeds.max)]
+    confirm = abl.confirm.seed_list(first) if abl is not None and abl.confirm is not None else []
+    return sorted(set(seeds) | set(confirm))
 
 
 def sampler_seed(tune: TuneSpec, spec: ExperimentSpec) -> int:

@@ -218,7 +218,7 @@ def test_changes_say_how_far_each_best_setting_lies_from_the_baselines() -> None
 
 def test_the_searches_train_after_the_evaluation_seeds_unless_told_otherwise(tmp_path: Path) -> None:
     """Left out, the tuning seed is the first after every seed the study may evaluate on: a list's
-    largest, or a range's max."""
+    largest, a range's max, or the confirmation cells' largest."""
     def seed_of(ablation: str, name: str) -> int:
         tune = ("  tune:\n    space: {train.optimizer.lr: {low: 1.0e-4, high: 1.0e-2, log: true}}\n"
                 "    trials: 2\n")
@@ -229,3 +229,6 @@ def test_the_searches_train_after_the_evaluation_seeds_unless_told_otherwise(tmp
     assert seed_of(AXES, "listed") == 2
     ranged = "  axes: {model.norm: [builtin, custom]}\n  seeds: {min: 3, max: 6}\n"
     assert seed_of(ranged, "ranged") == 6
+    # the confirmation cells' seeds are evaluation seeds too: 5 of them from the spec's seed 0
+    confirmed = AXES + "  confirm:\n    overrides: {train.max_steps: 40}\n    seeds: 5\n"
+    assert seed_of(confirmed, "confirmed") == 5
