@@ -38,7 +38,6 @@ from typing import Literal
 
 from scipy import stats
 
-from ablate.stats.power import MOST_SEEDS
 from ablate.stats.verdict import EQUIVALENCE_PAIRS
 
 POWER = 0.8
@@ -99,11 +98,14 @@ class SeedsAcross:
     at_hi: int | None
     power_here: float
     rung_var: float = 0.0  # the ladder's rung-level variance the sizing carried (0: seed noise only)
+    most: int = MOST  # the largest study it looked at: None above means none up to this many
 
-    def words(self, most: int = MOST_SEEDS) -> str:
+    def words(self) -> str:
         """What a new study needs, in one phrase for the claim and the opening table alike: 'a new study
         would need 12 seeds at the observed effect, 5 to more than 100 across its interval's ends', or,
-        where no size settles it anywhere, that no study of up to ``most`` seeds would."""
+        where no size up to :attr:`most` settles it anywhere, that no study of up to that many would."""
+        most = f"{self.most:,}"
+
         def count(n: int | None) -> str:
             return f"more than {most}" if n is None else str(n)
 
@@ -130,7 +132,7 @@ def seeds_across(diff: float, lo: float, hi: float, sd: float, seeds: int, alpha
     def at(effect: float) -> int | None:
         return seeds_for(effect, sd, alpha, question, margin, power, most, direction, rung_var)
 
-    return SeedsAcross(at(diff), at(lo), at(hi), here, rung_var)
+    return SeedsAcross(at(diff), at(lo), at(hi), here, rung_var, most)
 
 
 def seeds_either(diff: float, lo: float, hi: float, sd: float, seeds: int, alpha: float,
@@ -148,7 +150,7 @@ def seeds_either(diff: float, lo: float, hi: float, sd: float, seeds: int, alpha
 
     here = max(beyond.power_here, within.power_here)
     return SeedsAcross(fewer(beyond.observed, within.observed), fewer(beyond.at_lo, within.at_lo),
-                       fewer(beyond.at_hi, within.at_hi), here, rung_var)
+                       fewer(beyond.at_hi, within.at_hi), here, rung_var, most)
 
 
 def sized_at_found(differences: Sequence[float], alpha: float, question: str | None, margin: float | None,

@@ -454,9 +454,9 @@ def test_a_new_studys_seeds_are_sized_at_the_observed_effect_and_across_its_inte
     outcome, why = judge(_claim("better", 0.05), ev, False)
     assert outcome == OPEN and across.observed is not None and across.at_lo is not None
     assert (f"a new study would need {across.observed} seeds at the observed effect, {across.at_lo} "
-            "to more than 100 across its interval's ends") in why
+            "to more than 10,000 across its interval's ends") in why
     # one phrase where no size settles it at any of the three: the opening table says the same
-    nowhere = replace(across, observed=None, at_lo=None, at_hi=None)
+    nowhere = replace(across, observed=None, at_lo=None, at_hi=None, most=100)
     assert nowhere.words() == ("no study of up to 100 seeds would settle it, at the observed effect or at "
                                "either end of its interval")
     assert new_study_advice(None, across=nowhere).startswith(nowhere.words())
