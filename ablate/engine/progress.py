@@ -56,8 +56,9 @@ class Progress:
         self.expected_said = True
         whole = elapsed * (self.total - self.start_step) / (step - self.start_step)
         shown = f"{whole / 60:.1f} min" if whole >= 90 else f"{whole:.0f} s"
+        threads = torch.get_num_threads()
         return (f"expected: about {shown} for its {self.total - self.start_step} steps on this machine "
-                f"({torch.get_num_threads()} CPU threads), evaluations aside")
+                f"({threads} CPU thread{'s' * (threads != 1)}), evaluations aside")
 
     def update(self, step: int, loss: float, lr: float, tps: float) -> None:
         if not self.enabled:

@@ -280,8 +280,12 @@ def format_plan(plan: StudyPlan, diffs: bool = True) -> str:
         count = f"{len(plan.cells)} cells"
     else:
         first = design.looks[0]
-        seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
-        count = f"{first * len(plan.variants) * rungs} to {len(plan.cells)} cells"
+        low = first * len(plan.variants) * rungs
+        if first == design.looks[-1]:  # one look: a range whose min is its max
+            seeds, count = f"{first} seeds (one look)", f"{low} cells"
+        else:
+            seeds = f"{first} to {design.looks[-1]} seeds (adaptive)"
+            count = f"{low} to {len(plan.cells)} cells"
         shown = [c for c in plan.cells if c.seed in plan.seeds[:first]]
     at_rungs = f" x {rungs} rungs" if plan.rungs else ""
     lines = [f"study {plan.name}: design {abl.design}, {len(plan.variants)} variants{at_rungs} x {seeds} "

@@ -86,5 +86,7 @@ def format_progress(plan: StudyPlan, design: Design, records: CellRecords) -> st
             shown = f"n={lk.n}, diff {lk.diff:+.4g}"
             if not math.isnan(lk.lo):
                 shown += f" [{lk.lo:+.4g}, {lk.hi:+.4g}], detectable {lk.detectable:.3g}"
-        lines.append(f"  {label:<{width}}  {p.state:<10} needs {p.needed} seeds; {shown}")
+        need = (f"has its {p.needed} seeds" if lk is not None and lk.n >= p.needed
+                else f"needs {p.needed} seeds")
+        lines.append(f"  {label:<{width}}  {p.state:<10} {need}; {shown}")
     return "\n".join(lines)

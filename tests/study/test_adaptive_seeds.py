@@ -19,7 +19,7 @@ from ablate.launch.local_study import main_ablate
 from ablate.spec.load import SpecError
 from ablate.study.cell_queue import CellRecord
 from ablate.study.designs import plan_study
-from ablate.study.seed_rounds import comparison_progress, needed_keys
+from ablate.study.seed_rounds import comparison_progress, format_progress, needed_keys
 from tests.factories import TINY_STUDY_HEAD
 from tests.report_studies import EXPORTS
 from tests.stores import mlflow_store
@@ -82,6 +82,9 @@ def test_more_seeds_go_only_to_open_comparisons(tmp_path: Path) -> None:
         records[key[("positions=learned", s)]] = CellRecord("finished", learned[s])
     final = comparison_progress(plan, plan.design, records)["positions=learned"]
     assert final.state == "undecided" and final.look is not None and final.look.n == 5 and final.look.final
+    # the progress line says it has its seeds, not that it "needs 5" with 5 in hand; an open one still needs
+    lines = format_progress(plan, plan.design, records).splitlines()
+    assert "positions=learned  undecided  has its 5 seeds; n=5" in next(x for x in lines if "learned" in x)
     # A variant that diverged in every seed is decided: no pair to test, and no more seeds for it.
     for s in range(3):
         records[key[("positions=learned", s)]] = CellRecord("diverged", None)
@@ -348,3 +351,11 @@ def test_an_effect_that_later_seeds_reopen_is_named_beside_the_open_verdict() ->
     assert reopened(walk(diffs[:5], design)) is None
     assert reopened(walk([0.3, -0.2, 0.4, -0.1, 0.2], design, "none", 0.5)) is None
     assert reopened([]) is None
+
+
+def test_a_range_of_one_look_is_stated_as_one(tmp_path: Path) -> None:
+    """seeds {min: 4, max: 4}: one look at 4 seeds, said so, not "4 to 4 seeds ... 12 to 12 cells"."""
+    from ablate.study.designs import format_plan
+
+    head = format_plan(plan_study(str(write(tmp_path, "one", "  seeds: {min: 4, max: 4}")))).splitlines()[0]
+    assert "3 variants x 4 seeds (one look) = 12 cells" in head

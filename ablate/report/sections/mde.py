@@ -141,7 +141,8 @@ def new_study_advice(needed: int | None, at_observed: bool = False, across: Seed
 
 def _opening(registered: dict[str, Any] | None, plan: dict[str, Any] | None, design: Design,
              metric: str) -> str:
-    looks = f"{design.looks[0]}..{design.looks[-1]} seeds"
+    looks = (f"{design.looks[0]}..{design.looks[-1]} seeds" if len(design.looks) > 1
+             else f"{design.looks[0]} seeds")
     if registered is None:
         head = (f"**What the design could settle.** This study started before designs were pre-registered: "
                 f"its design ({metric}, looks at {looks}, alpha {design.alpha:g} over {design.family} "
