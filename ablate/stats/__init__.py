@@ -15,7 +15,8 @@ comparison's looks); a ladder's fits of each variant's metric against training c
 saturating power law or a log-linear curve, intervals from resampling seeds within rungs) and each
 comparison's transfer verdict, read from its measured rungs (``transfer``, ``rung_trend``), with every fit's
 lack-of-fit test and rung-level variance (``ladder_fit``), the rolling backtests and the per-comparison
-decision accuracy and signal-to-noise (``backtest``) and the rules' simulated error rates (``ladder_rates``);
+decision accuracy and signal-to-noise (``backtest``), the rules' simulated error rates (``ladder_rates``)
+and a ladder plan's power on those rules (``simulated_rules``);
 Wen et al.'s speedup in data and its trend with size (``data_speedup``); the seeds a new study needs at the
 observed effect (``replication_size``), borderline verdicts (``borderline``) and steps to a target with
 censored runs (``censored``); the best learning rate's power law in parameters across a tuned ladder's rungs

@@ -20,7 +20,8 @@ plan, ``seeds.max: auto``, the plan's hours and the scale notes (``sizing``, on 
 and the design recorded before the first cell and never moved (``preregister``); once its own seeds exist,
 what a new study would need at the effects they found (``observed_needs``). Tuning each variant and
 confirming at a larger scale: the arms (``arms``), their settings checked with the plan
-(``arm_settings``), each variant's search (``variant_searches``) and the confirmation cells
+(``arm_settings``), each variant's search (``variant_searches``), the own-best arm's target where it
+decides by steps to a loss (``tuned_target``) and the confirmation cells
 (``confirm``). A ladder of model sizes (``ablation.scales``): its rungs, their steps and planned compute
 (``rungs``), its rounds, one sub-plan per rung paired by seed within it (``rung_rounds``), its
 power plan, rung by rung from a pilot ladder (``sized_ladder``), its fairness checked (``ladder_checks``:

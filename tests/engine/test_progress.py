@@ -23,8 +23,9 @@ def test_the_expected_time_is_said_once_from_this_process_steps(monkeypatch: pyt
     bar = progress.Progress(total=1000, start_step=200, every_s=1e9)  # a resumed run: 800 steps to go
     assert bar.expected(210) is None  # 2 s in: not yet
     said = bar.expected(300)  # 100 steps in 10 s: 800 steps in 80 s
-    assert said == (f"expected: about 80 s for its 800 steps on this machine ({torch.get_num_threads()} CPU "
-                    "threads), evaluations aside")
+    threads = torch.get_num_threads()
+    assert said == (f"expected: about 80 s for its 800 steps on this machine ({threads} CPU "
+                    f"thread{'s' * (threads != 1)}), evaluations aside")
     assert bar.expected(400) is None  # once
 
 

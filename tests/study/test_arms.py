@@ -57,8 +57,9 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
     steps = [s.train.max_steps for s in trained]
     # a: the cells at the baseline's settings, 3 variants x 3 seeds (each comparison decided at look 1)
     assert steps[:9] == [SHORT] * 9 and {s.train.optimizer.lr for s in trained[:9]} == {BASE_LR}
-    # b: one search per variant, the same 4 grid trials at the fidelity, with the same (tuning) seed
-    assert steps[9:21] == [5] * 12 and {s.seed for s in trained[9:21]} == {0}
+    # b: one search per variant, the same 4 grid trials at the fidelity, with the same (tuning) seed: the
+    # first after every evaluation seed (the study's 0-3 and the confirmation's 10-13)
+    assert steps[9:21] == [5] * 12 and {s.seed for s in trained[9:21]} == {14}
     assert [s.model.norm for s in trained[9:21]] == ["builtin"] * 4 + ["custom"] * 4 + ["builtin"] * 4
     # c: at its own best only norm=custom is new (3x the learning rate): the others' best is the baseline's
     assert [(s.model.norm, s.train.optimizer.lr, s.seed, s.train.max_steps) for s in trained[21:24]] == [
@@ -105,13 +106,13 @@ def test_every_phase_runs_in_order_and_a_rerun_trains_nothing(workdir: Path, mon
     assert len(_runs("phases")[1]) == len(children)
     assert main_ablate(str(path), dry_run=True) == 0  # where every phase stands, read only
     out = capsys.readouterr().out
-    assert "  norm=custom: 4 of 4 trials done; best 0.9" in out and "at train.optimizer.lr=0.003" in out
+    assert "  norm=custom: 4 of 4 trials done; best 1.003" in out and "at train.optimizer.lr=0.003" in out
     assert "own best: 11 of up to 12 cells in the store" in out
     assert "confirm: decided so far: norm=custom, residual=post_norm; 12 of 12 cells in the store" in out
     assert "in all, every phase together: 1,020 steps at most" in out  # 240 + 60 + 240 + 480
     assert main_status(str(path)) == 0  # `ablate status` says where the later phases stand too
     out = capsys.readouterr().out
-    assert "  norm=custom: 4 of 4 trials done; best 0.9" in out
+    assert "  norm=custom: 4 of 4 trials done; best 1.003" in out
     assert "own best: 11 of up to 12 cells in the store" in out and "confirm: decided so far: " in out
     assert len(trained) == 38
 
