@@ -25,8 +25,8 @@ from registry import Axis, Option
 from registry.aliases import did_you_mean
 
 __all__ = ["axis_fields", "check_axis", "component_default", "identity_options", "ignored_fields",
-           "option_names", "option_owner", "options_of", "section_axis", "section_option_values",
-           "settled_overrides", "value_field"]
+           "new_components_default", "option_names", "option_owner", "options_of", "section_axis",
+           "section_option_values", "settled_overrides", "value_field"]
 
 
 def options_of(axis: Axis) -> list[Option]:
@@ -220,6 +220,16 @@ def component_default(field: str, value: Any) -> bool:
             if option.name == name:
                 return _same(value, option.default) or str(value) == str(option.default)
     return False
+
+
+ABSENT = (None, "None", "—")  # an option a run's component has not: None as given, as logged, as shown
+
+
+def new_components_default(field: str, base: Any, other: Any) -> bool:
+    """One side has no such option (:data:`ABSENT`) and the other's is at its default: no difference in a
+    spec diff (:func:`component_default`)."""
+    return ((base in ABSENT and component_default(field, other))
+            or (other in ABSENT and component_default(field, base)))
 
 
 def _same(value: Any, default: Any) -> bool:

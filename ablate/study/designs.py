@@ -15,7 +15,7 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.spec import metricnames
-from ablate.spec.axis_fields import component_default, ignored_fields, settled_overrides
+from ablate.spec.axis_fields import ignored_fields, new_components_default, settled_overrides
 from ablate.spec.axis_levels import level_fields
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.spec.load import SpecError, load_spec, load_spec_data
@@ -70,13 +70,7 @@ def spec_diff(baseline: ExperimentSpec, other: ExperimentSpec) -> list[tuple[str
     ignored = ignored_fields(a) | ignored_fields(b)  # a sub-axis the component of either spec does not take
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k) and k not in ignored
-            and not _new_components_default(k, a.get(k), b.get(k))]
-
-
-def _new_components_default(field: str, base: Any, other: Any) -> bool:
-    """One side's component has no such option and the other's is at its default (module axis_fields)."""
-    return ((base is None and component_default(field, other))
-            or (other is None and component_default(field, base)))
+            and not new_components_default(k, a.get(k), b.get(k))]
 
 
 def _expand_cells(data: Mapping[str, object], smap: SourceMap, origin: str, seeds: Sequence[int],

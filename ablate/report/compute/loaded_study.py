@@ -21,7 +21,7 @@ import pandas as pd
 from ablate.report.compute import statistics as st
 from ablate.report.compute.rung_runs import by_rung
 from ablate.spec import metricnames
-from ablate.spec.axis_fields import component_default, ignored_fields
+from ablate.spec.axis_fields import ignored_fields, new_components_default
 from ablate.spec.experiment import ExperimentSpec, flatten
 from ablate.stats.fixed_sample import Effect, compare
 from ablate.stats.multiplicity import holm
@@ -321,15 +321,7 @@ def spec_diff(base: dict[str, str], other: dict[str, str]) -> list[tuple[str, st
     d = spec_defaults()
     pairs = [(k, a.get(k, d.get(k, "—")), b.get(k, d.get(k, "—"))) for k in sorted(set(a) | set(b))]
     return [(k, va, vb) for k, va, vb in pairs
-            if va != vb and k not in ignored and not _unset_default(k, va, vb)]
-
-
-def _unset_default(key: str, base: str, other: str) -> bool:
-    """A component's own option at its default beside a run whose component has none (``—`` or None): the
-    new component's setting, not a change (ablate/spec/axis_fields.py ``component_default``)."""
-    absent = ("—", "None")
-    return ((base in absent and component_default(key, other))
-            or (other in absent and component_default(key, base)))
+            if va != vb and k not in ignored and not new_components_default(k, va, vb)]
 
 
 def variant_diff(study: Study, variant: str) -> list[tuple[str, str, str]]:

@@ -118,10 +118,10 @@ def tuned_target(arm: Study, spec: float | None = None) -> tuple[float, str] | N
 
 def spec_target(study: Study) -> tuple[float, str] | None:
     """The spec's eval.target_loss as the runs logged it."""
-    values = {r.params.get(TARGET_PARAM, "") for r in study.runs} - {"", "None", "null"}
+    values = {v for r in study.runs if (v := _target_param(r)) is not None}
     if len(values) != 1:
         return None
-    return float(next(iter(values))), "the spec's eval.target_loss, fixed before the study ran"
+    return next(iter(values)), "the spec's eval.target_loss, fixed before the study ran"
 
 
 def _spec_value(study: Study) -> float | None:
