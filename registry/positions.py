@@ -127,7 +127,13 @@ class LearnedPositions(_Positions):
 
     def embed(self, x: Tensor, start_pos: int = 0) -> Tensor:
         _check_range(start_pos, x.size(1), self.max_positions)
-        return self.dropout(x + self.table.weight[start_pos:start_pos + x.size(1)])
+        weight = self.table.weight
+        if weight.dim() == 2:  # the table's rows, sliced once and broadcast over the batch
+            return self.dropout(x + weight[start_pos:start_pos + x.size(1)])
+        # A packed template's table is stacked, (cells, P, d) (ablate/engine/packed_model.py): its rows are
+        # looked up through the table's own forward, which the pack runs per cell on that cell's rows.
+        at = torch.arange(start_pos, start_pos + x.size(1), device=x.device).expand(x.size(0), -1)
+        return self.dropout(x + self.table(at))
 
     def embed_at(self, x: Tensor, positions: Tensor) -> Tensor:
         """``embed`` at explicit positions (B, T): a packed block's documents each start at 0 (every

@@ -203,12 +203,15 @@ def test_every_optimizer_steps_the_pack_in_one_call(tmp_path: Path, optimizer: s
         assert scaled._step is None
 
 
-@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
-def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: str,
+@pytest.mark.parametrize(("arch", "positions"), [("encoder_decoder", "sinusoidal"),
+                                                  ("decoder_only", "sinusoidal"), ("decoder_only", "learned")])
+def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: str, positions: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """At each evaluation the pack scores every cell's validation loss in one stacked forward a batch
     (ablate/engine/packed_eval.py), and each cell's val/loss equals its loss evaluated alone; the metrics a
-    cell computes alone (decoding's exact match) are its own too."""
+    cell computes alone (decoding's exact match) are its own too. Learned positions too: a validation
+    window has no document positions, so its table is read from a start position (the fair ladder's cells:
+    its stacked table once failed there, after training had packed)."""
     calls: list[int] = []
     original = packed_trainer.split_nll
 
@@ -217,7 +220,7 @@ def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: st
         return original(pack, trainers, split)
 
     monkeypatch.setattr(packed_trainer, "split_nll", counted)
-    specs = [cell_spec(arch, seed) for seed in (0, 1, 2)]
+    specs = [cell_spec(arch, seed, {"model.positions": positions}) for seed in (0, 1, 2)]
     packed = [make_trainer(s, tmp_path / f"p{k}") for k, s in enumerate(specs)]
     PackedTrainer(packed).fit()
     assert calls == [3, 3]  # steps 3 and 6, all three cells
