@@ -282,6 +282,17 @@ class AblationSpec(LaterFields):
         checks.raise_any()
         return self
 
+    def seed_list(self, first: int, auto_max: int | None = None) -> list[int]:
+        """Every seed the study may train its cells on: the listed seeds, a range's up to its max (``auto``:
+        up to ``auto_max``, for a caller that reads it before the plan sizes it), ``repeats`` from ``first``
+        (the spec's seed), or ``first`` alone."""
+        if isinstance(self.seeds, SeedRange):
+            top = self.seeds.max if self.seeds.max != "auto" else auto_max
+            if top is None:
+                raise ValueError("seeds.max is auto: the plan sizes it, or give auto_max")
+            return [first + i for i in range(top)]
+        return list(self.seeds or [first + i for i in range(self.repeats or 1)])
+
 
 class Objective(Strict):
     """What a search optimizes: one of a run's result metrics and its direction."""

@@ -58,12 +58,7 @@ def evaluation_seeds(spec: ExperimentSpec) -> list[int]:
     range's up to its max (``auto``: up to the most a range allows, as the plan's size is not known yet),
     and the confirmation cells' (``ablation.confirm.seeds``)."""
     abl, first = spec.ablation, spec.seed
-    if abl is None or abl.seeds is None:
-        seeds = [first + i for i in range(abl.repeats if abl is not None and abl.repeats else 1)]
-    elif isinstance(abl.seeds, list):
-        seeds = list(abl.seeds)
-    else:
-        seeds = [first + i for i in range(AUTO_SEEDS if abl.seeds.max == "auto" else abl.seeds.max)]
+    seeds = abl.seed_list(first, AUTO_SEEDS) if abl is not None else [first]
     confirm = abl.confirm.seed_list(first) if abl is not None and abl.confirm is not None else []
     return sorted(set(seeds) | set(confirm))
 

@@ -161,7 +161,7 @@ def plan_study(spec_path: str, overrides: Sequence[str] = (), size: bool = True)
     if abl.seeds is not None and not isinstance(abl.seeds, list) and abl.seeds.max == "auto":
         at_min = abl.model_copy(update={"seeds": abl.seeds.model_copy(update={"max": abl.seeds.min})})
         abl = spec.ablation = _auto_max(spec, origin, [label for label, _, _ in variants]) if size else at_min
-    seeds = _study_seeds(spec.seed, abl)
+    seeds = abl.seed_list(spec.seed)
     cells = _expand_cells(data, smap, origin, seeds, rungs, labelled)
     return StudyPlan(spec, baseline, cells, list(seeds), study_metric(spec), data, smap, origin,
                      list(overrides), rungs=rungs)
@@ -177,15 +177,6 @@ def _unknown_claims(abl: AblationSpec, labels: list[str], smap: SourceMap, origi
             problems.append(Problem(smap.where(at, origin), at,
                                     f"no variant {claim.variant!r} in this study; its variants: {known}"))
     return problems
-
-
-def _study_seeds(first: int, abl: AblationSpec) -> list[int]:
-    """Every seed the study may use: a range's up to its max, else the listed seeds, or ``repeats`` from the
-    spec's seed, or the spec's seed alone."""
-    if abl.seeds is not None and not isinstance(abl.seeds, list):
-        assert abl.seeds.max != "auto"
-        return [first + i for i in range(abl.seeds.max)]
-    return list(abl.seeds or ([first + i for i in range(abl.repeats)] if abl.repeats else [first]))
 
 
 @dataclass(frozen=True)
