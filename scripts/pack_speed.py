@@ -6,14 +6,20 @@ study's cells an hour packed (``--pack K``) against unpacked (``--pack 1``), eac
     python scripts/pack_speed.py --spec experiments/lm-docs-cell.yaml --study --seeds 16 --packs 4 8 16
     python scripts/pack_speed.py --spec experiments/lm-docs-cell.yaml --packs 2 --steps 1 \\
         --set model.d_model=16 --set model.decoder_layers=1      # a check at tiny settings (seconds)
+    python scripts/pack_speed.py --ladder experiments/ablations/ladder-kdocs.yaml --packs auto --study \\
+        --seeds 8 --max-steps 410 --rounds 2       # each rung of a ladder, long enough for auto to probe
 
 The step: K cells of the spec (seeds spec.seed .. + K - 1) built once; after a warm-up step each,
 ``--steps`` optimizer steps of each cell one after another, then the same steps packed; tokens a second =
 every cell's target tokens over the time. The study: the spec with an ``ablation`` section of one shape
 (its learning rate and twice it, ``--seeds`` / 2 seeds each: ``--seeds`` cells), ``--max-steps`` steps a
 cell, run by ``ablate study`` in a subprocess per bound; cells an hour = cells over the study's wall time
-(its probe included: ``--packs auto`` times the default a user gets). On a machine without a GPU the GPU
-lines print "not measured". Run it on an otherwise idle machine.
+(its probe included: ``--packs auto`` times the default a user gets), ``--rounds`` times each, the bounds
+alternating, with the plan its dry run printed. Auto probes a shape only where the probe costs at most 2% of
+the shape's cell-steps (ablate/study/pack_plan.py), so a study that shows the probe's choice needs as many:
+8 cells of 410 steps at the probe's 65. ``--ladder`` runs every rung of a ladder spec's
+``ablation.scales.rungs`` in turn, on the cell spec it extends with the ladder's own fields. On a machine
+without a GPU the GPU lines print "not measured". Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
