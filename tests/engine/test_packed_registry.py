@@ -24,7 +24,6 @@ V = 19
 ALONE = {
     "residual=rezero": "vmap cannot batch it",  # its own gate beside sdpa's kernel choice on host
     "attention=qk_norm": "vmap cannot batch it",  # its own gain beside sdpa's kernel choice on host
-    "positions=learned": "the packed forward failed",  # its table sliced by its owner, outside its forward
     "positions=t5_bias": "the packed forward failed",  # its bias table indexed by its owner
 }
 ARCH_CASES = ([("encoder_decoder", k, n) for k, n in CASES]
