@@ -192,12 +192,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="timed studies of each bound, alternating")
     parser.add_argument("--ladder", help="a ladder spec: each of its rungs in turn (its cell's spec and "
                         "fields; --spec ignored)")
+    parser.add_argument("--rungs", nargs="+", help="only these rungs of --ladder (default: every one)")
     args = parser.parse_args()
     device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     configs = [("", args.spec, args.overrides)]
     if args.ladder:
         cell, rungs = ladder_rungs(args.ladder)
-        configs = [(f"rung {name}", cell, [*fields, *args.overrides]) for name, fields in rungs]
+        configs = [(f"rung {name}", cell, [*fields, *args.overrides]) for name, fields in rungs
+                   if not args.rungs or name in args.rungs]
     sizes = [int(k) for k in args.packs if k.isdigit()]  # "auto" is a study's bound, not a pack size
     for title, spec, overrides in configs:
         print(f"\n{title or 'device'}: {device}, {torch.get_num_threads()} threads; spec {spec} {overrides}")
