@@ -203,8 +203,10 @@ def test_every_optimizer_steps_the_pack_in_one_call(tmp_path: Path, optimizer: s
         assert scaled._step is None
 
 
-@pytest.mark.parametrize(("arch", "positions"), [("encoder_decoder", "sinusoidal"),
-                                                  ("decoder_only", "sinusoidal"), ("decoder_only", "learned")])
+VALIDATED = [("encoder_decoder", "sinusoidal"), ("decoder_only", "sinusoidal"), ("decoder_only", "learned")]
+
+
+@pytest.mark.parametrize(("arch", "positions"), VALIDATED)
 def test_a_packs_validation_loss_is_one_stacked_forward(tmp_path: Path, arch: str, positions: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """At each evaluation the pack scores every cell's validation loss in one stacked forward a batch

@@ -3,32 +3,18 @@ Pitman-Morgan interval of a paired sd ratio (by hand and by its coverage) and th
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from ablate.tracking import record
+from tests.scripts.script_loader import load_script
 from tests.stores import mlflow_store
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("averaging_noise", ROOT / "scripts" / "averaging_noise.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["averaging_noise"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-S = load_script()
+S = load_script("averaging_noise")
 
 
 def run(variant: str, seed: int, plain: float, averaged: float,

@@ -4,26 +4,20 @@ sdpa, the per-document kernel), at tiny settings."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
+from tests.scripts.script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("document_mask_speed", ROOT / "scripts" /
-                                                  "document_mask_speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["document_mask_speed"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("document_mask_speed")
 
 
 def test_packed_blocks_hold_documents_of_the_mean_asked_cut_at_the_edges(script: ModuleType) -> None:

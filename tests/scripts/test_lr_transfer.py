@@ -5,25 +5,14 @@ a best rate just below a diverging one is bracketed rather than read at the grid
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.script_loader import load_script
+
 COLUMNS = ["variant", "seed", "status", "model.d_model", "model.parametrisation", "train.optimizer.lr",
            "val/loss"]
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lr_transfer", ROOT / "scripts" / "lr_transfer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lr_transfer"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def loss(width: int, lr: float, parametrisation: str) -> float:
@@ -64,7 +53,7 @@ def write_report(folder: Path, diverged: set[tuple[str, int, float]]) -> Path:
 
 
 def test_the_baseline_fills_its_kept_fields_and_mup_borrows_its_base_width(tmp_path: Path) -> None:
-    script = load_script()
+    script = load_script("lr_transfer")
     cells = script.read(write_report(tmp_path, set()), "val/loss")
     assert set(cells) == {"standard", "mup"}
     assert cells["standard"][(64, 2.0 ** -7, 1)] == loss(64, 2.0 ** -7, "standard") + 0.001
@@ -76,7 +65,7 @@ def test_the_baseline_fills_its_kept_fields_and_mup_borrows_its_base_width(tmp_p
 
 
 def test_a_diverged_rate_counts_as_the_worst_loss_and_keeps_the_grid_whole(tmp_path: Path) -> None:
-    script = load_script()
+    script = load_script("lr_transfer")
     # muP diverges at the grid's top rate at its widest width, on both seeds: its best, one step below,
     # keeps a neighbour on each side
     cells = script.read(write_report(tmp_path, {("mup", 128, 2.0 ** -4)}), "val/loss")

@@ -3,26 +3,20 @@ rung a spec the study accepts; the dry run's estimate is read as it prints it.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from ablate.spec.load import load_spec
+from tests.scripts.script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pack_speed", ROOT / "scripts" / "pack_speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pack_speed"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("pack_speed")
 
 
 def test_each_rung_of_the_committed_ladder_is_its_cell_with_the_ladders_fields(script: ModuleType) -> None:
