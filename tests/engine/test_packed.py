@@ -299,8 +299,8 @@ def test_fp16_loss_scaling_is_each_cells_own(tmp_path: Path) -> None:
 
 def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     """The probe runs two cells packed and alone: a unit vmap cannot batch (QK-norm's gain sits beside
-    sdpa, which has no batching rule) and a parameter read outside its module's forward (the learned
-    position table, sliced by its owner) are named; a plain model packs, with dropout too (each cell's own
+    sdpa, which has no batching rule) and a parameter read outside its module's forward (T5's bias
+    table, indexed by its owner) are named; a plain model packs, with dropout too (each cell's own
     masks, from the same state packed and alone); attention dropout refuses before a build."""
     def problems(arch: str, **model: Any) -> list[str]:
         spec = cell_spec(arch, 0, {f"model.{k}": v for k, v in model.items()})
@@ -313,8 +313,9 @@ def test_components_that_cannot_pack_are_named_with_their_reason() -> None:
     qk = problems("decoder_only", attention="qk_norm")
     assert len(qk) == 1
     assert qk[0].startswith("attention=qk_norm: QKNormAttention (decoder.layers.0.self_attn): vmap cannot")
-    learned = problems("encoder_decoder", positions="learned")
-    assert len(learned) == 1 and learned[0].startswith("positions=learned: registry/positions.py:")
+    t5 = problems("encoder_decoder", positions="t5_bias")
+    assert len(t5) == 1 and t5[0].startswith("positions=t5_bias: registry/positions.py:")
+    assert problems("encoder_decoder", positions="learned") == []  # its table read through its own forward
     assert problems("encoder_decoder", dropout=0.1) == [] and problems("decoder_only", dropout=0.3) == []
     assert spec_problems(cell_spec("encoder_decoder", 0, {"model.dropout": 0.1}).model) == []
     dropped = spec_problems(cell_spec("encoder_decoder", 0, {"model.attention_dropout": 0.1}).model)
