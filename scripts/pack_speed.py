@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.data.prepare import prepare_data  # noqa: E402
 from ablate.run.pack_probe import probe_pack  # noqa: E402
+from ablate.spec.experiment import flatten  # noqa: E402
 from ablate.spec.load import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +164,8 @@ def ladder_rungs(ladder_path: str) -> tuple[str, list[tuple[str, list[str]]]]:
     if not isinstance(parent, str):
         raise SystemExit(f"{ladder_path}: expected a ladder spec that extends one cell spec")
     shared = [f"{section}.{key}={_yaml_value(value)}"
-              for section in ("data", "model", "train", "eval") for key, value in _flat(raw.get(section, {}))]
+              for section in ("data", "model", "train", "eval")
+              for key, value in flatten(raw.get(section, {})).items()]
     rungs = (raw.get("ablation") or {}).get("scales", {}).get("rungs", {})
     if not rungs:
         raise SystemExit(f"{ladder_path}: no ablation.scales.rungs")
@@ -175,17 +177,6 @@ def ladder_rungs(ladder_path: str) -> tuple[str, list[tuple[str, list[str]]]]:
 def _yaml_value(value: object) -> str:
     """A value as ``--set`` reads it (YAML flow style: ``[]``, ``64``, ``learned``)."""
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
-
-
-def _flat(mapping: dict, prefix: str = "") -> list[tuple[str, object]]:
-    """Dotted keys of a nested mapping's leaves (lists are leaves)."""
-    out: list[tuple[str, object]] = []
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out += _flat(value, f"{prefix}{key}.")
-        else:
-            out.append((f"{prefix}{key}", value))
-    return out
 
 
 def main() -> int:
