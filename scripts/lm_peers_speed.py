@@ -19,7 +19,9 @@ x-transformers loop use on a CPU) and cross-entropy on float32 logits (XTransfor
 models take turns: one repeat times ``--steps`` steps of each model after a warm-up of its own, and the
 figure is the median tokens/s of ``--repeats`` alternating repeats (warm-up and turn order shared), so a
 machine that slows down mid-run slows every model alike. It prints each model's tokens/s and parameter
-count, and ablate's ratio to the best peer per precision. Run it on an otherwise idle machine.
+count, and ablate's ratio to the best peer per precision: of the two medians, and the median of the ratios
+within each repeat with their range (the two ran seconds apart: the figure a shared machine's slow spells
+disturb least). Run it on an otherwise idle machine.
 
 ``--like-for-like`` adds, after it, the same race with one loss and one optimizer for every codebase (ablate
 included): the cross-entropy of each model's whole logits in float32 (``F.cross_entropy(logits.float())``;
@@ -148,8 +150,9 @@ def mt_step(name: str, model: nn.Module, precision: str, common: bool = False) -
     return step
 
 
-def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> dict[str, float]:
-    """Median tokens/s of each step over ``repeats`` rounds in which the models take turns."""
+def race_repeats(steps: dict[str, Step], repeats: int, per_repeat: int,
+                 warmup: int) -> dict[str, list[float]]:
+    """Tokens/s of each step in each of ``repeats`` rounds in which the models take turns."""
     for step in steps.values():
         for _ in range(warmup):
             step()
@@ -160,7 +163,20 @@ def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> 
             for _ in range(per_repeat):
                 tokens += step()
             rates[name].append(tokens / (time.perf_counter() - started))
+    return rates
+
+
+def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> dict[str, float]:
+    """Median tokens/s of each step over ``repeats`` rounds in which the models take turns."""
+    rates = race_repeats(steps, repeats, per_repeat, warmup)
     return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def per_repeat_ratios(rates: dict[str, list[float]], own: str, peer: str) -> list[float]:
+    """``own``'s tokens/s over ``peer``'s within each repeat: the two ran seconds apart, so a slow spell of
+    a shared machine (its speed moves by up to a quarter between spells) falls on both, where the ratio of
+    two medians can take them from different spells."""
+    return [a / b for a, b in zip(rates[own], rates[peer], strict=True)]
 
 
 def report(title: str, models: dict[str, nn.Module], make: Callable[[str, nn.Module, str, bool], Step],
@@ -177,13 +193,16 @@ def report(title: str, models: dict[str, nn.Module], make: Callable[[str, nn.Mod
             chosen["ablate compiled"] = torch.compile(models["ablate"])
         steps = {name: make("ablate" if name.startswith("ablate") else name, m, precision, common)
                  for name, m in chosen.items()}
-        rates = race(steps, args.repeats, args.steps, args.warmup)
+        repeats = race_repeats(steps, args.repeats, args.steps, args.warmup)
+        rates = {name: statistics.median(r) for name, r in repeats.items()}
         best = max((n for n in rates if not n.startswith("ablate")), key=lambda n: rates[n])
         cells = "  ".join(f"{n} {r:,.0f}" for n, r in rates.items())
         print(f"  {precision}: tokens/s  {cells}")
         for own in (n for n in rates if n.startswith("ablate")):
             ratios[precision, own] = rates[own] / rates[best]
-            print(f"  {precision}: {own} / best peer ({best}) = {ratios[precision, own]:.2f}x")
+            paired = per_repeat_ratios(repeats, own, best)
+            print(f"  {precision}: {own} / best peer ({best}) = {ratios[precision, own]:.2f}x; within each "
+                  f"repeat {statistics.median(paired):.2f}x (median; {min(paired):.2f}-{max(paired):.2f}x)")
     return ratios
 
 
