@@ -174,7 +174,7 @@ def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> 
 
 def per_repeat_ratios(rates: dict[str, list[float]], own: str, peer: str) -> list[float]:
     """``own``'s tokens/s over ``peer``'s within each repeat: the two ran seconds apart, so a slow spell of
-    a shared machine (its speed moves by up to a quarter between spells) falls on both, where the ratio of
+    a shared machine (its speed moves by up to a third between spells) falls on both, where the ratio of
     two medians can take them from different spells."""
     return [a / b for a, b in zip(rates[own], rates[peer], strict=True)]
 

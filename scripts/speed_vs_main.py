@@ -19,8 +19,8 @@ tokens/s and the whole command's wall seconds; then per spec each side's median 
 its files: ``$ABLATE_DATA_DIR``, else ``../shared/data/multi30k`` beside this repository. Run it on an
 otherwise idle machine.
 
-Why the best beside the median: on a shared 2-core virtual machine the same run's speed moves by a quarter
-from one run to the next (the quickstart at one commit, 35.7k to 52.7k tokens/s, docs/benchmarks.md), in
+Why the best beside the median: on a shared 2-core virtual machine the same run's speed moves by up to a third
+from one run to the next (six quickstart runs of one commit, 34.2k to 49.3k tokens/s, docs/benchmarks.md), in
 spells that can cover a whole run, and another tenant's work only ever slows a run down. A median of 2 or 3
 runs then reads the spells, not the code; the best run of each side is the estimate such noise disturbs least.
 As the two runs of a round ran one after the other, the per-round ratio is the least disturbed of all, and the
