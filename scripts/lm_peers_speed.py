@@ -150,9 +150,9 @@ def mt_step(name: str, model: nn.Module, precision: str, common: bool = False) -
     return step
 
 
-def race_repeats(steps: dict[str, Step], repeats: int, per_repeat: int,
-                 warmup: int) -> dict[str, list[float]]:
-    """Tokens/s of each step in each of ``repeats`` rounds in which the models take turns."""
+def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> dict[str, list[float]]:
+    """Tokens/s of each step in each of ``repeats`` rounds in which the models take turns (the report takes
+    their medians, and the ratios within each round)."""
     for step in steps.values():
         for _ in range(warmup):
             step()
@@ -164,12 +164,6 @@ def race_repeats(steps: dict[str, Step], repeats: int, per_repeat: int,
                 tokens += step()
             rates[name].append(tokens / (time.perf_counter() - started))
     return rates
-
-
-def race(steps: dict[str, Step], repeats: int, per_repeat: int, warmup: int) -> dict[str, float]:
-    """Median tokens/s of each step over ``repeats`` rounds in which the models take turns."""
-    rates = race_repeats(steps, repeats, per_repeat, warmup)
-    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def per_repeat_ratios(rates: dict[str, list[float]], own: str, peer: str) -> list[float]:
@@ -193,7 +187,7 @@ def report(title: str, models: dict[str, nn.Module], make: Callable[[str, nn.Mod
             chosen["ablate compiled"] = torch.compile(models["ablate"])
         steps = {name: make("ablate" if name.startswith("ablate") else name, m, precision, common)
                  for name, m in chosen.items()}
-        repeats = race_repeats(steps, args.repeats, args.steps, args.warmup)
+        repeats = race(steps, args.repeats, args.steps, args.warmup)
         rates = {name: statistics.median(r) for name, r in repeats.items()}
         best = max((n for n in rates if not n.startswith("ablate")), key=lambda n: rates[n])
         cells = "  ".join(f"{n} {r:,.0f}" for n, r in rates.items())

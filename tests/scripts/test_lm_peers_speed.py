@@ -24,8 +24,8 @@ def test_every_model_runs_its_warm_up_then_takes_its_turn_in_each_repeat(script:
             return 100
         return step
 
-    rates = script.race_repeats({"ablate": step_of("ablate"), "peer": step_of("peer")}, repeats=3,
-                                per_repeat=2, warmup=1)
+    rates = script.race({"ablate": step_of("ablate"), "peer": step_of("peer")}, repeats=3,
+                        per_repeat=2, warmup=1)
     assert order == ["ablate", "peer"] + ["ablate", "ablate", "peer", "peer"] * 3
     assert {name: len(r) for name, r in rates.items()} == {"ablate": 3, "peer": 3}
     assert all(rate > 0 for r in rates.values() for rate in r)
